@@ -3,7 +3,9 @@
 BROKER_BUILD=asan builds with AddressSanitizer (used by the hardening suite);
 the default is an optimised -O3 build.
 """
+import glob
 import os
+import shutil
 
 import numpy
 from Cython.Build import cythonize
@@ -20,6 +22,13 @@ link = []
 if os.environ.get("BROKER_BUILD") == "asan":
     flags = ["-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address"]
     link = ["-fsanitize=address"]
+
+# Cython looks for a module's own .pxd under its package path (broker/kernels/x.pxd), while
+# the sources live in pyx/: mirror the interfaces into a build folder it searches.
+PXD_MIRROR = os.path.join("build", "pxd")
+os.makedirs(os.path.join(PXD_MIRROR, "broker", "kernels"), exist_ok=True)
+for pxd in glob.glob("pyx/*.pxd"):
+    shutil.copy2(pxd, os.path.join(PXD_MIRROR, "broker", "kernels", os.path.basename(pxd)))
 
 extensions = [
     Extension(
@@ -48,7 +57,7 @@ setup(
             "cdivision": True,
             "initializedcheck": False,
         },
-        include_path=["pyx"],
+        include_path=["pyx", PXD_MIRROR],
     ),
     python_requires=">=3.11",
     entry_points={"console_scripts": ["broker=broker.cli:main"]},

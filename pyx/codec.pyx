@@ -1,0 +1,615 @@
+# cython: language_level=3
+"""Commit-log record codec: encode records straight into a mapped segment, scan them back.
+
+The layout is documented once, in codec.pxd. Every read of outside data is bounds-checked
+before it happens; bad data gives a status (scan) or a typed exception, never a wild read.
+"""
+cimport cython
+cimport numpy as cnp
+from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.string cimport memcmp, memcpy
+
+from bytesex cimport get_be16, get_be32, get_be64, put_be16, put_be32, put_be64
+
+import numpy as np
+
+cnp.import_array()
+
+cdef extern from "zlib.h" nogil:
+    unsigned long zlib_crc32 "crc32"(unsigned long crc, const unsigned char *buf, unsigned int len)
+
+MESSAGE_MAGIC_CODE = 0xDAA320A7
+BLANK_MAGIC_CODE = 0xCBD43194
+cdef uint32_t MAGIC = 0xDAA320A7u
+cdef uint32_t BLANK = 0xCBD43194u
+
+globals()["FIXED_LEN_V4"] = FIXED_LEN_V4
+globals()["END_FILE_MIN_BLANK_LENGTH"] = END_FILE_MIN_BLANK_LENGTH
+globals()["SYSFLAG_BORNHOST_V6"] = SYSFLAG_BORNHOST_V6
+globals()["SYSFLAG_STOREHOST_V6"] = SYSFLAG_STOREHOST_V6
+globals()["SCAN_END"] = SCAN_END
+globals()["SCAN_BLANK"] = SCAN_BLANK
+globals()["SCAN_PARTIAL"] = SCAN_PARTIAL
+globals()["SCAN_ZERO"] = SCAN_ZERO
+globals()["SCAN_CORRUPT"] = SCAN_CORRUPT
+
+DISPATCH_DTYPE = np.dtype([
+    ("phys_offset", "<i8"), ("queue_offset", "<i8"), ("tag_hash", "<i8"), ("store_ts", "<i8"),
+    ("keys_pos", "<i8"), ("uniq_pos", "<i8"),
+    ("size", "<i4"), ("queue_id", "<i4"), ("sys_flag", "<i4"), ("topic_idx", "<i4"),
+    ("keys_len", "<i4"), ("uniq_len", "<i4"),
+])
+assert DISPATCH_DTYPE.itemsize == sizeof(DispatchEntry)
+
+
+class MessageIllegal(ValueError):
+    """A message the store refuses (RocketMQ's MESSAGE_ILLEGAL): topic or properties too long, bad host."""
+
+
+class EncodeOverflow(ValueError):
+    """The record does not fit in the buffer at the given position."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Buffers
+
+@cython.final
+cdef class MappedBuffer:
+    def __cinit__(self, obj, bint writable=True):
+        flags = PyBUF_SIMPLE | (PyBUF_WRITABLE if writable else 0)
+        PyObject_GetBuffer(obj, &self.view, flags)
+        self.ptr = <uint8_t *> self.view.buf
+        self.size = self.view.len
+        self.writable = writable
+        self.obj = obj
+
+    def __dealloc__(self):
+        if self.ptr != NULL:
+            PyBuffer_Release(&self.view)
+            self.ptr = NULL
+
+    def release(self):
+        """Drop the buffer now (before unmapping the file underneath)."""
+        if self.ptr != NULL:
+            PyBuffer_Release(&self.view)
+            self.ptr = NULL
+            self.size = 0
+            self.obj = None
+
+
+cdef struct Buf:
+    uint8_t *ptr
+    Py_ssize_t size
+    bint owned          # True when we acquired a Py_buffer that must be released
+    Py_buffer view
+
+
+cdef int acquire(object obj, Buf *b, bint writable) except -1:
+    """Pointer and size of `obj`: a MappedBuffer without any call, bytes directly, else the buffer protocol."""
+    if type(obj) is MappedBuffer:
+        if (<MappedBuffer> obj).ptr == NULL:
+            raise ValueError("MappedBuffer was released")
+        if writable and not (<MappedBuffer> obj).writable:
+            raise ValueError("MappedBuffer is read-only")
+        b.ptr = (<MappedBuffer> obj).ptr
+        b.size = (<MappedBuffer> obj).size
+        b.owned = False
+        return 0
+    if not writable and PyBytes_CheckExact(obj):
+        b.ptr = <uint8_t *> PyBytes_AS_STRING(obj)
+        b.size = PyBytes_GET_SIZE(obj)
+        b.owned = False
+        return 0
+    PyObject_GetBuffer(obj, &b.view, PyBUF_SIMPLE | (PyBUF_WRITABLE if writable else 0))
+    b.ptr = <uint8_t *> b.view.buf
+    b.size = b.view.len
+    b.owned = True
+    return 0
+
+
+cdef inline void release(Buf *b) noexcept:
+    if b.owned:
+        PyBuffer_Release(&b.view)
+        b.owned = False
+
+
+# ---------------------------------------------------------------------------------------------
+# Small helpers
+
+cpdef uint32_t crc32(const uint8_t[::1] data) noexcept:
+    """zlib CRC32 with the sign bit cleared, as RocketMQ's UtilAll.crc32."""
+    if data.shape[0] == 0:
+        return 0
+    return body_crc(&data[0], data.shape[0])
+
+
+cdef inline uint32_t body_crc(const uint8_t *p, Py_ssize_t n) noexcept nogil:
+    cdef unsigned long c = zlib_crc32(0, NULL, 0)
+    cdef Py_ssize_t chunk
+    while n > 0:
+        chunk = n if n < 0x40000000 else 0x40000000
+        c = zlib_crc32(c, p, <unsigned int> chunk)
+        p += chunk
+        n -= chunk
+    return <uint32_t> (c & 0x7FFFFFFF)
+
+
+cdef int64_t java_hash_ptr(const uint8_t *p, Py_ssize_t n) except? -1:
+    """Java String.hashCode of UTF-8 bytes: over UTF-16 code units, int32 wrap-around."""
+    cdef uint32_t h = 0
+    cdef Py_ssize_t i = 0
+    cdef uint32_t c, cp
+    cdef int extra
+    while i < n:
+        c = p[i]
+        if c < 0x80:
+            h = h * 31 + c
+            i += 1
+            continue
+        # Multi-byte sequence; anything malformed goes to Python's decoder, which replaces
+        # bad sequences like Java's String(byte[], UTF_8) does.
+        if c >= 0xF0 and c < 0xF5:
+            extra = 3
+            cp = c & 0x07
+        elif c >= 0xE0 and c < 0xF0:
+            extra = 2
+            cp = c & 0x0F
+        elif c >= 0xC2 and c < 0xE0:
+            extra = 1
+            cp = c & 0x1F
+        else:
+            return _java_hash_slow(p, n)
+        if i + extra >= n:
+            return _java_hash_slow(p, n)
+        for k in range(1, extra + 1):
+            if (p[i + k] & 0xC0) != 0x80:
+                return _java_hash_slow(p, n)
+            cp = (cp << 6) | (p[i + k] & 0x3F)
+        if (extra == 2 and (cp < 0x800 or (cp >= 0xD800 and cp <= 0xDFFF))) or \
+           (extra == 3 and (cp < 0x10000 or cp > 0x10FFFF)):
+            return _java_hash_slow(p, n)
+        if cp >= 0x10000:
+            cp -= 0x10000
+            h = h * 31 + (0xD800 + (cp >> 10))
+            h = h * 31 + (0xDC00 + (cp & 0x3FF))
+        else:
+            h = h * 31 + cp
+        i += extra + 1
+    return <int64_t> <int32_t> h
+
+
+cdef int64_t _java_hash_slow(const uint8_t *p, Py_ssize_t n) except? -1:
+    units = PyBytes_FromStringAndSize(<char *> p, n).decode("utf-8", "replace").encode("utf-16-le")
+    cdef const uint8_t *u = <const uint8_t *> PyBytes_AS_STRING(units)
+    cdef Py_ssize_t m = PyBytes_GET_SIZE(units)
+    cdef uint32_t h = 0
+    cdef Py_ssize_t i
+    for i in range(0, m, 2):
+        h = h * 31 + (u[i] | (<uint32_t> u[i + 1] << 8))
+    return <int64_t> <int32_t> h
+
+
+cpdef int64_t java_string_hash(const uint8_t[::1] s) except? -1:
+    if s.shape[0] == 0:
+        return 0
+    return java_hash_ptr(&s[0], s.shape[0])
+
+
+cdef inline bint key_is(const uint8_t *k, Py_ssize_t klen, const char *name, Py_ssize_t nlen) noexcept nogil:
+    return klen == nlen and memcmp(k, name, nlen) == 0
+
+
+cdef struct PropHits:
+    Py_ssize_t tags_pos
+    Py_ssize_t tags_len
+    Py_ssize_t keys_pos
+    Py_ssize_t keys_len
+    Py_ssize_t uniq_pos
+    Py_ssize_t uniq_len
+
+
+cdef void find_props(const uint8_t *base, Py_ssize_t start, Py_ssize_t n, PropHits *h) noexcept nogil:
+    """Locate TAGS, KEYS and UNIQ_KEY values in `k\\x01v\\x02k\\x01v` properties (trailing \\x02 optional).
+    Positions are relative to `base`."""
+    h.tags_pos = h.keys_pos = h.uniq_pos = -1
+    h.tags_len = h.keys_len = h.uniq_len = 0
+    cdef Py_ssize_t i = start, end = start + n, piece, sep, j
+    while i < end:
+        piece = i
+        sep = -1
+        j = i
+        while j < end and base[j] != 2:
+            if sep < 0 and base[j] == 1:
+                sep = j
+            j += 1
+        # piece = [piece, j); RocketMQ ignores pieces without a separator
+        if sep >= 0:
+            if key_is(base + piece, sep - piece, b"TAGS", 4):
+                h.tags_pos = sep + 1
+                h.tags_len = j - sep - 1
+            elif key_is(base + piece, sep - piece, b"KEYS", 4):
+                h.keys_pos = sep + 1
+                h.keys_len = j - sep - 1
+            elif key_is(base + piece, sep - piece, b"UNIQ_KEY", 8):
+                h.uniq_pos = sep + 1
+                h.uniq_len = j - sep - 1
+        i = j + 1
+
+
+def tag_hash(properties) -> int:
+    """tagsCode of a record: Java hash of the TAGS property, 0 when there is none."""
+    cdef Buf b
+    cdef PropHits h
+    acquire(properties, &b, False)
+    try:
+        find_props(b.ptr, 0, b.size, &h)
+        if h.tags_pos < 0 or h.tags_len == 0:
+            return 0
+        return java_hash_ptr(b.ptr + h.tags_pos, h.tags_len)
+    finally:
+        release(&b)
+
+
+def record_length(Py_ssize_t body_len, Py_ssize_t topic_len, Py_ssize_t props_len,
+                  bint born_v6=False, bint store_v6=False) -> int:
+    return FIXED_LEN_V4 + (12 if born_v6 else 0) + (12 if store_v6 else 0) + body_len + topic_len + props_len
+
+
+def msg_id(store_host, int64_t physical_offset) -> str:
+    """offsetMsgId: upper-case hex of store ip + port + physical offset (32 chars for IPv4)."""
+    cdef bytes h = bytes(store_host)
+    if len(h) != 8 and len(h) != 20:
+        raise MessageIllegal(f"store host must be 8 or 20 bytes, got {len(h)}")
+    cdef uint8_t off[8]
+    put_be64(off, <uint64_t> physical_offset)
+    return (h + PyBytes_FromStringAndSize(<char *> off, 8)).hex().upper()
+
+
+# ---------------------------------------------------------------------------------------------
+# Encode
+
+cdef struct Fixed:
+    # What a batch shares; body, properties and offsets vary per record.
+    const uint8_t *topic
+    Py_ssize_t topic_len
+    const uint8_t *born_host
+    Py_ssize_t born_len
+    const uint8_t *store_host
+    Py_ssize_t store_len
+    int32_t queue_id
+    int32_t flag
+    int32_t sys_flag
+    int64_t born_ts
+    int64_t store_ts
+    int32_t reconsume_times
+    int64_t prepared_tx_offset
+
+
+cdef int check_fixed(Fixed *f, Py_ssize_t props_len) except -1:
+    if f.topic_len <= 0 or f.topic_len > MAX_TOPIC_LEN:
+        raise MessageIllegal(f"topic length {f.topic_len} outside 1..{MAX_TOPIC_LEN} bytes")
+    if props_len > MAX_PROPS_LEN:
+        raise MessageIllegal(f"properties length {props_len} exceeds {MAX_PROPS_LEN} bytes")
+    if f.born_len != 8 and f.born_len != 20:
+        raise MessageIllegal(f"born host must be 8 or 20 bytes, got {f.born_len}")
+    if f.store_len != 8 and f.store_len != 20:
+        raise MessageIllegal(f"store host must be 8 or 20 bytes, got {f.store_len}")
+    return 0
+
+
+cdef inline Py_ssize_t rec_len(Fixed *f, Py_ssize_t body_len, Py_ssize_t props_len) noexcept nogil:
+    return 91 - 16 + f.born_len + f.store_len + body_len + f.topic_len + props_len
+
+
+cdef Py_ssize_t put_record(uint8_t *p, Fixed *f, const uint8_t *body, Py_ssize_t body_len,
+                           const uint8_t *props, Py_ssize_t props_len,
+                           int64_t queue_offset, int64_t phys_offset) noexcept nogil:
+    """Write one record at p (room already checked); returns its length."""
+    cdef Py_ssize_t total = rec_len(f, body_len, props_len)
+    cdef int32_t sys_flag = f.sys_flag & ~(SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)
+    if f.born_len == 20:
+        sys_flag |= SYSFLAG_BORNHOST_V6
+    if f.store_len == 20:
+        sys_flag |= SYSFLAG_STOREHOST_V6
+    put_be32(p, <uint32_t> total)
+    put_be32(p + 4, MAGIC)
+    put_be32(p + 8, body_crc(body, body_len))
+    put_be32(p + 12, <uint32_t> f.queue_id)
+    put_be32(p + 16, <uint32_t> f.flag)
+    put_be64(p + 20, <uint64_t> queue_offset)
+    put_be64(p + 28, <uint64_t> phys_offset)
+    put_be32(p + 36, <uint32_t> sys_flag)
+    put_be64(p + 40, <uint64_t> f.born_ts)
+    cdef uint8_t *q = p + 48
+    memcpy(q, f.born_host, f.born_len)
+    q += f.born_len
+    put_be64(q, <uint64_t> f.store_ts)
+    q += 8
+    memcpy(q, f.store_host, f.store_len)
+    q += f.store_len
+    put_be32(q, <uint32_t> f.reconsume_times)
+    put_be64(q + 4, <uint64_t> f.prepared_tx_offset)
+    put_be32(q + 12, <uint32_t> body_len)
+    q += 16
+    if body_len:
+        memcpy(q, body, body_len)
+    q += body_len
+    q[0] = <uint8_t> f.topic_len
+    memcpy(q + 1, f.topic, f.topic_len)
+    q += 1 + f.topic_len
+    put_be16(q, <uint16_t> props_len)
+    if props_len:
+        memcpy(q + 2, props, props_len)
+    return total
+
+
+cdef int fill_fixed(Fixed *f, bytes topic, int32_t queue_id, int32_t flag, int32_t sys_flag,
+                    int64_t born_ts, bytes born_host, int64_t store_ts, bytes store_host,
+                    int32_t reconsume_times, int64_t prepared_tx_offset) except -1:
+    f.topic = <const uint8_t *> PyBytes_AS_STRING(topic)
+    f.topic_len = PyBytes_GET_SIZE(topic)
+    f.born_host = <const uint8_t *> PyBytes_AS_STRING(born_host)
+    f.born_len = PyBytes_GET_SIZE(born_host)
+    f.store_host = <const uint8_t *> PyBytes_AS_STRING(store_host)
+    f.store_len = PyBytes_GET_SIZE(store_host)
+    f.queue_id = queue_id
+    f.flag = flag
+    f.sys_flag = sys_flag
+    f.born_ts = born_ts
+    f.store_ts = store_ts
+    f.reconsume_times = reconsume_times
+    f.prepared_tx_offset = prepared_tx_offset
+    return 0
+
+
+def encode_record(buf, Py_ssize_t pos, int64_t physical_offset, int64_t queue_offset, int64_t store_ts,
+                  bytes topic not None, int32_t queue_id, body, properties, int32_t flag, int32_t sys_flag,
+                  int64_t born_ts, bytes born_host not None, bytes store_host not None,
+                  int32_t reconsume_times=0, int64_t prepared_tx_offset=0) -> int:
+    """Encode one record at buf[pos:]; returns its length. Raises MessageIllegal, EncodeOverflow."""
+    cdef Fixed f
+    cdef Buf out, b, pr
+    cdef Py_ssize_t total
+    fill_fixed(&f, topic, queue_id, flag, sys_flag, born_ts, born_host, store_ts, store_host,
+               reconsume_times, prepared_tx_offset)
+    acquire(body, &b, False)
+    try:
+        acquire(properties, &pr, False)
+        try:
+            check_fixed(&f, pr.size)
+            total = rec_len(&f, b.size, pr.size)
+            if total > 0x7FFFFFFF:
+                raise MessageIllegal(f"record length {total} exceeds 2 GiB")
+            acquire(buf, &out, True)
+            try:
+                if pos < 0 or total > out.size - pos:
+                    raise EncodeOverflow(f"record of {total} bytes does not fit at {pos} in a buffer of {out.size}")
+                return put_record(out.ptr + pos, &f, b.ptr, b.size, pr.ptr, pr.size, queue_offset, physical_offset)
+            finally:
+                release(&out)
+        finally:
+            release(&pr)
+    finally:
+        release(&b)
+
+
+def write_blank(buf, Py_ssize_t pos, Py_ssize_t remaining) -> None:
+    """End-of-segment marker: [remaining][BLANK_MAGIC_CODE]."""
+    cdef Buf out
+    acquire(buf, &out, True)
+    try:
+        if pos < 0 or out.size - pos < END_FILE_MIN_BLANK_LENGTH:
+            raise EncodeOverflow(f"no room for a blank marker at {pos} in a buffer of {out.size}")
+        put_be32(out.ptr + pos, <uint32_t> remaining)
+        put_be32(out.ptr + pos + 4, BLANK)
+    finally:
+        release(&out)
+
+
+def encode_batch(buf, Py_ssize_t pos, Py_ssize_t limit, int64_t physical_base, int64_t queue_offset,
+                 int64_t store_ts, bytes topic not None, int32_t queue_id, list bodies not None, properties,
+                 int32_t flag, int32_t sys_flag, int64_t born_ts, bytes born_host not None,
+                 bytes store_host not None):
+    """Encode bodies[i] as consecutive records from pos while each still leaves room for the
+    8-byte blank before `limit`. `properties` is one bytes object for all or a list, one per body.
+    Returns (count encoded, end position). The record at pos gets physical_base and queue_offset."""
+    cdef Fixed f
+    cdef Buf out, b, pr
+    cdef Py_ssize_t n = PyList_GET_SIZE(bodies), i, cur = pos, total
+    cdef bint per_msg_props = type(properties) is list
+    cdef object body_obj, prop_obj
+    if per_msg_props and PyList_GET_SIZE(properties) != n:
+        raise ValueError("properties list must have one entry per body")
+    fill_fixed(&f, topic, queue_id, flag, sys_flag, born_ts, born_host, store_ts, store_host, 0, 0)
+    acquire(buf, &out, True)
+    try:
+        if limit > out.size:
+            raise EncodeOverflow(f"limit {limit} beyond a buffer of {out.size}")
+        if not per_msg_props:
+            acquire(properties, &pr, False)
+        try:
+            if not per_msg_props:
+                check_fixed(&f, pr.size)
+            for i in range(n):
+                if per_msg_props:
+                    prop_obj = <object> PyList_GET_ITEM(properties, i)
+                    acquire(prop_obj, &pr, False)
+                body_obj = <object> PyList_GET_ITEM(bodies, i)
+                acquire(body_obj, &b, False)
+                try:
+                    if per_msg_props:
+                        check_fixed(&f, pr.size)
+                    total = rec_len(&f, b.size, pr.size)
+                    if total + END_FILE_MIN_BLANK_LENGTH > limit - cur:
+                        return i, cur
+                    put_record(out.ptr + cur, &f, b.ptr, b.size, pr.ptr, pr.size,
+                               queue_offset + i, physical_base + (cur - pos))
+                    cur += total
+                finally:
+                    release(&b)
+                    if per_msg_props:
+                        release(&pr)
+            return n, cur
+        finally:
+            if not per_msg_props:
+                release(&pr)
+    finally:
+        release(&out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Scan
+
+@cython.final
+cdef class Scanner:
+    """Walks records and fills a reusable array of dispatch entries (DISPATCH_DTYPE).
+
+    Topics are interned: entries carry topic_idx into `topics`, so a scan creates no
+    Python object per record (only one per topic it has not seen before)."""
+
+    def __cinit__(self, Py_ssize_t max_records=4096):
+        if max_records <= 0:
+            raise ValueError("max_records must be positive")
+        self._topic_ids = {}
+        self.topics = []
+        self.entries = np.zeros(max_records, dtype=DISPATCH_DTYPE)
+        self._out = <DispatchEntry *> cnp.PyArray_DATA(self.entries)
+        self._cap = max_records
+        self.reason = ""
+        self._last_topic = NULL
+        self._last_topic_len = -1
+        self._last_topic_idx = -1
+
+    cdef int32_t _intern_topic(self, const uint8_t *p, int n) except -1:
+        if self._last_topic != NULL and n == self._last_topic_len and memcmp(p, self._last_topic, n) == 0:
+            return self._last_topic_idx
+        key = PyBytes_FromStringAndSize(<char *> p, n)
+        idx = self._topic_ids.get(key)
+        if idx is None:
+            idx = len(self.topics)
+            self.topics.append(key)
+            self._topic_ids[key] = idx
+        self._last_topic_idx = idx
+        # Point at our own bytes object, not at the scanned buffer (it may be unmapped later).
+        self._last_topic = <const uint8_t *> PyBytes_AS_STRING(self.topics[idx])
+        self._last_topic_len = n
+        return self._last_topic_idx
+
+    def scan(self, buf, Py_ssize_t start, Py_ssize_t end, int64_t base_offset, bint check_crc=False,
+             Py_ssize_t max_records=-1):
+        """Scan records in buf[start:end]. Returns (count, next_pos, status); entries[:count] hold the
+        records, `reason` says what was wrong when status is SCAN_CORRUPT."""
+        cdef Buf b
+        acquire(buf, &b, False)
+        try:
+            if start < 0 or end > b.size or start > end:
+                raise ValueError(f"scan range [{start}, {end}) outside a buffer of {b.size}")
+            if max_records < 0 or max_records > self._cap:
+                max_records = self._cap
+            return self._scan(b.ptr, start, end, base_offset, check_crc, max_records)
+        finally:
+            release(&b)
+
+    cdef tuple _scan(self, const uint8_t *base, Py_ssize_t pos, Py_ssize_t end, int64_t base_offset,
+                     bint check_crc, Py_ssize_t max_records):
+        cdef Py_ssize_t count = 0, avail, q, body_len, topic_len, props_len, host1, host2
+        cdef uint32_t total_u, magic
+        cdef int64_t total
+        cdef int32_t sys_flag
+        cdef const uint8_t *p
+        cdef DispatchEntry *e
+        cdef PropHits h
+        self.reason = ""
+        while count < max_records:
+            avail = end - pos
+            if avail == 0:
+                return count, pos, SCAN_END
+            if avail < 8:
+                return count, pos, SCAN_PARTIAL
+            p = base + pos
+            total_u = get_be32(p)
+            magic = get_be32(p + 4)
+            total = <int32_t> total_u
+            if magic == BLANK:
+                return count, pos, SCAN_BLANK
+            if magic == 0 and total == 0:
+                return count, pos, SCAN_ZERO
+            if magic != MAGIC:
+                self.reason = f"bad magic code 0x{magic:08X}"
+                return count, pos, SCAN_CORRUPT
+            if total < FIXED_LEN_V4:
+                self.reason = f"total size {total} below the minimum {FIXED_LEN_V4}"
+                return count, pos, SCAN_CORRUPT
+            if total > avail:
+                return count, pos, SCAN_PARTIAL
+            # Walk the variable part inside [p, p+total): every length is checked against total.
+            sys_flag = <int32_t> get_be32(p + 36)
+            host1 = 20 if sys_flag & SYSFLAG_BORNHOST_V6 else 8
+            host2 = 20 if sys_flag & SYSFLAG_STOREHOST_V6 else 8
+            q = 48 + host1 + 8 + host2 + 4 + 8
+            if q + 4 > total:
+                self.reason = f"header of {q + 4} bytes exceeds total size {total}"
+                return count, pos, SCAN_CORRUPT
+            body_len = <int32_t> get_be32(p + q)
+            q += 4
+            if body_len < 0 or body_len > total - q - 1:
+                self.reason = f"body length {body_len} inconsistent with total size {total}"
+                return count, pos, SCAN_CORRUPT
+            if check_crc and body_crc(p + q, body_len) != get_be32(p + 8):
+                self.reason = f"body CRC 0x{body_crc(p + q, body_len):08X} != stored 0x{get_be32(p + 8):08X}"
+                return count, pos, SCAN_CORRUPT
+            q += body_len
+            topic_len = <int8_t> p[q]
+            q += 1
+            if topic_len <= 0 or topic_len > total - q - 2:
+                self.reason = f"topic length {topic_len} inconsistent with total size {total}"
+                return count, pos, SCAN_CORRUPT
+            e = &self._out[count]
+            e.topic_idx = self._intern_topic(p + q, <int> topic_len)
+            q += topic_len
+            props_len = <int16_t> get_be16(p + q)
+            q += 2
+            if props_len < 0 or q + props_len != total:
+                self.reason = f"properties length {props_len} inconsistent with total size {total}"
+                return count, pos, SCAN_CORRUPT
+            find_props(base, pos + q, props_len, &h)
+            e.phys_offset = base_offset + pos
+            e.size = <int32_t> total
+            e.queue_id = <int32_t> get_be32(p + 12)
+            e.queue_offset = <int64_t> get_be64(p + 20)
+            e.sys_flag = sys_flag
+            e.store_ts = <int64_t> get_be64(p + 48 + host1)
+            e.tag_hash = java_hash_ptr(base + h.tags_pos, h.tags_len) if h.tags_pos >= 0 and h.tags_len > 0 else 0
+            e.keys_pos = h.keys_pos
+            e.keys_len = <int32_t> h.keys_len
+            e.uniq_pos = h.uniq_pos
+            e.uniq_len = <int32_t> h.uniq_len
+            pos += total
+            count += 1
+        return count, pos, SCAN_END
+
+
+def scan(buf, Py_ssize_t start, Py_ssize_t end, int64_t base_offset, bint check_crc=False,
+         Py_ssize_t max_records=65536):
+    """Convenience form of Scanner.scan for tests and tools: returns (list of dicts, next_pos, status)
+    with the same keys as the pure-Python twin."""
+    cdef Scanner s = Scanner(max_records)
+    count, next_pos, status = s.scan(buf, start, end, base_offset, check_crc, max_records)
+    data = bytes(memoryview(buf)[start:end]) if count else b""
+    out = []
+    for i in range(count):
+        e = s.entries[i]
+        kp, kl, up, ul = int(e["keys_pos"]), int(e["keys_len"]), int(e["uniq_pos"]), int(e["uniq_len"])
+        out.append({
+            "phys_offset": int(e["phys_offset"]), "size": int(e["size"]), "queue_id": int(e["queue_id"]),
+            "queue_offset": int(e["queue_offset"]), "tag_hash": int(e["tag_hash"]),
+            "store_ts": int(e["store_ts"]), "sys_flag": int(e["sys_flag"]),
+            "topic": s.topics[e["topic_idx"]],
+            "keys": data[kp - start:kp - start + kl] if kp >= 0 else b"",
+            "uniq": data[up - start:up - start + ul] if up >= 0 else b"",
+            "body_crc_ok": True if check_crc else None,
+        })
+    return out, next_pos, status, s.reason
