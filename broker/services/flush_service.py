@@ -1,0 +1,117 @@
+"""FlushCommitLogService as its own process: makes the commit log durable and publishes `flushed`.
+
+SYNC_FLUSH is group commit: sleep on the `wrote` futex; when it moves, one fdatasync covers
+everything written so far, `flushed` is published and the broker's eventfd completes every
+producer up to it. ASYNC_FLUSH flushes every flushIntervalCommitLog when at least
+flushCommitLogLeastPages are dirty, and everything every flushCommitLogThoroughInterval.
+
+fdatasync on the segment file writes back pages dirtied through the broker's own mapping, so
+this process needs no mapping of the log. A failed fdatasync is never reported as success:
+after one, `flushed` never advances again in this broker's life (the kernel may have dropped
+the dirty pages, so a later successful call proves nothing) and SYNC_FLUSH producers get
+FLUSH_DISK_TIMEOUT.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+from broker.services.process import Shutdown, enter_service, notify
+from broker.store.checkpoint import StoreCheckpoint
+from broker.store.config import SYNC_FLUSH
+from broker.store.mapped_file import offset_to_name
+from broker.store.offset_table import Slot, open_table
+
+log = logging.getLogger("flush")
+PAGE = 4096
+
+
+class FlushService:
+    def __init__(self, config, notify_fd: int):
+        self.config = config
+        self.table = open_table(config.storePathRootDir)
+        self.ckpt = StoreCheckpoint(os.path.join(config.storePathRootDir, "checkpoint"))
+        self.notify_fd = notify_fd
+        self.seg = config.mappedFileSizeCommitLog
+        self.fds: dict[int, int] = {}
+        self.failed = False
+
+    def _fd(self, base: int) -> int | None:
+        fd = self.fds.get(base)
+        if fd is None:
+            try:
+                fd = os.open(os.path.join(self.config.commitlog_dir, offset_to_name(base)), os.O_RDWR)
+            except FileNotFoundError:
+                return None  # deleted by the cleaner: nothing left to make durable there
+            self.fds[base] = fd
+        return fd
+
+    def flush_to(self, flushed: int, target: int) -> int:
+        """fdatasync every segment holding bytes in [flushed, target); returns the new flushed offset."""
+        if target <= flushed or self.failed:
+            return flushed
+        base = flushed - flushed % self.seg
+        try:
+            while base < target:
+                fd = self._fd(base)
+                if fd is not None:
+                    os.fdatasync(fd)
+                base += self.seg
+        except OSError as e:
+            self.failed = True
+            self.table.add(Slot.FLUSH_ERRORS, 1)
+            log.error("fdatasync failed (%s): the commit log is not durable past %d; "
+                      "SYNC_FLUSH sends will time out until the broker restarts", e, flushed)
+            return flushed
+        # close descriptors of segments wholly behind us
+        for b in [b for b in self.fds if b + self.seg <= target - target % self.seg]:
+            os.close(self.fds.pop(b))
+        self.table.store(Slot.FLUSHED, target)
+        self.ckpt.set(flushedOffset=target, physicMsgTimestamp=int(time.time() * 1000))
+        self.ckpt.flush()
+        notify(self.notify_fd)
+        return target
+
+    def run(self) -> None:
+        t = self.table
+        if t.load(Slot.FLUSH_ERRORS):
+            self.failed = True  # an earlier incarnation of this service saw fdatasync fail
+        t.store(Slot.FLUSH_PID, os.getpid())
+        # A restarted service cannot know what its predecessor synced: sync everything once.
+        # Whatever a predecessor published was synced; from there on, sync once at start.
+        flushed = self.flush_to(t.load(Slot.FLUSHED), t.load(Slot.WROTE))
+        sync = self.config.flushDiskType == SYNC_FLUSH
+        interval = self.config.flushIntervalCommitLog / 1000
+        thorough = self.config.flushCommitLogThoroughInterval / 1000
+        least = self.config.flushCommitLogLeastPages
+        last_thorough = time.monotonic()
+        try:
+            while not t.load(Slot.SHUTDOWN):
+                if sync:
+                    wrote = t.wait_until_ge(Slot.WROTE, flushed + 1, -1)
+                    flushed = self.flush_to(flushed, wrote)
+                    continue
+                t.wait_change(Slot.SHUTDOWN, 0, interval)  # RocketMQ's timed flush; wakes at once on shutdown
+                wrote = t.load(Slot.WROTE)
+                now = time.monotonic()
+                if now - last_thorough >= thorough:
+                    flushed = self.flush_to(flushed, wrote)
+                    last_thorough = now
+                elif wrote // PAGE - flushed // PAGE >= least:
+                    flushed = self.flush_to(flushed, wrote)
+        except Shutdown:
+            pass
+        # Final flush of everything written (RocketMQ retries this on shutdown too).
+        self.flush_to(flushed, t.load(Slot.WROTE))
+        t.store(Slot.FLUSH_PID, 0)
+        log.info("flush service stopped at %d", t.load(Slot.FLUSHED))
+
+
+def main() -> None:
+    args, config = enter_service("flush")
+    FlushService(config, args.notify_fd).run()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,518 @@
+"""MessageStore: the in-process API over the store and its service processes.
+
+The broker process is the commit log's only writer. `put` encodes straight into the mapped
+segment and publishes `wrote` in the shared offset table; the flush and reput services (their
+own processes, supervised here) wake on that futex. Under SYNC_FLUSH a put parks a future in
+a deque ordered by end offset; each flush writes our eventfd and every future up to the new
+`flushed` completes at once (group commit). Deadlines grow with offsets too, so one timer on
+the oldest waiter enforces syncFlushTimeout for all of them.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import enum
+import fcntl
+import logging
+import os
+import socket
+import time
+
+import numpy as np
+
+from broker.kernels.codec import msg_id as _msg_id
+from broker.services.supervisor import ServiceProcess
+from broker.store.checkpoint import StoreCheckpoint
+from broker.store.commit_log import BatchChunk, CommitLog
+from broker.store.config import SYNC_FLUSH, MessageStoreConfig
+from broker.store.consume_queue import ConsumeQueue, ConsumeQueueStore
+from broker.store.errors import MessageIllegal, ServiceUnavailable, StoreError
+from broker.store.message import StoredMessage, decode_message, encode_properties
+from broker.store.offset_table import Slot, create_table
+from broker.store.recovery import RecoveryResult, recover
+
+log = logging.getLogger("store")
+DEFAULT_BORN_HOST = socket.inet_aton("127.0.0.1") + (0).to_bytes(4, "big")
+
+
+class PutStatus(enum.Enum):
+    PUT_OK = "PUT_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
+
+
+class GetStatus(enum.Enum):
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
+
+
+class PutResult:
+    __slots__ = ("status", "physical_offset", "queue_offset", "size", "store_timestamp", "_store_host")
+
+    def __init__(self, status, physical_offset, queue_offset, size, store_timestamp, store_host):
+        self.status = status
+        self.physical_offset = physical_offset
+        self.queue_offset = queue_offset
+        self.size = size
+        self.store_timestamp = store_timestamp
+        self._store_host = store_host
+
+    @property
+    def msg_id(self) -> str:
+        """offsetMsgId: 32 upper-case hex chars of store IPv4, port and physical offset."""
+        return _msg_id(self._store_host, self.physical_offset)
+
+    @property
+    def end_offset(self) -> int:
+        return self.physical_offset + self.size
+
+    def __repr__(self) -> str:
+        return (f"PutResult({self.status.name}, phys={self.physical_offset}, queue_offset={self.queue_offset}, "
+                f"size={self.size})")
+
+
+class BatchPutResult:
+    __slots__ = ("status", "chunks", "count", "end_offset", "store_timestamp", "_sizes", "_store_host")
+
+    def __init__(self, status, chunks: list[BatchChunk], count, end_offset, store_timestamp, sizes, store_host):
+        self.status = status
+        self.chunks = chunks
+        self.count = count
+        self.end_offset = end_offset
+        self.store_timestamp = store_timestamp
+        self._sizes = sizes
+        self._store_host = store_host
+
+    @property
+    def queue_offset(self) -> int:
+        return self.chunks[0].queue_offset if self.chunks else -1
+
+    def physical_offsets(self) -> np.ndarray:
+        """Physical offset of every record, in order (computed on demand, not on the put path)."""
+        out = np.empty(self.count, np.int64)
+        i = 0
+        for c in self.chunks:
+            sizes = self._sizes[i:i + c.count]
+            out[i] = c.phys
+            if c.count > 1:
+                out[i + 1:i + c.count] = c.phys + np.cumsum(sizes[:-1])
+            i += c.count
+        return out
+
+    def msg_ids(self) -> list[str]:
+        return [_msg_id(self._store_host, int(p)) for p in self.physical_offsets()]
+
+
+class GetResult:
+    __slots__ = ("status", "messages", "queue_offsets", "next_offset", "min_offset", "max_offset", "total_bytes")
+
+    def __init__(self, status, next_offset, min_offset, max_offset, messages=(), queue_offsets=(), total_bytes=0):
+        self.status = status
+        self.messages: list[memoryview] = list(messages)  # zero-copy views of whole stored records
+        self.queue_offsets: list[int] = list(queue_offsets)
+        self.next_offset = next_offset
+        self.min_offset = min_offset
+        self.max_offset = max_offset
+        self.total_bytes = total_bytes
+
+    def release(self) -> None:
+        """Drop the views (they pin their segment's map until released)."""
+        for m in self.messages:
+            m.release()
+        self.messages = []
+
+
+class MessageStore:
+    """`async with MessageStore(config) as store:` or `await store.start()` … `await store.close()`."""
+
+    def __init__(self, config: MessageStoreConfig):
+        self.config = config
+        self.root = config.storePathRootDir
+        self.sync_flush = config.flushDiskType == SYNC_FLUSH
+        self.commit_log: CommitLog | None = None
+        self.cqs: ConsumeQueueStore | None = None
+        self.table = None
+        self.ckpt: StoreCheckpoint | None = None
+        self.services: dict[str, ServiceProcess] = {}
+        self.recovery: RecoveryResult | None = None
+        self._lock_fd = -1
+        self._efd = -1
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._topics: dict[str, bytes] = {}
+        self._last_end: dict[tuple[bytes, int], int] = {}
+        self._flush_waiters: collections.deque = collections.deque()  # (end offset, deadline, future)
+        self._flush_timer: asyncio.TimerHandle | None = None
+        self._dispatch_waiters: list = []  # (offset, future)
+        self._open = False
+        self._accepting = False
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    async def __aenter__(self) -> "MessageStore":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    def _lock(self) -> None:
+        os.makedirs(self.root, exist_ok=True)
+        self._lock_fd = os.open(os.path.join(self.root, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+            raise ServiceUnavailable(f"store {self.root} is in use by another broker (lock file held)") from None
+        os.write(self._lock_fd, b"lock")
+
+    async def start(self) -> None:
+        cfg = self.config
+        self._loop = asyncio.get_running_loop()
+        self._lock()
+        try:
+            await self._start()
+        except BaseException:
+            await self._teardown()
+            raise
+
+    async def _start(self) -> None:
+        cfg = self.config
+        for d in (cfg.commitlog_dir, cfg.consumequeue_dir, cfg.config_dir):
+            os.makedirs(d, exist_ok=True)
+        abort = os.path.join(self.root, "abort")
+        clean = not os.path.exists(abort)
+        self.ckpt = StoreCheckpoint(os.path.join(self.root, "checkpoint"))
+        self.commit_log = CommitLog(cfg, writable=True)
+        self.commit_log.load()
+        writer_cqs = ConsumeQueueStore(cfg.consumequeue_dir, cfg.mappedFileSizeConsumeQueue, writable=True)
+        writer_cqs.load()
+        t0 = time.monotonic()
+        res = self.recovery = recover(self.commit_log, writer_cqs, self.ckpt, clean, cfg.checkCRCOnRecover)
+        writer_cqs.close()  # from here on only the reput service writes consume queues
+        log.info("store %s recovered (%s) in %.3fs: commit log [%d, %d)", self.root,
+                 "clean stop" if res.clean else "after a crash", time.monotonic() - t0,
+                 self.commit_log.min_offset, res.max_offset)
+        self.commit_log.queue_offsets = dict(res.queue_offsets)
+        self.commit_log.set_write_position(res.max_offset)
+
+        t = self.table = create_table(self.root)
+        t.store(Slot.WROTE, res.max_offset)
+        durable = res.max_offset if res.clean else min(self.ckpt.get("flushedOffset") if self.ckpt.has_offsets else 0,
+                                                       res.max_offset)
+        t.store(Slot.FLUSHED, max(durable, self.commit_log.min_offset))
+        t.store(Slot.DISPATCHED, res.dispatch_from)
+        t.store(Slot.MIN_OFFSET, self.commit_log.min_offset)
+        self.ckpt.set(cleanOffset=-1)
+        self.ckpt.flush()
+        fd = os.open(abort, os.O_WRONLY | os.O_CREAT, 0o644)
+        os.fsync(fd)
+        os.close(fd)
+
+        self._efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._loop.add_reader(self._efd, self._on_notify)
+        for name, module in (("flush", "broker.services.flush_service"), ("reput", "broker.services.reput_service")):
+            svc = self.services[name] = ServiceProcess(name, module, cfg, self._efd, self._loop)
+            svc.start()
+        self._open = True
+        # As RocketMQ: serve only once consume queues caught up with the recovered log.
+        await self.wait_dispatched(res.max_offset, cfg.serviceStartTimeout / 1000)
+        self.cqs = ConsumeQueueStore(cfg.consumequeue_dir, cfg.mappedFileSizeConsumeQueue, writable=False)
+        self.cqs.load()
+        self._accepting = True
+
+    async def close(self) -> None:
+        if not self._open:
+            await self._teardown()
+            return
+        self._accepting = False
+        t = self.table
+        wrote = t.load(Slot.WROTE)
+        try:
+            await self.wait_dispatched(wrote, 30)
+        except asyncio.TimeoutError:
+            log.error("reput did not catch up with %d before shutdown", wrote)
+        t.store(Slot.SHUTDOWN, 1)
+        for svc in self.services.values():
+            await svc.stop()
+        flushed, dispatched = t.load(Slot.FLUSHED), t.load(Slot.DISPATCHED)
+        self._complete_flush_waiters(flushed)
+        self._expire_flush_waiters(force=True)
+        if flushed == wrote and dispatched == wrote:
+            self.ckpt.set(cleanOffset=wrote)
+            self.ckpt.flush()
+            os.unlink(os.path.join(self.root, "abort"))
+            _fsync_dir(self.root)
+            log.info("store %s stopped cleanly at %d", self.root, wrote)
+        else:
+            log.error("store %s stopped with flushed %d / dispatched %d behind wrote %d: next start recovers",
+                      self.root, flushed, dispatched, wrote)
+        self._open = False
+        await self._teardown()
+
+    async def _teardown(self) -> None:
+        for svc in self.services.values():
+            if svc.proc is not None and svc.proc.poll() is None:
+                await svc.stop(5)
+        self.services.clear()
+        if self._flush_timer is not None:
+            self._flush_timer.cancel()
+            self._flush_timer = None
+        if self._efd >= 0:
+            self._loop.remove_reader(self._efd)
+            os.close(self._efd)
+            self._efd = -1
+        for part in (self.cqs, self.commit_log, self.ckpt, self.table):
+            if part is not None:
+                part.close()
+        self.cqs = self.commit_log = self.ckpt = self.table = None
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    # -- wake-ups from the services -----------------------------------------------------------
+    def _on_notify(self) -> None:
+        try:
+            os.eventfd_read(self._efd)
+        except BlockingIOError:
+            return
+        t = self.table
+        if self._flush_waiters:
+            self._complete_flush_waiters(t.load(Slot.FLUSHED))
+        if self._dispatch_waiters:
+            d = t.load(Slot.DISPATCHED)
+            keep = []
+            for off, fut in self._dispatch_waiters:
+                if off <= d:
+                    if not fut.done():
+                        fut.set_result(d)
+                else:
+                    keep.append((off, fut))
+            self._dispatch_waiters = keep
+            if not keep:
+                t.store(Slot.WANT_DISPATCH, 0)
+
+    def _complete_flush_waiters(self, flushed: int) -> None:
+        w = self._flush_waiters
+        while w and w[0][0] <= flushed:
+            fut = w.popleft()[2]
+            if not fut.done():
+                fut.set_result(PutStatus.PUT_OK)
+
+    def _expire_flush_waiters(self, force: bool = False) -> None:
+        self._flush_timer = None
+        w = self._flush_waiters
+        now = time.monotonic()
+        while w and (force or w[0][1] <= now):
+            fut = w.popleft()[2]
+            if not fut.done():
+                fut.set_result(PutStatus.FLUSH_DISK_TIMEOUT)
+        if w:
+            self._flush_timer = self._loop.call_at(self._loop.time() + (w[0][1] - now), self._expire_flush_waiters)
+
+    async def wait_dispatched(self, offset: int, timeout: float | None = None) -> int:
+        """Wait until the reput service has built consume queues up to `offset`."""
+        d = self.table.load(Slot.DISPATCHED)
+        if d >= offset:
+            return d
+        fut = self._loop.create_future()
+        self._dispatch_waiters.append((offset, fut))
+        self.table.store(Slot.WANT_DISPATCH, 1)
+        self._on_notify_soon()
+        return await asyncio.wait_for(fut, timeout)
+
+    def _on_notify_soon(self) -> None:
+        # The reput may have moved between our load and WANT_DISPATCH: look once more.
+        os.eventfd_write(self._efd, 1)
+
+    # -- put ------------------------------------------------------------------------------------
+    def _topic(self, topic: str) -> bytes:
+        b = self._topics.get(topic)
+        if b is None:
+            b = topic.encode("utf-8")
+            if not 0 < len(b) <= 127:
+                raise MessageIllegal(f"topic {topic!r} is {len(b)} bytes; RocketMQ allows 1..127")
+            self._topics[topic] = b
+        return b
+
+    def _check_open(self) -> None:
+        if not self._accepting:
+            raise ServiceUnavailable("store is not started or is shutting down")
+
+    async def put(self, topic: str, queue_id: int, body, properties: bytes | dict | None = b"", *,
+                  flag: int = 0, sys_flag: int = 0, born_timestamp: int | None = None,
+                  born_host: bytes = DEFAULT_BORN_HOST, reconsume_times: int = 0, wait: bool = True) -> PutResult:
+        """Append one message. Under SYNC_FLUSH (and wait=True) returns once the flush covered it,
+        or with FLUSH_DISK_TIMEOUT after syncFlushTimeout (the message is stored, not yet durable)."""
+        self._check_open()
+        tb = self._topic(topic)
+        props = properties if type(properties) is bytes else encode_properties(properties)
+        cl = self.commit_log
+        phys, qo, size, ts = cl.append(tb, queue_id, body, props, flag, sys_flag,
+                                       born_timestamp if born_timestamp is not None else time.time_ns() // 1_000_000,
+                                       born_host, reconsume_times)
+        end = phys + size
+        self._last_end[(tb, queue_id)] = end
+        self.table.store(Slot.WROTE, cl.wrote)
+        status = PutStatus.PUT_OK
+        if self.sync_flush and wait:
+            status = await self._await_flush(end)
+        return PutResult(status, phys, qo, size, ts, cl.store_host)
+
+    async def put_batch(self, topic: str, queue_id: int, bodies: list, properties: bytes | list | dict | None = b"", *,
+                        flag: int = 0, sys_flag: int = 0, born_timestamp: int | None = None,
+                        born_host: bytes = DEFAULT_BORN_HOST, wait: bool = True) -> BatchPutResult:
+        """Append many messages to one queue with one kernel call per segment; `properties` is shared
+        or one bytes object per body."""
+        self._check_open()
+        tb = self._topic(topic)
+        if not isinstance(bodies, list):
+            bodies = list(bodies)
+        if not bodies:
+            raise ValueError("put_batch needs at least one body")
+        props = properties
+        if type(props) is not bytes and type(props) is not list:
+            props = encode_properties(props)
+        cl = self.commit_log
+        chunks, ts = cl.append_batch(tb, queue_id, bodies, props, flag, sys_flag,
+                                     born_timestamp if born_timestamp is not None else time.time_ns() // 1_000_000,
+                                     born_host)
+        end = cl.wrote
+        self._last_end[(tb, queue_id)] = end
+        self.table.store(Slot.WROTE, end)
+        status = PutStatus.PUT_OK
+        if self.sync_flush and wait:
+            status = await self._await_flush(end)
+        fixed = 91 + len(tb)
+        if type(props) is list:
+            sizes = np.fromiter((len(b) + len(p) + fixed for b, p in zip(bodies, props)), np.int64, len(bodies))
+        else:
+            sizes = np.fromiter((len(b) for b in bodies), np.int64, len(bodies)) + (fixed + len(props))
+        return BatchPutResult(status, chunks, len(bodies), end, ts, sizes, cl.store_host)
+
+    def _await_flush(self, end: int) -> asyncio.Future:
+        fut = self._loop.create_future()
+        if self.table.load(Slot.FLUSHED) >= end:
+            fut.set_result(PutStatus.PUT_OK)
+            return fut
+        deadline = time.monotonic() + self.config.syncFlushTimeout / 1000
+        self._flush_waiters.append((end, deadline, fut))
+        if self._flush_timer is None:
+            self._flush_timer = self._loop.call_later(self.config.syncFlushTimeout / 1000, self._expire_flush_waiters)
+        return fut
+
+    # -- get ------------------------------------------------------------------------------------
+    def _queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        return self.cqs.find(topic, queue_id) if self.cqs is not None else None
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        """One past the last consumable (dispatched) message of the queue."""
+        key = (self._topics.get(topic) or topic.encode(), queue_id)
+        nxt = self.commit_log.queue_offsets.get(key, 0)
+        d = self.table.load(Slot.DISPATCHED)
+        if self._last_end.get(key, 0) <= d:
+            return nxt
+        cq = self._queue(topic, queue_id)
+        if cq is None:
+            return 0
+        lo, hi = cq.min_offset, nxt  # first index whose entry is not yet dispatched
+        while lo < hi:
+            mid = (lo + hi) // 2
+            e = cq.entry(mid)
+            if e is not None and e[1] > 0 and e[0] + e[1] <= d:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        cq = self._queue(topic, queue_id)
+        return cq.min_offset if cq is not None else 0
+
+    def get(self, topic: str, queue_id: int, offset: int, max_msgs: int = 32, max_bytes: int = 256 * 1024,
+            tag_hashes: set[int] | None = None) -> GetResult:
+        """Messages of one queue from `offset` as zero-copy views of their stored records.
+        Statuses and next offsets follow RocketMQ's DefaultMessageStore.getMessage."""
+        if max_msgs <= 0 or max_bytes <= 0:
+            raise ValueError("max_msgs and max_bytes must be positive")
+        cq = self._queue(topic, queue_id)
+        if cq is None:
+            return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0 if offset == 0 else offset, 0, 0)
+        lo, hi = cq.min_offset, self.max_offset(topic, queue_id)
+        if hi <= lo:
+            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0 if offset == 0 else lo, lo, hi)
+        if offset < lo:
+            return GetResult(GetStatus.OFFSET_TOO_SMALL, lo, lo, hi)
+        if offset == hi:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, lo, hi)
+        if offset > hi:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, hi, lo, hi)
+        msgs: list[memoryview] = []
+        qoffs: list[int] = []
+        total = 0
+        nxt = i = offset
+        # Unfiltered reads stop at max_msgs entries; filtered ones may skip entries, but scan at
+        # most as far as RocketMQ does (16000 bytes of consume queue, or 20 per wanted message).
+        stop = min(hi, offset + (max_msgs if tag_hashes is None else max(800, max_msgs * 20)))
+        full = False
+        while i < stop and not full:
+            ents = cq.entries(i, stop - i)
+            if len(ents) == 0:
+                break
+            offs, sizes = ents["offset"].tolist(), ents["size"].tolist()
+            tags = ents["tag"].tolist() if tag_hashes is not None else None
+            for k in range(len(offs)):
+                if tags is not None and tags[k] not in tag_hashes:
+                    nxt = i + k + 1
+                    continue
+                size = sizes[k]
+                if msgs and total + size > max_bytes:
+                    full = True
+                    break
+                view = self.commit_log.view(offs[k], size)
+                if view is None:
+                    full = True
+                    break
+                msgs.append(view)
+                qoffs.append(i + k)
+                total += size
+                nxt = i + k + 1
+                if len(msgs) >= max_msgs:
+                    full = True
+                    break
+            i += len(offs)
+        if not msgs:
+            status = GetStatus.NO_MATCHED_MESSAGE if nxt > offset else GetStatus.OFFSET_FOUND_NULL
+            return GetResult(status, nxt, lo, hi)
+        return GetResult(GetStatus.FOUND, nxt, lo, hi, msgs, qoffs, total)
+
+    def lookup(self, physical_offset: int) -> StoredMessage:
+        """Decode the record at a physical offset (RocketMQ's lookMessageByOffset / view by msgId)."""
+        mf = self.commit_log.queue.find(physical_offset)
+        if mf is None or physical_offset >= self.table.load(Slot.WROTE):
+            raise StoreError(f"no message at physical offset {physical_offset}")
+        return decode_message(mf.mm[physical_offset - mf.base:], 0)
+
+    # -- introspection --------------------------------------------------------------------------
+    def offsets(self) -> dict[str, int]:
+        t = self.table
+        return {"min": t.load(Slot.MIN_OFFSET), "wrote": t.load(Slot.WROTE), "flushed": t.load(Slot.FLUSHED),
+                "dispatched": t.load(Slot.DISPATCHED)}
+
+    def service_pids(self) -> dict[str, int | None]:
+        return {name: svc.pid for name, svc in self.services.items()}
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

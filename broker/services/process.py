@@ -1,0 +1,53 @@
+"""What every service process does at start: die with its parent, stop on SIGTERM, log its role."""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import logging
+import os
+import signal
+import sys
+
+from broker.store.config import MessageStoreConfig
+
+PR_SET_PDEATHSIG = 1
+
+
+class Shutdown(Exception):
+    """Raised in the service's main thread by SIGTERM/SIGINT: finish the current step and exit."""
+
+
+def _on_signal(signum, frame):  # noqa: ARG001
+    raise Shutdown()
+
+
+def service_args(name: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog=f"broker-{name}")
+    p.add_argument("--config", required=True, help="MessageStoreConfig as JSON")
+    p.add_argument("--parent", type=int, required=True, help="pid of the broker that supervises us")
+    p.add_argument("--notify-fd", type=int, default=-1, help="eventfd of the broker's event loop")
+    return p.parse_args()
+
+
+def enter_service(name: str) -> tuple[argparse.Namespace, MessageStoreConfig]:
+    args = service_args(name)
+    # Die with the broker: a kill -9 of the broker must never leave a service touching the store.
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != args.parent:  # the parent died before prctl took effect
+        sys.exit(1)
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the broker stops us
+    logging.basicConfig(level=os.environ.get("BROKER_LOG_LEVEL", "INFO"),
+                        format=f"%(asctime)s {name}[%(process)d] %(levelname)s %(message)s")
+    config = MessageStoreConfig(**json.loads(args.config))
+    return args, config
+
+
+def notify(fd: int) -> None:
+    if fd >= 0:
+        try:
+            os.eventfd_write(fd, 1)
+        except OSError:
+            pass  # the broker is gone; PDEATHSIG ends us next

@@ -1,0 +1,144 @@
+"""ReputMessageService as its own process: builds consume queues from the commit log.
+
+Sleeps on the `wrote` futex; when it moves, the scan kernel walks the new records (no CRC: the
+writer just computed it) and their entries go into the consume queues with one vectorized
+write per queue. `dispatched` is published per batch. Consume queues are made durable every
+flushIntervalConsumeQueue, and cqFlushedOffset recorded in the checkpoint, which is where
+recovery re-dispatches from after a crash.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+import numpy as np
+
+from broker.kernels.codec import SCAN_BLANK, SCAN_CORRUPT, SCAN_END, Scanner
+from broker.services.process import Shutdown, enter_service, notify
+from broker.store.checkpoint import StoreCheckpoint
+from broker.store.consume_queue import ConsumeQueueStore
+from broker.store.mapped_file_queue import MappedFileQueue
+from broker.store.offset_table import Slot, open_table
+
+log = logging.getLogger("reput")
+BATCH = 8192
+
+
+class Dispatcher:
+    """Writes scanned records' entries into their consume queues (reused by tests and tools)."""
+
+    def __init__(self, cqs: ConsumeQueueStore):
+        self.cqs = cqs
+        self._queues: dict[int, object] = {}
+
+    def dispatch(self, scanner: Scanner, count: int) -> None:
+        e = scanner.entries[:count]
+        keys = (e["topic_idx"].astype(np.int64) << 32) | e["queue_id"].astype(np.int64)
+        if count == 1 or keys[0] == keys[-1] and (keys == keys[0]).all():
+            self._put(scanner, int(keys[0]), e)
+            return
+        order = np.argsort(keys, kind="stable")
+        sk = keys[order]
+        cuts = np.flatnonzero(np.diff(sk)) + 1
+        for grp in np.split(order, cuts):
+            self._put(scanner, int(keys[grp[0]]), e[grp])
+
+    def _put(self, scanner: Scanner, key: int, e: np.ndarray) -> None:
+        cq = self._queues.get(key)
+        if cq is None:
+            topic = scanner.topics[key >> 32].decode("utf-8", "replace")
+            cq = self._queues[key] = self.cqs.get(topic, key & 0xFFFFFFFF)
+        cq.put(e["queue_offset"], e["phys_offset"], e["size"], e["tag_hash"])
+
+
+class ReputService:
+    def __init__(self, config, notify_fd: int):
+        self.config = config
+        self.table = open_table(config.storePathRootDir)
+        self.ckpt = StoreCheckpoint(os.path.join(config.storePathRootDir, "checkpoint"))
+        self.log = MappedFileQueue(config.commitlog_dir, config.mappedFileSizeCommitLog, writable=False)
+        self.cqs = ConsumeQueueStore(config.consumequeue_dir, config.mappedFileSizeConsumeQueue, writable=True)
+        self.scanner = Scanner(BATCH)
+        self.dispatcher = Dispatcher(self.cqs)
+        self.notify_fd = notify_fd
+        self.last_store_ts = 0
+
+    def _segment(self, offset: int):
+        mf = self.log.find(offset)
+        if mf is None:
+            self.log.refresh()
+            mf = self.log.find(offset)
+        return mf
+
+    def reput(self, dispatched: int, wrote: int) -> int:
+        """Dispatch records in [dispatched, wrote); returns the new dispatched offset."""
+        while dispatched < wrote:
+            if dispatched < self.log.min_offset:
+                dispatched = self.log.min_offset  # expired data was deleted under us
+            mf = self._segment(dispatched)
+            if mf is None:
+                log.error("no commit-log segment holds offset %d (wrote %d)", dispatched, wrote)
+                return dispatched
+            end = min(wrote, mf.end) - mf.base
+            count, nxt, status = self.scanner.scan(mf.buf, dispatched - mf.base, end, mf.base, False)
+            if count:
+                self.dispatcher.dispatch(self.scanner, count)
+                self.last_store_ts = int(self.scanner.entries[count - 1]["store_ts"])
+            dispatched = mf.base + nxt
+            if status == SCAN_BLANK:
+                dispatched = mf.end
+            elif status != SCAN_END:
+                # The single writer published `wrote` only after whole records; anything else is a bug
+                # or corruption under a live store. Say where, and wait for the writer to move.
+                log.error("[BUG] reput stopped at commit-log offset %d: scan status %d %s",
+                          dispatched, status, self.scanner.reason)
+                self.table.store(Slot.DISPATCHED, dispatched)
+                return dispatched
+            self.table.store(Slot.DISPATCHED, dispatched)
+            if self.table.load(Slot.WANT_DISPATCH):
+                notify(self.notify_fd)
+        return dispatched
+
+    def flush_queues(self, dispatched: int) -> None:
+        self.cqs.flush()
+        self.ckpt.set(cqFlushedOffset=dispatched, logicsMsgTimestamp=self.last_store_ts)
+        self.ckpt.flush()
+
+    def run(self) -> None:
+        t = self.table
+        self.log.load()
+        self.cqs.load()
+        t.store(Slot.REPUT_PID, os.getpid())
+        dispatched = t.load(Slot.DISPATCHED)
+        interval = self.config.flushIntervalConsumeQueue / 1000
+        last_flush = time.monotonic()
+        flushed_at = dispatched
+        try:
+            while True:
+                wrote = t.load(Slot.WROTE)
+                if dispatched >= wrote:
+                    if t.load(Slot.SHUTDOWN):
+                        break
+                    timeout = interval if flushed_at != dispatched else -1
+                    t.wait_until_ge(Slot.WROTE, dispatched + 1, timeout)
+                else:
+                    dispatched = self.reput(dispatched, wrote)
+                if flushed_at != dispatched and time.monotonic() - last_flush >= interval:
+                    self.flush_queues(dispatched)
+                    flushed_at, last_flush = dispatched, time.monotonic()
+        except Shutdown:
+            dispatched = self.reput(dispatched, t.load(Slot.WROTE))
+        self.flush_queues(dispatched)
+        t.store(Slot.REPUT_PID, 0)
+        notify(self.notify_fd)
+        log.info("reput service stopped at %d", dispatched)
+
+
+def main() -> None:
+    args, config = enter_service("reput")
+    ReputService(config, args.notify_fd).run()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,92 @@
+"""Starts the store's service processes and restarts any that dies, woken by its pidfd."""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+
+log = logging.getLogger("supervisor")
+
+
+class ServiceProcess:
+    """One supervised service: `python -m <module>` with the store config, our pid and an eventfd."""
+
+    def __init__(self, name: str, module: str, config, notify_fd: int, loop: asyncio.AbstractEventLoop):
+        self.name = name
+        self.module = module
+        self.config = config
+        self.notify_fd = notify_fd
+        self.loop = loop
+        self.proc: subprocess.Popen | None = None
+        self.pidfd = -1
+        self.stopping = False
+        self.restarts = 0
+        self._recent: list[float] = []
+        self.exited = asyncio.Event()
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def start(self) -> None:
+        cfg = json.dumps(dataclasses.asdict(self.config))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", self.module, "--config", cfg, "--parent", str(os.getpid()),
+             "--notify-fd", str(self.notify_fd)],
+            pass_fds=(self.notify_fd,), stdin=subprocess.DEVNULL)
+        self.exited.clear()
+        self.pidfd = os.pidfd_open(self.proc.pid)
+        self.loop.add_reader(self.pidfd, self._on_exit)
+
+    def _on_exit(self) -> None:
+        self.loop.remove_reader(self.pidfd)
+        os.close(self.pidfd)
+        self.pidfd = -1
+        rc = self.proc.wait()
+        self.exited.set()
+        if self.stopping:
+            return
+        self.restarts += 1
+        now = time.monotonic()
+        self._recent = [t for t in self._recent if now - t < 10] + [now]
+        # Back off only when it keeps dying at once (a bad disk, a bug): restart at once otherwise.
+        delay = 0 if len(self._recent) < 3 else min(5.0, 0.2 * 2 ** (len(self._recent) - 3))
+        log.warning("%s service (pid %d) exited with %s; restarting%s", self.name, self.proc.pid, rc,
+                    f" in {delay:.1f}s" if delay else "")
+        if delay:
+            self.loop.call_later(delay, self._restart)
+        else:
+            self._restart()
+
+    def _restart(self) -> None:
+        if not self.stopping:
+            self.start()
+
+    def signal(self, sig: int) -> None:
+        if self.proc and self.proc.poll() is None:
+            try:
+                self.proc.send_signal(sig)
+            except ProcessLookupError:
+                pass
+
+    async def stop(self, timeout: float = 30.0) -> None:
+        self.stopping = True
+        if self.proc is None or self.proc.poll() is not None:
+            if self.pidfd >= 0:
+                self.loop.remove_reader(self.pidfd)
+                os.close(self.pidfd)
+                self.pidfd = -1
+            return
+        self.signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(self.exited.wait(), timeout)
+        except asyncio.TimeoutError:
+            log.error("%s service did not stop in %.0fs; killing it", self.name, timeout)
+            self.signal(signal.SIGKILL)
+            await self.exited.wait()

@@ -1,0 +1,116 @@
+"""MessageStoreConfig: RocketMQ's store keys with RocketMQ's defaults (4.9.7 MessageStoreConfig).
+
+Attributes use RocketMQ's own camelCase key names so an operator's broker.conf maps onto them
+one to one; `from_properties` validates each value and names the key it refuses.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+from dataclasses import dataclass, field
+
+from broker.store.errors import StoreConfigError
+
+ASYNC_FLUSH = "ASYNC_FLUSH"
+SYNC_FLUSH = "SYNC_FLUSH"
+ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
+
+
+@dataclass
+class MessageStoreConfig:
+    storePathRootDir: str = field(default_factory=lambda: os.path.join(os.path.expanduser("~"), "store"))
+    mappedFileSizeCommitLog: int = 1024 * 1024 * 1024
+    mappedFileSizeConsumeQueue: int = 300_000 * 20
+    flushDiskType: str = ASYNC_FLUSH
+    brokerRole: str = "ASYNC_MASTER"
+    flushIntervalCommitLog: int = 500
+    flushCommitLogLeastPages: int = 4
+    flushCommitLogThoroughInterval: int = 10_000
+    flushIntervalConsumeQueue: int = 1000
+    syncFlushTimeout: int = 5000
+    maxMessageSize: int = 4 * 1024 * 1024
+    checkCRCOnRecover: bool = True
+    warmMapedFileEnable: bool = True
+    # Store address written into every record's STOREHOST and msgId.
+    brokerIP1: str = "127.0.0.1"
+    listenPort: int = 10911
+    # How long start() waits for a (re)started service to report alive.
+    serviceStartTimeout: int = 30_000
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    @property
+    def commitlog_dir(self) -> str:
+        return os.path.join(self.storePathRootDir, "commitlog")
+
+    @property
+    def consumequeue_dir(self) -> str:
+        return os.path.join(self.storePathRootDir, "consumequeue")
+
+    @property
+    def config_dir(self) -> str:
+        return os.path.join(self.storePathRootDir, "config")
+
+    @property
+    def store_host(self) -> bytes:
+        """STOREHOST as stored: IPv4 bytes + port as int32 (big-endian)."""
+        return socket.inet_aton(self.brokerIP1) + self.listenPort.to_bytes(4, "big")
+
+    def validate(self) -> None:
+        page = 4096
+        if self.mappedFileSizeCommitLog < 64 * 1024 or self.mappedFileSizeCommitLog % page:
+            raise StoreConfigError("mappedFileSizeCommitLog", f"{self.mappedFileSizeCommitLog} must be a multiple of 4096 and at least 65536")
+        if self.mappedFileSizeConsumeQueue < 20 or self.mappedFileSizeConsumeQueue % 20:
+            raise StoreConfigError("mappedFileSizeConsumeQueue", f"{self.mappedFileSizeConsumeQueue} must be a positive multiple of 20")
+        if self.flushDiskType not in (ASYNC_FLUSH, SYNC_FLUSH):
+            raise StoreConfigError("flushDiskType", f"{self.flushDiskType!r} is not ASYNC_FLUSH or SYNC_FLUSH")
+        if self.brokerRole not in ROLES:
+            raise StoreConfigError("brokerRole", f"{self.brokerRole!r} is not one of {', '.join(ROLES)}")
+        for key in ("flushIntervalCommitLog", "flushCommitLogThoroughInterval", "flushIntervalConsumeQueue",
+                    "syncFlushTimeout", "serviceStartTimeout"):
+            if getattr(self, key) <= 0:
+                raise StoreConfigError(key, f"{getattr(self, key)} must be positive")
+        if self.flushCommitLogLeastPages < 0:
+            raise StoreConfigError("flushCommitLogLeastPages", "must not be negative")
+        if self.maxMessageSize <= 0:
+            raise StoreConfigError("maxMessageSize", f"{self.maxMessageSize} must be positive")
+        try:
+            socket.inet_aton(self.brokerIP1)
+        except OSError:
+            raise StoreConfigError("brokerIP1", f"{self.brokerIP1!r} is not an IPv4 address") from None
+        if not 0 < self.listenPort < 65536:
+            raise StoreConfigError("listenPort", f"{self.listenPort} is not a port")
+
+    @classmethod
+    def from_properties(cls, props: dict[str, str], *, ignore_unknown: bool = True) -> tuple["MessageStoreConfig", list[str]]:
+        """Build from broker.conf-style string values. Returns (config, keys this class does not know)."""
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        kwargs: dict[str, object] = {}
+        unknown = []
+        for key, raw in props.items():
+            f = known.get(key)
+            if f is None:
+                unknown.append(key)
+                continue
+            kwargs[key] = _convert(key, raw, f.type)
+        if unknown and not ignore_unknown:
+            raise StoreConfigError(unknown[0], "unknown key")
+        return cls(**kwargs), unknown
+
+
+def _convert(key: str, raw: str, typ: object) -> object:
+    text = str(raw).strip()
+    if typ in ("int", int):
+        try:
+            return int(text)
+        except ValueError:
+            raise StoreConfigError(key, f"{text!r} is not an integer") from None
+    if typ in ("bool", bool):
+        if text.lower() in ("true", "1", "yes"):
+            return True
+        if text.lower() in ("false", "0", "no"):
+            return False
+        raise StoreConfigError(key, f"{text!r} is not true or false")
+    return text

@@ -1,0 +1,70 @@
+"""MappedFile: one fixed-size segment file, named by its 20-digit start offset, mapped with numpy.memmap."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from broker.kernels.codec import MappedBuffer, warm_pages
+from broker.store.errors import CorruptStoreError
+
+
+def offset_to_name(offset: int) -> str:
+    return f"{offset:020d}"
+
+
+def create_segment_file(path: str, size: int, warm: bool = True) -> None:
+    """Create a full-size segment atomically: a temp file is sized, warmed through a map, fsynced
+    and renamed, so a crash never leaves a short or half-made segment under its final name."""
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.ftruncate(fd, size)
+        if warm:
+            mm = np.memmap(tmp, dtype=np.uint8, mode="r+", shape=(size,))
+            buf = MappedBuffer(mm)
+            warm_pages(buf)
+            buf.release()
+            del mm
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.rename(tmp, path)
+    dfd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+class MappedFile:
+    """A segment: `base` is its first offset, `buf` the kernels' handle on its map."""
+
+    __slots__ = ("path", "base", "size", "writable", "mm", "buf", "end")
+
+    def __init__(self, path: str, size: int, writable: bool):
+        actual = os.path.getsize(path)
+        if actual != size:
+            raise CorruptStoreError(path, 0, f"segment is {actual} bytes, expected {size} (mappedFileSize)")
+        self.path = path
+        self.base = int(os.path.basename(path))
+        self.size = size
+        self.end = self.base + size
+        self.writable = writable
+        self.mm = np.memmap(path, dtype=np.uint8, mode="r+" if writable else "r", shape=(size,))
+        self.buf = MappedBuffer(self.mm, writable)
+
+    def view(self, start: int, end: int) -> memoryview:
+        """Zero-copy view of absolute offsets [start, end) inside this segment."""
+        return memoryview(self.mm)[start - self.base:end - self.base]
+
+    def close(self) -> None:
+        if self.buf is not None:
+            self.buf.release()
+            self.buf = None
+        # The map itself goes when the last view of it does: a reader still holding a
+        # memoryview keeps its pages, so closing never leaves anyone reading unmapped memory.
+        self.mm = None
+
+    def __repr__(self) -> str:
+        return f"MappedFile({self.path!r})"

@@ -1,0 +1,36 @@
+"""Slots of the shared offset table and where it lives. Each slot has exactly one writer process."""
+from __future__ import annotations
+
+import enum
+import os
+
+from broker.kernels.atomics import OffsetTable
+
+
+class Slot(enum.IntEnum):
+    WROTE = 0           # broker (master) / HA reader (slave): commit log written up to here
+    FLUSHED = 1         # flush service: durable up to here
+    DISPATCHED = 2      # reput service: consume queues built up to here
+    ACKED = 3           # HA writer: highest offset a slave confirmed
+    MIN_OFFSET = 4      # cleaner: commit-log minimum
+    FLUSH_PID = 8       # flush service: its pid while alive
+    REPUT_PID = 9       # reput service: its pid while alive
+    SHUTDOWN = 16       # broker: 1 asks every service to finish and exit
+    WANT_DISPATCH = 17  # broker: >0 while pulls wait for dispatches (reput then writes the eventfd)
+    FLUSH_ERRORS = 18   # flush service: count of failed fdatasync calls
+
+
+NSLOTS = 32
+
+
+def table_path(store_root: str) -> str:
+    return os.path.join(store_root, "runtime", "offset_table")
+
+
+def create_table(store_root: str) -> OffsetTable:
+    os.makedirs(os.path.join(store_root, "runtime"), exist_ok=True)
+    return OffsetTable(table_path(store_root), NSLOTS, True)
+
+
+def open_table(store_root: str) -> OffsetTable:
+    return OffsetTable(table_path(store_root), NSLOTS, False)
