@@ -1,0 +1,6 @@
+"""The compiled Cython kernels (sources in pyx/). There is deliberately no pure-Python fallback:
+the broker must never run on the slow twins (those live in tests/twins/ for checking only)."""
+try:
+    from broker.kernels import atomics, codec  # noqa: F401
+except ImportError as e:  # pragma: no cover - exercised by tests/test_kernels_native.py in a subprocess
+    raise ImportError(f"the broker's Cython kernels are not built ({e}); run `make install`") from e

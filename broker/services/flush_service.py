@@ -17,7 +17,7 @@ import logging
 import os
 import time
 
-from broker.services.process import Shutdown, enter_service, notify
+from broker.services.process import enter_service, notify, run_service
 from broker.store.checkpoint import StoreCheckpoint
 from broker.store.config import SYNC_FLUSH
 from broker.store.mapped_file import offset_to_name
@@ -78,15 +78,18 @@ class FlushService:
         if t.load(Slot.FLUSH_ERRORS):
             self.failed = True  # an earlier incarnation of this service saw fdatasync fail
         t.store(Slot.FLUSH_PID, os.getpid())
-        # A restarted service cannot know what its predecessor synced: sync everything once.
+        notify(self.notify_fd)  # ready: the broker may now stop us with SIGTERM
         # Whatever a predecessor published was synced; from there on, sync once at start.
         flushed = self.flush_to(t.load(Slot.FLUSHED), t.load(Slot.WROTE))
         sync = self.config.flushDiskType == SYNC_FLUSH
         interval = self.config.flushIntervalCommitLog / 1000
         thorough = self.config.flushCommitLogThoroughInterval / 1000
         least = self.config.flushCommitLogLeastPages
-        last_thorough = time.monotonic()
-        try:
+        start = flushed
+
+        def main_loop() -> None:
+            flushed = start
+            last_thorough = time.monotonic()
             while not t.load(Slot.SHUTDOWN):
                 if sync:
                     wrote = t.wait_until_ge(Slot.WROTE, flushed + 1, -1)
@@ -100,12 +103,14 @@ class FlushService:
                     last_thorough = now
                 elif wrote // PAGE - flushed // PAGE >= least:
                     flushed = self.flush_to(flushed, wrote)
-        except Shutdown:
-            pass
-        # Final flush of everything written (RocketMQ retries this on shutdown too).
-        self.flush_to(flushed, t.load(Slot.WROTE))
-        t.store(Slot.FLUSH_PID, 0)
-        log.info("flush service stopped at %d", t.load(Slot.FLUSHED))
+
+        def final() -> None:
+            # Everything written gets flushed before we go (RocketMQ retries this on shutdown too).
+            self.flush_to(t.load(Slot.FLUSHED), t.load(Slot.WROTE))
+            t.store(Slot.FLUSH_PID, 0)
+            log.info("flush service stopped at %d", t.load(Slot.FLUSHED))
+
+        run_service(main_loop, final)
 
 
 def main() -> None:

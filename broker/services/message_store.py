@@ -151,6 +151,7 @@ class MessageStore:
         self._flush_waiters: collections.deque = collections.deque()  # (end offset, deadline, future)
         self._flush_timer: asyncio.TimerHandle | None = None
         self._dispatch_waiters: list = []  # (offset, future)
+        self._conditions: list = []  # (predicate, future): checked on every service wake-up
         self._open = False
         self._accepting = False
 
@@ -222,6 +223,8 @@ class MessageStore:
             svc = self.services[name] = ServiceProcess(name, module, cfg, self._efd, self._loop)
             svc.start()
         self._open = True
+        for name in self.services:
+            await self._wait_ready(name, cfg.serviceStartTimeout / 1000)
         # As RocketMQ: serve only once consume queues caught up with the recovered log.
         await self.wait_dispatched(res.max_offset, cfg.serviceStartTimeout / 1000)
         self.cqs = ConsumeQueueStore(cfg.consumequeue_dir, cfg.mappedFileSizeConsumeQueue, writable=False)
@@ -240,7 +243,13 @@ class MessageStore:
         except asyncio.TimeoutError:
             log.error("reput did not catch up with %d before shutdown", wrote)
         t.store(Slot.SHUTDOWN, 1)
-        for svc in self.services.values():
+        for name, svc in self.services.items():
+            # A service stopped before it set up its signal handling would die without its final
+            # flush: let a (re)starting one get ready first.
+            try:
+                await self._wait_ready(name, 10)
+            except asyncio.TimeoutError:
+                log.error("%s service is not ready; stopping it anyway", name)
             await svc.stop()
         flushed, dispatched = t.load(Slot.FLUSHED), t.load(Slot.DISPATCHED)
         self._complete_flush_waiters(flushed)
@@ -298,6 +307,28 @@ class MessageStore:
             self._dispatch_waiters = keep
             if not keep:
                 t.store(Slot.WANT_DISPATCH, 0)
+
+        if self._conditions:
+            for pred, fut in self._conditions:
+                if not fut.done() and pred():
+                    fut.set_result(None)
+
+    async def _wait_condition(self, predicate, timeout: float) -> None:
+        """Wait until `predicate()` holds, re-checked at each wake-up from a service."""
+        if predicate():
+            return
+        entry = (predicate, self._loop.create_future())
+        self._conditions.append(entry)
+        try:
+            await asyncio.wait_for(entry[1], timeout)
+        finally:
+            self._conditions.remove(entry)
+
+    async def _wait_ready(self, name: str, timeout: float) -> None:
+        """A service is ready once it has published its pid (after installing its signal handlers)."""
+        svc = self.services[name]
+        slot = Slot.FLUSH_PID if name == "flush" else Slot.REPUT_PID
+        await self._wait_condition(lambda: svc.proc.poll() is not None or self.table.load(slot) == svc.pid, timeout)
 
     def _complete_flush_waiters(self, flushed: int) -> None:
         w = self._flush_waiters

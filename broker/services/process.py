@@ -18,8 +18,29 @@ class Shutdown(Exception):
     """Raised in the service's main thread by SIGTERM/SIGINT: finish the current step and exit."""
 
 
+_final = False
+
+
 def _on_signal(signum, frame):  # noqa: ARG001
-    raise Shutdown()
+    if not _final:
+        raise Shutdown()
+
+
+def run_service(main_loop, final) -> None:
+    """Run `main_loop` until SIGTERM (or its own return), then `final` exactly once with the
+    signal disarmed, so a late or second SIGTERM can never cut the final flush short."""
+    global _final
+    try:
+        main_loop()
+    except Shutdown:
+        pass
+    while True:
+        try:
+            _final = True  # a signal landing before this line is caught below and we retry
+            break
+        except Shutdown:
+            continue
+    final()
 
 
 def service_args(name: str) -> argparse.Namespace:

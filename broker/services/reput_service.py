@@ -15,7 +15,7 @@ import time
 import numpy as np
 
 from broker.kernels.codec import SCAN_BLANK, SCAN_CORRUPT, SCAN_END, Scanner
-from broker.services.process import Shutdown, enter_service, notify
+from broker.services.process import enter_service, notify, run_service
 from broker.store.checkpoint import StoreCheckpoint
 from broker.store.consume_queue import ConsumeQueueStore
 from broker.store.mapped_file_queue import MappedFileQueue
@@ -110,16 +110,20 @@ class ReputService:
         self.log.load()
         self.cqs.load()
         t.store(Slot.REPUT_PID, os.getpid())
+        notify(self.notify_fd)  # ready: the broker may now stop us with SIGTERM
         dispatched = t.load(Slot.DISPATCHED)
         interval = self.config.flushIntervalConsumeQueue / 1000
-        last_flush = time.monotonic()
-        flushed_at = dispatched
-        try:
+        start = dispatched
+
+        def main_loop() -> None:
+            dispatched = start
+            last_flush = time.monotonic()
+            flushed_at = dispatched
             while True:
                 wrote = t.load(Slot.WROTE)
                 if dispatched >= wrote:
                     if t.load(Slot.SHUTDOWN):
-                        break
+                        return
                     timeout = interval if flushed_at != dispatched else -1
                     t.wait_until_ge(Slot.WROTE, dispatched + 1, timeout)
                 else:
@@ -127,12 +131,15 @@ class ReputService:
                 if flushed_at != dispatched and time.monotonic() - last_flush >= interval:
                     self.flush_queues(dispatched)
                     flushed_at, last_flush = dispatched, time.monotonic()
-        except Shutdown:
-            dispatched = self.reput(dispatched, t.load(Slot.WROTE))
-        self.flush_queues(dispatched)
-        t.store(Slot.REPUT_PID, 0)
-        notify(self.notify_fd)
-        log.info("reput service stopped at %d", dispatched)
+
+        def final() -> None:
+            dispatched = self.reput(t.load(Slot.DISPATCHED), t.load(Slot.WROTE))
+            self.flush_queues(dispatched)
+            t.store(Slot.REPUT_PID, 0)
+            notify(self.notify_fd)
+            log.info("reput service stopped at %d", dispatched)
+
+        run_service(main_loop, final)
 
 
 def main() -> None:

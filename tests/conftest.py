@@ -1,0 +1,53 @@
+"""Shared fixtures. Tests run real processes on real files; asyncio tests use asyncio.run."""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from broker.store.config import MessageStoreConfig
+
+# The suite must exercise the compiled kernels, never a fallback (aiokafka's guard).
+import broker.kernels.codec as _codec
+import broker.kernels.atomics as _atomics
+
+assert _codec.__file__.endswith(".so") and _atomics.__file__.endswith(".so"), "kernels are not compiled"
+
+
+def small_config(root, **overrides) -> MessageStoreConfig:
+    """A store with 1 MiB commit-log segments and 2,000-entry consume-queue files."""
+    kw = dict(storePathRootDir=str(root), mappedFileSizeCommitLog=1 << 20, mappedFileSizeConsumeQueue=20 * 2000)
+    kw.update(overrides)
+    return MessageStoreConfig(**kw)
+
+
+@pytest.fixture
+def store_config(tmp_path):
+    return lambda **kw: small_config(tmp_path / "store", **kw)
+
+
+def wait_for(predicate, timeout: float = 10.0, what: str = "condition"):
+    """Wait for a condition that no wake-up exists for (another process's state); bounded."""
+    deadline = time.monotonic() + timeout
+    delay = 0.001
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
