@@ -25,6 +25,7 @@ from broker.services.supervisor import ServiceProcess
 from broker.store.checkpoint import StoreCheckpoint
 from broker.store.commit_log import BatchChunk, CommitLog
 from broker.store.config import SYNC_FLUSH, MessageStoreConfig
+from broker.store.config_files import ConsumerOffsetTable, TopicConfigTable
 from broker.store.consume_queue import ConsumeQueue, ConsumeQueueStore
 from broker.store.errors import MessageIllegal, ServiceUnavailable, StoreError
 from broker.store.message import StoredMessage, decode_message, encode_properties
@@ -154,6 +155,9 @@ class MessageStore:
         self._conditions: list = []  # (predicate, future): checked on every service wake-up
         self._open = False
         self._accepting = False
+        self.consumer_offsets = ConsumerOffsetTable(config.config_dir)
+        self.topic_config = TopicConfigTable(config.config_dir)
+        self._persist_timer: asyncio.TimerHandle | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def __aenter__(self) -> "MessageStore":
@@ -190,6 +194,8 @@ class MessageStore:
             os.makedirs(d, exist_ok=True)
         abort = os.path.join(self.root, "abort")
         clean = not os.path.exists(abort)
+        self.consumer_offsets.load()
+        self.topic_config.load()
         self.ckpt = StoreCheckpoint(os.path.join(self.root, "checkpoint"))
         self.commit_log = CommitLog(cfg, writable=True)
         self.commit_log.load()
@@ -230,12 +236,27 @@ class MessageStore:
         self.cqs = ConsumeQueueStore(cfg.consumequeue_dir, cfg.mappedFileSizeConsumeQueue, writable=False)
         self.cqs.load()
         self._accepting = True
+        self._persist_timer = self._loop.call_later(cfg.flushConsumerOffsetInterval / 1000, self._persist_offsets)
+
+    def _persist_offsets(self) -> None:
+        """Every flushConsumerOffsetInterval (5 s), as RocketMQ's ConsumerOffsetManager."""
+        try:
+            if self.consumer_offsets.dirty:
+                self.consumer_offsets.persist()
+        except OSError as e:
+            log.error("could not persist consumer offsets: %s", e)
+        if self._accepting:
+            self._persist_timer = self._loop.call_later(self.config.flushConsumerOffsetInterval / 1000,
+                                                        self._persist_offsets)
 
     async def close(self) -> None:
         if not self._open:
             await self._teardown()
             return
         self._accepting = False
+        if self._persist_timer is not None:
+            self._persist_timer.cancel()
+        self.consumer_offsets.persist()
         t = self.table
         wrote = t.load(Slot.WROTE)
         try:

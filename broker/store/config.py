@@ -29,6 +29,7 @@ class MessageStoreConfig:
     flushCommitLogThoroughInterval: int = 10_000
     flushIntervalConsumeQueue: int = 1000
     syncFlushTimeout: int = 5000
+    flushConsumerOffsetInterval: int = 5000
     maxMessageSize: int = 4 * 1024 * 1024
     checkCRCOnRecover: bool = True
     warmMapedFileEnable: bool = True
@@ -69,7 +70,7 @@ class MessageStoreConfig:
         if self.brokerRole not in ROLES:
             raise StoreConfigError("brokerRole", f"{self.brokerRole!r} is not one of {', '.join(ROLES)}")
         for key in ("flushIntervalCommitLog", "flushCommitLogThoroughInterval", "flushIntervalConsumeQueue",
-                    "syncFlushTimeout", "serviceStartTimeout"):
+                    "syncFlushTimeout", "serviceStartTimeout", "flushConsumerOffsetInterval"):
             if getattr(self, key) <= 0:
                 raise StoreConfigError(key, f"{getattr(self, key)} must be positive")
         if self.flushCommitLogLeastPages < 0:

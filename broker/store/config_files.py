@@ -1,0 +1,117 @@
+"""config/consumerOffset.json and config/topics.json, kept as RocketMQ keeps them.
+
+Writes are atomic (RocketMQ's MixAll.string2File, made crash-safe): the new content goes to
+`<file>.tmp` and is fsynced, the current file is copied to `<file>.bak`, then the temp file is
+renamed over the original and the directory fsynced. Loading falls back to `.bak` when the file is
+missing or unreadable. RocketMQ writes these with fastjson, which leaves integer map keys unquoted
+(`{0:250}`); we write strict JSON (fastjson reads it) and read both.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+from dataclasses import asdict, dataclass
+
+log = logging.getLogger(__name__)
+_UNQUOTED_INT_KEY = re.compile(r'([{,]\s*)(-?\d+)(\s*:)')
+
+
+def write_atomic(path: str, text: str) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    if os.path.exists(path):
+        shutil.copyfile(path, path + ".bak")
+    os.replace(tmp, path)
+    fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def parse_fastjson(text: str) -> object:
+    return json.loads(_UNQUOTED_INT_KEY.sub(r'\1"\2"\3', text))
+
+
+def read_with_backup(path: str) -> object | None:
+    for candidate in (path, path + ".bak"):
+        try:
+            with open(candidate, encoding="utf-8") as f:
+                text = f.read()
+            if text.strip():
+                return parse_fastjson(text)
+        except FileNotFoundError:
+            continue
+        except ValueError as e:
+            log.error("%s is unreadable (%s); trying the backup", candidate, e)
+    return None
+
+
+class ConsumerOffsetTable:
+    """RocketMQ's ConsumerOffsetManager table: "topic@group" -> {queueId: offset}."""
+
+    def __init__(self, config_dir: str):
+        self.path = os.path.join(config_dir, "consumerOffset.json")
+        self.table: dict[str, dict[int, int]] = {}
+        self.dirty = False
+
+    def load(self) -> None:
+        data = read_with_backup(self.path) or {}
+        self.table = {k: {int(q): int(o) for q, o in v.items()} for k, v in data.get("offsetTable", {}).items()}
+
+    def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        self.table.setdefault(f"{topic}@{group}", {})[queue_id] = offset
+        self.dirty = True
+
+    def query(self, group: str, topic: str, queue_id: int) -> int:
+        """-1 when the group never committed an offset for the queue (as RocketMQ)."""
+        return self.table.get(f"{topic}@{group}", {}).get(queue_id, -1)
+
+    def persist(self) -> None:
+        body = {"offsetTable": {k: {str(q): o for q, o in sorted(v.items())} for k, v in self.table.items()}}
+        write_atomic(self.path, json.dumps(body, indent=1))
+        self.dirty = False
+
+
+@dataclass
+class TopicConfig:
+    topicName: str
+    readQueueNums: int = 4
+    writeQueueNums: int = 4
+    perm: int = 6
+    topicFilterType: str = "SINGLE_TAG"
+    topicSysFlag: int = 0
+    order: bool = False
+
+
+class TopicConfigTable:
+    """RocketMQ's TopicConfigManager table with its dataVersion."""
+
+    def __init__(self, config_dir: str):
+        self.path = os.path.join(config_dir, "topics.json")
+        self.topics: dict[str, TopicConfig] = {}
+        self.data_version = {"timestamp": 0, "counter": 0}
+
+    def load(self) -> None:
+        data = read_with_backup(self.path) or {}
+        known = set(TopicConfig.__dataclass_fields__)
+        self.topics = {name: TopicConfig(**{k: v for k, v in cfg.items() if k in known})
+                       for name, cfg in data.get("topicConfigTable", {}).items()}
+        self.data_version = data.get("dataVersion", self.data_version)
+
+    def put(self, cfg: TopicConfig) -> None:
+        import time
+        self.topics[cfg.topicName] = cfg
+        self.data_version = {"timestamp": int(time.time() * 1000), "counter": self.data_version["counter"] + 1}
+        self.persist()
+
+    def persist(self) -> None:
+        body = {"topicConfigTable": {n: asdict(c) for n, c in sorted(self.topics.items())},
+                "dataVersion": self.data_version}
+        write_atomic(self.path, json.dumps(body, indent=1))
