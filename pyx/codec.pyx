@@ -637,3 +637,133 @@ def warm_pages(MappedBuffer buf not None, Py_ssize_t start=0, Py_ssize_t end=-1)
         while i < end:
             p[i] = 0
             i += 4096
+
+
+# ---------------------------------------------------------------------------------------------
+# Appender: the single writer's put path in one call
+
+cdef extern from "<time.h>" nogil:
+    ctypedef long time_t
+    struct timespec:
+        time_t tv_sec
+        long tv_nsec
+    enum:
+        CLOCK_REALTIME
+    int clock_gettime(int clk, timespec *ts)
+
+
+cdef inline int64_t now_ms() noexcept nogil:
+    cdef timespec ts
+    clock_gettime(CLOCK_REALTIME, &ts)
+    return <int64_t> ts.tv_sec * 1000 + ts.tv_nsec // 1000000
+
+
+@cython.final
+cdef class Appender:
+    """The commit log's write position, queue-offset table and current segment, so that one
+    put is one call: it stamps the store time, assigns the queue offset, encodes the record at
+    the write position and advances. Returns None when the record does not fit before the
+    segment's 8-byte blank; the caller seals the segment and attaches the next one."""
+
+    cdef MappedBuffer seg
+    cdef readonly int64_t seg_base
+    cdef readonly int64_t wrote
+    cdef readonly dict queue_offsets     # (topic bytes, queue id) -> next queue offset
+    cdef bytes store_host
+    cdef Py_ssize_t max_body
+
+    def __cinit__(self, bytes store_host not None, Py_ssize_t max_body, dict queue_offsets not None, int64_t wrote):
+        self.store_host = store_host
+        self.max_body = max_body
+        self.queue_offsets = queue_offsets
+        self.wrote = wrote
+        self.seg = None
+        self.seg_base = -1
+
+    def attach(self, MappedBuffer seg, int64_t base):
+        """Make `seg` (starting at absolute offset `base`) the segment appends go to."""
+        if seg is not None and not (base <= self.wrote <= base + seg.size):
+            raise ValueError(f"write position {self.wrote} outside segment [{base}, {base + seg.size})")
+        self.seg = seg
+        self.seg_base = base
+
+    @property
+    def segment_end(self) -> int:
+        return self.seg_base + self.seg.size if self.seg is not None else -1
+
+    def seal(self) -> int:
+        """Close the current segment with the blank marker; the write position moves to its end."""
+        if self.seg is None:
+            raise ValueError("no segment attached")
+        cdef Py_ssize_t pos = self.wrote - self.seg_base
+        cdef Py_ssize_t remaining = self.seg.size - pos
+        if remaining >= END_FILE_MIN_BLANK_LENGTH:
+            put_be32(self.seg.ptr + pos, <uint32_t> remaining)
+            put_be32(self.seg.ptr + pos + 4, BLANK)
+        self.wrote = self.seg_base + self.seg.size
+        self.seg = None
+        return self.wrote
+
+    def append(self, bytes topic not None, int32_t queue_id, body, bytes properties not None, int32_t flag,
+               int32_t sys_flag, int64_t born_ts, bytes born_host not None, int32_t reconsume_times=0):
+        """Append one record. Returns (physical offset, queue offset, size, store timestamp), or None
+        when the segment is full. born_ts < 0 means 'now'."""
+        cdef Fixed f
+        cdef Buf b
+        cdef Py_ssize_t total, pos
+        cdef int64_t qo, phys, ts
+        if self.seg is None:
+            return None
+        ts = now_ms()
+        fill_fixed(&f, topic, queue_id, flag, sys_flag, born_ts if born_ts >= 0 else ts, born_host, ts,
+                   self.store_host, reconsume_times, 0)
+        check_fixed(&f, PyBytes_GET_SIZE(properties))
+        acquire(body, &b, False)
+        try:
+            if b.size > self.max_body:
+                raise MessageIllegal(f"body of {b.size} bytes exceeds maxMessageSize {self.max_body}")
+            total = rec_len(&f, b.size, PyBytes_GET_SIZE(properties))
+            pos = self.wrote - self.seg_base
+            if total + END_FILE_MIN_BLANK_LENGTH > self.seg.size - pos:
+                if pos == 0:
+                    raise MessageIllegal(f"record of {total} bytes does not fit in a {self.seg.size}-byte segment")
+                return None
+            key = (topic, queue_id)
+            o = self.queue_offsets.get(key)
+            qo = 0 if o is None else <int64_t> o
+            phys = self.wrote
+            put_record(self.seg.ptr + pos, &f, b.ptr, b.size, <const uint8_t *> PyBytes_AS_STRING(properties),
+                       PyBytes_GET_SIZE(properties), qo, phys)
+            self.queue_offsets[key] = qo + 1
+            self.wrote = phys + total
+            return phys, qo, total, ts
+        finally:
+            release(&b)
+
+    def append_batch(self, bytes topic not None, int32_t queue_id, list bodies not None, properties,
+                     int32_t flag, int32_t sys_flag, int64_t born_ts, bytes born_host not None):
+        """Append as many of `bodies` as fit in the segment; returns (count, first physical offset,
+        first queue offset, store timestamp). count < len(bodies) means: seal, attach, call again
+        with the rest."""
+        cdef int64_t ts = now_ms(), qo, phys
+        cdef Py_ssize_t i, n = PyList_GET_SIZE(bodies)
+        cdef object body
+        for i in range(n):
+            body = <object> PyList_GET_ITEM(bodies, i)
+            if len(body) > self.max_body:
+                raise MessageIllegal(f"body {i} of the batch ({len(body)} bytes) exceeds maxMessageSize {self.max_body}")
+        if self.seg is None:
+            return 0, self.wrote, -1, ts
+        key = (topic, queue_id)
+        o = self.queue_offsets.get(key)
+        qo = 0 if o is None else <int64_t> o
+        phys = self.wrote
+        count, end = encode_batch(self.seg, self.wrote - self.seg_base, self.seg.size, phys, qo, ts, topic,
+                                  queue_id, bodies, properties, flag, sys_flag, born_ts if born_ts >= 0 else ts,
+                                  born_host, self.store_host)
+        if count == 0 and self.wrote == self.seg_base:
+            raise MessageIllegal("a record of the batch does not fit in an empty segment")
+        if count:
+            self.queue_offsets[key] = qo + count
+            self.wrote = self.seg_base + end
+        return count, phys, qo, ts

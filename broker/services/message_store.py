@@ -207,8 +207,7 @@ class MessageStore:
         log.info("store %s recovered (%s) in %.3fs: commit log [%d, %d)", self.root,
                  "clean stop" if res.clean else "after a crash", time.monotonic() - t0,
                  self.commit_log.min_offset, res.max_offset)
-        self.commit_log.queue_offsets = dict(res.queue_offsets)
-        self.commit_log.set_write_position(res.max_offset)
+        self.commit_log.set_write_position(res.max_offset, res.queue_offsets)
 
         t = self.table = create_table(self.root)
         t.store(Slot.WROTE, res.max_offset)
@@ -408,8 +407,7 @@ class MessageStore:
         props = properties if type(properties) is bytes else encode_properties(properties)
         cl = self.commit_log
         phys, qo, size, ts = cl.append(tb, queue_id, body, props, flag, sys_flag,
-                                       born_timestamp if born_timestamp is not None else time.time_ns() // 1_000_000,
-                                       born_host, reconsume_times)
+                                       -1 if born_timestamp is None else born_timestamp, born_host, reconsume_times)
         end = phys + size
         self._last_end[(tb, queue_id)] = end
         self.table.store(Slot.WROTE, cl.wrote)
@@ -434,8 +432,7 @@ class MessageStore:
             props = encode_properties(props)
         cl = self.commit_log
         chunks, ts = cl.append_batch(tb, queue_id, bodies, props, flag, sys_flag,
-                                     born_timestamp if born_timestamp is not None else time.time_ns() // 1_000_000,
-                                     born_host)
+                                     -1 if born_timestamp is None else born_timestamp, born_host)
         end = cl.wrote
         self._last_end[(tb, queue_id)] = end
         self.table.store(Slot.WROTE, end)

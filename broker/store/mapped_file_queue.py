@@ -38,8 +38,9 @@ class MappedFileQueue:
         return names
 
     def load(self) -> None:
-        for leftover in (n for n in os.listdir(self.directory) if n.endswith(".tmp")):
-            os.unlink(os.path.join(self.directory, leftover))  # a segment whose creation was interrupted
+        if self.writable:  # only the writer may clear a segment whose creation was interrupted
+            for leftover in (n for n in os.listdir(self.directory) if n.endswith(".tmp")):
+                os.unlink(os.path.join(self.directory, leftover))
         self.files = [MappedFile(os.path.join(self.directory, n), self.file_size, self.writable)
                       for n in self.segment_names()]
 
