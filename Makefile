@@ -10,7 +10,12 @@ KERNELS := $(wildcard pyx/*.pyx pyx/*.pxd pyx/*.h)
 $(VPY):
 	$(PY) -m venv $(VENV)
 
-$(STAMP): $(VPY) requirements.txt setup.py
+# Debian packages the build needs (zlib for the CRC in the codec kernel); installed when missing.
+.deps/debian:
+	@test -f /usr/include/zlib.h || (apt-get update -qq && apt-get install -y -qq zlib1g-dev)
+	@mkdir -p .deps && touch $@
+
+$(STAMP): $(VPY) requirements.txt setup.py .deps/debian
 	$(VPY) -m pip install -q --upgrade pip
 	$(VPY) -m pip install -q -r requirements.txt
 	touch $(STAMP)

@@ -379,6 +379,11 @@ class MessageStore:
         self._on_notify_soon()
         return await asyncio.wait_for(fut, timeout)
 
+    async def wait_flushed(self, offset: int, timeout: float | None = None) -> int:
+        """Wait until the flush service has made the commit log durable up to `offset`."""
+        await self._wait_condition(lambda: self.table.load(Slot.FLUSHED) >= offset, timeout)
+        return self.table.load(Slot.FLUSHED)
+
     def _on_notify_soon(self) -> None:
         # The reput may have moved between our load and WANT_DISPATCH: look once more.
         os.eventfd_write(self._efd, 1)
