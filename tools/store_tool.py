@@ -14,7 +14,6 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from broker.kernels.codec import SCAN_BLANK, SCAN_END, SCAN_ZERO, Scanner  # noqa: E402
-from broker.store.config_files import read_with_backup  # noqa: E402
 from broker.store.mapped_file_queue import MappedFileQueue  # noqa: E402
 from broker.store.message import decode_message  # noqa: E402
 

@@ -27,6 +27,7 @@ from broker.store.commit_log import BatchChunk, CommitLog
 from broker.store.config import SYNC_FLUSH, MessageStoreConfig
 from broker.store.config_files import ConsumerOffsetTable, TopicConfigTable
 from broker.store.consume_queue import ConsumeQueue, ConsumeQueueStore
+from broker.store.durable import fsync_dir
 from broker.store.errors import MessageIllegal, ServiceUnavailable, StoreError
 from broker.store.message import StoredMessage, decode_message, encode_properties
 from broker.store.offset_table import Slot, create_table
@@ -179,7 +180,6 @@ class MessageStore:
         os.write(self._lock_fd, b"lock")
 
     async def start(self) -> None:
-        cfg = self.config
         self._loop = asyncio.get_running_loop()
         self._lock()
         try:
@@ -218,9 +218,8 @@ class MessageStore:
         t.store(Slot.MIN_OFFSET, self.commit_log.min_offset)
         self.ckpt.set(cleanOffset=-1)
         self.ckpt.flush()
-        fd = os.open(abort, os.O_WRONLY | os.O_CREAT, 0o644)
-        os.fsync(fd)
-        os.close(fd)
+        os.close(os.open(abort, os.O_WRONLY | os.O_CREAT, 0o644))
+        fsync_dir(self.root)
 
         self._efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._loop.add_reader(self._efd, self._on_notify)
@@ -278,7 +277,7 @@ class MessageStore:
             self.ckpt.set(cleanOffset=wrote)
             self.ckpt.flush()
             os.unlink(os.path.join(self.root, "abort"))
-            _fsync_dir(self.root)
+            fsync_dir(self.root)
             log.info("store %s stopped cleanly at %d", self.root, wrote)
         else:
             log.error("store %s stopped with flushed %d / dispatched %d behind wrote %d: next start recovers",
@@ -562,11 +561,3 @@ class MessageStore:
 
     def service_pids(self) -> dict[str, int | None]:
         return {name: svc.pid for name, svc in self.services.items()}
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

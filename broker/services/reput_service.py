@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from broker.kernels.codec import SCAN_BLANK, SCAN_CORRUPT, SCAN_END, Scanner
+from broker.kernels.codec import SCAN_BLANK, SCAN_END, Scanner
 from broker.services.process import enter_service, notify, run_service
 from broker.store.checkpoint import StoreCheckpoint
 from broker.store.consume_queue import ConsumeQueueStore

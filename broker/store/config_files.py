@@ -15,6 +15,8 @@ import re
 import shutil
 from dataclasses import asdict, dataclass
 
+from broker.store.durable import fsync_dir
+
 log = logging.getLogger(__name__)
 _UNQUOTED_INT_KEY = re.compile(r'([{,]\s*)(-?\d+)(\s*:)')
 
@@ -28,11 +30,7 @@ def write_atomic(path: str, text: str) -> None:
     if os.path.exists(path):
         shutil.copyfile(path, path + ".bak")
     os.replace(tmp, path)
-    fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_dir(os.path.dirname(path))
 
 
 def parse_fastjson(text: str) -> object:

@@ -6,6 +6,7 @@ import os
 import numpy as np
 
 from broker.kernels.codec import MappedBuffer, warm_pages
+from broker.store.durable import fsync_dir
 from broker.store.errors import CorruptStoreError
 
 
@@ -30,11 +31,7 @@ def create_segment_file(path: str, size: int, warm: bool = True) -> None:
     finally:
         os.close(fd)
     os.rename(tmp, path)
-    dfd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    fsync_dir(os.path.dirname(path))
 
 
 class MappedFile:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from broker.kernels.codec import SCAN_BLANK, SCAN_CORRUPT, SCAN_END, SCAN_PARTIAL, SCAN_ZERO, Scanner
+from broker.kernels.codec import SCAN_BLANK, SCAN_CORRUPT, SCAN_END, SCAN_PARTIAL, Scanner
 from broker.store.checkpoint import StoreCheckpoint
 from broker.store.commit_log import CommitLog
 from broker.store.consume_queue import ConsumeQueueStore
@@ -156,10 +156,5 @@ def _zero_tail(mf: MappedFile, end: int) -> bool:
             break  # the writer writes sequentially: past one clean chunk the segment is untouched
         pos = hi
     if touched:
-        mf.mm.flush()
-        fd = os.open(mf.path, os.O_RDWR)
-        try:
-            os.fdatasync(fd)
-        finally:
-            os.close(fd)
+        mf.mm.flush()  # msync: the zeroed tail is on disk before anything is appended after it
     return touched
