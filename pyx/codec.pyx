@@ -212,8 +212,9 @@ cdef struct PropHits:
 
 
 cdef void find_props(const uint8_t *base, Py_ssize_t start, Py_ssize_t n, PropHits *h) noexcept nogil:
-    """Locate TAGS, KEYS and UNIQ_KEY values in `k\\x01v\\x02k\\x01v` properties (trailing \\x02 optional).
-    Positions are relative to `base`."""
+    """Locate TAGS, KEYS and UNIQ_KEY values in `k\\x01v\\x02k\\x01v` properties (trailing \\x02 optional),
+    as RocketMQ 4.9.1+'s string2messageProperties: a piece counts only with a non-empty key and value,
+    the last duplicate wins. Positions are relative to `base`."""
     h.tags_pos = h.keys_pos = h.uniq_pos = -1
     h.tags_len = h.keys_len = h.uniq_len = 0
     cdef Py_ssize_t i = start, end = start + n, piece, sep, j
@@ -226,7 +227,7 @@ cdef void find_props(const uint8_t *base, Py_ssize_t start, Py_ssize_t n, PropHi
                 sep = j
             j += 1
         # piece = [piece, j); RocketMQ ignores pieces without a separator
-        if sep >= 0:
+        if sep >= 0 and j - sep - 1 > 0:
             if key_is(base + piece, sep - piece, b"TAGS", 4):
                 h.tags_pos = sep + 1
                 h.tags_len = j - sep - 1
@@ -401,6 +402,8 @@ def write_blank(buf, Py_ssize_t pos, Py_ssize_t remaining) -> None:
     cdef Buf out
     acquire(buf, &out, True)
     try:
+        if remaining < END_FILE_MIN_BLANK_LENGTH or remaining > 0x7FFFFFFF:
+            raise ValueError(f"blank of {remaining} bytes outside {END_FILE_MIN_BLANK_LENGTH}..2^31-1")
         if pos < 0 or out.size - pos < END_FILE_MIN_BLANK_LENGTH:
             raise EncodeOverflow(f"no room for a blank marker at {pos} in a buffer of {out.size}")
         put_be32(out.ptr + pos, <uint32_t> remaining)
@@ -424,15 +427,20 @@ def encode_batch(buf, Py_ssize_t pos, Py_ssize_t limit, int64_t physical_base, i
     if per_msg_props and PyList_GET_SIZE(properties) != n:
         raise ValueError("properties list must have one entry per body")
     fill_fixed(&f, topic, queue_id, flag, sys_flag, born_ts, born_host, store_ts, store_host, 0, 0)
+    # Validate the whole batch first: a refused batch writes nothing, so no valid-looking record is
+    # ever left past the write position for a crash recovery to bring back.
+    if per_msg_props:
+        for i in range(n):
+            check_fixed(&f, len(<object> PyList_GET_ITEM(properties, i)))
+    else:
+        check_fixed(&f, len(properties))
     acquire(buf, &out, True)
     try:
-        if limit > out.size:
+        if pos < 0 or limit > out.size:
             raise EncodeOverflow(f"limit {limit} beyond a buffer of {out.size}")
         if not per_msg_props:
             acquire(properties, &pr, False)
         try:
-            if not per_msg_props:
-                check_fixed(&f, pr.size)
             for i in range(n):
                 if per_msg_props:
                     prop_obj = <object> PyList_GET_ITEM(properties, i)
@@ -440,8 +448,6 @@ def encode_batch(buf, Py_ssize_t pos, Py_ssize_t limit, int64_t physical_base, i
                 body_obj = <object> PyList_GET_ITEM(bodies, i)
                 acquire(body_obj, &b, False)
                 try:
-                    if per_msg_props:
-                        check_fixed(&f, pr.size)
                     total = rec_len(&f, b.size, pr.size)
                     if total + END_FILE_MIN_BLANK_LENGTH > limit - cur:
                         return i, cur
@@ -564,7 +570,7 @@ cdef class Scanner:
             q += body_len
             topic_len = <int8_t> p[q]
             q += 1
-            if topic_len <= 0 or topic_len > total - q - 2:
+            if topic_len < 0 or topic_len > total - q - 2:
                 self.reason = f"topic length {topic_len} inconsistent with total size {total}"
                 return count, pos, SCAN_CORRUPT
             e = &self._out[count]
@@ -592,27 +598,31 @@ cdef class Scanner:
         return count, pos, SCAN_END
 
 
-def scan(buf, Py_ssize_t start, Py_ssize_t end, int64_t base_offset, bint check_crc=False,
-         Py_ssize_t max_records=65536):
-    """Convenience form of Scanner.scan for tests and tools: returns (list of dicts, next_pos, status)
-    with the same keys as the pure-Python twin."""
-    cdef Scanner s = Scanner(max_records)
-    count, next_pos, status = s.scan(buf, start, end, base_offset, check_crc, max_records)
-    data = bytes(memoryview(buf)[start:end]) if count else b""
+def scan(buf, Py_ssize_t start, Py_ssize_t end, int64_t base_offset, bint check_crc=False, max_records=None):
+    """Convenience form of Scanner.scan for tests and tools: returns (list of dicts, next_pos, status,
+    reason) with the same keys as the pure-Python twin. max_records None or negative: no limit."""
+    cdef Scanner s = Scanner(1024)
+    cdef Py_ssize_t want = -1 if max_records is None or max_records < 0 else max_records
+    data = bytes(memoryview(buf)[start:end])
     out = []
-    for i in range(count):
-        e = s.entries[i]
-        kp, kl, up, ul = int(e["keys_pos"]), int(e["keys_len"]), int(e["uniq_pos"]), int(e["uniq_len"])
-        out.append({
-            "phys_offset": int(e["phys_offset"]), "size": int(e["size"]), "queue_id": int(e["queue_id"]),
-            "queue_offset": int(e["queue_offset"]), "tag_hash": int(e["tag_hash"]),
-            "store_ts": int(e["store_ts"]), "sys_flag": int(e["sys_flag"]),
-            "topic": s.topics[e["topic_idx"]],
-            "keys": data[kp - start:kp - start + kl] if kp >= 0 else b"",
-            "uniq": data[up - start:up - start + ul] if up >= 0 else b"",
-            "body_crc_ok": True if check_crc else None,
-        })
-    return out, next_pos, status, s.reason
+    pos = start
+    while True:
+        chunk = 1024 if want < 0 else min(1024, want - len(out))
+        count, pos, status = s.scan(buf, pos, end, base_offset, check_crc, chunk)
+        for i in range(count):
+            e = s.entries[i]
+            kp, kl, up, ul = int(e["keys_pos"]), int(e["keys_len"]), int(e["uniq_pos"]), int(e["uniq_len"])
+            out.append({
+                "phys_offset": int(e["phys_offset"]), "size": int(e["size"]), "queue_id": int(e["queue_id"]),
+                "queue_offset": int(e["queue_offset"]), "tag_hash": int(e["tag_hash"]),
+                "store_ts": int(e["store_ts"]), "sys_flag": int(e["sys_flag"]),
+                "topic": s.topics[e["topic_idx"]],
+                "keys": data[kp - start:kp - start + kl] if kp >= 0 else b"",
+                "uniq": data[up - start:up - start + ul] if up >= 0 else b"",
+                "body_crc_ok": True,
+            })
+        if status != SCAN_END or pos == end or (want >= 0 and len(out) >= want):
+            return out, pos, status, s.reason
 
 
 # ---------------------------------------------------------------------------------------------
