@@ -1,0 +1,207 @@
+"""The broker supervises its flush and reput processes: kill -9 one mid-stream and it is restarted,
+puts keep working, and nothing is lost or duplicated; a stopped flush service makes SYNC_FLUSH puts
+time out instead of acknowledging data that is not durable."""
+from __future__ import annotations
+
+import asyncio
+import collections
+import os
+import signal
+import time
+
+from broker.services.message_store import GetStatus, MessageStore, PutStatus
+from broker.store.config import MessageStoreConfig
+from broker.store.message import decode_message
+from broker.store.offset_table import Slot
+from tests.helpers.procs import async_wait_until, pid_alive, proc_stat
+
+TOPICS = ("SupA", "SupB")
+QUEUES = 3
+
+
+def _config(tmp_path, **kw) -> MessageStoreConfig:
+    base = dict(storePathRootDir=str(tmp_path / "store"), mappedFileSizeCommitLog=1 << 20,
+                mappedFileSizeConsumeQueue=20 * 2000, flushDiskType="SYNC_FLUSH")
+    base.update(kw)
+    return MessageStoreConfig(**base)
+
+
+class Producers:
+    """Concurrent producers putting unique bodies until stopped; records every outcome."""
+
+    def __init__(self, store: MessageStore, n: int = 8):
+        self.store = store
+        self.results: list[tuple[str, int, bytes, object]] = []  # (topic, qid, body, PutResult)
+        self.errors: list[BaseException] = []
+        self._stop = False
+        self.tasks = [asyncio.ensure_future(self._run(w)) for w in range(n)]
+
+    async def _run(self, w: int) -> None:
+        seq = 0
+        while not self._stop:
+            topic, qid = TOPICS[seq % 2], (w + seq) % QUEUES
+            body = b"w%d-s%d-" % (w, seq) + b"x" * ((w * 131 + seq * 17) % 1500)
+            try:
+                r = await self.store.put(topic, qid, body, {"TAGS": "t%d" % w})
+            except BaseException as e:  # noqa: BLE001 - recorded, asserted on below
+                self.errors.append(e)
+                return
+            self.results.append((topic, qid, body, r))
+            seq += 1
+            if not self.store.sync_flush:
+                await asyncio.sleep(0)
+
+    async def stop(self, timeout: float = 30) -> None:
+        self._stop = True
+        await asyncio.wait_for(asyncio.gather(*self.tasks), timeout)
+
+
+def _queue_bodies(store: MessageStore, topic: str, qid: int) -> list[bytes]:
+    """Read a queue fully with store.get; asserts its queue offsets are dense from 0."""
+    mx = store.max_offset(topic, qid)
+    bodies, offs = [], []
+    off = 0
+    while off < mx:
+        g = store.get(topic, qid, off, max_msgs=512, max_bytes=8 << 20)
+        assert g.status is GetStatus.FOUND, (topic, qid, off, g.status)
+        for view, qo in zip(g.messages, g.queue_offsets):
+            m = decode_message(view)
+            assert (m.topic, m.queue_id, m.queue_offset) == (topic, qid, qo)
+            bodies.append(m.body)
+            offs.append(qo)
+        g.release()
+        off = g.next_offset
+    assert offs == list(range(mx))
+    return bodies
+
+
+def _assert_exactly_once(store: MessageStore, results) -> None:
+    for topic in TOPICS:
+        for qid in range(QUEUES):
+            want = collections.Counter(b for t, q, b, _ in results if (t, q) == (topic, qid))
+            got = collections.Counter(_queue_bodies(store, topic, qid))
+            assert got == want, (topic, qid, len(got), len(want), set(got) ^ set(want))
+            assert max(got.values(), default=1) == 1  # bodies are unique: no duplicates
+
+
+async def _kill_and_wait_restart(store: MessageStore, name: str, slot: Slot) -> tuple[int, int]:
+    old = store.service_pids()[name]
+    assert old is not None and store.table.load(slot) == old
+    os.kill(old, signal.SIGKILL)
+    svc = store.services[name]
+    # restarted: a new process that got ready (published its pid in the offset table)
+    new = await async_wait_until(
+        lambda: (svc.pid not in (None, old) and store.table.load(slot) == svc.pid and pid_alive(svc.pid)
+                 and svc.pid), 20, f"the {name} service to be restarted")
+    assert not pid_alive(old)
+    assert svc.restarts == 1
+    return old, new
+
+
+def test_flush_service_killed_is_restarted_and_nothing_is_lost(tmp_path):
+    cfg = _config(tmp_path)
+
+    async def go():
+        s = MessageStore(cfg)
+        await s.start()
+        try:
+            p = Producers(s)
+            await async_wait_until(lambda: len(p.results) >= 300, 20, "300 puts before the kill")
+            killed_at = len(p.results)
+            old, new = await _kill_and_wait_restart(s, "flush", Slot.FLUSH_PID)
+            restarted_at = len(p.results)
+            await async_wait_until(lambda: len(p.results) >= restarted_at + 300, 20, "300 puts after the restart")
+            await p.stop()
+            assert not p.errors, p.errors
+            statuses = collections.Counter(r.status for *_, r in p.results)
+            assert set(statuses) <= {PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT}, statuses
+            # the new flush service acknowledges again
+            assert all(r.status is PutStatus.PUT_OK for *_, r in p.results[restarted_at + 100:])
+            last = max(r.end_offset for *_, r in p.results)
+            assert s.offsets()["flushed"] >= last
+            assert s.service_pids()["flush"] == new
+            print(f"flush {old} killed after {killed_at} puts, {new} ready after {restarted_at}; {statuses}")
+        finally:
+            await s.close()
+        assert not os.path.exists(os.path.join(cfg.storePathRootDir, "abort"))  # stopped cleanly
+        async with MessageStore(cfg) as s2:
+            assert s2.recovery.clean
+            # every put is there once: PUT_OK ones, and any FLUSH_DISK_TIMEOUT (stored, not yet durable)
+            _assert_exactly_once(s2, p.results)
+
+    asyncio.run(go())
+
+
+def test_reput_service_killed_is_restarted_and_every_put_is_consumable_once(tmp_path):
+    cfg = _config(tmp_path)
+
+    async def go():
+        s = MessageStore(cfg)
+        await s.start()
+        try:
+            p = Producers(s)
+            await async_wait_until(lambda: len(p.results) >= 300, 20, "300 puts before the kill")
+            old, new = await _kill_and_wait_restart(s, "reput", Slot.REPUT_PID)
+            restarted_at = len(p.results)
+            await async_wait_until(lambda: len(p.results) >= restarted_at + 300, 20, "300 puts after the restart")
+            await p.stop()
+            assert not p.errors, p.errors
+            assert all(r.status is PutStatus.PUT_OK for *_, r in p.results)
+            wrote = s.offsets()["wrote"]
+            assert await s.wait_dispatched(wrote, 20) >= wrote  # the new reput caught up
+            assert s.service_pids()["reput"] == new
+            total = sum(s.max_offset(t, q) for t in TOPICS for q in range(QUEUES))
+            assert total == len(p.results)
+            _assert_exactly_once(s, p.results)  # served by the live store, indexed by the new reput
+        finally:
+            await s.close()
+        async with MessageStore(cfg) as s2:
+            assert s2.recovery.clean
+            _assert_exactly_once(s2, p.results)
+
+    asyncio.run(go())
+
+
+def test_stopped_flush_service_turns_sync_puts_into_flush_disk_timeout(tmp_path):
+    cfg = _config(tmp_path, syncFlushTimeout=500)
+
+    async def go():
+        s = MessageStore(cfg)
+        await s.start()
+        pid = s.service_pids()["flush"]
+        results = []
+        try:
+            r0 = await s.put("Stop", 0, b"before")
+            assert r0.status is PutStatus.PUT_OK
+            results.append((r0, b"before"))
+            os.kill(pid, signal.SIGSTOP)
+            await async_wait_until(lambda: (proc_stat(pid) or ("?",))[0] == "T", 10, "the flush service to stop")
+            t0 = time.monotonic()
+            stopped = await asyncio.gather(*(s.put("Stop", i % 2, b"during-%d" % i) for i in range(20)))
+            elapsed = time.monotonic() - t0
+            assert [r.status for r in stopped] == [PutStatus.FLUSH_DISK_TIMEOUT] * 20
+            assert elapsed >= 0.45, elapsed  # they waited for syncFlushTimeout, not less
+            one = await s.put("Stop", 1, b"during-single")
+            assert one.status is PutStatus.FLUSH_DISK_TIMEOUT
+            assert s.offsets()["flushed"] <= r0.end_offset  # nothing after the stop was made durable
+            results += [(r, b"during-%d" % i) for i, r in enumerate(stopped)] + [(one, b"during-single")]
+        finally:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        try:
+            after = await asyncio.gather(*(s.put("Stop", i % 2, b"after-%d" % i) for i in range(20)))
+            assert [r.status for r in after] == [PutStatus.PUT_OK] * 20
+            assert s.offsets()["flushed"] >= max(r.end_offset for r, _ in results)
+            assert s.service_pids()["flush"] == pid and s.services["flush"].restarts == 0  # stopped, not dead
+            results += [(r, b"after-%d" % i) for i, r in enumerate(after)]
+        finally:
+            await s.close()
+        async with MessageStore(cfg) as s2:  # timed-out messages were stored, just not acknowledged
+            for r, body in results:
+                m = s2.lookup(r.physical_offset)
+                assert (m.body, m.queue_offset) == (body, r.queue_offset)
+            assert s2.max_offset("Stop", 0) + s2.max_offset("Stop", 1) == len(results)
+
+    asyncio.run(go())
