@@ -22,7 +22,7 @@ $(STAMP): $(VPY) requirements.txt setup.py .deps/debian
 
 # Rebuilt whenever a kernel source changes; the package is installed editable so
 # broker/ edits need no rebuild.
-$(VENV)/.built: $(STAMP) $(KERNELS)
+$(VENV)/.built: $(STAMP) $(KERNELS) setup.py
 	$(VPY) -m pip install -q --no-build-isolation --no-deps -e .
 	touch $@
 

@@ -15,6 +15,7 @@ KERNELS = {
     # module name        sources                 extra libraries
     "codec": (["pyx/codec.pyx"], ["z"]),
     "atomics": (["pyx/atomics.pyx"], []),
+    "remoting": (["pyx/remoting.pyx"], []),
 }
 
 flags = ["-O3", "-Wall", "-Wno-unused-function", "-Wno-unreachable-code"]

@@ -1,0 +1,93 @@
+# cython: language_level=3
+"""Splits TCP bytes into RocketMQ remoting frames without copying them, and builds frame prefixes.
+
+`split_frames` walks a receive buffer and returns where each complete frame's header and body lie;
+the caller decodes headers (msgspec) and hands bodies on as memoryviews. `reallocate` is RocketMQ's
+reallocateByteBuffer: it moves the unparsed tail to the start of the buffer. Bad input raises
+FrameError naming the offset; nothing is read outside the buffer.
+"""
+cimport cython
+from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
+from libc.string cimport memmove
+
+from bytesex cimport get_be32, put_be32
+
+globals()["FRAME_PREFIX"] = FRAME_PREFIX
+globals()["SERIALIZE_JSON"] = SERIALIZE_JSON
+globals()["SERIALIZE_ROCKETMQ"] = SERIALIZE_ROCKETMQ
+DEFAULT_MAX_FRAME = 16 * 1024 * 1024
+
+
+class FrameError(ValueError):
+    """A frame that cannot be valid: the connection that sent it must be closed."""
+
+    def __init__(self, offset, reason):
+        super().__init__(f"bad remoting frame at offset {offset}: {reason}")
+        self.offset = offset
+        self.reason = reason
+
+
+def split_frames(buf, Py_ssize_t start, Py_ssize_t end, Py_ssize_t max_frame=DEFAULT_MAX_FRAME):
+    """Complete frames in buf[start:end]. Returns (frames, next_pos): each frame is a tuple
+    (serialize_type, header_start, header_len, body_start, body_len) of positions in buf, and
+    next_pos is where the first incomplete frame (or `end`) begins."""
+    cdef Py_buffer view
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    cdef const uint8_t *p = <const uint8_t *> view.buf
+    cdef Py_ssize_t size = view.len, pos = start
+    cdef int64_t length, header_len
+    cdef uint32_t word
+    frames = []
+    try:
+        if start < 0 or end > size or start > end:
+            raise ValueError(f"range [{start}, {end}) outside a buffer of {size}")
+        while end - pos >= 4:
+            length = <int32_t> get_be32(p + pos)
+            if length < 4:
+                raise FrameError(pos, f"length {length} is below 4")
+            if length > max_frame:
+                raise FrameError(pos, f"length {length} exceeds the limit of {max_frame} bytes")
+            if end - pos - 4 < length:
+                break  # incomplete: wait for more bytes
+            word = get_be32(p + pos + 4)
+            header_len = word & 0xFFFFFF
+            if header_len > length - 4:
+                raise FrameError(pos, f"header length {header_len} exceeds the frame length {length}")
+            if (word >> 24) > SERIALIZE_ROCKETMQ:
+                raise FrameError(pos, f"unknown serialize type {word >> 24}")
+            frames.append((word >> 24, pos + 8, header_len, pos + 8 + header_len, length - 4 - header_len))
+            pos += 4 + length
+        return frames, pos
+    finally:
+        PyBuffer_Release(&view)
+
+
+def reallocate(buf, Py_ssize_t start, Py_ssize_t end) -> int:
+    """reallocateByteBuffer: move buf[start:end] to the front; returns its new end (end - start)."""
+    cdef Py_buffer view
+    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE | PyBUF_WRITABLE)
+    try:
+        if start < 0 or end > view.len or start > end:
+            raise ValueError(f"range [{start}, {end}) outside a buffer of {view.len}")
+        if start:
+            memmove(view.buf, <uint8_t *> view.buf + start, end - start)
+        return end - start
+    finally:
+        PyBuffer_Release(&view)
+
+
+def frame_prefix(Py_ssize_t header_len, Py_ssize_t body_len, int serialize_type=SERIALIZE_JSON) -> bytes:
+    """The 8 bytes before a header: total length and (type << 24 | header length)."""
+    if header_len < 0 or header_len > 0xFFFFFF:
+        raise ValueError(f"header length {header_len} outside 0..16777215")
+    if body_len < 0 or 4 + header_len + body_len > 0x7FFFFFFF:
+        raise ValueError(f"body length {body_len} makes the frame too long")
+    if serialize_type != SERIALIZE_JSON and serialize_type != SERIALIZE_ROCKETMQ:
+        raise ValueError(f"unknown serialize type {serialize_type}")
+    out = PyBytes_FromStringAndSize(NULL, 8)
+    cdef uint8_t *q = <uint8_t *> PyBytes_AS_STRING(out)
+    put_be32(q, <uint32_t> (4 + header_len + body_len))
+    put_be32(q + 4, (<uint32_t> serialize_type << 24) | <uint32_t> header_len)
+    return out
