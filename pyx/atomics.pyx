@@ -149,6 +149,9 @@ cdef class OffsetTable:
                 cur = ATOMIC_LOAD_SC(v)
                 if (mode == 0 and cur >= arg) or (mode == 1 and cur != arg):
                     return cur
+                # A handler may be pending from a signal that reached us outside the sleep (or
+                # reached another thread): run it now rather than sleep through it.
+                PyErr_CheckSignals()
                 # A signal interrupts the sleep with EINTR (Python installs its handlers without
                 # SA_RESTART), so a forever-wait in a main thread still answers Ctrl-C at once.
                 if deadline >= 0:

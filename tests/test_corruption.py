@@ -34,6 +34,11 @@ def _segment(cfg, phys: int) -> str:
     return os.path.join(cfg.commitlog_dir, "%020d" % (phys - phys % SEG))
 
 
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
 def _flip(path: str, pos: int) -> int:
     with open(path, "r+b") as f:
         f.seek(pos)
@@ -79,13 +84,13 @@ async def _open_expecting_corruption(cfg) -> CorruptStoreError:
     return ei.value
 
 
-def _assert_all_intact(s: MessageStore, results, n=None) -> None:
-    results = results if n is None else results[:n]
+def _assert_all_intact(s: MessageStore, results, extra=()) -> None:
+    """Every message of _make_store by offset and by queue, then `extra` (queue id, body) after them."""
     for i, r in enumerate(results):
         m = s.lookup(r.physical_offset)
         assert (m.body, m.queue_offset, m.queue_id) == (_body(i), r.queue_offset, i % QUEUES), i
     for q in range(QUEUES):
-        want = [_body(i) for i in range(len(results)) if i % QUEUES == q]
+        want = [_body(i) for i in range(len(results)) if i % QUEUES == q] + [b for qq, b in extra if qq == q]
         assert s.max_offset(TOPIC, q) == len(want)
         got, off = [], 0
         while off < len(want):
@@ -105,7 +110,7 @@ def test_flipped_body_byte_below_flushed_offset_refuses_to_start(tmp_path):
     pos = victim.physical_offset % SEG + BODY_AT + len(_body(i)) // 2
     old = _flip(path, pos)
     _crash_marker(cfg)
-    before = open(path, "rb").read()
+    before = _read(path)
 
     async def go():
         err = await _open_expecting_corruption(cfg)
@@ -113,7 +118,7 @@ def test_flipped_body_byte_below_flushed_offset_refuses_to_start(tmp_path):
         assert path in str(err) and str(victim.physical_offset) in str(err)
         assert "CRC" in err.reason
         # nothing was truncated or zeroed: the damaged record and everything after it are still there
-        assert open(path, "rb").read() == before
+        assert _read(path) == before
         assert os.path.exists(os.path.join(cfg.storePathRootDir, "abort"))
         # repaired, the same crash recovery succeeds and finds every message
         with open(path, "r+b") as f:
@@ -134,14 +139,14 @@ def test_flipped_magic_code_refuses_to_start_naming_the_offset(tmp_path):
     path = _segment(cfg, victim.physical_offset)
     _flip(path, victim.physical_offset % SEG + 4)
     _crash_marker(cfg)
-    before = open(path, "rb").read()
+    before = _read(path)
 
     async def go():
         err = await _open_expecting_corruption(cfg)
         assert err.path == path and err.offset == victim.physical_offset
         assert path in str(err) and str(victim.physical_offset) in str(err)
         assert "magic" in err.reason
-        assert open(path, "rb").read() == before
+        assert _read(path) == before
 
     asyncio.run(go())
 
@@ -213,6 +218,6 @@ def test_torn_tail_after_crash_is_zeroed_and_log_continues(tmp_path, tail, flush
         async with MessageStore(cfg) as s:
             assert s.recovery.clean and s.recovery.max_offset == r.end_offset
             assert s.lookup(end).body == b"after the tail"
-            _assert_all_intact(s, results)
+            _assert_all_intact(s, results, [(0, b"after the tail")])
 
     asyncio.run(go())

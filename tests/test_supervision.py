@@ -1,15 +1,20 @@
 """The broker supervises its flush and reput processes: kill -9 one mid-stream and it is restarted,
 puts keep working, and nothing is lost or duplicated; a stopped flush service makes SYNC_FLUSH puts
-time out instead of acknowledging data that is not durable."""
+time out instead of acknowledging data that is not durable. And the other side of supervision:
+stopping. close() must not take a service that finishes on request for a crashed one, a stop that
+lands while a (re)started service syncs its backlog must still end in its final flush, and a SIGTERM
+must work whichever thread of the service the kernel delivers it to."""
 from __future__ import annotations
 
 import asyncio
 import collections
+import ctypes
 import os
 import signal
 import time
 
 from broker.services.message_store import GetStatus, MessageStore, PutStatus
+from broker.store.checkpoint import StoreCheckpoint
 from broker.store.config import MessageStoreConfig
 from broker.store.message import decode_message
 from broker.store.offset_table import Slot
@@ -141,7 +146,7 @@ def test_reput_service_killed_is_restarted_and_every_put_is_consumable_once(tmp_
         try:
             p = Producers(s)
             await async_wait_until(lambda: len(p.results) >= 300, 20, "300 puts before the kill")
-            old, new = await _kill_and_wait_restart(s, "reput", Slot.REPUT_PID)
+            _, new = await _kill_and_wait_restart(s, "reput", Slot.REPUT_PID)
             restarted_at = len(p.results)
             await async_wait_until(lambda: len(p.results) >= restarted_at + 300, 20, "300 puts after the restart")
             await p.stop()
@@ -205,3 +210,156 @@ def test_stopped_flush_service_turns_sync_puts_into_flush_disk_timeout(tmp_path)
             assert s2.max_offset("Stop", 0) + s2.max_offset("Stop", 1) == len(results)
 
     asyncio.run(go())
+
+
+def test_close_does_not_mistake_a_service_finishing_on_its_own_for_a_crash(tmp_path):
+    """close() publishes SHUTDOWN, then stops the services one by one. A service that sees SHUTDOWN
+    and finishes by itself while close() is still busy with another one was asked to stop: it must
+    not be restarted, and the store must still end up cleanly stopped."""
+    cfg = _config(tmp_path, flushIntervalConsumeQueue=300)
+
+    async def go():
+        s = MessageStore(cfg)
+        await s.start()
+        flush, reput = s.services["flush"], s.services["reput"]
+        reput_pid = reput.pid
+        stopped = None
+        close = None
+        try:
+            assert (await s.put("Close", 0, b"one")).status is PutStatus.PUT_OK
+            # the reput made its consume queues durable for "one" just now ...
+            await async_wait_until(lambda: s.ckpt.get("cqFlushedOffset") >= s.offsets()["wrote"], 10,
+                                   "the reput service to flush its consume queues")
+            # ... and hold close() in waiting for a flush service that is not ready yet: kill it and
+            # freeze its replacement while it is still starting (before it installs any handler)
+            old = flush.pid
+            os.kill(old, signal.SIGKILL)
+            stopped = await async_wait_until(lambda: flush.pid != old and flush.pid, 10, "the flush restart")
+            os.kill(stopped, signal.SIGSTOP)
+            assert s.table.load(Slot.FLUSH_PID) != stopped  # not ready
+            # "two" is dispatched within flushIntervalConsumeQueue of that flush, so the reput sleeps
+            # with a timeout and, SHUTDOWN being set by then, returns by itself when it fires
+            r = await s.put("Close", 0, b"two", wait=False)
+            await s.wait_dispatched(r.end_offset, 10)
+            close = asyncio.ensure_future(s.close())
+            await async_wait_until(lambda: reput.exited.is_set() or reput.pid != reput_pid, 10,
+                                   "the reput service to finish by itself")
+            assert reput.restarts == 0 and reput.pid == reput_pid, "a stopping reput service was restarted"
+        finally:
+            if stopped is not None:
+                try:
+                    os.kill(stopped, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+            if close is None:
+                await s.close()
+            else:
+                await asyncio.wait_for(close, 30)
+        assert not os.path.exists(os.path.join(cfg.storePathRootDir, "abort")), "close() did not stop cleanly"
+        async with MessageStore(cfg) as s2:
+            assert s2.recovery.clean
+            assert _queue_bodies(s2, "Close", 0) == [b"one", b"two"]
+
+    asyncio.run(go())
+
+
+def test_stop_right_after_a_restart_still_makes_everything_durable(tmp_path):
+    """A restarted flush service reports ready, then syncs what its predecessor left unflushed. A
+    stop (SIGTERM) arriving during that first sync must still end in the final flush (a clean stop
+    with every byte durable), not kill the service half-way."""
+    cfg = _config(tmp_path, flushDiskType="ASYNC_FLUSH", mappedFileSizeCommitLog=4 << 20,
+                  flushIntervalCommitLog=600_000, flushCommitLogThoroughInterval=600_000,
+                  flushCommitLogLeastPages=1 << 30)
+
+    async def go():
+        s = MessageStore(cfg)
+        await s.start()
+        try:
+            bodies = [b"%06d" % i + b"d" * 4000 for i in range(1000)]
+            while s.offsets()["wrote"] < 48 << 20:  # ~48 MiB left dirty for the flush service
+                await s.put_batch("Dirty", 0, bodies)
+            wrote = s.offsets()["wrote"]
+            assert s.offsets()["flushed"] < wrote
+            await _kill_and_wait_restart(s, "flush", Slot.FLUSH_PID)
+        finally:
+            await s.close()  # at once: the new flush service is busy with its first sync
+        ckpt = StoreCheckpoint(os.path.join(cfg.storePathRootDir, "checkpoint"))
+        try:
+            assert ckpt.get("flushedOffset") == wrote
+            assert ckpt.get("cleanOffset") == wrote, "close() did not stop cleanly"
+        finally:
+            ckpt.close()
+        assert not os.path.exists(os.path.join(cfg.storePathRootDir, "abort"))
+
+    asyncio.run(go())
+
+
+def _tgkill(pid: int, tid: int, sig: int) -> None:
+    """Send `sig` to one thread of another process (glibc >= 2.30 wraps the syscall)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.tgkill(pid, tid, sig) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+def _thread_sleeps_in_futex(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/wchan") as f:
+            return f.read().startswith("futex") and (proc_stat(pid) or ("?",))[0] == "S"
+    except FileNotFoundError:
+        return False
+
+
+def _threads_taking(pid: int, sig: int) -> list[int]:
+    """Threads of a process the kernel may hand a process-directed `sig` to (those not blocking it)."""
+    out = []
+    for tid in sorted(int(t) for t in os.listdir(f"/proc/{pid}/task")):
+        with open(f"/proc/{pid}/task/{tid}/status") as f:
+            blocked = int(next(ln for ln in f if ln.startswith("SigBlk:")).split()[1], 16)
+        if not blocked & (1 << (sig - 1)):
+            out.append(tid)
+    return out
+
+
+def test_sigterm_stops_a_service_whichever_of_its_threads_receives_it(tmp_path):
+    """kill(2) hands a process-directed signal to any thread that does not block it: to the main
+    thread in the common case, to another one when the main thread is frozen or already has a
+    signal pending (a SIGSTOP/SIGCONT, Ctrl-Z of the process group). A service idle in its futex
+    wait must act on a SIGTERM whichever of its eligible threads gets it; otherwise close() waits
+    30 s and SIGKILLs it, losing its final flush. Here the signal goes to the thread the kernel
+    would least prefer: an eligible thread other than the sleeping main thread, if there is one."""
+    cfg = _config(tmp_path)
+
+    async def go():
+        s = MessageStore(cfg)
+        await s.start()
+        try:
+            assert (await s.put("Sig", 0, b"x")).status is PutStatus.PUT_OK
+            await s.wait_dispatched(s.offsets()["wrote"], 10)
+            for name, slot in (("flush", Slot.FLUSH_PID), ("reput", Slot.REPUT_PID)):
+                await _sigterm_to_another_thread(s, name, slot)
+            assert (await s.put("Sig", 0, b"y")).status is PutStatus.PUT_OK
+        finally:
+            await s.close()
+
+    asyncio.run(go())
+
+
+async def _sigterm_to_another_thread(s: MessageStore, name: str, slot: Slot) -> None:
+    svc = s.services[name]
+    pid = svc.pid
+    # the reput sleeps without a timeout only once its consume queues are flushed
+    await async_wait_until(lambda: s.ckpt.get("cqFlushedOffset") >= s.offsets()["wrote"], 10,
+                           "consume queues flushed")
+    await async_wait_until(lambda: _thread_sleeps_in_futex(pid), 10, f"the {name} service idle")
+    threads = _threads_taking(pid, signal.SIGTERM)
+    tid = next((t for t in threads if t != pid), pid)
+    _tgkill(pid, tid, signal.SIGTERM)
+    try:
+        await async_wait_until(lambda: not pid_alive(pid), 5,
+                               f"the {name} service to act on a SIGTERM received by thread {tid} (threads {threads})")
+    finally:
+        if pid_alive(pid):
+            os.kill(pid, signal.SIGKILL)  # let the store go on after the failure
+    await async_wait_until(lambda: svc.pid != pid and s.table.load(slot) == svc.pid, 10, f"the {name} service restarted")
+    assert svc.restarts == 1  # a SIGTERM outside close() is an exit the supervisor repairs

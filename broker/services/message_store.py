@@ -261,6 +261,10 @@ class MessageStore:
             await self.wait_dispatched(wrote, 30)
         except asyncio.TimeoutError:
             log.error("reput did not catch up with %d before shutdown", wrote)
+        # From here on a service that ends is one we asked to stop (it may see SHUTDOWN and finish
+        # by itself while we are busy with another): it must not be restarted.
+        for svc in self.services.values():
+            svc.stopping = True
         t.store(Slot.SHUTDOWN, 1)
         for name, svc in self.services.items():
             # A service stopped before it set up its signal handling would die without its final

@@ -107,16 +107,18 @@ class ReputService:
 
     def run(self) -> None:
         t = self.table
-        self.log.load()
-        self.cqs.load()
-        t.store(Slot.REPUT_PID, os.getpid())
-        notify(self.notify_fd)  # ready: the broker may now stop us with SIGTERM
-        dispatched = t.load(Slot.DISPATCHED)
         interval = self.config.flushIntervalConsumeQueue / 1000
-        start = dispatched
+        loaded = False
 
         def main_loop() -> None:
-            dispatched = start
+            nonlocal loaded
+            # Set-up runs under run_service too: a SIGTERM during it still ends in final().
+            self.log.load()
+            self.cqs.load()
+            loaded = True
+            t.store(Slot.REPUT_PID, os.getpid())
+            notify(self.notify_fd)  # ready: the broker may now stop us with SIGTERM
+            dispatched = t.load(Slot.DISPATCHED)
             last_flush = time.monotonic()
             flushed_at = dispatched
             while True:
@@ -133,6 +135,9 @@ class ReputService:
                     flushed_at, last_flush = dispatched, time.monotonic()
 
         def final() -> None:
+            if not loaded:  # stopped while loading: nothing of ours to finish
+                self.log.load()
+                self.cqs.load()
             dispatched = self.reput(t.load(Slot.DISPATCHED), t.load(Slot.WROTE))
             self.flush_queues(dispatched)
             t.store(Slot.REPUT_PID, 0)

@@ -14,6 +14,15 @@ import time
 log = logging.getLogger("supervisor")
 
 
+def _service_env() -> dict[str, str]:
+    # A service is one thread of work: numpy's BLAS pool would only add threads that a SIGTERM
+    # may be delivered to and that compete with the broker for 2 cores.
+    env = dict(os.environ)
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        env[var] = "1"
+    return env
+
+
 class ServiceProcess:
     """One supervised service: `python -m <module>` with the store config, our pid and an eventfd."""
 
@@ -39,7 +48,7 @@ class ServiceProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", self.module, "--config", cfg, "--parent", str(os.getpid()),
              "--notify-fd", str(self.notify_fd)],
-            pass_fds=(self.notify_fd,), stdin=subprocess.DEVNULL)
+            pass_fds=(self.notify_fd,), stdin=subprocess.DEVNULL, env=_service_env())
         self.exited.clear()
         self.pidfd = os.pidfd_open(self.proc.pid)
         self.loop.add_reader(self.pidfd, self._on_exit)
@@ -50,6 +59,11 @@ class ServiceProcess:
         self.pidfd = -1
         rc = self.proc.wait()
         self.exited.set()
+        # whoever waits on a condition about this service (readiness, a restart) re-checks it now
+        try:
+            os.eventfd_write(self.notify_fd, 1)
+        except OSError:
+            pass  # the store is tearing down
         if self.stopping:
             return
         self.restarts += 1
