@@ -1,0 +1,343 @@
+"""`python -m bench` (`make bench`): machine limits, kernel micro-benchmarks and store figures
+in one run, side by side, with the store-core milestone's targets marked met or missed.
+
+    python -m bench                 # full run, ~3-4 minutes on the project's 2-core VMs
+    python -m bench --quick         # ~1 minute, smaller cells
+    python -m bench --out DIR       # results (JSON + Markdown); default bench/results/
+
+Order: 1. limits (bench.limits.measure_all on the store's filesystem), 2. the kernel suite
+(bench/test_kernels_bench.py under pytest-benchmark, in a subprocess), 3. in-process put and
+put_batch throughput, 4. SYNC_FLUSH latency by writer count, 5. reput rate (kernel path and
+service end to end). A line is printed per cell as it finishes; the table comes last.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as _dt
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# The services log at INFO on every stop; a benchmark only wants their warnings and errors.
+os.environ.setdefault("BROKER_LOG_LEVEL", "WARNING")
+
+TARGETS = {
+    "put_batch_1k_async": 1_000_000,     # msgs/s
+    "put_1k_async": 300_000,             # msgs/s
+    "sync_scaling_64_over_1": 20.0,      # throughput(64 writers) / throughput(1 writer)
+    "sync_p99_over_fdatasync_p99": 3.0,  # at most
+    "reput_records_per_s": 2_000_000,
+}
+
+
+def say(msg: str) -> None:
+    print(msg, flush=True)
+
+
+# ------------------------------------------------------------------------------------ filesystem
+
+def _mount_of(path: str) -> tuple[str, str, str]:
+    """(mount point, fs type, device) of the filesystem holding `path`."""
+    path = os.path.realpath(path)
+    best = ("/", "?", "?")
+    with open("/proc/self/mounts") as f:
+        for line in f:
+            dev, mnt, fstype = line.split()[:3]
+            mnt = mnt.replace("\\040", " ")
+            if (path == mnt or path.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best[0]):
+                best = (mnt, fstype, dev)
+    return best
+
+
+def check_workdir(workdir: str) -> dict:
+    mnt, fstype, dev = _mount_of(workdir)
+    info = {"workdir": workdir, "mount": mnt, "fstype": fstype, "device": dev,
+            "same_fs_as_repo": os.stat(workdir).st_dev == os.stat(REPO).st_dev}
+    if fstype in ("tmpfs", "ramfs", "overlay"):
+        say(f"WARNING: {workdir} is on {fstype}: disk figures will not be the disk's")
+    return info
+
+
+# --------------------------------------------------------------------------------------- kernels
+
+def run_kernel_suite(out_dir: str, quick: bool) -> dict:
+    """bench/test_kernels_bench.py under pytest-benchmark, in a subprocess; medians and extra_info."""
+    js = os.path.join(out_dir, "kernels-benchmark.json")
+    cmd = [sys.executable, "-m", "pytest", os.path.join("bench", "test_kernels_bench.py"), "--benchmark-only",
+           "-q", "-p", "no:cacheprovider", f"--benchmark-json={js}", "--benchmark-columns=min,median,max,rounds"]
+    if quick:
+        cmd += ["--benchmark-max-time=0.25", "--benchmark-min-rounds=3"]
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    with open(os.path.join(out_dir, "kernels-pytest.txt"), "w") as f:
+        f.write(p.stdout + p.stderr)
+    if p.returncode != 0:
+        say(p.stdout[-4000:] + p.stderr[-2000:])
+        raise RuntimeError(f"kernel benchmark suite failed (exit {p.returncode}); see kernels-pytest.txt")
+    with open(js) as f:
+        data = json.load(f)
+    out = {}
+    for b in data["benchmarks"]:
+        fig = dict(b["extra_info"])
+        fig["median_s"] = b["stats"]["median"]
+        fig["rounds"] = b["stats"]["rounds"]
+        out[b["name"]] = fig
+        say(f"  kernel {b['name']}: median {fig['median_s'] * 1e6:,.2f} us, "
+            f"{fig.get('bytes_per_s', math.nan) / 1e9:.2f} GB/s, {fig.get('records_per_s', math.nan):,.0f} records/s, "
+            f"{fig.get('x_memcpy', math.nan):.2f}x memcpy of the same bytes")
+    out["_suite_s"] = time.perf_counter() - t0
+    return out
+
+
+# ---------------------------------------------------------------------------------------- report
+
+def _fmt_rate(v: float) -> str:
+    return f"{v:,.0f}"
+
+
+def _verdict(value: float, target: float, higher_is_better: bool = True) -> str:
+    if value is None or not math.isfinite(value):
+        return "not measured"
+    if higher_is_better:
+        if value >= target:
+            return f"**met** ({value / target:.2f}x target)"
+        return f"**missed** by {100 * (1 - value / target):.0f} % ({value / target:.2f}x target)"
+    if value <= target:
+        return f"**met** ({value:.2f} <= {target:g})"
+    return f"**missed** by {100 * (value / target - 1):.0f} % ({value:.2f} > {target:g})"
+
+
+def evaluate(figs: dict) -> list[dict]:
+    L, S = figs["limits"], figs["store"]
+    out = []
+
+    def add(name, value, target, unit, higher=True, where=""):
+        out.append({"target": name, "value": value, "threshold": target, "unit": unit, "where": where,
+                    "met": (value >= target) if higher else (value <= target),
+                    "verdict": _verdict(value, target, higher)})
+
+    add("put_batch 1 KiB ASYNC_FLUSH >= 1,000,000 msgs/s", S["put_batch ASYNC_FLUSH 1KiB"]["msgs_per_s"],
+        TARGETS["put_batch_1k_async"], "msgs/s", where="put_batch ASYNC_FLUSH 1KiB")
+    add("single put >= 300,000 msgs/s (1 KiB, ASYNC_FLUSH)", S["put ASYNC_FLUSH 1KiB"]["msgs_per_s"],
+        TARGETS["put_1k_async"], "msgs/s", where="put ASYNC_FLUSH 1KiB")
+    add("single put >= 300,000 msgs/s (128 B, ASYNC_FLUSH)", S["put ASYNC_FLUSH 128B"]["msgs_per_s"],
+        TARGETS["put_1k_async"], "msgs/s", where="put ASYNC_FLUSH 128B")
+    w1, w64 = S.get("sync latency 1 writers 1KiB"), S.get("sync latency 64 writers 1KiB")
+    if w1 and w64:
+        add("SYNC_FLUSH throughput(64 writers) >= 20x throughput(1 writer)",
+            w64["msgs_per_s"] / w1["msgs_per_s"], TARGETS["sync_scaling_64_over_1"], "x")
+        add("SYNC_FLUSH p99 (64 writers) <= 3x fdatasync p99", w64["p99_us"] / L["fdatasync_p99_us"],
+            TARGETS["sync_p99_over_fdatasync_p99"], "x", higher=False)
+    k = next((v for n, v in S.items() if n.startswith("reput kernel")), None)
+    e = next((v for n, v in S.items() if n.startswith("reput service")), None)
+    if k:
+        add("reput >= 2,000,000 records/s (kernel path: scan + dispatch)", k["records_per_s"],
+            TARGETS["reput_records_per_s"], "records/s")
+    if e:
+        add("reput >= 2,000,000 records/s (service, end to end while put_batch writes)", e["records_per_s"],
+            TARGETS["reput_records_per_s"], "records/s")
+    return out
+
+
+def markdown(figs: dict) -> str:
+    L, K, S, meta = figs["limits"], figs["kernels"], figs["store"], figs["meta"]
+    memcpy_Bps = L["memcpy_GiBps"] * (1 << 30)
+    fsync_p99 = L["fdatasync_p99_us"]
+    rows: list[tuple[str, str, str, str]] = []
+
+    def row(fig, value, limit="", vs=""):
+        rows.append((fig, value, limit, vs))
+
+    # limits
+    row("**machine limits**", "", "", "")
+    row("memcpy (numpy 256 MiB)", f"{L['memcpy_GiBps']:.2f} GiB/s", "anchor 10.1 GiB/s")
+    row("4 KiB mmap write + fdatasync", f"p50 {L['fdatasync_p50_us']:.0f} us, p99 {fsync_p99:.0f} us, "
+        f"p99.9 {L['fdatasync_p999_us']:.0f} us", "anchor p50 140-180, p99 250-270 us",
+        f"{L['fdatasync_per_s']:,.0f} syncs/s (1 thread)")
+    for key, label in (("broker_warm", "same, on a segment the broker made (create_segment_file)"),
+                       ("madv_random_warm", "same, segment warmed with MADV_RANDOM only")):
+        sp = L.get("segment_probe", {}).get(key)
+        if sp:
+            kib = sp.get("device_KiB_per_sync")
+            row(label, f"p50 {sp['p50_us']:.0f} us, p99 {sp['p99_us']:.0f} us",
+                "the large-folio trap writes 2048 KiB per sync",
+                f"{sp['per_s']:,.0f} syncs/s" + (f"; device wrote {kib:,.1f} KiB per sync" if kib is not None else ""))
+    row("sequential durable write", f"{L['seq_durable_MBps']:.0f} MB/s", "anchor 450-610 MB/s")
+    row("loopback TCP", f"{L['loopback_GiBps']:.2f} GiB/s; RTT p50 {L['loopback_rtt_p50_us']:.0f} us, "
+        f"p99 {L['loopback_rtt_p99_us']:.0f} us", "anchor 2.4-2.6 GiB/s; 24 (45) us")
+
+    # kernels
+    row("**kernels** (pytest-benchmark medians, cache-warm)", "", "", "")
+    names = {"test_encode_record_1k": "encode_record 1 KiB", "test_encode_batch_256x1k": "encode_batch 256 x 1 KiB",
+             "test_scanner_scan_1k_segment": "Scanner.scan 8 MiB of 1 KiB records (no CRC)",
+             "test_scanner_scan_1k_segment_crc": "Scanner.scan 8 MiB of 1 KiB records, CRC checked"}
+    for key, label in names.items():
+        k = K.get(key)
+        if not k or "bytes_per_s" not in k:
+            continue
+        row(label, f"{k['median_s'] * 1e6:,.2f} us/call; {k['bytes_per_s'] / 1e9:.2f} GB/s; "
+            f"{k['records_per_s']:,.0f} records/s",
+            f"np.copyto of the same {k['bytes']:,} B: {k['memcpy_s'] * 1e6:,.2f} us",
+            f"{k['x_memcpy']:.2f}x memcpy time; {k['bulk_memcpy_pct']:.0f} % of bulk memcpy bandwidth")
+
+    # put throughput
+    row("**put throughput** (in-process MessageStore, 1 GiB segments, uvloop)", "", "", "")
+    for name, f in S.items():
+        if not name.startswith("put"):
+            continue
+        mode = "ASYNC" if "ASYNC" in name else "SYNC"
+        how = ""
+        if name.startswith("put_batch"):
+            how = f" (batches of {f['batch']}" + (f", {f['tasks']} tasks)" if "tasks" in f else ")")
+        elif "tasks" in f:
+            how = f" ({f['tasks']} tasks)"
+        value = f"{f['msgs_per_s']:,.0f} msgs/s; {f['MBps']:,.0f} MB/s"
+        pct = 100 * f["MBps"] * 1e6 / memcpy_Bps
+        if mode == "ASYNC":
+            limit = f"memcpy {L['memcpy_GiBps']:.2f} GiB/s"
+            vs = f"{pct:.1f} % of memcpy"
+        else:
+            limit = (f"fdatasync {L['fdatasync_per_s']:,.0f}/s; seq durable {L['seq_durable_MBps']:.0f} MB/s")
+            vs = (f"{f['msgs_per_flush']:,.0f} msgs/flush ({f['flushes_observed'] / f['elapsed_s']:,.0f} flushes/s); "
+                  f"{100 * f['MBps'] / L['seq_durable_MBps']:.0f} % of seq durable; {pct:.1f} % of memcpy")
+            if "p99_us" in f:
+                value += f"; p50 {f['p50_us']:,.0f} us p99 {f['p99_us']:,.0f} us"
+        row(f"{name}{how}", value, limit, vs)
+
+    # SYNC latency
+    row("**SYNC_FLUSH latency** (1 KiB puts, each writer: t0; await put; record)", "", "", "")
+    base = S.get("sync latency 1 writers 1KiB")
+    for name, f in S.items():
+        if not name.startswith("sync latency"):
+            continue
+        scale = f" = {f['msgs_per_s'] / base['msgs_per_s']:.1f}x one writer" if base else ""
+        row(f"{f['tasks']} writer{'s' if f['tasks'] > 1 else ''}",
+            f"p50 {f['p50_us']:,.0f} us, p99 {f['p99_us']:,.0f} us, p99.9 {f['p999_us']:,.0f} us; "
+            f"{f['msgs_per_s']:,.0f} msgs/s{scale}",
+            f"fdatasync p50 {L['fdatasync_p50_us']:.0f} us, p99 {fsync_p99:.0f} us",
+            f"p99 = {f['p99_us'] / fsync_p99:.2f}x fdatasync p99; {f['msgs_per_flush']:.1f} msgs/flush; "
+            f"timeouts {f['flush_timeouts']}")
+
+    # reput
+    row("**reput**", "", "", "")
+    for name, f in S.items():
+        if name.startswith("reput kernel"):
+            row(f"{name} ({f['records']:,} records, {f['bytes'] / 1e6:,.0f} MB segment)",
+                f"{f['records_per_s']:,.0f} records/s ({f['bytes'] / f['elapsed_s'] / 1e9:.2f} GB/s of log)",
+                f"memcpy {L['memcpy_GiBps']:.2f} GiB/s",
+                f"scan {f['scan_share_pct']:.0f} % / dispatch {100 - f['scan_share_pct']:.0f} % of the time; "
+                f"scan alone {f['scan_only_records_per_s']:,.0f} records/s ({f['scan_only_GBps']:.1f} GB/s)")
+        elif name.startswith("reput service"):
+            row(f"{name} ({f['records']:,} records via put_batch, ASYNC_FLUSH)",
+                f"{f['records_per_s']:,.0f} records/s (first write to last dispatch)",
+                f"writer alone {f['writer_records_per_s']:,.0f} records/s",
+                f"writes took {f['write_s']:.2f} s, dispatch done {f['dispatch_done_s']:.2f} s; "
+                f"{f['left_when_writes_ended']:,} left at end of writes, drained at "
+                + (f"{f['drain_records_per_s']:,.0f}/s" if math.isfinite(f["drain_records_per_s"]) else "n/a"))
+
+    lines = [f"# Benchmark {meta['started']} ({'quick' if meta['quick'] else 'full'})", "",
+             f"{meta['machine']}; store on {meta['fs']['fstype']} ({meta['fs']['device']}, {meta['fs']['mount']}); "
+             f"event loop {meta['loop']}; total {meta['total_s']:.0f} s.", "",
+             "| figure | value | limit beside it (this run) | vs limit |", "|---|---|---|---|"]
+    lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
+    lines += ["", "## Targets (store-core milestone)", "", "| target | measured | verdict |", "|---|---|---|"]
+    for t in figs["targets"]:
+        v = t["value"]
+        shown = f"{v:,.0f} {t['unit']}" if v >= 100 else f"{v:.2f}{t['unit']}"
+        lines.append(f"| {t['target']} | {shown} | {t['verdict']} |")
+    lines += ["", "MB/s counts stored record bytes (body + 91-byte header + topic + properties). "
+              "Each store cell uses a fresh store directory; its clock starts after a warm-up put and after "
+              "the next segment's pre-allocation finished, and it stops before filling its 1 GiB segment."]
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------------------ main
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="~1 minute version (smaller cells)")
+    p.add_argument("--out", default=os.path.join(REPO, "bench", "results"), help="results directory")
+    p.add_argument("--workdir", default=None,
+                   help="where store directories are made (default: inside --out; must be a real disk, not tmpfs)")
+    p.add_argument("--no-kernels", action="store_true", help="skip the pytest-benchmark kernel suite")
+    args = p.parse_args(argv)
+
+    import broker.kernels.codec as codec
+    if not codec.__file__.endswith(".so"):
+        say("broker.kernels are not compiled: run `make install`")
+        return 2
+    from bench import limits, segment_probe, store_bench
+
+    os.makedirs(args.out, exist_ok=True)
+    base = args.workdir or args.out
+    os.makedirs(base, exist_ok=True)
+    workdir = tempfile.mkdtemp(prefix=".work-", dir=base)
+    started = _dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+    t_start = time.perf_counter()
+    fs = check_workdir(workdir)
+    try:
+        import uvloop
+        runner, loop_name = uvloop.run, f"uvloop {uvloop.__version__}"
+    except ImportError:
+        runner, loop_name = asyncio.run, "asyncio"
+    settings = store_bench.Settings.make(args.quick)
+    say(f"bench ({'quick' if args.quick else 'full'}): store work dir {workdir} on {fs['fstype']} {fs['device']}")
+
+    try:
+        say("1/4 machine limits ...")
+        t0 = time.perf_counter()
+        L = limits.measure_all(workdir, quick=args.quick)
+        L["segment_probe"] = segment_probe.measure(workdir, fs["device"], quick=args.quick)
+        say(f"  memcpy {L['memcpy_GiBps']:.2f} GiB/s; fdatasync p50 {L['fdatasync_p50_us']:.0f} us "
+            f"p99 {L['fdatasync_p99_us']:.0f} us; seq durable {L['seq_durable_MBps']:.0f} MB/s; "
+            f"loopback {L['loopback_GiBps']:.2f} GiB/s ({time.perf_counter() - t0:.1f} s)")
+
+        K: dict = {}
+        if not args.no_kernels:
+            say("2/4 kernel micro-benchmarks (pytest-benchmark, bench/test_kernels_bench.py) ...")
+            K = run_kernel_suite(args.out, args.quick)
+
+        say("3/4 store cells (fresh store per cell; ~5 s of segment pre-allocation each before its clock) ...")
+
+        def progress(r: store_bench.Result) -> None:
+            say(f"  {r.line()}  [setup {r.figures.get('store_setup_s', 0):.1f} s, "
+                f"{time.perf_counter() - t_start:.0f} s elapsed]")
+
+        S = runner(store_bench.run_all(workdir, settings, progress))
+    finally:
+        import shutil
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    say("4/4 report")
+    figs = {
+        "meta": {"started": started, "quick": args.quick, "loop": loop_name, "fs": fs,
+                 "machine": f"{L['cpu_count']} CPUs, kernel {L['kernel']}, Python {L['python']}, "
+                            f"{platform.machine()}",
+                 "settings": settings.__dict__, "targets": TARGETS,
+                 "total_s": time.perf_counter() - t_start},
+        "limits": L, "kernels": K, "store": S,
+    }
+    figs["targets"] = evaluate(figs)
+    md = markdown(figs)
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S") + ("-quick" if args.quick else "")
+    for name in (f"bench-{stamp}", "latest"):
+        with open(os.path.join(args.out, name + ".json"), "w") as f:
+            json.dump(figs, f, indent=2, default=str)
+        with open(os.path.join(args.out, name + ".md"), "w") as f:
+            f.write(md)
+    print()
+    print(md)
+    say(f"written: {os.path.join(args.out, f'bench-{stamp}.json')} and .md (also latest.json / latest.md)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
