@@ -162,13 +162,16 @@ def markdown(figs: dict) -> str:
     row("4 KiB mmap write + fdatasync", f"p50 {L['fdatasync_p50_us']:.0f} us, p99 {fsync_p99:.0f} us, "
         f"p99.9 {L['fdatasync_p999_us']:.0f} us", "anchor p50 140-180, p99 250-270 us",
         f"{L['fdatasync_per_s']:,.0f} syncs/s (1 thread)")
-    for key, label in (("broker_warm", "same, on a segment the broker made (create_segment_file)"),
-                       ("madv_random_warm", "same, segment warmed with MADV_RANDOM only")):
+    for key, label in (("broker_sync", "same, on a SYNC_FLUSH segment the broker made (16 KiB pwrite warm-up)"),
+                       ("broker_async", "same, on an ASYNC_FLUSH segment the broker made (2 MiB pwrite warm-up)"),
+                       ("rocketmq_map_touch", "same, segment warmed as RocketMQ (a zero per page via the map)"),
+                       ("madv_random_touch", "same, map touch with MADV_RANDOM")):
         sp = L.get("segment_probe", {}).get(key)
         if sp:
             kib = sp.get("device_KiB_per_sync")
-            row(label, f"p50 {sp['p50_us']:.0f} us, p99 {sp['p99_us']:.0f} us",
-                "the large-folio trap writes 2048 KiB per sync",
+            row(label, f"p50 {sp['p50_us']:.0f} us, p99 {sp['p99_us']:.0f} us; "
+                f"stores through the map {sp['map_write_MiBps']:,.0f} MiB/s",
+                f"memcpy {L['memcpy_GiBps']:.2f} GiB/s",
                 f"{sp['per_s']:,.0f} syncs/s" + (f"; device wrote {kib:,.1f} KiB per sync" if kib is not None else ""))
     row("sequential durable write", f"{L['seq_durable_MBps']:.0f} MB/s", "anchor 450-610 MB/s")
     row("loopback TCP", f"{L['loopback_GiBps']:.2f} GiB/s; RTT p50 {L['loopback_rtt_p50_us']:.0f} us, "

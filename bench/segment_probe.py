@@ -1,18 +1,22 @@
-"""The SYNC_FLUSH limit on a segment made the way the broker makes it.
+"""Folio size decides two costs of the commit log: probe both on segments warmed three ways.
 
-bench.limits' fdatasync probe warms a 64 MiB file and dirties only its first ~8 MiB, where
-folios are still small. The broker warms whole 1 GiB segments through the map
-(broker.store.mapped_file.create_segment_file -> warm_pages), and the fault read-around of that
-sequential warm-up ramps the page cache's folios up to 2 MiB a few MiB into the file (ext4,
-kernel >= 6.16). block_page_mkwrite then dirties a whole folio for a 4 KiB store, so every
-4 KiB fdatasync writes back up to 2 MiB: the large-folio trap of machine-limits.md, hit by the
-broker's own warm-up. This probe measures "dirty 4 KiB through the map + fdatasync" at offsets
->= 64 MiB of
+On kernels with large folios (ext4, >= 6.16) the page cache keeps a file in folios whose size
+depends on how the pages first came in: a buffered write of N bytes makes N-byte folios, a
+sequential pass through a map (RocketMQ's warm-up: a zero per page) ramps them up to 2 MiB
+through the fault read-around, and MADV_RANDOM makes 4 KiB ones. Then
 
-  * a segment made by the broker's create_segment_file (what the store syncs), and
-  * the same warm-up with MADV_RANDOM on the map first (no read-around: order-0 folios),
+  * writeback is per folio: SYNC_FLUSH's "dirty 4 KiB + fdatasync" writes the whole folio
+    (the large-folio trap of machine-limits.md), and
+  * a write fault maps a whole folio: the writer's sequential stores through its map fault
+    once per folio, so 4 KiB folios make them several times slower.
 
-and reports the bytes the device wrote per sync (from /sys/class/block/<dev>/stat).
+For each way of warming this probe reports, at offsets >= 64 MiB (past a file's small-folio
+head): the 4 KiB fdatasync latency and the bytes the device wrote per sync (from
+/sys/class/block/<dev>/stat), and the bandwidth of sequential stores through a fresh map.
+  * broker_sync / broker_async: broker.store.mapped_file.create_segment_file as the commit log
+    calls it under SYNC_FLUSH (16 KiB pwrite chunks) and ASYNC_FLUSH (2 MiB chunks),
+  * rocketmq_map_touch: a zero per page through the map,
+  * madv_random_touch: the same with MADV_RANDOM on the map first.
 """
 from __future__ import annotations
 
@@ -22,8 +26,7 @@ import time
 
 import numpy as np
 
-from broker.kernels.codec import MappedBuffer, warm_pages
-from broker.store.mapped_file import create_segment_file
+from broker.store.mapped_file import WARM_CHUNK_ASYNC_FLUSH, WARM_CHUNK_SYNC_FLUSH, create_segment_file
 
 MiB = 1 << 20
 PAGE = 4096
@@ -41,19 +44,34 @@ def _written_sectors(stat_path: str | None) -> int | None:
         return int(f.read().split()[6])  # sectors written (512 B)
 
 
-def _make_random_warm(path: str, size: int) -> None:
+def _map_touch_warm(path: str, size: int, advise_random: bool) -> None:
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         os.ftruncate(fd, size)
-        m = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
-        m.madvise(mmap.MADV_RANDOM)
-        arr = np.frombuffer(m, dtype=np.uint8)
-        buf = MappedBuffer(arr)
-        warm_pages(buf)
-        buf.release()
-        del arr
-        m.close()
+        with mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE) as m:
+            if advise_random:
+                m.madvise(mmap.MADV_RANDOM)
+            arr = np.frombuffer(m, dtype=np.uint8)
+            arr[::PAGE] = 0
+            del arr
         os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _map_write_MiBps(path: str, size: int, start: int, length: int) -> float:
+    """Sequential 256 KiB stores through a fresh map over clean cached pages: write-fault bound."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        with mmap.mmap(fd, size) as m:
+            arr = np.frombuffer(m, dtype=np.uint8)
+            src = np.full(256 * 1024, 0x5A, np.uint8)
+            t0 = time.perf_counter()
+            for off in range(start, start + length, src.size):
+                arr[off:off + src.size] = src
+            el = time.perf_counter() - t0
+            del arr
+        return length / MiB / el
     finally:
         os.close(fd)
 
@@ -90,18 +108,22 @@ def _probe(path: str, size: int, start: int, n: int, stat_path: str | None) -> d
 
 
 def measure(workdir: str, device: str, quick: bool = False) -> dict:
-    """{'broker_warm': {...}, 'madv_random_warm': {...}}; each p50/p99 us, syncs/s, KiB written per sync."""
+    """{variant: {p50_us, p99_us, per_s, device_KiB_per_sync, map_write_MiBps}} for the three warm-ups."""
     size = 128 * MiB
     start = 64 * MiB  # past the small-folio head of the file
     n = 100 if quick else 300
     stat_path = _dev_stat_path(device)
     out: dict = {"segment_MiB": size // MiB, "from_offset_MiB": start // MiB, "syncs": n}
-    for name, make in (("broker_warm", lambda p: create_segment_file(p, size, True)),
-                       ("madv_random_warm", lambda p: _make_random_warm(p, size))):
+    variants = (("broker_sync", lambda p: create_segment_file(p, size, True, WARM_CHUNK_SYNC_FLUSH)),
+                ("broker_async", lambda p: create_segment_file(p, size, True, WARM_CHUNK_ASYNC_FLUSH)),
+                ("rocketmq_map_touch", lambda p: _map_touch_warm(p, size, False)),
+                ("madv_random_touch", lambda p: _map_touch_warm(p, size, True)))
+    for name, make in variants:
         path = os.path.join(workdir, f"segment-probe-{name}")
         try:
             make(path)
             out[name] = _probe(path, size, start, n, stat_path)
+            out[name]["map_write_MiBps"] = _map_write_MiBps(path, size, 0, start)
         finally:
             if os.path.exists(path):
                 os.unlink(path)

@@ -21,6 +21,8 @@ cdef class OffsetTable:
     cdef int64_t *_value(self, int slot) except NULL
     cpdef int64_t load(self, int slot) except? -1
     cpdef void store(self, int slot, int64_t value) except *
+    cpdef void publish(self, int slot, int64_t value) except *
+    cpdef void wake(self, int slot) except *
     cpdef int64_t wait_until_ge(self, int slot, int64_t target, double timeout) except? -1
     cpdef int64_t wait_change(self, int slot, int64_t seen, double timeout) except? -1
     cdef int64_t _wait(self, int slot, int64_t arg, int mode, double timeout) except? -1

@@ -114,6 +114,17 @@ cdef class OffsetTable:
         if ATOMIC_LOAD_SC32(<int32_t *> (v + 1)) > 0:
             syscall(SYS_futex, <int32_t *> v, FUTEX_WAKE, 0x7FFFFFFF, NULL, NULL, 0)
 
+    cpdef void publish(self, int slot, int64_t value) except *:
+        """Store a new value without waking anyone: readers see it at once, sleepers at the next
+        wake(). Lets a writer that stores many times per event-loop turn wake once per turn."""
+        ATOMIC_STORE_SC(self._value(slot), value)
+
+    cpdef void wake(self, int slot) except *:
+        """Wake every sleeper on the slot (no syscall when there is none)."""
+        cdef int64_t *v = self._value(slot)
+        if ATOMIC_LOAD_SC32(<int32_t *> (v + 1)) > 0:
+            syscall(SYS_futex, <int32_t *> v, FUTEX_WAKE, 0x7FFFFFFF, NULL, NULL, 0)
+
     def add(self, int slot, int64_t delta) -> int:
         """Atomic add (for counters several processes bump, such as restart counts)."""
         cdef int64_t *v = self._value(slot)

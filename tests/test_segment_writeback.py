@@ -4,7 +4,8 @@ On kernels with large folios (ext4, >= 6.16), pages faulted in by a sequential p
 map are grouped into folios of up to 2 MiB by the fault read-around, and writeback is per
 folio: 4 KiB dirtied + fdatasync then costs a 2 MiB device write (1.3 ms instead of 0.09 ms
 here). The store's own warm-up and the writer's faults after a restart are both sequential
-passes, so both must run MADV_RANDOM (kernels.codec.advise_random).
+passes: the warm-up writes SYNC_FLUSH segments in 16 KiB chunks (kernels.codec.warm_file) and
+the writer advises its unwritten pages MADV_RANDOM (kernels.codec.advise_random).
 
 The figure asserted is bytes the block device wrote per sync (/sys/class/block/<dev>/stat), not
 time. On a kernel without large file folios the control below does not amplify either, and
@@ -21,11 +22,13 @@ import pytest
 
 from broker.services.message_store import MessageStore
 from broker.store.config import MessageStoreConfig
+from broker.store.commit_log import warm_chunk_for
+from broker.store.config import SYNC_FLUSH
 from broker.store.mapped_file import create_segment_file
 
 MiB = 1 << 20
 SYNCS = 40
-# Our sync writes 4-8 KiB of data plus journal blocks; a large folio is 64 KiB to 2 MiB.
+# A SYNC_FLUSH segment is warmed into 16 KiB folios; the trap is 64 KiB to 2 MiB per sync.
 MAX_KIB_PER_SYNC = 32
 
 
@@ -87,10 +90,11 @@ def _plain_sequential_warm(path: str, size: int) -> None:
         os.close(fd)
 
 
-def test_a_segment_the_store_creates_syncs_4k_without_folio_writeback(tmp_path, device):
+def test_a_segment_the_store_creates_for_sync_flush_syncs_4k_without_folio_writeback(tmp_path, device):
     size = 32 * MiB
     ours = str(tmp_path / "00000000000000000000")
-    create_segment_file(ours, size, warm=True)
+    cfg = MessageStoreConfig(storePathRootDir=str(tmp_path), flushDiskType=SYNC_FLUSH)
+    create_segment_file(ours, size, True, warm_chunk_for(cfg))
     control = str(tmp_path / "control")
     _plain_sequential_warm(control, size)
     got = _kib_per_sync(ours, size, 16 * MiB, device)
@@ -103,7 +107,8 @@ def test_writer_after_restart_with_a_cold_page_cache_syncs_4k_without_folio_writ
     """After a reboot the current segment's unwritten pages are no longer cached: the writer's
     own sequential faults must not bring them back in large folios."""
     size = 64 * MiB
-    cfg = MessageStoreConfig(storePathRootDir=str(tmp_path / "store"), mappedFileSizeCommitLog=size)
+    cfg = MessageStoreConfig(storePathRootDir=str(tmp_path / "store"), mappedFileSizeCommitLog=size,
+                             flushDiskType=SYNC_FLUSH)
     body = b"b" * 1000
 
     async def fill():

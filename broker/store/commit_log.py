@@ -2,8 +2,13 @@
 from __future__ import annotations
 
 from broker.kernels.codec import Appender, advise_random
-from broker.store.config import MessageStoreConfig
+from broker.store.config import SYNC_FLUSH, MessageStoreConfig
+from broker.store.mapped_file import WARM_CHUNK_ASYNC_FLUSH, WARM_CHUNK_SYNC_FLUSH
 from broker.store.mapped_file_queue import MappedFileQueue
+
+
+def warm_chunk_for(config: MessageStoreConfig) -> int:
+    return WARM_CHUNK_SYNC_FLUSH if config.flushDiskType == SYNC_FLUSH else WARM_CHUNK_ASYNC_FLUSH
 
 
 class BatchChunk:
@@ -21,7 +26,7 @@ class CommitLog:
     def __init__(self, config: MessageStoreConfig, writable: bool):
         self.config = config
         self.queue = MappedFileQueue(config.commitlog_dir, config.mappedFileSizeCommitLog, writable,
-                                     warm=config.warmMapedFileEnable)
+                                     warm=config.warmMapedFileEnable, warm_chunk=warm_chunk_for(config))
         self.store_host = config.store_host
         self._app = Appender(self.store_host, config.maxMessageSize, {}, 0)
 
@@ -55,8 +60,9 @@ class CommitLog:
         self._attach(mf, app.wrote)
 
     def _attach(self, mf, offset: int) -> None:
-        # Pages not yet written must fault in as 4 KiB folios (a segment whose cache was dropped,
-        # e.g. after a reboot): otherwise each SYNC_FLUSH of 4 KiB writes back a 2 MiB folio.
+        # Unwritten pages that are no longer cached (a reboot) must not fault back in through the
+        # read-around's 2 MiB folios, which every 4 KiB SYNC_FLUSH would write back whole. Cached
+        # ones keep the folios the warm-up made: the advice does not slow their write faults.
         advise_random(mf.buf, offset - mf.base)
         self._app.attach(mf.buf, mf.base)
 

@@ -7,18 +7,20 @@ import re
 import threading
 
 from broker.store.errors import CorruptStoreError
-from broker.store.mapped_file import MappedFile, create_segment_file, offset_to_name
+from broker.store.mapped_file import WARM_CHUNK_ASYNC_FLUSH, MappedFile, create_segment_file, offset_to_name
 
 log = logging.getLogger(__name__)
 _NAME = re.compile(r"^\d{20}$")
 
 
 class MappedFileQueue:
-    def __init__(self, directory: str, file_size: int, writable: bool, warm: bool = True):
+    def __init__(self, directory: str, file_size: int, writable: bool, warm: bool = True,
+                 warm_chunk: int = WARM_CHUNK_ASYNC_FLUSH):
         self.directory = directory
         self.file_size = file_size
         self.writable = writable
         self.warm = warm
+        self.warm_chunk = warm_chunk
         self.files: list[MappedFile] = []
         self._ahead: threading.Thread | None = None
         self._ahead_error: BaseException | None = None
@@ -76,7 +78,7 @@ class MappedFileQueue:
     def _prepare(self, base: int) -> None:
         try:
             if not os.path.exists(self._path(base)):
-                create_segment_file(self._path(base), self.file_size, self.warm)
+                create_segment_file(self._path(base), self.file_size, self.warm, self.warm_chunk)
         except BaseException as e:  # reported to the writer when it needs the segment
             self._ahead_error = e
 
@@ -97,7 +99,7 @@ class MappedFileQueue:
                 err, self._ahead_error = self._ahead_error, None
                 log.warning("segment pre-allocation failed, retrying inline: %s", err)
         if not os.path.exists(self._path(base)):
-            create_segment_file(self._path(base), self.file_size, self.warm)
+            create_segment_file(self._path(base), self.file_size, self.warm, self.warm_chunk)
         mf = MappedFile(self._path(base), self.file_size, self.writable)
         self.files.append(mf)
         if self.writable:
