@@ -1,0 +1,149 @@
+"""RemotingCommand: one request or response of RocketMQ 4.x remoting, JSON-serialized.
+
+Requests arrive with extFields of mixed JSON types (ali-ons sends numbers and `false`, the C++
+client ints for some keys and strings for 64-bit ones): accessors coerce. Responses always carry
+string-valued extFields, since the C++ client ignores anything that is not a JSON string, and
+always serialize type 0 (JSON), since neither client masks the serialize-type byte.
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import msgspec
+
+from broker.kernels.remoting import FrameError, frame_prefix
+from broker.remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE
+
+_decode_header = msgspec.json.Decoder(dict).decode
+_encode = msgspec.json.encode
+_opaques = itertools.count(1)
+
+LANGUAGE = "JAVA"
+VERSION = 395  # V4_9_4: what a 4.9 broker reports
+
+
+class CommandError(ValueError):
+    """A request whose header is missing a field or has one of the wrong type (INVALID_PARAMETER)."""
+
+
+def ext_string(value: Any) -> str:
+    """A header value as Java's HashMap<String,String> would hold it (and clients sign it)."""
+    if isinstance(value, str):
+        return value
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if value is None:
+        return "null"
+    return str(value)
+
+
+class RemotingCommand:
+    __slots__ = ("code", "language", "version", "opaque", "flag", "remark", "ext", "body")
+
+    def __init__(self, code: int, ext: dict | None = None, body=b"", remark: str | None = None,
+                 opaque: int = 0, flag: int = 0, language: str = LANGUAGE, version: int = VERSION):
+        self.code = code
+        self.ext = ext if ext is not None else {}
+        self.body = body
+        self.remark = remark
+        self.opaque = opaque
+        self.flag = flag
+        self.language = language
+        self.version = version
+
+    # -- construction --------------------------------------------------------------------------
+    @classmethod
+    def request(cls, code: int, ext: dict | None = None, body=b"", oneway: bool = False) -> RemotingCommand:
+        return cls(code, ext, body, opaque=next(_opaques), flag=FLAG_ONEWAY if oneway else 0)
+
+    def response(self, code: int, ext: dict | None = None, body=b"", remark: str | None = None) -> RemotingCommand:
+        """The reply to this request: echoes its opaque."""
+        return RemotingCommand(code, ext, body, remark, opaque=self.opaque, flag=FLAG_RESPONSE)
+
+    @classmethod
+    def decode(cls, header, body) -> RemotingCommand:
+        """From a JSON header (bytes-like) and a body (kept as given: bytes or a memoryview)."""
+        try:
+            h = _decode_header(header)
+        except (msgspec.DecodeError, UnicodeDecodeError) as e:
+            raise FrameError(0, f"header is not a JSON object: {e}") from None
+        try:
+            code = int(h["code"])
+            ext = h.get("extFields") or {}
+            if not isinstance(ext, dict):
+                raise TypeError("extFields is not an object")
+            return cls(code, ext, body, h.get("remark"), int(h.get("opaque", 0)), int(h.get("flag", 0)),
+                       str(h.get("language", "")), int(h.get("version", 0)))
+        except (KeyError, TypeError, ValueError) as e:
+            raise FrameError(0, f"bad header {bytes(header[:200])!r}: {e}") from None
+
+    # -- wire ----------------------------------------------------------------------------------
+    def header_bytes(self) -> bytes:
+        h: dict[str, Any] = {"code": self.code, "language": self.language, "version": self.version,
+                             "opaque": self.opaque, "flag": self.flag}
+        if self.remark is not None:
+            h["remark"] = self.remark
+        if self.ext:
+            h["extFields"] = {k: ext_string(v) for k, v in self.ext.items()}
+        h["serializeTypeCurrentRPC"] = "JSON"
+        return _encode(h)
+
+    def encode_parts(self) -> list:
+        """[prefix + header, body parts...] for transport.writelines: the body is not copied."""
+        header = self.header_bytes()
+        body = self.body
+        if isinstance(body, list):  # several views (a pull response's records)
+            n = sum(len(b) for b in body)
+            return [frame_prefix(len(header), n) + header, *body]
+        if body:
+            return [frame_prefix(len(header), len(body)) + header, body]
+        return [frame_prefix(len(header), 0) + header]
+
+    def encode(self) -> bytes:
+        return b"".join(bytes(p) for p in self.encode_parts())
+
+    # -- flags ---------------------------------------------------------------------------------
+    @property
+    def is_response(self) -> bool:
+        return bool(self.flag & FLAG_RESPONSE)
+
+    @property
+    def is_oneway(self) -> bool:
+        return bool(self.flag & FLAG_ONEWAY)
+
+    # -- typed access to extFields ---------------------------------------------------------------
+    def get_str(self, key: str, default: str | None = None) -> str:
+        v = self.ext.get(key)
+        if v is None:
+            if default is None:
+                raise CommandError(f"the request has no {key}")
+            return default
+        return ext_string(v)
+
+    def get_int(self, key: str, default: int | None = None) -> int:
+        v = self.ext.get(key)
+        if v is None or v == "":
+            if default is None:
+                raise CommandError(f"the request has no {key}")
+            return default
+        if isinstance(v, bool):
+            return int(v)
+        try:
+            return int(v)
+        except (TypeError, ValueError):
+            raise CommandError(f"{key} is {v!r}, not an integer") from None
+
+    def get_bool(self, key: str, default: bool = False) -> bool:
+        v = self.ext.get(key)
+        if v is None:
+            return default
+        if isinstance(v, bool):
+            return v
+        return str(v).lower() == "true"
+
+    def __repr__(self) -> str:
+        kind = "response" if self.is_response else "request"
+        return f"<{kind} code={self.code} opaque={self.opaque} ext={self.ext} body={len(self.body)}B>"

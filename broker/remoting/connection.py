@@ -1,0 +1,226 @@
+"""One remoting TCP connection, for servers and clients alike (asyncio BufferedProtocol).
+
+Bytes are read straight into our own buffer, split in place by the frame kernel, and each frame's
+header decoded; a request goes to the handler with its body as a view of the buffer, a response
+resolves the future waiting on its opaque. A frame that cannot be valid (over 16 MiB, bad
+lengths, a header that is not JSON) closes this connection with one log line naming the peer and
+the reason; nothing else is affected.
+
+The body view is valid only during the handler call (the buffer is reused): a handler that keeps
+the body across an await copies it, or, as the send path does, consumes it synchronously.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Awaitable, Callable
+
+from broker.kernels.remoting import FrameError, reallocate, split_frames
+from broker.remoting.command import RemotingCommand
+
+log = logging.getLogger("remoting")
+
+INITIAL_BUFFER = 1 << 20
+MIN_READ = 64 << 10
+MAX_FRAME = 16 * 1024 * 1024
+
+# handler(command, connection) -> response | awaitable of a response | None (no reply)
+Handler = Callable[[RemotingCommand, "RemotingConnection"], "RemotingCommand | Awaitable | None"]
+
+
+class ConnectionClosed(ConnectionError):
+    pass
+
+
+class RemotingConnection(asyncio.BufferedProtocol):
+    def __init__(self, handler: Handler | None = None, on_close: Callable | None = None,
+                 max_frame: int = MAX_FRAME):
+        self.handler = handler
+        self.on_close = on_close
+        self.max_frame = max_frame
+        self.buf = bytearray(INITIAL_BUFFER)
+        self.view = memoryview(self.buf)
+        self.start = 0  # first unparsed byte
+        self.end = 0  # end of received bytes
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self.pending: dict[int, asyncio.Future] = {}
+        self.closed = asyncio.Event()
+        self.tasks: set[asyncio.Task] = set()
+        self.attrs: dict = {}  # per-connection state of the processors (client id, ...)
+
+    # -- asyncio protocol ----------------------------------------------------------------------
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if len(self.buf) - self.end < MIN_READ:
+            self._make_room(max(sizehint, MIN_READ))
+        return self.view[self.end:]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.end += nbytes
+        try:
+            frames, nxt = split_frames(self.buf, self.start, self.end, self.max_frame)
+        except FrameError as e:
+            self.abort(f"{e.reason} (at byte {e.offset - self.start} of this read)")
+            return
+        for serialize_type, hs, hl, bs, bl in frames:
+            if serialize_type != 0:
+                self.abort(f"serialize type {serialize_type} (only JSON is spoken here)")
+                return
+            try:
+                cmd = RemotingCommand.decode(self.view[hs:hs + hl], self.view[bs:bs + bl])
+            except FrameError as e:
+                self.abort(e.reason)
+                return
+            self._dispatch(cmd)
+            if self.transport is None:
+                return
+        self.start = nxt
+        if self.start == self.end:
+            self.start = self.end = 0
+
+    def _make_room(self, want: int) -> None:
+        """Room for `want` more bytes: move the partial frame to the front (reallocateByteBuffer),
+        or move it to a bigger buffer when a frame needs more (views of the old one stay valid)."""
+        pending = self.end - self.start
+        if self.start > 0 and len(self.buf) - pending >= want:
+            self.end = reallocate(self.buf, self.start, self.end)
+            self.start = 0
+            return
+        size = len(self.buf)
+        while size < pending + want:
+            size *= 2
+        new = bytearray(size)
+        new[:pending] = self.view[self.start:self.end]
+        self.buf, self.view = new, memoryview(new)
+        self.start, self.end = 0, pending
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc) -> None:
+        self.transport = None
+        for fut in self.pending.values():
+            if not fut.done():
+                fut.set_exception(ConnectionClosed(f"connection to {self.peer} closed"))
+        self.pending.clear()
+        for t in list(self.tasks):
+            t.cancel()
+        self.closed.set()
+        if self.on_close is not None:
+            self.on_close(self)
+
+    # -- dispatch ------------------------------------------------------------------------------
+    def _dispatch(self, cmd: RemotingCommand) -> None:
+        if cmd.is_response:
+            fut = self.pending.pop(cmd.opaque, None)
+            if fut is not None and not fut.done():
+                cmd.body = bytes(cmd.body)  # the caller reads it after we reuse the buffer
+                fut.set_result(cmd)
+            return  # an unknown opaque is dropped, as the Java clients do
+        if self.handler is None:
+            return
+        try:
+            res = self.handler(cmd, self)
+        except Exception:
+            log.exception("handler failed for %r from %s", cmd, self.peer)
+            from broker.remoting.codes import SYSTEM_ERROR
+            res = cmd.response(SYSTEM_ERROR, remark="internal error; see the broker log")
+        if res is None:
+            return
+        if isinstance(res, RemotingCommand):
+            if not cmd.is_oneway:
+                self.send(res)
+            return
+        task = asyncio.ensure_future(res)
+        self.tasks.add(task)
+        task.add_done_callback(lambda t, cmd=cmd: self._reply_later(t, cmd))
+
+    def _reply_later(self, task: asyncio.Task, cmd: RemotingCommand) -> None:
+        self.tasks.discard(task)
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            log.error("handler failed for code %d from %s: %r", cmd.code, self.peer, exc, exc_info=exc)
+            from broker.remoting.codes import SYSTEM_ERROR
+            res = cmd.response(SYSTEM_ERROR, remark="internal error; see the broker log")
+        else:
+            res = task.result()
+        if res is not None and not cmd.is_oneway:
+            self.send(res)
+
+    # -- sending -------------------------------------------------------------------------------
+    def send(self, cmd: RemotingCommand) -> None:
+        if self.transport is not None:
+            self.transport.writelines(cmd.encode_parts())
+
+    async def request(self, cmd: RemotingCommand, timeout: float = 30.0) -> RemotingCommand:
+        if self.transport is None:
+            raise ConnectionClosed(f"connection to {self.peer} is closed")
+        fut = asyncio.get_running_loop().create_future()
+        self.pending[cmd.opaque] = fut
+        self.send(cmd)
+        try:
+            return await asyncio.wait_for(fut, timeout)
+        finally:
+            self.pending.pop(cmd.opaque, None)
+
+    def oneway(self, cmd: RemotingCommand) -> None:
+        self.send(cmd)
+
+    def abort(self, reason: str) -> None:
+        log.warning("closing connection from %s: %s", self.peer, reason)
+        if self.transport is not None:
+            self.transport.abort()
+            self.transport = None
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+
+async def connect(host: str, port: int, handler: Handler | None = None) -> RemotingConnection:
+    loop = asyncio.get_running_loop()
+    _, conn = await loop.create_connection(lambda: RemotingConnection(handler), host, port)
+    return conn
+
+
+class RemotingServer:
+    """Listens on host:port; every connection hands its requests to `handler`."""
+
+    def __init__(self, handler: Handler, host: str, port: int):
+        self.handler = handler
+        self.host = host
+        self.port = port
+        self.server: asyncio.AbstractServer | None = None
+        self.connections: set[RemotingConnection] = set()
+        self.on_close: list[Callable[[RemotingConnection], None]] = []
+
+    def _protocol(self) -> RemotingConnection:
+        conn = RemotingConnection(self.handler, self._closed)
+        self.connections.add(conn)
+        return conn
+
+    def _closed(self, conn: RemotingConnection) -> None:
+        self.connections.discard(conn)
+        for cb in self.on_close:
+            cb(conn)
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.server = await loop.create_server(self._protocol, self.host, self.port, reuse_address=True,
+                                               backlog=1024)
+        self.port = self.server.sockets[0].getsockname()[1]
+
+    async def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            for c in list(self.connections):
+                c.close()
+            await self.server.wait_closed()
+            self.server = None
