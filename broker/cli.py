@@ -1,4 +1,4 @@
-"""`broker` console script. Until the remoting issue lands, `serve` runs the store and its services."""
+"""`broker` console script: `serve` runs the broker, `namesrv` a name server."""
 from __future__ import annotations
 
 import argparse
@@ -8,21 +8,27 @@ import os
 import signal
 import sys
 
-from broker.conf import load_store_config
+from broker.conf import read_properties
+from broker.remoting.broker_config import load_broker_config
 from broker.store.errors import StoreError
 
 log = logging.getLogger("broker")
 
 
 async def _serve(args: argparse.Namespace) -> int:
-    overrides = {"storePathRootDir": os.path.abspath(args.store_root)} if args.store_root else {}
-    config = load_store_config(args.config, overrides)
-    from broker.services.message_store import MessageStore  # after config errors are reported
+    props = read_properties(args.config) if args.config else {}
+    if args.store_root:
+        props["storePathRootDir"] = os.path.abspath(args.store_root)
+    broker_config, store_config, unknown = load_broker_config(props)
+    for key in unknown:
+        log.warning("%s: unknown key in %s, ignored", key, args.config)
+    from broker.remoting.broker_controller import BrokerController  # after config errors are reported
 
-    store = MessageStore(config)
-    await store.start()
-    print(f"store {config.storePathRootDir} up ({config.flushDiskType}, segment "
-          f"{config.mappedFileSizeCommitLog} bytes); services {store.service_pids()}", flush=True)
+    controller = BrokerController(broker_config, store_config, host=store_config.brokerIP1)
+    await controller.start()
+    store = controller.store
+    print(f"broker {broker_config.brokerName} listening on {controller.addr}; store {store_config.storePathRootDir} "
+          f"({store_config.flushDiskType}); name servers {broker_config.namesrv_addrs or 'none'}", flush=True)
     last = store.offsets()
     print(f"offsets {last}", flush=True)
     stop = asyncio.Event()
@@ -38,7 +44,7 @@ async def _serve(args: argparse.Namespace) -> int:
                 print(f"offsets {now}", flush=True)
                 last = now
     print("stopping: waiting for flush and reput to finish", flush=True)
-    await store.close()
+    await controller.close()
     print("stopped cleanly", flush=True)
     return 0
 
@@ -46,7 +52,7 @@ async def _serve(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="broker", description="RocketMQ-compatible message broker")
     sub = p.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("serve", help="run the broker (for now: the store with its flush and reput services)")
+    s = sub.add_parser("serve", help="run the broker: remoting server, store, flush and reput services")
     s.add_argument("-c", "--config", help="broker.conf (RocketMQ's keys)")
     s.add_argument("--store-root", help="storePathRootDir (overrides the file)")
     s.add_argument("--status-interval", type=float, default=10.0, help="seconds between offset lines")

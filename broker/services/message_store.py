@@ -408,11 +408,13 @@ class MessageStore:
         if not self._accepting:
             raise ServiceUnavailable("store is not started or is shutting down")
 
-    async def put(self, topic: str, queue_id: int, body, properties: bytes | dict | None = b"", *,
-                  flag: int = 0, sys_flag: int = 0, born_timestamp: int | None = None,
-                  born_host: bytes = DEFAULT_BORN_HOST, reconsume_times: int = 0, wait: bool = True) -> PutResult:
-        """Append one message. Under SYNC_FLUSH (and wait=True) returns once the flush covered it,
-        or with FLUSH_DISK_TIMEOUT after syncFlushTimeout (the message is stored, not yet durable)."""
+    def append(self, topic: str, queue_id: int, body, properties: bytes | dict | None = b"", *,
+               flag: int = 0, sys_flag: int = 0, born_timestamp: int | None = None,
+               born_host: bytes = DEFAULT_BORN_HOST, reconsume_times: int = 0,
+               wait: bool = True) -> tuple[PutResult, asyncio.Future | None]:
+        """Append one message now (the body is copied into the log before this returns, so it may
+        be a view of a buffer about to be reused). Returns the result and, under SYNC_FLUSH with
+        wait=True, the future that gives its final status once the flush covered it."""
         self._check_open()
         tb = self._topic(topic)
         props = properties if type(properties) is bytes else encode_properties(properties)
@@ -422,10 +424,20 @@ class MessageStore:
         end = phys + size
         self._last_end[(tb, queue_id)] = end
         self._publish_wrote(cl.wrote)
-        status = PutStatus.PUT_OK
-        if self.sync_flush and wait:
-            status = await self._await_flush(end)
-        return PutResult(status, phys, qo, size, ts, cl.store_host)
+        fut = self._await_flush(end) if self.sync_flush and wait else None
+        return PutResult(PutStatus.PUT_OK, phys, qo, size, ts, cl.store_host), fut
+
+    async def put(self, topic: str, queue_id: int, body, properties: bytes | dict | None = b"", *,
+                  flag: int = 0, sys_flag: int = 0, born_timestamp: int | None = None,
+                  born_host: bytes = DEFAULT_BORN_HOST, reconsume_times: int = 0, wait: bool = True) -> PutResult:
+        """Append one message. Under SYNC_FLUSH (and wait=True) returns once the flush covered it,
+        or with FLUSH_DISK_TIMEOUT after syncFlushTimeout (the message is stored, not yet durable)."""
+        r, fut = self.append(topic, queue_id, body, properties, flag=flag, sys_flag=sys_flag,
+                             born_timestamp=born_timestamp, born_host=born_host,
+                             reconsume_times=reconsume_times, wait=wait)
+        if fut is not None:
+            r.status = await fut
+        return r
 
     async def put_batch(self, topic: str, queue_id: int, bodies: list, properties: bytes | list | dict | None = b"", *,
                         flag: int = 0, sys_flag: int = 0, born_timestamp: int | None = None,
@@ -505,6 +517,11 @@ class MessageStore:
             else:
                 hi = mid
         return lo
+
+    def queue_write_end(self, topic: str, queue_id: int) -> int:
+        """End offset in the commit log of the last message appended to the queue in this run
+        (0 if none): a reader waits for `dispatched` to pass it before the message is visible."""
+        return self._last_end.get((self._topics.get(topic) or topic.encode(), queue_id), 0)
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         cq = self._queue(topic, queue_id)

@@ -1,0 +1,62 @@
+"""BrokerConfig: the broker.conf keys the broker daemon reads (RocketMQ's BrokerConfig names).
+
+The store's keys live in MessageStoreConfig; `load_broker_config` splits one broker.conf between
+the two, refuses a bad value naming its key, and warns about keys neither knows.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from dataclasses import dataclass
+
+from broker.store.config import MessageStoreConfig, _convert
+from broker.store.errors import StoreConfigError
+
+log = logging.getLogger("conf")
+
+
+@dataclass
+class BrokerConfig:
+    brokerClusterName: str = "DefaultCluster"
+    brokerName: str = "broker-a"
+    brokerId: int = 0
+    namesrvAddr: str = ""  # "host:port;host:port"; empty = NAMESRV_ADDR from the environment
+    autoCreateTopicEnable: bool = True
+    defaultTopicQueueNums: int = 4
+    aclEnable: bool = False
+    registerNameServerPeriod: int = 30_000
+    longPollingEnable: bool = True
+    # cap on a pull's suspendTimeoutMillis: stay under the clients' 30 s pull RPC timeout
+    brokerSuspendMaxTimeMillis: int = 15_000
+    maxReconsumeTimes: int = 16  # a subscription group's retryMaxTimes
+    messageDelayLevel: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+    channelExpiredTimeout: int = 120_000  # a client silent this long leaves its groups
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.brokerId:
+            raise StoreConfigError("brokerId", f"{self.brokerId} must not be negative")
+        if not 0 < self.defaultTopicQueueNums <= 1024:
+            raise StoreConfigError("defaultTopicQueueNums", f"{self.defaultTopicQueueNums} must be 1..1024")
+        for key in ("registerNameServerPeriod", "brokerSuspendMaxTimeMillis", "channelExpiredTimeout"):
+            if getattr(self, key) <= 0:
+                raise StoreConfigError(key, f"{getattr(self, key)} must be positive")
+        for addr in self.namesrv_addrs:
+            host, _, port = addr.rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise StoreConfigError("namesrvAddr", f"{addr!r} is not host:port")
+        if not self.brokerName or "%" in self.brokerName:
+            raise StoreConfigError("brokerName", f"{self.brokerName!r} is not a broker name")
+
+    @property
+    def namesrv_addrs(self) -> list[str]:
+        raw = self.namesrvAddr or os.environ.get("NAMESRV_ADDR", "")
+        return [a.strip() for a in raw.split(";") if a.strip()]
+
+
+def load_broker_config(props: dict[str, str]) -> tuple[BrokerConfig, MessageStoreConfig, list[str]]:
+    """Split broker.conf properties; returns both configs and the keys neither knows."""
+    broker_fields = {f.name: f for f in dataclasses.fields(BrokerConfig)}
+    mine = {k: _convert(k, v, broker_fields[k].type) for k, v in props.items() if k in broker_fields}
+    store, unknown = MessageStoreConfig.from_properties({k: v for k, v in props.items() if k not in broker_fields})
+    return BrokerConfig(**mine), store, unknown

@@ -1,0 +1,146 @@
+"""BrokerController: the store, the remoting server and the processors, registered with the name servers."""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import msgspec
+
+from broker.remoting import codes
+from broker.remoting.admin_processor import AdminProcessor
+from broker.remoting.broker_config import BrokerConfig
+from broker.remoting.command import CommandError, RemotingCommand
+from broker.remoting.connection import RemotingServer, connect
+from broker.remoting.consumer_manager import ConsumerManager
+from broker.remoting.consumer_processor import ConsumerProcessor
+from broker.remoting.pull_hold import PullHoldService
+from broker.remoting.pull_processor import PullMessageProcessor
+from broker.remoting.send_processor import SendMessageProcessor
+from broker.remoting.topic_manager import TopicManager
+from broker.services.message_store import MessageStore
+from broker.store.config import MessageStoreConfig
+from broker.store.errors import ServiceUnavailable
+
+log = logging.getLogger("broker")
+
+
+class BrokerController:
+    def __init__(self, config: BrokerConfig, store_config: MessageStoreConfig, host: str = "0.0.0.0"):
+        self.config = config
+        self.store_config = store_config
+        self.host = host
+        self.store = MessageStore(store_config)
+        self.topics: TopicManager | None = None
+        self.consumers = ConsumerManager(config.channelExpiredTimeout / 1000)
+        self.holds = PullHoldService()
+        self.server: RemotingServer | None = None
+        self.handlers: dict = {}
+        self._timers: list[asyncio.TimerHandle] = []
+        self._register_task: asyncio.Task | None = None
+        self._register_again = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def addr(self) -> str:
+        return f"{self.store_config.brokerIP1}:{self.server.port if self.server else self.store_config.listenPort}"
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        await self.store.start()
+        try:
+            self.topics = TopicManager(self.store.topic_config, self.config.autoCreateTopicEnable,
+                                       self.config.defaultTopicQueueNums)
+            self.topics.on_change.append(self.register_soon)
+            for proc in (SendMessageProcessor(self), PullMessageProcessor(self), ConsumerProcessor(self),
+                         AdminProcessor(self)):
+                self.handlers.update(proc.handlers())
+            self.server = RemotingServer(self.handle, self.host, self.store_config.listenPort)
+            self.server.on_close.append(self.consumers.connection_closed)
+            await self.server.start()
+        except BaseException:
+            await self.store.close()
+            raise
+        log.info("broker %s (%s) listening on %s:%d, name servers %s", self.config.brokerName,
+                 self.config.brokerClusterName, self.host, self.server.port, self.config.namesrv_addrs or "none")
+        self.register_soon()
+        self._every(self.config.registerNameServerPeriod / 1000, self.register_soon)
+        self._every(10.0, self.consumers.scan_expired)
+
+    def _every(self, seconds: float, fn) -> None:
+        def tick():
+            fn()
+            self._timers.append(self._loop.call_later(seconds, tick))
+        self._timers.append(self._loop.call_later(seconds, tick))
+
+    async def close(self) -> None:
+        for t in self._timers:
+            t.cancel()
+        self._timers.clear()
+        if self._register_task is not None:
+            self._register_task.cancel()
+        await self.unregister()
+        self.holds.cancel_all()
+        if self.server is not None:
+            await self.server.close()
+        await self.store.close()
+
+    # -- requests --------------------------------------------------------------------------------
+    def handle(self, cmd: RemotingCommand, conn):
+        fn = self.handlers.get(cmd.code)
+        if fn is None:
+            return cmd.response(codes.REQUEST_CODE_NOT_SUPPORTED, remark=f" request type {cmd.code} not supported")
+        try:
+            return fn(cmd, conn)
+        except CommandError as e:
+            return cmd.response(codes.SYSTEM_ERROR, remark=f"bad request (code {cmd.code}): {e}")
+        except ServiceUnavailable as e:
+            return cmd.response(codes.SERVICE_NOT_AVAILABLE, remark=str(e))
+
+    # -- name servers ----------------------------------------------------------------------------
+    def register_soon(self) -> None:
+        """Register with every name server now (REGISTER_BROKER, 103), coalescing bursts."""
+        if self._register_task is not None and not self._register_task.done():
+            self._register_again = True
+            return
+        self._register_task = asyncio.ensure_future(self._register_all())
+
+    async def _register_all(self) -> None:
+        while True:
+            self._register_again = False
+            body = msgspec.json.encode({"topicConfigSerializeWrapper": self.topics.serialize_wrapper(),
+                                        "filterServerList": []})
+            await asyncio.gather(*(self._register(addr, body) for addr in self.config.namesrv_addrs))
+            if not self._register_again:
+                return
+
+    def _header(self) -> dict:
+        return {"brokerName": self.config.brokerName, "brokerAddr": self.addr,
+                "clusterName": self.config.brokerClusterName, "haServerAddr": "", "brokerId": self.config.brokerId,
+                "compressed": False}
+
+    async def _register(self, addr: str, body: bytes) -> None:
+        host, _, port = addr.rpartition(":")
+        try:
+            conn = await asyncio.wait_for(connect(host, int(port)), 3)
+            try:
+                r = await conn.request(RemotingCommand.request(codes.REGISTER_BROKER, self._header(), body), 3)
+            finally:
+                conn.close()
+            if r.code != codes.SUCCESS:
+                log.warning("name server %s refused the registration: %d %s", addr, r.code, r.remark)
+        except (OSError, asyncio.TimeoutError) as e:
+            log.warning("could not register with name server %s: %s", addr, e or type(e).__name__)
+
+    async def unregister(self) -> None:
+        async def one(addr: str) -> None:
+            host, _, port = addr.rpartition(":")
+            try:
+                conn = await asyncio.wait_for(connect(host, int(port)), 2)
+                try:
+                    await conn.request(RemotingCommand.request(codes.UNREGISTER_BROKER, self._header()), 2)
+                finally:
+                    conn.close()
+            except (OSError, asyncio.TimeoutError):
+                pass
+        if self.server is not None:
+            await asyncio.gather(*(one(a) for a in self.config.namesrv_addrs))

@@ -1,0 +1,192 @@
+"""What a consumer group needs besides pulling (ClientManageProcessor, ConsumerManageProcessor,
+SendMessageProcessor.consumerSendMsgBack): heartbeats, member lists, offsets, send-back, locks."""
+from __future__ import annotations
+
+import logging
+import time
+
+import msgspec
+
+from broker.remoting import codes
+from broker.remoting.command import RemotingCommand
+from broker.remoting.topic_manager import DLQ_PREFIX, RETRY_PREFIX
+from broker.store.errors import StoreError
+
+log = logging.getLogger("consumers")
+_decode = msgspec.json.decode
+
+
+def _host_bytes(host: str) -> bytes:
+    import socket
+    ip, _, port = host.rpartition(":")
+    try:
+        return socket.inet_aton(ip) + int(port).to_bytes(4, "big")
+    except (OSError, ValueError):
+        return bytes(8)
+
+
+class ConsumerProcessor:
+    def __init__(self, controller):
+        self.c = controller
+        self.store = controller.store
+        self.consumers = controller.consumers
+        self.locks: dict[tuple[str, str, int], tuple[str, float]] = {}  # (group, topic, queue) -> (client, at)
+
+    def handlers(self) -> dict:
+        return {codes.HEART_BEAT: self.heartbeat, codes.UNREGISTER_CLIENT: self.unregister,
+                codes.GET_CONSUMER_LIST_BY_GROUP: self.consumer_list,
+                codes.QUERY_CONSUMER_OFFSET: self.query_offset, codes.UPDATE_CONSUMER_OFFSET: self.update_offset,
+                codes.GET_MAX_OFFSET: self.max_offset, codes.GET_MIN_OFFSET: self.min_offset,
+                codes.SEARCH_OFFSET_BY_TIMESTAMP: self.search_offset,
+                codes.CONSUMER_SEND_MSG_BACK: self.send_back,
+                codes.LOCK_BATCH_MQ: self.lock, codes.UNLOCK_BATCH_MQ: self.unlock}
+
+    # -- membership ------------------------------------------------------------------------------
+    def heartbeat(self, cmd: RemotingCommand, conn):
+        try:
+            data = _decode(bytes(cmd.body))
+        except msgspec.DecodeError as e:
+            return cmd.response(codes.SYSTEM_ERROR, remark=f"heartbeat body is not JSON: {e}")
+        if not isinstance(data, dict):
+            return cmd.response(codes.SYSTEM_ERROR, remark="heartbeat body is not a JSON object")
+        changed = self.consumers.heartbeat(data, conn)
+        for cd in data.get("consumerDataSet") or []:
+            if cd.get("groupName"):
+                self.c.topics.get_or_create(RETRY_PREFIX + cd["groupName"])  # as RocketMQ does on heartbeat
+        for group in changed:
+            self._notify_ids_changed(group, conn)
+        return cmd.response(codes.SUCCESS)
+
+    def _notify_ids_changed(self, group: str, joined) -> None:
+        """NOTIFY_CONSUMER_IDS_CHANGED to the other members, so they rebalance now (the C++ client
+        acts on it; ali-ons ignores it and rebalances on its timer)."""
+        g = self.consumers.groups.get(group)
+        if not g:
+            return
+        for conn, _ in {id(cn): (cn, t) for cn, t in g.clients.values()}.values():
+            if conn is not joined and conn is not None and getattr(conn, "transport", None) is not None:
+                conn.oneway(RemotingCommand.request(codes.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group},
+                                                    oneway=True))
+
+    def unregister(self, cmd: RemotingCommand, conn):
+        group = cmd.get_str("consumerGroup", "")
+        self.consumers.unregister(cmd.get_str("clientID", ""), group, cmd.get_str("producerGroup", ""))
+        if group:
+            self._notify_ids_changed(group, conn)
+        return cmd.response(codes.SUCCESS)
+
+    def consumer_list(self, cmd: RemotingCommand, conn):
+        group = cmd.get_str("consumerGroup")
+        ids = self.consumers.client_ids(group)
+        if not ids:
+            return cmd.response(codes.SYSTEM_ERROR, remark=f"no consumer for this group, {group}")
+        return cmd.response(codes.SUCCESS, body=msgspec.json.encode({"consumerIdList": ids}))
+
+    # -- offsets ---------------------------------------------------------------------------------
+    def query_offset(self, cmd: RemotingCommand, conn):
+        group, topic, queue_id = cmd.get_str("consumerGroup"), cmd.get_str("topic"), cmd.get_int("queueId")
+        offset = self.store.consumer_offsets.query(group, topic, queue_id)
+        if offset >= 0:
+            return cmd.response(codes.SUCCESS, {"offset": offset})
+        # Nothing committed: a queue that still holds its first message is read from 0, so what was
+        # produced before the group's first start is consumed (ConsumerManageProcessor).
+        if self.store.min_offset(topic, queue_id) <= 0:
+            return cmd.response(codes.SUCCESS, {"offset": 0})
+        return cmd.response(codes.QUERY_NOT_FOUND, remark="Not found, maybe this group consumer boot first")
+
+    def update_offset(self, cmd: RemotingCommand, conn):
+        offset = cmd.get_int("commitOffset")
+        if offset >= 0:  # ali-ons may send -1 for a queue it has not consumed
+            self.store.consumer_offsets.commit(cmd.get_str("consumerGroup"), cmd.get_str("topic"),
+                                               cmd.get_int("queueId"), offset)
+        return cmd.response(codes.SUCCESS)
+
+    def max_offset(self, cmd: RemotingCommand, conn):
+        return cmd.response(codes.SUCCESS, {"offset": self.store.max_offset(cmd.get_str("topic"), cmd.get_int("queueId"))})
+
+    def min_offset(self, cmd: RemotingCommand, conn):
+        return cmd.response(codes.SUCCESS, {"offset": self.store.min_offset(cmd.get_str("topic"), cmd.get_int("queueId"))})
+
+    def search_offset(self, cmd: RemotingCommand, conn):
+        """The first queue offset whose message was stored at or after `timestamp`."""
+        topic, queue_id, ts = cmd.get_str("topic"), cmd.get_int("queueId"), cmd.get_int("timestamp")
+        lo, hi = self.store.min_offset(topic, queue_id), self.store.max_offset(topic, queue_id)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            r = self.store.get(topic, queue_id, mid, 1)
+            if not r.messages:
+                break
+            stored_at = int.from_bytes(r.messages[0][56:64], "big", signed=True)  # STORETIMESTAMP
+            if stored_at < ts:
+                lo = mid + 1
+            else:
+                hi = mid
+        return cmd.response(codes.SUCCESS, {"offset": lo})
+
+    # -- retry -----------------------------------------------------------------------------------
+    def send_back(self, cmd: RemotingCommand, conn):
+        """A consumer failed a message: store a copy for redelivery in %RETRY%<group>, or in
+        %DLQ%<group> once it has been retried maxReconsumeTimes (or delayLevel < 0)."""
+        group = cmd.get_str("group")
+        phys = cmd.get_int("offset")
+        delay_level = cmd.get_int("delayLevel", 0)
+        try:
+            msg = self.store.lookup(phys)
+        except StoreError as e:
+            return cmd.response(codes.SYSTEM_ERROR, remark=f"look message by offset failed, {phys}: {e}")
+        props = dict(msg.properties)
+        props.setdefault("RETRY_TOPIC", msg.topic)
+        origin = cmd.get_str("originMsgId", "") or props.get("ORIGIN_MESSAGE_ID") or msg.msg_id
+        props["ORIGIN_MESSAGE_ID"] = origin
+        max_times = cmd.get_int("maxReconsumeTimes", self.c.config.maxReconsumeTimes)
+        if msg.reconsume_times >= max_times or delay_level < 0:
+            topic = DLQ_PREFIX + group
+            props.pop("DELAY", None)
+        else:
+            topic = RETRY_PREFIX + group
+            # Delay levels are not scheduled yet: the copy is redelivered at once (the DELAY
+            # property records the level RocketMQ would have waited for).
+            props["DELAY"] = str(delay_level if delay_level > 0 else 3 + msg.reconsume_times)
+        self.c.topics.get_or_create(topic)
+        result, flushed = self.store.append(
+            topic, 0, msg.body, props, flag=msg.flag, sys_flag=msg.sys_flag, born_timestamp=msg.born_timestamp,
+            born_host=_host_bytes(msg.born_host), reconsume_times=msg.reconsume_times + 1)
+        self.c.holds.notify(topic, 0, result.end_offset)
+        log.info("send back %s of %s to %s (reconsumeTimes %d)", msg.msg_id, group, topic, msg.reconsume_times + 1)
+        if flushed is None:
+            return cmd.response(codes.SUCCESS)
+        return self._after_flush(cmd, flushed)
+
+    async def _after_flush(self, cmd, flushed):
+        await flushed
+        return cmd.response(codes.SUCCESS)
+
+    # -- orderly consumption -----------------------------------------------------------------------
+    def lock(self, cmd: RemotingCommand, conn):
+        """LOCK_BATCH_MQ: a queue is locked to one client of a group for 60 s (RebalanceLockManager)."""
+        try:
+            body = _decode(bytes(cmd.body))
+        except msgspec.DecodeError as e:
+            return cmd.response(codes.SYSTEM_ERROR, remark=f"lock body is not JSON: {e}")
+        group, client = body.get("consumerGroup", ""), body.get("clientId", "")
+        now = time.monotonic()
+        ok = []
+        for mq in body.get("mqSet") or []:
+            key = (group, mq.get("topic", ""), int(mq.get("queueId", -1)))
+            holder = self.locks.get(key)
+            if holder is None or holder[0] == client or now - holder[1] > 60:
+                self.locks[key] = (client, now)
+                ok.append(mq)
+        return cmd.response(codes.SUCCESS, body=msgspec.json.encode({"lockOKMQSet": ok}))
+
+    def unlock(self, cmd: RemotingCommand, conn):
+        try:
+            body = _decode(bytes(cmd.body))
+        except msgspec.DecodeError as e:
+            return cmd.response(codes.SYSTEM_ERROR, remark=f"unlock body is not JSON: {e}")
+        group, client = body.get("consumerGroup", ""), body.get("clientId", "")
+        for mq in body.get("mqSet") or []:
+            key = (group, mq.get("topic", ""), int(mq.get("queueId", -1)))
+            if self.locks.get(key, ("",))[0] == client:
+                del self.locks[key]
+        return cmd.response(codes.SUCCESS)

@@ -1,0 +1,99 @@
+"""SendMessageProcessor: SEND_MESSAGE (10, the C++ client), SEND_MESSAGE_V2 (310, ali-ons: the same
+header with one-letter keys) and SEND_BATCH_MESSAGE (320).
+
+The body goes from the connection's receive buffer straight into the mapped commit log (the
+append kernel copies it once); nothing here copies message bytes.
+"""
+from __future__ import annotations
+
+import random
+import socket
+
+from broker.remoting import codes
+from broker.remoting.command import RemotingCommand
+from broker.remoting.topic_manager import DLQ_PREFIX, PERM_WRITE, RETRY_PREFIX, TopicError
+from broker.services.message_store import PutStatus
+from broker.store.errors import MessageIllegal
+from broker.store.message import decode_properties
+
+# SendMessageRequestHeaderV2's letters (SendMessageRequestHeaderV2.java)
+V2_KEYS = {"a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defaultTopicQueueNums", "e": "queueId",
+           "f": "sysFlag", "g": "bornTimestamp", "h": "flag", "i": "properties", "j": "reconsumeTimes",
+           "k": "unitMode", "l": "maxReconsumeTimes", "m": "batch", "n": "brokerName"}
+
+STATUS_CODES = {PutStatus.PUT_OK: codes.SUCCESS, PutStatus.FLUSH_DISK_TIMEOUT: codes.FLUSH_DISK_TIMEOUT,
+                PutStatus.FLUSH_SLAVE_TIMEOUT: codes.FLUSH_SLAVE_TIMEOUT,
+                PutStatus.SLAVE_NOT_AVAILABLE: codes.SLAVE_NOT_AVAILABLE,
+                PutStatus.SERVICE_NOT_AVAILABLE: codes.SERVICE_NOT_AVAILABLE}
+
+
+def born_host_of(conn) -> bytes:
+    """BORNHOST as stored: the producer's IPv4 address and port, from its connection."""
+    bh = conn.attrs.get("born_host")
+    if bh is None:
+        host, _, port = conn.peer.rpartition(":")
+        try:
+            bh = socket.inet_aton(host) + int(port).to_bytes(4, "big")
+        except (OSError, ValueError):
+            bh = bytes(8)
+        conn.attrs["born_host"] = bh
+    return bh
+
+
+class SendMessageProcessor:
+    def __init__(self, controller):
+        self.c = controller
+        self.store = controller.store
+        self.topics = controller.topics
+
+    def handlers(self) -> dict:
+        return {codes.SEND_MESSAGE: self.send, codes.SEND_MESSAGE_V2: self.send}
+
+    def send(self, cmd: RemotingCommand, conn):
+        if cmd.code == codes.SEND_MESSAGE_V2:
+            cmd.ext = {V2_KEYS.get(k, k): v for k, v in cmd.ext.items()}
+        topic = cmd.get_str("topic")
+        queue_id = cmd.get_int("queueId", -1)
+        sys_flag = cmd.get_int("sysFlag", 0)
+        reconsume_times = cmd.get_int("reconsumeTimes", 0)
+        properties = cmd.get_str("properties", "")
+        try:
+            cfg = self.topics.get_or_create(topic, cmd.get_int("defaultTopicQueueNums", 0) or None)
+        except TopicError as e:
+            return cmd.response(codes.SYSTEM_ERROR, remark=str(e))
+        if cfg is None:
+            return cmd.response(codes.TOPIC_NOT_EXIST,
+                                remark=f"topic[{topic}] not exist, apply first please! (autoCreateTopicEnable=false)")
+        if not cfg.perm & PERM_WRITE:
+            return cmd.response(codes.NO_PERMISSION, remark=f"the topic[{topic}] sending message is forbidden")
+        if queue_id < 0:
+            queue_id = random.randrange(cfg.writeQueueNums)
+        if queue_id >= cfg.writeQueueNums:
+            return cmd.response(codes.SYSTEM_ERROR, remark=f"request queueId[{queue_id}] is illegal, topic {topic} "
+                                                           f"has {cfg.writeQueueNums} write queues")
+        if topic.startswith(RETRY_PREFIX):
+            # A client re-publishing a failed message itself (ali-ons when send-back failed):
+            # past maxReconsumeTimes it goes to the group's dead letters (handleRetryAndDLQ).
+            max_times = cmd.get_int("maxReconsumeTimes", self.c.config.maxReconsumeTimes)
+            if reconsume_times > max_times:
+                topic = DLQ_PREFIX + topic[len(RETRY_PREFIX):]
+                self.topics.get_or_create(topic)
+                queue_id = 0
+        try:
+            result, flushed = self.store.append(
+                topic, queue_id, cmd.body, properties.encode(), flag=cmd.get_int("flag", 0), sys_flag=sys_flag,
+                born_timestamp=cmd.get_int("bornTimestamp", 0), born_host=born_host_of(conn),
+                reconsume_times=reconsume_times)
+        except MessageIllegal as e:
+            return cmd.response(codes.MESSAGE_ILLEGAL, remark=str(e))
+        self.c.holds.notify(topic, queue_id, result.end_offset)
+        ext = {"msgId": result.msg_id, "queueId": queue_id, "queueOffset": result.queue_offset}
+        if "UNIQ_KEY" in properties:
+            ext["transactionId"] = decode_properties(properties.encode()).get("UNIQ_KEY", "")
+        if flushed is None:
+            return cmd.response(codes.SUCCESS, ext)
+        return self._after_flush(cmd, ext, flushed)
+
+    async def _after_flush(self, cmd: RemotingCommand, ext: dict, flushed) -> RemotingCommand:
+        status = await flushed
+        return cmd.response(STATUS_CODES[status], ext)

@@ -1,0 +1,68 @@
+"""TopicConfigManager: the broker's topics, auto-created on first use as RocketMQ does."""
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+from broker.store.config_files import TopicConfig, TopicConfigTable
+
+log = logging.getLogger("topics")
+
+RETRY_PREFIX = "%RETRY%"
+DLQ_PREFIX = "%DLQ%"
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+DEFAULT_TOPIC = "TBW102"
+PERM_READ, PERM_WRITE, PERM_INHERIT = 4, 2, 1
+
+
+class TopicError(ValueError):
+    pass
+
+
+def check_topic_name(topic: str) -> None:
+    """RocketMQ's TopicValidator: 1-127 chars of [%|a-zA-Z0-9_-]."""
+    if not topic or len(topic.encode()) > 127:
+        raise TopicError(f"topic {topic!r} must be 1..127 bytes")
+    for ch in topic:
+        if not (ch.isascii() and (ch.isalnum() or ch in "%|_-")):
+            raise TopicError(f"topic {topic!r} has the character {ch!r}; allowed: letters, digits, %|_-")
+
+
+class TopicManager:
+    def __init__(self, table: TopicConfigTable, auto_create: bool, default_queue_nums: int):
+        self.table = table
+        self.auto_create = auto_create
+        self.default_queue_nums = default_queue_nums
+        self.on_change: list[Callable[[], None]] = []  # e.g. re-register with the name servers
+        for name, nums in ((DEFAULT_TOPIC, default_queue_nums), (SCHEDULE_TOPIC, 18)):
+            if name not in table.topics:
+                table.topics[name] = TopicConfig(name, nums, nums, PERM_READ | PERM_WRITE | PERM_INHERIT)
+
+    def get(self, topic: str) -> TopicConfig | None:
+        return self.table.topics.get(topic)
+
+    def get_or_create(self, topic: str, queue_nums: int | None = None) -> TopicConfig | None:
+        """The topic's config; created when unknown and auto-creation is on (retry and dead-letter
+        topics always: the broker itself writes them). None when it may not be created."""
+        cfg = self.table.topics.get(topic)
+        if cfg is not None:
+            return cfg
+        system = topic.startswith(RETRY_PREFIX) or topic.startswith(DLQ_PREFIX)
+        if not (self.auto_create or system):
+            return None
+        check_topic_name(topic)
+        n = 1 if system else (queue_nums or self.default_queue_nums)
+        return self.create(TopicConfig(topic, n, n, PERM_READ | PERM_WRITE))
+
+    def create(self, cfg: TopicConfig) -> TopicConfig:
+        check_topic_name(cfg.topicName)
+        self.table.put(cfg)
+        log.info("topic %s: %d queues, perm %d", cfg.topicName, cfg.writeQueueNums, cfg.perm)
+        for cb in self.on_change:
+            cb()
+        return cfg
+
+    def serialize_wrapper(self) -> dict:
+        """TopicConfigSerializeWrapper for REGISTER_BROKER."""
+        return {"topicConfigTable": {n: vars(c) for n, c in self.table.topics.items()},
+                "dataVersion": dict(self.table.data_version)}
