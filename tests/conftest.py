@@ -51,3 +51,11 @@ def pid_alive(pid: int) -> bool:
             return f.read().split(")")[-1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now (for servers whose port must be known before they start)."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -52,11 +52,16 @@ class PullMessageProcessor:
             tags = tag_hashes_of(cmd.get_str("subscription", "*"))
         else:
             tags = self.c.consumers.tag_hashes(group, topic)
-        res = self._get(cmd, topic, queue_id, offset, max_nums, tags)
-        if res.code != codes.PULL_NOT_FOUND or not sys_flag & FLAG_SUSPEND or not self.c.config.longPollingEnable:
-            return res
+        hold = sys_flag & FLAG_SUSPEND and self.c.config.longPollingEnable
         suspend = min(cmd.get_int("suspendTimeoutMillis", 15000), self.c.config.brokerSuspendMaxTimeMillis) / 1000
-        return self._hold(cmd, topic, queue_id, offset, max_nums, tags, time.monotonic() + suspend)
+        if self.store.queue_write_end(topic, queue_id) > self.store.offsets()["dispatched"]:
+            # Messages of this queue are in the log but not yet in its consume queue: answer once
+            # they are (read-your-writes), not with an offset the next moment makes valid.
+            return self._hold(cmd, topic, queue_id, offset, max_nums, tags, time.monotonic() + suspend, hold)
+        res = self._get(cmd, topic, queue_id, offset, max_nums, tags)
+        if res.code != codes.PULL_NOT_FOUND or not hold:
+            return res
+        return self._hold(cmd, topic, queue_id, offset, max_nums, tags, time.monotonic() + suspend, True)
 
     def _get(self, cmd, topic, queue_id, offset, max_nums, tags) -> RemotingCommand:
         r = self.store.get(topic, queue_id, offset, max_nums, MAX_TRANSFER_BYTES, tags)
@@ -68,20 +73,18 @@ class PullMessageProcessor:
                "suggestWhichBrokerId": 0}
         return cmd.response(code, ext, r.messages if code == codes.SUCCESS else b"")
 
-    async def _hold(self, cmd, topic, queue_id, offset, max_nums, tags, deadline) -> RemotingCommand:
+    async def _hold(self, cmd, topic, queue_id, offset, max_nums, tags, deadline, suspend) -> RemotingCommand:
         holds = self.c.holds
         while True:
             # a message appended before we looked but not dispatched yet: wait for it, not for the next
             end = self.store.queue_write_end(topic, queue_id)
             if end > self.store.offsets()["dispatched"]:
-                left = deadline - time.monotonic()
-                if left > 0:
-                    try:
-                        await self.store.wait_dispatched(end, left)
-                    except asyncio.TimeoutError:
-                        pass
+                try:
+                    await self.store.wait_dispatched(end, max(deadline - time.monotonic(), 1.0))
+                except asyncio.TimeoutError:
+                    pass
                 res = self._get(cmd, topic, queue_id, offset, max_nums, tags)
-                if res.code != codes.PULL_NOT_FOUND or time.monotonic() >= deadline:
+                if res.code != codes.PULL_NOT_FOUND or not suspend or time.monotonic() >= deadline:
                     return res
             left = deadline - time.monotonic()
             if left <= 0:
