@@ -11,6 +11,7 @@ import socket
 
 from broker.remoting import codes
 from broker.remoting.command import RemotingCommand
+from broker.remoting.message_batch import decode_batch
 from broker.remoting.topic_manager import DLQ_PREFIX, PERM_WRITE, RETRY_PREFIX, TopicError
 from broker.services.message_store import PutStatus
 from broker.store.errors import MessageIllegal
@@ -47,16 +48,14 @@ class SendMessageProcessor:
         self.topics = controller.topics
 
     def handlers(self) -> dict:
-        return {codes.SEND_MESSAGE: self.send, codes.SEND_MESSAGE_V2: self.send}
+        return {codes.SEND_MESSAGE: self.send, codes.SEND_MESSAGE_V2: self.send, codes.SEND_BATCH_MESSAGE: self.send_batch}
 
-    def send(self, cmd: RemotingCommand, conn):
-        if cmd.code == codes.SEND_MESSAGE_V2:
+    def _target(self, cmd: RemotingCommand):
+        """The topic and queue a send goes to, or the error response (shared by 10, 310 and 320)."""
+        if cmd.code != codes.SEND_MESSAGE:
             cmd.ext = {V2_KEYS.get(k, k): v for k, v in cmd.ext.items()}
         topic = cmd.get_str("topic")
         queue_id = cmd.get_int("queueId", -1)
-        sys_flag = cmd.get_int("sysFlag", 0)
-        reconsume_times = cmd.get_int("reconsumeTimes", 0)
-        properties = cmd.get_str("properties", "")
         try:
             cfg = self.topics.get_or_create(topic, cmd.get_int("defaultTopicQueueNums", 0) or None)
         except TopicError as e:
@@ -71,6 +70,16 @@ class SendMessageProcessor:
         if queue_id >= cfg.writeQueueNums:
             return cmd.response(codes.SYSTEM_ERROR, remark=f"request queueId[{queue_id}] is illegal, topic {topic} "
                                                            f"has {cfg.writeQueueNums} write queues")
+        return topic, queue_id
+
+    def send(self, cmd: RemotingCommand, conn):
+        target = self._target(cmd)
+        if type(target) is not tuple:
+            return target
+        topic, queue_id = target
+        sys_flag = cmd.get_int("sysFlag", 0)
+        reconsume_times = cmd.get_int("reconsumeTimes", 0)
+        properties = cmd.get_str("properties", "")
         if topic.startswith(RETRY_PREFIX):
             # A client re-publishing a failed message itself (ali-ons when send-back failed):
             # past maxReconsumeTimes it goes to the group's dead letters (handleRetryAndDLQ).
@@ -90,6 +99,31 @@ class SendMessageProcessor:
         ext = {"msgId": result.msg_id, "queueId": queue_id, "queueOffset": result.queue_offset}
         if "UNIQ_KEY" in properties:
             ext["transactionId"] = decode_properties(properties.encode()).get("UNIQ_KEY", "")
+        if flushed is None:
+            return cmd.response(codes.SUCCESS, ext)
+        return self._after_flush(cmd, ext, flushed)
+
+    def send_batch(self, cmd: RemotingCommand, conn):
+        """SEND_BATCH_MESSAGE: every message of the body into one queue, in one kernel call per
+        segment; the reply's msgId is the comma-joined ids, queueOffset the first one's."""
+        target = self._target(cmd)
+        if type(target) is not tuple:
+            return target
+        topic, queue_id = target
+        if topic.startswith(RETRY_PREFIX):
+            return cmd.response(codes.MESSAGE_ILLEGAL, remark="batch messages cannot be sent to a retry topic")
+        bodies, props, flags = decode_batch(cmd.body)  # CommandError → SYSTEM_ERROR naming the offset
+        flag = flags[0]
+        if any(f != flag for f in flags):
+            return cmd.response(codes.MESSAGE_ILLEGAL, remark="the messages of a batch must share one flag")
+        try:
+            result, flushed = self.store.append_batch(
+                topic, queue_id, bodies, props, flag=flag, sys_flag=cmd.get_int("sysFlag", 0),
+                born_timestamp=cmd.get_int("bornTimestamp", 0), born_host=born_host_of(conn))
+        except MessageIllegal as e:
+            return cmd.response(codes.MESSAGE_ILLEGAL, remark=str(e))
+        self.c.holds.notify(topic, queue_id, result.end_offset)
+        ext = {"msgId": ",".join(result.msg_ids()), "queueId": queue_id, "queueOffset": result.queue_offset}
         if flushed is None:
             return cmd.response(codes.SUCCESS, ext)
         return self._after_flush(cmd, ext, flushed)

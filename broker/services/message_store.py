@@ -439,11 +439,13 @@ class MessageStore:
             r.status = await fut
         return r
 
-    async def put_batch(self, topic: str, queue_id: int, bodies: list, properties: bytes | list | dict | None = b"", *,
-                        flag: int = 0, sys_flag: int = 0, born_timestamp: int | None = None,
-                        born_host: bytes = DEFAULT_BORN_HOST, wait: bool = True) -> BatchPutResult:
-        """Append many messages to one queue with one kernel call per segment; `properties` is shared
-        or one bytes object per body."""
+    def append_batch(self, topic: str, queue_id: int, bodies: list, properties: bytes | list | dict | None = b"", *,
+                     flag: int = 0, sys_flag: int = 0, born_timestamp: int | None = None,
+                     born_host: bytes = DEFAULT_BORN_HOST,
+                     wait: bool = True) -> tuple[BatchPutResult, asyncio.Future | None]:
+        """Append many messages to one queue now, one kernel call per segment; `properties` is
+        shared or one bytes object per body. Returns the result and, under SYNC_FLUSH with
+        wait=True, the future giving the final status once the flush covered the last one."""
         self._check_open()
         tb = self._topic(topic)
         if not isinstance(bodies, list):
@@ -459,15 +461,23 @@ class MessageStore:
         end = cl.wrote
         self._last_end[(tb, queue_id)] = end
         self._publish_wrote(end)
-        status = PutStatus.PUT_OK
-        if self.sync_flush and wait:
-            status = await self._await_flush(end)
+        fut = self._await_flush(end) if self.sync_flush and wait else None
         fixed = 91 + len(tb)
         if type(props) is list:
             sizes = np.fromiter((len(b) + len(p) + fixed for b, p in zip(bodies, props)), np.int64, len(bodies))
         else:
             sizes = np.fromiter((len(b) for b in bodies), np.int64, len(bodies)) + (fixed + len(props))
-        return BatchPutResult(status, chunks, len(bodies), end, ts, sizes, cl.store_host)
+        return BatchPutResult(PutStatus.PUT_OK, chunks, len(bodies), end, ts, sizes, cl.store_host), fut
+
+    async def put_batch(self, topic: str, queue_id: int, bodies: list, properties: bytes | list | dict | None = b"", *,
+                        flag: int = 0, sys_flag: int = 0, born_timestamp: int | None = None,
+                        born_host: bytes = DEFAULT_BORN_HOST, wait: bool = True) -> BatchPutResult:
+        """Append many messages to one queue (see append_batch), awaiting the flush under SYNC_FLUSH."""
+        r, fut = self.append_batch(topic, queue_id, bodies, properties, flag=flag, sys_flag=sys_flag,
+                                   born_timestamp=born_timestamp, born_host=born_host, wait=wait)
+        if fut is not None:
+            r.status = await fut
+        return r
 
     def _publish_wrote(self, wrote: int) -> None:
         # `wrote` is visible to the services at once; their wake-up (a futex syscall, ~4 us, and
