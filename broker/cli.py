@@ -19,6 +19,10 @@ async def _serve(args: argparse.Namespace) -> int:
     props = read_properties(args.config) if args.config else {}
     if args.store_root:
         props["storePathRootDir"] = os.path.abspath(args.store_root)
+    if args.config and not props.get("aclFile"):
+        beside = os.path.join(os.path.dirname(os.path.abspath(args.config)), "plain_acl.yml")
+        if os.path.exists(beside) or not os.environ.get("ROCKETMQ_HOME"):
+            props["aclFile"] = beside  # RocketMQ's conf/ holds both files
     broker_config, store_config, unknown = load_broker_config(props)
     for key in unknown:
         log.warning("%s: unknown key in %s, ignored", key, args.config)

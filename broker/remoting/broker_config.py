@@ -25,6 +25,8 @@ class BrokerConfig:
     autoCreateTopicEnable: bool = True
     defaultTopicQueueNums: int = 4
     aclEnable: bool = False
+    # plain_acl.yml; empty = $ROCKETMQ_HOME/conf/plain_acl.yml, else the one beside broker.conf
+    aclFile: str = ""
     registerNameServerPeriod: int = 30_000
     longPollingEnable: bool = True
     # cap on a pull's suspendTimeoutMillis: stay under the clients' 30 s pull RPC timeout
@@ -47,6 +49,13 @@ class BrokerConfig:
                 raise StoreConfigError("namesrvAddr", f"{addr!r} is not host:port")
         if not self.brokerName or "%" in self.brokerName:
             raise StoreConfigError("brokerName", f"{self.brokerName!r} is not a broker name")
+
+    @property
+    def acl_file(self) -> str:
+        if self.aclFile:
+            return self.aclFile
+        home = os.environ.get("ROCKETMQ_HOME")
+        return os.path.join(home, "conf", "plain_acl.yml") if home else os.path.abspath("plain_acl.yml")
 
     @property
     def namesrv_addrs(self) -> list[str]:

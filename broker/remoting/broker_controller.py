@@ -7,6 +7,7 @@ import logging
 import msgspec
 
 from broker.remoting import codes
+from broker.remoting.acl import AclError, PlainAccessValidator
 from broker.remoting.admin_processor import AdminProcessor
 from broker.remoting.broker_config import BrokerConfig
 from broker.remoting.command import CommandError, RemotingCommand
@@ -34,6 +35,9 @@ class BrokerController:
         self.consumers = ConsumerManager(config.channelExpiredTimeout / 1000)
         self.holds = PullHoldService()
         self.server: RemotingServer | None = None
+        self.acl: PlainAccessValidator | None = None
+        if config.aclEnable:  # before the store starts: a bad ACL file refuses to start, naming it
+            self.acl = PlainAccessValidator(config.acl_file)
         self.handlers: dict = {}
         self._timers: list[asyncio.TimerHandle] = []
         self._register_task: asyncio.Task | None = None
@@ -65,6 +69,8 @@ class BrokerController:
         self.register_soon()
         self._every(self.config.registerNameServerPeriod / 1000, self.register_soon)
         self._every(10.0, self.consumers.scan_expired)
+        if self.acl is not None:
+            self._every(5.0, self.acl.reload_if_changed)
 
     def _every(self, seconds: float, fn) -> None:
         def tick():
@@ -89,6 +95,12 @@ class BrokerController:
         fn = self.handlers.get(cmd.code)
         if fn is None:
             return cmd.response(codes.REQUEST_CODE_NOT_SUPPORTED, remark=f" request type {cmd.code} not supported")
+        if self.acl is not None:
+            try:
+                self.acl.validate(cmd, conn.peer.rpartition(":")[0])
+            except AclError as e:
+                log.warning("ACL refused request code %d from %s: %s", cmd.code, conn.peer, e)
+                return cmd.response(codes.NO_PERMISSION, remark=str(e))
         try:
             return fn(cmd, conn)
         except CommandError as e:
