@@ -220,22 +220,29 @@ def test_consumer_offsets_query_update_and_first_start(tmp_path):
     asyncio.run(go())
 
 
-def test_send_back_goes_to_retry_then_to_the_dead_letter_queue(tmp_path):
+def test_send_back_goes_to_retry_after_its_delay_level_then_to_the_dead_letter_queue(tmp_path):
+    levels = "50ms 100ms 200ms 300ms 400ms"  # level 3 + reconsumeTimes: 200 ms, then 300 ms
+
     async def go():
-        async with Broker(tmp_path, broker_kw={"maxReconsumeTimes": 2}) as b:
+        async with Broker(tmp_path, broker_kw={"maxReconsumeTimes": 2, "messageDelayLevel": levels}) as b:
             r = await b.send_v2("Work", b"job", tags="T", keys="K")
             phys = int(r.ext["msgId"][16:], 16)
             seen = []
             for round_ in range(3):
+                t0 = time.monotonic()
                 r = await b.call(codes.CONSUMER_SEND_MSG_BACK, {"group": "G", "offset": phys, "delayLevel": 0})
                 assert r.code == codes.SUCCESS
                 topic = "%RETRY%G" if round_ < 2 else "%DLQ%G"
-                await b.controller.store.wait_dispatched(b.controller.store.offsets()["wrote"], 10)
-                got = await b.pull(topic, 0, len([s for s in seen if s.topic == topic]), sys_flag=0)
+                # a long poll on the retry queue is answered when the schedule service delivers
+                got = await b.pull(topic, 0, len([s for s in seen if s.topic == topic]), suspend_ms=5000)
+                elapsed = time.monotonic() - t0
                 m = _records(got.body)[0]
+                if round_ < 2:
+                    assert elapsed >= (0.2, 0.3)[round_] - 0.01  # not before its delay level
                 seen.append(m)
                 assert m.body == b"job" and m.topic == topic
                 assert m.properties["RETRY_TOPIC"] == "Work" and m.properties["TAGS"] == "T"
+                assert "REAL_TOPIC" not in m.properties and "DELAY" not in m.properties
                 assert m.properties["ORIGIN_MESSAGE_ID"] == seen[0].properties["ORIGIN_MESSAGE_ID"]
                 assert m.reconsume_times == round_ + 1
                 phys = m.physical_offset  # the consumer fails the redelivered copy again

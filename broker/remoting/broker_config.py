@@ -8,12 +8,29 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import re
 from dataclasses import dataclass
 
 from broker.store.config import MessageStoreConfig, _convert
 from broker.store.errors import StoreConfigError
 
 log = logging.getLogger("conf")
+
+_UNITS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_delay_levels(text: str) -> list[int]:
+    """messageDelayLevel ("1s 5s 10s 30s 1m …") → milliseconds per level (level 1 first).
+    RocketMQ knows s, m, h, d; `ms` is accepted too so that tests can use short levels."""
+    out = []
+    for item in text.split():
+        m = re.fullmatch(r"(\d+)(ms|s|m|h|d)", item)
+        if m is None:
+            raise StoreConfigError("messageDelayLevel", f"{item!r} is not a number followed by ms, s, m, h or d")
+        out.append(int(m.group(1)) * _UNITS[m.group(2)])
+    if not out:
+        raise StoreConfigError("messageDelayLevel", "no delay levels")
+    return out
 
 
 @dataclass
@@ -47,6 +64,7 @@ class BrokerConfig:
             host, _, port = addr.rpartition(":")
             if not host or not port.isdigit() or not 0 < int(port) < 65536:
                 raise StoreConfigError("namesrvAddr", f"{addr!r} is not host:port")
+        parse_delay_levels(self.messageDelayLevel)  # names the key when a level is malformed
         if not self.brokerName or "%" in self.brokerName:
             raise StoreConfigError("brokerName", f"{self.brokerName!r} is not a broker name")
 

@@ -16,6 +16,7 @@ from broker.remoting.consumer_manager import ConsumerManager
 from broker.remoting.consumer_processor import ConsumerProcessor
 from broker.remoting.pull_hold import PullHoldService
 from broker.remoting.pull_processor import PullMessageProcessor
+from broker.remoting.schedule_service import ScheduleMessageService
 from broker.remoting.send_processor import SendMessageProcessor
 from broker.remoting.topic_manager import TopicManager
 from broker.services.message_store import MessageStore
@@ -36,6 +37,7 @@ class BrokerController:
         self.holds = PullHoldService()
         self.server: RemotingServer | None = None
         self.acl: PlainAccessValidator | None = None
+        self.schedule: ScheduleMessageService | None = None
         if config.aclEnable:  # before the store starts: a bad ACL file refuses to start, naming it
             self.acl = PlainAccessValidator(config.acl_file)
         self.handlers: dict = {}
@@ -55,12 +57,15 @@ class BrokerController:
             self.topics = TopicManager(self.store.topic_config, self.config.autoCreateTopicEnable,
                                        self.config.defaultTopicQueueNums)
             self.topics.on_change.append(self.register_soon)
+            self.schedule = ScheduleMessageService(self.store, self.topics, self.config.messageDelayLevel,
+                                                   on_delivered=self.holds.notify)
             for proc in (SendMessageProcessor(self), PullMessageProcessor(self), ConsumerProcessor(self),
                          AdminProcessor(self)):
                 self.handlers.update(proc.handlers())
             self.server = RemotingServer(self.handle, self.host, self.store_config.listenPort)
             self.server.on_close.append(self.consumers.connection_closed)
             await self.server.start()
+            self.schedule.start()
         except BaseException:
             await self.store.close()
             raise
@@ -69,6 +74,7 @@ class BrokerController:
         self.register_soon()
         self._every(self.config.registerNameServerPeriod / 1000, self.register_soon)
         self._every(10.0, self.consumers.scan_expired)
+        self._every(self.store_config.flushConsumerOffsetInterval / 1000, self.schedule.persist)
         if self.acl is not None:
             self._every(5.0, self.acl.reload_if_changed)
 
@@ -88,6 +94,8 @@ class BrokerController:
         self.holds.cancel_all()
         if self.server is not None:
             await self.server.close()
+        if self.schedule is not None:
+            await self.schedule.close()
         await self.store.close()
 
     # -- requests --------------------------------------------------------------------------------

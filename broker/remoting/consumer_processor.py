@@ -144,14 +144,21 @@ class ConsumerProcessor:
             props.pop("DELAY", None)
         else:
             topic = RETRY_PREFIX + group
-            # Delay levels are not scheduled yet: the copy is redelivered at once (the DELAY
-            # property records the level RocketMQ would have waited for).
-            props["DELAY"] = str(delay_level if delay_level > 0 else 3 + msg.reconsume_times)
         self.c.topics.get_or_create(topic)
+        queue_id, level = 0, 0
+        if topic.startswith(RETRY_PREFIX):
+            # redelivered after a delay: the level asked for, or 3 + reconsumeTimes ("server decides")
+            schedule = self.c.schedule
+            level = min(delay_level if delay_level > 0 else 3 + msg.reconsume_times, schedule.max_level)
+            topic, queue_id, props = schedule.divert(topic, 0, props, level)
         result, flushed = self.store.append(
-            topic, 0, msg.body, props, flag=msg.flag, sys_flag=msg.sys_flag, born_timestamp=msg.born_timestamp,
-            born_host=_host_bytes(msg.born_host), reconsume_times=msg.reconsume_times + 1)
-        self.c.holds.notify(topic, 0, result.end_offset)
+            topic, queue_id, msg.body, props, flag=msg.flag, sys_flag=msg.sys_flag,
+            born_timestamp=msg.born_timestamp, born_host=_host_bytes(msg.born_host),
+            reconsume_times=msg.reconsume_times + 1)
+        if level:
+            self.c.schedule.arrived(level)
+        else:
+            self.c.holds.notify(topic, queue_id, result.end_offset)
         log.info("send back %s of %s to %s (reconsumeTimes %d)", msg.msg_id, group, topic, msg.reconsume_times + 1)
         if flushed is None:
             return cmd.response(codes.SUCCESS)

@@ -15,7 +15,7 @@ from broker.remoting.message_batch import decode_batch
 from broker.remoting.topic_manager import DLQ_PREFIX, PERM_WRITE, RETRY_PREFIX, TopicError
 from broker.services.message_store import PutStatus
 from broker.store.errors import MessageIllegal
-from broker.store.message import decode_properties
+from broker.store.message import decode_properties, encode_properties
 
 # SendMessageRequestHeaderV2's letters (SendMessageRequestHeaderV2.java)
 V2_KEYS = {"a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defaultTopicQueueNums", "e": "queueId",
@@ -88,14 +88,27 @@ class SendMessageProcessor:
                 topic = DLQ_PREFIX + topic[len(RETRY_PREFIX):]
                 self.topics.get_or_create(topic)
                 queue_id = 0
+        level = 0
+        props_bytes = properties.encode()
+        if "DELAY\x01" in properties and not topic.startswith(DLQ_PREFIX):
+            # a producer-set delay level: kept in the schedule topic until due (CommitLog.putMessage)
+            schedule = self.c.schedule
+            props = decode_properties(props_bytes)
+            level = schedule.level_of(props)
+            if level:
+                topic, queue_id, props = schedule.divert(topic, queue_id, props, level)
+                props_bytes = encode_properties(props)
         try:
             result, flushed = self.store.append(
-                topic, queue_id, cmd.body, properties.encode(), flag=cmd.get_int("flag", 0), sys_flag=sys_flag,
+                topic, queue_id, cmd.body, props_bytes, flag=cmd.get_int("flag", 0), sys_flag=sys_flag,
                 born_timestamp=cmd.get_int("bornTimestamp", 0), born_host=born_host_of(conn),
                 reconsume_times=reconsume_times)
         except MessageIllegal as e:
             return cmd.response(codes.MESSAGE_ILLEGAL, remark=str(e))
-        self.c.holds.notify(topic, queue_id, result.end_offset)
+        if level:
+            self.c.schedule.arrived(level)
+        else:
+            self.c.holds.notify(topic, queue_id, result.end_offset)
         ext = {"msgId": result.msg_id, "queueId": queue_id, "queueOffset": result.queue_offset}
         if "UNIQ_KEY" in properties:
             ext["transactionId"] = decode_properties(properties.encode()).get("UNIQ_KEY", "")

@@ -1,0 +1,180 @@
+"""ScheduleMessageService: delay levels as RocketMQ implements them.
+
+A message with a delay level (the producer's DELAY property, or a send-back's level) is stored in
+SCHEDULE_TOPIC_XXXX, queue level-1, with its real topic and queue in REAL_TOPIC / REAL_QID. Every
+message of one level waits equally long, so each level's queue is in due order and only its head
+needs watching: one task per level sleeps until the head is due (a timer, not a poll) or until a
+new message arrives, then writes a copy to the real topic (DELAY, REAL_TOPIC and REAL_QID removed)
+and advances the level's offset. Offsets persist in config/delayOffset.json (RocketMQ's format)
+every flushConsumerOffsetInterval and on shutdown: after a crash a delayed message may be delivered
+twice, never lost — RocketMQ's guarantee too.
+
+It runs in the broker process because that process is the commit log's only writer.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+
+from broker.remoting.broker_config import parse_delay_levels
+from broker.remoting.topic_manager import SCHEDULE_TOPIC
+from broker.services.message_store import GetStatus
+from broker.store.config_files import read_with_backup, write_atomic
+from broker.store.errors import ServiceUnavailable, StoreError
+from broker.store.message import decode_message, encode_properties
+
+log = logging.getLogger("schedule")
+
+DELAY, REAL_TOPIC, REAL_QID = "DELAY", "REAL_TOPIC", "REAL_QID"
+
+
+def _host_bytes(host: str) -> bytes:
+    import socket
+    ip, _, port = host.rpartition(":")
+    try:
+        return socket.inet_aton(ip) + int(port).to_bytes(4, "big")
+    except (OSError, ValueError):
+        return bytes(8)
+
+
+class ScheduleMessageService:
+    def __init__(self, store, topics, levels_text: str, on_delivered=None):
+        self.store = store
+        self.topics = topics
+        self.delays = parse_delay_levels(levels_text)
+        self.on_delivered = on_delivered  # (topic, queue_id, end_offset): wakes held pulls
+        self.path = os.path.join(store.config.config_dir, "delayOffset.json")
+        self.offsets: dict[int, int] = {}
+        self._arrived: dict[int, asyncio.Event] = {}
+        self._tasks: list[asyncio.Task] = []
+        self._dirty = False
+
+    @property
+    def max_level(self) -> int:
+        return len(self.delays)
+
+    # -- the write side: where a delayed message goes ------------------------------------------------
+    def level_of(self, properties: dict) -> int:
+        """The delay level a message asks for, capped at the highest level (0 = none)."""
+        try:
+            level = int(properties.get(DELAY, 0))
+        except ValueError:
+            return 0
+        return min(level, self.max_level) if level > 0 else 0
+
+    def divert(self, topic: str, queue_id: int, properties: dict, level: int) -> tuple[str, int, dict]:
+        """The schedule queue a message of `level` is stored in, with its destination recorded."""
+        props = dict(properties)
+        props[DELAY] = str(level)
+        props[REAL_TOPIC] = topic
+        props[REAL_QID] = str(queue_id)
+        return SCHEDULE_TOPIC, level - 1, props
+
+    def arrived(self, level: int) -> None:
+        ev = self._arrived.get(level)
+        if ev is not None:
+            ev.set()
+
+    # -- the delivery side -------------------------------------------------------------------------
+    def start(self) -> None:
+        data = read_with_backup(self.path) or {}
+        for k, v in (data.get("offsetTable") or {}).items():
+            self.offsets[int(k)] = int(v)
+        for level in range(1, self.max_level + 1):
+            self._arrived[level] = asyncio.Event()
+            self._tasks.append(asyncio.ensure_future(self._run_level(level)))
+
+    async def close(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            try:
+                await t
+            except (asyncio.CancelledError, Exception):
+                pass
+        self._tasks.clear()
+        self.persist()
+
+    def persist(self) -> None:
+        if not self._dirty:
+            return
+        try:
+            write_atomic(self.path, json.dumps({"offsetTable": {str(k): v for k, v in sorted(self.offsets.items())}}))
+            self._dirty = False
+        except OSError as e:
+            log.error("could not persist %s: %s", self.path, e)
+
+    async def _run_level(self, level: int) -> None:
+        qid = level - 1
+        delay = self.delays[level - 1]
+        arrived = self._arrived[level]
+        while True:
+            offset = self.offsets.get(level, 0)
+            r = self.store.get(SCHEDULE_TOPIC, qid, offset, max_msgs=32)
+            try:
+                if r.status in (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY):
+                    log.warning("delay level %d: offset %d outside [%d, %d], moving to %d", level, offset,
+                                r.min_offset, r.max_offset, r.next_offset)
+                    self._advance(level, r.next_offset)
+                    continue
+                if r.status == GetStatus.OFFSET_FOUND_NULL:
+                    log.error("delay level %d: entry %d points outside the commit log; skipped", level, offset)
+                    self._advance(level, offset + 1)
+                    continue
+                if r.status != GetStatus.FOUND:
+                    r.release()
+                    # Cleared before looking again: a message appended after this line sets the
+                    # event; one appended before it is in the queue once the reput caught up.
+                    arrived.clear()
+                    await self.store.wait_dispatched(self.store.offsets()["wrote"])
+                    if self.store.max_offset(SCHEDULE_TOPIC, qid) <= offset:
+                        await arrived.wait()
+                    continue
+                wait_s = 0.0
+                for view, qo in zip(r.messages, r.queue_offsets):
+                    msg = decode_message(view)
+                    due_ms = msg.store_timestamp + delay - int(time.time() * 1000)
+                    if due_ms > 0:
+                        wait_s = due_ms / 1000
+                        break
+                    if not self._deliver(msg, level):
+                        wait_s = 1.0  # the store refused the write: try this message again shortly
+                        break
+                    self._advance(level, qo + 1)
+            finally:
+                r.release()
+            if wait_s > 0:
+                await asyncio.sleep(wait_s)
+
+    def _advance(self, level: int, offset: int) -> None:
+        self.offsets[level] = offset
+        self._dirty = True
+
+    def _deliver(self, msg, level: int) -> bool:
+        props = dict(msg.properties)
+        topic = props.pop(REAL_TOPIC, None)
+        try:
+            queue_id = int(props.pop(REAL_QID, "0"))
+        except ValueError:
+            queue_id = 0
+        props.pop(DELAY, None)
+        if not topic:
+            log.error("delay level %d: message %s has no REAL_TOPIC; dropped from the schedule", level, msg.msg_id)
+            return True
+        cfg = self.topics.get_or_create(topic)
+        if cfg is not None and queue_id >= cfg.writeQueueNums:
+            queue_id = 0
+        try:
+            result, _ = self.store.append(topic, queue_id, msg.body, encode_properties(props), flag=msg.flag,
+                                          sys_flag=msg.sys_flag, born_timestamp=msg.born_timestamp,
+                                          born_host=_host_bytes(msg.born_host), reconsume_times=msg.reconsume_times,
+                                          wait=False)
+        except (StoreError, ServiceUnavailable) as e:
+            log.warning("delay level %d: could not deliver %s to %s: %s", level, msg.msg_id, topic, e)
+            return False
+        if self.on_delivered is not None:
+            self.on_delivered(topic, queue_id, result.end_offset)
+        return True
