@@ -7,8 +7,10 @@ in one run, side by side, with the store-core milestone's targets marked met or 
 
 Order: 1. limits (bench.limits.measure_all on the store's filesystem), 2. the kernel suite
 (bench/test_kernels_bench.py under pytest-benchmark, in a subprocess), 3. in-process put and
-put_batch throughput, 4. SYNC_FLUSH latency by writer count, 5. reput rate (kernel path and
-service end to end). A line is printed per cell as it finishes; the table comes last.
+put_batch throughput, SYNC_FLUSH latency by writer count, reput rate (kernel path and service end
+to end), 4. network cells: a `broker serve` process on loopback driven over the remoting protocol
+(bench/network_bench.py: sends, 320 batches and pulls under both flush modes). A line is printed
+per cell as it finishes; the table comes last.
 """
 from __future__ import annotations
 
@@ -35,6 +37,11 @@ TARGETS = {
     "sync_scaling_64_over_1": 20.0,      # throughput(64 writers) / throughput(1 writer)
     "sync_p99_over_fdatasync_p99": 3.0,  # at most
     "reput_records_per_s": 2_000_000,
+    # broker-daemon milestone, over loopback with the project's remoting driver, 1 KiB bodies
+    "net_send_async": 150_000,           # msgs/s, 64 in flight
+    "net_batch_async": 500_000,          # msgs/s, 320 batches of 32
+    "net_send_sync": 100_000,            # msgs/s, 64 in flight
+    "net_pull_MBps": 1_000,              # MB/s
 }
 
 
@@ -144,6 +151,18 @@ def evaluate(figs: dict) -> list[dict]:
     if e:
         add("reput >= 2,000,000 records/s (service, end to end while put_batch writes)", e["records_per_s"],
             TARGETS["reput_records_per_s"], "records/s")
+    N = figs.get("network") or {}
+    for key, target, label, field in (
+            ("ASYNC_FLUSH send", "net_send_async", "network send >= 150,000 msgs/s (ASYNC_FLUSH, 64 in flight)",
+             "msgs_per_s"),
+            ("ASYNC_FLUSH batch", "net_batch_async", "network batch >= 500,000 msgs/s (ASYNC_FLUSH, 320 x 32)",
+             "msgs_per_s"),
+            ("SYNC_FLUSH send", "net_send_sync", "network send >= 100,000 msgs/s (SYNC_FLUSH, 64 in flight)",
+             "msgs_per_s"),
+            ("ASYNC_FLUSH pull", "net_pull_MBps", "pull >= 1 GB/s", "mb_per_s")):
+        f = next((v for n, v in N.items() if n.startswith(key)), None)
+        if f:
+            add(label, f[field], TARGETS[target], "MB/s" if field == "mb_per_s" else "msgs/s")
     return out
 
 
@@ -246,12 +265,24 @@ def markdown(figs: dict) -> str:
                 f"{f['left_when_writes_ended']:,} left at end of writes, drained at "
                 + (f"{f['drain_records_per_s']:,.0f}/s" if math.isfinite(f["drain_records_per_s"]) else "n/a"))
 
+    N = figs.get("network") or {}
+    if N:
+        row("**network** (a `broker serve` process on loopback; driver: broker.remoting, one connection; "
+            "1 KiB bodies)", "", "", "")
+        for name, f in N.items():
+            row(name, f"{f['msgs_per_s']:,.0f} msgs/s ({f['mb_per_s']:,.1f} MB/s); p50 {f['p50_us']:,.0f} us, "
+                f"p99 {f['p99_us']:,.0f} us",
+                f"loopback {L['loopback_GiBps']:.2f} GiB/s, RTT p50 {L['loopback_rtt_p50_us']:.0f} us",
+                f"{100 * f['mb_per_s'] * 1e6 / (L['loopback_GiBps'] * (1 << 30)):.1f} % of loopback bandwidth; "
+                f"p50 = {f['p50_us'] / L['loopback_rtt_p50_us']:.0f}x RTT; broker process "
+                f"{f['broker_cpu_us_per_msg']:.1f} CPU-us/msg")
+
     lines = [f"# Benchmark {meta['started']} ({'quick' if meta['quick'] else 'full'})", "",
              f"{meta['machine']}; store on {meta['fs']['fstype']} ({meta['fs']['device']}, {meta['fs']['mount']}); "
              f"event loop {meta['loop']}; total {meta['total_s']:.0f} s.", "",
              "| figure | value | limit beside it (this run) | vs limit |", "|---|---|---|---|"]
     lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
-    lines += ["", "## Targets (store-core milestone)", "", "| target | measured | verdict |", "|---|---|---|"]
+    lines += ["", "## Targets (store-core and broker-daemon milestones)", "", "| target | measured | verdict |", "|---|---|---|"]
     for t in figs["targets"]:
         v = t["value"]
         shown = f"{v:,.0f} {t['unit']}" if v >= 100 else f"{v:.2f}{t['unit']}"
@@ -295,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     say(f"bench ({'quick' if args.quick else 'full'}): store work dir {workdir} on {fs['fstype']} {fs['device']}")
 
     try:
-        say("1/4 machine limits ...")
+        say("1/5 machine limits ...")
         t0 = time.perf_counter()
         L = limits.measure_all(workdir, quick=args.quick)
         L["segment_probe"] = segment_probe.measure(workdir, fs["device"], quick=args.quick)
@@ -305,28 +336,36 @@ def main(argv: list[str] | None = None) -> int:
 
         K: dict = {}
         if not args.no_kernels:
-            say("2/4 kernel micro-benchmarks (pytest-benchmark, bench/test_kernels_bench.py) ...")
+            say("2/5 kernel micro-benchmarks (pytest-benchmark, bench/test_kernels_bench.py) ...")
             K = run_kernel_suite(args.out, args.quick)
 
-        say("3/4 store cells (fresh store per cell; ~5 s of segment pre-allocation each before its clock) ...")
+        say("3/5 store cells (fresh store per cell; ~5 s of segment pre-allocation each before its clock) ...")
 
         def progress(r: store_bench.Result) -> None:
             say(f"  {r.line()}  [setup {r.figures.get('store_setup_s', 0):.1f} s, "
                 f"{time.perf_counter() - t_start:.0f} s elapsed]")
 
         S = runner(store_bench.run_all(workdir, settings, progress))
+
+        say("4/5 network cells (broker process on loopback) ...")
+        from bench import network_bench
+        N: dict = {}
+        secs = 2.0 if args.quick else 5.0
+        for flush, cells in (("ASYNC_FLUSH", ["send", "batch", "pull"]), ("SYNC_FLUSH", ["send", "batch"])):
+            for r in runner(network_bench.run_flush_mode(flush, secs, cells, workdir, progress=lambda x: say("  " + x))):
+                N[r.name] = r.as_dict()
     finally:
         import shutil
         shutil.rmtree(workdir, ignore_errors=True)
 
-    say("4/4 report")
+    say("5/5 report")
     figs = {
         "meta": {"started": started, "quick": args.quick, "loop": loop_name, "fs": fs,
                  "machine": f"{L['cpu_count']} CPUs, kernel {L['kernel']}, Python {L['python']}, "
                             f"{platform.machine()}",
                  "settings": settings.__dict__, "targets": TARGETS,
                  "total_s": time.perf_counter() - t_start},
-        "limits": L, "kernels": K, "store": S,
+        "limits": L, "kernels": K, "store": S, "network": N,
     }
     figs["targets"] = evaluate(figs)
     md = markdown(figs)

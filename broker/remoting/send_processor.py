@@ -6,6 +6,7 @@ append kernel copies it once); nothing here copies message bytes.
 """
 from __future__ import annotations
 
+import asyncio
 import random
 import socket
 
@@ -141,6 +142,20 @@ class SendMessageProcessor:
             return cmd.response(codes.SUCCESS, ext)
         return self._after_flush(cmd, ext, flushed)
 
-    async def _after_flush(self, cmd: RemotingCommand, ext: dict, flushed) -> RemotingCommand:
-        status = await flushed
-        return cmd.response(STATUS_CODES[status], ext)
+    @staticmethod
+    def _after_flush(cmd: RemotingCommand, ext: dict, flushed: asyncio.Future) -> asyncio.Future:
+        """The reply once the flush covered the message: a future chained to the flush's (a
+        coroutine would cost a task per SYNC_FLUSH send)."""
+        reply = flushed.get_loop().create_future()
+
+        def done(f: asyncio.Future) -> None:
+            if reply.done():
+                return
+            if f.cancelled():
+                reply.cancel()
+            elif f.exception() is not None:
+                reply.set_exception(f.exception())
+            else:
+                reply.set_result(cmd.response(STATUS_CODES[f.result()], ext))
+        flushed.add_done_callback(done)
+        return reply

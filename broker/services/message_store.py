@@ -82,6 +82,9 @@ class PutResult:
                 f"size={self.size})")
 
 
+REPUT_WAKE_DELAY = 0.001  # seconds; see _publish_wrote
+
+
 class BatchPutResult:
     __slots__ = ("status", "chunks", "count", "end_offset", "store_timestamp", "_sizes", "_store_host")
 
@@ -483,10 +486,18 @@ class MessageStore:
         # `wrote` is visible to the services at once; their wake-up (a futex syscall, ~4 us, and
         # a context switch on a 2-core machine) happens once per event-loop turn, after every put
         # of the turn: one wake for the whole group, not one per put for the reput service.
+        #
+        # Under ASYNC_FLUSH the wake waits up to REPUT_WAKE_DELAY more: at a high send rate one
+        # wake then covers the turns of a whole millisecond (RocketMQ's ReputMessageService polls
+        # every 1 ms, so consumers see no later delivery than with Java). Under SYNC_FLUSH the
+        # flush service waits on the same word and producers wait on it: wake at the turn's end.
         self.table.publish(_WROTE, wrote)
         if not self._wake_pending:
             self._wake_pending = True
-            self._loop.call_soon(self._wake_services)
+            if self.sync_flush:
+                self._loop.call_soon(self._wake_services)
+            else:
+                self._loop.call_later(REPUT_WAKE_DELAY, self._wake_services)
 
     def _wake_services(self) -> None:
         self._wake_pending = False
