@@ -574,6 +574,8 @@ class MessageStore:
         # most as far as RocketMQ does (16000 bytes of consume queue, or 20 per wanted message).
         stop = min(hi, offset + (max_msgs if tag_hashes is None else max(800, max_msgs * 20)))
         full = False
+        find = self.commit_log.queue.find
+        seg_mv, seg_base, seg_end = None, 0, 0  # the segment the previous record was in
         while i < stop and not full:
             ents = cq.entries(i, stop - i)
             if len(ents) == 0:
@@ -588,11 +590,14 @@ class MessageStore:
                 if msgs and total + size > max_bytes:
                     full = True
                     break
-                view = self.commit_log.view(offs[k], size)
-                if view is None:
-                    full = True
-                    break
-                msgs.append(view)
+                o = offs[k]
+                if not seg_base <= o < seg_end - size:
+                    mf = find(o)
+                    if mf is None or o + size > mf.end or mf.mv is None:
+                        full = True
+                        break
+                    seg_mv, seg_base, seg_end = mf.mv, mf.base, mf.end + 1
+                msgs.append(seg_mv[o - seg_base:o - seg_base + size])
                 qoffs.append(i + k)
                 total += size
                 nxt = i + k + 1
