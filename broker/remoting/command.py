@@ -15,7 +15,21 @@ import msgspec
 from broker.kernels.remoting import FrameError, frame_prefix
 from broker.remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE
 
-_decode_header = msgspec.json.Decoder(dict).decode
+
+
+class _Header(msgspec.Struct):
+    """The JSON header as the clients write it; unknown keys (serializeTypeCurrentRPC) ignored."""
+    code: int
+    language: str = ""
+    version: int = 0
+    opaque: int = 0
+    flag: int = 0
+    remark: str | None = None
+    extFields: dict[str, Any] | None = None
+
+
+# a typed decode is a third faster than a dict and .get()s; strict=False takes "12" for 12
+_decode_header = msgspec.json.Decoder(_Header, strict=False).decode
 _encode = msgspec.json.encode
 _opaques = itertools.count(1)
 
@@ -68,17 +82,11 @@ class RemotingCommand:
         """From a JSON header (bytes-like) and a body (kept as given: bytes or a memoryview)."""
         try:
             h = _decode_header(header)
+        except msgspec.ValidationError as e:
+            raise FrameError(0, f"bad header {bytes(header[:200])!r}: {e}") from None
         except (msgspec.DecodeError, UnicodeDecodeError) as e:
             raise FrameError(0, f"header is not a JSON object: {e}") from None
-        try:
-            code = int(h["code"])
-            ext = h.get("extFields") or {}
-            if not isinstance(ext, dict):
-                raise TypeError("extFields is not an object")
-            return cls(code, ext, body, h.get("remark"), int(h.get("opaque", 0)), int(h.get("flag", 0)),
-                       str(h.get("language", "")), int(h.get("version", 0)))
-        except (KeyError, TypeError, ValueError) as e:
-            raise FrameError(0, f"bad header {bytes(header[:200])!r}: {e}") from None
+        return cls(h.code, h.extFields or {}, body, h.remark, h.opaque, h.flag, h.language, h.version)
 
     # -- wire ----------------------------------------------------------------------------------
     def header_bytes(self) -> bytes:
@@ -87,7 +95,7 @@ class RemotingCommand:
         if self.remark is not None:
             h["remark"] = self.remark
         if self.ext:
-            h["extFields"] = {k: ext_string(v) for k, v in self.ext.items()}
+            h["extFields"] = {k: v if type(v) is str else ext_string(v) for k, v in self.ext.items()}
         h["serializeTypeCurrentRPC"] = "JSON"
         return _encode(h)
 
