@@ -304,3 +304,18 @@ def test_large_bodies_round_trip_and_over_the_limit_is_refused(tmp_path, size):
             assert _records(got.body)[0].body == body
 
     asyncio.run(go())
+
+
+def test_oneway_then_close_still_delivers(tmp_path):
+    """Writes gathered for the end of the loop turn go out before a close in the same turn."""
+    async def go():
+        async with Broker(tmp_path) as b:
+            conn = await connect("127.0.0.1", b.port)
+            props = "TAGS\x01t\x02"
+            conn.oneway(RemotingCommand.request(codes.SEND_MESSAGE_V2, {
+                "a": "pg", "b": "OW", "c": "TBW102", "d": 4, "e": 0, "f": 0, "g": 0, "h": 0, "i": props, "j": 0,
+                "k": False}, b"fire and forget", oneway=True))
+            conn.close()
+            await asyncio.wait_for(_until(lambda: b.controller.store.max_offset("OW", 0) == 1), 10)
+
+    asyncio.run(go())

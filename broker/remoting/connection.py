@@ -217,6 +217,8 @@ class RemotingConnection(asyncio.BufferedProtocol):
 
     def close(self) -> None:
         if self.transport is not None:
+            if self._later:  # replies and oneways still gathered for this turn go first
+                self._write_later()
             self.transport.close()
 
 
