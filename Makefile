@@ -30,7 +30,7 @@ install: $(VENV)/.built
 	@echo "installed: $(VENV)/bin/broker"
 
 run: install
-	$(VENV)/bin/broker serve --store-root ./data
+	$(VENV)/bin/broker run --store-root ./data
 
 test: install
 	$(VPY) -m pytest -q tests

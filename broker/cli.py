@@ -1,4 +1,4 @@
-"""`broker` console script: `serve` runs the broker, `namesrv` a name server."""
+"""`broker` console script: `serve` runs the broker, `namesrv` a name server, `run` both (make run)."""
 from __future__ import annotations
 
 import argparse
@@ -53,6 +53,112 @@ async def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _host_port(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT")
+    return host, int(port)
+
+
+async def _wait_for_signal() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
+async def _namesrv(args: argparse.Namespace) -> int:
+    from broker.namesrv.server import NamesrvConfig, NamesrvController
+
+    host, port = args.listen
+    controller = NamesrvController(NamesrvConfig(host=host, port=port,
+                                                 autoCreateTopicEnable=args.auto_create_topic == "true"))
+    await controller.start()
+    print(f"name server listening on {controller.addr}", flush=True)
+    await _wait_for_signal()
+    await controller.close()
+    print("name server stopped", flush=True)
+    return 0
+
+
+async def _run(args: argparse.Namespace) -> int:
+    """`make run`: a name server and a broker registered with it, as two child processes, stopped
+    together on SIGINT/SIGTERM; if either dies the other is stopped and the exit status is 1."""
+    import ctypes
+    import tempfile
+
+    ns_host, ns_port = args.namesrv_listen
+    namesrv_addr = f"{'127.0.0.1' if ns_host in ('0.0.0.0', '') else ns_host}:{ns_port}"
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def die_with_us() -> None:  # a `run` killed by SIGKILL must not leave a broker holding the store
+        libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+
+    # `serve` takes its settings from a broker.conf: the two that tie it to this name server
+    with tempfile.NamedTemporaryFile("w", prefix="broker-run-", suffix=".conf", delete=False) as conf:
+        conf.write(f"namesrvAddr={namesrv_addr}\nlistenPort={args.listen_port}\nbrokerIP1={args.broker_ip}\n")
+    me = [sys.executable, "-m", "broker.cli"]
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    children: dict[str, asyncio.subprocess.Process] = {}
+    died: list[str] = []
+    try:
+        ns = children["name server"] = await asyncio.create_subprocess_exec(
+            *me, "namesrv", "--listen", f"{ns_host}:{ns_port}", preexec_fn=die_with_us)
+        # The broker registers at start and then only every 30 s: it starts once the name server
+        # listens. Another process's socket has no wake-up to wait on, so this polls, bounded.
+        deadline = loop.time() + 10
+        while ns.returncode is None and not stop.is_set():
+            try:
+                _, w = await asyncio.open_connection(namesrv_addr.rpartition(":")[0], ns_port)
+                w.close()
+                break
+            except OSError:
+                if loop.time() > deadline:
+                    print(f"broker run: no name server listening on {namesrv_addr} after 10 s", file=sys.stderr)
+                    return 1
+                await asyncio.sleep(0.05)
+        if ns.returncode is None and not stop.is_set():
+            children["broker"] = await asyncio.create_subprocess_exec(
+                *me, "serve", "-c", conf.name, "--store-root", args.store_root, preexec_fn=die_with_us)
+        waits = {asyncio.ensure_future(p.wait()): name for name, p in children.items()}
+        stopping = asyncio.ensure_future(stop.wait())
+        done, _ = await asyncio.wait([stopping, *waits], return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        died = [waits[t] for t in done if t in waits]
+        for name in died:
+            print(f"broker run: the {name} exited with status {children[name].returncode}; stopping the rest",
+                  file=sys.stderr, flush=True)
+    finally:
+        status = await _stop_children(children)
+        os.unlink(conf.name)
+    return 1 if died else status
+
+
+async def _stop_children(children: dict) -> int:
+    """The broker first (it unregisters from the name server on the way out), then the name
+    server; each gets SIGTERM and 30 s before SIGKILL. Returns 0 if every child exited cleanly."""
+    status = 0
+    for name in ("broker", "name server"):
+        proc = children.get(name)
+        if proc is None:
+            continue
+        if proc.returncode is None:
+            proc.terminate()
+            try:
+                await asyncio.wait_for(proc.wait(), 30)
+            except asyncio.TimeoutError:
+                print(f"broker run: the {name} did not stop within 30 s; killing it", file=sys.stderr)
+                proc.kill()
+                await proc.wait()
+        if proc.returncode != 0:
+            status = 1
+    return status
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="broker", description="RocketMQ-compatible message broker")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -60,6 +166,17 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("-c", "--config", help="broker.conf (RocketMQ's keys)")
     s.add_argument("--store-root", help="storePathRootDir (overrides the file)")
     s.add_argument("--status-interval", type=float, default=10.0, help="seconds between offset lines")
+    n = sub.add_parser("namesrv", help="run a name server: brokers register, clients ask for routes")
+    n.add_argument("--listen", type=_host_port, default=("127.0.0.1", 9876), metavar="HOST:PORT",
+                   help="address to listen on (default 127.0.0.1:9876)")
+    n.add_argument("--auto-create-topic", choices=("true", "false"), default="true",
+                   help="autoCreateTopicEnable: answer routes for unknown topics to brokers holding TBW102")
+    r = sub.add_parser("run", help="run a name server and a broker registered with it (make run)")
+    r.add_argument("--store-root", default="./data", help="the broker's storePathRootDir (default ./data)")
+    r.add_argument("--namesrv-listen", type=_host_port, default=("127.0.0.1", 9876), metavar="HOST:PORT",
+                   help="the name server's address (default 127.0.0.1:9876)")
+    r.add_argument("--listen-port", type=int, default=10911, help="the broker's listenPort (default 10911)")
+    r.add_argument("--broker-ip", default="127.0.0.1", help="brokerIP1: the address clients are routed to")
     args = p.parse_args(argv)
     logging.basicConfig(level=os.environ.get("BROKER_LOG_LEVEL", "INFO"),
                         format="%(asctime)s %(name)s[%(process)d] %(levelname)s %(message)s")
@@ -69,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:  # pragma: no cover - uvloop is a pinned dependency
         runner = asyncio.run
     try:
-        return runner(_serve(args))
+        return runner({"serve": _serve, "namesrv": _namesrv, "run": _run}[args.cmd](args))
     except (StoreError, OSError) as e:
         print(f"broker: {e}", file=sys.stderr)
         return 2

@@ -44,6 +44,7 @@ class BrokerController:
         self._timers: list[asyncio.TimerHandle] = []
         self._register_task: asyncio.Task | None = None
         self._register_again = False
+        self._namesrv_conns: dict = {}  # name server address -> RemotingConnection
         self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
@@ -138,29 +139,38 @@ class BrokerController:
                 "clusterName": self.config.brokerClusterName, "haServerAddr": "", "brokerId": self.config.brokerId,
                 "compressed": False}
 
+    async def _namesrv_conn(self, addr: str, timeout: float):
+        """The broker's one connection to a name server, kept open as RocketMQ keeps it: the
+        name server drops the broker's routes the moment it closes (a crash, not 120 s later)."""
+        conn = self._namesrv_conns.get(addr)
+        if conn is None or conn.transport is None:
+            host, _, port = addr.rpartition(":")
+            conn = self._namesrv_conns[addr] = await asyncio.wait_for(connect(host, int(port)), timeout)
+        return conn
+
     async def _register(self, addr: str, body: bytes) -> None:
-        host, _, port = addr.rpartition(":")
         try:
-            conn = await asyncio.wait_for(connect(host, int(port)), 3)
-            try:
-                r = await conn.request(RemotingCommand.request(codes.REGISTER_BROKER, self._header(), body), 3)
-            finally:
-                conn.close()
+            conn = await self._namesrv_conn(addr, 3)
+            r = await conn.request(RemotingCommand.request(codes.REGISTER_BROKER, self._header(), body), 3)
             if r.code != codes.SUCCESS:
                 log.warning("name server %s refused the registration: %d %s", addr, r.code, r.remark)
         except (OSError, asyncio.TimeoutError) as e:
+            self._drop_namesrv_conn(addr)
             log.warning("could not register with name server %s: %s", addr, e or type(e).__name__)
+
+    def _drop_namesrv_conn(self, addr: str) -> None:
+        conn = self._namesrv_conns.pop(addr, None)
+        if conn is not None:
+            conn.close()
 
     async def unregister(self) -> None:
         async def one(addr: str) -> None:
-            host, _, port = addr.rpartition(":")
             try:
-                conn = await asyncio.wait_for(connect(host, int(port)), 2)
-                try:
-                    await conn.request(RemotingCommand.request(codes.UNREGISTER_BROKER, self._header()), 2)
-                finally:
-                    conn.close()
+                conn = await self._namesrv_conn(addr, 2)
+                await conn.request(RemotingCommand.request(codes.UNREGISTER_BROKER, self._header()), 2)
             except (OSError, asyncio.TimeoutError):
                 pass
+            finally:
+                self._drop_namesrv_conn(addr)
         if self.server is not None:
             await asyncio.gather(*(one(a) for a in self.config.namesrv_addrs))

@@ -1,0 +1,63 @@
+"""NamesrvController: a name server listening on host:port (`broker namesrv`)."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from broker.namesrv.processor import NamesrvProcessor
+from broker.namesrv.route_info import BROKER_EXPIRED_SECONDS, RouteInfoManager
+from broker.remoting.connection import RemotingServer
+
+log = logging.getLogger("namesrv")
+
+
+@dataclass
+class NamesrvConfig:
+    host: str = "127.0.0.1"
+    port: int = 9876
+    autoCreateTopicEnable: bool = True  # answer routes for topics brokers will create on first send
+    defaultTopicQueueNums: int = 4
+    scanNotActiveBrokerInterval: float = 10.0  # seconds, RocketMQ's period
+    brokerExpiredSeconds: float = BROKER_EXPIRED_SECONDS
+
+
+class NamesrvController:
+    def __init__(self, config: NamesrvConfig | None = None, clock: Callable[[], float] = time.monotonic):
+        self.config = config or NamesrvConfig()
+        self.routes = RouteInfoManager(clock, self.config.autoCreateTopicEnable, self.config.defaultTopicQueueNums,
+                                       self.config.brokerExpiredSeconds)
+        self.processor = NamesrvProcessor(self.routes)
+        self.server: RemotingServer | None = None
+        self._scan: asyncio.TimerHandle | None = None
+
+    @property
+    def port(self) -> int:
+        return self.server.port if self.server else self.config.port
+
+    @property
+    def addr(self) -> str:
+        return f"{self.config.host}:{self.port}"
+
+    async def start(self) -> None:
+        self.server = RemotingServer(self.processor.handle, self.config.host, self.config.port)
+        self.server.on_close.append(self.routes.connection_closed)
+        await self.server.start()
+        self._schedule_scan()
+        log.info("name server listening on %s", self.addr)
+
+    def _schedule_scan(self) -> None:
+        def tick():
+            self.routes.scan_not_active_brokers()
+            self._schedule_scan()
+        self._scan = asyncio.get_running_loop().call_later(self.config.scanNotActiveBrokerInterval, tick)
+
+    async def close(self) -> None:
+        if self._scan is not None:
+            self._scan.cancel()
+            self._scan = None
+        if self.server is not None:
+            await self.server.close()
+            self.server = None
