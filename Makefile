@@ -5,7 +5,7 @@ VPY     := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 KERNELS := $(wildcard pyx/*.pyx pyx/*.pxd pyx/*.h)
 
-.PHONY: run install test bench fuzz clean
+.PHONY: run install clients test bench fuzz clean
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -32,7 +32,28 @@ install: $(VENV)/.built
 run: install
 	$(VENV)/bin/broker run --store-root ./data
 
-test: install
+# Real RocketMQ clients the tests drive, unmodified: npm ali-ons (locked in tests/clients) and PyPI
+# rocketmq 0.4.4 (the C++ client) in a venv of its own, since every RocketMQ Python client is
+# named `rocketmq`. Node and npm come from Debian when missing.
+RQ_VENV := .venv-rocketmq
+ONS     := tests/clients/node_modules/.installed
+
+.deps/node:
+	@command -v npm >/dev/null || (apt-get update -qq && apt-get install -y -qq nodejs npm)
+	@mkdir -p .deps && touch $@
+
+$(ONS): tests/clients/package.json tests/clients/package-lock.json .deps/node
+	cd tests/clients && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+$(RQ_VENV)/.installed:
+	$(PY) -m venv $(RQ_VENV)
+	$(RQ_VENV)/bin/pip install -q rocketmq==0.4.4
+	touch $@
+
+clients: $(ONS) $(RQ_VENV)/.installed
+
+test: install clients
 	$(VPY) -m pytest -q tests
 
 bench: install
@@ -42,4 +63,4 @@ fuzz: install
 	@echo "fuzz harnesses arrive with the hardening issue (#7)"; exit 1
 
 clean:
-	rm -rf build $(VENV) *.egg-info broker/kernels/*.so pyx/*.c
+	rm -rf build $(VENV) $(RQ_VENV) tests/clients/node_modules *.egg-info broker/kernels/*.so pyx/*.c

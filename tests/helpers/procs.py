@@ -73,10 +73,10 @@ def group_members(pgid: int) -> list[int]:
 class Child:
     """A child in its own session/process group whose stdout lines are collected as they come."""
 
-    def __init__(self, argv: list[str], stderr_path: Path, env: dict | None = None):
+    def __init__(self, argv: list[str], stderr_path: Path, env: dict | None = None, stdin=subprocess.DEVNULL):
         self.stderr_path = Path(stderr_path)
         self._stderr = open(self.stderr_path, "wb")
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self._stderr, stdin=subprocess.DEVNULL,
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self._stderr, stdin=stdin,
                                      start_new_session=True, cwd=str(REPO), env=env)
         self.pgid = self.proc.pid  # start_new_session: the child leads its own group
         self.lines: list[str] = []

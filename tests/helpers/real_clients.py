@@ -1,0 +1,186 @@
+"""Real RocketMQ clients (npm ali-ons, PyPI rocketmq 0.4.4 over the C++ client) against a real
+name server and broker, each its own process on loopback. The clients run through two small
+drivers (tests/clients/ons.js, tests/clients/cpp_client.py) that print one JSON line per event."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import msgspec
+
+from broker.remoting import codes
+from broker.remoting.acl import sign
+from broker.remoting.command import RemotingCommand
+from broker.remoting.connection import connect
+from broker.store.message import decode_message
+from tests.conftest import free_port
+from tests.helpers.procs import REPO, Child
+
+CLIENTS = REPO / "tests" / "clients"
+NODE_MODULES = CLIENTS / "node_modules" / "ali-ons"
+CPP_PYTHON = REPO / ".venv-rocketmq" / "bin" / "python"
+KINDS = ("ons", "cpp")
+
+# Retries within milliseconds instead of 10 s and up (the broker accepts ms for tests).
+FAST_DELAYS = " ".join(["100ms"] * 18)
+
+
+def check_installed() -> None:
+    """`make test` installs both clients (Makefile target `clients`); a missing one is a setup
+    error to report, not a test to skip."""
+    missing = [str(p) for p in (NODE_MODULES, CPP_PYTHON) if not p.exists()]
+    assert not missing, f"real clients not installed ({', '.join(missing)}): run `make test` or `make clients`"
+
+
+def _argv(kind: str, cmd: str, opt: dict) -> list[str]:
+    if kind == "ons":
+        return ["node", str(CLIENTS / "ons.js"), cmd, json.dumps(opt)]
+    return [str(CPP_PYTHON), str(CLIENTS / "cpp_client.py"), cmd, json.dumps(opt)]
+
+
+def _env(home: Path) -> dict:
+    home.mkdir(parents=True, exist_ok=True)
+    # the C++ client logs under $HOME/logs/rocketmq-cpp: keep that in the test's directory
+    return dict(os.environ, HOME=str(home))
+
+
+class Cluster:
+    """`broker namesrv` and `broker serve -c broker.conf` as two processes; `call` talks to the broker."""
+
+    def __init__(self, root: Path, extra_conf: str = "", access: tuple[str, str] | None = None):
+        self.root = root
+        self.ns_port, self.port = free_port(), free_port()
+        self.namesrv = f"127.0.0.1:{self.ns_port}"
+        self.access = access  # (accessKey, secretKey) for this side's own admin calls under ACL
+        root.mkdir(parents=True, exist_ok=True)
+        self.conf = root / "broker.conf"
+        self.conf.write_text(
+            f"brokerClusterName=DefaultCluster\nbrokerName=broker-a\nbrokerId=0\nnamesrvAddr={self.namesrv}\n"
+            f"listenPort={self.port}\nbrokerIP1=127.0.0.1\nstorePathRootDir={root / 'store'}\n"
+            f"mappedFileSizeCommitLog=4194304\nmessageDelayLevel={FAST_DELAYS}\n{extra_conf}")
+        self.procs: list[Child] = []
+
+    def __enter__(self) -> "Cluster":
+        check_installed()
+        me = [sys.executable, "-m", "broker.cli"]
+        self.procs.append(Child([*me, "namesrv", "--listen", self.namesrv], self.root / "namesrv.err"))
+        self.procs.append(Child([*me, "serve", "-c", str(self.conf)], self.root / "broker.err"))
+        try:
+            self.procs[1].wait_lines(lambda ls: any("listening on" in line for line in ls), 60, "the broker to listen")
+            self.wait_route("TBW102")
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for child in reversed(self.procs):  # the broker first: it unregisters on the way out
+            if child.proc.poll() is None:
+                child.proc.send_signal(signal.SIGTERM)
+                try:
+                    child.proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    pass
+            child.kill_group()
+
+    def wait_route(self, topic: str, timeout: float = 30) -> dict:
+        async def poll():
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout
+            while True:  # the broker registers on its own schedule: retry the lookup, bounded
+                r = await _request(self.ns_port, codes.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+                if r.code == codes.SUCCESS:
+                    return msgspec.json.decode(bytes(r.body))
+                assert loop.time() < deadline, f"no route for {topic} within {timeout}s"
+                await asyncio.sleep(0.05)
+        return asyncio.run(poll())
+
+    def call(self, code: int, ext: dict, body: bytes = b"") -> RemotingCommand:
+        ext = {k: str(v) for k, v in ext.items()}
+        if self.access is not None:
+            ext["AccessKey"] = self.access[0]
+            ext["Signature"] = sign(ext, body, self.access[1])
+        return asyncio.run(_request(self.port, code, ext, body))
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        r = self.call(codes.GET_MAX_OFFSET, {"topic": topic, "queueId": queue_id})
+        return int(r.ext["offset"]) if r.code == codes.SUCCESS else 0
+
+    def total(self, topic: str, queues: int = 4) -> int:
+        """Messages held by a topic across its queues (max offsets; nothing is deleted in tests)."""
+        return sum(self.max_offset(topic, q) for q in range(queues))
+
+    def records(self, topic: str, queue_id: int) -> list:
+        """The stored records of one queue, as the broker holds them (bodies not inflated)."""
+        r = self.call(codes.PULL_MESSAGE, {
+            "consumerGroup": "test-inspector", "topic": topic, "queueId": queue_id, "queueOffset": 0,
+            "maxMsgNums": 64, "sysFlag": 0, "commitOffset": 0, "suspendTimeoutMillis": 0,
+            "subscription": "*", "subVersion": 0})
+        body, out, pos = bytes(r.body), [], 0
+        while r.code == codes.SUCCESS and pos < len(body):
+            m = decode_message(body, pos)
+            out.append(m)
+            pos += m.size
+        return out
+
+
+async def _request(port: int, code: int, ext: dict, body: bytes = b"") -> RemotingCommand:
+    conn = await connect("127.0.0.1", port)
+    try:
+        return await conn.request(RemotingCommand.request(code, ext, body), 10)
+    finally:
+        conn.close()
+
+
+def produce(kind: str, cluster: Cluster, topic: str, messages: list[dict], tmp: Path, group: str = "pg",
+            access: tuple[str, str] | None = None) -> list[dict]:
+    opt = {"nameSrv": cluster.namesrv, "group": group, "topic": topic, "messages": messages}
+    if access:
+        opt.update(accessKey=access[0], secretKey=access[1])
+    p = subprocess.run(_argv(kind, "produce", opt), capture_output=True, text=True, timeout=120,
+                       env=_env(tmp / "home"), cwd=str(CLIENTS))
+    lines = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
+    assert p.returncode == 0 and lines and lines[-1] == {"done": True}, f"{kind} producer: rc={p.returncode}\n" \
+                                                                         f"{p.stdout}\n{p.stderr[-3000:]}"
+    return lines[:-1]
+
+
+class Consumer:
+    """A push consumer in its own process; `got` holds its deliveries as they arrive."""
+
+    def __init__(self, kind: str, cluster: Cluster, tmp: Path, topic: str, group: str, name: str, **opt):
+        opt.update(nameSrv=cluster.namesrv, group=group, topic=topic, instanceName=name)
+        self.kind = kind
+        self.child = Child(_argv(kind, "consume", opt), tmp / f"{name}.err", env=_env(tmp / "home"),
+                           stdin=subprocess.PIPE)
+        self.child.wait_lines(lambda ls: any('"ready"' in line for line in ls), 60, f"{name} to start")
+
+    @property
+    def got(self) -> list[dict]:
+        return [json.loads(line) for line in list(self.child.lines) if line.startswith('{"topic"')]
+
+    def wait(self, predicate, timeout: float, what: str) -> list[dict]:
+        """Wait until `predicate(deliveries)` holds; woken by each line the consumer prints."""
+        def check(lines):
+            got = [json.loads(line) for line in lines if line.startswith('{"topic"')]
+            return got if predicate(got) else None
+        return self.child.wait_lines(check, timeout, what)
+
+    def close(self) -> None:
+        """Closes stdin: the driver shuts its consumer down (committing offsets) and exits."""
+        if self.child.proc.poll() is None:
+            self.child.proc.stdin.close()
+            self.child.wait_lines(lambda ls: any('"closed"' in line for line in ls), 60, "the consumer to close")
+            self.child.proc.wait(30)
+        self.child.kill_group()
+
+    def __enter__(self) -> "Consumer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
