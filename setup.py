@@ -16,6 +16,7 @@ KERNELS = {
     "codec": (["pyx/codec.pyx"], ["z"]),
     "atomics": (["pyx/atomics.pyx"], []),
     "remoting": (["pyx/remoting.pyx"], []),
+    "ha": (["pyx/ha.pyx"], []),
 }
 
 flags = ["-O3", "-Wall", "-Wno-unused-function", "-Wno-unreachable-code"]

@@ -1,0 +1,49 @@
+"""Pure-Python twin of broker.kernels.ha (tests only), written from rocketmq-store.md §7."""
+from __future__ import annotations
+
+import struct
+
+
+class HAFrameError(ValueError):
+    def __init__(self, pos, reason):
+        super().__init__(f"bad HA frame at buffer position {pos}: {reason}")
+        self.pos = pos
+
+
+def dispatch_read_request(buf, start, end, expected, max_body):
+    mv = memoryview(buf)
+    if not 0 <= start <= end <= len(mv):
+        raise ValueError("bad range")
+    frames, pos, mismatch = [], start, -1
+    while end - pos >= 12:
+        phy, size = struct.unpack_from(">qi", mv, pos)
+        if phy < 0:
+            raise HAFrameError(pos, "phyOffset")
+        if size < 0 or size > max_body:
+            raise HAFrameError(pos, "bodySize")
+        if end - pos - 12 < size:
+            break
+        if expected >= 0 and phy != expected:
+            mismatch = phy
+            break
+        if size:
+            frames.append((phy, pos + 12, size))
+        expected = phy + size
+        pos += 12 + size
+    return frames, pos, expected, mismatch
+
+
+def reallocate_byte_buffer(buf, start, end):
+    mv = memoryview(buf)
+    mv[0:end - start] = bytes(mv[start:end])
+    return end - start
+
+
+def frame_header(phy, size):
+    return struct.pack(">qi", phy, size)
+
+
+def last_report(buf, start, end):
+    n = (end - start) // 8
+    value = struct.unpack_from(">q", buf, start + (n - 1) * 8)[0] if n else -1
+    return value, start + n * 8
