@@ -65,6 +65,38 @@ def dispatch_read_request(buf, Py_ssize_t start, Py_ssize_t end, int64_t expecte
         PyBuffer_Release(&view)
 
 
+BLANK_MAGIC_CODE = 0xCBD43194  # a segment's closing blank record: [remaining int32][this magic]
+
+
+def record_boundary(seg, Py_ssize_t pos, Py_ssize_t end):
+    """The slave publishes only whole records: from a record start `pos` in a segment's map, the
+    end of the last record wholly inside seg[:end] (a closing blank counts up to the segment's
+    end). Raises ValueError naming the position of a record size that cannot be valid."""
+    cdef Py_buffer view
+    PyObject_GetBuffer(seg, &view, PyBUF_SIMPLE)
+    cdef const uint8_t *p = <const uint8_t *> view.buf
+    cdef int64_t size
+    try:
+        if pos < 0 or end > view.len or pos > end:
+            raise ValueError(f"range [{pos}, {end}) outside a segment of {view.len}")
+        while end - pos >= 8:
+            size = <int32_t> get_be32(p + pos)
+            if get_be32(p + pos + 4) == BLANK_MAGIC_CODE:
+                if pos + size != view.len:
+                    raise ValueError(f"blank record at {pos} of size {size} does not close the segment of {view.len}")
+                if end == view.len:
+                    pos = end
+                break
+            if size < 8 or pos + size > view.len:
+                raise ValueError(f"record at {pos} has size {size}, which cannot be valid here")
+            if pos + size > end:
+                break
+            pos += size
+        return pos
+    finally:
+        PyBuffer_Release(&view)
+
+
 def reallocate_byte_buffer(buf, Py_ssize_t start, Py_ssize_t end) -> int:
     """Move buf[start:end] to the front; returns its new end (end - start)."""
     cdef Py_buffer view

@@ -86,3 +86,25 @@ def test_ranges_outside_the_buffer_are_refused():
         K.dispatch_read_request(b"\0" * 12, 0, 13, 0, MAX)
     with pytest.raises(ValueError):
         K.reallocate_byte_buffer(bytearray(4), 3, 5)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(8, 200), max_size=20), st.integers(0, 64), st.data())
+def test_record_boundary_matches_twin_and_stops_at_whole_records(sizes, blank, data):
+    seg = bytearray()
+    for n in sizes:
+        seg += n.to_bytes(4, "big") + b"\xda\xa3\x20\xa7" + bytes(n - 8)
+    starts = [sum(sizes[:i]) for i in range(len(sizes) + 1)]
+    if blank >= 8:
+        seg += blank.to_bytes(4, "big") + T.BLANK_MAGIC_CODE.to_bytes(4, "big") + bytes(blank - 8)
+    end = data.draw(st.integers(0, len(seg)))
+    got = K.record_boundary(bytes(seg), 0, end)
+    assert got == T.record_boundary(bytes(seg), 0, end)
+    whole = max(s for s in starts if s <= end)
+    assert got == (len(seg) if blank >= 8 and end == len(seg) else whole)
+
+
+def test_record_boundary_refuses_sizes_that_cannot_be_valid():
+    seg = (4).to_bytes(4, "big") + bytes(12)
+    with pytest.raises(ValueError, match="record at 0 has size 4"):
+        K.record_boundary(seg, 0, len(seg))

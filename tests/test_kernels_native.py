@@ -6,10 +6,12 @@ import sys
 
 import broker.kernels.atomics
 import broker.kernels.codec
+import broker.kernels.ha
+import broker.kernels.remoting
 
 
 def test_kernels_are_extension_modules():
-    for mod in (broker.kernels.codec, broker.kernels.atomics):
+    for mod in (broker.kernels.codec, broker.kernels.atomics, broker.kernels.remoting, broker.kernels.ha):
         assert mod.__file__.endswith(".so"), mod.__file__
 
 

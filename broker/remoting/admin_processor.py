@@ -17,7 +17,9 @@ class AdminProcessor:
 
     def handlers(self) -> dict:
         return {codes.UPDATE_AND_CREATE_TOPIC: self.create_topic, codes.GET_ALL_TOPIC_CONFIG: self.all_topics,
-                codes.VIEW_MESSAGE_BY_ID: self.view_message, codes.GET_BROKER_RUNTIME_INFO: self.runtime_info}
+                codes.VIEW_MESSAGE_BY_ID: self.view_message, codes.GET_BROKER_RUNTIME_INFO: self.runtime_info,
+                codes.GET_ALL_CONSUMER_OFFSET: self.all_consumer_offsets,
+                codes.GET_ALL_DELAY_OFFSET: self.all_delay_offsets}
 
     def create_topic(self, cmd: RemotingCommand, conn):
         try:
@@ -34,6 +36,16 @@ class AdminProcessor:
     def all_topics(self, cmd: RemotingCommand, conn):
         return cmd.response(codes.SUCCESS, body=msgspec.json.encode(self.c.topics.serialize_wrapper()))
 
+    def all_consumer_offsets(self, cmd: RemotingCommand, conn):
+        """ConsumerOffsetManager's table, for a slave's SlaveSynchronize (and admin tools)."""
+        table = {k: {str(q): o for q, o in v.items()} for k, v in self.store.consumer_offsets.table.items()}
+        return cmd.response(codes.SUCCESS, body=msgspec.json.encode({"offsetTable": table}))
+
+    def all_delay_offsets(self, cmd: RemotingCommand, conn):
+        offsets = self.c.schedule.offsets if self.c.schedule is not None else {}
+        return cmd.response(codes.SUCCESS, body=msgspec.json.encode(
+            {"offsetTable": {str(k): v for k, v in sorted(offsets.items())}}))
+
     def view_message(self, cmd: RemotingCommand, conn):
         """The stored record at a physical offset (the offset half of an offsetMsgId)."""
         phys = cmd.get_int("offset")
@@ -46,7 +58,8 @@ class AdminProcessor:
 
     def runtime_info(self, cmd: RemotingCommand, conn):
         o = self.store.offsets()
-        table = {"brokerVersionDesc": "V4_9_4", "commitLogMinOffset": o["min"], "commitLogMaxOffset": o["wrote"],
+        extra = {k: o[k] for k in ("acked", "slaves", "received", "linked") if k in o}
+        table = {"brokerVersionDesc": "V4_9_4", "brokerRole": self.store.config.brokerRole, **extra, "commitLogMinOffset": o["min"], "commitLogMaxOffset": o["wrote"],
                  "flushedOffset": o["flushed"], "dispatchedOffset": o["dispatched"],
                  "putMessageEntireTimeMax": 0, "pullHeldRequests": self.c.holds.held(),
                  "consumerGroups": len(self.c.consumers.groups), "topics": len(self.c.topics.table.topics)}

@@ -18,10 +18,11 @@ from broker.remoting.pull_hold import PullHoldService
 from broker.remoting.pull_processor import PullMessageProcessor
 from broker.remoting.schedule_service import ScheduleMessageService
 from broker.remoting.send_processor import SendMessageProcessor
+from broker.remoting.slave_synchronize import FIRST_DELAY, PERIOD, SlaveSynchronize
 from broker.remoting.topic_manager import TopicManager
 from broker.services.message_store import MessageStore
 from broker.store.config import MessageStoreConfig
-from broker.store.errors import ServiceUnavailable
+from broker.store.errors import ServiceUnavailable, StoreConfigError
 
 log = logging.getLogger("broker")
 
@@ -45,6 +46,13 @@ class BrokerController:
         self._register_task: asyncio.Task | None = None
         self._register_again = False
         self._namesrv_conns: dict = {}  # name server address -> RemotingConnection
+        self.slave_sync = SlaveSynchronize(self) if store_config.is_slave else None
+        # as RocketMQ's BrokerStartup: a slave needs an id of its own, a master is always 0
+        if store_config.is_slave and config.brokerId <= 0:
+            raise StoreConfigError("brokerId", f"{config.brokerId}: a SLAVE's brokerId must be 1 or more")
+        if not store_config.is_slave and config.brokerId != 0:
+            log.warning("brokerId %d ignored: a %s's id is 0", config.brokerId, store_config.brokerRole)
+            config.brokerId = 0
         self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
@@ -66,7 +74,7 @@ class BrokerController:
             self.server = RemotingServer(self.handle, self.host, self.store_config.listenPort)
             self.server.on_close.append(self.consumers.connection_closed)
             await self.server.start()
-            self.schedule.start()
+            self.schedule.start(deliver=not self.store_config.is_slave)
         except BaseException:
             await self.store.close()
             raise
@@ -78,6 +86,11 @@ class BrokerController:
         self._every(self.store_config.flushConsumerOffsetInterval / 1000, self.schedule.persist)
         if self.acl is not None:
             self._every(5.0, self.acl.reload_if_changed)
+        if self.slave_sync is not None:
+            def sync():
+                asyncio.ensure_future(self.slave_sync.sync_all())
+            self._timers.append(self._loop.call_later(FIRST_DELAY, sync))
+            self._every(PERIOD, sync)
 
     def _every(self, seconds: float, fn) -> None:
         def tick():
@@ -92,6 +105,8 @@ class BrokerController:
         if self._register_task is not None:
             self._register_task.cancel()
         await self.unregister()
+        if self.slave_sync is not None:
+            self.slave_sync.close()
         self.holds.cancel_all()
         if self.server is not None:
             await self.server.close()
@@ -136,7 +151,8 @@ class BrokerController:
 
     def _header(self) -> dict:
         return {"brokerName": self.config.brokerName, "brokerAddr": self.addr,
-                "clusterName": self.config.brokerClusterName, "haServerAddr": "", "brokerId": self.config.brokerId,
+                "clusterName": self.config.brokerClusterName, "brokerId": self.config.brokerId,
+                "haServerAddr": f"{self.store_config.brokerIP1}:{self.store_config.ha_port}",
                 "compressed": False}
 
     async def _namesrv_conn(self, addr: str, timeout: float):
@@ -154,6 +170,8 @@ class BrokerController:
             r = await conn.request(RemotingCommand.request(codes.REGISTER_BROKER, self._header(), body), 3)
             if r.code != codes.SUCCESS:
                 log.warning("name server %s refused the registration: %d %s", addr, r.code, r.remark)
+            elif self.slave_sync is not None:
+                self._learn_master(r.ext.get("masterAddr"), r.ext.get("haServerAddr"))
         except (OSError, asyncio.TimeoutError) as e:
             self._drop_namesrv_conn(addr)
             log.warning("could not register with name server %s: %s", addr, e or type(e).__name__)
@@ -162,6 +180,14 @@ class BrokerController:
         conn = self._namesrv_conns.pop(addr, None)
         if conn is not None:
             conn.close()
+
+    def _learn_master(self, master_addr: str | None, ha_addr: str | None) -> None:
+        """A slave's registration answer names its master (RocketMQ's RegisterBrokerResult)."""
+        if master_addr and master_addr != self.slave_sync.master_addr:
+            log.info("master is %s (HA %s)", master_addr, ha_addr or "unknown")
+            self.slave_sync.master_addr = master_addr
+        if ha_addr and not self.store_config.haMasterAddress:
+            self.store.set_master_ha_address(ha_addr)
 
     async def unregister(self) -> None:
         async def one(addr: str) -> None:

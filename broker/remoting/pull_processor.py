@@ -44,7 +44,7 @@ class PullMessageProcessor:
         if queue_id < 0 or queue_id >= cfg.readQueueNums:
             return cmd.response(codes.SYSTEM_ERROR, remark=f"queueId[{queue_id}] is illegal, topic {topic} has "
                                                            f"{cfg.readQueueNums} read queues")
-        if sys_flag & FLAG_COMMIT_OFFSET:
+        if sys_flag & FLAG_COMMIT_OFFSET and not self.store.is_slave:  # as Java: commits ride pulls on masters
             commit = cmd.get_int("commitOffset", -1)
             if commit >= 0:
                 self.store.consumer_offsets.commit(group, topic, queue_id, commit)
@@ -54,7 +54,7 @@ class PullMessageProcessor:
             tags = self.c.consumers.tag_hashes(group, topic)
         hold = sys_flag & FLAG_SUSPEND and self.c.config.longPollingEnable
         suspend = min(cmd.get_int("suspendTimeoutMillis", 15000), self.c.config.brokerSuspendMaxTimeMillis) / 1000
-        if self.store.queue_write_end(topic, queue_id) > self.store.offsets()["dispatched"]:
+        if self.store.queue_write_end(topic, queue_id) > self.store.dispatched():
             # Messages of this queue are in the log but not yet in its consume queue: answer once
             # they are (read-your-writes), not with an offset the next moment makes valid.
             return self._hold(cmd, topic, queue_id, offset, max_nums, tags, time.monotonic() + suspend, hold)
@@ -64,21 +64,33 @@ class PullMessageProcessor:
         return self._hold(cmd, topic, queue_id, offset, max_nums, tags, time.monotonic() + suspend, True)
 
     def _get(self, cmd, topic, queue_id, offset, max_nums, tags) -> RemotingCommand:
-        r = self.store.get(topic, queue_id, offset, max_nums, MAX_TRANSFER_BYTES, tags)
+        store = self.store
+        r = store.get(topic, queue_id, offset, max_nums, MAX_TRANSFER_BYTES, tags)
         if r.status in _MOVED_IF_NOT_ZERO:
             code = codes.PULL_OFFSET_MOVED if offset != 0 else codes.PULL_NOT_FOUND
         else:
             code = _CODES[r.status]
-        ext = {"nextBeginOffset": r.next_offset, "minOffset": r.min_offset, "maxOffset": r.max_offset,
-               "suggestWhichBrokerId": 0}
+        nxt = r.next_offset
+        if code == codes.PULL_OFFSET_MOVED and store.is_slave:
+            # a slave may lag its master: it never tells a consumer to move its offset (Java's
+            # offsetCheckInSlave=false), it asks it to come again
+            code, nxt = codes.PULL_RETRY_IMMEDIATELY, offset
+        # suggestWhichBrokerId (seed 004): with slaveReadEnable, a master whose unread backlog no
+        # longer fits the memory share sends the consumer to slave 1; otherwise, and on a slave,
+        # consumers are sent (back) to the master
+        suggest = 1 if r.suggest_slave and store.config.slaveReadEnable and not store.is_slave else 0
+        ext = {"nextBeginOffset": nxt, "minOffset": r.min_offset, "maxOffset": r.max_offset,
+               "suggestWhichBrokerId": suggest}
         return cmd.response(code, ext, r.messages if code == codes.SUCCESS else b"")
 
     async def _hold(self, cmd, topic, queue_id, offset, max_nums, tags, deadline, suspend) -> RemotingCommand:
+        if self.store.is_slave:
+            return await self._hold_on_slave(cmd, topic, queue_id, offset, max_nums, tags, deadline)
         holds = self.c.holds
         while True:
             # a message appended before we looked but not dispatched yet: wait for it, not for the next
             end = self.store.queue_write_end(topic, queue_id)
-            if end > self.store.offsets()["dispatched"]:
+            if end > self.store.dispatched():
                 try:
                     await self.store.wait_dispatched(end, max(deadline - time.monotonic(), 1.0))
                 except asyncio.TimeoutError:
@@ -96,3 +108,19 @@ class PullMessageProcessor:
                 return self._get(cmd, topic, queue_id, offset, max_nums, tags)
             finally:
                 holds.release(topic, queue_id, fut)
+
+    async def _hold_on_slave(self, cmd, topic, queue_id, offset, max_nums, tags, deadline) -> RemotingCommand:
+        """On a slave no send tells us which queue grew: every dispatch the reput publishes
+        wakes the held pulls, and each looks at its own queue again."""
+        store = self.store
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return self._get(cmd, topic, queue_id, offset, max_nums, tags)
+            try:
+                await store.wait_dispatched(store.dispatched() + 1, left)
+            except asyncio.TimeoutError:
+                return self._get(cmd, topic, queue_id, offset, max_nums, tags)
+            res = self._get(cmd, topic, queue_id, offset, max_nums, tags)
+            if res.code != codes.PULL_NOT_FOUND:
+                return res

@@ -79,10 +79,14 @@ class ScheduleMessageService:
             ev.set()
 
     # -- the delivery side -------------------------------------------------------------------------
-    def start(self) -> None:
+    def start(self, deliver: bool = True) -> None:
+        """Load the levels' offsets and, on a master, start delivering (a slave only keeps the
+        offsets it copies from its master, for the day it is made master)."""
         data = read_with_backup(self.path) or {}
         for k, v in (data.get("offsetTable") or {}).items():
             self.offsets[int(k)] = int(v)
+        if not deliver:
+            return
         for level in range(1, self.max_level + 1):
             self._arrived[level] = asyncio.Event()
             self._tasks.append(asyncio.ensure_future(self._run_level(level)))
@@ -97,6 +101,13 @@ class ScheduleMessageService:
                 pass
         self._tasks.clear()
         self.persist()
+
+    def merge(self, offsets: dict[int, int]) -> None:
+        """Offsets copied from the master: never moved back (RocketMQ #1094)."""
+        for level, off in offsets.items():
+            if off > self.offsets.get(level, -1):
+                self.offsets[level] = off
+                self._dirty = True
 
     def persist(self) -> None:
         if not self._dirty:

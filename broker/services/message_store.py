@@ -27,6 +27,7 @@ from broker.store.commit_log import BatchChunk, CommitLog
 from broker.store.config import SYNC_FLUSH, MessageStoreConfig
 from broker.store.config_files import ConsumerOffsetTable, TopicConfigTable
 from broker.store.consume_queue import ConsumeQueue, ConsumeQueueStore
+from broker.store import ha_master_address
 from broker.store.durable import fsync_dir
 from broker.store.errors import MessageIllegal, ServiceUnavailable, StoreError
 from broker.store.message import StoredMessage, decode_message, encode_properties
@@ -118,7 +119,8 @@ class BatchPutResult:
 
 
 class GetResult:
-    __slots__ = ("status", "messages", "queue_offsets", "next_offset", "min_offset", "max_offset", "total_bytes")
+    __slots__ = ("status", "messages", "queue_offsets", "next_offset", "min_offset", "max_offset", "total_bytes",
+                 "suggest_slave")
 
     def __init__(self, status, next_offset, min_offset, max_offset, messages=(), queue_offsets=(), total_bytes=0):
         self.status = status
@@ -128,6 +130,9 @@ class GetResult:
         self.min_offset = min_offset
         self.max_offset = max_offset
         self.total_bytes = total_bytes
+        # RocketMQ's suggestPullingFromSlave: the unread backlog behind these messages is larger
+        # than accessMessageInMemoryMaxRatio % of RAM (it would be read from disk, not memory)
+        self.suggest_slave = False
 
     def release(self) -> None:
         """Drop the views (they pin their segment's map until released)."""
@@ -143,6 +148,10 @@ class MessageStore:
         self.config = config
         self.root = config.storePathRootDir
         self.sync_flush = config.flushDiskType == SYNC_FLUSH
+        self.sync_master = config.sync_master
+        self.is_slave = config.is_slave
+        # a put waits for the flush, a slave's acknowledgement, or both
+        self._put_waits = self.sync_flush or self.sync_master
         self.commit_log: CommitLog | None = None
         self.cqs: ConsumeQueueStore | None = None
         self.table = None
@@ -156,6 +165,11 @@ class MessageStore:
         self._last_end: dict[tuple[bytes, int], int] = {}
         self._flush_waiters: collections.deque = collections.deque()  # (end offset, deadline, future)
         self._flush_timer: asyncio.TimerHandle | None = None
+        self._ack_waiters: collections.deque = collections.deque()  # SYNC_MASTER: (end, deadline, future)
+        self._ack_timer: asyncio.TimerHandle | None = None
+        self._slave_max: dict[tuple[str, int], int] = {}  # slave: consumable end of each queue
+        self._memory_share = (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+                              * config.accessMessageInMemoryMaxRatio // 100)
         self._wake_pending = False
         self._dispatch_waiters: list = []  # (offset, future)
         self._conditions: list = []  # (predicate, future): checked on every service wake-up
@@ -212,7 +226,14 @@ class MessageStore:
         log.info("store %s recovered (%s) in %.3fs: commit log [%d, %d)", self.root,
                  "clean stop" if res.clean else "after a crash", time.monotonic() - t0,
                  self.commit_log.min_offset, res.max_offset)
-        self.commit_log.set_write_position(res.max_offset, res.queue_offsets)
+        if self.is_slave:
+            # The HA client (its own process) is a slave's only writer, creating segments too:
+            # this process reads the log through a read-only map from here on.
+            self.commit_log.close()
+            self.commit_log = CommitLog(cfg, writable=False)
+            self.commit_log.load()
+        else:
+            self.commit_log.set_write_position(res.max_offset, res.queue_offsets)
 
         t = self.table = create_table(self.root)
         t.store(Slot.WROTE, res.max_offset)
@@ -228,7 +249,9 @@ class MessageStore:
 
         self._efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._loop.add_reader(self._efd, self._on_notify)
-        for name, module in (("flush", "broker.services.flush_service"), ("reput", "broker.services.reput_service")):
+        ha = "broker.ha.ha_client" if self.is_slave else "broker.ha.ha_service"
+        for name, module in (("flush", "broker.services.flush_service"), ("reput", "broker.services.reput_service"),
+                             ("ha", ha)):
             svc = self.services[name] = ServiceProcess(name, module, cfg, self._efd, self._loop)
             svc.start()
         self._open = True
@@ -283,6 +306,8 @@ class MessageStore:
         flushed, dispatched = t.load(Slot.FLUSHED), t.load(Slot.DISPATCHED)
         self._complete_flush_waiters(flushed)
         self._expire_flush_waiters(force=True)
+        self._complete_ack_waiters(t.load(Slot.ACKED))
+        self._expire_ack_waiters(force=True)
         if flushed == wrote and dispatched == wrote:
             self.ckpt.set(cleanOffset=wrote)
             self.ckpt.flush()
@@ -300,9 +325,10 @@ class MessageStore:
             if svc.proc is not None and svc.proc.poll() is None:
                 await svc.stop(5)
         self.services.clear()
-        if self._flush_timer is not None:
-            self._flush_timer.cancel()
-            self._flush_timer = None
+        for timer in (self._flush_timer, self._ack_timer):
+            if timer is not None:
+                timer.cancel()
+        self._flush_timer = self._ack_timer = None
         if self._efd >= 0:
             self._loop.remove_reader(self._efd)
             os.close(self._efd)
@@ -324,6 +350,8 @@ class MessageStore:
         t = self.table
         if self._flush_waiters:
             self._complete_flush_waiters(t.load(Slot.FLUSHED))
+        if self._ack_waiters:
+            self._complete_ack_waiters(t.load(Slot.ACKED))
         if self._dispatch_waiters:
             d = t.load(Slot.DISPATCHED)
             keep = []
@@ -356,7 +384,7 @@ class MessageStore:
     async def _wait_ready(self, name: str, timeout: float) -> None:
         """A service is ready once it has published its pid (after installing its signal handlers)."""
         svc = self.services[name]
-        slot = Slot.FLUSH_PID if name == "flush" else Slot.REPUT_PID
+        slot = {"flush": Slot.FLUSH_PID, "reput": Slot.REPUT_PID, "ha": Slot.HA_PID}[name]
         await self._wait_condition(lambda: svc.proc.poll() is not None or self.table.load(slot) == svc.pid, timeout)
 
     def _complete_flush_waiters(self, flushed: int) -> None:
@@ -377,6 +405,59 @@ class MessageStore:
         if w:
             self._flush_timer = self._loop.call_at(self._loop.time() + (w[0][1] - now), self._expire_flush_waiters)
 
+    # -- SYNC_MASTER: a put completes when a slave acknowledged its end (GroupTransferService) --
+    def _await_ack(self, end: int) -> asyncio.Future:
+        fut = self._loop.create_future()
+        t = self.table
+        acked = t.load(Slot.ACKED)
+        if acked >= end:
+            fut.set_result(PutStatus.PUT_OK)
+        elif not t.load(Slot.HA_SLAVES) or end - acked > self.config.haSlaveFallbehindMax:
+            # no slave, or the best one too far behind to catch up within the timeout: say so now
+            fut.set_result(PutStatus.SLAVE_NOT_AVAILABLE)
+        else:
+            self._ack_waiters.append((end, time.monotonic() + self.config.syncFlushTimeout / 1000, fut))
+            if self._ack_timer is None:
+                self._ack_timer = self._loop.call_later(self.config.syncFlushTimeout / 1000, self._expire_ack_waiters)
+        return fut
+
+    def _complete_ack_waiters(self, acked: int) -> None:
+        w = self._ack_waiters
+        while w and w[0][0] <= acked:
+            fut = w.popleft()[2]
+            if not fut.done():
+                fut.set_result(PutStatus.PUT_OK)
+
+    def _expire_ack_waiters(self, force: bool = False) -> None:
+        self._ack_timer = None
+        w = self._ack_waiters
+        now = time.monotonic()
+        while w and (force or w[0][1] <= now):
+            fut = w.popleft()[2]
+            if not fut.done():
+                fut.set_result(PutStatus.FLUSH_SLAVE_TIMEOUT)
+        if w:
+            self._ack_timer = self._loop.call_at(self._loop.time() + (w[0][1] - now), self._expire_ack_waiters)
+
+    def _await_put(self, end: int) -> asyncio.Future:
+        """The future of a put's final status: the flush (SYNC_FLUSH), a slave's ack (SYNC_MASTER),
+        or both, the flush's failure reported first as RocketMQ's handleDiskFlush runs first."""
+        if not self.sync_master:
+            return self._await_flush(end)
+        ack = self._await_ack(end)
+        if not self.sync_flush:
+            return ack
+        flush = self._await_flush(end)
+        both = self._loop.create_future()
+
+        def done(_):
+            if flush.done() and ack.done() and not both.done():
+                f = flush.result()
+                both.set_result(f if f is not PutStatus.PUT_OK else ack.result())
+        flush.add_done_callback(done)
+        ack.add_done_callback(done)
+        return both
+
     async def wait_dispatched(self, offset: int, timeout: float | None = None) -> int:
         """Wait until the reput service has built consume queues up to `offset`."""
         d = self.table.load(Slot.DISPATCHED)
@@ -387,6 +468,9 @@ class MessageStore:
         self.table.store(Slot.WANT_DISPATCH, 1)
         self._on_notify_soon()
         return await asyncio.wait_for(fut, timeout)
+
+    def dispatched(self) -> int:
+        return self.table.load(Slot.DISPATCHED)
 
     async def wait_flushed(self, offset: int, timeout: float | None = None) -> int:
         """Wait until the flush service has made the commit log durable up to `offset`."""
@@ -410,6 +494,8 @@ class MessageStore:
     def _check_open(self) -> None:
         if not self._accepting:
             raise ServiceUnavailable("store is not started or is shutting down")
+        if self.is_slave:
+            raise ServiceUnavailable("this broker is a SLAVE: its log is written by replication from the master only")
 
     def append(self, topic: str, queue_id: int, body, properties: bytes | dict | None = b"", *,
                flag: int = 0, sys_flag: int = 0, born_timestamp: int | None = None,
@@ -427,7 +513,7 @@ class MessageStore:
         end = phys + size
         self._last_end[(tb, queue_id)] = end
         self._publish_wrote(cl.wrote)
-        fut = self._await_flush(end) if self.sync_flush and wait else None
+        fut = self._await_put(end) if self._put_waits and wait else None
         return PutResult(PutStatus.PUT_OK, phys, qo, size, ts, cl.store_host), fut
 
     async def put(self, topic: str, queue_id: int, body, properties: bytes | dict | None = b"", *,
@@ -464,7 +550,7 @@ class MessageStore:
         end = cl.wrote
         self._last_end[(tb, queue_id)] = end
         self._publish_wrote(end)
-        fut = self._await_flush(end) if self.sync_flush and wait else None
+        fut = self._await_put(end) if self._put_waits and wait else None
         fixed = 91 + len(tb)
         if type(props) is list:
             sizes = np.fromiter((len(b) + len(p) + fixed for b, p in zip(bodies, props)), np.int64, len(bodies))
@@ -494,7 +580,7 @@ class MessageStore:
         self.table.publish(_WROTE, wrote)
         if not self._wake_pending:
             self._wake_pending = True
-            if self.sync_flush:
+            if self._put_waits:
                 self._loop.call_soon(self._wake_services)
             else:
                 self._loop.call_later(REPUT_WAKE_DELAY, self._wake_services)
@@ -521,6 +607,8 @@ class MessageStore:
 
     def max_offset(self, topic: str, queue_id: int) -> int:
         """One past the last consumable (dispatched) message of the queue."""
+        if self.is_slave:
+            return self._slave_max_offset(topic, queue_id)
         key = (self._topics.get(topic) or topic.encode(), queue_id)
         nxt = self.commit_log.queue_offsets.get(key, 0)
         d = self.table.load(Slot.DISPATCHED)
@@ -538,6 +626,26 @@ class MessageStore:
             else:
                 hi = mid
         return lo
+
+    def _slave_max_offset(self, topic: str, queue_id: int) -> int:
+        """On a slave nothing here appends: a queue ends at its first unwritten consume-queue
+        entry (the reput writes entries in order and only for whole replicated records)."""
+        cq = self._queue(topic, queue_id)
+        if cq is None:
+            return 0
+        key = (topic, queue_id)
+        end = max(self._slave_max.get(key, 0), cq.min_offset)
+        while True:
+            ents = cq.entries(end, 4096)
+            if len(ents) == 0:
+                break
+            zero = np.flatnonzero(ents["size"] == 0)
+            if len(zero):
+                end += int(zero[0])
+                break
+            end += len(ents)
+        self._slave_max[key] = end
+        return end
 
     def queue_write_end(self, topic: str, queue_id: int) -> int:
         """End offset in the commit log of the last message appended to the queue in this run
@@ -593,6 +701,9 @@ class MessageStore:
                 o = offs[k]
                 if not seg_base <= o < seg_end - size:
                     mf = find(o)
+                    if mf is None and self.is_slave:  # a segment the HA client made since we looked
+                        self.commit_log.queue.refresh()
+                        mf = find(o)
                     if mf is None or o + size > mf.end or mf.mv is None:
                         full = True
                         break
@@ -608,11 +719,16 @@ class MessageStore:
         if not msgs:
             status = GetStatus.NO_MATCHED_MESSAGE if nxt > offset else GetStatus.OFFSET_FOUND_NULL
             return GetResult(status, nxt, lo, hi)
-        return GetResult(GetStatus.FOUND, nxt, lo, hi, msgs, qoffs, total)
+        r = GetResult(GetStatus.FOUND, nxt, lo, hi, msgs, qoffs, total)
+        r.suggest_slave = self.table.load(Slot.WROTE) - o > self._memory_share
+        return r
 
     def lookup(self, physical_offset: int) -> StoredMessage:
         """Decode the record at a physical offset (RocketMQ's lookMessageByOffset / view by msgId)."""
         mf = self.commit_log.queue.find(physical_offset)
+        if mf is None and self.is_slave:
+            self.commit_log.queue.refresh()
+            mf = self.commit_log.queue.find(physical_offset)
         if mf is None or physical_offset >= self.table.load(Slot.WROTE):
             raise StoreError(f"no message at physical offset {physical_offset}")
         return decode_message(mf.mm[physical_offset - mf.base:], 0)
@@ -620,8 +736,19 @@ class MessageStore:
     # -- introspection --------------------------------------------------------------------------
     def offsets(self) -> dict[str, int]:
         t = self.table
-        return {"min": t.load(Slot.MIN_OFFSET), "wrote": t.load(Slot.WROTE), "flushed": t.load(Slot.FLUSHED),
-                "dispatched": t.load(Slot.DISPATCHED)}
+        out = {"min": t.load(Slot.MIN_OFFSET), "wrote": t.load(Slot.WROTE), "flushed": t.load(Slot.FLUSHED),
+               "dispatched": t.load(Slot.DISPATCHED)}
+        if self.is_slave:
+            out.update(received=t.load(Slot.HA_RECEIVED), linked=t.load(Slot.HA_LINK))
+        else:
+            out.update(acked=t.load(Slot.ACKED), slaves=t.load(Slot.HA_SLAVES))
+        return out
+
+    def set_master_ha_address(self, addr: str) -> None:
+        """A slave learned its master's HA address (from the name server): tell the HA client."""
+        if self.table is not None and ha_master_address.write(self.root, addr):
+            log.info("master HA address is %s", addr)
+            self.table.store(Slot.HA_MASTER, self.table.load(Slot.HA_MASTER) + 1)  # wakes the HA client
 
     def service_pids(self) -> dict[str, int | None]:
         return {name: svc.pid for name, svc in self.services.items()}

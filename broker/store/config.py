@@ -38,6 +38,16 @@ class MessageStoreConfig:
     listenPort: int = 10911
     # How long start() waits for a (re)started service to report alive.
     serviceStartTimeout: int = 30_000
+    # HA (4.x MessageStoreConfig): a master streams its log to slaves on haListenPort; a slave
+    # connects to haMasterAddress (or the address the name server gives it).
+    haListenPort: int = 0  # 0: listenPort + 1, as 4.x BrokerStartup always sets it
+    haMasterAddress: str = ""
+    haSendHeartbeatInterval: int = 5000
+    haHousekeepingInterval: int = 20_000
+    haTransferBatchSize: int = 32 * 1024
+    haSlaveFallbehindMax: int = 256 * 1024 * 1024
+    slaveReadEnable: bool = False
+    accessMessageInMemoryMaxRatio: int = 40
 
     def __post_init__(self) -> None:
         self.validate()
@@ -53,6 +63,18 @@ class MessageStoreConfig:
     @property
     def config_dir(self) -> str:
         return os.path.join(self.storePathRootDir, "config")
+
+    @property
+    def ha_port(self) -> int:
+        return self.haListenPort or self.listenPort + 1
+
+    @property
+    def is_slave(self) -> bool:
+        return self.brokerRole == "SLAVE"
+
+    @property
+    def sync_master(self) -> bool:
+        return self.brokerRole == "SYNC_MASTER"
 
     @property
     def store_host(self) -> bytes:
@@ -83,6 +105,19 @@ class MessageStoreConfig:
             raise StoreConfigError("brokerIP1", f"{self.brokerIP1!r} is not an IPv4 address") from None
         if not 0 < self.listenPort < 65536:
             raise StoreConfigError("listenPort", f"{self.listenPort} is not a port")
+        if not 0 <= self.haListenPort < 65536 or self.ha_port > 65535:
+            raise StoreConfigError("haListenPort", f"{self.ha_port} is not a port")
+        if self.haMasterAddress:
+            host, _, port = self.haMasterAddress.rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise StoreConfigError("haMasterAddress", f"{self.haMasterAddress!r} is not host:port")
+        for key in ("haSendHeartbeatInterval", "haHousekeepingInterval", "haSlaveFallbehindMax"):
+            if getattr(self, key) <= 0:
+                raise StoreConfigError(key, f"{getattr(self, key)} must be positive")
+        if not 4096 <= self.haTransferBatchSize <= 64 * 1024 * 1024:
+            raise StoreConfigError("haTransferBatchSize", f"{self.haTransferBatchSize} is outside 4096..64 MiB")
+        if not 0 < self.accessMessageInMemoryMaxRatio <= 100:
+            raise StoreConfigError("accessMessageInMemoryMaxRatio", f"{self.accessMessageInMemoryMaxRatio} is not a percentage")
 
     @classmethod
     def from_properties(cls, props: dict[str, str], *, ignore_unknown: bool = True) -> tuple["MessageStoreConfig", list[str]]:

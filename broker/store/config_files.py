@@ -67,6 +67,22 @@ class ConsumerOffsetTable:
         self.table.setdefault(f"{topic}@{group}", {})[queue_id] = offset
         self.dirty = True
 
+    def merge(self, table: dict) -> int:
+        """Offsets copied from the master (a slave's SlaveSynchronize): an offset never moves back,
+        so commits made here while the master was down survive its return (RocketMQ #1094).
+        Returns how many offsets moved."""
+        moved = 0
+        for key, queues in table.items():
+            mine = self.table.setdefault(str(key), {})
+            for q, off in queues.items():
+                q, off = int(q), int(off)
+                if off > mine.get(q, -1):
+                    mine[q] = off
+                    moved += 1
+        if moved:
+            self.dirty = True
+        return moved
+
     def query(self, group: str, topic: str, queue_id: int) -> int:
         """-1 when the group never committed an offset for the queue (as RocketMQ)."""
         return self.table.get(f"{topic}@{group}", {}).get(queue_id, -1)
@@ -102,6 +118,12 @@ class TopicConfigTable:
         self.topics = {name: TopicConfig(**{k: v for k, v in cfg.items() if k in known})
                        for name, cfg in data.get("topicConfigTable", {}).items()}
         self.data_version = data.get("dataVersion", self.data_version)
+
+    def replace(self, topics: dict[str, TopicConfig], data_version: dict) -> None:
+        """The master's whole table (a slave's SlaveSynchronize)."""
+        self.topics = dict(topics)
+        self.data_version = dict(data_version)
+        self.persist()
 
     def put(self, cfg: TopicConfig) -> None:
         import time

@@ -15,9 +15,14 @@ class Slot(enum.IntEnum):
     MIN_OFFSET = 4      # cleaner: commit-log minimum
     FLUSH_PID = 8       # flush service: its pid while alive
     REPUT_PID = 9       # reput service: its pid while alive
+    HA_PID = 10         # HA service (master: writer, slave: reader): its pid while alive
+    HA_SLAVES = 11      # HA writer: slaves connected now
+    HA_LINK = 12        # HA reader: 1 while linked to the master
+    HA_RECEIVED = 13    # HA reader: bytes received from the master (may end inside a record)
     SHUTDOWN = 16       # broker: 1 asks every service to finish and exit
     WANT_DISPATCH = 17  # broker: >0 while pulls wait for dispatches (reput then writes the eventfd)
     FLUSH_ERRORS = 18   # flush service: count of failed fdatasync calls
+    HA_MASTER = 19      # broker (slave): bumped when the master's HA address (runtime/ha_master) changes
 
 
 NSLOTS = 32

@@ -47,3 +47,24 @@ def last_report(buf, start, end):
     n = (end - start) // 8
     value = struct.unpack_from(">q", buf, start + (n - 1) * 8)[0] if n else -1
     return value, start + n * 8
+
+
+BLANK_MAGIC_CODE = 0xCBD43194
+
+
+def record_boundary(seg, pos, end):
+    mv = memoryview(seg)
+    if not 0 <= pos <= end <= len(mv):
+        raise ValueError("bad range")
+    while end - pos >= 8:
+        size, magic = struct.unpack_from(">iI", mv, pos)
+        if magic == BLANK_MAGIC_CODE:
+            if pos + size != len(mv):
+                raise ValueError("blank")
+            return end if end == len(mv) else pos
+        if size < 8 or pos + size > len(mv):
+            raise ValueError("size")
+        if pos + size > end:
+            break
+        pos += size
+    return pos

@@ -1,0 +1,183 @@
+"""HAClient as its own process (slave): the slave's only commit-log writer.
+
+Connects to the master's HA port (reconnecting with back-off), reports its log's end at once and
+then after every append and at least every haSendHeartbeatInterval. `dispatch_read_request`
+(kernel) parses the master's frames in the receive buffer and checks each continues our log;
+each frame's bytes are copied once into the mapped segment. `wrote` is published only at whole
+records (`record_boundary`, kernel), so reput, flush and recovery never see half a record; the
+received end, which may lie inside one, is what we acknowledge, as RocketMQ's slave does.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+
+from broker.store import ha_master_address as master_address
+from broker.kernels.ha import (HA_HEADER, HAFrameError, dispatch_read_request, reallocate_byte_buffer,
+                               record_boundary)
+from broker.services.process import enter_service, notify, run_service
+from broker.store.mapped_file_queue import MappedFileQueue
+from broker.store.offset_table import Slot, open_table
+
+log = logging.getLogger("ha")
+READ_BUFFER = 4 * 1024 * 1024  # RocketMQ's slave buffer; grown to hold a configured bigger batch
+
+
+class LinkDropped(Exception):
+    """This link is unusable (mismatch, silence, a bad frame): reconnect after a pause."""
+
+
+class HAClient:
+    def __init__(self, config, notify_fd: int):
+        self.config = config
+        self.table = open_table(config.storePathRootDir)
+        self.notify_fd = notify_fd
+        self.log = MappedFileQueue(config.commitlog_dir, config.mappedFileSizeCommitLog, writable=True,
+                                   warm=config.warmMapedFileEnable)
+        size = max(READ_BUFFER, 2 * (config.haTransferBatchSize + HA_HEADER))
+        self.buf = bytearray(size)
+        self.received = 0  # end of the bytes we hold (reported to the master)
+        self.boundary = 0  # end of the last whole record (published as `wrote`)
+
+    # -- the log --------------------------------------------------------------------------------
+    def _append(self, phy: int, data: memoryview) -> None:
+        mf = self.log.find(phy)
+        if mf is None:
+            base = phy - phy % self.log.file_size
+            last = self.log.last()
+            if last is not None and base != last.end:
+                raise LinkDropped(f"the master sent offset {phy}, not in or after our last segment ending {last.end}")
+            mf = self.log.roll(base)
+        if phy + len(data) > mf.end:
+            raise LinkDropped(f"a frame at {phy} of {len(data)} bytes crosses our segment end {mf.end}: "
+                              f"mappedFileSizeCommitLog differs from the master's")
+        mf.mv[phy - mf.base:phy - mf.base + len(data)] = data  # the one copy
+
+    def _advance_boundary(self) -> None:
+        b = self.boundary
+        while b < self.received:
+            mf = self.log.find(b)
+            if mf is None:
+                break
+            try:
+                rel = record_boundary(mf.mv, b - mf.base, min(self.received, mf.end) - mf.base)
+            except ValueError as e:
+                raise LinkDropped(f"replicated bytes at {b} are not a record: {e}") from None
+            nb = mf.base + rel
+            if nb == b:
+                break
+            b = nb
+        if b != self.boundary:
+            self.boundary = b
+            self.table.store(Slot.WROTE, b)  # store() wakes flush and reput sleeping on it
+
+    # -- the link -------------------------------------------------------------------------------
+    def _report(self, sock: socket.socket) -> None:
+        sock.sendall(self.received.to_bytes(8, "big"))
+
+    def _serve(self, sock: socket.socket, peer: str) -> None:
+        cfg = self.config
+        heartbeat = cfg.haSendHeartbeatInterval / 1000
+        silent_max = cfg.haHousekeepingInterval / 1000
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.settimeout(heartbeat)
+        mv = memoryview(self.buf)
+        max_body = len(self.buf) - HA_HEADER
+        fill = 0
+        # An empty slave takes the master's first offset (its oldest); otherwise each frame must
+        # continue exactly where our log ends.
+        expected = self.received if self.received or self.log.files else -1
+        self._report(sock)
+        last_report = last_read = time.monotonic()
+        self.table.store(Slot.HA_LINK, 1)
+        log.info("linked to master %s; our log ends at %d", peer, self.received)
+        while True:
+            try:
+                n = sock.recv_into(mv[fill:])
+            except socket.timeout:
+                if time.monotonic() - last_read > silent_max:
+                    raise LinkDropped(f"nothing from the master for {cfg.haHousekeepingInterval} ms") from None
+                n = -1
+            if n == 0:
+                raise LinkDropped("the master closed the link")
+            now = time.monotonic()
+            if n > 0:
+                last_read = now
+                fill += n
+                try:
+                    frames, pos, expected, mismatch = dispatch_read_request(self.buf, 0, fill, expected, max_body)
+                except HAFrameError as e:
+                    raise LinkDropped(str(e)) from None
+                for phy, at, size in frames:
+                    self._append(phy, mv[at:at + size])
+                if frames:
+                    self.received = expected
+                    self.table.store(Slot.HA_RECEIVED, expected)
+                    self._advance_boundary()
+                    self._report(sock)
+                    last_report = now
+                if mismatch >= 0:
+                    raise LinkDropped(f"the master pushed offset {mismatch} but our log ends at {expected}")
+                fill = reallocate_byte_buffer(self.buf, pos, fill)
+            if now - last_report >= heartbeat:
+                self._report(sock)
+                last_report = now
+
+    def run(self) -> None:
+        t = self.table
+        cfg = self.config
+
+        def main_loop() -> None:
+            self.log.load()
+            # the broker recovered the log to its last whole record before starting us
+            self.received = self.boundary = t.load(Slot.WROTE)
+            t.store(Slot.HA_RECEIVED, self.received)
+            t.store(Slot.HA_PID, os.getpid())
+            notify(self.notify_fd)
+            pause, said = 0.1, None
+            while not t.load(Slot.SHUTDOWN):
+                seen = t.load(Slot.HA_MASTER)
+                addr = master_address.read(cfg.storePathRootDir, cfg.haMasterAddress)
+                if addr is None:
+                    t.wait_change(Slot.HA_MASTER, seen, 5.0)  # woken when the broker learns it
+                    continue
+                peer = f"{addr[0]}:{addr[1]}"
+                try:
+                    sock = socket.create_connection(addr, timeout=3)
+                except OSError as e:
+                    if said != (peer, str(e)):
+                        log.warning("cannot reach master %s: %s (retrying)", peer, e)
+                        said = (peer, str(e))
+                    t.wait_change(Slot.HA_MASTER, seen, pause)
+                    pause = min(pause * 2, 5.0)
+                    continue
+                said, pause = None, 0.1
+                try:
+                    self._serve(sock, peer)
+                except (LinkDropped, OSError) as e:
+                    log.warning("link to master %s dropped: %s", peer, e)
+                    pause = 1.0  # the same cause would recur at once: do not spin on it
+                finally:
+                    t.store(Slot.HA_LINK, 0)
+                    sock.close()
+                t.wait_change(Slot.HA_MASTER, seen, pause)
+
+        def final() -> None:
+            t.store(Slot.HA_LINK, 0)
+            t.store(Slot.HA_PID, 0)
+            self.log.close()
+            notify(self.notify_fd)
+            log.info("HA client stopped: log ends at %d (whole records to %d)", self.received, self.boundary)
+
+        run_service(main_loop, final)
+
+
+def main() -> None:
+    args, config = enter_service("ha")
+    HAClient(config, args.notify_fd).run()
+
+
+if __name__ == "__main__":
+    main()
