@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 
+from broker.client import cli as client_cli
 from broker.conf import read_properties
 from broker.remoting.broker_config import load_broker_config
 from broker.store.errors import StoreError
@@ -177,7 +178,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="the name server's address (default 127.0.0.1:9876)")
     r.add_argument("--listen-port", type=int, default=10911, help="the broker's listenPort (default 10911)")
     r.add_argument("--broker-ip", default="127.0.0.1", help="brokerIP1: the address clients are routed to")
+    client_cli.add_commands(sub)  # produce, consume, admin
     args = p.parse_args(argv)
+    if client_cli.handles(args):
+        return client_cli.run(args)
     logging.basicConfig(level=os.environ.get("BROKER_LOG_LEVEL", "INFO"),
                         format="%(asctime)s %(name)s[%(process)d] %(levelname)s %(message)s")
     try:

@@ -136,8 +136,9 @@ class ConsumerProcessor:
             return cmd.response(codes.SYSTEM_ERROR, remark=f"look message by offset failed, {phys}: {e}")
         props = dict(msg.properties)
         props.setdefault("RETRY_TOPIC", msg.topic)
-        origin = cmd.get_str("originMsgId", "") or props.get("ORIGIN_MESSAGE_ID") or msg.msg_id
-        props["ORIGIN_MESSAGE_ID"] = origin
+        # as Java's: the first failure's id sticks through every retry; the request's originMsgId
+        # (the client's idea of it) is not trusted over what the stored copy carries
+        props["ORIGIN_MESSAGE_ID"] = props.get("ORIGIN_MESSAGE_ID") or msg.msg_id
         max_times = cmd.get_int("maxReconsumeTimes", self.c.config.maxReconsumeTimes)
         if msg.reconsume_times >= max_times or delay_level < 0:
             topic = DLQ_PREFIX + group

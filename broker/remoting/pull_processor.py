@@ -87,20 +87,23 @@ class PullMessageProcessor:
         if self.store.is_slave:
             return await self._hold_on_slave(cmd, topic, queue_id, offset, max_nums, tags, deadline)
         holds = self.c.holds
+        store = self.store
         while True:
-            # a message appended before we looked but not dispatched yet: wait for it, not for the next
-            end = self.store.queue_write_end(topic, queue_id)
-            if end > self.store.dispatched():
-                try:
-                    await self.store.wait_dispatched(end, max(deadline - time.monotonic(), 1.0))
+            # Every hold is registered in the same loop turn as the look that found nothing: a
+            # send handled in any turn before (while this task waited to start, or to resume
+            # after a dispatch) is either seen by that look or waited for here; one after it
+            # resolves the hold. A message appended but not dispatched yet is waited for first.
+            end = store.queue_write_end(topic, queue_id)
+            if end > store.dispatched():
+                try:  # read-your-writes even for a pull that may not be held (dispatch takes ~1 ms)
+                    await store.wait_dispatched(end, max(deadline - time.monotonic(), 1.0))
                 except asyncio.TimeoutError:
-                    pass
-                res = self._get(cmd, topic, queue_id, offset, max_nums, tags)
-                if res.code != codes.PULL_NOT_FOUND or not suspend or time.monotonic() >= deadline:
-                    return res
+                    return self._get(cmd, topic, queue_id, offset, max_nums, tags)
+                continue
+            res = self._get(cmd, topic, queue_id, offset, max_nums, tags)
             left = deadline - time.monotonic()
-            if left <= 0:
-                return self._get(cmd, topic, queue_id, offset, max_nums, tags)
+            if res.code != codes.PULL_NOT_FOUND or not suspend or left <= 0:
+                return res
             fut = holds.hold(topic, queue_id)
             try:
                 await asyncio.wait_for(fut, left)

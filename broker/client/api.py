@@ -1,0 +1,109 @@
+"""The broker requests a consumer or admin makes, one function each (RocketMQ's MQClientAPIImpl):
+pull, consumer offsets, queue offsets, group members and send-back. Each raises BrokerUnreachable
+for a transport failure and ResponseError for an unexpected code."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import msgspec
+
+from broker.client.client_instance import MQClientInstance
+from broker.client.errors import ResponseError
+from broker.client.message import MessageExt, decode_messages
+from broker.client.route import MessageQueue
+from broker.remoting import codes
+from broker.remoting.command import RemotingCommand
+
+# PullSysFlag bits
+FLAG_COMMIT_OFFSET, FLAG_SUSPEND, FLAG_SUBSCRIPTION = 1, 2, 4
+
+FOUND, NO_NEW_MSG, NO_MATCHED_MSG, OFFSET_ILLEGAL = "FOUND", "NO_NEW_MSG", "NO_MATCHED_MSG", "OFFSET_ILLEGAL"
+_PULL_STATUS = {codes.SUCCESS: FOUND, codes.PULL_NOT_FOUND: NO_NEW_MSG,
+                codes.PULL_RETRY_IMMEDIATELY: NO_MATCHED_MSG, codes.PULL_OFFSET_MOVED: OFFSET_ILLEGAL}
+
+
+@dataclass
+class PullResult:
+    status: str
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    messages: list[MessageExt] = field(default_factory=list)
+
+
+def parse_tags(sub_expression: str | None) -> set[str] | None:
+    """"tagA || tagB" → {"tagA", "tagB"}; "*" or empty → None (everything)."""
+    if not sub_expression or sub_expression.strip() in ("*", ""):
+        return None
+    return {t.strip() for t in sub_expression.split("||") if t.strip()}
+
+
+async def pull(client: MQClientInstance, addr: str, group: str, mq: MessageQueue, offset: int, max_nums: int = 32,
+               sub_expression: str = "*", suspend_ms: int = 0, commit_offset: int = -1,
+               timeout: float | None = None) -> PullResult:
+    """PULL_MESSAGE (11). The broker filters by tag hash; the tags themselves are compared here,
+    as the Java client does (two tags may share a hash)."""
+    sys_flag = FLAG_SUBSCRIPTION | (FLAG_SUSPEND if suspend_ms > 0 else 0) | (FLAG_COMMIT_OFFSET if commit_offset >= 0 else 0)
+    ext = {"consumerGroup": group, "topic": mq.topic, "queueId": mq.queue_id, "queueOffset": offset,
+           "maxMsgNums": max_nums, "sysFlag": sys_flag, "commitOffset": max(commit_offset, 0),
+           "suspendTimeoutMillis": suspend_ms, "subscription": sub_expression or "*", "subVersion": 0}
+    if timeout is None:  # a held pull must outlive the broker's hold
+        timeout = suspend_ms / 1000 + 15 if suspend_ms else 10
+    r = await client.invoke(addr, RemotingCommand.request(codes.PULL_MESSAGE, ext), timeout)
+    status = _PULL_STATUS.get(r.code)
+    if status is None:
+        raise ResponseError(r.code, r.remark, f"pull {mq} at {offset} from {addr}")
+    res = PullResult(status, r.get_int("nextBeginOffset", offset), r.get_int("minOffset", 0), r.get_int("maxOffset", 0))
+    if status == FOUND:
+        tags = parse_tags(sub_expression)
+        msgs = decode_messages(r.body, mq.broker_name)
+        res.messages = msgs if tags is None else [m for m in msgs if m.tags in tags]
+    return res
+
+
+async def query_consumer_offset(client: MQClientInstance, addr: str, group: str, mq: MessageQueue) -> int:
+    """QUERY_CONSUMER_OFFSET (14): the committed offset, -1 when none (QUERY_NOT_FOUND)."""
+    r = await client.invoke(addr, RemotingCommand.request(
+        codes.QUERY_CONSUMER_OFFSET, {"consumerGroup": group, "topic": mq.topic, "queueId": mq.queue_id}), 5)
+    if r.code == codes.QUERY_NOT_FOUND:
+        return -1
+    if r.code != codes.SUCCESS:
+        raise ResponseError(r.code, r.remark, f"query offset of {group} on {mq}")
+    return r.get_int("offset", -1)
+
+
+async def update_consumer_offset(client: MQClientInstance, addr: str, group: str, mq: MessageQueue,
+                                 offset: int) -> None:
+    r = await client.invoke(addr, RemotingCommand.request(
+        codes.UPDATE_CONSUMER_OFFSET,
+        {"consumerGroup": group, "topic": mq.topic, "queueId": mq.queue_id, "commitOffset": offset}), 5)
+    if r.code != codes.SUCCESS:
+        raise ResponseError(r.code, r.remark, f"update offset of {group} on {mq}")
+
+
+async def queue_offset(client: MQClientInstance, addr: str, mq: MessageQueue, code: int = codes.GET_MAX_OFFSET) -> int:
+    """GET_MAX_OFFSET (30) or GET_MIN_OFFSET (31) of one queue."""
+    r = await client.invoke(addr, RemotingCommand.request(code, {"topic": mq.topic, "queueId": mq.queue_id}), 5)
+    if r.code != codes.SUCCESS:
+        raise ResponseError(r.code, r.remark, f"offset (code {code}) of {mq}")
+    return r.get_int("offset")
+
+
+async def consumer_ids(client: MQClientInstance, addr: str, group: str) -> list[str]:
+    """GET_CONSUMER_LIST_BY_GROUP (38); a group the broker has no member of → []."""
+    r = await client.invoke(addr, RemotingCommand.request(codes.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group}), 5)
+    if r.code != codes.SUCCESS:
+        return []
+    return list(msgspec.json.decode(r.body).get("consumerIdList") or [])
+
+
+async def send_back(client: MQClientInstance, addr: str, group: str, msg: MessageExt, max_reconsume_times: int,
+                    delay_level: int = 0) -> None:
+    """CONSUMER_SEND_MSG_BACK (36): the broker re-stores the message for redelivery through
+    %RETRY%<group> (delay level 0: the broker picks 3 + reconsumeTimes)."""
+    origin = msg.properties.get("ORIGIN_MESSAGE_ID") or msg.msg_id
+    r = await client.invoke(addr, RemotingCommand.request(codes.CONSUMER_SEND_MSG_BACK, {
+        "offset": msg.commit_log_offset, "group": group, "delayLevel": delay_level, "originMsgId": origin,
+        "originTopic": msg.topic, "unitMode": False, "maxReconsumeTimes": max_reconsume_times}), 5)
+    if r.code != codes.SUCCESS:
+        raise ResponseError(r.code, r.remark, f"send back {msg.msg_id} of {group}")

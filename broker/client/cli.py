@@ -1,0 +1,214 @@
+"""`broker produce`, `broker consume` and `broker admin ...`: the client as commands.
+
+broker/cli.py calls `add_commands(sub)` to add the subcommands and `run(args)` for them. A
+failure the user can act on (a name server or broker that cannot be reached, a refused request)
+is one line on stderr and exit status 2, never a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+
+from broker.client.admin import Admin
+from broker.client.errors import ClientError
+from broker.client.message import Message, MessageExt
+from broker.client.producer import Producer
+from broker.client.push_consumer import PushConsumer
+
+SEND_WINDOW = 64  # sends in flight at once for --count
+
+
+def _namesrv_default() -> str:
+    return os.environ.get("NAMESRV_ADDR") or "127.0.0.1:9876"
+
+
+def add_commands(sub) -> None:
+    def with_namesrv(p):
+        p.add_argument("--namesrv", default=_namesrv_default(), metavar="HOST:PORT[;HOST:PORT]",
+                       help="name server address(es) (default $NAMESRV_ADDR or 127.0.0.1:9876)")
+        return p
+
+    p = with_namesrv(sub.add_parser("produce", help="send messages: --body N times, or one per stdin line"))
+    p.add_argument("--topic", required=True)
+    p.add_argument("--group", default="broker-cli-producer", help="producer group")
+    p.add_argument("--tags")
+    p.add_argument("--keys")
+    p.add_argument("--prop", action="append", default=[], metavar="KEY=VALUE", help="a user property (repeatable)")
+    p.add_argument("--count", type=int, default=1, help="times to send --body (default 1)")
+    p.add_argument("--body", help="the message body (default: one message per line of stdin)")
+    p.set_defaults(client_cmd=_produce)
+
+    c = with_namesrv(sub.add_parser("consume", help="consume as a push consumer, one JSON line per message"))
+    c.add_argument("--topic", required=True)
+    c.add_argument("--group", required=True, help="consumer group")
+    c.add_argument("--tags", default="*", help='subscription expression, e.g. "tagA || tagB" (default *)')
+    c.add_argument("--count", type=int, help="exit after this many messages")
+    c.add_argument("--timeout", type=float, help="exit after this many seconds")
+    c.add_argument("--from-first", action="store_true",
+                   help="a group with no committed offset starts at the first message, not the end")
+    c.set_defaults(client_cmd=_consume)
+
+    a = sub.add_parser("admin", help="topics, routes, consumer offsets, broker status")
+    asub = a.add_subparsers(dest="admin_cmd", required=True)
+    t = asub.add_parser("topic", help="create, list or show the route of topics")
+    tsub = t.add_subparsers(dest="topic_cmd", required=True)
+    tc = with_namesrv(tsub.add_parser("create", help="create or update a topic on a broker or every master"))
+    tc.add_argument("--topic", required=True)
+    tc.add_argument("--queues", type=int, default=4, help="read and write queues (default 4)")
+    tc.add_argument("--broker", help="broker address (default: every master, or of --cluster)")
+    tc.add_argument("--cluster")
+    tc.set_defaults(client_cmd=_topic_create)
+    with_namesrv(tsub.add_parser("list", help="every topic the name servers know")).set_defaults(client_cmd=_topic_list)
+    tr = with_namesrv(tsub.add_parser("route", help="a topic's route as JSON"))
+    tr.add_argument("--topic", required=True)
+    tr.set_defaults(client_cmd=_topic_route)
+    o = with_namesrv(asub.add_parser("offsets", help="a group's committed offset, max offset and lag per queue"))
+    o.add_argument("--group", required=True)
+    o.add_argument("--topic", required=True)
+    o.set_defaults(client_cmd=_offsets)
+    s = with_namesrv(asub.add_parser("status", help="runtime info of a broker or of every master"))
+    s.add_argument("--broker", help="broker address (default: every master)")
+    s.set_defaults(client_cmd=_status)
+    with_namesrv(asub.add_parser("cluster", help="cluster info as JSON")).set_defaults(client_cmd=_cluster)
+
+
+def handles(args: argparse.Namespace) -> bool:
+    return getattr(args, "client_cmd", None) is not None
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=os.environ.get("BROKER_LOG_LEVEL", "ERROR"),
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        import uvloop
+        runner = uvloop.run
+    except ImportError:  # pragma: no cover
+        runner = asyncio.run
+    try:
+        return runner(args.client_cmd(args))
+    except ClientError as e:
+        print(f"broker {args.cmd}: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+# -- produce ---------------------------------------------------------------------------------------
+def _bodies(args) -> list[bytes]:
+    if args.body is not None:
+        return [args.body.encode()] * args.count
+    return [line.rstrip("\n").encode() for line in sys.stdin]
+
+
+async def _produce(args) -> int:
+    props = {}
+    for kv in args.prop:
+        k, sep, v = kv.partition("=")
+        if not sep:
+            raise ClientError(f"--prop {kv!r} is not KEY=VALUE")
+        props[k] = v
+    async with Producer(args.group, args.namesrv) as producer:
+        bodies = _bodies(args)
+        for i in range(0, len(bodies), SEND_WINDOW):
+            futs = [producer.send_async(Message(args.topic, b, tags=args.tags, keys=args.keys, properties=dict(props)))
+                    for b in bodies[i:i + SEND_WINDOW]]
+            for f in futs:  # in order, and the first failure ends the command
+                print(await f, flush=True)
+    return 0
+
+
+# -- consume ---------------------------------------------------------------------------------------
+def message_json(m: MessageExt) -> str:
+    return json.dumps({"topic": m.topic, "queueId": m.queue_id, "queueOffset": m.queue_offset,
+                       "msgId": m.uniq_key or m.msg_id, "offsetMsgId": m.msg_id, "tags": m.tags, "keys": m.keys,
+                       "reconsumeTimes": m.reconsume_times, "properties": m.properties,
+                       "body": m.body.decode("utf-8", "replace")}, ensure_ascii=False)
+
+
+async def _consume(args) -> int:
+    done = asyncio.Event()
+    seen = 0
+
+    async def listener(msgs: list[MessageExt]) -> bool:
+        nonlocal seen
+        for m in msgs:
+            if args.count is not None and seen >= args.count:
+                # past --count: left unconsumed (its offset is not committed) for the next consumer
+                await asyncio.Future()
+            print(message_json(m), flush=True)
+            seen += 1
+            if args.count is not None and seen >= args.count:
+                done.set()
+        return True
+
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, done.set)
+    consumer = PushConsumer(args.group, args.namesrv, consume_from_first=args.from_first)
+    consumer.subscribe(args.topic, args.tags)
+    consumer.register(listener)
+    await consumer.start()
+    try:
+        await asyncio.wait_for(done.wait(), args.timeout)
+    except asyncio.TimeoutError:
+        pass
+    finally:
+        await consumer.shutdown()
+    if args.count is not None and seen < args.count:
+        print(f"broker consume: {seen} of {args.count} messages within {args.timeout:g} s", file=sys.stderr)
+        return 1
+    return 0
+
+
+# -- admin -----------------------------------------------------------------------------------------
+async def _topic_create(args) -> int:
+    async with Admin(args.namesrv) as admin:
+        for addr in await admin.create_topic(args.topic, args.queues, args.broker, args.cluster):
+            print(f"created {args.topic} with {args.queues} queues on {addr}")
+    return 0
+
+
+async def _topic_list(args) -> int:
+    async with Admin(args.namesrv) as admin:
+        for t in await admin.topic_list():
+            print(t)
+    return 0
+
+
+async def _topic_route(args) -> int:
+    async with Admin(args.namesrv) as admin:
+        print(json.dumps((await admin.route(args.topic)).to_json(), indent=2))
+    return 0
+
+
+async def _offsets(args) -> int:
+    async with Admin(args.namesrv) as admin:
+        rows = await admin.consumer_offsets(args.group, args.topic)
+    print(f"{'broker':<20} {'queue':>5} {'committed':>10} {'max':>10} {'lag':>8}")
+    for r in sorted(rows, key=lambda r: r.queue):
+        print(f"{r.queue.broker_name:<20} {r.queue.queue_id:>5} {r.committed:>10} {r.max_offset:>10} {r.lag:>8}")
+    print(f"total lag {sum(r.lag for r in rows)}")
+    return 0
+
+
+async def _status(args) -> int:
+    async with Admin(args.namesrv) as admin:
+        addrs = [args.broker] if args.broker else await admin.master_addrs()
+        if not addrs:
+            raise ClientError(f"no broker registered with {args.namesrv}")
+        for addr in addrs:
+            print(addr)
+            for k, v in sorted((await admin.broker_status(addr)).items()):
+                print(f"  {k}={v}")
+    return 0
+
+
+async def _cluster(args) -> int:
+    async with Admin(args.namesrv) as admin:
+        print(json.dumps(await admin.cluster_info(), indent=2))
+    return 0

@@ -1,0 +1,200 @@
+"""MQClientInstance: what the producers and consumers of one client share (RocketMQ's noun).
+
+One connection per broker or name-server address, opened on first use and again after it
+closed; topic routes from the name servers (each of "h:p;h:p" tried in turn) behind a RouteCache;
+a heartbeat (HEART_BEAT, 34) naming every producer and consumer group to every broker of the
+known routes, at start and every 30 s, which is how a broker learns who is in a consumer group.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import socket
+from typing import Protocol
+
+import msgspec
+
+from broker.client.errors import BrokerUnreachable, ResponseError, RouteNotFound
+from broker.client.route import RouteCache, TopicRoute, parse_route
+from broker.remoting import codes
+from broker.remoting.command import RemotingCommand
+from broker.remoting.connection import RemotingConnection, connect
+
+log = logging.getLogger("client")
+
+HEARTBEAT_INTERVAL = 30.0
+CONNECT_TIMEOUT = 3.0
+NAMESRV_TIMEOUT = 3.0
+_instances = itertools.count()
+
+
+def _local_ip() -> str:
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+
+
+def parse_namesrv_addr(namesrv_addr: str | None) -> list[str]:
+    raw = namesrv_addr or os.environ.get("NAMESRV_ADDR", "") or "127.0.0.1:9876"
+    return [a.strip() for a in raw.split(";") if a.strip()]
+
+
+class ConsumerMember(Protocol):
+    """What a consumer gives the instance: its heartbeat entry and a way to rebalance now."""
+    group: str
+
+    def consumer_data(self) -> dict: ...
+
+    def rebalance_soon(self) -> None: ...
+
+
+class MQClientInstance:
+    def __init__(self, namesrv_addr: str | None = None, heartbeat_interval: float = HEARTBEAT_INTERVAL):
+        self.namesrv_addrs = parse_namesrv_addr(namesrv_addr)
+        n = next(_instances)
+        # "ip@pid" as Java's default instance name makes it; a second instance in one process
+        # (two consumers of one group in a test) needs its own id or the broker sees one member
+        self.client_id = f"{_local_ip()}@{os.getpid()}" + (f"#{n}" if n else "")
+        self.heartbeat_interval = heartbeat_interval
+        self.conns: dict[str, RemotingConnection] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self.routes = RouteCache(self._fetch_route)
+        self.producer_groups: set[str] = set()
+        self.consumers: dict[str, ConsumerMember] = {}
+        self._heartbeat_task: asyncio.Task | None = None
+        self._started = 0  # producers and consumers using this instance
+
+    # -- connections -------------------------------------------------------------------------------
+    async def connection(self, addr: str) -> RemotingConnection:
+        conn = self.conns.get(addr)
+        if conn is not None and conn.transport is not None:
+            return conn
+        lock = self._locks.setdefault(addr, asyncio.Lock())
+        async with lock:  # concurrent first sends share one connect
+            conn = self.conns.get(addr)
+            if conn is not None and conn.transport is not None:
+                return conn
+            host, _, port = addr.rpartition(":")
+            try:
+                conn = await asyncio.wait_for(connect(host, int(port), self._handle), CONNECT_TIMEOUT)
+            except asyncio.TimeoutError:
+                raise BrokerUnreachable(addr, f"connect timed out after {CONNECT_TIMEOUT:g} s") from None
+            except (OSError, ValueError) as e:
+                raise BrokerUnreachable(addr, getattr(e, "strerror", None) or str(e)) from None
+            self.conns[addr] = conn
+            return conn
+
+    async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
+        """One request and its response; any transport failure is BrokerUnreachable naming `addr`."""
+        conn = await self.connection(addr)
+        try:
+            return await conn.request(cmd, timeout)
+        except asyncio.TimeoutError:  # before OSError: TimeoutError is one
+            raise BrokerUnreachable(addr, f"no answer to request code {cmd.code} within {timeout:g} s") from None
+        except OSError as e:
+            self._drop(addr, conn)
+            raise BrokerUnreachable(addr, str(e) or type(e).__name__) from None
+
+    async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
+        conn = await self.connection(addr)
+        conn.oneway(cmd)
+
+    def _drop(self, addr: str, conn: RemotingConnection) -> None:
+        if self.conns.get(addr) is conn:
+            del self.conns[addr]
+        conn.close()
+
+    def _handle(self, cmd: RemotingCommand, conn: RemotingConnection):
+        """Requests the broker sends us: NOTIFY_CONSUMER_IDS_CHANGED makes the group rebalance now
+        rather than on its 20 s timer."""
+        if cmd.code == codes.NOTIFY_CONSUMER_IDS_CHANGED:
+            consumer = self.consumers.get(cmd.get_str("consumerGroup", ""))
+            if consumer is not None:
+                consumer.rebalance_soon()
+            return None
+        if cmd.is_oneway:
+            return None
+        return cmd.response(codes.REQUEST_CODE_NOT_SUPPORTED, remark=f"client does not serve code {cmd.code}")
+
+    # -- name servers ------------------------------------------------------------------------------
+    async def namesrv_request(self, cmd_factory, timeout: float = NAMESRV_TIMEOUT) -> RemotingCommand:
+        """The first answer of the name servers, tried in order; all unreachable → BrokerUnreachable
+        naming every address tried."""
+        errors = []
+        for addr in self.namesrv_addrs:
+            try:
+                return await self.invoke(addr, cmd_factory(), timeout)
+            except BrokerUnreachable as e:
+                errors.append(e)
+        if len(errors) == 1:
+            raise errors[0]
+        raise BrokerUnreachable(";".join(self.namesrv_addrs), "; ".join(str(e) for e in errors))
+
+    async def _fetch_route(self, topic: str) -> TopicRoute:
+        r = await self.namesrv_request(lambda: RemotingCommand.request(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}))
+        if r.code == codes.TOPIC_NOT_EXIST:
+            raise RouteNotFound(topic, r.remark or "")
+        if r.code != codes.SUCCESS:
+            raise ResponseError(r.code, r.remark, f"route of {topic}")
+        return parse_route(topic, r.body)
+
+    async def namesrv_json(self, code: int, what: str, ext: dict | None = None) -> dict:
+        r = await self.namesrv_request(lambda: RemotingCommand.request(code, ext or {}))
+        if r.code != codes.SUCCESS:
+            raise ResponseError(r.code, r.remark, what)
+        return msgspec.json.decode(r.body) if r.body else {}
+
+    # -- lifecycle and heartbeat -------------------------------------------------------------------
+    async def start(self) -> None:
+        self._started += 1
+        if self._heartbeat_task is None:
+            self._heartbeat_task = asyncio.ensure_future(self._heartbeat_loop())
+
+    async def shutdown(self) -> None:
+        self._started -= 1
+        if self._started > 0:
+            return
+        if self._heartbeat_task is not None:
+            self._heartbeat_task.cancel()
+            self._heartbeat_task = None
+        for addr, conn in list(self.conns.items()):
+            self._drop(addr, conn)
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_interval)
+            await self.send_heartbeat()
+
+    def heartbeat_body(self) -> bytes:
+        return msgspec.json.encode({
+            "clientID": self.client_id,
+            "producerDataSet": [{"groupName": g} for g in sorted(self.producer_groups)],
+            "consumerDataSet": [c.consumer_data() for c in self.consumers.values()]})
+
+    async def send_heartbeat(self) -> None:
+        """To every broker of every known route; a broker that cannot be reached is logged and
+        skipped (the next beat tries again)."""
+        body = self.heartbeat_body()
+
+        async def one(addr: str) -> None:
+            try:
+                r = await self.invoke(addr, RemotingCommand.request(codes.HEART_BEAT, {}, body), 3)
+                if r.code != codes.SUCCESS:
+                    log.warning("heartbeat to %s refused: %d %s", addr, r.code, r.remark)
+            except BrokerUnreachable as e:
+                log.warning("heartbeat failed: %s", e)
+        await asyncio.gather(*(one(a) for a in sorted(self.routes.known_broker_addrs())))
+
+    async def unregister(self, producer_group: str = "", consumer_group: str = "") -> None:
+        """UNREGISTER_CLIENT (35) to every known broker, so the group rebalances without us now."""
+        ext = {"clientID": self.client_id, "producerGroup": producer_group, "consumerGroup": consumer_group}
+
+        async def one(addr: str) -> None:
+            try:
+                await self.invoke(addr, RemotingCommand.request(codes.UNREGISTER_CLIENT, ext), 3)
+            except BrokerUnreachable as e:
+                log.warning("unregister failed: %s", e)
+        await asyncio.gather(*(one(a) for a in sorted(self.routes.known_broker_addrs())))

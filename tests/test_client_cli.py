@@ -1,0 +1,118 @@
+"""`broker produce|consume|admin` as a user runs them: subprocesses against `broker run` (a name
+server and a broker, child processes), output checked line by line; an unreachable name server
+or broker is one line on stderr naming it, exit status 2."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import free_port
+from tests.helpers.procs import REPO, wait_until
+
+
+def cli(*args, stdin: str | None = None, timeout: float = 30, namesrv: str | None = None) -> subprocess.CompletedProcess:
+    argv = [sys.executable, "-m", "broker.cli", *args]
+    if namesrv is not None:
+        argv += ["--namesrv", namesrv]
+    return subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout, cwd=str(REPO))
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """`broker run` on free ports; yields the name server address; SIGTERM and a clean exit at the end."""
+    root = tmp_path_factory.mktemp("cli")
+    ns_port, broker_port = free_port(), free_port()
+    namesrv = f"127.0.0.1:{ns_port}"
+    with open(root / "run.log", "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "broker.cli", "run", "--store-root", str(root / "store"),
+                                 "--namesrv-listen", namesrv, "--listen-port", str(broker_port)],
+                                stdout=log, stderr=subprocess.STDOUT, cwd=str(REPO))
+        try:
+            # the broker's registration shows as TBW102 in the name server's topic list
+            wait_until(lambda: proc.poll() is None and "TBW102" in cli("admin", "topic", "list", namesrv=namesrv).stdout
+                       or proc.poll() is not None, 20, "the broker registered with the name server")
+            assert proc.poll() is None, (root / "run.log").read_text()
+            yield namesrv
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(30) == 0, (root / "run.log").read_text()
+
+
+def test_produce_consume_and_offsets_round_trip(cluster):
+    r = cli("admin", "topic", "create", "--topic", "CliT", "--queues", "2", namesrv=cluster)
+    assert r.returncode == 0 and r.stdout.startswith("created CliT with 2 queues on 127.0.0.1:"), r.stderr
+    wait_until(lambda: "CliT" in cli("admin", "topic", "list", namesrv=cluster).stdout.split(), 15, "the route of CliT")
+
+    r = cli("produce", "--topic", "CliT", "--tags", "TagA", "--keys", "K1", "--prop", "color=red", "--count", "4",
+            "--body", "hello", namesrv=cluster)
+    lines = r.stdout.splitlines()
+    assert r.returncode == 0 and len(lines) == 4 and all(line.startswith("SEND_OK msgId=") for line in lines), r.stderr
+    assert {line.split("queue=")[1].split()[0] for line in lines} == {"CliT@broker-a:0", "CliT@broker-a:1"}
+    r = cli("produce", "--topic", "CliT", "--tags", "TagB", namesrv=cluster, stdin="line one\nline two\n")
+    assert r.returncode == 0 and len(r.stdout.splitlines()) == 2, r.stderr
+
+    r = cli("consume", "--topic", "CliT", "--group", "cliG", "--from-first", "--count", "6", "--timeout", "20",
+            namesrv=cluster)
+    assert r.returncode == 0, r.stderr
+    msgs = [json.loads(line) for line in r.stdout.splitlines()]
+    assert sorted(m["body"] for m in msgs) == ["hello"] * 4 + ["line one", "line two"]
+    hello = next(m for m in msgs if m["body"] == "hello")
+    assert (hello["topic"], hello["tags"], hello["keys"], hello["properties"]["color"]) == ("CliT", "TagA", "K1", "red")
+    assert len(hello["msgId"]) == 32 and hello["queueId"] in (0, 1)
+
+    # the group's offsets were committed on exit: nothing left to consume
+    r = cli("admin", "offsets", "--group", "cliG", "--topic", "CliT", namesrv=cluster)
+    assert r.returncode == 0 and r.stdout.splitlines()[-1] == "total lag 0", r.stdout + r.stderr
+    rows = [line.split() for line in r.stdout.splitlines()[1:-1]]
+    assert sorted((q, int(c), int(mx)) for _, q, c, mx, _ in rows) == [("0", 3, 3), ("1", 3, 3)]
+
+    # another group, a tag filter: only the TagB messages
+    r = cli("consume", "--topic", "CliT", "--group", "cliG2", "--tags", "TagB", "--from-first", "--count", "2",
+            "--timeout", "20", namesrv=cluster)
+    assert r.returncode == 0 and sorted(json.loads(x)["body"] for x in r.stdout.splitlines()) == ["line one", "line two"]
+
+
+def test_consume_times_out_with_status_1_when_fewer_arrive(cluster):
+    r = cli("consume", "--topic", "CliEmpty", "--group", "cliG3", "--count", "1", "--timeout", "1", namesrv=cluster)
+    assert r.returncode == 1 and r.stdout == "" and "0 of 1 messages" in r.stderr
+
+
+def test_admin_route_status_and_cluster(cluster):
+    r = cli("admin", "topic", "route", "--topic", "TBW102", namesrv=cluster)
+    route = json.loads(r.stdout)
+    assert r.returncode == 0, r.stderr
+    assert [b["brokerName"] for b in route["brokerDatas"]] == ["broker-a"]
+    assert list(route["brokerDatas"][0]["brokerAddrs"]) == ["0"]
+    assert route["queueDatas"][0]["brokerName"] == "broker-a" and route["queueDatas"][0]["writeQueueNums"] > 0
+    r = cli("admin", "status", namesrv=cluster)
+    assert r.returncode == 0 and "  brokerVersionDesc=V4_9_4" in r.stdout.splitlines()
+    r = cli("admin", "cluster", namesrv=cluster)
+    assert json.loads(r.stdout)["clusterAddrTable"] == {"DefaultCluster": ["broker-a"]}
+
+
+@pytest.mark.parametrize("args", [("produce", "--topic", "T", "--body", "x"),
+                                  ("consume", "--topic", "T", "--group", "g", "--timeout", "1"),
+                                  ("admin", "topic", "list")])
+def test_unreachable_name_server_is_one_line_and_status_2(args):
+    addr = f"127.0.0.1:{free_port()}"
+    r = cli(*args, namesrv=addr)
+    assert r.returncode == 2
+    assert len(r.stderr.splitlines()) == 1 and addr in r.stderr and "Traceback" not in r.stderr
+
+
+def test_unreachable_broker_is_one_line_and_status_2(cluster):
+    addr = f"127.0.0.1:{free_port()}"
+    r = cli("admin", "status", "--broker", addr, namesrv=cluster)
+    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1 and addr in r.stderr
+
+
+def test_namesrv_defaults_to_the_environment(cluster):
+    env = dict(os.environ, NAMESRV_ADDR=cluster)
+    r = subprocess.run([sys.executable, "-m", "broker.cli", "admin", "topic", "list"], capture_output=True, text=True,
+                       timeout=30, cwd=str(REPO), env=env)
+    assert r.returncode == 0 and "TBW102" in r.stdout.split()
