@@ -1,0 +1,158 @@
+"""Master/slave replication with real processes on loopback: a name server, a master and slaves
+(`broker serve`), their HA services, a TCP proxy on the HA link, kill -9, and a real client."""
+from __future__ import annotations
+
+import filecmp
+import os
+import random
+
+import msgspec
+import pytest
+
+from broker.remoting import codes
+from tests.conftest import wait_for
+from tests.helpers.ha_cluster import SEGMENT, Broker, NameServer, Proxy, call, send_all, wait_replicated
+from tests.helpers.real_clients import Consumer, check_installed, produce
+
+
+@pytest.fixture
+def ns(tmp_path):
+    n = NameServer(tmp_path)
+    yield n
+    n.stop()
+
+
+@pytest.fixture
+def brokers():
+    started: list[Broker] = []
+    yield started
+    for b in reversed(started):
+        b.stop()
+
+
+def _bodies(n: int, seed: int) -> list[bytes]:
+    rnd = random.Random(seed)
+    return [rnd.randbytes(rnd.randint(10, 3000)) for _ in range(n)]
+
+
+def _same_log(master: Broker, slave: Broker, end: int) -> None:
+    """Byte-identical commit logs up to `end`, identical consume queues."""
+    seg_names = sorted(os.listdir(master.store / "commitlog"))
+    for name in seg_names:
+        base = int(name)
+        if base >= end:
+            continue
+        n = min(SEGMENT, end - base)
+        with open(master.store / "commitlog" / name, "rb") as a, open(slave.store / "commitlog" / name, "rb") as b:
+            assert a.read(n) == b.read(n), f"segment {name} differs"
+    cq_m, cq_s = master.store / "consumequeue", slave.store / "consumequeue"
+    for topic in os.listdir(cq_m):
+        for q in os.listdir(cq_m / topic):
+            files = os.listdir(cq_m / topic / q)
+            match, mismatch, errors = filecmp.cmpfiles(cq_m / topic / q, cq_s / topic / q, files, shallow=False)
+            assert not mismatch and not errors, f"consume queue {topic}/{q}: {mismatch or errors}"
+
+
+def test_slave_log_is_byte_identical_and_a_restarted_or_fresh_slave_catches_up(tmp_path, ns, brokers):
+    master = Broker(tmp_path, "master", ns.addr, "ASYNC_MASTER", 0).start()
+    brokers.append(master)
+    slave = Broker(tmp_path, "slave", ns.addr, "SLAVE", 1, f"haMasterAddress=127.0.0.1:{master.ha_port}\n").start()
+    brokers.append(slave)
+    assert all(r.code == codes.SUCCESS for r in send_all(master.port, "HaTopic", _bodies(1500, 1)))  # ~2.2 MiB
+    wait_replicated(master, slave)
+    # the slave, killed mid-stream, restarts from its own recovered log and catches up
+    replies = send_all(master.port, "HaTopic", _bodies(800, 2))
+    slave.kill9()
+    assert all(r.code == codes.SUCCESS for r in replies + send_all(master.port, "HaTopic", _bodies(800, 3)))
+    slave.start()
+    end = wait_replicated(master, slave)
+    assert master.info()["slaves"] == 1 and slave.info()["linked"] == 1
+    # a fresh slave bootstraps the whole log, not only the newest segment (RocketMQ 4.x)
+    fresh = Broker(tmp_path, "fresh", ns.addr, "SLAVE", 2, f"haMasterAddress=127.0.0.1:{master.ha_port}\n").start()
+    brokers.append(fresh)
+    assert wait_replicated(master, fresh) == end and end > 3 * SEGMENT
+    for b in (fresh, slave, master):
+        b.stop()
+    _same_log(master, slave, end)
+    _same_log(master, fresh, end)
+
+
+def test_sync_master_killed_loses_no_acknowledged_message(tmp_path, ns, brokers):
+    """SEND_OK from a SYNC_MASTER means a slave holds the message: kill -9 the master's whole
+    process group and a real client (ali-ons) consumes every acknowledged message from the slave,
+    which learned its master from the name server."""
+    check_installed()
+    master = Broker(tmp_path, "master", ns.addr, "SYNC_MASTER", 0).start()
+    brokers.append(master)
+    # no slave yet: a SYNC_MASTER cannot promise a copy, and says so at once
+    assert send_all(master.port, "Orders", [b"lonely"])[0].code == codes.SLAVE_NOT_AVAILABLE
+    slave = Broker(tmp_path, "slave", ns.addr, "SLAVE", 1).start()
+    brokers.append(slave)
+    wait_for(lambda: master.info()["slaves"] == 1, 40, "the slave to link (address from the name server)")
+    sent = produce("ons", _Cluster(ns), "Orders", [{"tags": "T", "body": f"order-{i}"} for i in range(60)], tmp_path)
+    acked = {s["msgId"] for s in sent if s.get("status") == "SEND_OK"}
+    assert len(acked) == 60, sent
+    # the slave copies the topic config from its master every 10 s: wait for it, then the crash
+    wait_for(lambda: _slave_has_topic(slave, "Orders"), 30, "the slave to copy the topic config")
+    master.kill9()
+    wait_for(lambda: "0" not in (ns.route("Orders") or {"brokerDatas": [{"brokerAddrs": {"0": 1}}]})
+             ["brokerDatas"][0]["brokerAddrs"], 30, "the route to hold the slave only")
+    with Consumer("ons", _Cluster(ns), tmp_path, "Orders", "cg", "c1") as c:
+        got = c.wait(lambda g: {m["body"] for m in g} >= {f"order-{i}" for i in range(60)}, 60,
+                     "every acknowledged message from the slave")
+    assert {m["body"] for m in got} == {f"order-{i}" for i in range(60)} | ({"lonely"} & {m["body"] for m in got})
+
+
+def test_a_stalled_link_times_out_and_a_cut_one_is_slave_not_available(tmp_path, ns, brokers):
+    master = Broker(tmp_path, "master", ns.addr, "SYNC_MASTER", 0, "syncFlushTimeout=1000\n").start()
+    brokers.append(master)
+    proxy = Proxy(master.ha_port)
+    try:
+        slave = Broker(tmp_path, "slave", ns.addr, "SLAVE", 1, f"haMasterAddress=127.0.0.1:{proxy.port}\n").start()
+        brokers.append(slave)
+        wait_for(lambda: master.info()["slaves"] == 1, 30, "the slave to link through the proxy")
+        assert [r.code for r in send_all(master.port, "T", [b"a", b"b"])] == [codes.SUCCESS] * 2
+        proxy.stall()  # the link stays up and silent: the copy never arrives
+        r = send_all(master.port, "T", [b"stalled"])[0]
+        assert r.code == codes.FLUSH_SLAVE_TIMEOUT, (r.code, r.remark)
+        proxy.cut()  # the master sees the slave go: no wait at all
+        wait_for(lambda: master.info()["slaves"] == 0, 30, "the master to notice the cut")
+        r = send_all(master.port, "T", [b"cut"])[0]
+        assert r.code == codes.SLAVE_NOT_AVAILABLE, (r.code, r.remark)
+        proxy.heal()  # the slave reconnects by itself and catches up, including the unacknowledged
+        wait_for(lambda: master.info()["slaves"] == 1, 30, "the slave to link again")
+        assert send_all(master.port, "T", [b"healed"])[0].code == codes.SUCCESS
+        wait_replicated(master, slave)
+    finally:
+        proxy.close()
+
+
+def test_a_slave_ahead_of_its_master_is_refused_and_reported(tmp_path, ns, brokers):
+    old = Broker(tmp_path, "old-master", ns.addr, "ASYNC_MASTER", 0).start()
+    brokers.append(old)
+    slave = Broker(tmp_path, "slave", ns.addr, "SLAVE", 1, f"haMasterAddress=127.0.0.1:{old.ha_port}\n").start()
+    brokers.append(slave)
+    send_all(old.port, "T", _bodies(50, 4))
+    ahead = wait_replicated(old, slave)
+    slave.stop()
+    old.stop()
+    # a new, empty master on the same HA port: the slave holds a log it never wrote
+    new = Broker(tmp_path, "new-master", ns.addr, "ASYNC_MASTER", 0, ha_port=old.ha_port).start()
+    brokers.append(new)
+    slave.start()
+    wait_for(lambda: "has diverged" in new.stderr(), 30, "the master to report the diverged slave")
+    assert f"ends at {ahead}" in new.stderr()
+    assert new.info()["commitLogMaxOffset"] == 0 and slave.info()["commitLogMaxOffset"] == ahead  # nobody overwrote
+    assert new.info()["slaves"] == 0
+
+
+class _Cluster:
+    """What tests/helpers/real_clients' drivers need of a cluster: the name server's address."""
+
+    def __init__(self, ns: NameServer):
+        self.namesrv = ns.addr
+
+
+def _slave_has_topic(slave: Broker, topic: str) -> bool:
+    r = call(slave.port, codes.GET_ALL_TOPIC_CONFIG)
+    return topic in msgspec.json.decode(bytes(r.body)).get("topicConfigTable", {})
