@@ -9,7 +9,9 @@ Order: 1. limits (bench.limits.measure_all on the store's filesystem), 2. the ke
 (bench/test_kernels_bench.py under pytest-benchmark, in a subprocess), 3. in-process put and
 put_batch throughput, SYNC_FLUSH latency by writer count, reput rate (kernel path and service end
 to end), 4. network cells: a `broker serve` process on loopback driven over the remoting protocol
-(bench/network_bench.py: sends, 320 batches and pulls under both flush modes). A line is printed
+(bench/network_bench.py: sends, 320 batches and pulls under both flush modes, once with a raw
+remoting driver measuring the broker alone and once through the project's client, broker.client,
+with a name server, end to end). A line is printed
 per cell as it finishes; the table comes last.
 """
 from __future__ import annotations
@@ -37,7 +39,8 @@ TARGETS = {
     "sync_scaling_64_over_1": 20.0,      # throughput(64 writers) / throughput(1 writer)
     "sync_p99_over_fdatasync_p99": 3.0,  # at most
     "reput_records_per_s": 2_000_000,
-    # broker-daemon milestone, over loopback with the project's remoting driver, 1 KiB bodies
+    # broker-daemon milestone, over loopback, 1 KiB bodies; each is shown twice: the raw remoting
+    # driver (the broker alone) and the project's client (broker.client, end to end)
     "net_send_async": 150_000,           # msgs/s, 64 in flight
     "net_batch_async": 500_000,          # msgs/s, 320 batches of 32
     "net_send_sync": 100_000,            # msgs/s, 64 in flight
@@ -159,7 +162,14 @@ def evaluate(figs: dict) -> list[dict]:
              "msgs_per_s"),
             ("SYNC_FLUSH send", "net_send_sync", "network send >= 100,000 msgs/s (SYNC_FLUSH, 64 in flight)",
              "msgs_per_s"),
-            ("ASYNC_FLUSH pull", "net_pull_MBps", "pull >= 1 GB/s", "mb_per_s")):
+            ("ASYNC_FLUSH pull", "net_pull_MBps", "pull >= 1 GB/s", "mb_per_s"),
+            ("ASYNC_FLUSH client send", "net_send_async",
+             "client send >= 150,000 msgs/s (ASYNC_FLUSH, Producer.send, 64 in flight)", "msgs_per_s"),
+            ("ASYNC_FLUSH client batch", "net_batch_async",
+             "client batch >= 500,000 msgs/s (ASYNC_FLUSH, Producer.send_batch of 32)", "msgs_per_s"),
+            ("SYNC_FLUSH client send", "net_send_sync",
+             "client send >= 100,000 msgs/s (SYNC_FLUSH, Producer.send, 64 in flight)", "msgs_per_s"),
+            ("ASYNC_FLUSH client pull", "net_pull_MBps", "client pull >= 1 GB/s (PullConsumer.pull)", "mb_per_s")):
         f = next((v for n, v in N.items() if n.startswith(key)), None)
         if f:
             add(label, f[field], TARGETS[target], "MB/s" if field == "mb_per_s" else "msgs/s")
@@ -267,7 +277,8 @@ def markdown(figs: dict) -> str:
 
     N = figs.get("network") or {}
     if N:
-        row("**network** (a `broker serve` process on loopback; driver: broker.remoting, one connection; "
+        row("**network** (a `broker serve` process on loopback; driver: broker.remoting, one connection, "
+            "or for `client` cells the project's client, broker.client, routed by a name server; "
             "1 KiB bodies)", "", "", "")
         for name, f in N.items():
             row(name, f"{f['msgs_per_s']:,.0f} msgs/s ({f['mb_per_s']:,.1f} MB/s); p50 {f['p50_us']:,.0f} us, "
@@ -351,7 +362,8 @@ def main(argv: list[str] | None = None) -> int:
         from bench import network_bench
         N: dict = {}
         secs = 2.0 if args.quick else 5.0
-        for flush, cells in (("ASYNC_FLUSH", ["send", "batch", "pull"]), ("SYNC_FLUSH", ["send", "batch"])):
+        for flush, cells in (("ASYNC_FLUSH", ["send", "batch", "pull", "client_send", "client_batch", "client_pull"]),
+                             ("SYNC_FLUSH", ["send", "batch", "client_send", "client_batch"])):
             for r in runner(network_bench.run_flush_mode(flush, secs, cells, workdir, progress=lambda x: say("  " + x))):
                 N[r.name] = r.as_dict()
     finally:

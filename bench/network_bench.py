@@ -3,16 +3,28 @@ the remoting protocol.
 
     python -m bench.network_bench [--seconds S] [--flush ASYNC_FLUSH|SYNC_FLUSH] [cell ...]
 
-Cells: `send` (SEND_MESSAGE_V2, 1 KiB, 64 requests in flight), `batch` (SEND_BATCH_MESSAGE, 32 x
-1 KiB per request, 8 in flight), `pull` (PULL_MESSAGE of what was sent, 256 messages per request,
-4 queues pulled concurrently). The driver is the project's remoting connection (broker.remoting),
-pipelined on one connection per cell; it runs in this process while the broker runs in its own,
-so on a 2-core machine each has a core. Latency is per request, send to response.
+Raw cells (the broker alone): `send` (SEND_MESSAGE_V2, 1 KiB, 64 requests in flight), `batch`
+(SEND_BATCH_MESSAGE, 32 x 1 KiB per request, 8 in flight), `pull` (PULL_MESSAGE of what was sent,
+256 messages per request, 4 queues pulled concurrently). Their driver is the project's remoting
+connection (broker.remoting), pipelined on one connection per cell.
+
+Client cells (the project's client, broker.client, end to end): `client_send` (Producer.send,
+64 sends in flight), `client_batch` (Producer.send_batch of 32 x 1 KiB, 8 in flight),
+`client_pull` (PullConsumer.pull of what the client cells sent, 256 per pull, 4 queues at once,
+messages decoded by the client). They need a name server: one is started as a `broker namesrv`
+subprocess and the broker registers with it; the client cells' topic is created on the broker
+(UPDATE_AND_CREATE_TOPIC, 4 queues) and the cells wait until the name server routes it.
+
+The driver runs in this process while the broker (and the name server, idle during the clock)
+run in their own, so on a 2-core machine the driver and the broker each have a core. Latency is
+per request (per `send`/`send_batch`/`pull` call for the client cells), call to answer. Broker
+CPU is counted from the end of each cell's warm-up to the end of its clock.
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import subprocess
 import sys
@@ -27,6 +39,8 @@ from broker.remoting.message_batch import encode_batch_body
 
 BODY = 1024
 TOPIC = "BenchTopic"
+CLIENT_TOPIC = "BenchClientTopic"
+CLIENT_QUEUES = 4
 
 
 @dataclass
@@ -64,6 +78,48 @@ class NetResult:
                 f"us/msg")
 
 
+def _wait_for_line(proc: subprocess.Popen, marker: str, what: str) -> None:
+    for line in proc.stdout:
+        if marker in line:
+            break
+    else:
+        raise RuntimeError(f"{what} did not start (exit {proc.wait()})")
+
+
+def _stop(proc: subprocess.Popen | None) -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+class NamesrvProcess:
+    """`broker namesrv` on a free loopback port; stopped (SIGTERM, then waited for) on exit."""
+
+    def __init__(self):
+        self.port = _free_port()
+        self.addr = f"127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen | None = None
+
+    def __enter__(self) -> "NamesrvProcess":
+        env = dict(os.environ, BROKER_LOG_LEVEL="WARNING")
+        self.proc = subprocess.Popen([sys.executable, "-m", "broker.cli", "namesrv", "--listen", self.addr],
+                                     stdout=subprocess.PIPE, env=env, text=True)
+        try:
+            _wait_for_line(self.proc, "listening on", "name server")
+        except BaseException:
+            _stop(self.proc)
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _stop(self.proc)
+
+
 def _free_port() -> int:
     import socket
     with socket.socket() as s:
@@ -74,24 +130,28 @@ def _free_port() -> int:
 class BrokerProcess:
     """`broker serve` in a fresh store directory; stopped (SIGTERM, then waited for) on exit."""
 
-    def __init__(self, flush: str, workdir: str):
+    def __init__(self, flush: str, workdir: str, namesrv_addr: str = ""):
         self.port = _free_port()
         self.root = tempfile.mkdtemp(prefix=f"net-{flush}-", dir=workdir)
         self.conf = os.path.join(self.root, "broker.conf")
         with open(self.conf, "w") as f:
             f.write(f"brokerIP1=127.0.0.1\nlistenPort={self.port}\nstorePathRootDir={self.root}/store\n"
-                    f"flushDiskType={flush}\nmappedFileSizeCommitLog={256 << 20}\nnamesrvAddr=\n")
+                    f"flushDiskType={flush}\nmappedFileSizeCommitLog={256 << 20}\nnamesrvAddr={namesrv_addr}\n")
         self.proc: subprocess.Popen | None = None
+
+    @property
+    def addr(self) -> str:
+        return f"127.0.0.1:{self.port}"
 
     def __enter__(self) -> "BrokerProcess":
         env = dict(os.environ, BROKER_LOG_LEVEL="WARNING")
         self.proc = subprocess.Popen([sys.executable, "-m", "broker.cli", "serve", "-c", self.conf,
                                       "--status-interval", "3600"], stdout=subprocess.PIPE, env=env, text=True)
-        for line in self.proc.stdout:
-            if "listening on" in line:
-                break
-        else:
-            raise RuntimeError(f"broker did not start (exit {self.proc.wait()})")
+        try:
+            _wait_for_line(self.proc, "listening on", "broker")
+        except BaseException:
+            self.__exit__()
+            raise
         return self
 
     def cpu_seconds(self) -> float:
@@ -100,12 +160,7 @@ class BrokerProcess:
         return t.user + t.system
 
     def __exit__(self, *exc) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        _stop(self.proc)
         import shutil
         shutil.rmtree(self.root, ignore_errors=True)
 
@@ -138,7 +193,11 @@ async def _closed_loop(make_request, in_flight: int, seconds: float, per_request
     return count, lat, time.perf_counter() - t0
 
 
-async def bench_send(port: int, seconds: float, in_flight: int = 64) -> NetResult:
+def _nothing() -> None:
+    pass
+
+
+async def bench_send(port: int, seconds: float, in_flight: int = 64, on_start=_nothing) -> NetResult:
     conn = await connect("127.0.0.1", port)
     body = os.urandom(BODY)
     exts = [_send_ext(q) for q in range(4)]
@@ -147,12 +206,14 @@ async def bench_send(port: int, seconds: float, in_flight: int = 64) -> NetResul
         return conn.request(RemotingCommand.request(codes.SEND_MESSAGE_V2, exts[i & 3], body), 30)
 
     await _closed_loop(req, in_flight, min(1.0, seconds / 4), 1)  # warm-up: topic creation, segment
+    on_start()
     n, lat, dt = await _closed_loop(req, in_flight, seconds, 1)
     conn.close()
     return NetResult(f"send 1 KiB x{in_flight} in flight", n, dt, n * BODY, lat)
 
 
-async def bench_batch(port: int, seconds: float, in_flight: int = 8, per_batch: int = 32) -> NetResult:
+async def bench_batch(port: int, seconds: float, in_flight: int = 8, per_batch: int = 32,
+                      on_start=_nothing) -> NetResult:
     conn = await connect("127.0.0.1", port)
     body = encode_batch_body([(os.urandom(BODY), b"TAGS\x01bench\x02", 0) for _ in range(per_batch)])
     exts = [dict(_send_ext(q), m=True) for q in range(4)]
@@ -161,12 +222,13 @@ async def bench_batch(port: int, seconds: float, in_flight: int = 8, per_batch: 
         return conn.request(RemotingCommand.request(codes.SEND_BATCH_MESSAGE, exts[i & 3], body), 30)
 
     await _closed_loop(req, in_flight, min(1.0, seconds / 4), per_batch)
+    on_start()
     n, lat, dt = await _closed_loop(req, in_flight, seconds, per_batch)
     conn.close()
     return NetResult(f"batch 320 of {per_batch} x 1 KiB x{in_flight} in flight", n, dt, n * BODY, lat)
 
 
-async def bench_pull(port: int, seconds: float, per_pull: int = 256) -> NetResult:
+async def bench_pull(port: int, seconds: float, per_pull: int = 256, on_start=_nothing) -> NetResult:
     """Pull every queue of TOPIC from offset 0 until caught up (or `seconds`), 4 queues at once."""
     conn = await connect("127.0.0.1", port)
     n = 0
@@ -191,6 +253,7 @@ async def bench_pull(port: int, seconds: float, per_pull: int = 256) -> NetResul
             nbytes += len(r.body)
             offset = nxt
 
+    on_start()
     t0 = time.perf_counter()
     await asyncio.gather(*(one_queue(q) for q in range(4)))
     dt = time.perf_counter() - t0
@@ -198,13 +261,162 @@ async def bench_pull(port: int, seconds: float, per_pull: int = 256) -> NetResul
     return NetResult(f"pull {per_pull}/request, 4 queues", n, dt, nbytes, lat)
 
 
+# -- the project's client (broker.client) ---------------------------------------------------------
+
+async def _wait_for_route(namesrv_addr: str, broker_addr: str, timeout: float = 30.0) -> None:
+    """Create CLIENT_TOPIC on the broker (UPDATE_AND_CREATE_TOPIC) and wait until the name server
+    routes it with its own queue data (the broker re-registers when a topic is created)."""
+    from broker.client.admin import Admin
+    from broker.client.errors import ClientError
+    admin = Admin(namesrv_addr)
+    await admin.start()
+    try:
+        deadline = time.monotonic() + timeout
+        while True:  # the broker may not have registered yet: create_topic needs only its address
+            try:
+                await admin.create_topic(CLIENT_TOPIC, CLIENT_QUEUES, broker_addr=broker_addr)
+                break
+            except ClientError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
+        while True:
+            try:
+                if CLIENT_TOPIC in await admin.topic_list():
+                    route = await admin.route(CLIENT_TOPIC)
+                    if len(route.write_queues(CLIENT_TOPIC)) == CLIENT_QUEUES:
+                        return
+            except ClientError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the name server at {namesrv_addr} did not route {CLIENT_TOPIC} within {timeout:g} s")
+            await asyncio.sleep(0.1)
+    finally:
+        await admin.shutdown()
+
+
+async def _client_loop(call, in_flight: int, seconds: float, per_call: int) -> tuple[int, list[int], float]:
+    """`in_flight` workers each await one client call (which raises on failure), repeat, for `seconds`."""
+    lat: list[int] = []
+    count = 0
+    stop = time.perf_counter() + seconds
+
+    async def worker() -> None:
+        nonlocal count
+        while time.perf_counter() < stop:
+            t0 = time.perf_counter_ns()
+            r = await call()
+            lat.append(time.perf_counter_ns() - t0)
+            if r.status != "SEND_OK":
+                raise RuntimeError(f"send answered {r.status}")
+            count += per_call
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(in_flight)))
+    return count, lat, time.perf_counter() - t0
+
+
+async def bench_client_send(namesrv_addr: str, seconds: float, in_flight: int = 64, on_start=_nothing) -> NetResult:
+    from broker.client.message import Message
+    from broker.client.producer import Producer
+    body = os.urandom(BODY)
+    producer = Producer("bench_client", namesrv_addr)
+    await producer.start()
+    try:
+        def call():
+            return producer.send(Message(CLIENT_TOPIC, body, tags="bench", keys="k"))
+
+        await _client_loop(call, in_flight, min(1.0, seconds / 4), 1)  # warm-up: route, connection, segment
+        on_start()
+        n, lat, dt = await _client_loop(call, in_flight, seconds, 1)
+    finally:
+        await producer.shutdown()
+    return NetResult(f"client send 1 KiB x{in_flight} in flight", n, dt, n * BODY, lat)
+
+
+async def bench_client_batch(namesrv_addr: str, seconds: float, in_flight: int = 8, per_batch: int = 32,
+                             on_start=_nothing) -> NetResult:
+    from broker.client.message import Message
+    from broker.client.producer import Producer
+    bodies = [os.urandom(BODY) for _ in range(per_batch)]
+    producer = Producer("bench_client", namesrv_addr)
+    await producer.start()
+    try:
+        def call():
+            return producer.send_batch([Message(CLIENT_TOPIC, b, tags="bench") for b in bodies])
+
+        await _client_loop(call, in_flight, min(1.0, seconds / 4), per_batch)
+        on_start()
+        n, lat, dt = await _client_loop(call, in_flight, seconds, per_batch)
+    finally:
+        await producer.shutdown()
+    return NetResult(f"client batch of {per_batch} x 1 KiB x{in_flight} in flight", n, dt, n * BODY, lat)
+
+
+async def bench_client_pull(namesrv_addr: str, seconds: float, per_pull: int = 256, on_start=_nothing) -> NetResult:
+    """PullConsumer.pull of every queue of CLIENT_TOPIC from offset 0 until caught up (or
+    `seconds`), 4 queues at once; an empty topic is first filled by the client's batches (unclocked)."""
+    from broker.client.api import FOUND
+    from broker.client.pull_consumer import PullConsumer
+    consumer = PullConsumer("bench_client_pull", namesrv_addr)
+    await consumer.start()
+    try:
+        queues = await consumer.fetch_queues(CLIENT_TOPIC)
+        if sum([await consumer.max_offset(mq) for mq in queues]) == 0:
+            await bench_client_batch(namesrv_addr, seconds)
+        n = 0
+        nbytes = 0
+        lat: list[int] = []
+        deadline = time.perf_counter() + seconds
+
+        async def one_queue(mq) -> None:
+            nonlocal n, nbytes
+            offset = 0
+            while time.perf_counter() < deadline:
+                t0 = time.perf_counter_ns()
+                r = await consumer.pull(mq, offset, per_pull)
+                lat.append(time.perf_counter_ns() - t0)
+                if r.status != FOUND:
+                    return
+                n += len(r.messages)
+                nbytes += sum(len(m.body) for m in r.messages)
+                offset = r.next_begin_offset
+
+        on_start()
+        t0 = time.perf_counter()
+        await asyncio.gather(*(one_queue(mq) for mq in queues))
+        dt = time.perf_counter() - t0
+    finally:
+        await consumer.shutdown()
+    # MB/s of message bodies as the caller gets them (the raw `pull` counts the stored records, ~10 % more)
+    return NetResult(f"client pull {per_pull}/pull, {len(queues)} queues (MB/s of bodies)", n, dt, nbytes, lat)
+
+
+RAW_CELLS = {"send": bench_send, "batch": bench_batch, "pull": bench_pull}
+CLIENT_CELLS = {"client_send": bench_client_send, "client_batch": bench_client_batch, "client_pull": bench_client_pull}
+DEFAULT_CELLS = [*RAW_CELLS, *CLIENT_CELLS]
+
+
 async def run_flush_mode(flush: str, seconds: float, cells: list[str], workdir: str, progress=print) -> list[NetResult]:
+    unknown = [c for c in cells if c not in RAW_CELLS and c not in CLIENT_CELLS]
+    if unknown:
+        raise ValueError(f"unknown cell(s) {unknown}; known: {DEFAULT_CELLS}")
     out = []
-    with BrokerProcess(flush, workdir) as b:
+    with contextlib.ExitStack() as stack:
+        ns = stack.enter_context(NamesrvProcess()) if any(c in CLIENT_CELLS for c in cells) else None
+        b = stack.enter_context(BrokerProcess(flush, workdir, ns.addr if ns else ""))
+        if ns is not None:
+            await _wait_for_route(ns.addr, b.addr)
         for cell in cells:
-            fn = {"send": bench_send, "batch": bench_batch, "pull": bench_pull}[cell]
-            c0 = b.cpu_seconds()
-            r = await fn(b.port, seconds)
+            c0 = None
+
+            def on_start() -> None:
+                nonlocal c0
+                c0 = b.cpu_seconds()
+            if cell in RAW_CELLS:
+                r = await RAW_CELLS[cell](b.port, seconds, on_start=on_start)
+            else:
+                r = await CLIENT_CELLS[cell](ns.addr, seconds, on_start=on_start)
             r.broker_cpu_s = b.cpu_seconds() - c0
             r.name = f"{flush} {r.name}"
             progress(r.line())
@@ -214,7 +426,7 @@ async def run_flush_mode(flush: str, seconds: float, cells: list[str], workdir: 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("cells", nargs="*", default=["send", "batch", "pull"])
+    p.add_argument("cells", nargs="*", default=DEFAULT_CELLS)
     p.add_argument("--flush", default="ASYNC_FLUSH")
     p.add_argument("--seconds", type=float, default=5.0)
     p.add_argument("--workdir", default=os.path.join(os.path.dirname(os.path.dirname(__file__)), "bench", "work"))
