@@ -34,10 +34,14 @@ class HAClient:
         self.config = config
         self.table = open_table(config.storePathRootDir)
         self.notify_fd = notify_fd
-        self.log = MappedFileQueue(config.commitlog_dir, config.mappedFileSizeCommitLog, writable=True,
-                                   warm=config.warmMapedFileEnable)
+        # Segments are reserved (fallocate), not warmed with zeros: replicated bytes arrive in large
+        # frames written once with pwrite, and zeros written ahead would double a catch-up's disk
+        # traffic (fresh slave catch-up, 1 MiB frames: 290 MB/s warmed + stores through the map,
+        # 470-490 MB/s reserved + pwrite, 390-520 reserved + map).
+        self.log = MappedFileQueue(config.commitlog_dir, config.mappedFileSizeCommitLog, writable=True, warm=False)
         size = max(READ_BUFFER, 2 * (config.haTransferBatchSize + HA_HEADER))
         self.buf = bytearray(size)
+        self._fds: dict[int, int] = {}  # segment base -> descriptor the frames are written through
         self.received = 0  # end of the bytes we hold (reported to the master)
         self.boundary = 0  # end of the last whole record (published as `wrote`)
 
@@ -53,7 +57,16 @@ class HAClient:
         if phy + len(data) > mf.end:
             raise LinkDropped(f"a frame at {phy} of {len(data)} bytes crosses our segment end {mf.end}: "
                               f"mappedFileSizeCommitLog differs from the master's")
-        mf.mv[phy - mf.base:phy - mf.base + len(data)] = data  # the one copy
+        # The one copy, by the kernel: pwrite fills the page cache the maps of reput and the broker
+        # share, without a write fault per page as a store through our own map would take (a fresh
+        # slave's catch-up ran at half the speed that way).
+        fd = self._fds.get(mf.base)
+        if fd is None:
+            for old in [b for b in self._fds if b < mf.base]:
+                os.close(self._fds.pop(old))
+            fd = self._fds[mf.base] = os.open(mf.path, os.O_RDWR)
+        if os.pwrite(fd, data, phy - mf.base) != len(data):
+            raise OSError(f"short write to {mf.path} at {phy - mf.base}")
 
     def _advance_boundary(self) -> None:
         b = self.boundary
@@ -131,6 +144,7 @@ class HAClient:
 
         def main_loop() -> None:
             self.log.load()
+            self.log.prepare_ahead()  # the segment the first frames go to, made off the receive path
             # the broker recovered the log to its last whole record before starting us
             self.received = self.boundary = t.load(Slot.WROTE)
             t.store(Slot.HA_RECEIVED, self.received)
@@ -167,6 +181,8 @@ class HAClient:
         def final() -> None:
             t.store(Slot.HA_LINK, 0)
             t.store(Slot.HA_PID, 0)
+            for fd in self._fds.values():
+                os.close(fd)
             self.log.close()
             notify(self.notify_fd)
             log.info("HA client stopped: log ends at %d (whole records to %d)", self.received, self.boundary)
