@@ -11,8 +11,9 @@ put_batch throughput, SYNC_FLUSH latency by writer count, reput rate (kernel pat
 to end), 4. network cells: a `broker serve` process on loopback driven over the remoting protocol
 (bench/network_bench.py: sends, 320 batches and pulls under both flush modes, once with a raw
 remoting driver measuring the broker alone and once through the project's client, broker.client,
-with a name server, end to end). A line is printed
-per cell as it finishes; the table comes last.
+with a name server, end to end), 5. HA cells (bench/ha_bench.py: a master and a slave process,
+ASYNC_MASTER vs SYNC_MASTER sends with replication lag, a fresh slave's catch-up beside loopback
+and fresh-file write speed). A line is printed per cell as it finishes; the table comes last.
 """
 from __future__ import annotations
 
@@ -45,6 +46,10 @@ TARGETS = {
     "net_batch_async": 500_000,          # msgs/s, 320 batches of 32
     "net_send_sync": 100_000,            # msgs/s, 64 in flight
     "net_pull_MBps": 1_000,              # MB/s
+    # HA milestone
+    "ha_sync_over_async": 0.5,           # SYNC_MASTER throughput / ASYNC_MASTER, 64 in flight
+    "ha_sync_added_p50_us": 300,         # at most
+    "ha_catch_up_MBps": 1_000,           # fresh slave
 }
 
 
@@ -173,6 +178,14 @@ def evaluate(figs: dict) -> list[dict]:
         f = next((v for n, v in N.items() if n.startswith(key)), None)
         if f:
             add(label, f[field], TARGETS[target], "MB/s" if field == "mb_per_s" else "msgs/s")
+    H = figs.get("ha") or {}
+    if H:
+        add("SYNC_MASTER >= 50% of ASYNC_MASTER throughput (64 in flight)", H["sync_vs_async"],
+            TARGETS["ha_sync_over_async"], "x")
+        add("SYNC_MASTER adds <= 300 us p50", H["sync_added_p50_us"], TARGETS["ha_sync_added_p50_us"], "us",
+            higher=False)
+        add("fresh slave catch-up >= 1 GB/s", max(c["MBps"] for c in H["catch_up"]), TARGETS["ha_catch_up_MBps"],
+            "MB/s")
     return out
 
 
@@ -288,12 +301,29 @@ def markdown(figs: dict) -> str:
                 f"p50 = {f['p50_us'] / L['loopback_rtt_p50_us']:.0f}x RTT; broker process "
                 f"{f['broker_cpu_us_per_msg']:.1f} CPU-us/msg")
 
+    H = figs.get("ha") or {}
+    if H:
+        lo = H["loopback"]
+        row("**HA** (master and slave `broker serve` processes on loopback; raw driver, 1 KiB, 64 in flight)",
+            "", "", "")
+        for role in ("ASYNC_MASTER", "SYNC_MASTER"):
+            f = H[role]
+            row(f"{role} send", f"{f['msgs_per_s']:,.0f} msgs/s; p50 {f['p50_us']:,.0f} us, p99 {f['p99_us']:,.0f} us",
+                f"RTT p50 {lo['loopback_rtt_p50_us']:.0f} us",
+                f"replication lag p50 {f['lag_p50_bytes'] / 1024:,.1f} KiB, p99 {f['lag_p99_bytes'] / 1024:,.1f} KiB, "
+                f"max {f['lag_max_bytes'] / 1024:,.1f} KiB")
+        for c in H["catch_up"]:
+            row(f"fresh slave catch-up, {c['batch'] // 1024} KiB frames",
+                f"{c['MBps']:,.0f} MB/s ({c['bytes'] / 2**20:,.0f} MiB in {c['seconds']:.2f} s)",
+                f"loopback {lo['loopback_GiBps']:.2f} GiB/s; pwrite into a fresh file {lo['fresh_file_write_MBps']:,.0f} MB/s",
+                f"{100 * c['MBps'] / lo['fresh_file_write_MBps']:.0f} % of fresh-file writes")
+
     lines = [f"# Benchmark {meta['started']} ({'quick' if meta['quick'] else 'full'})", "",
              f"{meta['machine']}; store on {meta['fs']['fstype']} ({meta['fs']['device']}, {meta['fs']['mount']}); "
              f"event loop {meta['loop']}; total {meta['total_s']:.0f} s.", "",
              "| figure | value | limit beside it (this run) | vs limit |", "|---|---|---|---|"]
     lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
-    lines += ["", "## Targets (store-core and broker-daemon milestones)", "", "| target | measured | verdict |", "|---|---|---|"]
+    lines += ["", "## Targets (store-core, broker-daemon and HA milestones)", "", "| target | measured | verdict |", "|---|---|---|"]
     for t in figs["targets"]:
         v = t["value"]
         shown = f"{v:,.0f} {t['unit']}" if v >= 100 else f"{v:.2f}{t['unit']}"
@@ -366,18 +396,23 @@ def main(argv: list[str] | None = None) -> int:
                              ("SYNC_FLUSH", ["send", "batch", "client_send", "client_batch"])):
             for r in runner(network_bench.run_flush_mode(flush, secs, cells, workdir, progress=lambda x: say("  " + x))):
                 N[r.name] = r.as_dict()
+
+        say("5/5 HA cells (master and slave processes on loopback) ...")
+        from bench import ha_bench
+        H = runner(ha_bench.run_all(secs, (128 if args.quick else 512) << 20, [32 << 10, 1 << 20], workdir,
+                                    progress=lambda x: say("  " + x)))
     finally:
         import shutil
         shutil.rmtree(workdir, ignore_errors=True)
 
-    say("5/5 report")
+    say("report")
     figs = {
         "meta": {"started": started, "quick": args.quick, "loop": loop_name, "fs": fs,
                  "machine": f"{L['cpu_count']} CPUs, kernel {L['kernel']}, Python {L['python']}, "
                             f"{platform.machine()}",
                  "settings": settings.__dict__, "targets": TARGETS,
                  "total_s": time.perf_counter() - t_start},
-        "limits": L, "kernels": K, "store": S, "network": N,
+        "limits": L, "kernels": K, "store": S, "network": N, "ha": H,
     }
     figs["targets"] = evaluate(figs)
     md = markdown(figs)
