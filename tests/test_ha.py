@@ -103,20 +103,24 @@ def test_sync_master_killed_loses_no_acknowledged_message(tmp_path, ns, brokers)
     assert {m["body"] for m in got} == {f"order-{i}" for i in range(60)} | ({"lonely"} & {m["body"] for m in got})
 
 
-def test_a_stalled_link_times_out_and_a_cut_one_is_slave_not_available(tmp_path, ns, brokers):
-    master = Broker(tmp_path, "master", ns.addr, "SYNC_MASTER", 0, "syncFlushTimeout=1000\n").start()
+def test_a_stalled_link_times_out_is_dropped_and_a_cut_one_is_slave_not_available(tmp_path, ns, brokers):
+    quick = "haSendHeartbeatInterval=300\nhaHousekeepingInterval=2000\n"
+    master = Broker(tmp_path, "master", ns.addr, "SYNC_MASTER", 0, "syncFlushTimeout=1000\n" + quick).start()
     brokers.append(master)
     proxy = Proxy(master.ha_port)
     try:
-        slave = Broker(tmp_path, "slave", ns.addr, "SLAVE", 1, f"haMasterAddress=127.0.0.1:{proxy.port}\n").start()
+        slave = Broker(tmp_path, "slave", ns.addr, "SLAVE", 1,
+                       f"haMasterAddress=127.0.0.1:{proxy.port}\n" + quick).start()
         brokers.append(slave)
         wait_for(lambda: master.info()["slaves"] == 1, 30, "the slave to link through the proxy")
         assert [r.code for r in send_all(master.port, "T", [b"a", b"b"])] == [codes.SUCCESS] * 2
         proxy.stall()  # the link stays up and silent: the copy never arrives
         r = send_all(master.port, "T", [b"stalled"])[0]
         assert r.code == codes.FLUSH_SLAVE_TIMEOUT, (r.code, r.remark)
-        proxy.cut()  # the master sees the slave go: no wait at all
-        wait_for(lambda: master.info()["slaves"] == 0, 30, "the master to notice the cut")
+        # no report for haHousekeepingInterval: the master drops the silent link
+        wait_for(lambda: "no report for 2000 ms" in master.stderr(), 30, "the master to drop the silent link")
+        proxy.cut()  # and the slave cannot come back: no wait at all for a send
+        wait_for(lambda: master.info()["slaves"] == 0, 30, "the master to have no slave")
         r = send_all(master.port, "T", [b"cut"])[0]
         assert r.code == codes.SLAVE_NOT_AVAILABLE, (r.code, r.remark)
         proxy.heal()  # the slave reconnects by itself and catches up, including the unacknowledged

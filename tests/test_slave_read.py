@@ -46,3 +46,29 @@ def test_a_slave_refuses_sends_and_names_why(tmp_path):
             assert r.code == codes.SERVICE_NOT_AVAILABLE and "SLAVE" in r.remark
             assert b.controller.store.offsets()["linked"] == 0
     asyncio.run(main())
+
+
+def test_sync_flush_and_sync_master_together_wait_for_both(tmp_path):
+    """In-process master and slave stores: with SYNC_FLUSH and SYNC_MASTER a put completes only
+    when its end is both flushed on the master and acknowledged by the slave."""
+    from broker.services.message_store import MessageStore, PutStatus
+    from broker.store.config import MessageStoreConfig
+    from tests.conftest import free_port
+
+    async def main():
+        ha = free_port()
+        master = MessageStore(MessageStoreConfig(storePathRootDir=str(tmp_path / "m"), mappedFileSizeCommitLog=1 << 20,
+                                                 listenPort=free_port(), haListenPort=ha, brokerRole="SYNC_MASTER",
+                                                 flushDiskType="SYNC_FLUSH"))
+        slave = MessageStore(MessageStoreConfig(storePathRootDir=str(tmp_path / "s"), mappedFileSizeCommitLog=1 << 20,
+                                                listenPort=free_port(), brokerRole="SLAVE",
+                                                haMasterAddress=f"127.0.0.1:{ha}"))
+        async with master, slave:
+            await master._wait_condition(lambda: master.offsets()["slaves"] == 1, 30)
+            results = await asyncio.gather(*(master.put("T", i % 4, b"m" * 500) for i in range(300)))
+            o = master.offsets()
+            assert {r.status for r in results} == {PutStatus.PUT_OK}
+            last = max(r.end_offset for r in results)
+            assert o["flushed"] >= last and o["acked"] >= last
+            assert slave.offsets()["received"] >= last
+    asyncio.run(main())

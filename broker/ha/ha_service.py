@@ -72,6 +72,7 @@ class HAService:
                 with self._lock:
                     self.connections.add(conn)
                     t.store(Slot.HA_SLAVES, len(self.connections))
+                notify(self.notify_fd)  # whoever waits for a slave (SYNC_MASTER, status) looks again
                 conn.start()
 
         def final() -> None:
