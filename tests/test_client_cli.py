@@ -90,7 +90,10 @@ def test_admin_route_status_and_cluster(cluster):
     assert list(route["brokerDatas"][0]["brokerAddrs"]) == ["0"]
     assert route["queueDatas"][0]["brokerName"] == "broker-a" and route["queueDatas"][0]["writeQueueNums"] > 0
     r = cli("admin", "status", namesrv=cluster)
-    assert r.returncode == 0 and "  brokerVersionDesc=V4_9_4" in r.stdout.splitlines()
+    assert r.returncode == 0, r.stderr
+    table = dict(line.split() for line in r.stdout.splitlines()[1:])
+    assert table["brokerVersionDesc"] == "V4_9_4" and table["service_up_clean"] == "1"
+    assert float(table["disk_usage_ratio"]) > 0 and table["disk_full"] == "0"
     r = cli("admin", "cluster", namesrv=cluster)
     assert json.loads(r.stdout)["clusterAddrTable"] == {"DefaultCluster": ["broker-a"]}
 

@@ -89,6 +89,12 @@ class Admin:
             return QueueLag(mq, committed, max_offset)
         return list(await asyncio.gather(*(one(mq) for mq in route.read_queues(topic) if mq.broker_name in masters)))
 
+    async def delete_expired(self, broker_addr: str) -> None:
+        """DELETE_EXPIRED_COMMITLOG (329): the broker's cleaner deletes expired files now."""
+        r = await self.client.invoke(broker_addr, RemotingCommand.request(codes.DELETE_EXPIRED_COMMITLOG), 5)
+        if r.code != codes.SUCCESS:
+            raise ResponseError(r.code, r.remark, f"clean on {broker_addr}")
+
     async def broker_status(self, broker_addr: str) -> dict[str, str]:
         """GET_BROKER_RUNTIME_INFO (28): the broker's runtime table."""
         r = await self.client.invoke(broker_addr, RemotingCommand.request(codes.GET_BROKER_RUNTIME_INFO), 5)

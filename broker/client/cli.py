@@ -75,6 +75,9 @@ def add_commands(sub) -> None:
     s.add_argument("--broker", help="broker address (default: every master)")
     s.set_defaults(client_cmd=_status)
     with_namesrv(asub.add_parser("cluster", help="cluster info as JSON")).set_defaults(client_cmd=_cluster)
+    cl = with_namesrv(asub.add_parser("clean", help="delete expired commit-log files now (deleteExpiredCommitLog)"))
+    cl.add_argument("--broker", help="broker address (default: every master)")
+    cl.set_defaults(client_cmd=_clean)
 
 
 def handles(args: argparse.Namespace) -> bool:
@@ -202,9 +205,22 @@ async def _status(args) -> int:
         if not addrs:
             raise ClientError(f"no broker registered with {args.namesrv}")
         for addr in addrs:
+            table = await admin.broker_status(addr)
+            width = max(map(len, table), default=0)
             print(addr)
-            for k, v in sorted((await admin.broker_status(addr)).items()):
-                print(f"  {k}={v}")
+            for k, v in sorted(table.items()):
+                print(f"  {k:<{width}}  {v}")
+    return 0
+
+
+async def _clean(args) -> int:
+    async with Admin(args.namesrv) as admin:
+        addrs = [args.broker] if args.broker else await admin.master_addrs()
+        if not addrs:
+            raise ClientError(f"no broker registered with {args.namesrv}")
+        for addr in addrs:
+            await admin.delete_expired(addr)
+            print(f"{addr}: expired files are being deleted")
     return 0
 
 

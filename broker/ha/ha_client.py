@@ -54,6 +54,7 @@ class HAClient:
             if last is not None and base != last.end:
                 raise LinkDropped(f"the master sent offset {phy}, not in or after our last segment ending {last.end}")
             mf = self.log.roll(base)
+            self.log.drop_before(self.table.load(Slot.MIN_OFFSET))  # segments our cleaner deleted
         if phy + len(data) > mf.end:
             raise LinkDropped(f"a frame at {phy} of {len(data)} bytes crosses our segment end {mf.end}: "
                               f"mappedFileSizeCommitLog differs from the master's")

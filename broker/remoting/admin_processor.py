@@ -19,7 +19,8 @@ class AdminProcessor:
         return {codes.UPDATE_AND_CREATE_TOPIC: self.create_topic, codes.GET_ALL_TOPIC_CONFIG: self.all_topics,
                 codes.VIEW_MESSAGE_BY_ID: self.view_message, codes.GET_BROKER_RUNTIME_INFO: self.runtime_info,
                 codes.GET_ALL_CONSUMER_OFFSET: self.all_consumer_offsets,
-                codes.GET_ALL_DELAY_OFFSET: self.all_delay_offsets}
+                codes.GET_ALL_DELAY_OFFSET: self.all_delay_offsets,
+                codes.DELETE_EXPIRED_COMMITLOG: self.delete_expired}
 
     def create_topic(self, cmd: RemotingCommand, conn):
         try:
@@ -46,6 +47,11 @@ class AdminProcessor:
         return cmd.response(codes.SUCCESS, body=msgspec.json.encode(
             {"offsetTable": {str(k): v for k, v in sorted(offsets.items())}}))
 
+    def delete_expired(self, cmd: RemotingCommand, conn):
+        """`broker admin clean` / mqadmin deleteExpiredCommitLog: expired files go now."""
+        self.store.request_clean()
+        return cmd.response(codes.SUCCESS)
+
     def view_message(self, cmd: RemotingCommand, conn):
         """The stored record at a physical offset (the offset half of an offsetMsgId)."""
         phys = cmd.get_int("offset")
@@ -58,9 +64,11 @@ class AdminProcessor:
 
     def runtime_info(self, cmd: RemotingCommand, conn):
         o = self.store.offsets()
-        extra = {k: o[k] for k in ("acked", "slaves", "received", "linked") if k in o}
-        table = {"brokerVersionDesc": "V4_9_4", "brokerRole": self.store.config.brokerRole, **extra, "commitLogMinOffset": o["min"], "commitLogMaxOffset": o["wrote"],
-                 "flushedOffset": o["flushed"], "dispatchedOffset": o["dispatched"],
-                 "putMessageEntireTimeMax": 0, "pullHeldRequests": self.c.holds.held(),
-                 "consumerGroups": len(self.c.consumers.groups), "topics": len(self.c.topics.table.topics)}
+        table = {"brokerVersionDesc": "V4_9_4", "brokerRole": self.store.config.brokerRole,
+                 "commitLogMinOffset": o["min"], "commitLogMaxOffset": o["wrote"], "flushedOffset": o["flushed"],
+                 "dispatchedOffset": o["dispatched"], "putMessageEntireTimeMax": 0,
+                 "pullHeldRequests": self.c.holds.held(), "topics": len(self.c.topics.table.topics)}
+        table.update({k: o[k] for k in ("acked", "slaves", "received", "linked") if k in o})
+        # the same figures /metrics serves (broker.remoting.metrics)
+        table.update({k: (int(v) if float(v).is_integer() else round(v, 6)) for k, v in self.c.metrics.snapshot().items()})
         return cmd.response(codes.SUCCESS, body=msgspec.json.encode({"table": {k: str(v) for k, v in table.items()}}))

@@ -14,6 +14,7 @@ from broker.remoting.command import CommandError, RemotingCommand
 from broker.remoting.connection import RemotingServer, connect
 from broker.remoting.consumer_manager import ConsumerManager
 from broker.remoting.consumer_processor import ConsumerProcessor
+from broker.remoting.metrics import BrokerMetrics
 from broker.remoting.pull_hold import PullHoldService
 from broker.remoting.pull_processor import PullMessageProcessor
 from broker.remoting.schedule_service import ScheduleMessageService
@@ -47,6 +48,7 @@ class BrokerController:
         self._register_again = False
         self._namesrv_conns: dict = {}  # name server address -> RemotingConnection
         self.slave_sync = SlaveSynchronize(self) if store_config.is_slave else None
+        self.metrics = BrokerMetrics(self)
         # as RocketMQ's BrokerStartup: a slave needs an id of its own, a master is always 0
         if store_config.is_slave and config.brokerId <= 0:
             raise StoreConfigError("brokerId", f"{config.brokerId}: a SLAVE's brokerId must be 1 or more")
@@ -80,6 +82,8 @@ class BrokerController:
             raise
         log.info("broker %s (%s) listening on %s:%d, name servers %s", self.config.brokerName,
                  self.config.brokerClusterName, self.host, self.server.port, self.config.namesrv_addrs or "none")
+        if self.config.metricsPort:
+            self.metrics.start(self.store_config.brokerIP1, self.config.metricsPort)
         self.register_soon()
         self._every(self.config.registerNameServerPeriod / 1000, self.register_soon)
         self._every(10.0, self.consumers.scan_expired)
@@ -105,6 +109,7 @@ class BrokerController:
         if self._register_task is not None:
             self._register_task.cancel()
         await self.unregister()
+        self.metrics.stop()
         if self.slave_sync is not None:
             self.slave_sync.close()
         self.holds.cancel_all()

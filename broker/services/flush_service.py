@@ -21,7 +21,7 @@ from broker.services.process import enter_service, notify, run_service
 from broker.store.checkpoint import StoreCheckpoint
 from broker.store.config import SYNC_FLUSH
 from broker.store.mapped_file import offset_to_name
-from broker.store.offset_table import Slot, open_table
+from broker.store.offset_table import FLUSH_BUCKETS, Slot, open_table
 
 log = logging.getLogger("flush")
 PAGE = 4096
@@ -49,11 +49,20 @@ class FlushService:
             self.fds[base] = fd
         return fd
 
+    def _observe(self, ns: int) -> None:
+        """The flush-latency histogram lives in the offset table: the broker's /metrics reads it."""
+        t = self.table
+        t.add(Slot.FLUSH_COUNT, 1)
+        t.add(Slot.FLUSH_NS, ns)
+        secs = ns / 1e9
+        t.add(Slot.FLUSH_BUCKET0 + next(i for i, b in enumerate(FLUSH_BUCKETS) if secs <= b), 1)
+
     def flush_to(self, flushed: int, target: int) -> int:
         """fdatasync every segment holding bytes in [flushed, target); returns the new flushed offset."""
         if target <= flushed or self.failed:
             return flushed
         base = flushed - flushed % self.seg
+        t0 = time.perf_counter_ns()
         try:
             while base < target:
                 fd = self._fd(base)
@@ -66,6 +75,7 @@ class FlushService:
             log.error("fdatasync failed (%s): the commit log is not durable past %d; "
                       "SYNC_FLUSH sends will time out until the broker restarts", e, flushed)
             return flushed
+        self._observe(time.perf_counter_ns() - t0)
         # close descriptors of segments wholly behind us
         for b in [b for b in self.fds if b + self.seg <= target - target % self.seg]:
             os.close(self.fds.pop(b))

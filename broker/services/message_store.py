@@ -168,6 +168,12 @@ class MessageStore:
         self._ack_waiters: collections.deque = collections.deque()  # SYNC_MASTER: (end, deadline, future)
         self._ack_timer: asyncio.TimerHandle | None = None
         self._slave_max: dict[tuple[str, int], int] = {}  # slave: consumable end of each queue
+        self._seen_min = 0  # MIN_OFFSET as last acted on
+        self._disk_full = 0  # DISK_FULL as last seen
+        self.refused_writes = 0  # puts refused for a full disk
+        # counters for metrics (plain ints: a put pays an add, not a lock)
+        self.put_msgs = self.put_bytes = self.get_msgs = self.get_bytes = 0
+        self.put_status: collections.Counter = collections.Counter()  # final PutStatus -> messages
         self._memory_share = (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
                               * config.accessMessageInMemoryMaxRatio // 100)
         self._wake_pending = False
@@ -251,7 +257,7 @@ class MessageStore:
         self._loop.add_reader(self._efd, self._on_notify)
         ha = "broker.ha.ha_client" if self.is_slave else "broker.ha.ha_service"
         for name, module in (("flush", "broker.services.flush_service"), ("reput", "broker.services.reput_service"),
-                             ("ha", ha)):
+                             ("ha", ha), ("clean", "broker.services.clean_service")):
             svc = self.services[name] = ServiceProcess(name, module, cfg, self._efd, self._loop)
             svc.start()
         self._open = True
@@ -260,6 +266,8 @@ class MessageStore:
         # As RocketMQ: serve only once consume queues caught up with the recovered log.
         await self.wait_dispatched(res.max_offset, cfg.serviceStartTimeout / 1000)
         self.cqs = ConsumeQueueStore(cfg.consumequeue_dir, cfg.mappedFileSizeConsumeQueue, writable=False)
+        self._seen_min = self.commit_log.min_offset
+        self.cqs.correct_min(self._seen_min)  # queues may still have files below an earlier deletion
         self.cqs.load()
         self._accepting = True
         self._persist_timer = self._loop.call_later(cfg.flushConsumerOffsetInterval / 1000, self._persist_offsets)
@@ -352,6 +360,15 @@ class MessageStore:
             self._complete_flush_waiters(t.load(Slot.FLUSHED))
         if self._ack_waiters:
             self._complete_ack_waiters(t.load(Slot.ACKED))
+        m = t.load(Slot.MIN_OFFSET)
+        if m != self._seen_min:
+            self._seen_min = m
+            self._drop_below(m)
+        full = t.load(Slot.DISK_FULL)
+        if full != self._disk_full:
+            self._disk_full = full
+            log.log(logging.ERROR if full else logging.WARNING, "%s", "disk full: refusing writes" if full
+                    else "disk usage back under diskSpaceWarningLevelRatio: accepting writes")
         if self._dispatch_waiters:
             d = t.load(Slot.DISPATCHED)
             keep = []
@@ -384,7 +401,7 @@ class MessageStore:
     async def _wait_ready(self, name: str, timeout: float) -> None:
         """A service is ready once it has published its pid (after installing its signal handlers)."""
         svc = self.services[name]
-        slot = {"flush": Slot.FLUSH_PID, "reput": Slot.REPUT_PID, "ha": Slot.HA_PID}[name]
+        slot = {"flush": Slot.FLUSH_PID, "reput": Slot.REPUT_PID, "ha": Slot.HA_PID, "clean": Slot.CLEAN_PID}[name]
         await self._wait_condition(lambda: svc.proc.poll() is not None or self.table.load(slot) == svc.pid, timeout)
 
     def _complete_flush_waiters(self, flushed: int) -> None:
@@ -406,6 +423,12 @@ class MessageStore:
             self._flush_timer = self._loop.call_at(self._loop.time() + (w[0][1] - now), self._expire_flush_waiters)
 
     # -- SYNC_MASTER: a put completes when a slave acknowledged its end (GroupTransferService) --
+    def _count_status(self, fut: asyncio.Future | None, n: int) -> None:
+        if fut is None:
+            self.put_status[PutStatus.PUT_OK] += n
+        else:
+            fut.add_done_callback(lambda f: f.cancelled() or self.put_status.update({f.result(): n}))
+
     def _await_ack(self, end: int) -> asyncio.Future:
         fut = self._loop.create_future()
         t = self.table
@@ -496,6 +519,12 @@ class MessageStore:
             raise ServiceUnavailable("store is not started or is shutting down")
         if self.is_slave:
             raise ServiceUnavailable("this broker is a SLAVE: its log is written by replication from the master only")
+        if self._disk_full:
+            self.refused_writes += 1
+            self.put_status[PutStatus.SERVICE_NOT_AVAILABLE] += 1
+            raise ServiceUnavailable(f"disk full: usage {self.table.load(Slot.DISK_USAGE) / 10_000:.1f}% is above "
+                                     f"diskSpaceWarningLevelRatio {self.config.diskSpaceWarningLevelRatio:g}%; "
+                                     f"writes are refused until expired files are deleted")
 
     def append(self, topic: str, queue_id: int, body, properties: bytes | dict | None = b"", *,
                flag: int = 0, sys_flag: int = 0, born_timestamp: int | None = None,
@@ -513,7 +542,10 @@ class MessageStore:
         end = phys + size
         self._last_end[(tb, queue_id)] = end
         self._publish_wrote(cl.wrote)
+        self.put_msgs += 1
+        self.put_bytes += size
         fut = self._await_put(end) if self._put_waits and wait else None
+        self._count_status(fut, 1)
         return PutResult(PutStatus.PUT_OK, phys, qo, size, ts, cl.store_host), fut
 
     async def put(self, topic: str, queue_id: int, body, properties: bytes | dict | None = b"", *,
@@ -551,6 +583,9 @@ class MessageStore:
         self._last_end[(tb, queue_id)] = end
         self._publish_wrote(end)
         fut = self._await_put(end) if self._put_waits and wait else None
+        self._count_status(fut, len(bodies))
+        self.put_msgs += len(bodies)
+        self.put_bytes += end - chunks[0].phys if chunks else 0
         fixed = 91 + len(tb)
         if type(props) is list:
             sizes = np.fromiter((len(b) + len(p) + fixed for b, p in zip(bodies, props)), np.int64, len(bodies))
@@ -720,6 +755,8 @@ class MessageStore:
             status = GetStatus.NO_MATCHED_MESSAGE if nxt > offset else GetStatus.OFFSET_FOUND_NULL
             return GetResult(status, nxt, lo, hi)
         r = GetResult(GetStatus.FOUND, nxt, lo, hi, msgs, qoffs, total)
+        self.get_msgs += len(msgs)
+        self.get_bytes += total
         r.suggest_slave = self.table.load(Slot.WROTE) - o > self._memory_share
         return r
 
@@ -738,11 +775,29 @@ class MessageStore:
         t = self.table
         out = {"min": t.load(Slot.MIN_OFFSET), "wrote": t.load(Slot.WROTE), "flushed": t.load(Slot.FLUSHED),
                "dispatched": t.load(Slot.DISPATCHED)}
+        out.update(disk_usage=t.load(Slot.DISK_USAGE) / 1e6, disk_full=t.load(Slot.DISK_FULL),
+                   deleted_files=t.load(Slot.DELETED_FILES))
         if self.is_slave:
             out.update(received=t.load(Slot.HA_RECEIVED), linked=t.load(Slot.HA_LINK))
         else:
             out.update(acked=t.load(Slot.ACKED), slaves=t.load(Slot.HA_SLAVES))
         return out
+
+    def _drop_below(self, min_offset: int) -> None:
+        """The cleaner deleted segments below `min_offset`: let go of their maps, and start every
+        loaded consume queue at its first message that still exists."""
+        if self.commit_log is not None:
+            n = self.commit_log.queue.drop_before(min_offset)
+            if n:
+                log.info("commit log now starts at %d (%d segments deleted by the cleaner)", min_offset, n)
+        if self.cqs is not None:
+            self.cqs.correct_min(min_offset)
+        self._slave_max.clear()
+
+    def request_clean(self) -> None:
+        """`broker admin clean` (DELETE_EXPIRED_COMMITLOG): the cleaner deletes expired files now,
+        whatever the hour, for its next 20 passes (RocketMQ's executeDeleteFilesManually)."""
+        self.table.add(Slot.MANUAL_CLEAN, 1)  # add() wakes the cleaner sleeping on the slot
 
     def set_master_ha_address(self, addr: str) -> None:
         """A slave learned its master's HA address (from the name server): tell the HA client."""

@@ -121,7 +121,13 @@ class ReputService:
             dispatched = t.load(Slot.DISPATCHED)
             last_flush = time.monotonic()
             flushed_at = dispatched
+            seen_min = t.load(Slot.MIN_OFFSET)
             while True:
+                m = t.load(Slot.MIN_OFFSET)
+                if m != seen_min:  # the cleaner deleted files: let go of their maps
+                    seen_min = m
+                    self.log.drop_before(m)
+                    self.cqs.correct_min(m)
                 wrote = t.load(Slot.WROTE)
                 if dispatched >= wrote:
                     if t.load(Slot.SHUTDOWN):

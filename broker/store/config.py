@@ -48,6 +48,19 @@ class MessageStoreConfig:
     haSlaveFallbehindMax: int = 256 * 1024 * 1024
     slaveReadEnable: bool = False
     accessMessageInMemoryMaxRatio: int = 40
+    # Expired-file deletion and disk watermarks (4.x CleanCommitLogService; ratios in percent
+    # as 5.x writes them; 4.x's system-property fractions such as 0.90 are accepted too)
+    fileReservedTime: int = 72  # hours
+    deleteWhen: str = "04"  # hours of the day, "04;05"
+    diskMaxUsedSpaceRatio: int = 75
+    diskSpaceCleanForciblyRatio: float = 85
+    diskSpaceWarningLevelRatio: float = 90
+    cleanFileForciblyEnable: bool = True
+    cleanResourceInterval: int = 10_000
+    deleteCommitLogFilesInterval: int = 100
+    deleteConsumeQueueFilesInterval: int = 100
+    destroyMapedFileIntervalForcibly: int = 120_000
+    deleteFileBatchMax: int = 10
 
     def __post_init__(self) -> None:
         self.validate()
@@ -116,6 +129,24 @@ class MessageStoreConfig:
                 raise StoreConfigError(key, f"{getattr(self, key)} must be positive")
         if not 4096 <= self.haTransferBatchSize <= 64 * 1024 * 1024:
             raise StoreConfigError("haTransferBatchSize", f"{self.haTransferBatchSize} is outside 4096..64 MiB")
+        for key in ("diskSpaceCleanForciblyRatio", "diskSpaceWarningLevelRatio"):
+            v = getattr(self, key)
+            if 0 < v < 1:  # 4.x's -Drocketmq.broker.diskSpace...=0.90
+                setattr(self, key, v * 100)
+            if not 0 < getattr(self, key) <= 100:
+                raise StoreConfigError(key, f"{v} is not a percentage")
+        if not 0 < self.diskMaxUsedSpaceRatio <= 100:
+            raise StoreConfigError("diskMaxUsedSpaceRatio", f"{self.diskMaxUsedSpaceRatio} is not a percentage")
+        for hour in self.deleteWhen.split(";"):
+            if not (hour.strip().isdigit() and 0 <= int(hour) <= 23):
+                raise StoreConfigError("deleteWhen", f"{self.deleteWhen!r} is not hours of the day such as 04;05")
+        for key in ("fileReservedTime", "cleanResourceInterval", "deleteFileBatchMax",
+                    "destroyMapedFileIntervalForcibly"):
+            if getattr(self, key) <= 0:
+                raise StoreConfigError(key, f"{getattr(self, key)} must be positive")
+        for key in ("deleteCommitLogFilesInterval", "deleteConsumeQueueFilesInterval"):
+            if getattr(self, key) < 0:
+                raise StoreConfigError(key, f"{getattr(self, key)} must not be negative")
         if not 0 < self.accessMessageInMemoryMaxRatio <= 100:
             raise StoreConfigError("accessMessageInMemoryMaxRatio", f"{self.accessMessageInMemoryMaxRatio} is not a percentage")
 
@@ -143,6 +174,11 @@ def _convert(key: str, raw: str, typ: object) -> object:
             return int(text)
         except ValueError:
             raise StoreConfigError(key, f"{text!r} is not an integer") from None
+    if typ in ("float", float):
+        try:
+            return float(text)
+        except ValueError:
+            raise StoreConfigError(key, f"{text!r} is not a number") from None
     if typ in ("bool", bool):
         if text.lower() in ("true", "1", "yes"):
             return True

@@ -34,6 +34,7 @@ class ConsumeQueue:
         self.writable = writable
         self.files: dict[int, np.memmap] = {}  # first logical offset of the file -> entries
         self.dirty: set[int] = set()
+        self.min_logic = 0  # first entry whose message the commit log still holds (read side)
         if writable:
             os.makedirs(self.directory, exist_ok=True)
         self.load()
@@ -106,7 +107,25 @@ class ConsumeQueue:
 
     @property
     def min_offset(self) -> int:
-        return min(self.files) if self.files else 0
+        first = min(self.files) if self.files else 0
+        return max(first, self.min_logic)
+
+    def correct_min(self, phys_min: int) -> None:
+        """Read side, after the cleaner moved the commit log's minimum: forget files it deleted and
+        start the queue at its first entry whose message still exists (RocketMQ's correctMinOffset),
+        so a consumer behind it is told to move (PULL_OFFSET_MOVED) instead of waiting on a hole."""
+        for first in [f for f in self.files if not os.path.exists(self._path(f))]:
+            del self.files[first]
+        if not self.files:
+            return
+        first = min(self.files)
+        arr = self.files[first]
+        offs = arr["offset"].astype(np.int64)
+        idx = int(np.searchsorted(offs, phys_min)) if arr["size"][0] else 0
+        nz = np.flatnonzero(arr["size"] == 0)
+        if len(nz) and idx > nz[0]:  # searchsorted over unwritten (zero) entries
+            idx = int(nz[0])
+        self.min_logic = max(self.min_logic, first + idx)
 
     def max_offset_on_disk(self) -> int:
         """One past the last entry with a size (what recovery trusts)."""
@@ -169,6 +188,7 @@ class ConsumeQueueStore:
         self.file_size = file_size
         self.writable = writable
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self.phys_min = 0  # read side: the commit log's minimum, applied to queues as they load
         os.makedirs(root, exist_ok=True)
 
     def load(self) -> None:
@@ -184,6 +204,8 @@ class ConsumeQueueStore:
         cq = self.queues.get((topic, queue_id))
         if cq is None:
             cq = self.queues[(topic, queue_id)] = ConsumeQueue(self.root, topic, queue_id, self.file_size, self.writable)
+            if self.phys_min and not self.writable:
+                cq.correct_min(self.phys_min)
         return cq
 
     def find(self, topic: str, queue_id: int) -> ConsumeQueue | None:
@@ -192,6 +214,11 @@ class ConsumeQueueStore:
         if cq is None and os.path.isdir(os.path.join(self.root, topic, str(queue_id))):
             cq = self.get(topic, queue_id)
         return cq
+
+    def correct_min(self, phys_min: int) -> None:
+        self.phys_min = phys_min
+        for cq in self.queues.values():
+            cq.correct_min(phys_min)
 
     def flush(self) -> None:
         for cq in self.queues.values():

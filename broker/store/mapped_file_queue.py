@@ -120,6 +120,16 @@ class MappedFileQueue:
                 keep.append(f)
         self.files = keep
 
+    def drop_before(self, offset: int) -> int:
+        """Let go of segments wholly below `offset` (the cleaner deleted them): their pages are
+        freed once the last view a reader still holds is released. Returns how many."""
+        keep = [f for f in self.files if f.end > offset]
+        gone = len(self.files) - len(keep)
+        for f in self.files[:gone]:
+            f.close()
+        self.files = keep
+        return gone
+
     def close(self) -> None:
         if self._ahead is not None:
             self._ahead.join()

@@ -23,9 +23,19 @@ class Slot(enum.IntEnum):
     WANT_DISPATCH = 17  # broker: >0 while pulls wait for dispatches (reput then writes the eventfd)
     FLUSH_ERRORS = 18   # flush service: count of failed fdatasync calls
     HA_MASTER = 19      # broker (slave): bumped when the master's HA address (runtime/ha_master) changes
+    DISK_FULL = 20      # cleaner: 1 while disk usage is above diskSpaceWarningLevelRatio (writes refused)
+    MANUAL_CLEAN = 21   # broker: bumped by `broker admin clean` (the cleaner sleeps on it)
+    CLEAN_PID = 22      # cleaner: its pid while alive
+    DISK_USAGE = 23     # cleaner: disk usage of the store's filesystem, in parts per million
+    DELETED_FILES = 24  # cleaner: commit-log segments deleted so far
+    FLUSH_COUNT = 25    # flush service: fdatasync rounds
+    FLUSH_NS = 26       # flush service: their total duration, ns
+    FLUSH_BUCKET0 = 32  # flush service: fdatasync rounds per latency bucket (FLUSH_BUCKETS), cumulative order
 
 
-NSLOTS = 32
+# upper bounds of the flush-latency histogram's buckets, seconds (the last is +Inf)
+FLUSH_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, float("inf"))
+NSLOTS = 64
 
 
 def table_path(store_root: str) -> str:

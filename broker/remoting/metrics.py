@@ -1,0 +1,126 @@
+"""Broker metrics: one snapshot (the shared offsets, the store's counters, the flush-latency
+histogram the flush service keeps in the offset table, disk usage, services, connections, held
+pulls) read on demand, served as Prometheus `/metrics` on metricsPort and as the runtime table of
+GET_BROKER_RUNTIME_INFO (`broker admin status`). Nothing is computed per message beyond the
+store's integer counters."""
+from __future__ import annotations
+
+import logging
+
+from broker.store.offset_table import FLUSH_BUCKETS, Slot
+
+log = logging.getLogger("broker")
+
+
+class BrokerMetrics:
+    def __init__(self, controller):
+        self.c = controller
+        self._server = None
+
+    def snapshot(self) -> dict[str, float]:
+        c, store = self.c, self.c.store
+        o = store.offsets()
+        out: dict[str, float] = {f"offset_{k}": float(v) for k, v in o.items()
+                                 if k in ("min", "wrote", "flushed", "dispatched", "acked", "received")}
+        out.update(put_messages=store.put_msgs, put_bytes=store.put_bytes, get_messages=store.get_msgs,
+                   get_bytes=store.get_bytes, disk_usage_ratio=o["disk_usage"], disk_full=o["disk_full"],
+                   deleted_commitlog_files=o["deleted_files"], writes_refused=store.refused_writes,
+                   connections=len(c.server.connections) if c.server else 0, held_pulls=c.holds.held(),
+                   consumer_groups=len(c.consumers.groups))
+        for status, n in dict(store.put_status).items():  # a copy: this may run on the HTTP thread
+            out[f"send_status_{status.name}"] = n
+        if store.is_slave:
+            out["slave_linked"] = o.get("linked", 0)
+        else:
+            out["slaves"] = o.get("slaves", 0)
+            if o.get("slaves"):
+                out["slave_lag_bytes"] = max(0, o["wrote"] - o["acked"])
+        for name, svc in store.services.items():
+            alive = svc.proc is not None and svc.proc.poll() is None
+            out[f"service_up_{name}"] = 1.0 if alive else 0.0
+            out[f"service_restarts_{name}"] = svc.restarts
+        t = store.table
+        if t is not None:
+            out["flush_count"] = t.load(Slot.FLUSH_COUNT)
+            out["flush_seconds_sum"] = t.load(Slot.FLUSH_NS) / 1e9
+        return out
+
+    def flush_buckets(self) -> list[tuple[str, float]]:
+        """Cumulative (le, count) pairs of the flush-latency histogram."""
+        t, acc, out = self.c.store.table, 0, []
+        for i, bound in enumerate(FLUSH_BUCKETS):
+            acc += t.load(Slot.FLUSH_BUCKET0 + i)
+            out.append(("+Inf" if bound == float("inf") else repr(bound), float(acc)))
+        return out
+
+    # -- Prometheus ----------------------------------------------------------------------------
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+        snap = self.snapshot()
+        labels = {"cluster": self.c.config.brokerClusterName, "broker": self.c.config.brokerName,
+                  "broker_id": str(self.c.config.brokerId)}
+        keys, values = list(labels), list(labels.values())
+
+        def counter(name, doc, v):
+            f = CounterMetricFamily(f"rocketmq_{name}", doc, labels=keys)
+            f.add_metric(values, v)
+            return f
+
+        def gauge(name, doc, v, extra=None):
+            f = GaugeMetricFamily(f"rocketmq_{name}", doc, labels=keys + list(extra or {}))
+            f.add_metric(values + list((extra or {}).values()), v)
+            return f
+        yield counter("put_messages", "messages appended to the commit log", snap["put_messages"])
+        yield counter("put_bytes", "record bytes appended", snap["put_bytes"])
+        yield counter("get_messages", "messages returned by pulls", snap["get_messages"])
+        yield counter("get_bytes", "record bytes returned by pulls", snap["get_bytes"])
+        yield counter("writes_refused", "puts refused for a full disk", snap["writes_refused"])
+        yield counter("deleted_commitlog_files", "commit-log segments deleted by the cleaner",
+                      snap["deleted_commitlog_files"])
+        sends = CounterMetricFamily("rocketmq_send_status", "final status of appended messages",
+                                    labels=keys + ["status"])
+        for k, v in snap.items():
+            if k.startswith("send_status_"):
+                sends.add_metric(values + [k[len("send_status_"):]], v)
+        yield sends
+        offsets = GaugeMetricFamily("rocketmq_offset", "shared offsets of the store (commit-log bytes)",
+                                    labels=keys + ["offset"])
+        for k, v in snap.items():
+            if k.startswith("offset_"):
+                offsets.add_metric(values + [k[len("offset_"):]], v)
+        yield offsets
+        h = HistogramMetricFamily("rocketmq_flush_seconds", "duration of the flush service's fdatasync rounds",
+                                  labels=keys)
+        h.add_metric(values, self.flush_buckets(), snap.get("flush_seconds_sum", 0.0))
+        yield h
+        for name, doc in (("disk_usage_ratio", "used fraction of the store's filesystem"),
+                          ("disk_full", "1 while writes are refused for disk usage"),
+                          ("connections", "open remoting connections"), ("held_pulls", "long polls held"),
+                          ("consumer_groups", "consumer groups with members"), ("slaves", "linked slaves"),
+                          ("slave_lag_bytes", "master's wrote minus the best slave's acknowledgement"),
+                          ("slave_linked", "1 while this slave is linked to its master")):
+            if name in snap:
+                yield gauge(name, doc, snap[name])
+        up = GaugeMetricFamily("rocketmq_service_up", "1 while the service process is alive", labels=keys + ["service"])
+        restarts = CounterMetricFamily("rocketmq_service_restarts", "service restarts", labels=keys + ["service"])
+        for k, v in snap.items():
+            if k.startswith("service_up_"):
+                up.add_metric(values + [k[len("service_up_"):]], v)
+            elif k.startswith("service_restarts_"):
+                restarts.add_metric(values + [k[len("service_restarts_"):]], v)
+        yield up
+        yield restarts
+
+    def start(self, host: str, port: int) -> None:
+        from prometheus_client import start_http_server
+        from prometheus_client.core import CollectorRegistry
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(self)
+        self._server, _ = start_http_server(port, addr=host, registry=registry)
+        log.info("metrics on http://%s:%d/metrics", host, port)
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None

@@ -1,0 +1,55 @@
+"""When and what the cleaner deletes: RocketMQ 4.x CleanCommitLogService's rules, as pure logic
+with an injectable clock and disk-usage source so each rule can be tested at the moment it fires.
+
+Every cleanResourceInterval the cleaner asks `decide`: deletion runs at a `deleteWhen` hour, when
+the disk is fuller than diskMaxUsedSpaceRatio, or on a manual request; above
+diskSpaceCleanForciblyRatio (with cleanFileForciblyEnable) files go regardless of age; above
+diskSpaceWarningLevelRatio the broker refuses writes until usage falls back.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+
+def filesystem_usage(path: str) -> float:
+    """Used fraction of the filesystem holding `path` (as RocketMQ: 1 - available/total)."""
+    st = os.statvfs(path)
+    total = st.f_blocks * st.f_frsize
+    return 1.0 - (st.f_bavail * st.f_frsize) / total if total else 1.0
+
+
+@dataclass
+class CleanDecision:
+    usage: float  # fraction
+    delete: bool  # run a deletion pass now
+    forcibly: bool  # ignore fileReservedTime
+    disk_full: bool  # refuse writes
+    reason: str
+
+
+class CleanPolicy:
+    def __init__(self, config, usage: Callable[[], float], clock: Callable[[], float] = time.time):
+        self.config = config
+        self.usage = usage
+        self.clock = clock
+        self.hours = {int(h) for h in config.deleteWhen.split(";")}
+
+    def decide(self, manual: bool) -> CleanDecision:
+        c = self.config
+        try:
+            usage = self.usage()
+        except OSError:
+            usage = 1.0  # as RocketMQ: a usage we cannot read counts as full
+        timeup = time.localtime(self.clock()).tm_hour in self.hours
+        spacefull = usage > c.diskMaxUsedSpaceRatio / 100
+        forcibly = c.cleanFileForciblyEnable and usage > c.diskSpaceCleanForciblyRatio / 100
+        disk_full = usage > c.diskSpaceWarningLevelRatio / 100
+        reasons = [r for r, on in (("deleteWhen hour", timeup), (f"disk {usage:.0%} > diskMaxUsedSpaceRatio", spacefull),
+                                   ("manual", manual), ("forcibly", forcibly)) if on]
+        return CleanDecision(usage, bool(reasons), forcibly, disk_full, ", ".join(reasons))
+
+    def expired(self, mtime: float, forcibly: bool) -> bool:
+        return forcibly or self.clock() - mtime > self.config.fileReservedTime * 3600

@@ -1,0 +1,235 @@
+"""The cleaner: each deletion rule at the moment it fires (injected clock and disk usage), a pass
+over a real store's files, and end to end on a real small filesystem (a size-limited tmpfs):
+forced deletion under readers that hold the oldest segment, and disk-full refusal and recovery
+with a real client."""
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import time
+
+import pytest
+
+from broker.services.clean_service import CleanService
+from broker.services.message_store import GetStatus, MessageStore, PutStatus
+from broker.store.clean_policy import CleanPolicy
+from broker.store.config import MessageStoreConfig
+from broker.store.errors import ServiceUnavailable, StoreConfigError
+from broker.store.message import decode_message
+from broker.store.offset_table import Slot, create_table
+from tests.conftest import wait_for
+
+HOUR = 3600
+SEG = 1 << 20
+
+
+class Clock:
+    def __init__(self, hour: int):
+        lt = time.localtime()
+        self.now = time.mktime((lt.tm_year, lt.tm_mon, lt.tm_mday, hour, 30, 0, 0, 0, -1))
+
+    def __call__(self):
+        return self.now
+
+
+def _policy(usage: float, hour: int = 12, **kw) -> CleanPolicy:
+    return CleanPolicy(MessageStoreConfig(storePathRootDir="/nonexistent", **kw), lambda: usage, Clock(hour))
+
+
+def test_each_rule_fires_only_when_it_should():
+    quiet = _policy(0.50).decide(manual=False)
+    assert not quiet.delete and not quiet.forcibly and not quiet.disk_full
+    assert _policy(0.50, hour=4).decide(False).delete  # deleteWhen "04"
+    assert _policy(0.50, hour=5, deleteWhen="04;05").decide(False).delete
+    assert _policy(0.50).decide(manual=True).delete
+    spacefull = _policy(0.76).decide(False)  # diskMaxUsedSpaceRatio 75
+    assert spacefull.delete and not spacefull.forcibly and "diskMaxUsedSpaceRatio" in spacefull.reason
+    forced = _policy(0.86).decide(False)  # diskSpaceCleanForciblyRatio 85
+    assert forced.forcibly and not forced.disk_full
+    assert not _policy(0.86, cleanFileForciblyEnable=False).decide(False).forcibly
+    full = _policy(0.91).decide(False)  # diskSpaceWarningLevelRatio 90
+    assert full.disk_full and full.forcibly
+    assert _policy(0.80, diskSpaceWarningLevelRatio=0.75).decide(False).disk_full  # 4.x fraction form
+    broken = CleanPolicy(MessageStoreConfig(storePathRootDir="/x"), lambda: (_ for _ in ()).throw(OSError()),
+                         Clock(12)).decide(False)
+    assert broken.disk_full  # an unreadable usage counts as full, as RocketMQ
+
+
+def test_expiry_follows_file_reserved_time():
+    p = _policy(0.5, fileReservedTime=72)
+    now = p.clock()
+    assert not p.expired(now - 71 * HOUR, forcibly=False)
+    assert p.expired(now - 73 * HOUR, forcibly=False)
+    assert p.expired(now, forcibly=True)
+
+
+@pytest.mark.parametrize("key,value", [("deleteWhen", "25"), ("deleteWhen", "4am"), ("diskMaxUsedSpaceRatio", "0"),
+                                       ("diskSpaceWarningLevelRatio", "120"), ("fileReservedTime", "0")])
+def test_bad_clean_settings_refuse_to_start_naming_the_key(key, value):
+    with pytest.raises(StoreConfigError, match=key):
+        MessageStoreConfig.from_properties({"storePathRootDir": "/x", key: value})
+
+
+def _filled_store(root, n_segments: float, **kw) -> tuple[MessageStoreConfig, int]:
+    """A stopped store holding about n_segments segments of 1 KiB messages over 2 queues;
+    returns its config and the end of its data."""
+    cfg = MessageStoreConfig(storePathRootDir=str(root), mappedFileSizeCommitLog=SEG,
+                             mappedFileSizeConsumeQueue=20 * 100, **kw)
+
+    async def fill():
+        async with MessageStore(cfg) as s:
+            for i in range(int(n_segments * SEG / 1100)):
+                r = await s.put("T", i % 2, b"x" * 1000)
+            await s.wait_dispatched(r.end_offset, 10)
+            return r.end_offset
+    return cfg, asyncio.run(fill())
+
+
+def _service(cfg, end: int, usage: float, hours_later: float = 0):
+    t = create_table(cfg.storePathRootDir)
+    for slot in (Slot.WROTE, Slot.FLUSHED, Slot.DISPATCHED):
+        t.store(slot, end)
+    clock = Clock(12)
+    clock.now = time.time() + hours_later * HOUR
+    return CleanService(cfg, -1, CleanPolicy(cfg, lambda: usage, clock), table=t), t
+
+
+def _cq_files(cfg, q: str) -> list[str]:
+    return sorted(os.listdir(os.path.join(cfg.consumequeue_dir, "T", q)))
+
+
+def test_a_pass_deletes_expired_segments_oldest_first_in_batches_and_their_queues(tmp_path):
+    cfg, end = _filled_store(tmp_path, 4.5, deleteFileBatchMax=2, deleteCommitLogFilesInterval=0,
+                             deleteConsumeQueueFilesInterval=0)
+    names = sorted(os.listdir(cfg.commitlog_dir))
+    cq_before = len(_cq_files(cfg, "0"))
+    svc, t = _service(cfg, end, usage=0.5)  # noon, files fresh, disk half full: nothing to do
+    assert svc.pass_once() == [] and t.load(Slot.DISK_USAGE) == 500_000
+    svc, t = _service(cfg, end, usage=0.5, hours_later=73)  # expired, but neither the hour nor a full disk
+    assert svc.pass_once() == []
+    t.add(Slot.MANUAL_CLEAN, 1)  # `broker admin clean`
+    assert svc.pass_once() == [0, SEG]  # deleteFileBatchMax 2, oldest first
+    assert t.load(Slot.MIN_OFFSET) == 2 * SEG and t.load(Slot.DELETED_FILES) == 2
+    # the manual request lasts 20 passes; the segment holding the end of the data stays
+    assert svc.pass_once() == [2 * SEG, 3 * SEG]
+    assert svc.pass_once() == []
+    assert sorted(os.listdir(cfg.commitlog_dir)) == [n for n in names if int(n) >= 4 * SEG]
+    for q in ("0", "1"):  # consume-queue files wholly below the new minimum went too, no more
+        files = _cq_files(cfg, q)
+        assert len(files) < cq_before
+        with open(os.path.join(cfg.consumequeue_dir, "T", q, files[0]), "rb") as f:
+            last = f.read()[-20:]
+        assert int.from_bytes(last[:8], "big") + int.from_bytes(last[8:12], "big") > 4 * SEG
+
+
+def test_a_full_disk_deletes_regardless_of_age_but_never_unflushed_data(tmp_path):
+    cfg, end = _filled_store(tmp_path, 3.5, deleteCommitLogFilesInterval=0)
+    svc, t = _service(cfg, end, usage=0.91)
+    t.store(Slot.FLUSHED, SEG + 10)  # the flush service is behind: only segment 0 is safe
+    assert svc.pass_once() == [0]
+    assert t.load(Slot.DISK_FULL) == 1
+    svc.policy.usage = lambda: 0.70
+    assert svc.pass_once() == [] and t.load(Slot.DISK_FULL) == 0
+
+
+# -- a real small filesystem -----------------------------------------------------------------------
+@pytest.fixture
+def small_fs(tmp_path):
+    mnt = tmp_path / "small-fs"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a size-limited tmpfs here (needs root/CAP_SYS_ADMIN): {r.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def _ballast(path, target_usage: float) -> None:
+    """Fill the filesystem up to `target_usage` with a file the test can delete."""
+    st = os.statvfs(path.parent)
+    total = st.f_blocks * st.f_frsize
+    used = total - st.f_bavail * st.f_frsize
+    need = int(total * target_usage) - used
+    with open(path, "ab") as f:
+        f.write(b"\0" * max(0, need))
+
+
+def test_forced_deletion_under_readers_on_a_small_filesystem(small_fs):
+    """Views of the oldest segment held by a reader stay valid and unchanged while the cleaner
+    deletes it; the queue then starts at its first surviving message (PULL_OFFSET_MOVED)."""
+    cfg = MessageStoreConfig(storePathRootDir=str(small_fs / "store"), mappedFileSizeCommitLog=4 * SEG,
+                             mappedFileSizeConsumeQueue=20 * 1000, cleanResourceInterval=100,
+                             deleteCommitLogFilesInterval=0, diskMaxUsedSpaceRatio=95,
+                             diskSpaceCleanForciblyRatio=70, diskSpaceWarningLevelRatio=98, warmMapedFileEnable=False)
+
+    async def main():
+        async with MessageStore(cfg) as s:
+            for i in range(12_000):  # ~13 MiB: 4 segments
+                r = await s.put("T", 0, b"%07d" % i + b"y" * 993)
+            await s.wait_dispatched(r.end_offset, 10)
+            await s.wait_flushed(r.end_offset, 10)
+            held = s.get("T", 0, 0, 32)
+            before = [bytes(m) for m in held.messages]
+            _ballast(small_fs / "ballast", 0.80)  # above the forcible ratio: age no longer matters
+            await s._wait_condition(lambda: s.offsets()["min"] >= 2 * 4 * SEG, 30)
+            assert not os.path.exists(os.path.join(cfg.commitlog_dir, "00000000000000000000"))
+            assert [bytes(m) for m in held.messages] == before  # no SIGBUS, no torn bytes
+            held.release()
+            g = s.get("T", 0, 0, 32)
+            assert g.status is GetStatus.OFFSET_TOO_SMALL and g.next_offset == s.min_offset("T", 0) > 0
+            first = s.get("T", 0, g.next_offset, 1)
+            assert first.status is GetStatus.FOUND
+            assert int(decode_message(first.messages[0]).body[:7]) == g.next_offset  # the first surviving message
+            first.release()
+            os.unlink(small_fs / "ballast")
+            assert (await s.put("T", 0, b"after")).status is PutStatus.PUT_OK
+    asyncio.run(main())
+
+
+def test_disk_full_refuses_writes_and_recovers_with_a_real_client(small_fs, tmp_path):
+    """ali-ons against a broker whose store is on a 48 MiB filesystem: past
+    diskSpaceWarningLevelRatio its sends are refused (SERVICE_NOT_AVAILABLE) and nothing is
+    stored; once space is freed they are accepted again."""
+    from tests.helpers.real_clients import Cluster, produce
+    conf = ("cleanResourceInterval=100\ncleanFileForciblyEnable=false\ndiskMaxUsedSpaceRatio=99\n"
+            "diskSpaceWarningLevelRatio=60\nmappedFileSizeConsumeQueue=20000\nwarmMapedFileEnable=false\n")
+    with Cluster(small_fs / "node", conf) as c:
+        assert "error" not in produce("ons", c, "Full", [{"body": "before"}], tmp_path)[0]
+        _ballast(small_fs / "ballast", 0.65)
+        wait_for(lambda: _status(c)["disk_full"] == "1", 30, "the cleaner to flag the disk full")
+        refused = produce("ons", c, "Full", [{"body": "refused"}], tmp_path)
+        assert "error" in refused[0], refused
+        os.unlink(small_fs / "ballast")
+        wait_for(lambda: _status(c)["disk_full"] == "0", 30, "the flag to clear")
+        assert "error" not in produce("ons", c, "Full", [{"body": "after"}], tmp_path)[0]
+        bodies = sorted(bytes(r.body) for q in range(4) for r in c.records("Full", q))
+        assert bodies == [b"after", b"before"]
+        assert int(_status(c)["writes_refused"]) >= 1
+        assert "disk full" in (small_fs / "node" / "broker.err").read_text()
+
+
+def _status(c) -> dict:
+    import msgspec
+
+    from broker.remoting import codes
+    r = c.call(codes.GET_BROKER_RUNTIME_INFO, {})
+    return msgspec.json.decode(bytes(r.body))["table"]
+
+
+def test_a_running_store_refuses_puts_while_the_disk_is_flagged_full(tmp_path):
+    async def main():
+        cfg = MessageStoreConfig(storePathRootDir=str(tmp_path / "s"), mappedFileSizeCommitLog=SEG)
+        async with MessageStore(cfg) as s:
+            s.table.store(Slot.DISK_FULL, 1)  # as the cleaner does; the broker learns it on a wake-up
+            s._on_notify_soon()
+            await s._wait_condition(lambda: s._disk_full, 5)
+            with pytest.raises(ServiceUnavailable, match="disk full"):
+                await s.put("T", 0, b"x")
+            s.table.store(Slot.DISK_FULL, 0)
+            s._on_notify_soon()
+            await s._wait_condition(lambda: not s._disk_full, 5)
+            assert (await s.put("T", 0, b"x")).status is PutStatus.PUT_OK
+    asyncio.run(main())
