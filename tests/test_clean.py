@@ -233,3 +233,53 @@ def test_a_running_store_refuses_puts_while_the_disk_is_flagged_full(tmp_path):
             await s._wait_condition(lambda: not s._disk_full, 5)
             assert (await s.put("T", 0, b"x")).status is PutStatus.PUT_OK
     asyncio.run(main())
+
+
+def test_deletion_under_a_slave_reading_the_oldest_segment(small_fs, tmp_path):
+    """The master (store on the small filesystem) deletes the segments a stalled slave is still
+    streaming from an open descriptor: nothing crashes, the slave holds only whole records
+    identical to the master's, and a slave left behind the new minimum is told so by name."""
+    from tests.helpers.ha_cluster import Broker, Proxy, send_all
+    clean = ("cleanResourceInterval=100\ndeleteCommitLogFilesInterval=0\ndiskMaxUsedSpaceRatio=95\n"
+             "diskSpaceCleanForciblyRatio=60\ndiskSpaceWarningLevelRatio=98\nwarmMapedFileEnable=false\n")
+    master = Broker(small_fs, "master", "127.0.0.1:9", "ASYNC_MASTER", 0, clean).start()
+    proxy = Proxy(master.ha_port)
+    slave = None
+    try:
+        slave = Broker(tmp_path, "slave", "127.0.0.1:9", "SLAVE", 1, f"haMasterAddress=127.0.0.1:{proxy.port}\n").start()
+        wait_for(lambda: master.info()["slaves"] == 1, 30, "the slave to link")
+        proxy.stall()
+        bodies = [b"%07d" % i + b"z" * 1500 for i in range(8000)]  # ~12 MiB over 1 MiB segments
+        assert {r.code for r in send_all(master.port, "T", bodies)} == {0}
+        _ballast(small_fs / "ballast", 0.65)  # above the forcible ratio
+        wait_for(lambda: master.info()["commitLogMinOffset"] > 4 << 20, 30, "the oldest segments to go")
+        proxy.heal()
+        wait_for(lambda: "fell behind" in master.stderr(), 30,
+                 "the master to say the slave fell behind its minimum")
+        wait_for(lambda: slave.info()["commitLogMaxOffset"] > 0, 30, "the slave to hold what it received")
+        end = slave.info()["commitLogMaxOffset"]  # the slave publishes whole records only
+        slave.stop()
+        master.stop()
+        assert "Traceback" not in master.stderr() + slave.stderr()
+        # whatever the slave holds is whole records, byte for byte the master's messages, in order
+        got = _log_records(slave.store / "commitlog", end)
+        assert got and [m.body for m in got] == bodies[:len(got)]
+    finally:
+        proxy.close()
+        if slave is not None:
+            slave.stop()
+        master.stop()
+
+
+def _log_records(commitlog, end: int) -> list:
+    out = []
+    for name in sorted(os.listdir(commitlog)):
+        data = (commitlog / name).read_bytes()[:max(0, end - int(name))]
+        pos = 0
+        while pos + 8 <= len(data):
+            size = int.from_bytes(data[pos:pos + 4], "big")
+            if size <= 0 or data[pos + 4:pos + 8] == b"\xcb\xd4\x31\x94":
+                break
+            out.append(decode_message(data, pos))
+            pos += size
+    return out

@@ -108,7 +108,8 @@ class HAConnection:
             nxt = min_offset
         elif nxt < min_offset:
             return self.close(f"the slave's log ends at {nxt}, before this master's oldest offset {min_offset}: "
-                              f"it cannot catch up; wipe its store to bootstrap it afresh", logging.ERROR)
+                              f"the slave fell behind and cannot catch up; wipe its store to bootstrap it afresh",
+                              logging.ERROR)
         log.info("slave %s linked: streaming from offset %d", self.peer, nxt)
         seg = self.config.mappedFileSizeCommitLog
         batch = self.config.haTransferBatchSize
@@ -121,8 +122,14 @@ class HAConnection:
                 if nxt < wrote:
                     base = nxt - nxt % seg
                     size = min(wrote, base + seg, nxt + batch) - nxt
+                    try:
+                        f = self._file(base)
+                    except FileNotFoundError:
+                        return self.close(f"segment {offset_to_name(base)} was deleted by the cleaner before this slave "
+                                          f"read it: the slave fell behind the master's oldest offset and cannot "
+                                          f"catch up; wipe its store to bootstrap it afresh", logging.ERROR)
                     self.sock.sendall(frame_header(nxt, size))
-                    sent = self.sock.sendfile(self._file(base), nxt - base, size)
+                    sent = self.sock.sendfile(f, nxt - base, size)
                     if sent != size:
                         return self.close(f"segment {offset_to_name(base)} ended {size - sent} bytes early")
                     nxt += size
