@@ -171,6 +171,7 @@ class MessageStore:
         self._seen_min = 0  # MIN_OFFSET as last acted on
         self._disk_full = 0  # DISK_FULL as last seen
         self.refused_writes = 0  # puts refused for a full disk
+        self._refusal_logged = 0.0
         # counters for metrics (plain ints: a put pays an add, not a lock)
         self.put_msgs = self.put_bytes = self.get_msgs = self.get_bytes = 0
         self.put_status: collections.Counter = collections.Counter()  # final PutStatus -> messages
@@ -514,7 +515,7 @@ class MessageStore:
             self._topics[topic] = b
         return b
 
-    def _check_open(self) -> None:
+    def _check_open(self, topic: str = "") -> None:
         if not self._accepting:
             raise ServiceUnavailable("store is not started or is shutting down")
         if self.is_slave:
@@ -522,6 +523,10 @@ class MessageStore:
         if self._disk_full:
             self.refused_writes += 1
             self.put_status[PutStatus.SERVICE_NOT_AVAILABLE] += 1
+            now = time.monotonic()
+            if now - self._refusal_logged >= 1.0:  # every refusal is counted; the log says so once a second
+                log.warning("refused a write to %s (%d so far): disk full", topic or "?", self.refused_writes)
+                self._refusal_logged = now
             raise ServiceUnavailable(f"disk full: usage {self.table.load(Slot.DISK_USAGE) / 10_000:.1f}% is above "
                                      f"diskSpaceWarningLevelRatio {self.config.diskSpaceWarningLevelRatio:g}%; "
                                      f"writes are refused until expired files are deleted")
@@ -533,7 +538,7 @@ class MessageStore:
         """Append one message now (the body is copied into the log before this returns, so it may
         be a view of a buffer about to be reused). Returns the result and, under SYNC_FLUSH with
         wait=True, the future that gives its final status once the flush covered it."""
-        self._check_open()
+        self._check_open(topic)
         tb = self._topic(topic)
         props = properties if type(properties) is bytes else encode_properties(properties)
         cl = self.commit_log
@@ -567,7 +572,7 @@ class MessageStore:
         """Append many messages to one queue now, one kernel call per segment; `properties` is
         shared or one bytes object per body. Returns the result and, under SYNC_FLUSH with
         wait=True, the future giving the final status once the flush covered the last one."""
-        self._check_open()
+        self._check_open(topic)
         tb = self._topic(topic)
         if not isinstance(bodies, list):
             bodies = list(bodies)
