@@ -62,6 +62,7 @@ class Producer:
         self.compress_over = compress_over
         self.default_topic_queue_nums = default_topic_queue_nums
         self._rr: dict[str, itertools.count] = {}
+        self._write_queues: dict = {}  # topic -> (route, its write queues)
         self._pending: set[asyncio.Future] = set()
 
     async def start(self) -> None:
@@ -84,7 +85,11 @@ class Producer:
     # -- queue selection ---------------------------------------------------------------------------
     async def _queues(self, topic: str, refresh: bool = False) -> list[MessageQueue]:
         route = await self.client.routes.get(topic, refresh)
+        hit = self._write_queues.get(topic)
+        if hit is not None and hit[0] is route:  # the same route object: its queues are unchanged
+            return hit[1]
         queues = route.write_queues(topic)
+        self._write_queues[topic] = (route, queues)
         if not queues:
             raise RouteNotFound(topic, "no writable queue on a master")
         return queues

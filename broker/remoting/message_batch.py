@@ -9,6 +9,8 @@ with the single copy the append kernel makes.
 """
 from __future__ import annotations
 
+import struct
+
 from broker.kernels.codec import crc32
 from broker.remoting.command import CommandError
 
@@ -48,12 +50,14 @@ def decode_batch(body) -> tuple[list, list, list[int]]:
     return bodies, props, flags
 
 
+_HEAD = struct.Struct(">iiiii")  # total size, magic 0, body CRC, flag, body length
+_PROPS_LEN = struct.Struct(">h")
+
+
 def encode_batch_body(messages: list[tuple[bytes, bytes, int]]) -> bytes:
     """(body, properties, flag) triples → a 320 body, as the Java client encodes it."""
-    out = bytearray()
+    parts = []
     for body, properties, flag in messages:
-        total = _FIXED + len(body) + len(properties)
-        out += total.to_bytes(4, "big") + (0).to_bytes(4, "big") + (crc32(body) & 0x7FFFFFFF).to_bytes(4, "big")
-        out += flag.to_bytes(4, "big", signed=True) + len(body).to_bytes(4, "big") + body
-        out += len(properties).to_bytes(2, "big") + properties
-    return bytes(out)
+        parts += (_HEAD.pack(_FIXED + len(body) + len(properties), 0, crc32(body) & 0x7FFFFFFF, flag, len(body)),
+                  body, _PROPS_LEN.pack(len(properties)), properties)
+    return b"".join(parts)

@@ -2,6 +2,7 @@
 the hot paths never decode in Python)."""
 from __future__ import annotations
 
+import functools
 import socket
 import struct
 from dataclasses import dataclass, field
@@ -28,7 +29,9 @@ def decode_properties(data: bytes | memoryview) -> dict[str, str]:
     return out
 
 
+@functools.lru_cache(maxsize=4096)
 def _host(raw: bytes) -> str:
+    # hosts repeat from message to message (a pull decodes thousands with two each): cached
     ip = socket.inet_ntop(socket.AF_INET6 if len(raw) == 20 else socket.AF_INET, raw[:-4])
     return f"{ip}:{int.from_bytes(raw[-4:], 'big')}"
 
