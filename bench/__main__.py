@@ -1,19 +1,28 @@
-"""`python -m bench` (`make bench`): machine limits, kernel micro-benchmarks and store figures
-in one run, side by side, with the store-core milestone's targets marked met or missed.
+"""`python -m bench` (`make bench`): machine limits, kernel micro-benchmarks, store figures, the
+mode matrix through the project's client and peer brokers, in one run, side by side, with the
+milestones' targets marked met or missed.
 
-    python -m bench                 # full run, ~3-4 minutes on the project's 2-core VMs
-    python -m bench --quick         # ~1 minute, smaller cells
-    python -m bench --out DIR       # results (JSON + Markdown); default bench/results/
+    python -m bench                     # quick subset (make bench), < 5 minutes on the 2-core VMs
+    python -m bench --full              # everything: whole matrix, 3 repeats, both peers, full-size cells
+    python -m bench --only matrix,peers # some sections (kernels, store, network, ha, matrix, peers)
+    python -m bench --compare OLD.json  # after the run, what moved (figure, old, new, % change)
+    python -m bench --compare OLD.json NEW.json   # compare two results files, no run
+    python -m bench --out DIR           # results (JSON + Markdown + PNG plots); default bench/results/
 
 Order: 1. limits (bench.limits.measure_all on the store's filesystem), 2. the kernel suite
-(bench/test_kernels_bench.py under pytest-benchmark, in a subprocess), 3. in-process put and
-put_batch throughput, SYNC_FLUSH latency by writer count, reput rate (kernel path and service end
-to end), 4. network cells: a `broker serve` process on loopback driven over the remoting protocol
-(bench/network_bench.py: sends, 320 batches and pulls under both flush modes, once with a raw
-remoting driver measuring the broker alone and once through the project's client, broker.client,
-with a name server, end to end), 5. HA cells (bench/ha_bench.py: a master and a slave process,
-ASYNC_MASTER vs SYNC_MASTER sends with replication lag, a fresh slave's catch-up beside loopback
-and fresh-file write speed). A line is printed per cell as it finishes; the table comes last.
+(bench/test_kernels_bench.py under pytest-benchmark, in a subprocess; every kernel beside a memcpy
+benchmark of the same bytes), 3. in-process put and put_batch throughput, SYNC_FLUSH latency by
+writer count, reput rate (kernel path and service end to end), 4. network cells: a `broker serve`
+process on loopback driven over the remoting protocol (bench/network_bench.py), 5. HA cells
+(bench/ha_bench.py), 6. the mode matrix (bench/matrix.py): flushDiskType x {single master,
+ASYNC_MASTER + slave, SYNC_MASTER + slave} x body x in flight, name server / master / slave
+processes driven by broker.client, with CPU per process, replication lag and consume throughput,
+then the peers (bench/peers.py: Redis Streams, NATS JetStream) as ratios project/peer. The quick
+default runs each mode once (1 KiB, 64 in flight, plus 1 in flight for ASYNC_FLUSH single master,
+2 s cells, one peer); --full runs 128 B / 1 KiB / 16 KiB x 1 / 64 in flight, medians of 3 repeats of
+5 s, both peers. A line is printed per cell as it finishes (and `[k/N] cell ... eta` on stderr
+during the matrix); the table comes last, then PNG plots are written next to the JSON
+(bench/plots.py).
 """
 from __future__ import annotations
 
@@ -100,14 +109,21 @@ def run_kernel_suite(out_dir: str, quick: bool) -> dict:
     with open(js) as f:
         data = json.load(f)
     out = {}
+    # each group has a test_memcpy_* benchmark of the same bytes under the same harness
+    ref = {b.get("group"): b["stats"]["median"] for b in data["benchmarks"] if b["name"].startswith("test_memcpy_")}
     for b in data["benchmarks"]:
         fig = dict(b["extra_info"])
         fig["median_s"] = b["stats"]["median"]
         fig["rounds"] = b["stats"]["rounds"]
+        fig["group"] = b.get("group")
+        if b.get("group") in ref and not b["name"].startswith("test_memcpy_"):
+            fig["memcpy_bench_s"] = ref[b["group"]]
+            fig["x_memcpy_bench"] = fig["median_s"] / ref[b["group"]]
         out[b["name"]] = fig
         say(f"  kernel {b['name']}: median {fig['median_s'] * 1e6:,.2f} us, "
             f"{fig.get('bytes_per_s', math.nan) / 1e9:.2f} GB/s, {fig.get('records_per_s', math.nan):,.0f} records/s, "
-            f"{fig.get('x_memcpy', math.nan):.2f}x memcpy of the same bytes")
+            + (f"the memcpy reference of group {fig['group']}" if b["name"].startswith("test_memcpy_")
+               else f"{fig.get('x_memcpy_bench', math.nan):.2f}x the memcpy benchmark of its group"))
     out["_suite_s"] = time.perf_counter() - t0
     return out
 
@@ -131,7 +147,7 @@ def _verdict(value: float, target: float, higher_is_better: bool = True) -> str:
 
 
 def evaluate(figs: dict) -> list[dict]:
-    L, S = figs["limits"], figs["store"]
+    L, S = figs["limits"], figs.get("store") or {}
     out = []
 
     def add(name, value, target, unit, higher=True, where=""):
@@ -139,12 +155,12 @@ def evaluate(figs: dict) -> list[dict]:
                     "met": (value >= target) if higher else (value <= target),
                     "verdict": _verdict(value, target, higher)})
 
-    add("put_batch 1 KiB ASYNC_FLUSH >= 1,000,000 msgs/s", S["put_batch ASYNC_FLUSH 1KiB"]["msgs_per_s"],
-        TARGETS["put_batch_1k_async"], "msgs/s", where="put_batch ASYNC_FLUSH 1KiB")
-    add("single put >= 300,000 msgs/s (1 KiB, ASYNC_FLUSH)", S["put ASYNC_FLUSH 1KiB"]["msgs_per_s"],
-        TARGETS["put_1k_async"], "msgs/s", where="put ASYNC_FLUSH 1KiB")
-    add("single put >= 300,000 msgs/s (128 B, ASYNC_FLUSH)", S["put ASYNC_FLUSH 128B"]["msgs_per_s"],
-        TARGETS["put_1k_async"], "msgs/s", where="put ASYNC_FLUSH 128B")
+    for key, label, target in (("put_batch ASYNC_FLUSH 1KiB", "put_batch 1 KiB ASYNC_FLUSH >= 1,000,000 msgs/s",
+                                 "put_batch_1k_async"),
+                                ("put ASYNC_FLUSH 1KiB", "single put >= 300,000 msgs/s (1 KiB, ASYNC_FLUSH)", "put_1k_async"),
+                                ("put ASYNC_FLUSH 128B", "single put >= 300,000 msgs/s (128 B, ASYNC_FLUSH)", "put_1k_async")):
+        if key in S:  # absent when the store section was not run (--only)
+            add(label, S[key]["msgs_per_s"], TARGETS[target], "msgs/s", where=key)
     w1, w64 = S.get("sync latency 1 writers 1KiB"), S.get("sync latency 64 writers 1KiB")
     if w1 and w64:
         add("SYNC_FLUSH throughput(64 writers) >= 20x throughput(1 writer)",
@@ -192,7 +208,7 @@ def evaluate(figs: dict) -> list[dict]:
 
 
 def markdown(figs: dict) -> str:
-    L, K, S, meta = figs["limits"], figs["kernels"], figs["store"], figs["meta"]
+    L, K, S, meta = figs["limits"], figs.get("kernels") or {}, figs.get("store") or {}, figs["meta"]
     memcpy_Bps = L["memcpy_GiBps"] * (1 << 30)
     fsync_p99 = L["fdatasync_p99_us"]
     rows: list[tuple[str, str, str, str]] = []
@@ -225,15 +241,20 @@ def markdown(figs: dict) -> str:
     row("**kernels** (pytest-benchmark medians, cache-warm)", "", "", "")
     names = {"test_encode_record_1k": "encode_record 1 KiB", "test_encode_batch_256x1k": "encode_batch 256 x 1 KiB",
              "test_scanner_scan_1k_segment": "Scanner.scan 8 MiB of 1 KiB records (no CRC)",
-             "test_scanner_scan_1k_segment_crc": "Scanner.scan 8 MiB of 1 KiB records, CRC checked"}
+             "test_scanner_scan_1k_segment_crc": "Scanner.scan 8 MiB of 1 KiB records, CRC checked",
+             "test_dispatch_read_request_4MiB": "ha.dispatch_read_request, 4 MiB of 32 KiB HA frames",
+             "test_reallocate_byte_buffer_32k": "ha.reallocate_byte_buffer, 32 KiB tail to the front",
+             "test_split_frames_1MiB": "remoting.split_frames, 1 MiB of SEND_MESSAGE_V2 frames (1 KiB bodies)"}
     for key, label in names.items():
         k = K.get(key)
         if not k or "bytes_per_s" not in k:
             continue
+        ref = (f"memcpy benchmark of the same {k['bytes']:,} B: {k['memcpy_bench_s'] * 1e6:,.2f} us"
+               if "memcpy_bench_s" in k else f"np.copyto of the same {k['bytes']:,} B: {k['memcpy_s'] * 1e6:,.2f} us")
+        ratio = k.get("x_memcpy_bench", k["x_memcpy"])
         row(label, f"{k['median_s'] * 1e6:,.2f} us/call; {k['bytes_per_s'] / 1e9:.2f} GB/s; "
-            f"{k['records_per_s']:,.0f} records/s",
-            f"np.copyto of the same {k['bytes']:,} B: {k['memcpy_s'] * 1e6:,.2f} us",
-            f"{k['x_memcpy']:.2f}x memcpy time; {k['bulk_memcpy_pct']:.0f} % of bulk memcpy bandwidth")
+            f"{k['records_per_s']:,.0f} records/s", ref,
+            f"**{ratio:.2f}x memcpy** time; {k['bulk_memcpy_pct']:.0f} % of bulk memcpy bandwidth")
 
     # put throughput
     row("**put throughput** (in-process MessageStore, 1 GiB segments, uvloop)", "", "", "")
@@ -322,16 +343,25 @@ def markdown(figs: dict) -> str:
                 f"loopback {lo['loopback_GiBps']:.2f} GiB/s; pwrite into a fresh file {lo['fresh_file_write_MBps']:,.0f} MB/s",
                 f"{100 * c['MBps'] / lo['fresh_file_write_MBps']:.0f} % of fresh-file writes")
 
+    # a section header with nothing under it (the section was not run: --only / --no-kernels) is dropped
+    rows = [r for i, r in enumerate(rows)
+            if not (r[0].startswith("**") and not r[1]
+                    and (i + 1 == len(rows) or (rows[i + 1][0].startswith("**") and not rows[i + 1][1])))]
     lines = [f"# Benchmark {meta['started']} ({'quick' if meta['quick'] else 'full'})", "",
              f"{meta['machine']}; store on {meta['fs']['fstype']} ({meta['fs']['device']}, {meta['fs']['mount']}); "
              f"event loop {meta['loop']}; total {meta['total_s']:.0f} s.", "",
              "| figure | value | limit beside it (this run) | vs limit |", "|---|---|---|---|"]
     lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
-    lines += ["", "## Targets (store-core, broker-daemon and HA milestones)", "", "| target | measured | verdict |", "|---|---|---|"]
+    if figs["targets"]:
+        lines += ["", "## Targets (store-core, broker-daemon and HA milestones)", "", "| target | measured | verdict |",
+                  "|---|---|---|"]
     for t in figs["targets"]:
         v = t["value"]
         shown = f"{v:,.0f} {t['unit']}" if v >= 100 else f"{v:.2f}{t['unit']}"
         lines.append(f"| {t['target']} | {shown} | {t['verdict']} |")
+    if figs.get("matrix"):
+        from bench import matrix
+        lines += matrix.markdown(figs["matrix"], L).splitlines()
     lines += ["", "MB/s counts stored record bytes (body + 91-byte header + topic + properties). "
               "Each store cell uses a fresh store directory; its clock starts after a warm-up put and after "
               "the next segment's pre-allocation finished, and it stops before filling its 1 GiB segment."]
@@ -340,14 +370,49 @@ def markdown(figs: dict) -> str:
 
 # ------------------------------------------------------------------------------------------ main
 
+SECTIONS = ("kernels", "store", "network", "ha", "matrix", "peers")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="~1 minute version (smaller cells)")
+    p.add_argument("--full", action="store_true",
+                   help="everything: the whole matrix (3 bodies x 2 in-flight counts x 6 modes, 3 repeats of 5 s), "
+                        "both peers, the full-size store/network/HA cells")
+    p.add_argument("--quick", action="store_true", help="the default (make bench): the quick subset, < 5 minutes")
+    p.add_argument("--only", default=None,
+                   help=f"comma-separated sections to run ({','.join(SECTIONS)}); limits are always measured")
+    p.add_argument("--no-kernels", action="store_true", help="skip the pytest-benchmark kernel suite")
+    p.add_argument("--no-peers", action="store_true", help="skip the peers (Redis Streams, NATS JetStream)")
+    p.add_argument("--seconds", type=float, default=None, help="matrix cell length (default 2 s quick, 5 s full)")
+    p.add_argument("--compare", nargs="+", metavar="JSON",
+                   help="OLD.json: after the run, print what moved against it; OLD.json NEW.json: compare two "
+                        "results files and exit without running")
+    p.add_argument("--compare-threshold", type=float, default=5.0,
+                   help="--compare lists figures that moved by at least this %% (default 5)")
+    p.add_argument("--compare-all", action="store_true",
+                   help="--compare every numeric figure, not only the headline ones (throughput, latency, ratios)")
+    p.add_argument("--no-plots", action="store_true", help="do not write PNG plots")
     p.add_argument("--out", default=os.path.join(REPO, "bench", "results"), help="results directory")
     p.add_argument("--workdir", default=None,
                    help="where store directories are made (default: inside --out; must be a real disk, not tmpfs)")
-    p.add_argument("--no-kernels", action="store_true", help="skip the pytest-benchmark kernel suite")
     args = p.parse_args(argv)
+    if args.full and args.quick:
+        p.error("--full and --quick exclude each other")
+    quick = not args.full
+    if args.compare and len(args.compare) > 2:
+        p.error("--compare takes OLD.json or OLD.json NEW.json")
+    if args.compare and len(args.compare) == 2:
+        from bench import compare
+        print(compare.report(args.compare[0], args.compare[1], args.compare_threshold, args.compare_all))
+        return 0
+    only = set(SECTIONS) if args.only is None else {x.strip() for x in args.only.split(",") if x.strip()}
+    unknown = only - set(SECTIONS)
+    if unknown:
+        p.error(f"unknown section(s) {sorted(unknown)}; known: {', '.join(SECTIONS)}")
+    if args.no_kernels:
+        only.discard("kernels")
+    if args.no_peers:
+        only.discard("peers")
 
     import broker.kernels.codec as codec
     if not codec.__file__.endswith(".so"):
@@ -367,60 +432,94 @@ def main(argv: list[str] | None = None) -> int:
         runner, loop_name = uvloop.run, f"uvloop {uvloop.__version__}"
     except ImportError:
         runner, loop_name = asyncio.run, "asyncio"
-    settings = store_bench.Settings.make(args.quick)
-    say(f"bench ({'quick' if args.quick else 'full'}): store work dir {workdir} on {fs['fstype']} {fs['device']}")
+    settings = store_bench.Settings.make(quick)
+    steps = ["limits"] + [x for x in ("kernels", "store", "network", "ha") if x in only] + \
+        (["matrix"] if only & {"matrix", "peers"} else [])
+    n = len(steps)
 
+    def step(name: str, text: str) -> None:
+        say(f"{steps.index(name) + 1}/{n} {text} ...")
+
+    say(f"bench ({'quick' if quick else 'full'}; sections: {', '.join(steps)}): store work dir {workdir} "
+        f"on {fs['fstype']} {fs['device']}")
+
+    K: dict = {}
+    S: dict = {}
+    N: dict = {}
+    H: dict = {}
+    M: dict = {}
     try:
-        say("1/5 machine limits ...")
+        step("limits", "machine limits")
         t0 = time.perf_counter()
-        L = limits.measure_all(workdir, quick=args.quick)
-        L["segment_probe"] = segment_probe.measure(workdir, fs["device"], quick=args.quick)
+        L = limits.measure_all(workdir, quick=quick)
+        L["segment_probe"] = segment_probe.measure(workdir, fs["device"], quick=quick)
         say(f"  memcpy {L['memcpy_GiBps']:.2f} GiB/s; fdatasync p50 {L['fdatasync_p50_us']:.0f} us "
             f"p99 {L['fdatasync_p99_us']:.0f} us; seq durable {L['seq_durable_MBps']:.0f} MB/s; "
             f"loopback {L['loopback_GiBps']:.2f} GiB/s ({time.perf_counter() - t0:.1f} s)")
 
-        K: dict = {}
-        if not args.no_kernels:
-            say("2/5 kernel micro-benchmarks (pytest-benchmark, bench/test_kernels_bench.py) ...")
-            K = run_kernel_suite(args.out, args.quick)
+        if "kernels" in only:
+            step("kernels", "kernel micro-benchmarks (pytest-benchmark, bench/test_kernels_bench.py)")
+            K = run_kernel_suite(args.out, quick)
 
-        say("3/5 store cells (fresh store per cell; ~5 s of segment pre-allocation each before its clock) ...")
+        if "store" in only:
+            step("store", "store cells (fresh store per cell; ~5 s of segment pre-allocation each before its clock)")
 
-        def progress(r: store_bench.Result) -> None:
-            say(f"  {r.line()}  [setup {r.figures.get('store_setup_s', 0):.1f} s, "
-                f"{time.perf_counter() - t_start:.0f} s elapsed]")
+            def progress(r: store_bench.Result) -> None:
+                say(f"  {r.line()}  [setup {r.figures.get('store_setup_s', 0):.1f} s, "
+                    f"{time.perf_counter() - t_start:.0f} s elapsed]")
 
-        S = runner(store_bench.run_all(workdir, settings, progress))
+            S = runner(store_bench.run_all(workdir, settings, progress))
 
-        say("4/5 network cells (broker process on loopback) ...")
-        from bench import network_bench
-        N: dict = {}
-        secs = 2.0 if args.quick else 5.0
-        for flush, cells in (("ASYNC_FLUSH", ["send", "batch", "pull", "client_send", "client_batch", "client_pull"]),
-                             ("SYNC_FLUSH", ["send", "batch", "client_send", "client_batch"])):
-            for r in runner(network_bench.run_flush_mode(flush, secs, cells, workdir, progress=lambda x: say("  " + x))):
-                N[r.name] = r.as_dict()
+        secs = 2.0 if quick else 5.0
+        if "network" in only:
+            step("network", "network cells (broker process on loopback)")
+            from bench import network_bench
+            for flush, cells in (("ASYNC_FLUSH", ["send", "batch", "pull", "client_send", "client_batch",
+                                                  "client_pull"]),
+                                 ("SYNC_FLUSH", ["send", "batch", "client_send", "client_batch"])):
+                for r in runner(network_bench.run_flush_mode(flush, secs, cells, workdir,
+                                                             progress=lambda x: say("  " + x))):
+                    N[r.name] = r.as_dict()
 
-        say("5/5 HA cells (master and slave processes on loopback) ...")
-        from bench import ha_bench
-        H = runner(ha_bench.run_all(secs, (128 if args.quick else 512) << 20, [32 << 10, 1 << 20], workdir,
-                                    progress=lambda x: say("  " + x)))
+        if "ha" in only:
+            step("ha", "HA cells (master and slave processes on loopback)")
+            from bench import ha_bench
+            H = runner(ha_bench.run_all(secs, (128 if quick else 512) << 20, [32 << 10, 1 << 20], workdir,
+                                        progress=lambda x: say("  " + x)))
+
+        if "matrix" in steps:
+            step("matrix", "mode matrix (name server, master, slave processes; the project's client) and peers")
+            from bench import matrix
+            plan = matrix.Plan.make(args.full, args.seconds, peers="peers" in only)
+            if "matrix" not in only:  # peers alone: no project cells, nothing to pair them with
+                plan.cells = {k: v for k, v in plan.cells.items() if k in matrix.PEER_PAIRS.values()}
+            M = matrix.run(plan, workdir, L, runner, say=say)
     finally:
         import shutil
         shutil.rmtree(workdir, ignore_errors=True)
 
     say("report")
     figs = {
-        "meta": {"started": started, "quick": args.quick, "loop": loop_name, "fs": fs,
+        "meta": {"started": started, "quick": quick, "loop": loop_name, "fs": fs, "sections": steps,
                  "machine": f"{L['cpu_count']} CPUs, kernel {L['kernel']}, Python {L['python']}, "
                             f"{platform.machine()}",
-                 "settings": settings.__dict__, "targets": TARGETS,
+                 "settings": settings.__dict__, "targets": TARGETS, "argv": sys.argv[1:] if argv is None else argv,
                  "total_s": time.perf_counter() - t_start},
-        "limits": L, "kernels": K, "store": S, "network": N, "ha": H,
+        "limits": L, "kernels": K, "store": S, "network": N, "ha": H, "matrix": M,
     }
     figs["targets"] = evaluate(figs)
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S") + ("-quick" if quick else "")
+    plot_files: list[str] = []
+    if not args.no_plots:
+        try:
+            from bench import plots
+            plot_files = plots.write_all(figs, args.out, f"bench-{stamp}")
+        except Exception as e:  # noqa: BLE001 - a plot must not lose the run's figures
+            say(f"plots failed: {e!r}")
+    figs["meta"]["plots"] = [os.path.basename(f) for f in plot_files]
     md = markdown(figs)
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S") + ("-quick" if args.quick else "")
+    if plot_files:
+        md += "\nPlots: " + ", ".join(f"`{os.path.basename(f)}`" for f in plot_files) + "\n"
     for name in (f"bench-{stamp}", "latest"):
         with open(os.path.join(args.out, name + ".json"), "w") as f:
             json.dump(figs, f, indent=2, default=str)
@@ -428,7 +527,12 @@ def main(argv: list[str] | None = None) -> int:
             f.write(md)
     print()
     print(md)
-    say(f"written: {os.path.join(args.out, f'bench-{stamp}.json')} and .md (also latest.json / latest.md)")
+    say(f"written: {os.path.join(args.out, f'bench-{stamp}.json')} and .md (also latest.json / latest.md)"
+        + (f"; {len(plot_files)} plots" if plot_files else ""))
+    if args.compare:
+        from bench import compare
+        print(compare.report(args.compare[0], os.path.join(args.out, f"bench-{stamp}.json"), args.compare_threshold,
+                             args.compare_all))
     return 0
 
 

@@ -11,6 +11,14 @@ compares with the bulk memcpy bandwidth (64 MiB copy) measured once per session.
 
 Buffers are reused between rounds (as the broker reuses its mapped segment), so the
 targets are cache-warm: these are the kernels' own costs, not page-fault or DRAM costs.
+Every kernel benchmark is in a pytest-benchmark group (`--benchmark-group-by=group`) with a
+`test_memcpy_<group>` benchmark beside it: np.copyto of the same number of bytes under the same
+harness; `python -m bench` prints kernel median / that memcpy median as "x memcpy (bench)".
+Groups: encode_record_1k, encode_batch_256x1k, scan_8MiB (Scanner.scan with and without CRC),
+dispatch_read_request (broker.kernels.ha, a 4 MiB HA receive buffer of 32 KiB transfer frames),
+reallocate_byte_buffer (broker.kernels.ha, a 32 KiB incomplete frame moved to the buffer's front),
+split_frames (broker.kernels.remoting, 1 MiB of SEND_MESSAGE_V2 request frames with 1 KiB bodies).
+
 `python -m bench` runs this file and puts the medians in its table.
 """
 from __future__ import annotations
@@ -22,6 +30,8 @@ import numpy as np
 import pytest
 
 from broker.kernels.codec import MappedBuffer, Scanner, encode_batch, encode_record
+from broker.kernels.ha import dispatch_read_request, frame_header, reallocate_byte_buffer
+from broker.kernels.remoting import split_frames
 
 TOPIC = b"TopicTest"
 PROPS = b"TAGS\x01TagA\x02KEYS\x01order-1"
@@ -115,6 +125,15 @@ def scan_segment(body_1k):
 
 # ---------------------------------------------------------------------------------- benchmarks
 
+def _memcpy_bench(benchmark, nbytes: int) -> None:
+    """The group's reference: np.copyto of `nbytes` between two pre-faulted arrays, same harness."""
+    src = np.full(nbytes, 1, dtype=np.uint8)
+    dst = np.zeros(nbytes, dtype=np.uint8)
+    benchmark(np.copyto, dst, src)
+    _report(benchmark, nbytes, 1)
+
+
+@pytest.mark.benchmark(group="encode_record_1k")
 def test_encode_record_1k(benchmark, body_1k):
     arr = np.zeros(64 * KiB, dtype=np.uint8)
     buf = MappedBuffer(arr)
@@ -126,6 +145,12 @@ def test_encode_record_1k(benchmark, body_1k):
     buf.release()
 
 
+@pytest.mark.benchmark(group="encode_record_1k")
+def test_memcpy_encode_record_1k(benchmark):
+    _memcpy_bench(benchmark, _record_len(KiB))
+
+
+@pytest.mark.benchmark(group="encode_batch_256x1k")
 def test_encode_batch_256x1k(benchmark, body_1k):
     size = BATCH * _record_len(KiB) + 4096
     arr = np.zeros(size, dtype=np.uint8)
@@ -139,6 +164,12 @@ def test_encode_batch_256x1k(benchmark, body_1k):
     buf.release()
 
 
+@pytest.mark.benchmark(group="encode_batch_256x1k")
+def test_memcpy_encode_batch_256x1k(benchmark):
+    _memcpy_bench(benchmark, BATCH * _record_len(KiB))
+
+
+@pytest.mark.benchmark(group="scan_8MiB")
 def test_scanner_scan_1k_segment(benchmark, scan_segment):
     """What the reput service runs per wake-up: no CRC, up to 8192 records per call."""
     _, buf, end, records = scan_segment
@@ -155,6 +186,7 @@ def test_scanner_scan_1k_segment(benchmark, scan_segment):
     _report(benchmark, end, records)
 
 
+@pytest.mark.benchmark(group="scan_8MiB")
 def test_scanner_scan_1k_segment_crc(benchmark, scan_segment):
     """Recovery's scan: the same walk with the body CRC checked."""
     _, buf, end, records = scan_segment
@@ -169,3 +201,86 @@ def test_scanner_scan_1k_segment_crc(benchmark, scan_segment):
 
     assert benchmark(scan_all) == records
     _report(benchmark, end, records)
+
+
+@pytest.mark.benchmark(group="scan_8MiB")
+def test_memcpy_scan_8MiB(benchmark, scan_segment):
+    _memcpy_bench(benchmark, scan_segment[2])
+
+
+# ---------------------------------------------------------------------- HA and remoting kernels
+
+HA_BUFFER = 4 << 20         # the slave's receive buffer (ha_client)
+HA_FRAME = 32 << 10         # haTransferBatchSize
+HA_MAX_BODY = 1 << 30
+
+
+@pytest.fixture(scope="module")
+def ha_buffer():
+    """HA_BUFFER bytes of whole transfer frames (12-byte header + HA_FRAME of log) from offset 0."""
+    phy, out = 0, bytearray()
+    data = os.urandom(HA_FRAME)
+    while len(out) + 12 + HA_FRAME <= HA_BUFFER:
+        out += frame_header(phy, HA_FRAME) + data
+        phy += HA_FRAME
+    return out, phy
+
+
+@pytest.mark.benchmark(group="dispatch_read_request")
+def test_dispatch_read_request_4MiB(benchmark, ha_buffer):
+    buf, end_phy = ha_buffer
+    frames, pos, expected, mismatch = benchmark(dispatch_read_request, buf, 0, len(buf), 0, HA_MAX_BODY)
+    assert pos == len(buf) and expected == end_phy and mismatch == -1
+    _report(benchmark, len(buf), len(frames))
+
+
+@pytest.mark.benchmark(group="dispatch_read_request")
+def test_memcpy_dispatch_read_request(benchmark, ha_buffer):
+    _memcpy_bench(benchmark, len(ha_buffer[0]))
+
+
+@pytest.mark.benchmark(group="reallocate_byte_buffer")
+def test_reallocate_byte_buffer_32k(benchmark):
+    buf = bytearray(os.urandom(HA_BUFFER))
+    start = HA_BUFFER - HA_FRAME
+    assert benchmark(reallocate_byte_buffer, buf, start, HA_BUFFER) == HA_FRAME
+    _report(benchmark, HA_FRAME, 1)
+
+
+@pytest.mark.benchmark(group="reallocate_byte_buffer")
+def test_memcpy_reallocate_byte_buffer(benchmark):
+    _memcpy_bench(benchmark, HA_FRAME)
+
+
+REMOTING_BUFFER = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def remoting_buffer(body_1k):
+    """REMOTING_BUFFER bytes (at most) of whole SEND_MESSAGE_V2 request frames with 1 KiB bodies."""
+    from broker.remoting import codes
+    from broker.remoting.command import RemotingCommand
+    ext = {"a": "bench", "b": "TopicTest", "c": "TBW102", "d": 4, "e": 0, "f": 0, "g": 0, "h": 0,
+           "i": "TAGS\x01bench\x02", "j": 0, "k": False}
+    cmd = RemotingCommand.request(codes.SEND_MESSAGE_V2, ext, body_1k)
+    frame = _encode_frame(cmd)
+    n = REMOTING_BUFFER // len(frame)
+    return bytearray(frame * n), n
+
+
+def _encode_frame(cmd) -> bytes:
+    """One frame as it crosses the wire: [length][serialize type | header length][header][body]."""
+    return bytes(cmd.encode())
+
+
+@pytest.mark.benchmark(group="split_frames")
+def test_split_frames_1MiB(benchmark, remoting_buffer):
+    buf, n = remoting_buffer
+    frames, pos = benchmark(split_frames, buf, 0, len(buf))
+    assert len(frames) == n and pos == len(buf)
+    _report(benchmark, len(buf), n)
+
+
+@pytest.mark.benchmark(group="split_frames")
+def test_memcpy_split_frames(benchmark, remoting_buffer):
+    _memcpy_bench(benchmark, len(remoting_buffer[0]))
