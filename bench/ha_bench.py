@@ -29,20 +29,28 @@ SEGMENT = 256 << 20
 
 
 class Node:
-    """One `broker serve` (master or slave) in a fresh store directory."""
+    """One `broker serve` (master or slave) in a fresh store directory; its offset table is open
+    for sampling while it runs. Used by this benchmark and by the mode matrix (bench/matrix.py)."""
 
-    def __init__(self, workdir: str, role: str, ha_port: int, master_ha: str = "", batch: int = 32 * 1024,
-                 broker_id: int = 0):
+    def __init__(self, workdir: str, role: str, ha_port: int | None = None, master_ha: str = "",
+                 batch: int = 32 * 1024, broker_id: int = 0, flush: str = "ASYNC_FLUSH", namesrv: str = ""):
         self.port = _free_port()
-        self.root = tempfile.mkdtemp(prefix=f"ha-{role.lower()}-", dir=workdir)
+        self.ha_port = ha_port or _free_port()
+        self.role = role
+        self.root = tempfile.mkdtemp(prefix=f"ha-{flush.lower()}-{role.lower()}-", dir=workdir)
         self.store = os.path.join(self.root, "store")
         self.conf = os.path.join(self.root, "broker.conf")
         with open(self.conf, "w") as f:
-            f.write(f"brokerIP1=127.0.0.1\nlistenPort={self.port}\nhaListenPort={ha_port}\nbrokerRole={role}\n"
+            f.write(f"brokerIP1=127.0.0.1\nlistenPort={self.port}\nhaListenPort={self.ha_port}\nbrokerRole={role}\n"
                     f"brokerId={broker_id}\nstorePathRootDir={self.store}\nmappedFileSizeCommitLog={SEGMENT}\n"
-                    f"haTransferBatchSize={batch}\n" + (f"haMasterAddress={master_ha}\n" if master_ha else ""))
+                    f"flushDiskType={flush}\nhaTransferBatchSize={batch}\nnamesrvAddr={namesrv}\n"
+                    + (f"haMasterAddress={master_ha}\n" if master_ha else ""))
         self.proc: subprocess.Popen | None = None
         self.table = None
+
+    @property
+    def addr(self) -> str:
+        return f"127.0.0.1:{self.port}"
 
     def __enter__(self) -> "Node":
         env = dict(os.environ, BROKER_LOG_LEVEL="WARNING")

@@ -34,24 +34,20 @@ import argparse
 import asyncio
 import contextlib
 import os
-import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 
-from bench.network_bench import (CLIENT_TOPIC, NamesrvProcess, _client_loop, _free_port, _stop, _wait_for_line,
-                                 _wait_for_route, bench_client_pull)
+from bench.ha_bench import SEGMENT, Node
+from bench.network_bench import CLIENT_TOPIC, NamesrvProcess, _client_loop, _wait_for_route, bench_client_pull
 
 FLUSHES = ("ASYNC_FLUSH", "SYNC_FLUSH")
 REPLICATIONS = ("single", "ASYNC_MASTER", "SYNC_MASTER")
 REPL_LABEL = {"single": "single master", "ASYNC_MASTER": "ASYNC_MASTER + slave", "SYNC_MASTER": "SYNC_MASTER + slave"}
 BODIES = (128, 1024, 16384)
 IN_FLIGHT = (1, 64)
-SEGMENT = 256 << 20
 # project mode paired with each peer mode
 PEER_PAIRS = {"ASYNC_FLUSH": ("ASYNC_FLUSH", "single"), "SYNC_FLUSH": ("SYNC_FLUSH", "single"),
               "SYNC_MASTER": ("ASYNC_FLUSH", "SYNC_MASTER")}
@@ -95,50 +91,6 @@ def percentiles_us(lat_ns: list[int]) -> dict:
 
 
 # ------------------------------------------------------------------------------------ processes
-
-class Node:
-    """One `broker serve` (master or slave) in a fresh store directory, registered with `namesrv`."""
-
-    def __init__(self, workdir: str, flush: str, role: str, namesrv: str, master_ha: str = "", broker_id: int = 0):
-        self.port = _free_port()
-        self.ha_port = _free_port()
-        self.role = role
-        self.root = tempfile.mkdtemp(prefix=f"mx-{flush}-{role.lower()}-", dir=workdir)
-        self.store = os.path.join(self.root, "store")
-        self.conf = os.path.join(self.root, "broker.conf")
-        with open(self.conf, "w") as f:
-            f.write(f"brokerIP1=127.0.0.1\nlistenPort={self.port}\nhaListenPort={self.ha_port}\nbrokerRole={role}\n"
-                    f"brokerId={broker_id}\nstorePathRootDir={self.store}\nflushDiskType={flush}\n"
-                    f"mappedFileSizeCommitLog={SEGMENT}\nnamesrvAddr={namesrv}\n"
-                    + (f"haMasterAddress={master_ha}\n" if master_ha else ""))
-        self.proc: subprocess.Popen | None = None
-        self.table = None
-
-    @property
-    def addr(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def __enter__(self) -> "Node":
-        env = dict(os.environ, BROKER_LOG_LEVEL="WARNING")
-        self.proc = subprocess.Popen([sys.executable, "-m", "broker.cli", "serve", "-c", self.conf,
-                                      "--status-interval", "3600"], stdout=subprocess.PIPE, env=env, text=True)
-        try:
-            _wait_for_line(self.proc, "listening on", "broker")
-            threading.Thread(target=lambda: self.proc.stdout.read(), daemon=True).start()  # drain
-            from broker.store.offset_table import open_table
-            self.table = open_table(self.store)
-        except BaseException:
-            self.__exit__()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.table is not None:
-            self.table.close()
-            self.table = None
-        _stop(self.proc)
-        shutil.rmtree(self.root, ignore_errors=True)
-
 
 def _module_of(p) -> str:
     try:
@@ -307,11 +259,11 @@ async def run_mode(flush: str, repl: str, cells: list, plan: Plan, workdir: str,
     with contextlib.ExitStack() as stack:
         ns = stack.enter_context(NamesrvProcess())
         role = "ASYNC_MASTER" if repl == "single" else repl
-        master = stack.enter_context(Node(workdir, flush, role, ns.addr))
+        master = stack.enter_context(Node(workdir, role, flush=flush, namesrv=ns.addr))
         slave = None
         if repl != "single":
-            slave = stack.enter_context(Node(workdir, flush, "SLAVE", ns.addr, f"127.0.0.1:{master.ha_port}",
-                                             broker_id=1))
+            slave = stack.enter_context(Node(workdir, "SLAVE", flush=flush, namesrv=ns.addr,
+                                             master_ha=f"127.0.0.1:{master.ha_port}", broker_id=1))
             await _wait_linked(master)
         await _wait_for_route(ns.addr, master.addr)
         procs = process_set(master, slave, ns)

@@ -3,16 +3,18 @@
 
 `dispatch_read_request` walks the receive buffer and returns where each complete transfer frame's
 data lies, checking that every frame continues the slave's log exactly; the caller copies each
-frame's data into the mapped commit log (its one copy). `reallocate_byte_buffer` moves the
-unparsed tail to the buffer's start. Bad input raises HAFrameError naming the stream offset;
+frame's data into the mapped commit log (its one copy). `reallocate_byte_buffer` (the remoting
+kernel's `reallocate`, re-exported) moves the unparsed tail to the buffer's start. Bad input raises HAFrameError naming the stream offset;
 nothing is read outside the buffer.
 """
 from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
-from libc.string cimport memmove
 
 from bytesex cimport get_be32, get_be64, put_be64
+
+# RocketMQ's reallocateByteBuffer, one kernel for both readers: the remoting frame reader's
+from broker.kernels.remoting import reallocate as reallocate_byte_buffer  # noqa: F401
 
 globals()["HA_HEADER"] = HA_HEADER
 globals()["HA_REPORT"] = HA_REPORT
@@ -93,20 +95,6 @@ def record_boundary(seg, Py_ssize_t pos, Py_ssize_t end):
                 break
             pos += size
         return pos
-    finally:
-        PyBuffer_Release(&view)
-
-
-def reallocate_byte_buffer(buf, Py_ssize_t start, Py_ssize_t end) -> int:
-    """Move buf[start:end] to the front; returns its new end (end - start)."""
-    cdef Py_buffer view
-    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE | PyBUF_WRITABLE)
-    try:
-        if start < 0 or end > view.len or start > end:
-            raise ValueError(f"range [{start}, {end}) outside a buffer of {view.len}")
-        if start:
-            memmove(view.buf, <uint8_t *> view.buf + start, end - start)
-        return end - start
     finally:
         PyBuffer_Release(&view)
 

@@ -4,7 +4,6 @@ sockets): producer (sync, async, oneway, batch, compressed), pull and push consu
 from __future__ import annotations
 
 import asyncio
-import time
 import zlib
 
 import pytest
@@ -20,24 +19,12 @@ from broker.namesrv.server import NamesrvConfig, NamesrvController
 from broker.remoting.broker_config import BrokerConfig
 from broker.remoting.broker_controller import BrokerController
 from tests.conftest import free_port, small_config
+from tests.helpers.procs import async_wait_until as until
 
 LEVELS = "50ms 100ms 200ms 300ms 400ms 500ms"
 # Long polls held as long as Java's (15 s): a missed wake-up of a held pull (a message landing
 # between the pull's look and its hold) would stall these tests past their waits.
 SUSPEND_MS = 15000
-
-
-async def until(predicate, timeout: float = 10.0, what: str = "condition"):
-    """The async twin of conftest.wait_for: a bounded poll for state of another component that
-    has no wake-up we can await (a consumer's offsets, the name server's table)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 class Cluster:

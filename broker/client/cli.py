@@ -199,12 +199,17 @@ async def _offsets(args) -> int:
     return 0
 
 
+async def _brokers(admin: Admin, args) -> list[str]:
+    """--broker, or every master the name servers know."""
+    addrs = [args.broker] if args.broker else await admin.master_addrs()
+    if not addrs:
+        raise ClientError(f"no broker registered with {args.namesrv}")
+    return addrs
+
+
 async def _status(args) -> int:
     async with Admin(args.namesrv) as admin:
-        addrs = [args.broker] if args.broker else await admin.master_addrs()
-        if not addrs:
-            raise ClientError(f"no broker registered with {args.namesrv}")
-        for addr in addrs:
+        for addr in await _brokers(admin, args):
             table = await admin.broker_status(addr)
             width = max(map(len, table), default=0)
             print(addr)
@@ -215,10 +220,7 @@ async def _status(args) -> int:
 
 async def _clean(args) -> int:
     async with Admin(args.namesrv) as admin:
-        addrs = [args.broker] if args.broker else await admin.master_addrs()
-        if not addrs:
-            raise ClientError(f"no broker registered with {args.namesrv}")
-        for addr in addrs:
+        for addr in await _brokers(admin, args):
             await admin.delete_expired(addr)
             print(f"{addr}: expired files are being deleted")
     return 0

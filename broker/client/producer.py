@@ -18,7 +18,7 @@ from broker.client.client_instance import MQClientInstance
 from broker.client.errors import BrokerUnreachable, ClientError, ResponseError, RouteNotFound, SendFailed
 from broker.client.message import (COMPRESSED_FLAG, PROPERTY_MAX_RECONSUME_TIMES, PROPERTY_UNIQ_KEY, Message,
                                    new_uniq_key, properties_string)
-from broker.client.route import MessageQueue
+from broker.client.route import MessageQueue, TopicRoute
 from broker.remoting import codes
 from broker.remoting.command import RemotingCommand
 from broker.remoting.message_batch import encode_batch_body
@@ -83,16 +83,18 @@ class Producer:
         await self.shutdown()
 
     # -- queue selection ---------------------------------------------------------------------------
-    async def _queues(self, topic: str, refresh: bool = False) -> list[MessageQueue]:
+    async def _queues(self, topic: str, refresh: bool = False) -> tuple[TopicRoute, list[MessageQueue]]:
+        """The topic's route and its writable queues, computed once per route object."""
         route = await self.client.routes.get(topic, refresh)
         hit = self._write_queues.get(topic)
         if hit is not None and hit[0] is route:  # the same route object: its queues are unchanged
-            return hit[1]
-        queues = route.write_queues(topic)
-        self._write_queues[topic] = (route, queues)
+            queues = hit[1]
+        else:
+            queues = route.write_queues(topic)
+            self._write_queues[topic] = (route, queues)
         if not queues:
             raise RouteNotFound(topic, "no writable queue on a master")
-        return queues
+        return route, queues
 
     def _select(self, topic: str, queues: list[MessageQueue], avoid: str | None) -> MessageQueue:
         rr = self._rr.get(topic)
@@ -126,9 +128,9 @@ class Producer:
     async def send_oneway(self, msg: Message) -> None:
         """Send without waiting for an answer (nothing tells whether it was stored)."""
         body, props, sys_flag, extra = self._prepare(msg)
-        queues = await self._queues(msg.topic)
+        route, queues = await self._queues(msg.topic)
         mq = self._select(msg.topic, queues, None)
-        addr = (await self.client.routes.get(msg.topic)).master_addr(mq.broker_name)
+        addr = route.master_addr(mq.broker_name)
         ext = self._header(mq, msg.topic, props, sys_flag, msg.flag, extra)
         await self.client.invoke_oneway(addr, RemotingCommand.request(codes.SEND_MESSAGE_V2, ext, body, oneway=True))
 
@@ -196,10 +198,7 @@ class Producer:
                 break
             # no route (name servers unreachable, unknown topic) is raised as is: another
             # attempt would ask the same name servers the same question
-            route = await self.client.routes.get(topic, refresh=i > 0)
-            queues = route.write_queues(topic)
-            if not queues:
-                raise RouteNotFound(topic, "no writable queue on a master")
+            route, queues = await self._queues(topic, refresh=i > 0)
             mq = self._select(topic, queues, avoid)
             try:
                 return await attempt(mq, route.master_addr(mq.broker_name), left)

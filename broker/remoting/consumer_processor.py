@@ -11,18 +11,11 @@ from broker.remoting import codes
 from broker.remoting.command import RemotingCommand
 from broker.remoting.topic_manager import DLQ_PREFIX, RETRY_PREFIX
 from broker.store.errors import StoreError
+from broker.store.message import host_bytes
 
 log = logging.getLogger("consumers")
 _decode = msgspec.json.decode
 
-
-def _host_bytes(host: str) -> bytes:
-    import socket
-    ip, _, port = host.rpartition(":")
-    try:
-        return socket.inet_aton(ip) + int(port).to_bytes(4, "big")
-    except (OSError, ValueError):
-        return bytes(8)
 
 
 class ConsumerProcessor:
@@ -154,7 +147,7 @@ class ConsumerProcessor:
             topic, queue_id, props = schedule.divert(topic, 0, props, level)
         result, flushed = self.store.append(
             topic, queue_id, msg.body, props, flag=msg.flag, sys_flag=msg.sys_flag,
-            born_timestamp=msg.born_timestamp, born_host=_host_bytes(msg.born_host),
+            born_timestamp=msg.born_timestamp, born_host=host_bytes(msg.born_host),
             reconsume_times=msg.reconsume_times + 1)
         if level:
             self.c.schedule.arrived(level)

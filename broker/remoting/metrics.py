@@ -27,7 +27,7 @@ class BrokerMetrics:
                    deleted_commitlog_files=o["deleted_files"], writes_refused=store.refused_writes,
                    connections=len(c.server.connections) if c.server else 0, held_pulls=c.holds.held(),
                    consumer_groups=len(c.consumers.groups))
-        for status, n in dict(store.put_status).items():  # a copy: this may run on the HTTP thread
+        for status, n in store.put_status_counts().items():
             out[f"send_status_{status.name}"] = n
         if store.is_slave:
             out["slave_linked"] = o.get("linked", 0)

@@ -24,20 +24,12 @@ from broker.remoting.topic_manager import SCHEDULE_TOPIC
 from broker.services.message_store import GetStatus
 from broker.store.config_files import read_with_backup, write_atomic
 from broker.store.errors import ServiceUnavailable, StoreError
-from broker.store.message import decode_message, encode_properties
+from broker.store.message import decode_message, encode_properties, host_bytes
 
 log = logging.getLogger("schedule")
 
 DELAY, REAL_TOPIC, REAL_QID = "DELAY", "REAL_TOPIC", "REAL_QID"
 
-
-def _host_bytes(host: str) -> bytes:
-    import socket
-    ip, _, port = host.rpartition(":")
-    try:
-        return socket.inet_aton(ip) + int(port).to_bytes(4, "big")
-    except (OSError, ValueError):
-        return bytes(8)
 
 
 class ScheduleMessageService:
@@ -181,7 +173,7 @@ class ScheduleMessageService:
         try:
             result, _ = self.store.append(topic, queue_id, msg.body, encode_properties(props), flag=msg.flag,
                                           sys_flag=msg.sys_flag, born_timestamp=msg.born_timestamp,
-                                          born_host=_host_bytes(msg.born_host), reconsume_times=msg.reconsume_times,
+                                          born_host=host_bytes(msg.born_host), reconsume_times=msg.reconsume_times,
                                           wait=False)
         except (StoreError, ServiceUnavailable) as e:
             log.warning("delay level %d: could not deliver %s to %s: %s", level, msg.msg_id, topic, e)

@@ -174,7 +174,7 @@ class MessageStore:
         self._refusal_logged = 0.0
         # counters for metrics (plain ints: a put pays an add, not a lock)
         self.put_msgs = self.put_bytes = self.get_msgs = self.get_bytes = 0
-        self.put_status: collections.Counter = collections.Counter()  # final PutStatus -> messages
+        self.put_failed: collections.Counter = collections.Counter()  # final status other than PUT_OK -> messages
         self._memory_share = (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
                               * config.accessMessageInMemoryMaxRatio // 100)
         self._wake_pending = False
@@ -425,10 +425,18 @@ class MessageStore:
 
     # -- SYNC_MASTER: a put completes when a slave acknowledged its end (GroupTransferService) --
     def _count_status(self, fut: asyncio.Future | None, n: int) -> None:
-        if fut is None:
-            self.put_status[PutStatus.PUT_OK] += n
-        else:
-            fut.add_done_callback(lambda f: f.cancelled() or self.put_status.update({f.result(): n}))
+        """Only the failures are counted (PUT_OK is put_msgs less them, see put_status_counts):
+        an ASYNC put pays nothing here, a waiting one a callback on the future it has anyway."""
+        if fut is not None:
+            fut.add_done_callback(lambda f: f.cancelled() or f.result() is PutStatus.PUT_OK
+                                  or self.put_failed.update({f.result(): n}))
+
+    def put_status_counts(self) -> dict:
+        """Final status -> messages (puts still waiting for a flush or a slave count as PUT_OK)."""
+        failed = dict(self.put_failed)  # a copy: metrics may read this from the HTTP thread
+        # stored but not confirmed (timeouts, no slave) were appended; refusals were not
+        stored_failed = sum(v for k, v in failed.items() if k is not PutStatus.SERVICE_NOT_AVAILABLE)
+        return {PutStatus.PUT_OK: self.put_msgs - stored_failed, **failed}
 
     def _await_ack(self, end: int) -> asyncio.Future:
         fut = self._loop.create_future()
@@ -522,7 +530,7 @@ class MessageStore:
             raise ServiceUnavailable("this broker is a SLAVE: its log is written by replication from the master only")
         if self._disk_full:
             self.refused_writes += 1
-            self.put_status[PutStatus.SERVICE_NOT_AVAILABLE] += 1
+            self.put_failed[PutStatus.SERVICE_NOT_AVAILABLE] += 1
             now = time.monotonic()
             if now - self._refusal_logged >= 1.0:  # every refusal is counted; the log says so once a second
                 log.warning("refused a write to %s (%d so far): disk full", topic or "?", self.refused_writes)

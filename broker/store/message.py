@@ -36,6 +36,15 @@ def _host(raw: bytes) -> str:
     return f"{ip}:{int.from_bytes(raw[-4:], 'big')}"
 
 
+def host_bytes(host: str) -> bytes:
+    """"ip:port" (as StoredMessage holds BORNHOST) back to the stored 8 bytes; zeros if unreadable."""
+    ip, _, port = host.rpartition(":")
+    try:
+        return socket.inet_aton(ip) + int(port).to_bytes(4, "big")
+    except (OSError, ValueError):
+        return bytes(8)
+
+
 @dataclass
 class StoredMessage:
     topic: str

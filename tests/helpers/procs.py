@@ -28,7 +28,7 @@ def wait_until(predicate, timeout: float, what: str):
         delay = min(delay * 2, 0.02)
 
 
-async def async_wait_until(predicate, timeout: float, what: str):
+async def async_wait_until(predicate, timeout: float = 10.0, what: str = "condition"):
     """`wait_until` for code running on the event loop (the loop keeps serving the store meanwhile)."""
     deadline = time.monotonic() + timeout
     delay = 0.001

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import struct
 
+from tests.twins.remoting_twin import reallocate as reallocate_byte_buffer  # noqa: F401
+
 
 class HAFrameError(ValueError):
     def __init__(self, pos, reason):
@@ -31,12 +33,6 @@ def dispatch_read_request(buf, start, end, expected, max_body):
         expected = phy + size
         pos += 12 + size
     return frames, pos, expected, mismatch
-
-
-def reallocate_byte_buffer(buf, start, end):
-    mv = memoryview(buf)
-    mv[0:end - start] = bytes(mv[start:end])
-    return end - start
 
 
 def frame_header(phy, size):
