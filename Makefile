@@ -5,7 +5,7 @@ VPY     := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 KERNELS := $(wildcard pyx/*.pyx pyx/*.pxd pyx/*.h)
 
-.PHONY: run install clients test bench fuzz clean
+.PHONY: run install clients testdeps test bench fuzz clean
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -53,14 +53,46 @@ $(RQ_VENV)/.installed:
 
 clients: $(ONS) $(RQ_VENV)/.installed
 
-test: install clients
+# What only the tests need: PySpark (issue 8), redis-py and psycopg (issue 9), atheris (issue 7),
+# and the real Redis and PostgreSQL servers the tests start on loopback, from Debian when missing.
+.deps/servers:
+	@command -v redis-server >/dev/null && (command -v postgres >/dev/null || ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1) \
+	  || (apt-get update -qq && apt-get install -y -qq redis-server postgresql)
+	@mkdir -p .deps && touch $@
+
+$(VENV)/.testdeps: $(STAMP) requirements-test.txt
+	$(VPY) -m pip install -q -r requirements-test.txt
+	touch $@
+
+testdeps: $(VENV)/.testdeps .deps/servers
+
+test: install clients testdeps
 	$(VPY) -m pytest -q tests
 
 bench: install
 	$(VPY) -m bench
 
-fuzz: install
-	@echo "fuzz harnesses arrive with the hardening issue (#7)"; exit 1
+# Fuzzing (tools/fuzz/): the kernels built twice more from the same sources, each in its own
+# folder and loaded through BROKER_KERNELS_DIR: clang with ASan and libFuzzer's coverage hooks
+# (gcc cannot emit them) for atheris, and gcc's ASan for a run of the hypothesis suites.
+FUZZ_SECONDS ?= 60
+
+.deps/clang:
+	@command -v clang >/dev/null && ls /usr/lib/llvm-14/lib/clang/*/lib/linux/libclang_rt.asan-x86_64.a >/dev/null 2>&1 \
+	  || (apt-get update -qq && apt-get install -y -qq clang libclang-rt-14-dev)
+	@mkdir -p .deps && touch $@
+
+build-fuzz/.built: $(VENV)/.built $(KERNELS) setup.py .deps/clang
+	CC=clang CXX=clang++ LDSHARED="clang -shared" BROKER_BUILD=fuzz $(VPY) setup.py -q build_ext \
+	  --build-lib build-fuzz --build-temp build-fuzz/tmp
+	touch $@
+
+build-asan/.built: $(VENV)/.built $(KERNELS) setup.py
+	BROKER_BUILD=asan $(VPY) setup.py -q build_ext --build-lib build-asan --build-temp build-asan/tmp
+	touch $@
+
+fuzz: install testdeps build-fuzz/.built build-asan/.built
+	$(VPY) tools/fuzz/run.py --seconds $(FUZZ_SECONDS)
 
 clean:
-	rm -rf build $(VENV) $(RQ_VENV) tests/clients/node_modules *.egg-info broker/kernels/*.so pyx/*.c
+	rm -rf build build-fuzz build-asan $(VENV) $(RQ_VENV) tests/clients/node_modules *.egg-info broker/kernels/*.so pyx/*.c

@@ -1,7 +1,10 @@
 """Builds the Cython kernels in pyx/ into broker.kernels.* and installs the broker package.
 
-BROKER_BUILD=asan builds with AddressSanitizer (used by the hardening suite);
-the default is an optimised -O3 build.
+BROKER_BUILD=asan builds with gcc's AddressSanitizer (the hypothesis suites run once on it);
+BROKER_BUILD=fuzz builds with clang, ASan and libFuzzer's coverage hooks (`make fuzz`; such a build
+imports only with atheris' asan_with_fuzzer.so preloaded). Both go to their own build folder
+(`--build-lib build-asan|build-fuzz`) and are loaded through BROKER_KERNELS_DIR; the default is an
+optimised -O3 build in place.
 """
 import glob
 import os
@@ -24,6 +27,10 @@ link = []
 if os.environ.get("BROKER_BUILD") == "asan":
     flags = ["-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address"]
     link = ["-fsanitize=address"]
+elif os.environ.get("BROKER_BUILD") == "fuzz":
+    # gcc cannot emit libFuzzer's coverage hooks (-fsanitize=fuzzer-no-link): clang only.
+    flags = ["-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,fuzzer-no-link"]
+    link = ["-fsanitize=address,fuzzer-no-link"]
 
 # Cython looks for a module's own .pxd under its package path (broker/kernels/x.pxd), while
 # the sources live in pyx/: mirror the interfaces into a build folder it searches.

@@ -9,7 +9,7 @@ nothing is read outside the buffer.
 """
 from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
+from libc.stdint cimport INT64_MAX, int32_t, int64_t, uint8_t, uint64_t
 
 from bytesex cimport get_be32, get_be64, put_be64
 
@@ -53,6 +53,10 @@ def dispatch_read_request(buf, Py_ssize_t start, Py_ssize_t end, int64_t expecte
                 raise HAFrameError(pos, f"negative phyOffset {phy}")
             if size < 0 or size > max_body:
                 raise HAFrameError(pos, f"bodySize {size} outside 0..{max_body}")
+            if phy > INT64_MAX - size:
+                # found by checking against the twin: phy + size wrapped negative (C signed
+                # overflow) and became the slave's next expected offset
+                raise HAFrameError(pos, f"phyOffset {phy} + bodySize {size} overflows a 64-bit offset")
             if end - pos - HA_HEADER < size:
                 break  # incomplete: wait for the rest
             if expected >= 0 and phy != expected:

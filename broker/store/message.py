@@ -23,8 +23,10 @@ def encode_properties(props: dict[str, str] | None) -> bytes:
 def decode_properties(data: bytes | memoryview) -> dict[str, str]:
     out: dict[str, str] = {}
     for piece in bytes(data).decode("utf-8", "replace").split("\x02"):
-        k, sep, v = piece.partition("\x01")
-        if sep and k:
+        k, _, v = piece.partition("\x01")
+        # Java's string2messageProperties: a pair needs a key and a value (found by the fuzzer:
+        # "KEYS\x01" used to give KEYS="" here, while the store's parse and Java have no KEYS)
+        if k and v:
             out[k] = v
     return out
 

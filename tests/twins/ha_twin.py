@@ -23,6 +23,8 @@ def dispatch_read_request(buf, start, end, expected, max_body):
             raise HAFrameError(pos, "phyOffset")
         if size < 0 or size > max_body:
             raise HAFrameError(pos, "bodySize")
+        if phy + size > 2**63 - 1:
+            raise HAFrameError(pos, "phyOffset + bodySize overflows")
         if end - pos - 12 < size:
             break
         if expected >= 0 and phy != expected:

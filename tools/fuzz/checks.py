@@ -1,0 +1,169 @@
+"""One check per kernel that parses outside data: the compiled kernel against its pure-Python twin
+on the same bytes (the same result, or the same class of exception), plus the Python decoders that
+sit on top of it. The atheris harnesses call these with fuzzer input; the normal suite replays the
+seed corpora and every crash input ever found through them (tests/test_fuzz_regressions.py).
+
+Each check takes raw bytes and derives its parameters from a few leading bytes, so any input
+file replays deterministically with no fuzzer present.
+"""
+from __future__ import annotations
+
+import struct
+
+from broker.kernels import codec as KC
+from broker.kernels import ha as KH
+from broker.kernels import remoting as KR
+from broker.remoting.command import RemotingCommand, ext_string
+from broker.store.errors import StoreError
+from broker.store.message import decode_message, decode_properties
+from tests.twins import codec_twin as TC
+from tests.twins import ha_twin as TH
+from tests.twins import remoting_twin as TR
+from tests.twins.decoder import decode_record
+
+
+class Mismatch(AssertionError):
+    """The kernel and its twin disagree on one input (the fuzzer reports it as a crash)."""
+
+
+def _outcome(fn, *args):
+    """A call's result, or the name of the exception class it raised. The kernels and twins share
+    class names (FrameError, HAFrameError, MessageIllegal) but not classes, so names compare."""
+    try:
+        return ("ok", fn(*args))
+    except (ValueError, OverflowError) as e:
+        return ("raised", type(e).__name__)
+
+
+def _same(what: str, kernel, twin, *args) -> tuple:
+    k, t = _outcome(kernel, *args), _outcome(twin, *args)
+    if k != t:
+        raise Mismatch(f"{what}: kernel {k!r} != twin {t!r}")
+    return k
+
+
+def _range(data: bytes, n: int) -> tuple[int, int]:
+    """A start/end pair inside a buffer of n bytes, from two leading bytes."""
+    a = data[0] % (n + 1) if data else 0
+    b = n - (data[1] % (n + 1 - a)) if len(data) > 1 else n
+    return a, max(a, b)
+
+
+# -- remoting: frame splitter, then the JSON header decoder on every frame it returns -------------
+MAX_FRAMES = (KR.DEFAULT_MAX_FRAME, 64, 4096)
+
+
+def check_frames(data: bytes) -> None:
+    if len(data) < 3:
+        return
+    max_frame = MAX_FRAMES[data[0] % len(MAX_FRAMES)]
+    buf = bytearray(data[3:])
+    start, end = _range(data[1:3], len(buf))
+    kind, res = _same("split_frames", KR.split_frames, TR.split_frames, buf, start, end, max_frame)
+    if kind != "ok":
+        return
+    frames, nxt = res
+    if not start <= nxt <= end:
+        raise Mismatch(f"split_frames returned next {nxt} outside [{start}, {end}]")
+    for stype, hpos, hlen, bpos, blen in frames:
+        if stype != 0:
+            continue  # ROCKETMQ binary headers are refused by the connection before decoding
+        try:
+            cmd = RemotingCommand.decode(memoryview(buf)[hpos:hpos + hlen], memoryview(buf)[bpos:bpos + blen])
+        except KR.FrameError:
+            continue  # the typed refusal the connection turns into a close with a log line
+        # what the broker decoded it re-encodes to a header that decodes to the same command
+        # (ext values compared as Java's HashMap<String,String> holds them: 310 and "310" alike)
+        again = RemotingCommand.decode(cmd.header_bytes(), b"")
+        as_java = lambda c: (c.code, c.opaque, c.flag, {k: ext_string(v) for k, v in c.ext.items()})  # noqa: E731
+        if as_java(again) != as_java(cmd):
+            raise Mismatch(f"header round trip changed {cmd!r} into {again!r}")
+    # the receive buffer's compaction (reallocateByteBuffer) on the same range
+    _same("reallocate", KR.reallocate, TR.reallocate, bytearray(buf), start, end)
+
+
+# -- commit-log records: scan (with its properties parse), then the Python decoder ---------------
+def check_scan(data: bytes) -> None:
+    if len(data) < 4:
+        return
+    check_crc = bool(data[0] & 1)
+    base = struct.unpack_from(">H", data, 2)[0] << 20
+    buf = bytearray(data[4:])
+    start, end = _range(data[1:3], len(buf)) if data[0] & 2 else (0, len(buf))
+    k = _outcome(KC.scan, buf, start, end, base, check_crc)
+    t = _outcome(TC.scan, buf, start, end, base, check_crc)
+    if k[0] != t[0] or (k[0] == "raised" and k != t):
+        raise Mismatch(f"scan: kernel {k!r} != twin {t!r}")
+    if k[0] != "ok":
+        return
+    krecs, kpos, kstatus, _reason = k[1]
+    trecs, tpos, tstatus = t[1]
+    if (kpos, kstatus) != (tpos, tstatus):
+        raise Mismatch(f"scan stopped at {kpos} status {kstatus}, twin at {tpos} status {tstatus}")
+    if krecs != trecs:
+        raise Mismatch(f"scan records differ:\n kernel {krecs}\n twin   {trecs}")
+    for rec in krecs:
+        pos = rec["phys_offset"] - base
+        msg = decode_message(buf, pos)
+        ref = decode_record(buf, pos)
+        if msg.size != ref["total_size"] or bytes(msg.body) != ref["body"] or msg.queue_offset != ref["queue_offset"]:
+            raise Mismatch(f"decode_message disagrees with the reference decoder at {pos}")
+    # the Python decoder must refuse, not crash, anywhere the scan found no record
+    if kstatus != KC.SCAN_END and kpos < len(buf):
+        try:
+            decode_message(buf, kpos)
+        except StoreError:
+            pass
+
+
+# -- properties: the kernel's parse (tag hash, KEYS, UNIQ_KEY) on arbitrary property bytes -------
+HOST = b"\x7f\x00\x00\x01\x00\x00\x2a\x9f"
+
+
+def check_properties(data: bytes) -> None:
+    _same("tag_hash", KC.tag_hash, TC.tag_hash, data)
+    props = data[:32767]  # PROPLEN is a signed short
+    size = TC.record_length(3, 5, len(props))
+    rec_k, rec_t = bytearray(size), bytearray(size)
+    args = (0, 7, 1700000000000, b"Topic", 1, b"abc", props, 0, 0, 1, HOST, HOST, 0, 0)
+    k = _outcome(KC.encode_record, rec_k, 0, *args)
+    t = _outcome(TC.encode_record, rec_t, 0, *args)
+    if k != t or rec_k != rec_t:
+        raise Mismatch(f"encode_record with properties {props[:60]!r}: kernel {k!r} != twin {t!r}")
+    if k[0] != "ok":
+        return
+    krecs = KC.scan(rec_k, 0, size, 0, True)[0]
+    trecs = TC.scan(rec_t, 0, size, 0, True)[0]
+    if krecs != trecs or len(krecs) != 1:
+        raise Mismatch(f"scan of one record with properties {props[:60]!r}: {krecs} != {trecs}")
+    # the Python decoder (clients, tools) reads the same pairs as the store's parse, last one winning
+    ref = {k.decode("utf-8", "replace"): v.decode("utf-8", "replace") for k, v in TC._properties_pairs(props)}
+    decoded = decode_properties(props)
+    if decoded != ref:
+        raise Mismatch(f"decode_properties {decoded!r} != {ref!r} for {props[:80]!r}")
+    if krecs[0]["keys"].decode("utf-8", "replace") != decoded.get("KEYS", ""):
+        raise Mismatch(f"KEYS {decoded.get('KEYS')!r} (Python) != {krecs[0]['keys']!r} (kernel)")
+
+
+# -- HA: the slave's dispatchReadRequest, the master's report reader, the record boundary ---------
+def check_ha(data: bytes) -> None:
+    if len(data) < 12:
+        return
+    expected, max_body = struct.unpack_from(">qi", data, 0)
+    if data[0] & 0x80 and data[1] & 1:
+        expected = -1  # an empty slave: takes the first frame's offset
+    buf = bytearray(data[12:])
+    start, end = _range(data[10:12], len(buf))
+    _same("dispatch_read_request", KH.dispatch_read_request, TH.dispatch_read_request,
+          buf, start, end, expected, max_body)
+    _same("last_report", KH.last_report, TH.last_report, buf, start, end)
+    _same("record_boundary", KH.record_boundary, TH.record_boundary, buf, start, end)
+    _same("reallocate_byte_buffer", KH.reallocate_byte_buffer, TR.reallocate, bytearray(buf), start, end)
+
+
+CHECKS = {
+    "frames": check_frames,
+    "scan": check_scan,
+    "properties": check_properties,
+    "ha": check_ha,
+}

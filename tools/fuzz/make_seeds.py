@@ -1,0 +1,87 @@
+"""Writes the seed corpora (valid inputs) under tools/fuzz/seeds/<check>/: the fuzzer mutates
+from whole frames and records, which random bytes almost never reach (a 4-byte magic, a length
+that must equal the sum of its fields). Run once; the seeds are checked in.
+
+    .venv/bin/python tools/fuzz/make_seeds.py
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+import sys
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+from broker.remoting.command import RemotingCommand  # noqa: E402
+from tests.twins import codec_twin as T  # noqa: E402
+
+SEEDS = Path(__file__).resolve().parent / "seeds"
+V4 = b"\x7f\x00\x00\x01\x00\x00\x2a\x9f"
+V6 = bytes(15) + b"\x01" + b"\x00\x00\x2a\x9f"
+
+
+def records(n: int, v6: bool = False, blank_to: int | None = None, props=None) -> bytes:
+    buf = bytearray()
+    for i in range(n):
+        p = props if props is not None else T.encode_properties({"TAGS": f"t{i % 3}", "KEYS": f"k{i}",
+                                                                 "UNIQ_KEY": f"7F00000100002A9F{i:016X}"})
+        body = bytes([i % 251]) * (i * 7 % 40)
+        rec = bytearray(T.record_length(len(body), 5, len(p), v6, v6))
+        T.encode_record(rec, 0, len(buf), i, 1700000000000 + i, b"Topic", i % 4, body, p, 0,
+                        0x30 if v6 else 0, 1700000000000, V6 if v6 else V4, V6 if v6 else V4, 0, 0)
+        buf += rec
+    if blank_to is not None and blank_to - len(buf) >= 8:
+        blank = bytearray(blank_to - len(buf))
+        T.write_blank(blank, 0, len(blank))
+        buf += blank
+    return bytes(buf)
+
+
+def frames_seeds() -> list[bytes]:
+    send = RemotingCommand.request(310, {"a": "PG", "b": "TopicTest", "c": "TBW102", "d": "4", "e": "1",
+                                         "f": "0", "g": "1700000000000", "h": "0", "i": "TAGS\x01a", "j": "0",
+                                         "k": "false", "m": "false"}, b"hello").encode()
+    pull = RemotingCommand.request(11, {"consumerGroup": "g", "topic": "T", "queueId": "0", "queueOffset": "5",
+                                        "maxMsgNums": "32", "sysFlag": "2", "commitOffset": "0",
+                                        "suspendTimeoutMillis": "15000", "subscription": "*",
+                                        "subVersion": "0"}).encode()
+    hb = RemotingCommand.request(34, None, b'{"clientID":"c"}').encode()
+    resp = RemotingCommand(0, {"msgId": "X", "queueOffset": "3"}, b"", "ok", opaque=9, flag=1).encode()
+    return [b"\x00\x00\x00" + send, b"\x00\x00\x00" + send + pull + hb, b"\x02\x00\x00" + resp + pull[:20],
+            b"\x00\x05\x03" + hb + resp]
+
+
+def scan_seeds() -> list[bytes]:
+    return [b"\x00\x00\x00\x00" + records(3), b"\x01\x00\x00\x01" + records(5, blank_to=2048),
+            b"\x03\x07\x09\x00" + records(2, v6=True) + bytes(64), b"\x00\x00\x00\x00" + records(4)[:-9]]
+
+
+def properties_seeds() -> list[bytes]:
+    return [T.encode_properties({"TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "AB12"}),
+            b"TAGS\x01a\x02KEYS\x01b\x02", b"a\x01b\x02TAGS\x01\xe4\xbd\xa0", b"UNIQ_KEY\x01x\x02UNIQ_KEY\x01y"]
+
+
+def ha_seeds() -> list[bytes]:
+    log = records(4, blank_to=1024)
+    out = []
+    for expected, cut in ((0, len(log)), (-1, 300), (0, 100)):
+        body = log[:cut]
+        frames = struct.pack(">qi", 0, len(body)) + body + struct.pack(">qi", len(body), 0)
+        out.append(struct.pack(">qi", expected, 1 << 20) + frames)
+    return out
+
+
+def main() -> None:
+    for name, make in (("frames", frames_seeds), ("scan", scan_seeds), ("properties", properties_seeds),
+                       ("ha", ha_seeds)):
+        d = SEEDS / name
+        d.mkdir(parents=True, exist_ok=True)
+        for data in make():
+            (d / hashlib.sha1(data).hexdigest()).write_bytes(data)
+        print(f"{name}: {len(list(d.iterdir()))} seeds in {d}")
+
+
+if __name__ == "__main__":
+    main()
