@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 
 import pytest
@@ -59,3 +60,20 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """A 48 MiB tmpfs mounted for the test: a real filesystem that fills up."""
+    mnt = tmp_path / "small-fs"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if r.returncode != 0:
+        # As root (CI, `make test` with apt-get) the mount must work: its failure is a failure.
+        # Only an unprivileged developer run skips, and says why.
+        assert os.geteuid() != 0, f"mounting a size-limited tmpfs failed as root: {r.stderr.strip()}"
+        pytest.skip(f"not root: cannot mount a size-limited tmpfs (needs CAP_SYS_ADMIN): {r.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)

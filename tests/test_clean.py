@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
 import time
 
 import pytest
@@ -134,22 +133,6 @@ def test_a_full_disk_deletes_regardless_of_age_but_never_unflushed_data(tmp_path
 
 
 # -- a real small filesystem -----------------------------------------------------------------------
-@pytest.fixture
-def small_fs(tmp_path):
-    mnt = tmp_path / "small-fs"
-    mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(mnt)], capture_output=True, text=True)
-    if r.returncode != 0:
-        # As root (CI, `make test` with apt-get) the mount must work: its failure is a failure.
-        # Only an unprivileged developer run skips, and says why.
-        assert os.geteuid() != 0, f"mounting a size-limited tmpfs failed as root: {r.stderr.strip()}"
-        pytest.skip(f"not root: cannot mount a size-limited tmpfs (needs CAP_SYS_ADMIN): {r.stderr.strip()}")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
-
-
 def _ballast(path, target_usage: float) -> None:
     """Fill the filesystem up to `target_usage` with a file the test can delete."""
     st = os.statvfs(path.parent)

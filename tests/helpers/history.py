@@ -1,0 +1,177 @@
+"""An OpenChaos-style history for the fault loops: a producer that records every send as ok,
+degraded, failed or unknown, a drain that records every stored message, and a checker.
+
+Buckets, as OpenChaos's QueueChecker has them plus the third one it lacks:
+- ok: SEND_OK. Must be consumed exactly once, at the queue offset the ack named.
+- degraded: FLUSH_DISK_TIMEOUT / FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE: stored on the master,
+  durability not confirmed. May be lost under the fault; never duplicated.
+- failed: any other error code (nothing stored). Seen later = a bug.
+- unknown: a timeout or a dropped connection after the request left. Either way is fine.
+The checker then asks, per queue, for one message per offset and dense offsets.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import threading
+import time
+
+from broker.remoting import codes
+from broker.remoting.command import RemotingCommand
+from broker.remoting.connection import connect
+from broker.store.message import decode_message
+
+DEGRADED = {codes.FLUSH_DISK_TIMEOUT, codes.FLUSH_SLAVE_TIMEOUT, codes.SLAVE_NOT_AVAILABLE}
+BODY = 200  # bytes per message: "m<id>|" then padding
+
+
+@dataclasses.dataclass
+class Send:
+    outcome: str                 # ok | degraded | failed | unknown
+    queue: int = -1
+    offset: int = -1             # queue offset the ack named
+    phys: int = -1               # commit-log offset the ack's msgId named
+    code: int = -1
+
+
+@dataclasses.dataclass
+class Verdict:
+    sends: dict[str, int]
+    lost: list[int]              # ok sends never consumed
+    lost_degraded: list[int]     # degraded sends never consumed (allowed)
+    duplicates: int              # extra copies of any message
+    failed_seen: list[int]       # sends answered with an error that were stored anyway
+    misplaced: list[int]         # ok sends consumed at another queue/offset than their ack said
+    holes: dict[int, list[int]]  # per queue: offsets missing below the max
+    consumed: int
+
+    def row(self) -> dict:
+        return {**self.sends, "lost": len(self.lost), "lost degraded": len(self.lost_degraded),
+                "duplicates": self.duplicates, "failed but stored": len(self.failed_seen),
+                "misplaced": len(self.misplaced), "holes": sum(len(h) for h in self.holes.values())}
+
+
+class History:
+    def __init__(self):
+        self.sends: dict[int, Send] = {}
+        self.consumed: list[tuple[int, int, int]] = []   # (id, queue, offset)
+        self.lock = threading.Lock()
+
+    def record(self, mid: int, send: Send) -> None:
+        with self.lock:
+            self.sends[mid] = send
+
+    def check(self) -> Verdict:
+        by_id = collections.Counter(mid for mid, _, _ in self.consumed)
+        where = {mid: (q, o) for mid, q, o in self.consumed}
+        outcomes = collections.Counter(s.outcome for s in self.sends.values())
+        lost = sorted(m for m, s in self.sends.items() if s.outcome == "ok" and m not in by_id)
+        lost_degraded = sorted(m for m, s in self.sends.items() if s.outcome == "degraded" and m not in by_id)
+        failed_seen = sorted(m for m, s in self.sends.items() if s.outcome == "failed" and m in by_id)
+        misplaced = sorted(m for m, s in self.sends.items()
+                           if s.outcome == "ok" and m in where and where[m] != (s.queue, s.offset))
+        holes: dict[int, list[int]] = {}
+        per_queue: dict[int, set[int]] = collections.defaultdict(set)
+        for _, q, o in self.consumed:
+            per_queue[q].add(o)
+        for q, offs in per_queue.items():
+            missing = sorted(set(range(min(offs), max(offs) + 1)) - offs)
+            if missing:
+                holes[q] = missing
+        return Verdict(dict(outcomes), lost, lost_degraded, sum(c - 1 for c in by_id.values() if c > 1),
+                       failed_seen, misplaced, holes, len(self.consumed))
+
+
+def _phys_of(msg_id: str) -> int:
+    # offsetMsgId: store host (8 or 20 bytes) then the commit-log offset as 8 bytes, in hex
+    return int(msg_id[-16:], 16) if msg_id else -1
+
+
+class Workload:
+    """Sends unique ids to `topic` on `queues` queues of the broker at `port()`, `inflight` at a time,
+    until stopped; reconnects after a drop (the broker may be restarting)."""
+
+    def __init__(self, history: History, port, topic: str, queues: int = 4, inflight: int = 8, timeout: float = 4.0):
+        self.history, self.port, self.topic, self.queues = history, port, topic, queues
+        self.inflight, self.timeout = inflight, timeout
+        self.stop_event = threading.Event()
+        self.next_id = 0
+        self.thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
+
+    def start(self) -> "Workload":
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.thread.join(60)
+        assert not self.thread.is_alive(), "the workload did not stop"
+
+    def acked(self) -> int:
+        with self.history.lock:
+            return sum(1 for s in self.history.sends.values() if s.outcome == "ok")
+
+    async def _main(self) -> None:
+        while not self.stop_event.is_set():
+            try:
+                conn = await connect("127.0.0.1", self.port())
+            except OSError:
+                await asyncio.sleep(0.05)  # the broker is down or restarting: retry its port
+                continue
+            try:
+                await asyncio.gather(*(self._sender(conn) for _ in range(self.inflight)))
+            finally:
+                conn.close()
+
+    async def _sender(self, conn) -> None:
+        while not self.stop_event.is_set() and not conn.closed.is_set():
+            mid = self.next_id
+            self.next_id += 1
+            q = mid % self.queues
+            body = (b"m%d|" % mid).ljust(BODY, b".")
+            ext = {"a": "chaos", "b": self.topic, "c": "TBW102", "d": str(self.queues), "e": str(q), "f": "0",
+                   "g": str(int(time.time() * 1000)), "h": "0", "i": f"KEYS\x01id{mid}", "j": "0", "k": "false"}
+            try:
+                r = await conn.request(RemotingCommand.request(codes.SEND_MESSAGE_V2, ext, body), self.timeout)
+            except Exception:  # timeout or a dropped link after the request left: either way
+                self.history.record(mid, Send("unknown"))
+                return
+            if r.code == codes.SUCCESS or r.code in DEGRADED:
+                self.history.record(mid, Send("ok" if r.code == codes.SUCCESS else "degraded",
+                                              int(r.ext.get("queueId", q)), int(r.ext.get("queueOffset", -1)),
+                                              _phys_of(str(r.ext.get("msgId", ""))), r.code))
+            else:
+                self.history.record(mid, Send("failed", q, code=r.code))
+                await asyncio.sleep(0.02)  # refused (disk full, slave role...): don't spin on refusals
+
+
+def drain(history: History, port: int, topic: str, queues: int = 4) -> int:
+    """Every message the broker at `port` holds in `topic`, from each queue's minimum to its maximum,
+    into the history. Returns how many."""
+    async def main() -> int:
+        conn = await connect("127.0.0.1", port)
+        n = 0
+        try:
+            for q in range(queues):
+                r = await conn.request(RemotingCommand.request(codes.GET_MAX_OFFSET, {"topic": topic, "queueId": str(q)}), 10)
+                top = int(r.ext["offset"]) if r.code == codes.SUCCESS else 0
+                r = await conn.request(RemotingCommand.request(codes.GET_MIN_OFFSET, {"topic": topic, "queueId": str(q)}), 10)
+                off = int(r.ext["offset"]) if r.code == codes.SUCCESS else 0
+                while off < top:
+                    r = await conn.request(RemotingCommand.request(codes.PULL_MESSAGE, {
+                        "consumerGroup": "chaos-checker", "topic": topic, "queueId": str(q), "queueOffset": str(off),
+                        "maxMsgNums": "256", "sysFlag": "0", "commitOffset": "0", "suspendTimeoutMillis": "0",
+                        "subscription": "*", "subVersion": "0"}), 10)
+                    assert r.code == codes.SUCCESS, f"pull {topic}/{q}@{off} of {top}: code {r.code} {r.remark}"
+                    body, pos = bytes(r.body), 0
+                    while pos < len(body):
+                        m = decode_message(body, pos)
+                        pos += m.size
+                        history.consumed.append((int(bytes(m.body).split(b"|", 1)[0][1:]), m.queue_id, m.queue_offset))
+                        n += 1
+                    off = int(r.ext["nextBeginOffset"])
+            return n
+        finally:
+            conn.close()
+    return asyncio.run(main())
