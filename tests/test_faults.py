@@ -116,6 +116,8 @@ def power_cut(broker: Broker) -> int:
     flushed = open_table(str(broker.store)).load(Slot.FLUSHED)
     broker.kill9()
     for seg in sorted((broker.store / "commitlog").iterdir()):
+        if not seg.name.isdigit():
+            continue  # a segment being prepared (.tmp) stays as the cut left it: recovery must cope
         base = int(seg.name)
         if base > flushed or (base == flushed and base > 0):
             seg.unlink()

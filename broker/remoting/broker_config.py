@@ -52,10 +52,16 @@ class BrokerConfig:
     messageDelayLevel: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
     channelExpiredTimeout: int = 120_000  # a client silent this long leaves its groups
     metricsPort: int = 0  # Prometheus /metrics on brokerIP1:metricsPort; 0 = off
+    # NettyServerConfig's: a client connection with no read and no write for this long is closed
+    # (clients heartbeat every 30 s, so only dead or idle hostile peers are); 0 = never
+    serverChannelMaxIdleTimeSeconds: int = 120
 
     def __post_init__(self) -> None:
         if not 0 <= self.metricsPort < 65536:
             raise StoreConfigError("metricsPort", f"{self.metricsPort} is not a port (0 = off)")
+        if not 0 <= self.serverChannelMaxIdleTimeSeconds:
+            raise StoreConfigError("serverChannelMaxIdleTimeSeconds",
+                                   f"{self.serverChannelMaxIdleTimeSeconds} must not be negative (0 = never)")
         if not 0 <= self.brokerId:
             raise StoreConfigError("brokerId", f"{self.brokerId} must not be negative")
         if not 0 < self.defaultTopicQueueNums <= 1024:

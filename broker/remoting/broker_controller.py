@@ -20,7 +20,7 @@ from broker.remoting.pull_processor import PullMessageProcessor
 from broker.remoting.schedule_service import ScheduleMessageService
 from broker.remoting.send_processor import SendMessageProcessor
 from broker.remoting.slave_synchronize import FIRST_DELAY, PERIOD, SlaveSynchronize
-from broker.remoting.topic_manager import TopicManager
+from broker.remoting.topic_manager import TopicError, TopicManager
 from broker.services.message_store import MessageStore
 from broker.store.config import MessageStoreConfig
 from broker.store.errors import ServiceUnavailable, StoreConfigError
@@ -73,7 +73,8 @@ class BrokerController:
             for proc in (SendMessageProcessor(self), PullMessageProcessor(self), ConsumerProcessor(self),
                          AdminProcessor(self)):
                 self.handlers.update(proc.handlers())
-            self.server = RemotingServer(self.handle, self.host, self.store_config.listenPort)
+            self.server = RemotingServer(self.handle, self.host, self.store_config.listenPort,
+                                         idle_timeout=self.config.serverChannelMaxIdleTimeSeconds)
             self.server.on_close.append(self.consumers.connection_closed)
             await self.server.start()
             self.schedule.start(deliver=not self.store_config.is_slave)
@@ -133,6 +134,10 @@ class BrokerController:
         try:
             return fn(cmd, conn)
         except CommandError as e:
+            return cmd.response(codes.SYSTEM_ERROR, remark=f"bad request (code {cmd.code}): {e}")
+        except TopicError as e:
+            # Hostile input (issue 7): a name that cannot be a topic reaching get_or_create from a
+            # heartbeat's or a send-back's group ("%RETRY%../x") was an "internal error" and a traceback.
             return cmd.response(codes.SYSTEM_ERROR, remark=f"bad request (code {cmd.code}): {e}")
         except ServiceUnavailable as e:
             return cmd.response(codes.SERVICE_NOT_AVAILABLE, remark=str(e))

@@ -41,6 +41,13 @@ class CommandError(ValueError):
     """A request whose header is missing a field or has one of the wrong type (INVALID_PARAMETER)."""
 
 
+# The header fields RocketMQ declares Integer (SendMessageRequestHeader, PullMessageRequestHeader,
+# ConsumerSendMsgBackRequestHeader, CreateTopicRequestHeader, GetMaxOffsetRequestHeader, ...); every
+# other integer field is a Long.
+_INT32_KEYS = frozenset(("queueId", "sysFlag", "flag", "reconsumeTimes", "maxReconsumeTimes", "defaultTopicQueueNums",
+                         "maxMsgNums", "delayLevel", "readQueueNums", "writeQueueNums", "perm", "topicSysFlag"))
+
+
 def ext_string(value: Any) -> str:
     """A header value as Java's HashMap<String,String> would hold it (and clients sign it)."""
     if isinstance(value, str):
@@ -86,6 +93,10 @@ class RemotingCommand:
             raise FrameError(0, f"bad header {bytes(header[:200])!r}: {e}") from None
         except (msgspec.DecodeError, UnicodeDecodeError) as e:
             raise FrameError(0, f"header is not a JSON object: {e}") from None
+        except RecursionError:
+            # Hostile input (issue 7): a header nested thousands deep ({"extFields":{"a":[[[[...)
+            # raised out of buffer_updated into uvloop's fatal-error path (a traceback, no reason).
+            raise FrameError(0, f"header nests too deep to decode: {bytes(header[:60])!r}...") from None
         return cls(h.code, h.extFields or {}, body, h.remark, h.opaque, h.flag, h.language, h.version)
 
     # -- wire ----------------------------------------------------------------------------------
@@ -140,9 +151,16 @@ class RemotingCommand:
         if isinstance(v, bool):
             return int(v)
         try:
-            return int(v)
+            n = int(v)
         except (TypeError, ValueError):
             raise CommandError(f"{key} is {v!r}, not an integer") from None
+        # Hostile input (issue 7): values past Java's int/long went on into the append kernel
+        # (OverflowError: a traceback and "internal error") or into the offset tables (a commitOffset
+        # of 10**25 was stored). Java's header decoding refuses them; so do we, naming the field.
+        bits = 32 if key in _INT32_KEYS else 64
+        if not -(1 << (bits - 1)) <= n < 1 << (bits - 1):
+            raise CommandError(f"{key} is {v!r}, out of range for a {bits}-bit integer")
+        return n
 
     def get_bool(self, key: str, default: bool = False) -> bool:
         v = self.ext.get(key)

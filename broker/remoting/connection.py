@@ -4,7 +4,9 @@ Bytes are read straight into our own buffer, split in place by the frame kernel,
 header decoded; a request goes to the handler with its body as a view of the buffer, a response
 resolves the future waiting on its opaque. A frame that cannot be valid (over 16 MiB, bad
 lengths, a header that is not JSON) closes this connection with one log line naming the peer and
-the reason; nothing else is affected.
+the reason; nothing else is affected. So does a peer hanging up in the middle of a frame, and, on
+a server given an idle timeout (serverChannelMaxIdleTimeSeconds), a connection that neither sent
+nor received anything for that long (RocketMQ's IdleStateHandler ALL_IDLE).
 
 The body view is valid only during the handler call (the buffer is reused): a handler that keeps
 the body across an await copies it, or, as the send path does, consumes it synchronously.
@@ -20,9 +22,14 @@ from broker.remoting.command import RemotingCommand
 
 log = logging.getLogger("remoting")
 
-INITIAL_BUFFER = 1 << 20
+INITIAL_BUFFER = 1 << 20  # allocated at the second read, not at accept
+FIRST_READ = 4 << 10  # the first read's buffer: often the only read (one request, or an idle peer's EOF)
 MIN_READ = 64 << 10
 MAX_FRAME = 16 * 1024 * 1024
+# A server-side connection stops reading requests while this much of its answers waits unsent
+# (a client that never reads them); it reads again below WRITE_LOW.
+WRITE_HIGH = 8 << 20
+WRITE_LOW = 2 << 20
 
 # handler(command, connection) -> response | awaitable of a response | None (no reply)
 Handler = Callable[[RemotingCommand, "RemotingConnection"], "RemotingCommand | Awaitable | None"]
@@ -34,11 +41,18 @@ class ConnectionClosed(ConnectionError):
 
 class RemotingConnection(asyncio.BufferedProtocol):
     def __init__(self, handler: Handler | None = None, on_close: Callable | None = None,
-                 max_frame: int = MAX_FRAME):
+                 max_frame: int = MAX_FRAME, idle_timeout: float = 0, backpressure: bool = False):
         self.handler = handler
+        # Only the serving side pauses its reads: a client pausing too (its requests backed up
+        # while the server's answers are) would leave both sides waiting for the other to read.
+        self.backpressure = backpressure
         self.on_close = on_close
         self.max_frame = max_frame
-        self.buf = bytearray(INITIAL_BUFFER)
+        # Hostile input (issue 7): the receive buffer was a 1 MiB bytearray (zero-filled, so
+        # resident) made at accept: 1,000 connections that never send a byte took 1 GiB of RSS, and
+        # as much again at once when they all hung up (the EOF is a read). Now the first read gets
+        # FIRST_READ bytes, and a second read the INITIAL_BUFFER (_make_room).
+        self.buf = bytearray()
         self.view = memoryview(self.buf)
         self.start = 0  # first unparsed byte
         self.end = 0  # end of received bytes
@@ -50,20 +64,62 @@ class RemotingConnection(asyncio.BufferedProtocol):
         self.attrs: dict = {}  # per-connection state of the processors (client id, ...)
         self._out: list | None = None  # replies gathered while the frames of one read are handled
         self._later: list | None = None  # replies gathered until the end of this loop turn
+        # Hostile input (issue 7): idle connections were kept forever; RocketMQ closes a channel
+        # with no read and no write for serverChannelMaxIdleTimeSeconds (120 s). 0 = never.
+        self.idle_timeout = idle_timeout
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._active = 0.0  # loop time of the last read or write (kept only with an idle timeout)
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- asyncio protocol ----------------------------------------------------------------------
     def connection_made(self, transport) -> None:
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        if self.backpressure:
+            transport.set_write_buffer_limits(high=WRITE_HIGH, low=WRITE_LOW)
+        if self.idle_timeout > 0:
+            loop = self._loop = asyncio.get_running_loop()
+            self._active = loop.time()
+            self._idle_timer = loop.call_later(self.idle_timeout, self._idle_check)
+
+    def _idle_check(self) -> None:
+        """One timer per connection, moved on lazily: a busy connection costs a float store per
+        read, and this callback once per idle_timeout."""
+        self._idle_timer = None
+        if self.transport is None:
+            return
+        loop = self._loop
+        idle = loop.time() - self._active
+        if idle >= self.idle_timeout:
+            self.abort(f"no traffic for {idle:.0f} s (serverChannelMaxIdleTimeSeconds={self.idle_timeout:g})")
+            return
+        self._idle_timer = loop.call_later(self.idle_timeout - idle, self._idle_check)
+
+    # Hostile input (issue 7): a client that pipelines requests and never reads the answers made
+    # the transport hold every answer (pull bodies included) without bound. Reads stop above
+    # WRITE_HIGH unsent bytes, so only what is already in flight can still add answers.
+    def pause_writing(self) -> None:
+        if self.backpressure and self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.backpressure and self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if len(self.buf) - self.end < MIN_READ:
+            if not self.buf:  # the first read (see __init__)
+                self.buf = bytearray(FIRST_READ)
+                self.view = memoryview(self.buf)
+                return self.view
             self._make_room(max(sizehint, MIN_READ))
         return self.view[self.end:]
 
     def buffer_updated(self, nbytes: int) -> None:
         self.end += nbytes
+        if self._idle_timer is not None:
+            self._active = self._loop.time()
         try:
             frames, nxt = split_frames(self.buf, self.start, self.end, self.max_frame)
         except FrameError as e:
@@ -101,7 +157,7 @@ class RemotingConnection(asyncio.BufferedProtocol):
             self.end = reallocate(self.buf, self.start, self.end)
             self.start = 0
             return
-        size = len(self.buf)
+        size = max(len(self.buf), INITIAL_BUFFER)  # past the FIRST_READ buffer (see __init__)
         while size < pending + want:
             size *= 2
         new = bytearray(size)
@@ -113,6 +169,16 @@ class RemotingConnection(asyncio.BufferedProtocol):
         return False
 
     def connection_lost(self, exc) -> None:
+        if self.end > self.start:
+            # Hostile input (issue 7): a peer hanging up mid-frame (a truncated frame, then EOF or
+            # a reset) was dropped without a word; abort() empties the buffer, so this is the only
+            # line for it. Nothing of the partial frame was handled.
+            log.warning("connection from %s closed with %d bytes of an incomplete frame unread (%s)", self.peer,
+                        self.end - self.start, exc or "end of stream")
+            self.start = self.end = 0
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
         self.transport = None
         for fut in self.pending.values():
             if not fut.done():
@@ -183,6 +249,8 @@ class RemotingConnection(asyncio.BufferedProtocol):
         out, self._later = self._later, None
         if out and self.transport is not None:
             self.transport.writelines(out)
+            if self._idle_timer is not None:  # a write (a held pull answered) is traffic too
+                self._active = self._loop.time()
 
     async def request(self, cmd: RemotingCommand, timeout: float = 30.0) -> RemotingCommand:
         if self.transport is None:
@@ -211,6 +279,7 @@ class RemotingConnection(asyncio.BufferedProtocol):
 
     def abort(self, reason: str) -> None:
         log.warning("closing connection from %s: %s", self.peer, reason)
+        self.start = self.end = 0  # what is left unread is not "an incomplete frame" (connection_lost)
         if self.transport is not None:
             self.transport.abort()
             self.transport = None
@@ -231,16 +300,17 @@ async def connect(host: str, port: int, handler: Handler | None = None) -> Remot
 class RemotingServer:
     """Listens on host:port; every connection hands its requests to `handler`."""
 
-    def __init__(self, handler: Handler, host: str, port: int):
+    def __init__(self, handler: Handler, host: str, port: int, idle_timeout: float = 0):
         self.handler = handler
         self.host = host
         self.port = port
+        self.idle_timeout = idle_timeout  # seconds without traffic before a connection is closed; 0 = never
         self.server: asyncio.AbstractServer | None = None
         self.connections: set[RemotingConnection] = set()
         self.on_close: list[Callable[[RemotingConnection], None]] = []
 
     def _protocol(self) -> RemotingConnection:
-        conn = RemotingConnection(self.handler, self._closed)
+        conn = RemotingConnection(self.handler, self._closed, idle_timeout=self.idle_timeout, backpressure=True)
         self.connections.add(conn)
         return conn
 

@@ -8,13 +8,62 @@ import time
 import msgspec
 
 from broker.remoting import codes
-from broker.remoting.command import RemotingCommand
-from broker.remoting.topic_manager import DLQ_PREFIX, RETRY_PREFIX
+from broker.remoting.command import CommandError, RemotingCommand
+from broker.remoting.topic_manager import DLQ_PREFIX, RETRY_PREFIX, check_topic_name
 from broker.store.errors import StoreError
 from broker.store.message import host_bytes
 
 log = logging.getLogger("consumers")
 _decode = msgspec.json.decode
+
+
+# Hostile input (issue 7): bodies of the wrong shape ({"consumerDataSet":[1]}, {"mqSet":{"a":1}},
+# a queueId "x", JSON nested thousands deep) raised AttributeError/TypeError/RecursionError in
+# the handlers: "internal error" and a traceback. They are checked here and refused as a bad
+# request (SYSTEM_ERROR, remark naming the field), before anything is registered.
+def _json_body(cmd: RemotingCommand, what: str) -> dict:
+    try:
+        data = _decode(bytes(cmd.body))
+    except (msgspec.DecodeError, RecursionError) as e:
+        raise CommandError(f"{what} body is not JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise CommandError(f"{what} body is not a JSON object")
+    return data
+
+
+def _objects(data: dict, key: str, where: str) -> list:
+    items = data.get(key) or []
+    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+        raise CommandError(f"{where}{key} is not a list of objects")
+    return items
+
+
+def _check_heartbeat(data: dict) -> None:
+    for i, cd in enumerate(_objects(data, "consumerDataSet", "")):
+        if not isinstance(cd.get("groupName") or "", str):
+            raise CommandError(f"consumerDataSet[{i}].groupName is not a string")
+        for j, sd in enumerate(_objects(cd, "subscriptionDataSet", f"consumerDataSet[{i}].")):
+            if not isinstance(sd.get("topic") or "", str) or not isinstance(sd.get("codeSet") or [], list):
+                raise CommandError(f"consumerDataSet[{i}].subscriptionDataSet[{j}] has a topic that is not a string "
+                                   f"or a codeSet that is not a list")
+            try:
+                [int(c) for c in sd.get("codeSet") or []]
+            except (TypeError, ValueError):
+                raise CommandError(f"consumerDataSet[{i}].subscriptionDataSet[{j}].codeSet holds a non-integer") from None
+    for i, pd in enumerate(_objects(data, "producerDataSet", "")):
+        if not isinstance(pd.get("groupName") or "", str):
+            raise CommandError(f"producerDataSet[{i}].groupName is not a string")
+
+
+def _mq_keys(body: dict) -> list:
+    """(topic, queueId) of each entry of a LOCK/UNLOCK_BATCH_MQ body's mqSet, with the entry."""
+    out = []
+    for i, mq in enumerate(_objects(body, "mqSet", "")):
+        try:
+            out.append((str(mq.get("topic", "")), int(mq.get("queueId", -1)), mq))
+        except (TypeError, ValueError):
+            raise CommandError(f"mqSet[{i}].queueId is {mq.get('queueId')!r}, not an integer") from None
+    return out
 
 
 
@@ -36,12 +85,11 @@ class ConsumerProcessor:
 
     # -- membership ------------------------------------------------------------------------------
     def heartbeat(self, cmd: RemotingCommand, conn):
-        try:
-            data = _decode(bytes(cmd.body))
-        except msgspec.DecodeError as e:
-            return cmd.response(codes.SYSTEM_ERROR, remark=f"heartbeat body is not JSON: {e}")
-        if not isinstance(data, dict):
-            return cmd.response(codes.SYSTEM_ERROR, remark="heartbeat body is not a JSON object")
+        data = _json_body(cmd, "heartbeat")
+        _check_heartbeat(data)
+        for cd in data.get("consumerDataSet") or []:  # a group that cannot name a retry topic: refused first
+            if cd.get("groupName"):
+                check_topic_name(RETRY_PREFIX + cd["groupName"])
         changed = self.consumers.heartbeat(data, conn)
         for cd in data.get("consumerDataSet") or []:
             if cd.get("groupName"):
@@ -165,15 +213,12 @@ class ConsumerProcessor:
     # -- orderly consumption -----------------------------------------------------------------------
     def lock(self, cmd: RemotingCommand, conn):
         """LOCK_BATCH_MQ: a queue is locked to one client of a group for 60 s (RebalanceLockManager)."""
-        try:
-            body = _decode(bytes(cmd.body))
-        except msgspec.DecodeError as e:
-            return cmd.response(codes.SYSTEM_ERROR, remark=f"lock body is not JSON: {e}")
-        group, client = body.get("consumerGroup", ""), body.get("clientId", "")
+        body = _json_body(cmd, "lock")
+        group, client = str(body.get("consumerGroup", "")), str(body.get("clientId", ""))
         now = time.monotonic()
         ok = []
-        for mq in body.get("mqSet") or []:
-            key = (group, mq.get("topic", ""), int(mq.get("queueId", -1)))
+        for topic, queue_id, mq in _mq_keys(body):
+            key = (group, topic, queue_id)
             holder = self.locks.get(key)
             if holder is None or holder[0] == client or now - holder[1] > 60:
                 self.locks[key] = (client, now)
@@ -181,13 +226,10 @@ class ConsumerProcessor:
         return cmd.response(codes.SUCCESS, body=msgspec.json.encode({"lockOKMQSet": ok}))
 
     def unlock(self, cmd: RemotingCommand, conn):
-        try:
-            body = _decode(bytes(cmd.body))
-        except msgspec.DecodeError as e:
-            return cmd.response(codes.SYSTEM_ERROR, remark=f"unlock body is not JSON: {e}")
-        group, client = body.get("consumerGroup", ""), body.get("clientId", "")
-        for mq in body.get("mqSet") or []:
-            key = (group, mq.get("topic", ""), int(mq.get("queueId", -1)))
+        body = _json_body(cmd, "unlock")
+        group, client = str(body.get("consumerGroup", "")), str(body.get("clientId", ""))
+        for topic, queue_id, _ in _mq_keys(body):
+            key = (group, topic, queue_id)
             if self.locks.get(key, ("",))[0] == client:
                 del self.locks[key]
         return cmd.response(codes.SUCCESS)

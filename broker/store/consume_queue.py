@@ -211,7 +211,11 @@ class ConsumeQueueStore:
     def find(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         """Read side: the queue if it exists on disk (no directories made for unknown topics)."""
         cq = self.queues.get((topic, queue_id))
-        if cq is None and os.path.isdir(os.path.join(self.root, topic, str(queue_id))):
+        # Hostile input (issue 7): read requests name topics unchecked (GET_MIN_OFFSET, QUERY_CONSUMER_OFFSET):
+        # "T/../T", "T/./../T", ... each resolved to T's directory and mapped it once more, cached under
+        # its own name: memory and mappings grew without bound. A topic is one path component.
+        if cq is None and "/" not in topic and "\0" not in topic and topic not in ("", ".", "..") \
+                and os.path.isdir(os.path.join(self.root, topic, str(queue_id))):
             cq = self.get(topic, queue_id)
         return cq
 
