@@ -85,18 +85,29 @@ def decode_message(buf, pos: int = 0) -> StoredMessage:
         raise StoreError(f"blank end-of-segment marker at {pos}")
     if magic != MESSAGE_MAGIC_CODE or total < 91 or total > len(mv) - pos:
         raise StoreError(f"no valid record at {pos} (magic 0x{magic:08X}, size {total})")
-    p = pos + _HEAD.size
+    end = pos + total
     bh = 20 if sysflag & 0x10 else 8
+    sh = 20 if sysflag & 0x20 else 8
+    # Every length is checked against the record's own end (found by the fuzzer: a torn record
+    # whose fields ran past TOTALSIZE gave a short host and a ValueError from inet_ntop).
+    p = pos + _HEAD.size
+    if p + bh + 8 + sh + 16 > end:
+        raise StoreError(f"record at {pos} of size {total} is too short for its hosts (sysFlag {sysflag:#x})")
     born = bytes(mv[p:p + bh]); p += bh
     store_ts = int.from_bytes(mv[p:p + 8], "big", signed=True); p += 8
-    sh = 20 if sysflag & 0x20 else 8
     store = bytes(mv[p:p + sh]); p += sh
     reconsume = int.from_bytes(mv[p:p + 4], "big", signed=True); p += 12
     blen = int.from_bytes(mv[p:p + 4], "big", signed=True); p += 4
+    if blen < 0 or p + blen + 1 > end:
+        raise StoreError(f"record at {pos}: body length {blen} runs past its size {total}")
     body = bytes(mv[p:p + blen]); p += blen
     tlen = int.from_bytes(mv[p:p + 1], "big", signed=True); p += 1
+    if tlen < 0 or p + tlen + 2 > end:
+        raise StoreError(f"record at {pos}: topic length {tlen} runs past its size {total}")
     topic = bytes(mv[p:p + tlen]).decode("utf-8", "replace"); p += tlen
     plen = int.from_bytes(mv[p:p + 2], "big", signed=True); p += 2
+    if plen < 0 or p + plen != end:
+        raise StoreError(f"record at {pos}: properties length {plen} does not end at its size {total}")
     props = decode_properties(mv[p:p + plen])
     return StoredMessage(topic, qid, qo, phys, body, props, flag, sysflag, born_ts, _host(born), store_ts,
                          _host(store), reconsume, crc, total, msg_id(store, phys))
