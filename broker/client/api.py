@@ -29,6 +29,7 @@ class PullResult:
     min_offset: int
     max_offset: int
     messages: list[MessageExt] = field(default_factory=list)
+    body: bytes = b""  # the FOUND body undecoded, when pulled with decode=False
 
 
 def parse_tags(sub_expression: str | None) -> set[str] | None:
@@ -40,9 +41,10 @@ def parse_tags(sub_expression: str | None) -> set[str] | None:
 
 async def pull(client: MQClientInstance, addr: str, group: str, mq: MessageQueue, offset: int, max_nums: int = 32,
                sub_expression: str = "*", suspend_ms: int = 0, commit_offset: int = -1,
-               timeout: float | None = None) -> PullResult:
+               timeout: float | None = None, decode: bool = True) -> PullResult:
     """PULL_MESSAGE (11). The broker filters by tag hash; the tags themselves are compared here,
-    as the Java client does (two tags may share a hash)."""
+    as the Java client does (two tags may share a hash). decode=False leaves the stored records
+    undecoded in `body` (and the tag check to the caller), for callers that decode in bulk."""
     sys_flag = FLAG_SUBSCRIPTION | (FLAG_SUSPEND if suspend_ms > 0 else 0) | (FLAG_COMMIT_OFFSET if commit_offset >= 0 else 0)
     ext = {"consumerGroup": group, "topic": mq.topic, "queueId": mq.queue_id, "queueOffset": offset,
            "maxMsgNums": max_nums, "sysFlag": sys_flag, "commitOffset": max(commit_offset, 0),
@@ -54,7 +56,9 @@ async def pull(client: MQClientInstance, addr: str, group: str, mq: MessageQueue
     if status is None:
         raise ResponseError(r.code, r.remark, f"pull {mq} at {offset} from {addr}")
     res = PullResult(status, r.get_int("nextBeginOffset", offset), r.get_int("minOffset", 0), r.get_int("maxOffset", 0))
-    if status == FOUND:
+    if status == FOUND and not decode:
+        res.body = r.body
+    elif status == FOUND:
         tags = parse_tags(sub_expression)
         msgs = decode_messages(r.body, mq.broker_name)
         res.messages = msgs if tags is None else [m for m in msgs if m.tags in tags]
@@ -86,6 +90,16 @@ async def queue_offset(client: MQClientInstance, addr: str, mq: MessageQueue, co
     r = await client.invoke(addr, RemotingCommand.request(code, {"topic": mq.topic, "queueId": mq.queue_id}), 5)
     if r.code != codes.SUCCESS:
         raise ResponseError(r.code, r.remark, f"offset (code {code}) of {mq}")
+    return r.get_int("offset")
+
+
+async def search_offset(client: MQClientInstance, addr: str, mq: MessageQueue, timestamp_ms: int) -> int:
+    """SEARCH_OFFSET_BY_TIMESTAMP (29): the first offset of the queue stored at or after `timestamp_ms`
+    (the queue's max offset when none is)."""
+    r = await client.invoke(addr, RemotingCommand.request(
+        codes.SEARCH_OFFSET_BY_TIMESTAMP, {"topic": mq.topic, "queueId": mq.queue_id, "timestamp": timestamp_ms}), 5)
+    if r.code != codes.SUCCESS:
+        raise ResponseError(r.code, r.remark, f"search offset of {mq} at {timestamp_ms}")
     return r.get_int("offset")
 
 

@@ -107,13 +107,14 @@ class Producer:
         return queues[next(rr) % len(queues)]
 
     # -- send ----------------------------------------------------------------------------------------
-    async def send(self, msg: Message, timeout: float = 3.0) -> SendResult:
-        """Send and wait for the broker's answer; SendFailed once every attempt failed."""
+    async def send(self, msg: Message, timeout: float = 3.0, queue: MessageQueue | None = None) -> SendResult:
+        """Send and wait for the broker's answer; SendFailed once every attempt failed. `queue`
+        pins the message to one queue (Java's send(msg, mq)): every attempt goes there."""
         body, props, sys_flag, extra = self._prepare(msg)
         return await self._with_retries(
             msg.topic, lambda mq, addr, left: self._send_one(mq, addr, codes.SEND_MESSAGE_V2, msg.topic, body, props,
                                                              sys_flag, msg.flag, extra, left, props[PROPERTY_UNIQ_KEY]),
-            timeout)
+            timeout, queue)
 
     def send_async(self, msg: Message, timeout: float = 3.0, callback=None) -> asyncio.Future:
         """Start a send; the returned future holds its SendResult (or the SendFailed). `callback`,
@@ -134,8 +135,10 @@ class Producer:
         ext = self._header(mq, msg.topic, props, sys_flag, msg.flag, extra)
         await self.client.invoke_oneway(addr, RemotingCommand.request(codes.SEND_MESSAGE_V2, ext, body, oneway=True))
 
-    async def send_batch(self, msgs: list[Message], timeout: float = 3.0) -> SendResult:
-        """All messages into one queue in one request; they must share a topic (and a flag)."""
+    async def send_batch(self, msgs: list[Message], timeout: float = 3.0,
+                         queue: MessageQueue | None = None) -> SendResult:
+        """All messages into one queue in one request; they must share a topic (and a flag).
+        `queue` pins the batch to that queue (every attempt goes there)."""
         if not msgs:
             raise ClientError("send_batch: no messages")
         topic = msgs[0].topic
@@ -153,7 +156,7 @@ class Producer:
         return await self._with_retries(
             topic, lambda mq, addr, left: self._send_one(mq, addr, codes.SEND_BATCH_MESSAGE, topic, body, None, 0,
                                                          msgs[0].flag, {"m": True}, left, ",".join(keys)),
-            timeout)
+            timeout, queue)
 
     # -- internals -----------------------------------------------------------------------------------
     def _prepare(self, msg: Message):
@@ -188,7 +191,7 @@ class Producer:
         return SendResult(status, msg_id, r.get_str("msgId", ""), MessageQueue(topic, mq.broker_name,
                           r.get_int("queueId", mq.queue_id)), r.get_int("queueOffset", -1))
 
-    async def _with_retries(self, topic: str, attempt, timeout: float) -> SendResult:
+    async def _with_retries(self, topic: str, attempt, timeout: float, queue: MessageQueue | None = None) -> SendResult:
         deadline = time.monotonic() + timeout
         causes: list[Exception] = []
         avoid = None
@@ -199,9 +202,12 @@ class Producer:
             # no route (name servers unreachable, unknown topic) is raised as is: another
             # attempt would ask the same name servers the same question
             route, queues = await self._queues(topic, refresh=i > 0)
-            mq = self._select(topic, queues, avoid)
+            mq = self._select(topic, queues, avoid) if queue is None else queue
+            addr = route.master_addr(mq.broker_name)
+            if addr is None:  # only a pinned queue can name a broker the route has no master of
+                raise RouteNotFound(topic, f"queue {mq}: broker {mq.broker_name} has no master")
             try:
-                return await attempt(mq, route.master_addr(mq.broker_name), left)
+                return await attempt(mq, addr, left)
             except BrokerUnreachable as e:
                 causes.append(e)
                 avoid = mq.broker_name

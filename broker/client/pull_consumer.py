@@ -47,10 +47,11 @@ class PullConsumer:
         return addr
 
     async def pull(self, mq: MessageQueue, offset: int, max_nums: int = 32, sub_expression: str = "*",
-                   suspend_ms: int = 0, timeout: float | None = None) -> PullResult:
-        """One pull; `suspend_ms` > 0 lets the broker hold it until a message arrives (long polling)."""
+                   suspend_ms: int = 0, timeout: float | None = None, decode: bool = True) -> PullResult:
+        """One pull; `suspend_ms` > 0 lets the broker hold it until a message arrives (long polling).
+        decode=False: the records stay undecoded in `PullResult.body`, not filtered by tag here."""
         return await api.pull(self.client, await self._addr(mq), self.group, mq, offset, max_nums, sub_expression,
-                              suspend_ms, timeout=timeout)
+                              suspend_ms, timeout=timeout, decode=decode)
 
     async def fetch_offset(self, mq: MessageQueue) -> int:
         """The group's committed offset of the queue; -1 when it has none."""
@@ -67,3 +68,7 @@ class PullConsumer:
 
     async def min_offset(self, mq: MessageQueue) -> int:
         return await api.queue_offset(self.client, await self._addr(mq), mq, codes.GET_MIN_OFFSET)
+
+    async def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        """The first offset stored at or after `timestamp_ms` (searchOffset; the max offset when none is)."""
+        return await api.search_offset(self.client, await self._addr(mq), mq, timestamp_ms)
