@@ -283,12 +283,11 @@ def test_async_flush_crash_recovers_consistent_store_and_continues(tmp_path):
                 r = await s.put(topic, qid, body, {"TAGS": tags_of(i), "KEYS": keys_of(99, i, 0)})
                 assert r.status is PutStatus.PUT_OK
                 assert r.queue_offset == before[(topic, qid)]  # no gap, no reuse
-                if prev is None:
-                    room = SEGMENT - end % SEGMENT
-                    # continues at the recovered end (or at the next segment if it does not fit there)
-                    assert r.physical_offset == (end if r.size + 8 <= room else end + room), (r, end)
-                else:
-                    assert r.physical_offset == prev.end_offset
+                # continues at the recovered end, then after each put (or at the next segment
+                # whenever a put does not fit in the current one: CRASH_SEED=359462957 rolled over)
+                at = end if prev is None else prev.end_offset
+                room = SEGMENT - at % SEGMENT
+                assert r.physical_offset == (at if r.size + 8 <= room else at + room), (r, at)
                 prev = r
                 new.append(Ack(topic, qid, r.queue_offset, r.physical_offset, r.size, body_hash(body), 99))
             await s.wait_dispatched(prev.end_offset, 10)
