@@ -129,13 +129,14 @@ async def _outbox_cell(namesrv: str, store_url: str, n: int, body: bytes, tag: s
 def run(n: int = 20_000, body_size: int = 1024, outbox_n: int = 2_000) -> dict:
     """Start the servers, run every cell, stop the servers; the figures as a dict."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from tests.helpers.servers import BrokerCluster, PostgresServer, RedisServer  # the tests' server starters
+    from tests.helpers.real_clients import Cluster  # the tests' server starters
+    from tests.helpers.servers import PostgresServer, RedisServer
 
     body = os.urandom(body_size // 2).hex().encode()[:body_size]
     root = Path(tempfile.mkdtemp(prefix="reliable-bench-"))
     servers = []
     try:
-        cluster = BrokerCluster(root / "cluster")
+        cluster = Cluster(root / "cluster").__enter__()
         servers.append(cluster)
         redis = RedisServer()
         servers.append(redis)

@@ -32,7 +32,8 @@ from broker.reliable.dedup import RedisGuard
 from broker.reliable.stores import BUSY, CLAIMED, DONE, MessageInfo
 from broker.reliable.stub import now_ms
 from tests.helpers.procs import Child, async_wait_until
-from tests.helpers.servers import BrokerCluster, PostgresServer, RedisServer
+from tests.helpers.real_clients import Cluster
+from tests.helpers.servers import PostgresServer, RedisServer
 
 BACKENDS = ["postgres+redis", "sqlite+redis", "sqlite"]
 REDIS_BACKENDS = ["postgres+redis", "sqlite+redis"]
@@ -55,9 +56,8 @@ def pg_server():
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = BrokerCluster(tmp_path_factory.mktemp("reliable-cluster"))
-    yield c
-    c.close()
+    with Cluster(tmp_path_factory.mktemp("reliable-cluster")) as c:
+        yield c
 
 
 class Backend:
@@ -85,7 +85,7 @@ def backend(request, tmp_path, redis_server, pg_server):
 
 
 # -- helpers ---------------------------------------------------------------------------------------
-async def create_topic(cluster: BrokerCluster, topic: str, queues: int = 4) -> None:
+async def create_topic(cluster: Cluster, topic: str, queues: int = 4) -> None:
     async with Admin(cluster.namesrv) as admin:
         await admin.create_topic(topic, queues)
         deadline = asyncio.get_running_loop().time() + 30
@@ -127,7 +127,7 @@ def effect_handler(worker: str, calls: list | None = None, before=None):
     return handler
 
 
-def push_consumer(cluster: BrokerCluster, group: str, topic: str, **kw) -> PushConsumer:
+def push_consumer(cluster: Cluster, group: str, topic: str, **kw) -> PushConsumer:
     kw.setdefault("persist_interval", 0.2)
     pc = PushConsumer(group, cluster.namesrv, consume_from_first=True, suspend_ms=SUSPEND_MS, **kw)
     pc.subscribe(topic)

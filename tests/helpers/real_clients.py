@@ -38,6 +38,7 @@ def check_installed() -> None:
 
 
 def _argv(kind: str, cmd: str, opt: dict) -> list[str]:
+    check_installed()
     if kind == "ons":
         return ["node", str(CLIENTS / "ons.js"), cmd, json.dumps(opt)]
     return [str(CPP_PYTHON), str(CLIENTS / "cpp_client.py"), cmd, json.dumps(opt)]
@@ -56,6 +57,7 @@ class Cluster:
         self.root = root
         self.ns_port, self.port = free_port(), free_port()
         self.namesrv = f"127.0.0.1:{self.ns_port}"
+        self.addr = f"127.0.0.1:{self.port}"
         self.access = access  # (accessKey, secretKey) for this side's own admin calls under ACL
         root.mkdir(parents=True, exist_ok=True)
         self.conf = root / "broker.conf"
@@ -66,7 +68,6 @@ class Cluster:
         self.procs: list[Child] = []
 
     def __enter__(self) -> "Cluster":
-        check_installed()
         me = [sys.executable, "-m", "broker.cli"]
         self.procs.append(Child([*me, "namesrv", "--listen", self.namesrv], self.root / "namesrv.err"))
         self.procs.append(Child([*me, "serve", "-c", str(self.conf)], self.root / "broker.err"))
@@ -79,6 +80,9 @@ class Cluster:
         return self
 
     def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
         for child in reversed(self.procs):  # the broker first: it unregisters on the way out
             if child.proc.poll() is None:
                 child.proc.send_signal(signal.SIGTERM)

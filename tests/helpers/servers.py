@@ -15,16 +15,11 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 from tests.conftest import free_port
-from tests.helpers.procs import REPO, wait_until
-
-# Retries within milliseconds instead of 10 s and up (the broker accepts ms for tests).
-FAST_DELAYS = " ".join(["100ms"] * 18)
-
+from tests.helpers.procs import wait_until
 
 def _port_open(port: int) -> bool:
     try:
@@ -169,47 +164,3 @@ class PostgresServer:
             _stop(self.proc, signal.SIGINT)  # SIGINT: fast shutdown (rolls back, no waiting on clients)
             self._log.close()
         shutil.rmtree(self.dir, ignore_errors=True)
-
-
-class BrokerCluster:
-    """`broker namesrv` and `broker serve -c broker.conf` as two processes on loopback, with retry
-    delays in milliseconds."""
-
-    def __init__(self, root: Path):
-        self.root = Path(root)
-        self.root.mkdir(parents=True, exist_ok=True)
-        self.ns_port, self.port = free_port(), free_port()
-        self.namesrv = f"127.0.0.1:{self.ns_port}"
-        self.addr = f"127.0.0.1:{self.port}"
-        conf = self.root / "broker.conf"
-        conf.write_text(
-            f"brokerClusterName=DefaultCluster\nbrokerName=broker-a\nbrokerId=0\nnamesrvAddr={self.namesrv}\n"
-            f"listenPort={self.port}\nbrokerIP1=127.0.0.1\nstorePathRootDir={self.root / 'store'}\n"
-            f"mappedFileSizeCommitLog=8388608\nmessageDelayLevel={FAST_DELAYS}\n")
-        env = dict(os.environ, BROKER_LOG_LEVEL="WARNING")
-        me = [sys.executable, "-m", "broker.cli"]
-        self.procs: list[subprocess.Popen] = []
-        self._logs = []
-        try:
-            for name, argv in (("namesrv", [*me, "namesrv", "--listen", self.namesrv]),
-                               ("broker", [*me, "serve", "-c", str(conf)])):
-                log = open(self.root / f"{name}.log", "wb")
-                self._logs.append(log)
-                self.procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=str(REPO),
-                                                   env=env, start_new_session=True))
-            wait_until(lambda: any(p.poll() is not None for p in self.procs)
-                       or (_port_open(self.ns_port) and _port_open(self.port)), 60, "the name server and broker")
-            assert all(p.poll() is None for p in self.procs), f"broker processes exited: {self.log_tail()}"
-        except BaseException:
-            self.close()
-            raise
-
-    def log_tail(self) -> str:
-        return "\n".join((self.root / f"{n}.log").read_bytes()[-2000:].decode(errors="replace")
-                         for n in ("namesrv", "broker"))
-
-    def close(self) -> None:
-        for proc in reversed(self.procs):  # the broker first: it unregisters on the way out
-            _stop(proc)
-        for log in self._logs:
-            log.close()
