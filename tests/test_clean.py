@@ -221,6 +221,83 @@ def test_a_running_store_refuses_puts_while_the_disk_is_flagged_full(tmp_path):
     asyncio.run(main())
 
 
+def test_a_consume_queue_that_cannot_be_made_holds_dispatch_refuses_writes_and_resumes(small_fs):
+    """The disk fills up just before a new queue's first consume-queue file is made (6 MB of
+    warm-up, ENOSPC), while usage stays under diskSpaceWarningLevelRatio. The reput service must
+    not die on it: restarted, it met the same error at once, and its tracebacks filled the
+    disk the log was on (the flaky disk-full fault cell). It holds instead; the broker refuses
+    writes naming why; no half-made file keeps the space; once space is back the queue is
+    built, writes are accepted again and every message taken before is readable."""
+    async def main():
+        cfg = MessageStoreConfig(storePathRootDir=str(small_fs / "s"), mappedFileSizeCommitLog=SEG,
+                                 cleanResourceInterval=100, cleanFileForciblyEnable=False)
+        async with MessageStore(cfg) as s:
+            first = await s.put("A", 0, b"a")
+            await s.wait_dispatched(first.end_offset, 10)
+            st = os.statvfs(small_fs)
+            with open(small_fs / "ballast", "wb") as f:  # leave 5 MiB: less than one 6 MB file
+                f.write(b"\0" * (st.f_bavail * st.f_frsize - (5 << 20)))
+            reput = s.services["reput"].pid
+            taken = await s.put("B", 0, b"b")  # the commit log has room: stored
+            assert taken.status is PutStatus.PUT_OK
+            await s._wait_condition(lambda: s._dispatch_blocked, 10)
+            assert not s._disk_full, "usage stays under diskSpaceWarningLevelRatio"
+            with pytest.raises(ServiceUnavailable, match="consume queues cannot be written.*No space left"):
+                await s.put("A", 0, b"refused")
+            assert not [n for n in os.listdir(small_fs / "s" / "consumequeue" / "B" / "0") if n.endswith(".tmp")]
+            os.unlink(small_fs / "ballast")
+            await s._wait_condition(lambda: not s._dispatch_blocked, 10)
+            assert s.services["reput"].pid == reput and s.services["reput"].restarts == 0
+            after = await s.put("A", 0, b"after")
+            await s.wait_dispatched(after.end_offset, 10)
+            got = s.get("B", 0, 0)
+            assert got.status is GetStatus.FOUND and bytes(decode_message(got.messages[0], 0).body) == b"b"
+            assert [bytes(decode_message(m, 0).body) for m in s.get("A", 0, 0).messages] == [b"a", b"after"]
+    asyncio.run(main())
+
+
+def test_a_commit_log_segment_that_cannot_be_made_refuses_the_put_and_keeps_none_of_a_batch(small_fs):
+    """The disk fills before the cleaner's next look (cleanResourceInterval), so the broker does
+    not know yet: the put that needs a new segment is refused naming the file, and a batch
+    whose first records fit in the old segment keeps none of them (its size word zeroed, so no
+    recovery resurrects them). With space back, writes continue at dense queue offsets."""
+    async def main():
+        cfg = MessageStoreConfig(storePathRootDir=str(small_fs / "s"), mappedFileSizeCommitLog=SEG,
+                                 cleanResourceInterval=600_000, mappedFileSizeConsumeQueue=20_000)
+        async with MessageStore(cfg) as s:
+            await s.put("T", 0, b"x")
+            s.commit_log.queue._ahead.join()  # the segment made ahead exists: only the third is missing
+            with open(small_fs / "ballast", "wb") as f:
+                with pytest.raises(OSError):
+                    while True:
+                        f.write(bytes(1 << 20))
+                        f.flush()
+            taken = 1
+            with pytest.raises(ServiceUnavailable, match=r"next commit-log segment .*00000000000002097152.*No space"):
+                for _ in range(30):
+                    await s.put("T", 0, bytes(100_000))
+                    taken += 1
+            assert 2 * SEG - s.commit_log.wrote > 30_000, "room left for a batch's first records"
+            wrote = s.commit_log.wrote
+            with pytest.raises(ServiceUnavailable, match="next commit-log segment"):
+                await s.put_batch("T", 0, [bytes(30_000)] * 8)
+            assert s.commit_log.wrote == wrote
+            mf = s.commit_log.queue.find(wrote)
+            assert not mf.mm[wrote - mf.base:wrote - mf.base + 8].any()
+            os.unlink(small_fs / "ballast")
+            r = await s.put_batch("T", 0, [bytes(30_000)] * 8)
+            assert r.status is PutStatus.PUT_OK and r.queue_offset == taken
+            await s.wait_dispatched(r.end_offset, 10)
+            sizes = []
+            off = 0
+            while off < taken + 8:
+                got = s.get("T", 0, off, 32, 1 << 24)
+                sizes += [len(decode_message(m, 0).body) for m in got.messages]
+                off = got.next_offset
+            assert sizes == [1] + [100_000] * (taken - 1) + [30_000] * 8
+    asyncio.run(main())
+
+
 def test_deletion_under_a_slave_reading_the_oldest_segment(small_fs, tmp_path):
     """The master (store on the small filesystem) deletes the segments a stalled slave is still
     streaming from an open descriptor: nothing crashes, the slave holds only whole records

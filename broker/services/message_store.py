@@ -170,6 +170,7 @@ class MessageStore:
         self._slave_max: dict[tuple[str, int], int] = {}  # slave: consumable end of each queue
         self._seen_min = 0  # MIN_OFFSET as last acted on
         self._disk_full = 0  # DISK_FULL as last seen
+        self._dispatch_blocked = 0  # DISPATCH_BLOCKED as last seen (the errno the reput is stuck on)
         self.refused_writes = 0  # puts refused for a full disk
         self._refusal_logged = 0.0
         # counters for metrics (plain ints: a put pays an add, not a lock)
@@ -370,6 +371,13 @@ class MessageStore:
             self._disk_full = full
             log.log(logging.ERROR if full else logging.WARNING, "%s", "disk full: refusing writes" if full
                     else "disk usage back under diskSpaceWarningLevelRatio: accepting writes")
+        blocked = t.load(Slot.DISPATCH_BLOCKED)
+        if blocked != self._dispatch_blocked:
+            self._dispatch_blocked = blocked
+            if blocked:
+                log.error("consume queues cannot be written (%s): refusing writes", os.strerror(blocked))
+            else:
+                log.warning("consume queues are written again: accepting writes")
         if self._dispatch_waiters:
             d = t.load(Slot.DISPATCHED)
             keep = []
@@ -529,15 +537,29 @@ class MessageStore:
         if self.is_slave:
             raise ServiceUnavailable("this broker is a SLAVE: its log is written by replication from the master only")
         if self._disk_full:
-            self.refused_writes += 1
-            self.put_failed[PutStatus.SERVICE_NOT_AVAILABLE] += 1
-            now = time.monotonic()
-            if now - self._refusal_logged >= 1.0:  # every refusal is counted; the log says so once a second
-                log.warning("refused a write to %s (%d so far): disk full", topic or "?", self.refused_writes)
-                self._refusal_logged = now
-            raise ServiceUnavailable(f"disk full: usage {self.table.load(Slot.DISK_USAGE) / 10_000:.1f}% is above "
-                                     f"diskSpaceWarningLevelRatio {self.config.diskSpaceWarningLevelRatio:g}%; "
-                                     f"writes are refused until expired files are deleted")
+            self._refuse(topic, "disk full", f"disk full: usage {self.table.load(Slot.DISK_USAGE) / 10_000:.1f}% is "
+                         f"above diskSpaceWarningLevelRatio {self.config.diskSpaceWarningLevelRatio:g}%; writes are "
+                         f"refused until expired files are deleted")
+        if self._dispatch_blocked:
+            # RocketMQ's logicsQueueError: messages appended now would not reach their queues
+            self._refuse(topic, "consume queues cannot be written",
+                         f"consume queues cannot be written ({os.strerror(self._dispatch_blocked)}); writes are "
+                         f"refused until they can")
+
+    def _refuse(self, topic: str, why: str, message: str) -> None:
+        self.refused_writes += 1
+        self.put_failed[PutStatus.SERVICE_NOT_AVAILABLE] += 1
+        now = time.monotonic()
+        if now - self._refusal_logged >= 1.0:  # every refusal is counted; the log says so once a second
+            log.warning("refused a write to %s (%d so far): %s", topic or "?", self.refused_writes, why)
+            self._refusal_logged = now
+        raise ServiceUnavailable(message)
+
+    def _segment_failed(self, topic: str, err: OSError) -> None:
+        """The next commit-log segment could not be made (a full disk before the cleaner saw it):
+        the put is refused, nothing of it was stored, and the next put tries again."""
+        self._refuse(topic, f"no new commit-log segment: {err.strerror}",
+                     f"cannot create the next commit-log segment {err.filename}: {err.strerror}")
 
     def append(self, topic: str, queue_id: int, body, properties: bytes | dict | None = b"", *,
                flag: int = 0, sys_flag: int = 0, born_timestamp: int | None = None,
@@ -550,8 +572,12 @@ class MessageStore:
         tb = self._topic(topic)
         props = properties if type(properties) is bytes else encode_properties(properties)
         cl = self.commit_log
-        phys, qo, size, ts = cl.append(tb, queue_id, body, props, flag, sys_flag,
-                                       -1 if born_timestamp is None else born_timestamp, born_host, reconsume_times)
+        try:
+            phys, qo, size, ts = cl.append(tb, queue_id, body, props, flag, sys_flag,
+                                           -1 if born_timestamp is None else born_timestamp, born_host,
+                                           reconsume_times)
+        except OSError as e:
+            self._segment_failed(topic, e)
         end = phys + size
         self._last_end[(tb, queue_id)] = end
         self._publish_wrote(cl.wrote)
@@ -590,8 +616,11 @@ class MessageStore:
         if type(props) is not bytes and type(props) is not list:
             props = encode_properties(props)
         cl = self.commit_log
-        chunks, ts = cl.append_batch(tb, queue_id, bodies, props, flag, sys_flag,
-                                     -1 if born_timestamp is None else born_timestamp, born_host)
+        try:
+            chunks, ts = cl.append_batch(tb, queue_id, bodies, props, flag, sys_flag,
+                                         -1 if born_timestamp is None else born_timestamp, born_host)
+        except OSError as e:
+            self._segment_failed(topic, e)
         end = cl.wrote
         self._last_end[(tb, queue_id)] = end
         self._publish_wrote(end)

@@ -52,6 +52,9 @@ class Dispatcher:
         cq.put(e["queue_offset"], e["phys_offset"], e["size"], e["tag_hash"])
 
 
+MAX_RETRY_WAIT = 5.0  # seconds between attempts while consume queues cannot be written
+
+
 class ReputService:
     def __init__(self, config, notify_fd: int):
         self.config = config
@@ -63,6 +66,30 @@ class ReputService:
         self.dispatcher = Dispatcher(self.cqs)
         self.notify_fd = notify_fd
         self.last_store_ts = 0
+        self._retry_wait = 0.0
+
+    def _blocked(self, err: OSError) -> None:
+        """A consume-queue file could not be made or written (a full disk, most often). Dying
+        would only restart us into the same error, so dispatching holds here instead: the slot
+        tells the broker, which refuses writes meanwhile (RocketMQ's logicsQueueError), and we
+        try again when the cleaner's next reading of the disk usage differs (space freed),
+        or after a back-off, since space can come back without the cleaner seeing it move."""
+        t = self.table
+        if t.load(Slot.DISPATCH_BLOCKED) == 0:
+            t.store(Slot.DISPATCH_BLOCKED, err.errno or -1)
+            log.error("cannot write consume queues at commit-log offset %d: %s; dispatching holds and the "
+                      "broker refuses writes until it can", t.load(Slot.DISPATCHED), err)
+            notify(self.notify_fd)
+        self._retry_wait = min(MAX_RETRY_WAIT, max(0.05, self._retry_wait * 2))
+        t.wait_change(Slot.DISK_USAGE, t.load(Slot.DISK_USAGE), self._retry_wait)
+
+    def _unblocked(self) -> None:
+        t = self.table
+        self._retry_wait = 0.0
+        if t.load(Slot.DISPATCH_BLOCKED):
+            t.store(Slot.DISPATCH_BLOCKED, 0)
+            log.warning("consume queues written again from commit-log offset %d", t.load(Slot.DISPATCHED))
+            notify(self.notify_fd)
 
     def _segment(self, offset: int):
         mf = self.log.find(offset)
@@ -122,6 +149,8 @@ class ReputService:
             last_flush = time.monotonic()
             flushed_at = dispatched
             seen_min = t.load(Slot.MIN_OFFSET)
+            if t.load(Slot.DISPATCH_BLOCKED):  # our predecessor was blocked: the first success clears it
+                self._retry_wait = 0.05
             while True:
                 m = t.load(Slot.MIN_OFFSET)
                 if m != seen_min:  # the cleaner deleted files: let go of their maps
@@ -129,23 +158,36 @@ class ReputService:
                     self.log.drop_before(m)
                     self.cqs.correct_min(m)
                 wrote = t.load(Slot.WROTE)
-                if dispatched >= wrote:
-                    if t.load(Slot.SHUTDOWN):
-                        return
-                    timeout = interval if flushed_at != dispatched else -1
-                    t.wait_until_ge(Slot.WROTE, dispatched + 1, timeout)
-                else:
-                    dispatched = self.reput(dispatched, wrote)
-                if flushed_at != dispatched and time.monotonic() - last_flush >= interval:
-                    self.flush_queues(dispatched)
-                    flushed_at, last_flush = dispatched, time.monotonic()
+                try:
+                    if dispatched >= wrote:
+                        if t.load(Slot.SHUTDOWN):
+                            return
+                        timeout = interval if flushed_at != dispatched else -1
+                        t.wait_until_ge(Slot.WROTE, dispatched + 1, timeout)
+                    else:
+                        dispatched = self.reput(dispatched, wrote)
+                    if flushed_at != dispatched and time.monotonic() - last_flush >= interval:
+                        self.flush_queues(dispatched)
+                        flushed_at, last_flush = dispatched, time.monotonic()
+                except OSError as e:
+                    # entries are idempotent: the batch that failed is written again from the
+                    # last published offset
+                    dispatched = t.load(Slot.DISPATCHED)
+                    self._blocked(e)
+                    continue
+                if self._retry_wait:
+                    self._unblocked()
 
         def final() -> None:
             if not loaded:  # stopped while loading: nothing of ours to finish
                 self.log.load()
                 self.cqs.load()
-            dispatched = self.reput(t.load(Slot.DISPATCHED), t.load(Slot.WROTE))
-            self.flush_queues(dispatched)
+            try:
+                dispatched = self.reput(t.load(Slot.DISPATCHED), t.load(Slot.WROTE))
+                self.flush_queues(dispatched)
+            except OSError as e:  # the next start re-dispatches from the checkpoint
+                dispatched = t.load(Slot.DISPATCHED)
+                log.error("could not finish consume queues at shutdown: %s", e)
             t.store(Slot.REPUT_PID, 0)
             notify(self.notify_fd)
             log.info("reput service stopped at %d", dispatched)

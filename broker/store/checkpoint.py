@@ -34,8 +34,11 @@ class StoreCheckpoint:
         self.path = path
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            if os.fstat(fd).st_size < SIZE:
-                os.ftruncate(fd, SIZE)
+            have = os.fstat(fd).st_size
+            if have < SIZE:
+                # zeros written, not a hole made by ftruncate: a later store through the map must
+                # never need a block from a disk that has filled up meanwhile (SIGBUS)
+                os.pwrite(fd, bytes(SIZE - have), have)
             self._mm = mmap.mmap(fd, SIZE, mmap.MAP_SHARED)
         finally:
             os.close(fd)

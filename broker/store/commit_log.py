@@ -52,11 +52,13 @@ class CommitLog:
             self.queue.prepare_ahead()
 
     def _next_segment(self) -> None:
-        """Seal the full segment (if any) and attach the one at the write position."""
+        """Seal the full segment (if any) and attach the next one. The next one is made first: if
+        that fails (a full disk) nothing has changed and the current segment stays open."""
         app = self._app
+        base = app.segment_end if app.segment_end >= 0 else app.wrote
+        mf = self.queue.find(base) or self.queue.roll(base)
         if app.segment_end >= 0:
             app.seal()
-        mf = self.queue.find(app.wrote) or self.queue.roll(app.wrote)
         self._attach(mf, app.wrote)
 
     def _attach(self, mf, offset: int) -> None:
@@ -92,8 +94,23 @@ class CommitLog:
                 chunks.append(BatchChunk(phys, qo, count))
                 done += count
             if done < len(bodies):
-                self._next_segment()
+                try:
+                    self._next_segment()
+                except OSError:
+                    if chunks:
+                        self._rewind(chunks[0].phys, topic, queue_id, chunks[0].queue_offset)
+                    raise
         return chunks, ts
+
+    def _rewind(self, offset: int, topic: bytes, queue_id: int, queue_offset: int) -> None:
+        """Undo the unpublished records of a batch that could not be finished: the write position
+        and the queue's next offset go back, and the first record's size word is zeroed so that
+        a recovery after a crash cannot mistake the leftovers for stored messages."""
+        offsets = dict(self._app.queue_offsets)
+        offsets[(topic, queue_id)] = queue_offset
+        mf = self.queue.find(offset)
+        mf.mm[offset - mf.base:offset - mf.base + 8] = 0
+        self.set_write_position(offset, offsets)
 
     def view(self, offset: int, size: int) -> memoryview | None:
         """Zero-copy view of [offset, offset+size) if it lies in one mapped segment."""

@@ -45,8 +45,18 @@ def create_segment_file(path: str, size: int, warm: bool = True, warm_chunk: int
                 if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
                     raise
         os.fsync(fd)
-    finally:
+    except BaseException as e:
+        # A half-warmed temp file would hold the very space whose lack made this fail: every
+        # retry on a full disk would then find less room than the one before.
         os.close(fd)
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if isinstance(e, OSError) and e.errno is not None:
+            raise OSError(e.errno, f"{e.strerror} (creating a {size}-byte segment)", path) from e
+        raise
+    os.close(fd)
     os.rename(tmp, path)
     fsync_dir(os.path.dirname(path))
 

@@ -30,6 +30,7 @@ class Slot(enum.IntEnum):
     DELETED_FILES = 24  # cleaner: commit-log segments deleted so far
     FLUSH_COUNT = 25    # flush service: fdatasync rounds
     FLUSH_NS = 26       # flush service: their total duration, ns
+    DISPATCH_BLOCKED = 27  # reput service: errno while it cannot write consume queues (writes refused), else 0
     FLUSH_BUCKET0 = 32  # flush service: fdatasync rounds per latency bucket (FLUSH_BUCKETS), cumulative order
 
 

@@ -55,9 +55,13 @@ class Broker:
     """`broker serve -c broker.conf` in its own process group."""
 
     def __init__(self, root: Path, name: str, namesrv: str, role: str, broker_id: int, extra: str = "",
-                 ha_port: int | None = None):
+                 ha_port: int | None = None, logs: Path | None = None):
         self.root, self.name = root / name, name
         self.root.mkdir(parents=True, exist_ok=True)
+        # where its stderr goes: beside the store unless told otherwise (a test that fills the
+        # store's filesystem keeps the log elsewhere, as an operator's logs are)
+        self.logs = (logs / name) if logs is not None else self.root
+        self.logs.mkdir(parents=True, exist_ok=True)
         self.port, self.ha_port = free_port(), ha_port or free_port()
         self.store = self.root / "store"
         self.conf = self.root / "broker.conf"
@@ -72,7 +76,7 @@ class Broker:
     def start(self) -> "Broker":
         self.runs += 1
         self.child = Child([sys.executable, "-m", "broker.cli", "serve", "-c", str(self.conf)],
-                           self.root / f"stderr.{self.runs}")
+                           self.logs / f"stderr.{self.runs}")
         self.child.wait_lines(lambda ls: any("listening on" in line for line in ls), 60, f"{self.name} to listen")
         return self
 
@@ -88,7 +92,7 @@ class Broker:
         self.child.kill_group()
 
     def stderr(self) -> str:
-        return "".join(p.read_text(errors="replace") for p in sorted(self.root.glob("stderr.*")))
+        return "".join(p.read_text(errors="replace") for p in sorted(self.logs.glob("stderr.*")))
 
     def info(self) -> dict:
         return runtime(self.port)
