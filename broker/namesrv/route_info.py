@@ -188,7 +188,7 @@ class RouteInfoManager:
         names = sorted(n for n in queues if n in self.broker_addr_table)
         if not names:
             return None
-        # the shape of reference/client-protocol.md §5; both clients sort by brokerName, so do we
+        # the shape of docs/formats.md §5; both clients sort by brokerName, so do we
         return {
             "orderTopicConf": None,
             "queueDatas": [_queue_json(queues[n]) for n in names],

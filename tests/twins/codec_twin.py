@@ -1,6 +1,6 @@
 """Pure-Python twin of the ``broker.kernels.codec`` Cython kernel (tests only).
 
-Written from the RocketMQ 4.x reference (rocketmq-store.md §1-§2), not from the kernel. Same names
+Written from the RocketMQ 4.x formats (docs/formats.md §1-§2), not from the kernel. Same names
 and semantics as the kernel; slow and obvious on purpose.
 
 Stored record (V1, big-endian)::

@@ -1,6 +1,6 @@
 """An independent decoder for stored CommitLog records and ConsumeQueue entries (tests only).
 
-Written with ``struct`` straight from the RocketMQ 4.x field table (rocketmq-store.md §1-§2), field by
+Written with ``struct`` straight from the RocketMQ 4.x field table (docs/formats.md §1-§2), field by
 field in file order like ``MessageDecoder.decode``; it deliberately shares no code with
 ``codec_twin`` so the two can check each other. It does not verify the body CRC (it reports the
 stored value as ``body_crc``); it raises ``ValueError`` on a wrong magic, a length running past the

@@ -1,4 +1,4 @@
-"""Pure-Python twin of broker.kernels.ha (tests only), written from rocketmq-store.md §7."""
+"""Pure-Python twin of broker.kernels.ha (tests only), written from docs/formats.md §3."""
 from __future__ import annotations
 
 import struct

@@ -1,4 +1,4 @@
-"""Pure-Python twin of broker.kernels.remoting (tests only), written from client-protocol.md §2."""
+"""Pure-Python twin of broker.kernels.remoting (tests only), written from docs/formats.md §4."""
 from __future__ import annotations
 
 import struct

@@ -36,7 +36,7 @@ def _kernels_dir(build: Path) -> str:
 
 def fuzz_env() -> dict:
     """The three settings without which native coverage or ASan reports silently vanish
-    (../shared/reference/pyspark-and-fuzzing.md): atheris' own ASan+libFuzzer runtime preloaded,
+    (atheris' README, "Using Sanitizers with Python Code"): atheris' own ASan+libFuzzer runtime preloaded,
     the system malloc so ASan sees Python's buffers, and no leak checks (CPython leaks at exit)."""
     import atheris
     return dict(os.environ, LD_PRELOAD=os.path.join(atheris.path(), "asan_with_fuzzer.so"),
