@@ -10,6 +10,7 @@ import msgspec
 import pytest
 
 from broker.remoting import codes
+from broker.store.message import decode_message
 from tests.conftest import wait_for
 from tests.helpers.ha_cluster import SEGMENT, Broker, NameServer, Proxy, call, send_all, wait_replicated
 from tests.helpers.real_clients import Consumer, check_installed, produce
@@ -148,6 +149,29 @@ def test_a_slave_ahead_of_its_master_is_refused_and_reported(tmp_path, ns, broke
     assert f"ends at {ahead}" in new.stderr()
     assert new.info()["commitLogMaxOffset"] == 0 and slave.info()["commitLogMaxOffset"] == ahead  # nobody overwrote
     assert new.info()["slaves"] == 0
+
+
+def test_view_message_by_id_on_a_slave_finds_segments_the_ha_client_made(tmp_path, ns, brokers):
+    """VIEW_MESSAGE_BY_ID (33) on a slave for a message in a segment its broker process has not
+    mapped yet (the HA client made it): the stored record, not an internal error; an offset
+    outside the log or inside a record is a clear error naming it."""
+    master = Broker(tmp_path, "master", ns.addr, "ASYNC_MASTER", 0).start()
+    brokers.append(master)
+    slave = Broker(tmp_path, "slave", ns.addr, "SLAVE", 1, f"haMasterAddress=127.0.0.1:{master.ha_port}\n").start()
+    brokers.append(slave)
+    bodies = _bodies(1500, 7)  # ~2.2 MiB: three segments, two of them made after the slave started
+    replies = send_all(master.port, "ViewTopic", bodies)
+    end = wait_replicated(master, slave)
+    assert end > 2 * SEGMENT
+    for i in (len(bodies) - 1, 0):
+        phys = int(replies[i].ext["msgId"][16:], 16)
+        r = call(slave.port, codes.VIEW_MESSAGE_BY_ID, {"offset": phys})
+        assert r.code == codes.SUCCESS, r.remark
+        msg = decode_message(bytes(r.body), 0)
+        assert bytes(msg.body) == bodies[i] and msg.physical_offset == phys
+    for bad in (end + 100, 1, -5):
+        r = call(slave.port, codes.VIEW_MESSAGE_BY_ID, {"offset": bad})
+        assert r.code == codes.SYSTEM_ERROR and str(bad) in r.remark and "internal error" not in r.remark, r.remark
 
 
 class _Cluster:

@@ -802,15 +802,31 @@ class MessageStore:
         r.suggest_slave = self.table.load(Slot.WROTE) - o > self._memory_share
         return r
 
+    def record_view(self, physical_offset: int) -> memoryview:
+        """Zero-copy view of the whole stored record at a physical offset (RocketMQ's
+        selectOneMessageByOffset). On a slave the HA client may have made the segment since this
+        process last looked, so the segments are looked for again before giving up."""
+        queue = self.commit_log.queue
+        mf = queue.find(physical_offset)
+        if mf is None and self.is_slave:
+            queue.refresh()
+            mf = queue.find(physical_offset)
+        if mf is None or mf.mv is None or not 0 <= physical_offset < self.table.load(Slot.WROTE):
+            raise StoreError(f"no message at physical offset {physical_offset}: the commit log holds "
+                             f"[{self.commit_log.min_offset}, {self.table.load(Slot.WROTE)})")
+        at = physical_offset - mf.base
+        size = int.from_bytes(mf.mv[at:at + 4], "big")
+        if not 0 < size <= mf.size - at:
+            raise StoreError(f"no record starts at physical offset {physical_offset} (size word {size})")
+        return mf.mv[at:at + size]
+
     def lookup(self, physical_offset: int) -> StoredMessage:
         """Decode the record at a physical offset (RocketMQ's lookMessageByOffset / view by msgId)."""
-        mf = self.commit_log.queue.find(physical_offset)
-        if mf is None and self.is_slave:
-            self.commit_log.queue.refresh()
-            mf = self.commit_log.queue.find(physical_offset)
-        if mf is None or physical_offset >= self.table.load(Slot.WROTE):
-            raise StoreError(f"no message at physical offset {physical_offset}")
-        return decode_message(mf.mm[physical_offset - mf.base:], 0)
+        view = self.record_view(physical_offset)
+        try:
+            return decode_message(view, 0)
+        except StoreError as e:
+            raise StoreError(f"no message at physical offset {physical_offset}: {e}") from None
 
     # -- introspection --------------------------------------------------------------------------
     def offsets(self) -> dict[str, int]:
