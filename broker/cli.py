@@ -34,20 +34,20 @@ async def _serve(args: argparse.Namespace) -> int:
     store = controller.store
     print(f"broker {broker_config.brokerName} listening on {controller.addr}; store {store_config.storePathRootDir} "
           f"({store_config.flushDiskType}); name servers {broker_config.namesrv_addrs or 'none'}", flush=True)
-    last = store.offsets()
-    print(f"offsets {last}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    # Quiet unless asked: `broker admin status` answers on demand; --status-interval logs a line.
+    interval = args.status_interval or None
+    last, at = controller.metrics.snapshot(), loop.time()
     while not stop.is_set():
         try:
-            await asyncio.wait_for(stop.wait(), args.status_interval)
+            await asyncio.wait_for(stop.wait(), interval)
         except asyncio.TimeoutError:
-            now = store.offsets()
-            if now != last:
-                print(f"offsets {now}", flush=True)
-                last = now
+            now = loop.time()
+            log.info("status: %s", controller.metrics.status_line(last, now - at))
+            last, at = controller.metrics.snapshot(), now
     print("stopping: waiting for flush and reput to finish", flush=True)
     await controller.close()
     print("stopped cleanly", flush=True)
@@ -124,7 +124,8 @@ async def _run(args: argparse.Namespace) -> int:
                 await asyncio.sleep(0.05)
         if ns.returncode is None and not stop.is_set():
             children["broker"] = await asyncio.create_subprocess_exec(
-                *me, "serve", "-c", conf.name, "--store-root", args.store_root, preexec_fn=die_with_us)
+                *me, "serve", "-c", conf.name, "--store-root", args.store_root,
+                "--status-interval", str(args.status_interval), preexec_fn=die_with_us)
         waits = {asyncio.ensure_future(p.wait()): name for name, p in children.items()}
         stopping = asyncio.ensure_future(stop.wait())
         done, _ = await asyncio.wait([stopping, *waits], return_when=asyncio.FIRST_COMPLETED)
@@ -166,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("serve", help="run the broker: remoting server, store, flush and reput services")
     s.add_argument("-c", "--config", help="broker.conf (RocketMQ's keys)")
     s.add_argument("--store-root", help="storePathRootDir (overrides the file)")
-    s.add_argument("--status-interval", type=float, default=10.0, help="seconds between offset lines")
+    s.add_argument("--status-interval", type=float, default=0.0, metavar="SECONDS",
+                   help="log a one-line status (sizes, rates, disk, slaves) every SECONDS; 0 (default): never")
     n = sub.add_parser("namesrv", help="run a name server: brokers register, clients ask for routes")
     n.add_argument("--listen", type=_host_port, default=("127.0.0.1", 9876), metavar="HOST:PORT",
                    help="address to listen on (default 127.0.0.1:9876)")
@@ -178,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="the name server's address (default 127.0.0.1:9876)")
     r.add_argument("--listen-port", type=int, default=10911, help="the broker's listenPort (default 10911)")
     r.add_argument("--broker-ip", default="127.0.0.1", help="brokerIP1: the address clients are routed to")
+    r.add_argument("--status-interval", type=float, default=0.0, metavar="SECONDS",
+                   help="the broker logs a one-line status every SECONDS; 0 (default): never")
     client_cli.add_commands(sub)  # produce, consume, admin
     args = p.parse_args(argv)
     if client_cli.handles(args):

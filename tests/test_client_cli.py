@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -22,6 +23,9 @@ def cli(*args, stdin: str | None = None, timeout: float = 30, namesrv: str | Non
     return subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=timeout, cwd=str(REPO))
 
 
+cluster_log: dict = {}  # name server address -> the `broker run` output file
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """`broker run` on free ports; yields the name server address; SIGTERM and a clean exit at the end."""
@@ -37,6 +41,7 @@ def cluster(tmp_path_factory):
             wait_until(lambda: proc.poll() is None and "TBW102" in cli("admin", "topic", "list", namesrv=namesrv).stdout
                        or proc.poll() is not None, 20, "the broker registered with the name server")
             assert proc.poll() is None, (root / "run.log").read_text()
+            cluster_log[namesrv] = root / "run.log"
             yield namesrv
         finally:
             proc.send_signal(signal.SIGTERM)
@@ -119,3 +124,35 @@ def test_namesrv_defaults_to_the_environment(cluster):
     r = subprocess.run([sys.executable, "-m", "broker.cli", "admin", "topic", "list"], capture_output=True, text=True,
                        timeout=30, cwd=str(REPO), env=env)
     assert r.returncode == 0 and "TBW102" in r.stdout.split()
+
+
+LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} broker\[\d+\] INFO status: (.*)$")
+
+
+def test_run_is_quiet_unless_asked(cluster):
+    """What `make run` shows an operator while it serves: log lines, never a Python repr of a
+    dict; no periodic status unless asked for (the module's produce/consume ran meanwhile)."""
+    out = cluster_log[cluster].read_text()
+    assert "{'" not in out and "offsets" not in out and "status:" not in out, out[-2000:]
+
+
+def test_status_interval_logs_one_line_with_units(tmp_path):
+    """--status-interval: a line in the log's format with sizes in units and rates."""
+    ns = f"127.0.0.1:{free_port()}"
+    with open(tmp_path / "run.log", "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "broker.cli", "run", "--store-root", str(tmp_path / "store"),
+                                 "--namesrv-listen", ns, "--listen-port", str(free_port()), "--status-interval", "0.2"],
+                                stdout=log, stderr=subprocess.STDOUT, cwd=str(REPO))
+    try:
+        wait_until(lambda: "TBW102" in cli("admin", "topic", "list", namesrv=ns).stdout, 20, "the broker to register")
+        assert cli("produce", "--topic", "StatusT", "--count", "3", "--body", "x" * 1000, namesrv=ns).returncode == 0
+
+        def put_line():
+            found = [m.group(1) for m in map(LOG_LINE.match, (tmp_path / "run.log").read_text().splitlines()) if m]
+            return next((f for f in found if "put 3 msgs" in f), None)
+        line = wait_until(put_line, 20, "a status line counting the 3 puts")
+        assert re.search(r"commit log \d+\.\d (KiB|MiB) up to \d+", line), line
+        assert re.search(r"put 3 msgs \(\d+\.\d KiB\) \d+ msgs/s", line) and "disk " in line and "% used" in line, line
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0

@@ -45,6 +45,31 @@ class BrokerMetrics:
             out["flush_seconds_sum"] = t.load(Slot.FLUSH_NS) / 1e9
         return out
 
+    def status_line(self, since: dict[str, float] | None = None, seconds: float = 0.0) -> str:
+        """One human line for the log (`broker serve --status-interval`): sizes with units, and
+        rates over `seconds` since the snapshot `since` when given."""
+        snap = self.snapshot()
+        wrote = snap["offset_wrote"]
+        parts = [f"commit log {_bytes(wrote - snap['offset_min'])} up to {int(wrote)}",
+                 f"unflushed {_bytes(wrote - snap['offset_flushed'])}",
+                 f"undispatched {_bytes(wrote - snap['offset_dispatched'])}"]
+        for what in ("put", "get"):
+            n, b = snap[f"{what}_messages"], snap[f"{what}_bytes"]
+            text = f"{what} {int(n)} msgs ({_bytes(b)})"
+            if since is not None and seconds > 0:
+                text += (f" {(n - since[f'{what}_messages']) / seconds:.0f} msgs/s"
+                         f" {_bytes((b - since[f'{what}_bytes']) / seconds)}/s")
+            parts.append(text)
+        parts.append(f"disk {100 * snap['disk_usage_ratio']:.1f}% used" + (" (FULL: writes refused)"
+                                                                          if snap["disk_full"] else ""))
+        if "slaves" in snap:
+            parts.append(f"slaves {int(snap['slaves'])}" + (f" (lag {_bytes(snap['slave_lag_bytes'])})"
+                                                           if "slave_lag_bytes" in snap else ""))
+        if "slave_linked" in snap:
+            parts.append("linked to master" if snap["slave_linked"] else "NOT linked to master")
+        parts.append(f"{int(snap['connections'])} connections")
+        return ", ".join(parts)
+
     def flush_buckets(self) -> list[tuple[str, float]]:
         """Cumulative (le, count) pairs of the flush-latency histogram."""
         t, acc, out = self.c.store.table, 0, []
@@ -124,3 +149,12 @@ class BrokerMetrics:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+
+
+def _bytes(n: float) -> str:
+    """1536 -> '1.5 KiB'."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"  # pragma: no cover
