@@ -115,7 +115,16 @@ class FlushService:
                     wrote = t.wait_until_ge(Slot.WROTE, flushed + 1, -1)
                     flushed = self.flush_to(flushed, wrote)
                     continue
-                t.wait_change(Slot.SHUTDOWN, 0, interval)  # RocketMQ's timed flush; wakes at once on shutdown
+                if interval > 0:
+                    t.wait_change(Slot.SHUTDOWN, 0, interval)  # RocketMQ's timed flush; wakes at once on shutdown
+                else:
+                    # flushIntervalCommitLog <= 0: no pause, so flush as soon as `least` pages are
+                    # dirty, woken by the writer rather than spinning as RocketMQ's loop does
+                    if t.load(Slot.WROTE) <= flushed:
+                        t.wait_until_ge(Slot.WROTE, flushed + 1, -1)
+                    else:
+                        t.wait_until_ge(Slot.WROTE, (flushed // PAGE + max(least, 1)) * PAGE,
+                                        max(thorough - (time.monotonic() - last_thorough), 0.001))
                 wrote = t.load(Slot.WROTE)
                 now = time.monotonic()
                 if now - last_thorough >= thorough:

@@ -452,7 +452,7 @@ class MessageStore:
         acked = t.load(Slot.ACKED)
         if acked >= end:
             fut.set_result(PutStatus.PUT_OK)
-        elif not t.load(Slot.HA_SLAVES) or end - acked > self.config.haSlaveFallbehindMax:
+        elif not t.load(Slot.HA_SLAVES) or end - acked >= self.config.haSlaveFallbehindMax:
             # no slave, or the best one too far behind to catch up within the timeout: say so now
             fut.set_result(PutStatus.SLAVE_NOT_AVAILABLE)
         else:

@@ -35,7 +35,7 @@ class CleanPolicy:
         self.config = config
         self.usage = usage
         self.clock = clock
-        self.hours = {int(h) for h in config.deleteWhen.split(";")}
+        self.hours = config.hours_to_delete
 
     def decide(self, manual: bool) -> CleanDecision:
         c = self.config
@@ -52,4 +52,5 @@ class CleanPolicy:
         return CleanDecision(usage, bool(reasons), forcibly, disk_full, ", ".join(reasons))
 
     def expired(self, mtime: float, forcibly: bool) -> bool:
-        return forcibly or self.clock() - mtime > self.config.fileReservedTime * 3600
+        # RocketMQ: now >= lastModified + fileReservedTime hours, so 0 expires a file at once
+        return forcibly or self.clock() >= mtime + self.config.fileReservedTime * 3600

@@ -6,11 +6,14 @@ one to one; `from_properties` validates each value and names the key it refuses.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import socket
 from dataclasses import dataclass, field
 
 from broker.store.errors import StoreConfigError
+
+log = logging.getLogger("conf")
 
 ASYNC_FLUSH = "ASYNC_FLUSH"
 SYNC_FLUSH = "SYNC_FLUSH"
@@ -95,60 +98,72 @@ class MessageStoreConfig:
         return socket.inet_aton(self.brokerIP1) + self.listenPort.to_bytes(4, "big")
 
     def validate(self) -> None:
-        page = 4096
-        if self.mappedFileSizeCommitLog < 64 * 1024 or self.mappedFileSizeCommitLog % page:
-            raise StoreConfigError("mappedFileSizeCommitLog", f"{self.mappedFileSizeCommitLog} must be a multiple of 4096 and at least 65536")
-        if self.mappedFileSizeConsumeQueue < 20 or self.mappedFileSizeConsumeQueue % 20:
-            raise StoreConfigError("mappedFileSizeConsumeQueue", f"{self.mappedFileSizeConsumeQueue} must be a positive multiple of 20")
+        """RocketMQ checks almost none of these keys: a value its broker runs with is taken here
+        too, with its meaning (a ratio it clamps is clamped, a size it rounds is rounded, an
+        interval of 0 means "at once"). Refused, naming the key, are only values RocketMQ itself
+        cannot run with: its broker would not start, or a service would fail on every pass."""
+        if self.mappedFileSizeCommitLog <= 0:
+            raise StoreConfigError("mappedFileSizeCommitLog", f"{self.mappedFileSizeCommitLog} must be positive")
+        if self.mappedFileSizeConsumeQueue <= 0:
+            raise StoreConfigError("mappedFileSizeConsumeQueue", f"{self.mappedFileSizeConsumeQueue} must be positive")
+        # MessageStoreConfig.getMappedFileSizeConsumeQueue: rounded up to whole 20-byte entries
+        self.mappedFileSizeConsumeQueue = -(-self.mappedFileSizeConsumeQueue // 20) * 20
         if self.flushDiskType not in (ASYNC_FLUSH, SYNC_FLUSH):
             raise StoreConfigError("flushDiskType", f"{self.flushDiskType!r} is not ASYNC_FLUSH or SYNC_FLUSH")
         if self.brokerRole not in ROLES:
             raise StoreConfigError("brokerRole", f"{self.brokerRole!r} is not one of {', '.join(ROLES)}")
-        for key in ("flushIntervalCommitLog", "flushCommitLogThoroughInterval", "flushIntervalConsumeQueue",
-                    "syncFlushTimeout", "serviceStartTimeout", "flushConsumerOffsetInterval"):
+        # scheduled at a fixed rate in RocketMQ, which refuses a period of 0 at start
+        for key in ("flushConsumerOffsetInterval", "cleanResourceInterval", "serviceStartTimeout"):
             if getattr(self, key) <= 0:
                 raise StoreConfigError(key, f"{getattr(self, key)} must be positive")
-        if self.flushCommitLogLeastPages < 0:
-            raise StoreConfigError("flushCommitLogLeastPages", "must not be negative")
         if self.maxMessageSize <= 0:
-            raise StoreConfigError("maxMessageSize", f"{self.maxMessageSize} must be positive")
+            raise StoreConfigError("maxMessageSize", f"{self.maxMessageSize} must be positive: every message would be refused")
         try:
             socket.inet_aton(self.brokerIP1)
         except OSError:
             raise StoreConfigError("brokerIP1", f"{self.brokerIP1!r} is not an IPv4 address") from None
         if not 0 < self.listenPort < 65536:
             raise StoreConfigError("listenPort", f"{self.listenPort} is not a port")
-        if not 0 <= self.haListenPort < 65536 or self.ha_port > 65535:
+        self.haListenPort = max(self.haListenPort, 0)  # setHaListenPort: a negative one means the default
+        if self.haListenPort >= 65536 or self.ha_port > 65535:
             raise StoreConfigError("haListenPort", f"{self.ha_port} is not a port")
         if self.haMasterAddress:
             host, _, port = self.haMasterAddress.rpartition(":")
             if not host or not port.isdigit() or not 0 < int(port) < 65536:
                 raise StoreConfigError("haMasterAddress", f"{self.haMasterAddress!r} is not host:port")
-        for key in ("haSendHeartbeatInterval", "haHousekeepingInterval", "haSlaveFallbehindMax"):
-            if getattr(self, key) <= 0:
+        for key in ("haSendHeartbeatInterval", "haHousekeepingInterval"):
+            if getattr(self, key) <= 0:  # 0 in RocketMQ: a link dropped or reported on at every turn
                 raise StoreConfigError(key, f"{getattr(self, key)} must be positive")
-        if not 4096 <= self.haTransferBatchSize <= 64 * 1024 * 1024:
-            raise StoreConfigError("haTransferBatchSize", f"{self.haTransferBatchSize} is outside 4096..64 MiB")
-        for key in ("diskSpaceCleanForciblyRatio", "diskSpaceWarningLevelRatio"):
+        # RocketMQ's slave reads into a 4 MiB buffer: a frame much larger never completes there
+        if not 0 < self.haTransferBatchSize <= 64 * 1024 * 1024:
+            raise StoreConfigError("haTransferBatchSize", f"{self.haTransferBatchSize} is outside 1..64 MiB")
+        # The disk watermarks, clamped as RocketMQ's CleanCommitLogService and getters clamp them;
+        # 4.x's -Drocketmq.broker.diskSpace...=0.90 fraction form is read as a percentage.
+        for key, lo, hi in (("diskSpaceCleanForciblyRatio", 30, 85), ("diskSpaceWarningLevelRatio", 35, 90),
+                            ("diskMaxUsedSpaceRatio", 10, 95)):
             v = getattr(self, key)
-            if 0 < v < 1:  # 4.x's -Drocketmq.broker.diskSpace...=0.90
-                setattr(self, key, v * 100)
-            if not 0 < getattr(self, key) <= 100:
-                raise StoreConfigError(key, f"{v} is not a percentage")
-        if not 0 < self.diskMaxUsedSpaceRatio <= 100:
-            raise StoreConfigError("diskMaxUsedSpaceRatio", f"{self.diskMaxUsedSpaceRatio} is not a percentage")
-        for hour in self.deleteWhen.split(";"):
-            if not (hour.strip().isdigit() and 0 <= int(hour) <= 23):
-                raise StoreConfigError("deleteWhen", f"{self.deleteWhen!r} is not hours of the day such as 04;05")
-        for key in ("fileReservedTime", "cleanResourceInterval", "deleteFileBatchMax",
-                    "destroyMapedFileIntervalForcibly"):
-            if getattr(self, key) <= 0:
-                raise StoreConfigError(key, f"{getattr(self, key)} must be positive")
-        for key in ("deleteCommitLogFilesInterval", "deleteConsumeQueueFilesInterval"):
-            if getattr(self, key) < 0:
-                raise StoreConfigError(key, f"{getattr(self, key)} must not be negative")
-        if not 0 < self.accessMessageInMemoryMaxRatio <= 100:
-            raise StoreConfigError("accessMessageInMemoryMaxRatio", f"{self.accessMessageInMemoryMaxRatio} is not a percentage")
+            if 0 < v < 1:
+                v *= 100
+            if not lo <= v <= hi:
+                log.warning("%s: %g is outside RocketMQ's %d..%d; %d is used, as RocketMQ does", key,
+                            getattr(self, key), lo, hi, min(max(v, lo), hi))
+                v = min(max(v, lo), hi)
+            setattr(self, key, type(getattr(self, key))(v))
+        # UtilAll.isItTimeToDo parses each hour as an int on every pass (a non-number throws there,
+        # and nothing is ever deleted); an hour no clock shows just never comes.
+        hours = [h.strip() for h in self.deleteWhen.split(";")]
+        if not all(h.lstrip("-").isdigit() for h in hours):
+            raise StoreConfigError("deleteWhen", f"{self.deleteWhen!r} is not hours of the day such as 04;05")
+        if not any(0 <= int(h) <= 23 for h in hours):
+            log.warning("deleteWhen: %r names no hour of the day; files are deleted only for disk usage or "
+                        "when asked", self.deleteWhen)
+        # Taken as RocketMQ takes them, whatever the sign: fileReservedTime 0 (or less) expires every
+        # segment but the one being written; a batch max below 1 deletes one file per pass; pauses
+        # and flush intervals of 0 or less mean none; a syncFlushTimeout of 0 does not wait.
+
+    @property
+    def hours_to_delete(self) -> set[int]:
+        return {int(h) for h in self.deleteWhen.split(";")}
 
     @classmethod
     def from_properties(cls, props: dict[str, str], *, ignore_unknown: bool = True) -> tuple["MessageStoreConfig", list[str]]:
