@@ -5,6 +5,7 @@ from __future__ import annotations
 import filecmp
 import os
 import random
+import signal
 
 import msgspec
 import pytest
@@ -104,6 +105,38 @@ def test_sync_master_killed_loses_no_acknowledged_message(tmp_path, ns, brokers)
     assert {m["body"] for m in got} == {f"order-{i}" for i in range(60)} | ({"lonely"} & {m["body"] for m in got})
 
 
+def test_a_slave_serves_a_topic_its_master_created_just_before_dying(tmp_path, ns, brokers):
+    """SYNC_MASTER + SLAVE: ali-ons auto-creates topic HA on the master and gets 3,000 SEND_OK, and
+    the master's process group is killed before SlaveSynchronize could copy the topic's config
+    (RocketMQ runs it 3 s after start, then every 10 s; here the slave's broker process is
+    paused meanwhile, while its HA client and reput, processes of their own, keep replicating and
+    acknowledging). A new consumer group reading from the first offset gets all 3,000 from the
+    slave: the slave holds a config for every topic and queue it dispatched from the replicated
+    log, and registers them with the name server at once."""
+    check_installed()
+    master = Broker(tmp_path, "master", ns.addr, "SYNC_MASTER", 0).start()
+    brokers.append(master)
+    slave = Broker(tmp_path, "slave", ns.addr, "SLAVE", 1).start()
+    brokers.append(slave)
+    wait_for(lambda: master.info()["slaves"] == 1, 40, "the slave to link")
+    paused = slave.child.proc.pid  # the broker process only: not its service processes
+    os.kill(paused, signal.SIGSTOP)
+    try:
+        sent = produce("ons", _Cluster(ns), "HA", [{"body": f"ha-{i}"} for i in range(3000)], tmp_path)
+        assert sum(s.get("status") == "SEND_OK" for s in sent) == 3000, [s for s in sent if s.get("status") != "SEND_OK"][:3]
+        assert not _slave_has_topic_on_disk(slave, "HA"), "the slave's config must not have been copied yet"
+        master.kill9()
+    finally:
+        os.kill(paused, signal.SIGCONT)
+    wait_for(lambda: "0" not in (ns.route("HA") or {"brokerDatas": [{"brokerAddrs": {"0": 1}}]})
+             ["brokerDatas"][0]["brokerAddrs"], 30, "the route to hold the slave only")
+    with Consumer("ons", _Cluster(ns), tmp_path, "HA", "cg-new", "c1",
+                  consumeFromWhere="CONSUME_FROM_FIRST_OFFSET") as c:
+        got = c.wait(lambda g: len({m["body"] for m in g}) >= 3000, 90, "all 3,000 from the slave")
+    assert {m["body"] for m in got} == {f"ha-{i}" for i in range(3000)}
+    assert "topics learned from the replicated log: HA" in slave.stderr()
+
+
 def test_a_stalled_link_times_out_is_dropped_and_a_cut_one_is_slave_not_available(tmp_path, ns, brokers):
     quick = "haSendHeartbeatInterval=300\nhaHousekeepingInterval=2000\n"
     master = Broker(tmp_path, "master", ns.addr, "SYNC_MASTER", 0, "syncFlushTimeout=1000\n" + quick).start()
@@ -179,6 +212,12 @@ class _Cluster:
 
     def __init__(self, ns: NameServer):
         self.namesrv = ns.addr
+
+
+def _slave_has_topic_on_disk(slave: Broker, topic: str) -> bool:
+    """The slave's persisted topic config (readable while its broker process is paused)."""
+    path = slave.store / "config" / "topics.json"
+    return path.exists() and topic in msgspec.json.decode(path.read_bytes()).get("topicConfigTable", {})
 
 
 def _slave_has_topic(slave: Broker, topic: str) -> bool:

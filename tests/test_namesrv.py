@@ -52,6 +52,24 @@ def test_route_lists_master_and_slave_by_id_and_quoted_keys():
     assert r.pickup_topic_route("Orders")["brokerDatas"][0]["brokerAddrs"] == {"0": "10.0.0.2:10911"}
 
 
+def test_a_slave_routes_topics_its_master_never_registered():
+    """RocketMQ takes queues from masters only; here a slave's registration fills in the topics
+    its broker name has no queues for (the master died before registering them), and the
+    master's registration stays the authority while it lives."""
+    r = RouteInfoManager(Clock())
+    r.register_broker("c1", "10.0.0.1:10911", "broker-a", 0, "10.0.0.1:10912", TBW)
+    learned = {**TBW, "Orders": TopicQueues(1, 1, 6), "Late": TopicQueues(3, 3, 6)}
+    r.register_broker("c1", "10.0.0.2:10911", "broker-a", 1, "", learned)
+    assert r.pickup_topic_route("Orders")["queueDatas"][0]["readQueueNums"] == 2  # the master's, untouched
+    late = r.pickup_topic_route("Late")
+    assert late["queueDatas"][0]["readQueueNums"] == 3 and late["brokerDatas"][0]["brokerName"] == "broker-a"
+    r.unregister_broker("c1", "10.0.0.1:10911", "broker-a", 0)  # the master gone: its slave serves both
+    assert r.pickup_topic_route("Late")["brokerDatas"][0]["brokerAddrs"] == {"1": "10.0.0.2:10911"}
+    assert r.pickup_topic_route("Orders")["brokerDatas"][0]["brokerAddrs"] == {"1": "10.0.0.2:10911"}
+    r.register_broker("c1", "10.0.0.1:10911", "broker-a", 0, "10.0.0.1:10912", TBW)  # back, without Late
+    assert "Late" not in r.topic_list()  # (its route is now the auto-create default, from TBW102)
+
+
 def test_unknown_topics_retry_topics_and_auto_create_off():
     r = RouteInfoManager(Clock(), default_topic_queue_nums=4)
     r.register_broker("c1", "10.0.0.1:10911", "broker-a", 0, "", TBW)

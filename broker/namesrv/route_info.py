@@ -102,8 +102,12 @@ class RouteInfoManager:
             del data.brokerAddrs[other_id]
         first = data.brokerAddrs.get(broker_id) != broker_addr
         data.brokerAddrs[broker_id] = broker_addr
-        if topics is not None and broker_id == MASTER_ID:  # only masters define queues (as RocketMQ)
+        if topics is not None and broker_id == MASTER_ID:  # a master's table is its broker name's queues
             self._replace_topics(broker_name, topics)
+        elif topics is not None:
+            # RocketMQ ignores a slave's topics. Here they fill in what the master never registered
+            # (it died first): every topic the slave replicated stays routable without it.
+            self._add_missing_topics(broker_name, topics)
         if first or broker_addr not in self.broker_live_table:
             log.info("broker %s (%s, id %d, cluster %s) registered with %d topics", broker_name, broker_addr,
                      broker_id, cluster, len(topics or {}))
@@ -122,6 +126,14 @@ class RouteInfoManager:
         # the registration carries the broker's whole table: a topic it no longer has loses its queues
         for topic in [t for t, by in self.topic_queue_table.items() if broker_name in by and t not in topics]:
             self._drop_queues(topic, broker_name)
+
+    def _add_missing_topics(self, broker_name: str, topics: dict[str, TopicQueues]) -> None:
+        for topic, q in topics.items():
+            by_broker = self.topic_queue_table.setdefault(topic, {})
+            if broker_name not in by_broker:
+                by_broker[broker_name] = QueueData(broker_name, q.readQueueNums, q.writeQueueNums, q.perm,
+                                                   q.topicSysFlag)
+                log.info("topic %s routed to %s from a slave's registration", topic, broker_name)
 
     def _drop_queues(self, topic: str, broker_name: str) -> None:
         by_broker = self.topic_queue_table.get(topic)

@@ -68,6 +68,9 @@ class BrokerController:
             self.topics = TopicManager(self.store.topic_config, self.config.autoCreateTopicEnable,
                                        self.config.defaultTopicQueueNums)
             self.topics.on_change.append(self.register_soon)
+            if self.store_config.is_slave:
+                self.topics.learn(self.store.queue_counts())
+                self.store.on_new_queues.append(lambda: self.topics.learn(self.store.queue_counts()))
             self.schedule = ScheduleMessageService(self.store, self.topics, self.config.messageDelayLevel,
                                                    on_delivered=self.holds.notify)
             for proc in (SendMessageProcessor(self), PullMessageProcessor(self), ConsumerProcessor(self),

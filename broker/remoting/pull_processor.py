@@ -41,7 +41,9 @@ class PullMessageProcessor:
         cfg = self.c.topics.get(topic)
         if cfg is None:
             return cmd.response(codes.TOPIC_NOT_EXIST, remark=f"topic[{topic}] not exist, apply first please!")
-        if queue_id < 0 or queue_id >= cfg.readQueueNums:
+        # A slave serves whatever its replicated queues hold: a queue its config does not count
+        # (yet) is one with nothing in it, not an error (the route may come from the master's config)
+        if queue_id < 0 or queue_id >= cfg.readQueueNums and not self.store.is_slave:
             return cmd.response(codes.SYSTEM_ERROR, remark=f"queueId[{queue_id}] is illegal, topic {topic} has "
                                                            f"{cfg.readQueueNums} read queues")
         if sys_flag & FLAG_COMMIT_OFFSET and not self.store.is_slave:  # as Java: commits ride pulls on masters

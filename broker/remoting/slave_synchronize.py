@@ -67,6 +67,7 @@ class SlaveSynchronize:
                   for name, cfg in (data.get("topicConfigTable") or {}).items()}
         table.replace(topics, version)
         log.info("topic config copied from master %s: %d topics", self.master_addr, len(topics))
+        self.c.topics.learn(self.c.store.queue_counts())  # what the log holds stays served
 
     def close(self) -> None:
         if self._conn is not None:

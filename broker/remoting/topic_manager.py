@@ -62,6 +62,34 @@ class TopicManager:
             cb()
         return cfg
 
+    def learn(self, queue_counts: dict[str, int]) -> list[str]:
+        """A slave's topics from the queues its log holds (MessageStore.queue_counts): a topic it
+        has no config for yet, or fewer queues than it holds, gets one, so that consumers can read
+        every replicated message the moment the master is gone, before (or without) a copy of
+        the master's config. Returns the topics created or widened; on_change follows."""
+        learned = []
+        for topic, n in sorted(queue_counts.items()):
+            cfg = self.table.topics.get(topic)
+            if cfg is not None and cfg.readQueueNums >= n:
+                continue
+            try:
+                check_topic_name(topic)
+            except TopicError as e:
+                log.warning("consume queue directory %r is not a topic: %s", topic, e)
+                continue
+            if cfg is None:
+                cfg = TopicConfig(topic, n, n, PERM_READ | PERM_WRITE)
+            else:
+                cfg = TopicConfig(**{**vars(cfg), "readQueueNums": n, "writeQueueNums": max(n, cfg.writeQueueNums)})
+            learned.append(cfg)
+        if learned:
+            self.table.put_learned(learned)
+            log.info("topics learned from the replicated log: %s",
+                     ", ".join(f"{c.topicName} ({c.readQueueNums} queues)" for c in learned))
+            for cb in self.on_change:
+                cb()
+        return [c.topicName for c in learned]
+
     def serialize_wrapper(self) -> dict:
         """TopicConfigSerializeWrapper for REGISTER_BROKER."""
         return {"topicConfigTable": {n: vars(c) for n, c in self.table.topics.items()},

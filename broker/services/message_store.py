@@ -171,6 +171,8 @@ class MessageStore:
         self._seen_min = 0  # MIN_OFFSET as last acted on
         self._disk_full = 0  # DISK_FULL as last seen
         self._dispatch_blocked = 0  # DISPATCH_BLOCKED as last seen (the errno the reput is stuck on)
+        self._queues_seen = 0  # QUEUES_SEEN as last acted on
+        self.on_new_queues: list = []  # called when the reput starts writing a queue (see queue_counts)
         self.refused_writes = 0  # puts refused for a full disk
         self._refusal_logged = 0.0
         # counters for metrics (plain ints: a put pays an add, not a lock)
@@ -371,6 +373,11 @@ class MessageStore:
             self._disk_full = full
             log.log(logging.ERROR if full else logging.WARNING, "%s", "disk full: refusing writes" if full
                     else "disk usage back under diskSpaceWarningLevelRatio: accepting writes")
+        seen = t.load(Slot.QUEUES_SEEN)
+        if seen != self._queues_seen:
+            self._queues_seen = seen
+            for cb in self.on_new_queues:
+                cb()
         blocked = t.load(Slot.DISPATCH_BLOCKED)
         if blocked != self._dispatch_blocked:
             self._dispatch_blocked = blocked
@@ -839,6 +846,24 @@ class MessageStore:
             out.update(received=t.load(Slot.HA_RECEIVED), linked=t.load(Slot.HA_LINK))
         else:
             out.update(acked=t.load(Slot.ACKED), slaves=t.load(Slot.HA_SLAVES))
+        return out
+
+    def queue_counts(self) -> dict[str, int]:
+        """Each topic that has consume queues on disk, with one more than its highest queue id:
+        what the log itself says exists, whatever any topic config says."""
+        out: dict[str, int] = {}
+        root = self.config.consumequeue_dir
+        try:
+            topics = os.listdir(root)
+        except FileNotFoundError:
+            return out
+        for topic in topics:
+            try:
+                ids = [int(q) for q in os.listdir(os.path.join(root, topic)) if q.isdigit()]
+            except NotADirectoryError:
+                continue
+            if ids:
+                out[topic] = max(ids) + 1
         return out
 
     def _drop_below(self, min_offset: int) -> None:

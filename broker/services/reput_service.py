@@ -26,11 +26,13 @@ BATCH = 8192
 
 
 class Dispatcher:
-    """Writes scanned records' entries into their consume queues (reused by tests and tools)."""
+    """Writes scanned records' entries into their consume queues (reused by tests and tools).
+    `on_new_queue` is called the first time a queue is written to by this dispatcher."""
 
-    def __init__(self, cqs: ConsumeQueueStore):
+    def __init__(self, cqs: ConsumeQueueStore, on_new_queue=None):
         self.cqs = cqs
         self._queues: dict[int, object] = {}
+        self._on_new_queue = on_new_queue
 
     def dispatch(self, scanner: Scanner, count: int) -> None:
         e = scanner.entries[:count]
@@ -49,6 +51,8 @@ class Dispatcher:
         if cq is None:
             topic = scanner.topics[key >> 32].decode("utf-8", "replace")
             cq = self._queues[key] = self.cqs.get(topic, key & 0xFFFFFFFF)
+            if self._on_new_queue is not None:
+                self._on_new_queue()
         cq.put(e["queue_offset"], e["phys_offset"], e["size"], e["tag_hash"])
 
 
@@ -63,10 +67,16 @@ class ReputService:
         self.log = MappedFileQueue(config.commitlog_dir, config.mappedFileSizeCommitLog, writable=False)
         self.cqs = ConsumeQueueStore(config.consumequeue_dir, config.mappedFileSizeConsumeQueue, writable=True)
         self.scanner = Scanner(BATCH)
-        self.dispatcher = Dispatcher(self.cqs)
+        # A slave learns its topics from here: it holds no config for a topic until its master's
+        # is copied, and a topic made seconds before the master died never would be.
+        self.dispatcher = Dispatcher(self.cqs, on_new_queue=self._announce_queue)
         self.notify_fd = notify_fd
         self.last_store_ts = 0
         self._retry_wait = 0.0
+
+    def _announce_queue(self) -> None:
+        self.table.add(Slot.QUEUES_SEEN, 1)
+        notify(self.notify_fd)
 
     def _blocked(self, err: OSError) -> None:
         """A consume-queue file could not be made or written (a full disk, most often). Dying

@@ -125,6 +125,13 @@ class TopicConfigTable:
         self.data_version = dict(data_version)
         self.persist()
 
+    def put_learned(self, configs: list[TopicConfig]) -> None:
+        """Topics a slave learned from its own consume queues: kept and persisted, but the data
+        version stays the master's, so SlaveSynchronize does not take them for a change."""
+        for cfg in configs:
+            self.topics[cfg.topicName] = cfg
+        self.persist()
+
     def put(self, cfg: TopicConfig) -> None:
         import time
         self.topics[cfg.topicName] = cfg

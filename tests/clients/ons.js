@@ -3,7 +3,7 @@
 //   node ons.js produce '<json>'   one JSON line per send result (or error), then {"done":true}
 //   node ons.js consume '<json>'   one JSON line per delivery, until SIGTERM or stdin closes;
 //                                  then consumer.close() (commits offsets) and {"closed":true}
-// Options: nameSrv, group, topic, expression, instanceName, accessKey, secretKey,
+// Options: nameSrv, group, topic, expression, instanceName, accessKey, secretKey, consumeFromWhere,
 //   messages [{tags, keys:[..], props:{}, body (utf8) | size (bytes of 'x')}],
 //   fail: "always" | "once" (ACTION_RETRY on a message's first delivery), maxReconsumeTimes.
 const { Producer, Consumer, Message } = require('ali-ons');
@@ -50,7 +50,7 @@ async function consume() {
     consumerGroup: opt.group,
     maxReconsumeTimes: opt.maxReconsumeTimes === undefined ? 16 : opt.maxReconsumeTimes,
     rebalanceInterval: opt.rebalanceInterval || 10000,
-  }, common));
+  }, opt.consumeFromWhere ? { consumeFromWhere: opt.consumeFromWhere } : {}, common));
   consumer.on('error', err => process.stderr.write(`consumer error: ${err.message}\n`));
   consumer.subscribe(opt.topic, opt.expression || '*', async msg => {
     const failing = opt.fail === 'always' || (opt.fail === 'once' && msg.reconsumeTimes === 0);
