@@ -215,9 +215,11 @@ def test_forced_deletion_under_readers_on_a_small_filesystem(small_fs):
             held = s.get("T", 0, 0, 32)
             before = [bytes(m) for m in held.messages]
             _ballast(small_fs / "ballast", 0.80)  # above the forcible ratio: age no longer matters
-            # the store's own view, moved when it handles the cleaner's wake-up (the shared
-            # slot alone can be read before that, while the queues still start at 0)
-            await s._wait_condition(lambda: s.commit_log.min_offset >= 2 * 4 * SEG, 30)
+            # everything below the segment holding the end of the data goes, in one pass or more:
+            # wait for the last of them, in the store's own view (moved when it handles the
+            # cleaner's wake-up; the shared slot alone can be read while queues still start at 0)
+            last = r.end_offset - r.end_offset % (4 * SEG)
+            await s.wait_condition(lambda: s.commit_log.min_offset == last, 30)
             assert not os.path.exists(os.path.join(cfg.commitlog_dir, "00000000000000000000"))
             assert [bytes(m) for m in held.messages] == before  # no SIGBUS, no torn bytes
             held.release()
@@ -267,13 +269,13 @@ def test_a_running_store_refuses_puts_while_the_disk_is_flagged_full(tmp_path):
         cfg = MessageStoreConfig(storePathRootDir=str(tmp_path / "s"), mappedFileSizeCommitLog=SEG)
         async with MessageStore(cfg) as s:
             s.table.store(Slot.DISK_FULL, 1)  # as the cleaner does; the broker learns it on a wake-up
-            s._on_notify_soon()
-            await s._wait_condition(lambda: s._disk_full, 5)
+            s.poke()
+            await s.wait_condition(lambda: s.flags.disk_full, 5)
             with pytest.raises(ServiceUnavailable, match="disk full"):
                 await s.put("T", 0, b"x")
             s.table.store(Slot.DISK_FULL, 0)
-            s._on_notify_soon()
-            await s._wait_condition(lambda: not s._disk_full, 5)
+            s.poke()
+            await s.wait_condition(lambda: not s.flags.disk_full, 5)
             assert (await s.put("T", 0, b"x")).status is PutStatus.PUT_OK
     asyncio.run(main())
 
@@ -297,13 +299,13 @@ def test_a_consume_queue_that_cannot_be_made_holds_dispatch_refuses_writes_and_r
             reput = s.services["reput"].pid
             taken = await s.put("B", 0, b"b")  # the commit log has room: stored
             assert taken.status is PutStatus.PUT_OK
-            await s._wait_condition(lambda: s._dispatch_blocked, 10)
-            assert not s._disk_full, "usage stays under diskSpaceWarningLevelRatio"
+            await s.wait_condition(lambda: s.flags.dispatch_blocked, 10)
+            assert not s.flags.disk_full, "usage stays under diskSpaceWarningLevelRatio"
             with pytest.raises(ServiceUnavailable, match="consume queues cannot be written.*No space left"):
                 await s.put("A", 0, b"refused")
             assert not [n for n in os.listdir(small_fs / "s" / "consumequeue" / "B" / "0") if n.endswith(".tmp")]
             os.unlink(small_fs / "ballast")
-            await s._wait_condition(lambda: not s._dispatch_blocked, 10)
+            await s.wait_condition(lambda: not s.flags.dispatch_blocked, 10)
             assert s.services["reput"].pid == reput and s.services["reput"].restarts == 0
             after = await s.put("A", 0, b"after")
             await s.wait_dispatched(after.end_offset, 10)

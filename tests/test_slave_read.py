@@ -15,7 +15,7 @@ def test_master_suggests_the_slave_only_for_a_backlog_past_its_memory_share(tmp_
         async with Broker(tmp_path / "on", slaveReadEnable=True) as b:
             for i in range(8):
                 assert (await b.send_v2("T", b"x" * 1000, queue_id=0)).code == codes.SUCCESS
-            b.controller.store._memory_share = 3000  # as if RAM * accessMessageInMemoryMaxRatio were 3 KB
+            b.controller.store.reader.memory_share = 3000  # as if RAM * accessMessageInMemoryMaxRatio were 3 KB
             first = await b.pull("T", 0, 0, sys_flag=2, maxMsgNums=1)
             last = await b.pull("T", 0, 7, sys_flag=2, maxMsgNums=1)
             assert first.code == last.code == codes.SUCCESS
@@ -24,7 +24,7 @@ def test_master_suggests_the_slave_only_for_a_backlog_past_its_memory_share(tmp_
         async with Broker(tmp_path / "off") as b:  # slaveReadEnable=false: always the master
             await b.send_v2("T", b"x" * 1000)
             await b.send_v2("T", b"x" * 1000)
-            b.controller.store._memory_share = 10
+            b.controller.store.reader.memory_share = 10
             r = await b.pull("T", 0, 0, sys_flag=2, maxMsgNums=1)
             assert r.code == codes.SUCCESS and r.ext["suggestWhichBrokerId"] == "0"
     asyncio.run(main())
@@ -64,7 +64,7 @@ def test_sync_flush_and_sync_master_together_wait_for_both(tmp_path):
                                                 listenPort=free_port(), brokerRole="SLAVE",
                                                 haMasterAddress=f"127.0.0.1:{ha}"))
         async with master, slave:
-            await master._wait_condition(lambda: master.offsets()["slaves"] == 1, 30)
+            await master.wait_condition(lambda: master.offsets()["slaves"] == 1, 30)
             results = await asyncio.gather(*(master.put("T", i % 4, b"m" * 500) for i in range(300)))
             o = master.offsets()
             assert {r.status for r in results} == {PutStatus.PUT_OK}

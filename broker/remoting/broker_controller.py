@@ -68,8 +68,10 @@ class BrokerController:
             self.topics = TopicManager(self.store.topic_config, self.config.autoCreateTopicEnable,
                                        self.config.defaultTopicQueueNums)
             self.topics.on_change.append(self.register_soon)
+            # every topic whose queues the log holds is served, whatever topics.json lost (a
+            # crash before its background write) or never had (a slave's master died first)
+            self.topics.learn(self.store.queue_counts())
             if self.store_config.is_slave:
-                self.topics.learn(self.store.queue_counts())
                 self.store.on_new_queues.append(lambda: self.topics.learn(self.store.queue_counts()))
             self.schedule = ScheduleMessageService(self.store, self.topics, self.config.messageDelayLevel,
                                                    on_delivered=self.holds.notify)
@@ -91,7 +93,7 @@ class BrokerController:
         self.register_soon()
         self._every(self.config.registerNameServerPeriod / 1000, self.register_soon)
         self._every(10.0, self.consumers.scan_expired)
-        self._every(self.store_config.flushConsumerOffsetInterval / 1000, self.schedule.persist)
+        self._every(self.store_config.flushConsumerOffsetInterval / 1000, self.schedule.persist_soon)
         if self.acl is not None:
             self._every(5.0, self.acl.reload_if_changed)
         if self.slave_sync is not None:

@@ -22,7 +22,7 @@ import time
 from broker.remoting.broker_config import parse_delay_levels
 from broker.remoting.topic_manager import SCHEDULE_TOPIC
 from broker.services.message_store import GetStatus
-from broker.store.config_files import read_with_backup, write_atomic
+from broker.store.config_files import WRITER, read_with_backup, write_atomic
 from broker.store.errors import ServiceUnavailable, StoreError
 from broker.store.message import decode_message, encode_properties, host_bytes
 
@@ -101,14 +101,24 @@ class ScheduleMessageService:
                 self.offsets[level] = off
                 self._dirty = True
 
+    def _text(self) -> str:
+        return json.dumps({"offsetTable": {str(k): v for k, v in sorted(self.offsets.items())}})
+
     def persist(self) -> None:
+        """Write now (shutdown)."""
         if not self._dirty:
             return
         try:
-            write_atomic(self.path, json.dumps({"offsetTable": {str(k): v for k, v in sorted(self.offsets.items())}}))
+            write_atomic(self.path, self._text())
             self._dirty = False
         except OSError as e:
             log.error("could not persist %s: %s", self.path, e)
+
+    def persist_soon(self) -> None:
+        """Write from the background writer (every flushConsumerOffsetInterval, off the event loop)."""
+        if self._dirty:
+            WRITER.submit(self.path, self._text())
+            self._dirty = False
 
     async def _run_level(self, level: int) -> None:
         qid = level - 1

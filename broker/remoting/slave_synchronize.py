@@ -43,11 +43,11 @@ class SlaveSynchronize:
             moved = self.c.store.consumer_offsets.merge((await self._call(codes.GET_ALL_CONSUMER_OFFSET))
                                                         .get("offsetTable") or {})
             if moved:
-                self.c.store.consumer_offsets.persist()
+                self.c.store.consumer_offsets.persist_soon()
             delay = (await self._call(codes.GET_ALL_DELAY_OFFSET)).get("offsetTable") or {}
             if self.c.schedule is not None:
                 self.c.schedule.merge({int(k): int(v) for k, v in delay.items()})
-                self.c.schedule.persist()
+                self.c.schedule.persist_soon()
             if self._failing:
                 log.info("synchronizing from master %s again", self.master_addr)
             self._failing = None

@@ -18,6 +18,7 @@ import os
 import time
 
 from broker.services.process import enter_service, notify, run_service
+from broker.store import paths
 from broker.store.checkpoint import StoreCheckpoint
 from broker.store.config import SYNC_FLUSH
 from broker.store.mapped_file import offset_to_name
@@ -32,7 +33,7 @@ class FlushService:
     def __init__(self, config, notify_fd: int):
         self.config = config
         self.table = open_table(config.storePathRootDir)
-        self.ckpt = StoreCheckpoint(os.path.join(config.storePathRootDir, "checkpoint"))
+        self.ckpt = StoreCheckpoint(paths.checkpoint(config.storePathRootDir))
         self.notify_fd = notify_fd
         self.seg = config.mappedFileSizeCommitLog
         self.fds: dict[int, int] = {}

@@ -1,144 +1,79 @@
 """MessageStore: the in-process API over the store and its service processes.
 
-The broker process is the commit log's only writer. `put` encodes straight into the mapped
+The broker process is the commit log's only writer. `append` encodes straight into the mapped
 segment and publishes `wrote` in the shared offset table; the flush and reput services (their
-own processes, supervised here) wake on that futex. Under SYNC_FLUSH a put parks a future in
-a deque ordered by end offset; each flush writes our eventfd and every future up to the new
-`flushed` completes at once (group commit). Deadlines grow with offsets too, so one timer on
-the oldest waiter enforces syncFlushTimeout for all of them.
+own processes, supervised here) wake on that futex. What the services publish back comes in
+through one eventfd (Notifier) and reaches the parts that wait on it:
+
+- GroupCommitService (SYNC_FLUSH) and GroupTransferService (SYNC_MASTER) answer the puts
+  waiting for `flushed` / `acked`;
+- RunningFlags follows the cleaner's DISK_FULL and the reput's DISPATCH_BLOCKED;
+- DispatchWaiters serve readers waiting for consume queues;
+- a deletion by the cleaner (MIN_OFFSET) drops maps here.
+
+Reads go through QueueReader. This class keeps the lifecycle (lock, recovery, services, clean
+stop) and the put path.
 """
 from __future__ import annotations
 
 import asyncio
 import collections
-import enum
 import fcntl
 import logging
 import os
 import socket
 import time
 
-import numpy as np
-
-from broker.kernels.codec import msg_id as _msg_id
+from broker.services.dispatch_waiters import DispatchWaiters
+from broker.services.group_commit import GroupCommitService
+from broker.services.group_transfer import GroupTransferService
+from broker.services.notifier import Notifier
+from broker.services.offset_waiters import Resolve, resolve_future
+from broker.services.queue_reader import QueueReader
+from broker.services.running_flags import RunningFlags
+from broker.services.service_specs import specs_for
 from broker.services.supervisor import ServiceProcess
+from broker.store import ha_master_address, paths
 from broker.store.checkpoint import StoreCheckpoint
-from broker.store.commit_log import BatchChunk, CommitLog
+from broker.store.commit_log import CommitLog
 from broker.store.config import SYNC_FLUSH, MessageStoreConfig
-from broker.store.config_files import ConsumerOffsetTable, TopicConfigTable
-from broker.store.consume_queue import ConsumeQueue, ConsumeQueueStore
-from broker.store import ha_master_address
+from broker.store.config_files import WRITER, ConsumerOffsetTable, TopicConfigTable
+from broker.store.consume_queue import ConsumeQueueStore
 from broker.store.durable import fsync_dir
-from broker.store.errors import MessageIllegal, ServiceUnavailable, StoreError
-from broker.store.message import StoredMessage, decode_message, encode_properties
+from broker.store.errors import MessageIllegal, ServiceUnavailable
+from broker.store.message import StoredMessage, encode_properties
 from broker.store.offset_table import Slot, create_table
 from broker.store.recovery import RecoveryResult, recover
+from broker.store.results import (BatchChunk, BatchPutResult, GetResult, GetStatus,  # noqa: F401 (re-exported)
+                                  PutResult, PutStatus)
 
 log = logging.getLogger("store")
 _WROTE = int(Slot.WROTE)  # a plain int: the put path passes it to the kernel on every call
 DEFAULT_BORN_HOST = socket.inet_aton("127.0.0.1") + (0).to_bytes(4, "big")
-
-
-class PutStatus(enum.Enum):
-    PUT_OK = "PUT_OK"
-    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
-    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
-    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
-    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
-
-
-class GetStatus(enum.Enum):
-    FOUND = "FOUND"
-    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
-    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
-    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
-    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
-    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
-    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
-    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
-
-
-class PutResult:
-    __slots__ = ("status", "physical_offset", "queue_offset", "size", "store_timestamp", "_store_host")
-
-    def __init__(self, status, physical_offset, queue_offset, size, store_timestamp, store_host):
-        self.status = status
-        self.physical_offset = physical_offset
-        self.queue_offset = queue_offset
-        self.size = size
-        self.store_timestamp = store_timestamp
-        self._store_host = store_host
-
-    @property
-    def msg_id(self) -> str:
-        """offsetMsgId: 32 upper-case hex chars of store IPv4, port and physical offset."""
-        return _msg_id(self._store_host, self.physical_offset)
-
-    @property
-    def end_offset(self) -> int:
-        return self.physical_offset + self.size
-
-    def __repr__(self) -> str:
-        return (f"PutResult({self.status.name}, phys={self.physical_offset}, queue_offset={self.queue_offset}, "
-                f"size={self.size})")
-
-
 REPUT_WAKE_DELAY = 0.001  # seconds; see _publish_wrote
 
 
-class BatchPutResult:
-    __slots__ = ("status", "chunks", "count", "end_offset", "store_timestamp", "_sizes", "_store_host")
+class _Both:
+    """SYNC_FLUSH + SYNC_MASTER: the put's status once the flush and a slave both answered; the
+    flush's failure first, as RocketMQ's handleDiskFlush runs before handleHA."""
 
-    def __init__(self, status, chunks: list[BatchChunk], count, end_offset, store_timestamp, sizes, store_host):
-        self.status = status
-        self.chunks = chunks
-        self.count = count
-        self.end_offset = end_offset
-        self.store_timestamp = store_timestamp
-        self._sizes = sizes
-        self._store_host = store_host
+    __slots__ = ("flush", "ack", "resolve", "arg")
 
-    @property
-    def queue_offset(self) -> int:
-        return self.chunks[0].queue_offset if self.chunks else -1
+    def __init__(self, resolve: Resolve, arg):
+        self.flush = self.ack = None
+        self.resolve, self.arg = resolve, arg
 
-    def physical_offsets(self) -> np.ndarray:
-        """Physical offset of every record, in order (computed on demand, not on the put path)."""
-        out = np.empty(self.count, np.int64)
-        i = 0
-        for c in self.chunks:
-            sizes = self._sizes[i:i + c.count]
-            out[i] = c.phys
-            if c.count > 1:
-                out[i + 1:i + c.count] = c.phys + np.cumsum(sizes[:-1])
-            i += c.count
-        return out
+    @staticmethod
+    def flushed(self: "_Both", status: PutStatus) -> None:
+        self.flush = status
+        if self.ack is not None:
+            self.resolve(self.arg, status if status is not PutStatus.PUT_OK else self.ack)
 
-    def msg_ids(self) -> list[str]:
-        return [_msg_id(self._store_host, int(p)) for p in self.physical_offsets()]
-
-
-class GetResult:
-    __slots__ = ("status", "messages", "queue_offsets", "next_offset", "min_offset", "max_offset", "total_bytes",
-                 "suggest_slave")
-
-    def __init__(self, status, next_offset, min_offset, max_offset, messages=(), queue_offsets=(), total_bytes=0):
-        self.status = status
-        self.messages: list[memoryview] = list(messages)  # zero-copy views of whole stored records
-        self.queue_offsets: list[int] = list(queue_offsets)
-        self.next_offset = next_offset
-        self.min_offset = min_offset
-        self.max_offset = max_offset
-        self.total_bytes = total_bytes
-        # RocketMQ's suggestPullingFromSlave: the unread backlog behind these messages is larger
-        # than accessMessageInMemoryMaxRatio % of RAM (it would be read from disk, not memory)
-        self.suggest_slave = False
-
-    def release(self) -> None:
-        """Drop the views (they pin their segment's map until released)."""
-        for m in self.messages:
-            m.release()
-        self.messages = []
+    @staticmethod
+    def acked(self: "_Both", status: PutStatus) -> None:
+        self.ack = status
+        if self.flush is not None:
+            self.resolve(self.arg, self.flush if self.flush is not PutStatus.PUT_OK else status)
 
 
 class MessageStore:
@@ -158,31 +93,25 @@ class MessageStore:
         self.ckpt: StoreCheckpoint | None = None
         self.services: dict[str, ServiceProcess] = {}
         self.recovery: RecoveryResult | None = None
+        self.notifier: Notifier | None = None
+        self.flags: RunningFlags | None = None
+        self.group_commit: GroupCommitService | None = None
+        self.group_transfer: GroupTransferService | None = None
+        self.dispatch: DispatchWaiters | None = None
+        self.reader = QueueReader(self)
+        self.on_new_queues: list = []  # called when the reput starts writing a queue (queue_counts)
         self._lock_fd = -1
-        self._efd = -1
         self._loop: asyncio.AbstractEventLoop | None = None
         self._topics: dict[str, bytes] = {}
         self._last_end: dict[tuple[bytes, int], int] = {}
-        self._flush_waiters: collections.deque = collections.deque()  # (end offset, deadline, future)
-        self._flush_timer: asyncio.TimerHandle | None = None
-        self._ack_waiters: collections.deque = collections.deque()  # SYNC_MASTER: (end, deadline, future)
-        self._ack_timer: asyncio.TimerHandle | None = None
-        self._slave_max: dict[tuple[str, int], int] = {}  # slave: consumable end of each queue
         self._seen_min = 0  # MIN_OFFSET as last acted on
-        self._disk_full = 0  # DISK_FULL as last seen
-        self._dispatch_blocked = 0  # DISPATCH_BLOCKED as last seen (the errno the reput is stuck on)
         self._queues_seen = 0  # QUEUES_SEEN as last acted on
-        self.on_new_queues: list = []  # called when the reput starts writing a queue (see queue_counts)
-        self.refused_writes = 0  # puts refused for a full disk
+        self.refused_writes = 0  # puts refused (disk full, queues not writable)
         self._refusal_logged = 0.0
         # counters for metrics (plain ints: a put pays an add, not a lock)
-        self.put_msgs = self.put_bytes = self.get_msgs = self.get_bytes = 0
+        self.put_msgs = self.put_bytes = 0
         self.put_failed: collections.Counter = collections.Counter()  # final status other than PUT_OK -> messages
-        self._memory_share = (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-                              * config.accessMessageInMemoryMaxRatio // 100)
         self._wake_pending = False
-        self._dispatch_waiters: list = []  # (offset, future)
-        self._conditions: list = []  # (predicate, future): checked on every service wake-up
         self._open = False
         self._accepting = False
         self.consumer_offsets = ConsumerOffsetTable(config.config_dir)
@@ -199,7 +128,7 @@ class MessageStore:
 
     def _lock(self) -> None:
         os.makedirs(self.root, exist_ok=True)
-        self._lock_fd = os.open(os.path.join(self.root, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        self._lock_fd = os.open(paths.lock_file(self.root), os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -221,11 +150,11 @@ class MessageStore:
         cfg = self.config
         for d in (cfg.commitlog_dir, cfg.consumequeue_dir, cfg.config_dir):
             os.makedirs(d, exist_ok=True)
-        abort = os.path.join(self.root, "abort")
+        abort = paths.abort_file(self.root)
         clean = not os.path.exists(abort)
         self.consumer_offsets.load()
         self.topic_config.load()
-        self.ckpt = StoreCheckpoint(os.path.join(self.root, "checkpoint"))
+        self.ckpt = StoreCheckpoint(paths.checkpoint(self.root))
         self.commit_log = CommitLog(cfg, writable=True)
         self.commit_log.load()
         writer_cqs = ConsumeQueueStore(cfg.consumequeue_dir, cfg.mappedFileSizeConsumeQueue, writable=True)
@@ -257,16 +186,24 @@ class MessageStore:
         os.close(os.open(abort, os.O_WRONLY | os.O_CREAT, 0o644))
         fsync_dir(self.root)
 
-        self._efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
-        self._loop.add_reader(self._efd, self._on_notify)
-        ha = "broker.ha.ha_client" if self.is_slave else "broker.ha.ha_service"
-        for name, module in (("flush", "broker.services.flush_service"), ("reput", "broker.services.reput_service"),
-                             ("ha", ha), ("clean", "broker.services.clean_service")):
-            svc = self.services[name] = ServiceProcess(name, module, cfg, self._efd, self._loop)
+        loop = self._loop
+        n = self.notifier = Notifier(loop)
+        self.flags = RunningFlags(t, cfg)
+        self.dispatch = DispatchWaiters(t, loop, n.poke)
+        if self.sync_flush:
+            self.group_commit = GroupCommitService(t, loop, cfg.syncFlushTimeout)
+            n.listeners.append(self.group_commit.on_wake)
+        if self.sync_master:
+            self.group_transfer = GroupTransferService(t, loop, cfg.syncFlushTimeout, cfg.haSlaveFallbehindMax)
+            n.listeners.append(self.group_transfer.on_wake)
+        n.listeners += [self._on_min_offset, self.flags.on_wake, self._on_queues_seen, self.dispatch.on_wake]
+        self._specs = specs_for(self.is_slave)
+        for spec in self._specs:
+            svc = self.services[spec.name] = ServiceProcess(spec.name, spec.module, cfg, n.fd, loop)
             svc.start()
         self._open = True
-        for name in self.services:
-            await self._wait_ready(name, cfg.serviceStartTimeout / 1000)
+        for spec in self._specs:
+            await self._wait_ready(spec, cfg.serviceStartTimeout / 1000)
         # As RocketMQ: serve only once consume queues caught up with the recovered log.
         await self.wait_dispatched(res.max_offset, cfg.serviceStartTimeout / 1000)
         self.cqs = ConsumeQueueStore(cfg.consumequeue_dir, cfg.mappedFileSizeConsumeQueue, writable=False)
@@ -274,18 +211,24 @@ class MessageStore:
         self.cqs.correct_min(self._seen_min)  # queues may still have files below an earlier deletion
         self.cqs.load()
         self._accepting = True
-        self._persist_timer = self._loop.call_later(cfg.flushConsumerOffsetInterval / 1000, self._persist_offsets)
+        self._persist_timer = loop.call_later(cfg.flushConsumerOffsetInterval / 1000, self._persist_offsets)
 
     def _persist_offsets(self) -> None:
         """Every flushConsumerOffsetInterval (5 s), as RocketMQ's ConsumerOffsetManager."""
         try:
             if self.consumer_offsets.dirty:
-                self.consumer_offsets.persist()
+                self.consumer_offsets.persist_soon()
         except OSError as e:
             log.error("could not persist consumer offsets: %s", e)
         if self._accepting:
             self._persist_timer = self._loop.call_later(self.config.flushConsumerOffsetInterval / 1000,
                                                         self._persist_offsets)
+
+    async def _wait_ready(self, spec, timeout: float) -> None:
+        """A service is ready once it has published its pid (after installing its signal handlers)."""
+        svc = self.services[spec.name]
+        await self.wait_condition(lambda: svc.proc.poll() is not None or self.table.load(spec.pid_slot) == svc.pid,
+                                  timeout)
 
     async def close(self) -> None:
         if not self._open:
@@ -294,7 +237,9 @@ class MessageStore:
         self._accepting = False
         if self._persist_timer is not None:
             self._persist_timer.cancel()
+        WRITER.drain()  # what the loop handed to the background writer, before the final writes
         self.consumer_offsets.persist()
+        self.topic_config.persist()
         t = self.table
         t.wake(_WROTE)
         wrote = t.load(Slot.WROTE)
@@ -307,23 +252,22 @@ class MessageStore:
         for svc in self.services.values():
             svc.stopping = True
         t.store(Slot.SHUTDOWN, 1)
-        for name, svc in self.services.items():
+        for spec in self._specs:
             # A service stopped before it set up its signal handling would die without its final
             # flush: let a (re)starting one get ready first.
             try:
-                await self._wait_ready(name, 10)
+                await self._wait_ready(spec, 10)
             except asyncio.TimeoutError:
-                log.error("%s service is not ready; stopping it anyway", name)
-            await svc.stop()
+                log.error("%s service is not ready; stopping it anyway", spec.name)
+            await self.services[spec.name].stop()
         flushed, dispatched = t.load(Slot.FLUSHED), t.load(Slot.DISPATCHED)
-        self._complete_flush_waiters(flushed)
-        self._expire_flush_waiters(force=True)
-        self._complete_ack_waiters(t.load(Slot.ACKED))
-        self._expire_ack_waiters(force=True)
+        for waiting in (self.group_commit, self.group_transfer):
+            if waiting is not None:
+                waiting.close()
         if flushed == wrote and dispatched == wrote:
             self.ckpt.set(cleanOffset=wrote)
             self.ckpt.flush()
-            os.unlink(os.path.join(self.root, "abort"))
+            os.unlink(paths.abort_file(self.root))
             fsync_dir(self.root)
             log.info("store %s stopped cleanly at %d", self.root, wrote)
         else:
@@ -337,14 +281,12 @@ class MessageStore:
             if svc.proc is not None and svc.proc.poll() is None:
                 await svc.stop(5)
         self.services.clear()
-        for timer in (self._flush_timer, self._ack_timer):
-            if timer is not None:
-                timer.cancel()
-        self._flush_timer = self._ack_timer = None
-        if self._efd >= 0:
-            self._loop.remove_reader(self._efd)
-            os.close(self._efd)
-            self._efd = -1
+        for waiting in (self.group_commit, self.group_transfer):
+            if waiting is not None:
+                waiting.waiters.close()
+        if self.notifier is not None:
+            self.notifier.close()
+            self.notifier = None
         for part in (self.cqs, self.commit_log, self.ckpt, self.table):
             if part is not None:
                 part.close()
@@ -353,180 +295,38 @@ class MessageStore:
             os.close(self._lock_fd)
             self._lock_fd = -1
 
-    # -- wake-ups from the services -----------------------------------------------------------
-    def _on_notify(self) -> None:
-        try:
-            os.eventfd_read(self._efd)
-        except BlockingIOError:
-            return
-        t = self.table
-        if self._flush_waiters:
-            self._complete_flush_waiters(t.load(Slot.FLUSHED))
-        if self._ack_waiters:
-            self._complete_ack_waiters(t.load(Slot.ACKED))
-        m = t.load(Slot.MIN_OFFSET)
+    # -- what the services tell us -------------------------------------------------------------
+    def _on_min_offset(self) -> None:
+        m = self.table.load(Slot.MIN_OFFSET)
         if m != self._seen_min:
             self._seen_min = m
             self._drop_below(m)
-        full = t.load(Slot.DISK_FULL)
-        if full != self._disk_full:
-            self._disk_full = full
-            log.log(logging.ERROR if full else logging.WARNING, "%s", "disk full: refusing writes" if full
-                    else "disk usage back under diskSpaceWarningLevelRatio: accepting writes")
-        seen = t.load(Slot.QUEUES_SEEN)
+
+    def _on_queues_seen(self) -> None:
+        seen = self.table.load(Slot.QUEUES_SEEN)
         if seen != self._queues_seen:
             self._queues_seen = seen
             for cb in self.on_new_queues:
                 cb()
-        blocked = t.load(Slot.DISPATCH_BLOCKED)
-        if blocked != self._dispatch_blocked:
-            self._dispatch_blocked = blocked
-            if blocked:
-                log.error("consume queues cannot be written (%s): refusing writes", os.strerror(blocked))
-            else:
-                log.warning("consume queues are written again: accepting writes")
-        if self._dispatch_waiters:
-            d = t.load(Slot.DISPATCHED)
-            keep = []
-            for off, fut in self._dispatch_waiters:
-                if off <= d:
-                    if not fut.done():
-                        fut.set_result(d)
-                else:
-                    keep.append((off, fut))
-            self._dispatch_waiters = keep
-            if not keep:
-                t.store(Slot.WANT_DISPATCH, 0)
 
-        if self._conditions:
-            for pred, fut in self._conditions:
-                if not fut.done() and pred():
-                    fut.set_result(None)
+    def _drop_below(self, min_offset: int) -> None:
+        """The cleaner deleted segments below `min_offset`: let go of their maps, and start every
+        loaded consume queue at its first message that still exists."""
+        if self.commit_log is not None:
+            n = self.commit_log.queue.drop_before(min_offset)
+            if n:
+                log.info("commit log now starts at %d (%d segments deleted by the cleaner)", min_offset, n)
+        if self.cqs is not None:
+            self.cqs.correct_min(min_offset)
+        self.reader.forget_ends()
 
-    async def _wait_condition(self, predicate, timeout: float) -> None:
-        """Wait until `predicate()` holds, re-checked at each wake-up from a service."""
-        if predicate():
-            return
-        entry = (predicate, self._loop.create_future())
-        self._conditions.append(entry)
-        try:
-            await asyncio.wait_for(entry[1], timeout)
-        finally:
-            self._conditions.remove(entry)
+    async def wait_condition(self, predicate, timeout: float) -> None:
+        """Until `predicate()` holds, re-checked at each wake-up from a service."""
+        await self.notifier.wait_for(predicate, timeout)
 
-    async def _wait_ready(self, name: str, timeout: float) -> None:
-        """A service is ready once it has published its pid (after installing its signal handlers)."""
-        svc = self.services[name]
-        slot = {"flush": Slot.FLUSH_PID, "reput": Slot.REPUT_PID, "ha": Slot.HA_PID, "clean": Slot.CLEAN_PID}[name]
-        await self._wait_condition(lambda: svc.proc.poll() is not None or self.table.load(slot) == svc.pid, timeout)
-
-    def _complete_flush_waiters(self, flushed: int) -> None:
-        w = self._flush_waiters
-        while w and w[0][0] <= flushed:
-            fut = w.popleft()[2]
-            if not fut.done():
-                fut.set_result(PutStatus.PUT_OK)
-
-    def _expire_flush_waiters(self, force: bool = False) -> None:
-        self._flush_timer = None
-        w = self._flush_waiters
-        now = time.monotonic()
-        while w and (force or w[0][1] <= now):
-            fut = w.popleft()[2]
-            if not fut.done():
-                fut.set_result(PutStatus.FLUSH_DISK_TIMEOUT)
-        if w:
-            self._flush_timer = self._loop.call_at(self._loop.time() + (w[0][1] - now), self._expire_flush_waiters)
-
-    # -- SYNC_MASTER: a put completes when a slave acknowledged its end (GroupTransferService) --
-    def _count_status(self, fut: asyncio.Future | None, n: int) -> None:
-        """Only the failures are counted (PUT_OK is put_msgs less them, see put_status_counts):
-        an ASYNC put pays nothing here, a waiting one a callback on the future it has anyway."""
-        if fut is not None:
-            fut.add_done_callback(lambda f: f.cancelled() or f.result() is PutStatus.PUT_OK
-                                  or self.put_failed.update({f.result(): n}))
-
-    def put_status_counts(self) -> dict:
-        """Final status -> messages (puts still waiting for a flush or a slave count as PUT_OK)."""
-        failed = dict(self.put_failed)  # a copy: metrics may read this from the HTTP thread
-        # stored but not confirmed (timeouts, no slave) were appended; refusals were not
-        stored_failed = sum(v for k, v in failed.items() if k is not PutStatus.SERVICE_NOT_AVAILABLE)
-        return {PutStatus.PUT_OK: self.put_msgs - stored_failed, **failed}
-
-    def _await_ack(self, end: int) -> asyncio.Future:
-        fut = self._loop.create_future()
-        t = self.table
-        acked = t.load(Slot.ACKED)
-        if acked >= end:
-            fut.set_result(PutStatus.PUT_OK)
-        elif not t.load(Slot.HA_SLAVES) or end - acked >= self.config.haSlaveFallbehindMax:
-            # no slave, or the best one too far behind to catch up within the timeout: say so now
-            fut.set_result(PutStatus.SLAVE_NOT_AVAILABLE)
-        else:
-            self._ack_waiters.append((end, time.monotonic() + self.config.syncFlushTimeout / 1000, fut))
-            if self._ack_timer is None:
-                self._ack_timer = self._loop.call_later(self.config.syncFlushTimeout / 1000, self._expire_ack_waiters)
-        return fut
-
-    def _complete_ack_waiters(self, acked: int) -> None:
-        w = self._ack_waiters
-        while w and w[0][0] <= acked:
-            fut = w.popleft()[2]
-            if not fut.done():
-                fut.set_result(PutStatus.PUT_OK)
-
-    def _expire_ack_waiters(self, force: bool = False) -> None:
-        self._ack_timer = None
-        w = self._ack_waiters
-        now = time.monotonic()
-        while w and (force or w[0][1] <= now):
-            fut = w.popleft()[2]
-            if not fut.done():
-                fut.set_result(PutStatus.FLUSH_SLAVE_TIMEOUT)
-        if w:
-            self._ack_timer = self._loop.call_at(self._loop.time() + (w[0][1] - now), self._expire_ack_waiters)
-
-    def _await_put(self, end: int) -> asyncio.Future:
-        """The future of a put's final status: the flush (SYNC_FLUSH), a slave's ack (SYNC_MASTER),
-        or both, the flush's failure reported first as RocketMQ's handleDiskFlush runs first."""
-        if not self.sync_master:
-            return self._await_flush(end)
-        ack = self._await_ack(end)
-        if not self.sync_flush:
-            return ack
-        flush = self._await_flush(end)
-        both = self._loop.create_future()
-
-        def done(_):
-            if flush.done() and ack.done() and not both.done():
-                f = flush.result()
-                both.set_result(f if f is not PutStatus.PUT_OK else ack.result())
-        flush.add_done_callback(done)
-        ack.add_done_callback(done)
-        return both
-
-    async def wait_dispatched(self, offset: int, timeout: float | None = None) -> int:
-        """Wait until the reput service has built consume queues up to `offset`."""
-        d = self.table.load(Slot.DISPATCHED)
-        if d >= offset:
-            return d
-        fut = self._loop.create_future()
-        self._dispatch_waiters.append((offset, fut))
-        self.table.store(Slot.WANT_DISPATCH, 1)
-        self._on_notify_soon()
-        return await asyncio.wait_for(fut, timeout)
-
-    def dispatched(self) -> int:
-        return self.table.load(Slot.DISPATCHED)
-
-    async def wait_flushed(self, offset: int, timeout: float | None = None) -> int:
-        """Wait until the flush service has made the commit log durable up to `offset`."""
-        await self._wait_condition(lambda: self.table.load(Slot.FLUSHED) >= offset, timeout)
-        return self.table.load(Slot.FLUSHED)
-
-    def _on_notify_soon(self) -> None:
-        # The reput may have moved between our load and WANT_DISPATCH: look once more.
-        os.eventfd_write(self._efd, 1)
+    def poke(self) -> None:
+        """Re-read what the services published, as if one had just woken us."""
+        self.notifier.poke()
 
     # -- put ------------------------------------------------------------------------------------
     def _topic(self, topic: str) -> bytes:
@@ -538,20 +338,21 @@ class MessageStore:
             self._topics[topic] = b
         return b
 
+    def queue_key(self, topic: str, queue_id: int) -> tuple[bytes, int]:
+        return self._topics.get(topic) or topic.encode(), queue_id
+
+    def last_end(self, key: tuple[bytes, int]) -> int:
+        """End offset of the last message this process appended to a queue (0 if none)."""
+        return self._last_end.get(key, 0)
+
     def _check_open(self, topic: str = "") -> None:
         if not self._accepting:
             raise ServiceUnavailable("store is not started or is shutting down")
         if self.is_slave:
             raise ServiceUnavailable("this broker is a SLAVE: its log is written by replication from the master only")
-        if self._disk_full:
-            self._refuse(topic, "disk full", f"disk full: usage {self.table.load(Slot.DISK_USAGE) / 10_000:.1f}% is "
-                         f"above diskSpaceWarningLevelRatio {self.config.diskSpaceWarningLevelRatio:g}%; writes are "
-                         f"refused until expired files are deleted")
-        if self._dispatch_blocked:
-            # RocketMQ's logicsQueueError: messages appended now would not reach their queues
-            self._refuse(topic, "consume queues cannot be written",
-                         f"consume queues cannot be written ({os.strerror(self._dispatch_blocked)}); writes are "
-                         f"refused until they can")
+        why = self.flags.why_not_writable()
+        if why is not None:
+            self._refuse(topic, *why)
 
     def _refuse(self, topic: str, why: str, message: str) -> None:
         self.refused_writes += 1
@@ -573,8 +374,8 @@ class MessageStore:
                born_host: bytes = DEFAULT_BORN_HOST, reconsume_times: int = 0,
                wait: bool = True) -> tuple[PutResult, asyncio.Future | None]:
         """Append one message now (the body is copied into the log before this returns, so it may
-        be a view of a buffer about to be reused). Returns the result and, under SYNC_FLUSH with
-        wait=True, the future that gives its final status once the flush covered it."""
+        be a view of a buffer about to be reused). Returns the result and, under SYNC_FLUSH or
+        SYNC_MASTER with wait=True, the future that gives its final status."""
         self._check_open(topic)
         tb = self._topic(topic)
         props = properties if type(properties) is bytes else encode_properties(properties)
@@ -635,11 +436,7 @@ class MessageStore:
         self._count_status(fut, len(bodies))
         self.put_msgs += len(bodies)
         self.put_bytes += end - chunks[0].phys if chunks else 0
-        fixed = 91 + len(tb)
-        if type(props) is list:
-            sizes = np.fromiter((len(b) + len(p) + fixed for b, p in zip(bodies, props)), np.int64, len(bodies))
-        else:
-            sizes = np.fromiter((len(b) for b in bodies), np.int64, len(bodies)) + (fixed + len(props))
+        sizes = cl.record_sizes(tb, bodies, props, born_host)
         return BatchPutResult(PutStatus.PUT_OK, chunks, len(bodies), end, ts, sizes, cl.store_host), fut
 
     async def put_batch(self, topic: str, queue_id: int, bodies: list, properties: bytes | list | dict | None = b"", *,
@@ -674,168 +471,84 @@ class MessageStore:
         if self.table is not None:
             self.table.wake(_WROTE)
 
-    def _await_flush(self, end: int) -> asyncio.Future:
+    def wait_put(self, end: int, resolve: Resolve, arg) -> None:
+        """Call resolve(arg, status) once the put ending at `end` is as durable as the mode asks:
+        flushed (SYNC_FLUSH), acknowledged by a slave (SYNC_MASTER), or both."""
+        if self.group_commit is not None and self.group_transfer is not None:
+            both = _Both(resolve, arg)
+            self.group_commit.wait(end, _Both.flushed, both)
+            self.group_transfer.wait(end, _Both.acked, both)
+        elif self.group_commit is not None:
+            self.group_commit.wait(end, resolve, arg)
+        else:
+            self.group_transfer.wait(end, resolve, arg)
+
+    def _await_put(self, end: int) -> asyncio.Future:
         fut = self._loop.create_future()
-        if self.table.load(Slot.FLUSHED) >= end:
-            fut.set_result(PutStatus.PUT_OK)
-            return fut
-        deadline = time.monotonic() + self.config.syncFlushTimeout / 1000
-        self._flush_waiters.append((end, deadline, fut))
-        if self._flush_timer is None:
-            self._flush_timer = self._loop.call_later(self.config.syncFlushTimeout / 1000, self._expire_flush_waiters)
+        self.wait_put(end, resolve_future, fut)
         return fut
 
-    # -- get ------------------------------------------------------------------------------------
-    def _queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
-        return self.cqs.find(topic, queue_id) if self.cqs is not None else None
+    def _count_status(self, fut: asyncio.Future | None, n: int) -> None:
+        """Only the failures are counted (PUT_OK is put_msgs less them, see put_status_counts):
+        an ASYNC put pays nothing here, a waiting one a callback on the future it has anyway."""
+        if fut is not None:
+            fut.add_done_callback(lambda f: f.cancelled() or f.result() is PutStatus.PUT_OK
+                                  or self.put_failed.update({f.result(): n}))
 
+    def put_status_counts(self) -> dict:
+        """Final status -> messages (puts still waiting for a flush or a slave count as PUT_OK)."""
+        failed = dict(self.put_failed)  # a copy: metrics may read this from the HTTP thread
+        # stored but not confirmed (timeouts, no slave) were appended; refusals were not
+        stored_failed = sum(v for k, v in failed.items() if k is not PutStatus.SERVICE_NOT_AVAILABLE)
+        return {PutStatus.PUT_OK: self.put_msgs - stored_failed, **failed}
+
+    # -- waiting on the services ----------------------------------------------------------------
+    async def wait_dispatched(self, offset: int, timeout: float | None = None) -> int:
+        """Wait until the reput service has built consume queues up to `offset`."""
+        return await self.dispatch.wait(offset, timeout)
+
+    def dispatched(self) -> int:
+        return self.table.load(Slot.DISPATCHED)
+
+    async def wait_flushed(self, offset: int, timeout: float | None = None) -> int:
+        """Wait until the flush service has made the commit log durable up to `offset`."""
+        await self.wait_condition(lambda: self.table.load(Slot.FLUSHED) >= offset, timeout)
+        return self.table.load(Slot.FLUSHED)
+
+    # -- get (QueueReader) ---------------------------------------------------------------------
     def max_offset(self, topic: str, queue_id: int) -> int:
-        """One past the last consumable (dispatched) message of the queue."""
-        if self.is_slave:
-            return self._slave_max_offset(topic, queue_id)
-        key = (self._topics.get(topic) or topic.encode(), queue_id)
-        nxt = self.commit_log.queue_offsets.get(key, 0)
-        d = self.table.load(Slot.DISPATCHED)
-        if self._last_end.get(key, 0) <= d:
-            return nxt
-        cq = self._queue(topic, queue_id)
-        if cq is None:
-            return 0
-        lo, hi = cq.min_offset, nxt  # first index whose entry is not yet dispatched
-        while lo < hi:
-            mid = (lo + hi) // 2
-            e = cq.entry(mid)
-            if e is not None and e[1] > 0 and e[0] + e[1] <= d:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
+        return self.reader.max_offset(topic, queue_id)
 
-    def _slave_max_offset(self, topic: str, queue_id: int) -> int:
-        """On a slave nothing here appends: a queue ends at its first unwritten consume-queue
-        entry (the reput writes entries in order and only for whole replicated records)."""
-        cq = self._queue(topic, queue_id)
-        if cq is None:
-            return 0
-        key = (topic, queue_id)
-        end = max(self._slave_max.get(key, 0), cq.min_offset)
-        while True:
-            ents = cq.entries(end, 4096)
-            if len(ents) == 0:
-                break
-            zero = np.flatnonzero(ents["size"] == 0)
-            if len(zero):
-                end += int(zero[0])
-                break
-            end += len(ents)
-        self._slave_max[key] = end
-        return end
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        return self.reader.min_offset(topic, queue_id)
 
     def queue_write_end(self, topic: str, queue_id: int) -> int:
         """End offset in the commit log of the last message appended to the queue in this run
         (0 if none): a reader waits for `dispatched` to pass it before the message is visible."""
-        return self._last_end.get((self._topics.get(topic) or topic.encode(), queue_id), 0)
-
-    def min_offset(self, topic: str, queue_id: int) -> int:
-        cq = self._queue(topic, queue_id)
-        return cq.min_offset if cq is not None else 0
+        return self._last_end.get(self.queue_key(topic, queue_id), 0)
 
     def get(self, topic: str, queue_id: int, offset: int, max_msgs: int = 32, max_bytes: int = 256 * 1024,
             tag_hashes: set[int] | None = None) -> GetResult:
-        """Messages of one queue from `offset` as zero-copy views of their stored records.
-        Statuses and next offsets follow RocketMQ's DefaultMessageStore.getMessage."""
-        if max_msgs <= 0 or max_bytes <= 0:
-            raise ValueError("max_msgs and max_bytes must be positive")
-        cq = self._queue(topic, queue_id)
-        if cq is None:
-            return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0 if offset == 0 else offset, 0, 0)
-        lo, hi = cq.min_offset, self.max_offset(topic, queue_id)
-        if hi <= lo:
-            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0 if offset == 0 else lo, lo, hi)
-        if offset < lo:
-            return GetResult(GetStatus.OFFSET_TOO_SMALL, lo, lo, hi)
-        if offset == hi:
-            return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, lo, hi)
-        if offset > hi:
-            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, hi, lo, hi)
-        msgs: list[memoryview] = []
-        qoffs: list[int] = []
-        total = 0
-        nxt = i = offset
-        # Unfiltered reads stop at max_msgs entries; filtered ones may skip entries, but scan at
-        # most as far as RocketMQ does (16000 bytes of consume queue, or 20 per wanted message).
-        stop = min(hi, offset + (max_msgs if tag_hashes is None else max(800, max_msgs * 20)))
-        full = False
-        find = self.commit_log.queue.find
-        seg_mv, seg_base, seg_end = None, 0, 0  # the segment the previous record was in
-        while i < stop and not full:
-            ents = cq.entries(i, stop - i)
-            if len(ents) == 0:
-                break
-            offs, sizes = ents["offset"].tolist(), ents["size"].tolist()
-            tags = ents["tag"].tolist() if tag_hashes is not None else None
-            for k in range(len(offs)):
-                if tags is not None and tags[k] not in tag_hashes:
-                    nxt = i + k + 1
-                    continue
-                size = sizes[k]
-                if msgs and total + size > max_bytes:
-                    full = True
-                    break
-                o = offs[k]
-                if not seg_base <= o < seg_end - size:
-                    mf = find(o)
-                    if mf is None and self.is_slave:  # a segment the HA client made since we looked
-                        self.commit_log.queue.refresh()
-                        mf = find(o)
-                    if mf is None or o + size > mf.end or mf.mv is None:
-                        full = True
-                        break
-                    seg_mv, seg_base, seg_end = mf.mv, mf.base, mf.end + 1
-                msgs.append(seg_mv[o - seg_base:o - seg_base + size])
-                qoffs.append(i + k)
-                total += size
-                nxt = i + k + 1
-                if len(msgs) >= max_msgs:
-                    full = True
-                    break
-            i += len(offs)
-        if not msgs:
-            status = GetStatus.NO_MATCHED_MESSAGE if nxt > offset else GetStatus.OFFSET_FOUND_NULL
-            return GetResult(status, nxt, lo, hi)
-        r = GetResult(GetStatus.FOUND, nxt, lo, hi, msgs, qoffs, total)
-        self.get_msgs += len(msgs)
-        self.get_bytes += total
-        r.suggest_slave = self.table.load(Slot.WROTE) - o > self._memory_share
-        return r
+        return self.reader.get(topic, queue_id, offset, max_msgs, max_bytes, tag_hashes)
 
     def record_view(self, physical_offset: int) -> memoryview:
-        """Zero-copy view of the whole stored record at a physical offset (RocketMQ's
-        selectOneMessageByOffset). On a slave the HA client may have made the segment since this
-        process last looked, so the segments are looked for again before giving up."""
-        queue = self.commit_log.queue
-        mf = queue.find(physical_offset)
-        if mf is None and self.is_slave:
-            queue.refresh()
-            mf = queue.find(physical_offset)
-        if mf is None or mf.mv is None or not 0 <= physical_offset < self.table.load(Slot.WROTE):
-            raise StoreError(f"no message at physical offset {physical_offset}: the commit log holds "
-                             f"[{self.commit_log.min_offset}, {self.table.load(Slot.WROTE)})")
-        at = physical_offset - mf.base
-        size = int.from_bytes(mf.mv[at:at + 4], "big")
-        if not 0 < size <= mf.size - at:
-            raise StoreError(f"no record starts at physical offset {physical_offset} (size word {size})")
-        return mf.mv[at:at + size]
+        return self.reader.record_view(physical_offset)
 
     def lookup(self, physical_offset: int) -> StoredMessage:
-        """Decode the record at a physical offset (RocketMQ's lookMessageByOffset / view by msgId)."""
-        view = self.record_view(physical_offset)
-        try:
-            return decode_message(view, 0)
-        except StoreError as e:
-            raise StoreError(f"no message at physical offset {physical_offset}: {e}") from None
+        return self.reader.lookup(physical_offset)
 
-    # -- introspection --------------------------------------------------------------------------
+    def queue_counts(self) -> dict[str, int]:
+        return self.reader.queue_counts()
+
+    @property
+    def get_msgs(self) -> int:
+        return self.reader.get_msgs
+
+    @property
+    def get_bytes(self) -> int:
+        return self.reader.get_bytes
+
+    # -- introspection and requests ----------------------------------------------------------------
     def offsets(self) -> dict[str, int]:
         t = self.table
         out = {"min": t.load(Slot.MIN_OFFSET), "wrote": t.load(Slot.WROTE), "flushed": t.load(Slot.FLUSHED),
@@ -847,35 +560,6 @@ class MessageStore:
         else:
             out.update(acked=t.load(Slot.ACKED), slaves=t.load(Slot.HA_SLAVES))
         return out
-
-    def queue_counts(self) -> dict[str, int]:
-        """Each topic that has consume queues on disk, with one more than its highest queue id:
-        what the log itself says exists, whatever any topic config says."""
-        out: dict[str, int] = {}
-        root = self.config.consumequeue_dir
-        try:
-            topics = os.listdir(root)
-        except FileNotFoundError:
-            return out
-        for topic in topics:
-            try:
-                ids = [int(q) for q in os.listdir(os.path.join(root, topic)) if q.isdigit()]
-            except NotADirectoryError:
-                continue
-            if ids:
-                out[topic] = max(ids) + 1
-        return out
-
-    def _drop_below(self, min_offset: int) -> None:
-        """The cleaner deleted segments below `min_offset`: let go of their maps, and start every
-        loaded consume queue at its first message that still exists."""
-        if self.commit_log is not None:
-            n = self.commit_log.queue.drop_before(min_offset)
-            if n:
-                log.info("commit log now starts at %d (%d segments deleted by the cleaner)", min_offset, n)
-        if self.cqs is not None:
-            self.cqs.correct_min(min_offset)
-        self._slave_max.clear()
 
     def request_clean(self) -> None:
         """`broker admin clean` (DELETE_EXPIRED_COMMITLOG): the cleaner deletes expired files now,

@@ -16,6 +16,7 @@ import numpy as np
 
 from broker.kernels.codec import SCAN_BLANK, SCAN_END, Scanner
 from broker.services.process import enter_service, notify, run_service
+from broker.store import paths
 from broker.store.checkpoint import StoreCheckpoint
 from broker.store.consume_queue import ConsumeQueueStore
 from broker.store.mapped_file_queue import MappedFileQueue
@@ -63,7 +64,7 @@ class ReputService:
     def __init__(self, config, notify_fd: int):
         self.config = config
         self.table = open_table(config.storePathRootDir)
-        self.ckpt = StoreCheckpoint(os.path.join(config.storePathRootDir, "checkpoint"))
+        self.ckpt = StoreCheckpoint(paths.checkpoint(config.storePathRootDir))
         self.log = MappedFileQueue(config.commitlog_dir, config.mappedFileSizeCommitLog, writable=False)
         self.cqs = ConsumeQueueStore(config.consumequeue_dir, config.mappedFileSizeConsumeQueue, writable=True)
         self.scanner = Scanner(BATCH)

@@ -1,25 +1,19 @@
 """CommitLog: the one append-only log all queues share. Only its single writer process appends."""
 from __future__ import annotations
 
-from broker.kernels.codec import Appender, advise_random
+import numpy as np
+
+from broker.kernels.codec import Appender, advise_random, record_length
 from broker.store.config import SYNC_FLUSH, MessageStoreConfig
 from broker.store.mapped_file import WARM_CHUNK_ASYNC_FLUSH, WARM_CHUNK_SYNC_FLUSH
 from broker.store.mapped_file_queue import MappedFileQueue
+from broker.store.results import BatchChunk
 
 
 def warm_chunk_for(config: MessageStoreConfig) -> int:
     return WARM_CHUNK_SYNC_FLUSH if config.flushDiskType == SYNC_FLUSH else WARM_CHUNK_ASYNC_FLUSH
 
 
-class BatchChunk:
-    """Records of one put_batch that landed in one segment."""
-
-    __slots__ = ("phys", "queue_offset", "count")
-
-    def __init__(self, phys: int, queue_offset: int, count: int):
-        self.phys = phys
-        self.queue_offset = queue_offset
-        self.count = count
 
 
 class CommitLog:
@@ -46,6 +40,11 @@ class CommitLog:
         """After recovery: appends continue at `offset` with these next queue offsets."""
         self._app = Appender(self.store_host, self.config.maxMessageSize, dict(queue_offsets), offset)
         mf = self.queue.find(offset)
+        if mf is None and self.queue.writable and offset % self.queue.file_size == 0:
+            # Made now, before the store takes writes: left to the thread that prepares segments
+            # ahead, a fresh store's first put waited for a whole segment to be warmed (1 GiB by
+            # default: seconds on a busy disk, and a client's first send timed out).
+            mf = self.queue.roll(offset)
         if mf is not None and offset < mf.end:
             self._attach(mf, offset)
         if self.queue.writable:
@@ -112,12 +111,13 @@ class CommitLog:
         mf.mm[offset - mf.base:offset - mf.base + 8] = 0
         self.set_write_position(offset, offsets)
 
-    def view(self, offset: int, size: int) -> memoryview | None:
-        """Zero-copy view of [offset, offset+size) if it lies in one mapped segment."""
-        mf = self.queue.find(offset)
-        if mf is None or offset + size > mf.end:
-            return None
-        return mf.view(offset, offset + size)
+    def record_sizes(self, topic: bytes, bodies: list, properties, born_host: bytes) -> np.ndarray:
+        """Each record's size for these bodies (a batch's result computes offsets from them)."""
+        fixed = record_length(0, len(topic), 0, len(born_host) == 20, len(self.store_host) == 20)
+        n = len(bodies)
+        if type(properties) is list:
+            return np.fromiter((len(b) + len(p) + fixed for b, p in zip(bodies, properties)), np.int64, n)
+        return np.fromiter((len(b) for b in bodies), np.int64, n) + (fixed + len(properties))
 
     @property
     def min_offset(self) -> int:

@@ -11,6 +11,7 @@ import os
 import socket
 from dataclasses import dataclass, field
 
+from broker.store import paths
 from broker.store.errors import StoreConfigError
 
 log = logging.getLogger("conf")
@@ -70,15 +71,15 @@ class MessageStoreConfig:
 
     @property
     def commitlog_dir(self) -> str:
-        return os.path.join(self.storePathRootDir, "commitlog")
+        return paths.commitlog_dir(self.storePathRootDir)
 
     @property
     def consumequeue_dir(self) -> str:
-        return os.path.join(self.storePathRootDir, "consumequeue")
+        return paths.consumequeue_dir(self.storePathRootDir)
 
     @property
     def config_dir(self) -> str:
-        return os.path.join(self.storePathRootDir, "config")
+        return paths.config_dir(self.storePathRootDir)
 
     @property
     def ha_port(self) -> int:

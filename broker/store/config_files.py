@@ -15,6 +15,7 @@ import re
 import shutil
 from dataclasses import asdict, dataclass
 
+from broker.store.config_writer import ConfigFileWriter
 from broker.store.durable import fsync_dir
 
 log = logging.getLogger(__name__)
@@ -31,6 +32,9 @@ def write_atomic(path: str, text: str) -> None:
         shutil.copyfile(path, path + ".bak")
     os.replace(tmp, path)
     fsync_dir(os.path.dirname(path))
+
+
+WRITER = ConfigFileWriter(write_atomic)  # persist_soon's background writer, one per process
 
 
 def parse_fastjson(text: str) -> object:
@@ -87,9 +91,18 @@ class ConsumerOffsetTable:
         """-1 when the group never committed an offset for the queue (as RocketMQ)."""
         return self.table.get(f"{topic}@{group}", {}).get(queue_id, -1)
 
+    def _text(self) -> str:
+        return json.dumps({"offsetTable": {k: {str(q): o for q, o in sorted(v.items())} for k, v in self.table.items()}},
+                          indent=1)
+
     def persist(self) -> None:
-        body = {"offsetTable": {k: {str(q): o for q, o in sorted(v.items())} for k, v in self.table.items()}}
-        write_atomic(self.path, json.dumps(body, indent=1))
+        """Write now (shutdown)."""
+        write_atomic(self.path, self._text())
+        self.dirty = False
+
+    def persist_soon(self) -> None:
+        """Write from the background writer: the event loop never waits for an fsync."""
+        WRITER.submit(self.path, self._text())
         self.dirty = False
 
 
@@ -123,22 +136,31 @@ class TopicConfigTable:
         """The master's whole table (a slave's SlaveSynchronize)."""
         self.topics = dict(topics)
         self.data_version = dict(data_version)
-        self.persist()
+        self.persist_soon()
 
     def put_learned(self, configs: list[TopicConfig]) -> None:
         """Topics a slave learned from its own consume queues: kept and persisted, but the data
         version stays the master's, so SlaveSynchronize does not take them for a change."""
         for cfg in configs:
             self.topics[cfg.topicName] = cfg
-        self.persist()
+        self.persist_soon()
 
     def put(self, cfg: TopicConfig) -> None:
         import time
         self.topics[cfg.topicName] = cfg
         self.data_version = {"timestamp": int(time.time() * 1000), "counter": self.data_version["counter"] + 1}
-        self.persist()
+        self.persist_soon()
+
+    def _text(self) -> str:
+        return json.dumps({"topicConfigTable": {n: asdict(c) for n, c in sorted(self.topics.items())},
+                           "dataVersion": self.data_version}, indent=1)
 
     def persist(self) -> None:
-        body = {"topicConfigTable": {n: asdict(c) for n, c in sorted(self.topics.items())},
-                "dataVersion": self.data_version}
-        write_atomic(self.path, json.dumps(body, indent=1))
+        """Write now (shutdown)."""
+        write_atomic(self.path, self._text())
+
+    def persist_soon(self) -> None:
+        """Write from the background writer: a topic created by a send never waits for an fsync.
+        (A crash in between loses only the file's copy: a store's topics are also learned back
+        from its consume queues at start.)"""
+        WRITER.submit(self.path, self._text())

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import os
 
+from broker.store import paths
+
 
 def path(store_root: str) -> str:
-    return os.path.join(store_root, "runtime", "ha_master")
+    return paths.ha_master(store_root)
 
 
 def write(store_root: str, addr: str) -> bool:

@@ -5,6 +5,7 @@ import enum
 import os
 
 from broker.kernels.atomics import OffsetTable
+from broker.store import paths
 
 
 class Slot(enum.IntEnum):
@@ -41,11 +42,11 @@ NSLOTS = 64
 
 
 def table_path(store_root: str) -> str:
-    return os.path.join(store_root, "runtime", "offset_table")
+    return paths.offset_table(store_root)
 
 
 def create_table(store_root: str) -> OffsetTable:
-    os.makedirs(os.path.join(store_root, "runtime"), exist_ok=True)
+    os.makedirs(paths.runtime_dir(store_root), exist_ok=True)
     return OffsetTable(table_path(store_root), NSLOTS, True)
 
 

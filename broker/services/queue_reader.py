@@ -1,0 +1,200 @@
+"""The read side of the store (RocketMQ's DefaultMessageStore.getMessage and friends): a queue's
+bounds and messages as zero-copy views of the mapped commit log, a record by physical offset.
+
+On a master the end of a queue is what the reput has dispatched of what this process wrote; on
+a slave nothing here writes, so a queue ends at its first unwritten consume-queue entry, and
+segments the HA client made since the last look are mapped on demand."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from broker.store.consume_queue import ConsumeQueue
+from broker.store.errors import StoreError
+from broker.store.message import StoredMessage, decode_message
+from broker.store.offset_table import Slot
+from broker.store.results import GetResult, GetStatus
+
+
+class QueueReader:
+    def __init__(self, store):
+        self.s = store  # the MessageStore: its commit log, consume queues, table and write side
+        self._slave_max: dict[tuple[str, int], int] = {}  # slave: consumable end of each queue
+        self.memory_share = (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+                             * store.config.accessMessageInMemoryMaxRatio // 100)
+        self.get_msgs = self.get_bytes = 0
+
+    def queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        cqs = self.s.cqs
+        return cqs.find(topic, queue_id) if cqs is not None else None
+
+    def forget_ends(self) -> None:
+        """Segments were deleted: queue ends must be found again."""
+        self._slave_max.clear()
+
+    # -- bounds ---------------------------------------------------------------------------------
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        """One past the last consumable (dispatched) message of the queue."""
+        s = self.s
+        if s.is_slave:
+            return self._slave_max_offset(topic, queue_id)
+        key = s.queue_key(topic, queue_id)
+        nxt = s.commit_log.queue_offsets.get(key, 0)
+        d = s.table.load(Slot.DISPATCHED)
+        if s.last_end(key) <= d:
+            return nxt
+        cq = self.queue(topic, queue_id)
+        if cq is None:
+            return 0
+        lo, hi = cq.min_offset, nxt  # first index whose entry is not yet dispatched
+        while lo < hi:
+            mid = (lo + hi) // 2
+            e = cq.entry(mid)
+            if e is not None and e[1] > 0 and e[0] + e[1] <= d:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def _slave_max_offset(self, topic: str, queue_id: int) -> int:
+        """On a slave nothing here appends: a queue ends at its first unwritten consume-queue
+        entry (the reput writes entries in order and only for whole replicated records)."""
+        cq = self.queue(topic, queue_id)
+        if cq is None:
+            return 0
+        key = (topic, queue_id)
+        end = max(self._slave_max.get(key, 0), cq.min_offset)
+        while True:
+            ents = cq.entries(end, 4096)
+            if len(ents) == 0:
+                break
+            zero = np.flatnonzero(ents["size"] == 0)
+            if len(zero):
+                end += int(zero[0])
+                break
+            end += len(ents)
+        self._slave_max[key] = end
+        return end
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        cq = self.queue(topic, queue_id)
+        return cq.min_offset if cq is not None else 0
+
+    # -- messages -------------------------------------------------------------------------------
+    def get(self, topic: str, queue_id: int, offset: int, max_msgs: int = 32, max_bytes: int = 256 * 1024,
+            tag_hashes: set[int] | None = None) -> GetResult:
+        """Messages of one queue from `offset` as zero-copy views of their stored records.
+        Statuses and next offsets follow RocketMQ's DefaultMessageStore.getMessage."""
+        if max_msgs <= 0 or max_bytes <= 0:
+            raise ValueError("max_msgs and max_bytes must be positive")
+        cq = self.queue(topic, queue_id)
+        if cq is None:
+            return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0 if offset == 0 else offset, 0, 0)
+        lo, hi = cq.min_offset, self.max_offset(topic, queue_id)
+        if hi <= lo:
+            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0 if offset == 0 else lo, lo, hi)
+        if offset < lo:
+            return GetResult(GetStatus.OFFSET_TOO_SMALL, lo, lo, hi)
+        if offset == hi:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, lo, hi)
+        if offset > hi:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, hi, lo, hi)
+        msgs: list[memoryview] = []
+        qoffs: list[int] = []
+        total = 0
+        nxt = i = offset
+        # Unfiltered reads stop at max_msgs entries; filtered ones may skip entries, but scan at
+        # most as far as RocketMQ does (16000 bytes of consume queue, or 20 per wanted message).
+        stop = min(hi, offset + (max_msgs if tag_hashes is None else max(800, max_msgs * 20)))
+        full = False
+        segments = self.s.commit_log.queue
+        is_slave = self.s.is_slave
+        seg_mv, seg_base, seg_end = None, 0, 0  # the segment the previous record was in
+        o = 0
+        while i < stop and not full:
+            ents = cq.entries(i, stop - i)
+            if len(ents) == 0:
+                break
+            offs, sizes = ents["offset"].tolist(), ents["size"].tolist()
+            tags = ents["tag"].tolist() if tag_hashes is not None else None
+            for k in range(len(offs)):
+                if tags is not None and tags[k] not in tag_hashes:
+                    nxt = i + k + 1
+                    continue
+                size = sizes[k]
+                if msgs and total + size > max_bytes:
+                    full = True
+                    break
+                o = offs[k]
+                if not seg_base <= o < seg_end - size:
+                    mf = segments.find(o)
+                    if mf is None and is_slave:  # a segment the HA client made since we looked
+                        segments.refresh()
+                        mf = segments.find(o)
+                    if mf is None or o + size > mf.end or mf.mv is None:
+                        full = True
+                        break
+                    seg_mv, seg_base, seg_end = mf.mv, mf.base, mf.end + 1
+                msgs.append(seg_mv[o - seg_base:o - seg_base + size])
+                qoffs.append(i + k)
+                total += size
+                nxt = i + k + 1
+                if len(msgs) >= max_msgs:
+                    full = True
+                    break
+            i += len(offs)
+        if not msgs:
+            status = GetStatus.NO_MATCHED_MESSAGE if nxt > offset else GetStatus.OFFSET_FOUND_NULL
+            return GetResult(status, nxt, lo, hi)
+        r = GetResult(GetStatus.FOUND, nxt, lo, hi, msgs, qoffs, total)
+        self.get_msgs += len(msgs)
+        self.get_bytes += total
+        r.suggest_slave = self.s.table.load(Slot.WROTE) - o > self.memory_share
+        return r
+
+    def record_view(self, physical_offset: int) -> memoryview:
+        """Zero-copy view of the whole stored record at a physical offset (RocketMQ's
+        selectOneMessageByOffset). On a slave the HA client may have made the segment since this
+        process last looked, so the segments are looked for again before giving up."""
+        s = self.s
+        segments = s.commit_log.queue
+        mf = segments.find(physical_offset)
+        if mf is None and s.is_slave:
+            segments.refresh()
+            mf = segments.find(physical_offset)
+        wrote = s.table.load(Slot.WROTE)
+        if mf is None or mf.mv is None or not 0 <= physical_offset < wrote:
+            raise StoreError(f"no message at physical offset {physical_offset}: the commit log holds "
+                             f"[{s.commit_log.min_offset}, {wrote})")
+        at = physical_offset - mf.base
+        size = int.from_bytes(mf.mv[at:at + 4], "big")
+        if not 0 < size <= mf.size - at:
+            raise StoreError(f"no record starts at physical offset {physical_offset} (size word {size})")
+        return mf.mv[at:at + size]
+
+    def lookup(self, physical_offset: int) -> StoredMessage:
+        """Decode the record at a physical offset (RocketMQ's lookMessageByOffset / view by msgId)."""
+        view = self.record_view(physical_offset)
+        try:
+            return decode_message(view, 0)
+        except StoreError as e:
+            raise StoreError(f"no message at physical offset {physical_offset}: {e}") from None
+
+    def queue_counts(self) -> dict[str, int]:
+        """Each topic that has consume queues on disk, with one more than its highest queue id:
+        what the log itself says exists, whatever any topic config says."""
+        out: dict[str, int] = {}
+        root = self.s.config.consumequeue_dir
+        try:
+            topics = os.listdir(root)
+        except FileNotFoundError:
+            return out
+        for topic in topics:
+            try:
+                ids = [int(q) for q in os.listdir(os.path.join(root, topic)) if q.isdigit()]
+            except NotADirectoryError:
+                continue
+            if ids:
+                out[topic] = max(ids) + 1
+        return out

@@ -1,0 +1,48 @@
+"""Where a store keeps its files (RocketMQ's StorePathConfigHelper), in one place.
+
+    <root>/commitlog/<20-digit offset>           the commit log's segments
+    <root>/consumequeue/<topic>/<queueId>/...    consume queues
+    <root>/config/topics.json, consumerOffset.json, delayOffset.json
+    <root>/checkpoint, abort, lock               as RocketMQ names them
+    <root>/runtime/offset_table, ha_master       ours: shared memory and the slave's master address
+"""
+from __future__ import annotations
+
+import os
+
+
+def commitlog_dir(root: str) -> str:
+    return os.path.join(root, "commitlog")
+
+
+def consumequeue_dir(root: str) -> str:
+    return os.path.join(root, "consumequeue")
+
+
+def config_dir(root: str) -> str:
+    return os.path.join(root, "config")
+
+
+def checkpoint(root: str) -> str:
+    return os.path.join(root, "checkpoint")
+
+
+def abort_file(root: str) -> str:
+    """Present while a store runs: found at start, it means the last run did not stop cleanly."""
+    return os.path.join(root, "abort")
+
+
+def lock_file(root: str) -> str:
+    return os.path.join(root, "lock")
+
+
+def runtime_dir(root: str) -> str:
+    return os.path.join(root, "runtime")
+
+
+def offset_table(root: str) -> str:
+    return os.path.join(runtime_dir(root), "offset_table")
+
+
+def ha_master(root: str) -> str:
+    return os.path.join(runtime_dir(root), "ha_master")
