@@ -10,7 +10,7 @@ from broker.remoting import codes
 from broker.remoting.acl import AclError, PlainAccessValidator
 from broker.remoting.admin_processor import AdminProcessor
 from broker.remoting.broker_config import BrokerConfig
-from broker.remoting.command import CommandError, RemotingCommand
+from broker.remoting.command import RemotingCommand
 from broker.remoting.connection import RemotingServer, connect
 from broker.remoting.consumer_manager import ConsumerManager
 from broker.remoting.consumer_processor import ConsumerProcessor
@@ -20,10 +20,11 @@ from broker.remoting.pull_processor import PullMessageProcessor
 from broker.remoting.schedule_service import ScheduleMessageService
 from broker.remoting.send_processor import SendMessageProcessor
 from broker.remoting.slave_synchronize import FIRST_DELAY, PERIOD, SlaveSynchronize
-from broker.remoting.topic_manager import TopicError, TopicManager
+from broker.remoting.refusals import BadRequest, response_code
+from broker.remoting.topic_manager import TopicManager
 from broker.services.message_store import MessageStore
 from broker.store.config import MessageStoreConfig
-from broker.store.errors import ServiceUnavailable, StoreConfigError
+from broker.store.errors import StoreConfigError
 
 log = logging.getLogger("broker")
 
@@ -75,8 +76,12 @@ class BrokerController:
                 self.store.on_new_queues.append(lambda: self.topics.learn(self.store.queue_counts()))
             self.schedule = ScheduleMessageService(self.store, self.topics, self.config.messageDelayLevel,
                                                    on_delivered=self.holds.notify)
-            for proc in (SendMessageProcessor(self), PullMessageProcessor(self), ConsumerProcessor(self),
-                         AdminProcessor(self)):
+            store, topics, schedule, holds = self.store, self.topics, self.schedule, self.holds
+            for proc in (SendMessageProcessor(store, topics, schedule, holds, self.config.maxReconsumeTimes),
+                         PullMessageProcessor(store, topics, self.consumers, holds, self.config),
+                         ConsumerProcessor(store, topics, self.consumers, holds, schedule,
+                                           self.config.maxReconsumeTimes),
+                         AdminProcessor(store, topics, schedule, self.metrics.runtime_table)):
                 self.handlers.update(proc.handlers())
             self.server = RemotingServer(self.handle, self.host, self.store_config.listenPort,
                                          idle_timeout=self.config.serverChannelMaxIdleTimeSeconds)
@@ -138,14 +143,12 @@ class BrokerController:
                 return cmd.response(codes.NO_PERMISSION, remark=str(e))
         try:
             return fn(cmd, conn)
-        except CommandError as e:
-            return cmd.response(codes.SYSTEM_ERROR, remark=f"bad request (code {cmd.code}): {e}")
-        except TopicError as e:
-            # Hostile input (issue 7): a name that cannot be a topic reaching get_or_create from a
-            # heartbeat's or a send-back's group ("%RETRY%../x") was an "internal error" and a traceback.
-            return cmd.response(codes.SYSTEM_ERROR, remark=f"bad request (code {cmd.code}): {e}")
-        except ServiceUnavailable as e:
-            return cmd.response(codes.SERVICE_NOT_AVAILABLE, remark=str(e))
+        except Exception as e:
+            code = response_code(e)  # refusals and store errors, each with its code, mapped in one place
+            if code is None:
+                raise  # a bug: the connection logs it and answers "internal error"
+            remark = f"bad request (code {cmd.code}): {e}" if isinstance(e, BadRequest) else str(e)
+            return cmd.response(code, remark=remark)
 
     # -- name servers ----------------------------------------------------------------------------
     def register_soon(self) -> None:

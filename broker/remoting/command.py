@@ -14,6 +14,8 @@ import msgspec
 
 from broker.kernels.remoting import FrameError, frame_prefix
 from broker.remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE
+from broker.remoting.headers import _int, ext_string
+from broker.remoting.refusals import BadRequest
 
 
 
@@ -37,28 +39,15 @@ LANGUAGE = "JAVA"
 VERSION = 395  # V4_9_4: what a 4.9 broker reports
 
 
-class CommandError(ValueError):
-    """A request whose header is missing a field or has one of the wrong type (INVALID_PARAMETER)."""
+# A request whose header is missing a field or has one of the wrong type: answered SYSTEM_ERROR
+# naming the field (the processors read typed headers, broker.remoting.headers; the name server
+# and the client still read single fields with the accessors below).
+CommandError = BadRequest
 
-
-# The header fields RocketMQ declares Integer (SendMessageRequestHeader, PullMessageRequestHeader,
-# ConsumerSendMsgBackRequestHeader, CreateTopicRequestHeader, GetMaxOffsetRequestHeader, ...); every
-# other integer field is a Long.
+# The header fields RocketMQ declares Integer; every other integer field is a Long.
 _INT32_KEYS = frozenset(("queueId", "sysFlag", "flag", "reconsumeTimes", "maxReconsumeTimes", "defaultTopicQueueNums",
-                         "maxMsgNums", "delayLevel", "readQueueNums", "writeQueueNums", "perm", "topicSysFlag"))
-
-
-def ext_string(value: Any) -> str:
-    """A header value as Java's HashMap<String,String> would hold it (and clients sign it)."""
-    if isinstance(value, str):
-        return value
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
-    if value is None:
-        return "null"
-    return str(value)
+                         "maxMsgNums", "delayLevel", "readQueueNums", "writeQueueNums", "perm", "topicSysFlag",
+                         "brokerId"))
 
 
 class RemotingCommand:
@@ -148,19 +137,7 @@ class RemotingCommand:
             if default is None:
                 raise CommandError(f"the request has no {key}")
             return default
-        if isinstance(v, bool):
-            return int(v)
-        try:
-            n = int(v)
-        except (TypeError, ValueError):
-            raise CommandError(f"{key} is {v!r}, not an integer") from None
-        # Hostile input (issue 7): values past Java's int/long went on into the append kernel
-        # (OverflowError: a traceback and "internal error") or into the offset tables (a commitOffset
-        # of 10**25 was stored). Java's header decoding refuses them; so do we, naming the field.
-        bits = 32 if key in _INT32_KEYS else 64
-        if not -(1 << (bits - 1)) <= n < 1 << (bits - 1):
-            raise CommandError(f"{key} is {v!r}, out of range for a {bits}-bit integer")
-        return n
+        return _int(key, v, 32 if key in _INT32_KEYS else 64)
 
     def get_bool(self, key: str, default: bool = False) -> bool:
         v = self.ext.get(key)

@@ -9,6 +9,10 @@ import msgspec
 
 from broker.remoting import codes
 from broker.remoting.command import CommandError, RemotingCommand
+from broker.remoting.headers import (ConsumerSendMsgBackRequestHeader, GetConsumerListByGroupRequestHeader,
+                                     QueryConsumerOffsetRequestHeader, QueueHeader, SearchOffsetRequestHeader,
+                                     UnregisterClientRequestHeader, UpdateConsumerOffsetRequestHeader, decode)
+from broker.remoting.refusals import BadRequest, NotFound
 from broker.remoting.topic_manager import DLQ_PREFIX, RETRY_PREFIX, check_topic_name
 from broker.store.errors import StoreError
 from broker.store.message import host_bytes
@@ -68,10 +72,13 @@ def _mq_keys(body: dict) -> list:
 
 
 class ConsumerProcessor:
-    def __init__(self, controller):
-        self.c = controller
-        self.store = controller.store
-        self.consumers = controller.consumers
+    def __init__(self, store, topics, consumers, holds, schedule, max_reconsume_times: int):
+        self.store = store
+        self.topics = topics
+        self.consumers = consumers
+        self.holds = holds
+        self.schedule = schedule
+        self.max_reconsume_times = max_reconsume_times
         self.locks: dict[tuple[str, str, int], tuple[str, float]] = {}  # (group, topic, queue) -> (client, at)
 
     def handlers(self) -> dict:
@@ -93,7 +100,7 @@ class ConsumerProcessor:
         changed = self.consumers.heartbeat(data, conn)
         for cd in data.get("consumerDataSet") or []:
             if cd.get("groupName"):
-                self.c.topics.get_or_create(RETRY_PREFIX + cd["groupName"])  # as RocketMQ does on heartbeat
+                self.topics.get_or_create(RETRY_PREFIX + cd["groupName"])  # as RocketMQ does on heartbeat
         for group in changed:
             self._notify_ids_changed(group, conn)
         return cmd.response(codes.SUCCESS)
@@ -110,47 +117,49 @@ class ConsumerProcessor:
                                                     oneway=True))
 
     def unregister(self, cmd: RemotingCommand, conn):
-        group = cmd.get_str("consumerGroup", "")
-        self.consumers.unregister(cmd.get_str("clientID", ""), group, cmd.get_str("producerGroup", ""))
-        if group:
-            self._notify_ids_changed(group, conn)
+        h = decode(UnregisterClientRequestHeader, cmd.ext)
+        self.consumers.unregister(h.clientID, h.consumerGroup, h.producerGroup)
+        if h.consumerGroup:
+            self._notify_ids_changed(h.consumerGroup, conn)
         return cmd.response(codes.SUCCESS)
 
     def consumer_list(self, cmd: RemotingCommand, conn):
-        group = cmd.get_str("consumerGroup")
+        group = decode(GetConsumerListByGroupRequestHeader, cmd.ext).consumerGroup
         ids = self.consumers.client_ids(group)
         if not ids:
-            return cmd.response(codes.SYSTEM_ERROR, remark=f"no consumer for this group, {group}")
+            raise BadRequest(f"no consumer for this group, {group}")
         return cmd.response(codes.SUCCESS, body=msgspec.json.encode({"consumerIdList": ids}))
 
     # -- offsets ---------------------------------------------------------------------------------
     def query_offset(self, cmd: RemotingCommand, conn):
-        group, topic, queue_id = cmd.get_str("consumerGroup"), cmd.get_str("topic"), cmd.get_int("queueId")
-        offset = self.store.consumer_offsets.query(group, topic, queue_id)
+        h = decode(QueryConsumerOffsetRequestHeader, cmd.ext)
+        offset = self.store.consumer_offsets.query(h.consumerGroup, h.topic, h.queueId)
         if offset >= 0:
             return cmd.response(codes.SUCCESS, {"offset": offset})
         # Nothing committed: a queue that still holds its first message is read from 0, so what was
         # produced before the group's first start is consumed (ConsumerManageProcessor).
-        if self.store.min_offset(topic, queue_id) <= 0:
+        if self.store.min_offset(h.topic, h.queueId) <= 0:
             return cmd.response(codes.SUCCESS, {"offset": 0})
-        return cmd.response(codes.QUERY_NOT_FOUND, remark="Not found, maybe this group consumer boot first")
+        raise NotFound("Not found, maybe this group consumer boot first")
 
     def update_offset(self, cmd: RemotingCommand, conn):
-        offset = cmd.get_int("commitOffset")
-        if offset >= 0:  # ali-ons may send -1 for a queue it has not consumed
-            self.store.consumer_offsets.commit(cmd.get_str("consumerGroup"), cmd.get_str("topic"),
-                                               cmd.get_int("queueId"), offset)
+        h = decode(UpdateConsumerOffsetRequestHeader, cmd.ext)
+        if h.commitOffset >= 0:  # ali-ons may send -1 for a queue it has not consumed
+            self.store.consumer_offsets.commit(h.consumerGroup, h.topic, h.queueId, h.commitOffset)
         return cmd.response(codes.SUCCESS)
 
     def max_offset(self, cmd: RemotingCommand, conn):
-        return cmd.response(codes.SUCCESS, {"offset": self.store.max_offset(cmd.get_str("topic"), cmd.get_int("queueId"))})
+        h = decode(QueueHeader, cmd.ext)
+        return cmd.response(codes.SUCCESS, {"offset": self.store.max_offset(h.topic, h.queueId)})
 
     def min_offset(self, cmd: RemotingCommand, conn):
-        return cmd.response(codes.SUCCESS, {"offset": self.store.min_offset(cmd.get_str("topic"), cmd.get_int("queueId"))})
+        h = decode(QueueHeader, cmd.ext)
+        return cmd.response(codes.SUCCESS, {"offset": self.store.min_offset(h.topic, h.queueId)})
 
     def search_offset(self, cmd: RemotingCommand, conn):
         """The first queue offset whose message was stored at or after `timestamp`."""
-        topic, queue_id, ts = cmd.get_str("topic"), cmd.get_int("queueId"), cmd.get_int("timestamp")
+        h = decode(SearchOffsetRequestHeader, cmd.ext)
+        topic, queue_id, ts = h.topic, h.queueId, h.timestamp
         lo, hi = self.store.min_offset(topic, queue_id), self.store.max_offset(topic, queue_id)
         while lo < hi:
             mid = (lo + hi) // 2
@@ -168,29 +177,28 @@ class ConsumerProcessor:
     def send_back(self, cmd: RemotingCommand, conn):
         """A consumer failed a message: store a copy for redelivery in %RETRY%<group>, or in
         %DLQ%<group> once it has been retried maxReconsumeTimes (or delayLevel < 0)."""
-        group = cmd.get_str("group")
-        phys = cmd.get_int("offset")
-        delay_level = cmd.get_int("delayLevel", 0)
+        h = decode(ConsumerSendMsgBackRequestHeader, cmd.ext)
+        group, phys, delay_level = h.group, h.offset, h.delayLevel
         try:
             msg = self.store.lookup(phys)
         except StoreError as e:
-            return cmd.response(codes.SYSTEM_ERROR, remark=f"look message by offset failed, {phys}: {e}")
+            raise BadRequest(f"look message by offset failed, {phys}: {e}") from None
         props = dict(msg.properties)
         props.setdefault("RETRY_TOPIC", msg.topic)
         # as Java's: the first failure's id sticks through every retry; the request's originMsgId
         # (the client's idea of it) is not trusted over what the stored copy carries
         props["ORIGIN_MESSAGE_ID"] = props.get("ORIGIN_MESSAGE_ID") or msg.msg_id
-        max_times = cmd.get_int("maxReconsumeTimes", self.c.config.maxReconsumeTimes)
+        max_times = h.maxReconsumeTimes if h.maxReconsumeTimes is not None else self.max_reconsume_times
         if msg.reconsume_times >= max_times or delay_level < 0:
             topic = DLQ_PREFIX + group
             props.pop("DELAY", None)
         else:
             topic = RETRY_PREFIX + group
-        self.c.topics.get_or_create(topic)
+        self.topics.get_or_create(topic)
         queue_id, level = 0, 0
         if topic.startswith(RETRY_PREFIX):
             # redelivered after a delay: the level asked for, or 3 + reconsumeTimes ("server decides")
-            schedule = self.c.schedule
+            schedule = self.schedule
             level = min(delay_level if delay_level > 0 else 3 + msg.reconsume_times, schedule.max_level)
             topic, queue_id, props = schedule.divert(topic, 0, props, level)
         result, flushed = self.store.append(
@@ -198,9 +206,9 @@ class ConsumerProcessor:
             born_timestamp=msg.born_timestamp, born_host=host_bytes(msg.born_host),
             reconsume_times=msg.reconsume_times + 1)
         if level:
-            self.c.schedule.arrived(level)
+            self.schedule.arrived(level)
         else:
-            self.c.holds.notify(topic, queue_id, result.end_offset)
+            self.holds.notify(topic, queue_id, result.end_offset)
         log.info("send back %s of %s to %s (reconsumeTimes %d)", msg.msg_id, group, topic, msg.reconsume_times + 1)
         if flushed is None:
             return cmd.response(codes.SUCCESS)

@@ -45,6 +45,19 @@ class BrokerMetrics:
             out["flush_seconds_sum"] = t.load(Slot.FLUSH_NS) / 1e9
         return out
 
+    def runtime_table(self) -> dict:
+        """GET_BROKER_RUNTIME_INFO's table (`broker admin status`): RocketMQ's keys, then the
+        same figures /metrics serves."""
+        c, store = self.c, self.c.store
+        o = store.offsets()
+        table = {"brokerVersionDesc": "V4_9_4", "brokerRole": store.config.brokerRole,
+                 "commitLogMinOffset": o["min"], "commitLogMaxOffset": o["wrote"], "flushedOffset": o["flushed"],
+                 "dispatchedOffset": o["dispatched"], "putMessageEntireTimeMax": 0,
+                 "pullHeldRequests": c.holds.held(), "topics": len(c.topics.table.topics)}
+        table.update({k: o[k] for k in ("acked", "slaves", "received", "linked") if k in o})
+        table.update({k: (int(v) if float(v).is_integer() else round(v, 6)) for k, v in self.snapshot().items()})
+        return table
+
     def status_line(self, since: dict[str, float] | None = None, seconds: float = 0.0) -> str:
         """One human line for the log (`broker serve --status-interval`): sizes with units, and
         rates over `seconds` since the snapshot `since` when given."""

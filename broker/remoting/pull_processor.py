@@ -11,7 +11,9 @@ import time
 from broker.remoting import codes
 from broker.remoting.command import RemotingCommand
 from broker.remoting.filter import tag_hashes_of
-from broker.services.message_store import GetStatus
+from broker.remoting.headers import PullMessageRequestHeader, decode
+from broker.remoting.refusals import BadRequest, TopicNotExist
+from broker.store.results import GetStatus
 
 FLAG_COMMIT_OFFSET, FLAG_SUSPEND, FLAG_SUBSCRIPTION = 1, 2, 4
 MAX_TRANSFER_BYTES = 256 * 1024  # RocketMQ's maxTransferBytesOnMessageInMemory
@@ -24,38 +26,37 @@ _CODES = {GetStatus.FOUND: codes.SUCCESS, GetStatus.NO_MATCHED_MESSAGE: codes.PU
 
 
 class PullMessageProcessor:
-    def __init__(self, controller):
-        self.c = controller
-        self.store = controller.store
+    def __init__(self, store, topics, consumers, holds, config):
+        self.store = store
+        self.topics = topics
+        self.consumers = consumers
+        self.holds = holds
+        self.long_polling = config.longPollingEnable
+        self.suspend_max_ms = config.brokerSuspendMaxTimeMillis
 
     def handlers(self) -> dict:
         return {codes.PULL_MESSAGE: self.pull}
 
     def pull(self, cmd: RemotingCommand, conn):
-        group = cmd.get_str("consumerGroup")
-        topic = cmd.get_str("topic")
-        queue_id = cmd.get_int("queueId")
-        offset = cmd.get_int("queueOffset")
-        max_nums = max(1, min(cmd.get_int("maxMsgNums", MAX_TRANSFER_COUNT), 1024))
-        sys_flag = cmd.get_int("sysFlag", 0)
-        cfg = self.c.topics.get(topic)
+        h = decode(PullMessageRequestHeader, cmd.ext)
+        group, topic, queue_id, offset, sys_flag = h.consumerGroup, h.topic, h.queueId, h.queueOffset, h.sysFlag
+        max_nums = max(1, min(h.maxMsgNums, 1024))
+        cfg = self.topics.get(topic)
         if cfg is None:
-            return cmd.response(codes.TOPIC_NOT_EXIST, remark=f"topic[{topic}] not exist, apply first please!")
+            raise TopicNotExist(f"topic[{topic}] not exist, apply first please!")
         # A slave serves whatever its replicated queues hold: a queue its config does not count
         # (yet) is one with nothing in it, not an error (the route may come from the master's config)
         if queue_id < 0 or queue_id >= cfg.readQueueNums and not self.store.is_slave:
-            return cmd.response(codes.SYSTEM_ERROR, remark=f"queueId[{queue_id}] is illegal, topic {topic} has "
-                                                           f"{cfg.readQueueNums} read queues")
+            raise BadRequest(f"queueId[{queue_id}] is illegal, topic {topic} has {cfg.readQueueNums} read queues")
         if sys_flag & FLAG_COMMIT_OFFSET and not self.store.is_slave:  # as Java: commits ride pulls on masters
-            commit = cmd.get_int("commitOffset", -1)
-            if commit >= 0:
-                self.store.consumer_offsets.commit(group, topic, queue_id, commit)
+            if h.commitOffset >= 0:
+                self.store.consumer_offsets.commit(group, topic, queue_id, h.commitOffset)
         if sys_flag & FLAG_SUBSCRIPTION:
-            tags = tag_hashes_of(cmd.get_str("subscription", "*"))
+            tags = tag_hashes_of(h.subscription)
         else:
-            tags = self.c.consumers.tag_hashes(group, topic)
-        hold = sys_flag & FLAG_SUSPEND and self.c.config.longPollingEnable
-        suspend = min(cmd.get_int("suspendTimeoutMillis", 15000), self.c.config.brokerSuspendMaxTimeMillis) / 1000
+            tags = self.consumers.tag_hashes(group, topic)
+        hold = sys_flag & FLAG_SUSPEND and self.long_polling
+        suspend = min(h.suspendTimeoutMillis, self.suspend_max_ms) / 1000
         if self.store.queue_write_end(topic, queue_id) > self.store.dispatched():
             # Messages of this queue are in the log but not yet in its consume queue: answer once
             # they are (read-your-writes), not with an offset the next moment makes valid.
@@ -88,7 +89,7 @@ class PullMessageProcessor:
     async def _hold(self, cmd, topic, queue_id, offset, max_nums, tags, deadline, suspend) -> RemotingCommand:
         if self.store.is_slave:
             return await self._hold_on_slave(cmd, topic, queue_id, offset, max_nums, tags, deadline)
-        holds = self.c.holds
+        holds = self.holds
         store = self.store
         while True:
             # Every hold is registered in the same loop turn as the look that found nothing: a

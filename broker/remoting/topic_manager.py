@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
+from broker.remoting.refusals import BadRequest
 from broker.store.config_files import TopicConfig, TopicConfigTable
 
 log = logging.getLogger("topics")
@@ -15,8 +16,8 @@ DEFAULT_TOPIC = "TBW102"
 PERM_READ, PERM_WRITE, PERM_INHERIT = 4, 2, 1
 
 
-class TopicError(ValueError):
-    pass
+class TopicError(BadRequest):
+    """A name that cannot be a topic (answered SYSTEM_ERROR naming it)."""
 
 
 def check_topic_name(topic: str) -> None:
