@@ -13,7 +13,10 @@ Order: 1. limits (bench.limits.measure_all on the store's filesystem), 2. the ke
 (bench/test_kernels_bench.py under pytest-benchmark, in a subprocess; every kernel beside a memcpy
 benchmark of the same bytes), 3. in-process put and put_batch throughput, SYNC_FLUSH latency by
 writer count, reput rate (kernel path and service end to end), 4. network cells: a `broker serve`
-process on loopback driven over the remoting protocol (bench/network_bench.py), 5. HA cells
+process on loopback driven over the remoting protocol by the C load generator build/loadgen
+(bench/loadgen.c; CPU-µs per message of each broker process) and through the project's client
+(bench/network_bench.py), beside redis-benchmark's XADD against Redis with appendfsync everysec
+and always (bench/redis_benchmark.py; skipped with --no-peers), 5. HA cells
 (bench/ha_bench.py), 6. the mode matrix (bench/matrix.py): flushDiskType x {single master,
 ASYNC_MASTER + slave, SYNC_MASTER + slave} x body x in flight, name server / master / slave
 processes driven by broker.client, with CPU per process, replication lag and consume throughput,
@@ -207,6 +210,25 @@ def evaluate(figs: dict) -> list[dict]:
     return out
 
 
+def network_vs_redis(N: dict, NP: dict) -> dict:
+    """Each send cell of the network section beside redis-benchmark's XADD of the same run:
+    ASYNC_FLUSH against appendfsync everysec, SYNC_FLUSH against appendfsync always."""
+    from bench.redis_benchmark import cell_name
+    out = {}
+    for name, f in N.items():
+        flush, _, rest = name.partition(" ")
+        if not (rest.startswith("send ") or rest.startswith("client send ")):
+            continue
+        fsync = "everysec" if flush == "ASYNC_FLUSH" else "always"
+        peer = NP.get(cell_name(fsync))
+        if peer and peer["msgs_per_s"]:
+            out[name] = {"redis": cell_name(fsync), "redis_fsync": fsync, "project_msgs_per_s": f["msgs_per_s"],
+                         "redis_msgs_per_s": peer["msgs_per_s"],
+                         "throughput_ratio": f["msgs_per_s"] / peer["msgs_per_s"],
+                         "p50_ratio": f["p50_us"] / peer["p50_us"], "p99_ratio": f["p99_us"] / peer["p99_us"]}
+    return out
+
+
 def markdown(figs: dict) -> str:
     L, K, S, meta = figs["limits"], figs.get("kernels") or {}, figs.get("store") or {}, figs["meta"]
     memcpy_Bps = L["memcpy_GiBps"] * (1 << 30)
@@ -312,17 +334,37 @@ def markdown(figs: dict) -> str:
                 + (f"{f['drain_records_per_s']:,.0f}/s" if math.isfinite(f["drain_records_per_s"]) else "n/a"))
 
     N = figs.get("network") or {}
-    if N:
-        row("**network** (a `broker serve` process on loopback; driver: broker.remoting, one connection, "
-            "or for `client` cells the project's client, broker.client, routed by a name server; "
-            "1 KiB bodies)", "", "", "")
+    NP = figs.get("network_peers") or {}
+    vs_redis = figs.get("network_vs_redis") or {}
+    if N or NP:
+        row("**network** (a `broker serve` process on loopback, 1 KiB bodies; `(build/loadgen)` cells: the C load "
+            "generator bench/loadgen.c, one connection, pipelined; `client` cells: through the project's client, "
+            "broker.client, routed by a name server; CPU-us/msg of each broker process over the clock; Redis: "
+            "redis-benchmark in the same run)", "", "", "")
         for name, f in N.items():
+            by_process = f.get("cpu_us_per_msg_by_process")
+            if by_process:
+                cpu = "CPU-us/msg " + ", ".join(f"{k} {v:.1f}" for k, v in by_process.items() if k == "total" or v >= 0.05)
+            else:
+                cpu = f"broker process {f['broker_cpu_us_per_msg']:.1f} CPU-us/msg"
+            if "loadgen_cpu_us_per_msg" in f:
+                cpu += f"; loadgen {f['loadgen_cpu_us_per_msg']:.2f}"
+            if f.get("errors"):
+                cpu += f"; **{f['errors']:,} errors** {f.get('error_codes')}"
+            ratio = vs_redis.get(name)
+            if ratio:
+                cpu += f"; **{ratio['throughput_ratio']:.2f}x Redis {ratio['redis_fsync']}**"
             row(name, f"{f['msgs_per_s']:,.0f} msgs/s ({f['mb_per_s']:,.1f} MB/s); p50 {f['p50_us']:,.0f} us, "
                 f"p99 {f['p99_us']:,.0f} us",
                 f"loopback {L['loopback_GiBps']:.2f} GiB/s, RTT p50 {L['loopback_rtt_p50_us']:.0f} us",
                 f"{100 * f['mb_per_s'] * 1e6 / (L['loopback_GiBps'] * (1 << 30)):.1f} % of loopback bandwidth; "
-                f"p50 = {f['p50_us'] / L['loopback_rtt_p50_us']:.0f}x RTT; broker process "
-                f"{f['broker_cpu_us_per_msg']:.1f} CPU-us/msg")
+                f"p50 = {f['p50_us'] / L['loopback_rtt_p50_us']:.0f}x RTT; {cpu}")
+        for name, f in NP.items():
+            row(name, f"{f['msgs_per_s']:,.0f} msgs/s ({f['mb_per_s']:,.1f} MB/s); p50 {f['p50_us']:,.0f} us, "
+                f"p99 {f['p99_us']:,.0f} us",
+                f"loopback {L['loopback_GiBps']:.2f} GiB/s, RTT p50 {L['loopback_rtt_p50_us']:.0f} us",
+                f"redis-server {f['server_cpu_us_per_msg']:.1f} CPU-us/msg; redis-benchmark "
+                f"{f['driver_cpu_us_per_msg']:.2f}")
 
     H = figs.get("ha") or {}
     if H:
@@ -382,7 +424,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", default=None,
                    help=f"comma-separated sections to run ({','.join(SECTIONS)}); limits are always measured")
     p.add_argument("--no-kernels", action="store_true", help="skip the pytest-benchmark kernel suite")
-    p.add_argument("--no-peers", action="store_true", help="skip the peers (Redis Streams, NATS JetStream)")
+    p.add_argument("--no-peers", action="store_true",
+                   help="skip the peers (Redis Streams, NATS JetStream, the network section's redis-benchmark cells)")
     p.add_argument("--seconds", type=float, default=None, help="matrix cell length (default 2 s quick, 5 s full)")
     p.add_argument("--compare", nargs="+", metavar="JSON",
                    help="OLD.json: after the run, print what moved against it; OLD.json NEW.json: compare two "
@@ -446,6 +489,7 @@ def main(argv: list[str] | None = None) -> int:
     K: dict = {}
     S: dict = {}
     N: dict = {}
+    NP: dict = {}
     H: dict = {}
     M: dict = {}
     try:
@@ -474,12 +518,15 @@ def main(argv: list[str] | None = None) -> int:
         if "network" in only:
             step("network", "network cells (broker process on loopback)")
             from bench import network_bench
-            for flush, cells in (("ASYNC_FLUSH", ["send", "batch", "pull", "client_send", "client_batch",
-                                                  "client_pull"]),
-                                 ("SYNC_FLUSH", ["send", "batch", "client_send", "client_batch"])):
+            for flush, cells in (("ASYNC_FLUSH", ["send", "send256", "batch", "pull", "client_send",
+                                                  "client_batch", "client_pull"]),
+                                 ("SYNC_FLUSH", ["send", "send256", "batch", "client_send", "client_batch"])):
                 for r in runner(network_bench.run_flush_mode(flush, secs, cells, workdir,
                                                              progress=lambda x: say("  " + x))):
                     N[r.name] = r.as_dict()
+            if not args.no_peers:  # the figures the send cells are read against, same run
+                from bench import redis_benchmark
+                NP = redis_benchmark.run_both(secs, workdir, progress=lambda x: say("  " + x))
 
         if "ha" in only:
             step("ha", "HA cells (master and slave processes on loopback)")
@@ -493,7 +540,7 @@ def main(argv: list[str] | None = None) -> int:
             plan = matrix.Plan.make(args.full, args.seconds, peers="peers" in only)
             if "matrix" not in only:  # peers alone: no project cells, nothing to pair them with
                 plan.cells = {k: v for k, v in plan.cells.items() if k in matrix.PEER_PAIRS.values()}
-            M = matrix.run(plan, workdir, L, runner, say=say)
+            M = matrix.run(plan, workdir, L, runner, say=say, redis_xadd=NP or None)
     finally:
         import shutil
         shutil.rmtree(workdir, ignore_errors=True)
@@ -505,7 +552,8 @@ def main(argv: list[str] | None = None) -> int:
                             f"{platform.machine()}",
                  "settings": settings.__dict__, "targets": TARGETS, "argv": sys.argv[1:] if argv is None else argv,
                  "total_s": time.perf_counter() - t_start},
-        "limits": L, "kernels": K, "store": S, "network": N, "ha": H, "matrix": M,
+        "limits": L, "kernels": K, "store": S, "network": N, "network_peers": NP,
+        "network_vs_redis": network_vs_redis(N, NP), "ha": H, "matrix": M,
     }
     figs["targets"] = evaluate(figs)
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S") + ("-quick" if quick else "")

@@ -20,7 +20,14 @@ after an unclocked warm-up. Per cell:
   - replication lag (replicated modes): master `wrote` minus slave `HA received`, bytes, sampled
     from the two offset tables every 10 ms.
 
-After the send cells, a consume cell per mode: PullConsumer.pull of everything the mode's cells
+After the client cells, a raw cell per mode (1 KiB, 64 in flight; --full also 256): the C load
+generator build/loadgen (bench/loadgen.c) sending SEND_MESSAGE_V2 to the master on a topic of
+its own, with the CPU-µs per message of each process of the master's and the slave's trees
+(bench.proc_cpu) over loadgen's window and loadgen's own CPU. The quick run's loadgen cells are
+read against redis-benchmark's XADD (bench.redis_benchmark, -c 50 -P 16): ASYNC_FLUSH single
+master against appendfsync everysec, SYNC_FLUSH single master against appendfsync always.
+
+After those, a consume cell per mode: PullConsumer.pull of everything the mode's cells
 sent, 4 queues at once, 256 per pull, until caught up or `seconds`.
 
 Peers (bench.peers: Redis Streams, NATS JetStream) run the same body sizes and in-flight counts;
@@ -40,6 +47,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from bench import loadgen
 from bench.ha_bench import SEGMENT, Node
 from bench.network_bench import CLIENT_TOPIC, NamesrvProcess, _client_loop, _wait_for_route, bench_client_pull
 
@@ -51,6 +59,10 @@ IN_FLIGHT = (1, 64)
 # project mode paired with each peer mode
 PEER_PAIRS = {"ASYNC_FLUSH": ("ASYNC_FLUSH", "single"), "SYNC_FLUSH": ("SYNC_FLUSH", "single"),
               "SYNC_MASTER": ("ASYNC_FLUSH", "SYNC_MASTER")}
+# the loadgen cells' topic: not CLIENT_TOPIC, whose contents the consume cell reads
+LOADGEN_TOPIC = "BenchLoadgenTopic"
+# project mode a redis-benchmark XADD cell is read against, by appendfsync
+REDIS_PAIRS = {"everysec": ("ASYNC_FLUSH", "single"), "always": ("SYNC_FLUSH", "single")}
 
 
 def body_label(n: int) -> str:
@@ -175,6 +187,7 @@ class Plan:
     cells: dict = field(default_factory=dict)      # (flush, repl) -> [(body, in_flight)]
     peers: list = field(default_factory=list)      # peer names to try
     consume: bool = True
+    raw: list = field(default_factory=list)        # [(body, in_flight)] of build/loadgen per mode
 
     @staticmethod
     def make(full: bool, seconds: float | None = None, peers: bool = True) -> "Plan":
@@ -186,6 +199,7 @@ class Plan:
                 else:  # every mode once at 1 KiB x64; one mode also x1
                     p.cells[(flush, repl)] = [(1024, 64)] + ([(1024, 1)] if (flush, repl) == ("ASYNC_FLUSH", "single")
                                                              else [])
+        p.raw = [(1024, 64), (1024, 256)] if full else [(1024, 64)]
         if peers:
             p.peers = ["redis", "nats"] if full else ["redis"]
         return p
@@ -194,7 +208,7 @@ class Plan:
         return [(pm, b, n) for pm, key in PEER_PAIRS.items() for b, n in self.cells.get(key, [])]
 
     def total_steps(self) -> int:
-        per_rep = sum(len(v) + (1 if self.consume else 0) for v in self.cells.values())
+        per_rep = sum(len(v) + len(self.raw) + (1 if self.consume else 0) for v in self.cells.values())
         return self.repeats * (per_rep + len(self.peers) * len(self.peer_cells()))
 
 
@@ -242,6 +256,23 @@ async def send_cell(producer, procs: dict, master: Node, slave: Node | None, bod
     return out
 
 
+def loadgen_cell(master: Node, slave: Node | None, body: int, in_flight: int, seconds: float) -> dict:
+    """build/loadgen send to the master; CPU-µs/msg of the master's processes ("broker", "flush",
+    ...) and the slave's ("slave", "slave/ha", ...). Blocking: run it off the event loop."""
+    r = loadgen.measure("send", master.addr, master.proc.pid, {"slave": slave.proc.pid} if slave else None,
+                        topic=LOADGEN_TOPIC, queues=4, body=body, in_flight=in_flight, seconds=seconds,
+                        warmup=min(0.5, seconds / 4))
+    return {"body": body, "in_flight": in_flight, "msgs": r["msgs"], "seconds": r["seconds"],
+            "msgs_per_s": r["msgs_per_s"], "mb_per_s": r["mb_per_s"],
+            "p50_us": r["p50_us"], "p99_us": r["p99_us"], "p999_us": r["p999_us"], "errors": r["errors"],
+            "error_codes": r["error_codes"], "loadgen_cpu_us_per_msg": r["cpu_us_per_msg"],
+            "cpu_us_per_msg": r["broker_cpu_us_per_msg"], "driver": r["driver"]}
+
+
+def raw_name(flush: str, repl: str, body: int, in_flight: int) -> str:
+    return f"{cell_name(flush, repl, body, in_flight)} (build/loadgen)"
+
+
 async def consume_cell(ns_addr: str, procs: dict, seconds: float) -> dict:
     c0 = {}
 
@@ -255,7 +286,7 @@ async def consume_cell(ns_addr: str, procs: dict, seconds: float) -> dict:
 
 async def run_mode(flush: str, repl: str, cells: list, plan: Plan, workdir: str, progress: Progress, say) -> tuple:
     from broker.client.producer import Producer
-    sends, consume = {}, None
+    sends, consume, raw = {}, None, {}
     with contextlib.ExitStack() as stack:
         ns = stack.enter_context(NamesrvProcess())
         role = "ASYNC_MASTER" if repl == "single" else repl
@@ -281,12 +312,22 @@ async def run_mode(flush: str, repl: str, cells: list, plan: Plan, workdir: str,
                     f"{r['cpu_s_per_M_total_server']:,.1f} s/M msgs{lag}")
         finally:
             await producer.shutdown()
+        for body, in_flight in plan.raw:
+            name = raw_name(flush, repl, body, in_flight)
+            progress.step(name)
+            r = await asyncio.get_running_loop().run_in_executor(None, loadgen_cell, master, slave, body, in_flight,
+                                                                 plan.seconds)
+            raw[name] = r
+            say(f"  {name}: {r['msgs_per_s']:,.0f} msgs/s ({r['mb_per_s']:,.1f} MB/s), p50 {r['p50_us']:,.0f} "
+                f"p99 {r['p99_us']:,.0f} p99.9 {r['p999_us']:,.0f} us; "
+                f"CPU-us/msg {loadgen.cpu_line(r['cpu_us_per_msg'])}; loadgen {r['loadgen_cpu_us_per_msg']:.2f}"
+                + (f"; {r['errors']} errors {r['error_codes']}" if r["errors"] else ""))
         if plan.consume:
             progress.step(f"{mode_name(flush, repl)} consume")
             consume = await consume_cell(ns.addr, procs, plan.seconds)
             say(f"  {mode_name(flush, repl)} consume (PullConsumer): {consume['msgs_per_s']:,.0f} msgs/s "
                 f"({consume['mb_per_s']:,.1f} MB/s)")
-    return sends, consume
+    return sends, consume, raw
 
 
 def _median_dict(runs: list[dict]) -> dict:
@@ -383,24 +424,47 @@ def ratios(sends: dict, peer_out: dict) -> dict:
     return out
 
 
-def run(plan: Plan, workdir: str, L: dict, runner, say=print) -> dict:
-    """The whole matrix (project cells, consume cells, peers); every process stopped on any exit."""
+def redis_ratios(raw: dict, redis: dict) -> dict:
+    """Each loadgen cell of a mode REDIS_PAIRS names, beside redis-benchmark's XADD of the same run."""
+    from bench.redis_benchmark import cell_name as redis_cell
+    out = {}
+    for fsync, (flush, repl) in REDIS_PAIRS.items():
+        peer = redis.get(redis_cell(fsync))
+        for name, r in raw.items():
+            if not peer or r.get("flush") != flush or r.get("replication") != repl:
+                continue
+            out[f"{name} / {redis_cell(fsync)}"] = {
+                "project": name, "peer": redis_cell(fsync), "project_msgs_per_s": r["msgs_per_s"],
+                "peer_msgs_per_s": peer["msgs_per_s"], "throughput_ratio": r["msgs_per_s"] / peer["msgs_per_s"],
+                "p50_ratio": r["p50_us"] / peer["p50_us"], "p99_ratio": r["p99_us"] / peer["p99_us"],
+                "server_cpu_ratio": r["cpu_us_per_msg"]["total"] / peer["server_cpu_us_per_msg"]
+                if peer["server_cpu_us_per_msg"] else float("nan")}
+    return out
+
+
+def run(plan: Plan, workdir: str, L: dict, runner, say=print, redis_xadd: dict | None = None) -> dict:
+    """The whole matrix (project cells, loadgen cells, consume cells, peers); every process
+    stopped on any exit. `redis_xadd`: redis-benchmark cells already measured in this run (the
+    network section's), else they are measured here when the plan has the redis peer."""
     progress = Progress(plan.total_steps())
     say(f"  matrix: {sum(len(v) for v in plan.cells.values())} send cells x {plan.repeats} repeat(s) of "
         f"{plan.seconds:g} s, latency percentiles by {HISTOGRAM}")
     send_runs: dict = {}
     consume_runs: dict = {}
+    raw_runs: dict = {}
     errors = []
     for rep in range(plan.repeats):
         for (flush, repl), cells in plan.cells.items():
             try:
-                sends, consume = runner(run_mode(flush, repl, cells, plan, workdir, progress, say))
+                sends, consume, raw = runner(run_mode(flush, repl, cells, plan, workdir, progress, say))
             except Exception as e:  # noqa: BLE001 - one mode failing must not lose the others' figures
                 errors.append(f"{mode_name(flush, repl)} (repeat {rep + 1}): {e!r}")
                 say(f"  {mode_name(flush, repl)}: FAILED: {e!r}")
                 continue
             for k, v in sends.items():
                 send_runs.setdefault(k, []).append(v)
+            for k, v in raw.items():
+                raw_runs.setdefault(k, []).append(v | {"flush": flush, "replication": repl})
             if consume:
                 consume_runs.setdefault(mode_name(flush, repl), []).append(consume)
     sends = {}
@@ -420,12 +484,19 @@ def run(plan: Plan, workdir: str, L: dict, runner, say=print) -> dict:
         r["pct_loopback_bw"] = 100 * r["mb_per_s"] / (L["loopback_GiBps"] * (1 << 30) / 1e6)
         r["pct_memcpy"] = 100 * r["mb_per_s"] / (L["memcpy_GiBps"] * (1 << 30) / 1e6)
         consume[name] = r
+    raw = {name: _median_dict(runs) | {"repeats": len(runs)} for name, runs in raw_runs.items()}
     peer_out = run_peers(plan, workdir, progress, say) if plan.peers else {"available": {}, "cells": {}, "skipped": []}
+    redis = redis_xadd
+    if redis is None and "redis" in plan.peers:
+        from bench import redis_benchmark
+        redis = redis_benchmark.run_both(plan.seconds, workdir, progress=lambda m: say("  " + m))
     return {"config": {"full": plan.full, "seconds": plan.seconds, "repeats": plan.repeats,
+                       "raw": [[b, n] for b, n in plan.raw],
                        "cells": {mode_name(*k): [[b, n] for b, n in v] for k, v in plan.cells.items()},
                        "peers": plan.peers, "peer_pairs": {k: mode_name(*v) for k, v in PEER_PAIRS.items()},
                        "histogram": HISTOGRAM, "segment_bytes": SEGMENT},
-            "send": sends, "consume": consume, "peers": peer_out, "ratios": ratios(sends, peer_out), "errors": errors}
+            "send": sends, "raw": raw, "consume": consume, "peers": peer_out, "ratios": ratios(sends, peer_out),
+            "redis_benchmark": redis or {}, "raw_vs_redis": redis_ratios(raw, redis or {}), "errors": errors}
 
 
 # ------------------------------------------------------------------------------------ report
@@ -443,7 +514,8 @@ def _cpu_summary(cpu: dict) -> str:
 
 def markdown(M: dict, L: dict) -> str:
     cfg = M["config"]
-    lines = ["", f"## Mode matrix (the project's client, broker.client; medians of {cfg['repeats']} repeat(s) "
+    lines = ["", f"## Mode matrix (the project's client, broker.client, and the raw driver build/loadgen; medians of "
+             f"{cfg['repeats']} repeat(s) "
              f"of {cfg['seconds']:g} s cells)", "",
              f"Latency per send (call to SEND_OK) by {cfg['histogram']}. CPU: seconds per million messages of each "
              f"process over the clock (master, its service processes, slave, name server, this client process). "
@@ -466,6 +538,27 @@ def markdown(M: dict, L: dict) -> str:
                      f"{r['msgs_per_s']:,.0f} | {r['mb_per_s']:,.1f} | {r['p50_us']:,.0f} / {r['p99_us']:,.0f} / "
                      f"{r['p999_us']:,.0f} | {r['cpu_s_per_M_total_server']:,.1f} server ({_cpu_summary(r['cpu_s_per_M'])}) "
                      f"| {lag} | {pct} |")
+    if M.get("raw"):
+        lines += ["", "| raw send (build/loadgen, SEND_MESSAGE_V2, one connection) | body | in flight | msgs/s | "
+                  "p50 / p99 / p99.9 us | CPU-us per msg by process | loadgen CPU-us/msg | vs Redis |",
+                  "|---|---|---|---|---|---|---|---|"]
+        vs = {r["project"]: r for r in M.get("raw_vs_redis", {}).values()}
+        for name, r in M["raw"].items():
+            cpu = ", ".join(f"{k} {v:.1f}" for k, v in r["cpu_us_per_msg"].items() if k == "total" or v >= 0.05)
+            if r.get("errors"):
+                cpu += f"; **{r['errors']:,} errors** {r.get('error_codes')}"
+            peer = vs.get(name)
+            lines.append(f"| {mode_name(r['flush'], r['replication'])} | {body_label(int(r['body']))} | "
+                         f"{int(r['in_flight'])} | {r['msgs_per_s']:,.0f} | {r['p50_us']:,.0f} / "
+                         f"{r['p99_us']:,.0f} / {r['p999_us']:,.0f} | {cpu} | {r['loadgen_cpu_us_per_msg']:.2f} | "
+                         + (f"**{peer['throughput_ratio']:.2f}x** {peer['peer']} ({peer['peer_msgs_per_s']:,.0f} msgs/s)"
+                            if peer else "-") + " |")
+    if M.get("redis_benchmark"):
+        lines += ["", "| peer (same run) | msgs/s | p50 / p99 us | redis-server CPU-us/msg | redis-benchmark CPU-us/msg |",
+                  "|---|---|---|---|---|"]
+        for name, r in M["redis_benchmark"].items():
+            lines.append(f"| {name} | {r['msgs_per_s']:,.0f} | {r['p50_us']:,.0f} / {r['p99_us']:,.0f} | "
+                         f"{r['server_cpu_us_per_msg']:.1f} | {r['driver_cpu_us_per_msg']:.2f} |")
     if M["consume"]:
         lines += ["", "| consume (PullConsumer.pull, 256/pull, 4 queues) | msgs/s | MB/s of bodies | p50 / p99 us per pull "
                   "| CPU s per M msgs | % of limit |", "|---|---|---|---|---|---|"]

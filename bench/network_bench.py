@@ -3,22 +3,29 @@ the remoting protocol.
 
     python -m bench.network_bench [--seconds S] [--flush ASYNC_FLUSH|SYNC_FLUSH] [cell ...]
 
-Raw cells (the broker alone): `send` (SEND_MESSAGE_V2, 1 KiB, 64 requests in flight), `batch`
-(SEND_BATCH_MESSAGE, 32 x 1 KiB per request, 8 in flight), `pull` (PULL_MESSAGE of what was sent,
-256 messages per request, 4 queues pulled concurrently). Their driver is the project's remoting
-connection (broker.remoting), pipelined on one connection per cell.
+Raw cells (the broker alone), driven by build/loadgen (bench/loadgen.c, C, one thread, epoll;
+its own CPU per message is reported beside the broker's): `send` (SEND_MESSAGE_V2, 1 KiB, 64
+requests in flight), `send256` (the same, 256 in flight), `batch` (SEND_BATCH_MESSAGE, 32 x 1 KiB
+per request, 8 in flight), `pull` (PULL_MESSAGE of what the cells before sent, 256 messages per
+request, 4 in flight), all on one connection. Each reports the CPU-µs per message of every
+process of the broker (the broker and its flush, reput, ha and clean services; bench.proc_cpu)
+over loadgen's measured window.
 
 Client cells (the project's client, broker.client, end to end): `client_send` (Producer.send,
 64 sends in flight), `client_batch` (Producer.send_batch of 32 x 1 KiB, 8 in flight),
 `client_pull` (PullConsumer.pull of what the client cells sent, 256 per pull, 4 queues at once,
 messages decoded by the client). They need a name server: one is started as a `broker namesrv`
 subprocess and the broker registers with it; the client cells' topic is created on the broker
-(UPDATE_AND_CREATE_TOPIC, 4 queues) and the cells wait until the name server routes it.
+(UPDATE_AND_CREATE_TOPIC, 4 queues) and the cells wait until the name server routes it. Their
+driver runs in this process.
 
-The driver runs in this process while the broker (and the name server, idle during the clock)
-run in their own, so on a 2-core machine the driver and the broker each have a core. Latency is
-per request (per `send`/`send_batch`/`pull` call for the client cells), call to answer. Broker
-CPU is counted from the end of each cell's warm-up to the end of its clock.
+The Python raw drivers (bench_send, bench_batch, bench_pull: the project's remoting connection,
+pipelined) remain for the HA and Spark benchmarks.
+
+The broker (and the name server, idle during the clock) run in their own processes, so on a
+2-core machine the driver and the broker each have a core. Latency is per request (per
+`send`/`send_batch`/`pull` call for the client cells), request to answer. Broker CPU is counted
+from the end of each cell's warm-up to the end of its clock.
 """
 from __future__ import annotations
 
@@ -32,6 +39,8 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
+from bench import loadgen
+from bench.proc_cpu import ProcessTree, cpu_us_per_msg
 from broker.remoting import codes
 from broker.remoting.command import RemotingCommand
 from broker.remoting.connection import connect
@@ -51,6 +60,8 @@ class NetResult:
     bytes: int
     lat_ns: list[int] = field(default_factory=list)
     broker_cpu_s: float = 0.0
+    pcts: dict | None = None          # percentiles already computed (loadgen's), instead of lat_ns
+    extra: dict = field(default_factory=dict)   # driver, CPU-µs/msg per process, loadgen's own CPU
 
     @property
     def msgs_per_s(self) -> float:
@@ -61,6 +72,8 @@ class NetResult:
         return self.bytes / self.seconds / 1e6
 
     def pct_us(self, q: float) -> float:
+        if self.pcts is not None:
+            return self.pcts[q]
         if not self.lat_ns:
             return float("nan")
         s = sorted(self.lat_ns)
@@ -70,12 +83,19 @@ class NetResult:
         return {"msgs": self.msgs, "seconds": self.seconds, "msgs_per_s": self.msgs_per_s,
                 "mb_per_s": self.mb_per_s, "p50_us": self.pct_us(0.5), "p99_us": self.pct_us(0.99),
                 "broker_cpu_s": self.broker_cpu_s,
-                "broker_cpu_us_per_msg": 1e6 * self.broker_cpu_s / self.msgs if self.msgs else float("nan")}
+                "broker_cpu_us_per_msg": 1e6 * self.broker_cpu_s / self.msgs if self.msgs else float("nan"),
+                **self.extra}
 
     def line(self) -> str:
+        by_process = self.extra.get("cpu_us_per_msg_by_process")
+        cpu = (f"broker CPU-us/msg {loadgen.cpu_line(by_process)}" if by_process
+               else f"broker CPU {1e6 * self.broker_cpu_s / max(1, self.msgs):.2f} us/msg")
+        if "loadgen_cpu_us_per_msg" in self.extra:
+            cpu += f"; loadgen {self.extra['loadgen_cpu_us_per_msg']:.2f} CPU-us/msg"
+        if self.extra.get("errors"):
+            cpu += f"; {self.extra['errors']} errors {self.extra['error_codes']}"
         return (f"{self.name}: {self.msgs_per_s:,.0f} msgs/s ({self.mb_per_s:,.1f} MB/s), p50 {self.pct_us(0.5):,.0f} us"
-                f" p99 {self.pct_us(0.99):,.0f} us; broker CPU {1e6 * self.broker_cpu_s / max(1, self.msgs):.2f} "
-                f"us/msg")
+                f" p99 {self.pct_us(0.99):,.0f} us; {cpu}")
 
 
 def _wait_for_line(proc: subprocess.Popen, marker: str, what: str) -> None:
@@ -392,7 +412,37 @@ async def bench_client_pull(namesrv_addr: str, seconds: float, per_pull: int = 2
     return NetResult(f"client pull {per_pull}/pull, {len(queues)} queues (MB/s of bodies)", n, dt, nbytes, lat)
 
 
-RAW_CELLS = {"send": bench_send, "batch": bench_batch, "pull": bench_pull}
+# -- build/loadgen (bench/loadgen.c) ----------------------------------------------------------------
+
+# cell -> (loadgen mode, its options, label); labels keep the rows' names (bench/__main__ looks
+# the targets up by "<flush> send", "<flush> batch", "<flush> pull")
+LOADGEN_CELLS = {
+    "send": ("send", {"in_flight": 64}, "send 1 KiB x64 in flight"),
+    "send256": ("send", {"in_flight": 256}, "send 1 KiB x256 in flight"),
+    "batch": ("batch", {"batch": 32, "in_flight": 8}, "batch 320 of 32 x 1 KiB x8 in flight"),
+    "pull": ("pull", {"max_msgs": 256, "in_flight": 4}, "pull 256/request, 4 in flight, MB/s of stored records"),
+}
+
+
+def loadgen_cell(cell: str, broker: "BrokerProcess", seconds: float) -> NetResult:
+    """One raw cell through build/loadgen against `broker`, with the CPU per message of each of
+    the broker's processes over loadgen's window. Replies with a non-zero code are reported
+    (errors, error_codes), not raised: a SYNC_FLUSH FLUSH_DISK_TIMEOUT is a figure too."""
+    mode, opts, label = LOADGEN_CELLS[cell]
+    if mode != "pull":  # pull reads what is there, once: nothing to warm
+        opts = dict(opts, warmup=min(1.0, seconds / 4))
+    r = loadgen.measure(mode, broker.addr, broker.proc.pid, topic=TOPIC, queues=4, body=BODY, seconds=seconds, **opts)
+    per = r["broker_cpu_us_per_msg"]
+    return NetResult(
+        f"{label} (build/loadgen)", r["msgs"], r["seconds"], r["record_bytes"] if mode == "pull" else r["body_bytes"],
+        broker_cpu_s=per.get("broker", float("nan")) * r["msgs"] / 1e6,
+        pcts={0.5: r["p50_us"], 0.99: r["p99_us"], 0.999: r["p999_us"]},
+        extra={"driver": r["driver"], "p999_us": r["p999_us"], "errors": r["errors"], "error_codes": r["error_codes"],
+               "loadgen_cpu_us_per_msg": r["cpu_us_per_msg"], "loadgen_cpu_s": r["cpu_user_s"] + r["cpu_sys_s"],
+               "cpu_us_per_msg_by_process": per})
+
+
+RAW_CELLS = LOADGEN_CELLS
 CLIENT_CELLS = {"client_send": bench_client_send, "client_batch": bench_client_batch, "client_pull": bench_client_pull}
 DEFAULT_CELLS = [*RAW_CELLS, *CLIENT_CELLS]
 
@@ -407,17 +457,22 @@ async def run_flush_mode(flush: str, seconds: float, cells: list[str], workdir: 
         b = stack.enter_context(BrokerProcess(flush, workdir, ns.addr if ns else ""))
         if ns is not None:
             await _wait_for_route(ns.addr, b.addr)
+        tree = ProcessTree(b.proc.pid)
         for cell in cells:
-            c0 = None
-
-            def on_start() -> None:
-                nonlocal c0
-                c0 = b.cpu_seconds()
-            if cell in RAW_CELLS:
-                r = await RAW_CELLS[cell](b.port, seconds, on_start=on_start)
+            if cell in RAW_CELLS:  # blocking (a subprocess), off the loop
+                r = await asyncio.get_running_loop().run_in_executor(None, loadgen_cell, cell, b, seconds)
             else:
+                c0 = None
+                snap0: dict = {}
+
+                def on_start() -> None:
+                    nonlocal c0
+                    c0 = b.cpu_seconds()
+                    snap0.update(tree.snapshot())
                 r = await CLIENT_CELLS[cell](ns.addr, seconds, on_start=on_start)
-            r.broker_cpu_s = b.cpu_seconds() - c0
+                r.broker_cpu_s = b.cpu_seconds() - c0
+                r.extra = {"driver": "the project's client (broker.client), in the bench process",
+                           "cpu_us_per_msg_by_process": cpu_us_per_msg(snap0, tree.snapshot(), r.msgs)}
             r.name = f"{flush} {r.name}"
             progress(r.line())
             out.append(r)
