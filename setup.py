@@ -20,6 +20,7 @@ KERNELS = {
     "atomics": (["pyx/atomics.pyx"], []),
     "remoting": (["pyx/remoting.pyx"], []),
     "ha": (["pyx/ha.pyx"], []),
+    "cq_dispatch": (["pyx/cq_dispatch.pyx"], []),
 }
 
 flags = ["-O3", "-Wall", "-Wno-unused-function", "-Wno-unreachable-code"]

@@ -85,7 +85,8 @@ class HAClient:
             b = nb
         if b != self.boundary:
             self.boundary = b
-            self.table.store(Slot.WROTE, b)  # store() wakes flush and reput sleeping on it
+            self.table.store(Slot.WROTE, b)  # store() wakes the flush service sleeping on it
+            self.table.add(Slot.REPUT_WAKE, 1)  # and the reput, once per whole-records batch
 
     # -- the link -------------------------------------------------------------------------------
     def _report(self, sock: socket.socket) -> None:

@@ -48,7 +48,8 @@ from broker.store.results import (BatchChunk, BatchPutResult, GetResult, GetStat
                                   PutResult, PutStatus)
 
 log = logging.getLogger("store")
-_WROTE = int(Slot.WROTE)  # a plain int: the put path passes it to the kernel on every call
+_WROTE = int(Slot.WROTE)  # plain ints: the put path passes them to the kernel on every call
+_REPUT_WAKE = int(Slot.REPUT_WAKE)
 DEFAULT_BORN_HOST = socket.inet_aton("127.0.0.1") + (0).to_bytes(4, "big")
 REPUT_WAKE_DELAY = 0.001  # seconds; see _publish_wrote
 
@@ -111,7 +112,8 @@ class MessageStore:
         # counters for metrics (plain ints: a put pays an add, not a lock)
         self.put_msgs = self.put_bytes = 0
         self.put_failed: collections.Counter = collections.Counter()  # final status other than PUT_OK -> messages
-        self._wake_pending = False
+        self._wake_pending = False  # a wake of the services sleeping on WROTE is scheduled
+        self._reput_wake_pending = False
         self._open = False
         self._accepting = False
         self.consumer_offsets = ConsumerOffsetTable(config.config_dir)
@@ -242,6 +244,7 @@ class MessageStore:
         self.topic_config.persist()
         t = self.table
         t.wake(_WROTE)
+        t.add(_REPUT_WAKE, 1)
         wrote = t.load(Slot.WROTE)
         try:
             await self.wait_dispatched(wrote, 30)
@@ -450,26 +453,36 @@ class MessageStore:
         return r
 
     def _publish_wrote(self, wrote: int) -> None:
-        # `wrote` is visible to the services at once; their wake-up (a futex syscall, ~4 us, and
-        # a context switch on a 2-core machine) happens once per event-loop turn, after every put
-        # of the turn: one wake for the whole group, not one per put for the reput service.
-        #
-        # Under ASYNC_FLUSH the wake waits up to REPUT_WAKE_DELAY more: at a high send rate one
-        # wake then covers the turns of a whole millisecond (RocketMQ's ReputMessageService polls
-        # every 1 ms, so consumers see no later delivery than with Java). Under SYNC_FLUSH the
-        # flush service waits on the same word and producers wait on it: wake at the turn's end.
+        # `wrote` is visible to the services at once; waking them (a futex syscall, ~4 us, and a
+        # context switch on a 2-core machine) is batched, and costs nothing for one that is not
+        # asleep (the waiter count beside each word: the eventcount pattern).
+        # - Those sleeping on WROTE (the flush service under SYNC_FLUSH, the HA service under
+        #   SYNC_MASTER: producers wait on them) are woken at the end of the event-loop turn, once
+        #   for every put of the turn; otherwise within REPUT_WAKE_DELAY.
+        # - The reput sleeps on REPUT_WAKE between passes, bumped at most once a millisecond while
+        #   puts come in: it dispatches everything written since, a pass per wake. (Watching WROTE
+        #   itself, it found new records after every pass and spun at a core's worth of CPU in
+        #   passes of a few records; RocketMQ's ReputMessageService looks every 1 ms.)
         self.table.publish(_WROTE, wrote)
         if not self._wake_pending:
             self._wake_pending = True
             if self._put_waits:
-                self._loop.call_soon(self._wake_services)
+                self._loop.call_soon(self._wake_writers_waiters)
             else:
-                self._loop.call_later(REPUT_WAKE_DELAY, self._wake_services)
+                self._loop.call_later(REPUT_WAKE_DELAY, self._wake_writers_waiters)
+        if not self._reput_wake_pending:
+            self._reput_wake_pending = True
+            self._loop.call_later(REPUT_WAKE_DELAY, self._wake_reput)
 
-    def _wake_services(self) -> None:
+    def _wake_writers_waiters(self) -> None:
         self._wake_pending = False
         if self.table is not None:
             self.table.wake(_WROTE)
+
+    def _wake_reput(self) -> None:
+        self._reput_wake_pending = False
+        if self.table is not None:
+            self.table.add(_REPUT_WAKE, 1)
 
     def wait_put(self, end: int, resolve: Resolve, arg) -> None:
         """Call resolve(arg, status) once the put ending at `end` is as durable as the mode asks:

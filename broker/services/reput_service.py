@@ -14,11 +14,12 @@ import time
 
 import numpy as np
 
-from broker.kernels.codec import SCAN_BLANK, SCAN_END, Scanner
+from broker.kernels.codec import SCAN_BLANK, SCAN_END, MappedBuffer, Scanner
+from broker.kernels.cq_dispatch import CqDispatcher
 from broker.services.process import enter_service, notify, run_service
 from broker.store import paths
 from broker.store.checkpoint import StoreCheckpoint
-from broker.store.consume_queue import ConsumeQueueStore
+from broker.store.consume_queue import ConsumeQueue, ConsumeQueueStore
 from broker.store.mapped_file_queue import MappedFileQueue
 from broker.store.offset_table import Slot, open_table
 
@@ -28,33 +29,46 @@ BATCH = 8192
 
 class Dispatcher:
     """Writes scanned records' entries into their consume queues (reused by tests and tools).
-    `on_new_queue` is called the first time a queue is written to by this dispatcher."""
+
+    The entries go in one kernel pass (CqDispatcher) straight into the mapped files; the pass
+    comes back here only when a queue needs its next file (or its first), which is made and
+    registered, and the pass goes on. `on_new_queue` is called the first time a queue is written
+    by this dispatcher."""
 
     def __init__(self, cqs: ConsumeQueueStore, on_new_queue=None):
         self.cqs = cqs
-        self._queues: dict[int, object] = {}
+        self.kernel = CqDispatcher()
+        self._queues: dict[int, ConsumeQueue] = {}
         self._on_new_queue = on_new_queue
 
     def dispatch(self, scanner: Scanner, count: int) -> None:
-        e = scanner.entries[:count]
-        keys = (e["topic_idx"].astype(np.int64) << 32) | e["queue_id"].astype(np.int64)
-        if count == 1 or keys[0] == keys[-1] and (keys == keys[0]).all():
-            self._put(scanner, int(keys[0]), e)
-            return
-        order = np.argsort(keys, kind="stable")
-        sk = keys[order]
-        cuts = np.flatnonzero(np.diff(sk)) + 1
-        for grp in np.split(order, cuts):
-            self._put(scanner, int(keys[grp[0]]), e[grp])
+        i = 0
+        while True:
+            i = self.kernel.dispatch(scanner, i, count)
+            if i >= count:
+                return
+            self._open_file(scanner, self.kernel.missing_key, self.kernel.missing_offset)
 
-    def _put(self, scanner: Scanner, key: int, e: np.ndarray) -> None:
+    def _open_file(self, scanner: Scanner, key: int, offset: int) -> None:
         cq = self._queues.get(key)
         if cq is None:
             topic = scanner.topics[key >> 32].decode("utf-8", "replace")
             cq = self._queues[key] = self.cqs.get(topic, key & 0xFFFFFFFF)
             if self._on_new_queue is not None:
                 self._on_new_queue()
-        cq.put(e["queue_offset"], e["phys_offset"], e["size"], e["tag_hash"])
+        first, arr = cq.file_for(offset, create=True)  # OSError on a full disk: the reput holds
+        replaced = self.kernel.register(key, MappedBuffer(arr.view(np.uint8), True), first, cq.per_file)
+        if replaced >= 0:
+            cq.dirty.add(replaced)
+
+    def mark_dirty(self) -> None:
+        """Tell the queues which of their files the kernel wrote (before they are flushed)."""
+        for key, first in self.kernel.take_dirty():
+            self._queues[key].dirty.add(first)
+
+    @property
+    def last_store_ts(self) -> int:
+        return self.kernel.last_store_ts
 
 
 MAX_RETRY_WAIT = 5.0  # seconds between attempts while consume queues cannot be written
@@ -122,7 +136,7 @@ class ReputService:
             count, nxt, status = self.scanner.scan(mf.buf, dispatched - mf.base, end, mf.base, False)
             if count:
                 self.dispatcher.dispatch(self.scanner, count)
-                self.last_store_ts = int(self.scanner.entries[count - 1]["store_ts"])
+                self.last_store_ts = self.dispatcher.last_store_ts
             dispatched = mf.base + nxt
             if status == SCAN_BLANK:
                 dispatched = mf.end
@@ -139,6 +153,7 @@ class ReputService:
         return dispatched
 
     def flush_queues(self, dispatched: int) -> None:
+        self.dispatcher.mark_dirty()
         self.cqs.flush()
         self.ckpt.set(cqFlushedOffset=dispatched, logicsMsgTimestamp=self.last_store_ts)
         self.ckpt.flush()
@@ -168,18 +183,22 @@ class ReputService:
                     seen_min = m
                     self.log.drop_before(m)
                     self.cqs.correct_min(m)
+                # The wake generation first, then wrote: a write after this load is followed by a
+                # bump of the generation, so the wait below returns at once rather than missing it.
+                gen = t.load(Slot.REPUT_WAKE)
                 wrote = t.load(Slot.WROTE)
                 try:
-                    if dispatched >= wrote:
-                        if t.load(Slot.SHUTDOWN):
-                            return
-                        timeout = interval if flushed_at != dispatched else -1
-                        t.wait_until_ge(Slot.WROTE, dispatched + 1, timeout)
-                    else:
+                    if dispatched < wrote:
                         dispatched = self.reput(dispatched, wrote)
+                    elif t.load(Slot.SHUTDOWN):
+                        return
                     if flushed_at != dispatched and time.monotonic() - last_flush >= interval:
                         self.flush_queues(dispatched)
                         flushed_at, last_flush = dispatched, time.monotonic()
+                    # one pass per wake: new records found right after a pass wait for the writer's
+                    # next wake (within a millisecond) and go in the same pass as what follows them
+                    timeout = interval if flushed_at != dispatched else -1
+                    t.wait_change(Slot.REPUT_WAKE, gen, timeout)
                 except OSError as e:
                     # entries are idempotent: the batch that failed is written again from the
                     # last published offset

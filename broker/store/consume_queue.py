@@ -60,6 +60,10 @@ class ConsumeQueue:
                 if first not in self.files:
                     self.files[first] = self._map(first)
 
+    def file_for(self, index: int, create: bool) -> tuple[int, np.memmap | None]:
+        """The file holding logical offset `index`: (its first offset, its entries), made if asked."""
+        return self._file_for(index, create)
+
     def _file_for(self, index: int, create: bool) -> tuple[int, np.memmap | None]:
         first = index - index % self.per_file
         arr = self.files.get(first)

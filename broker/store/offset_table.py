@@ -33,6 +33,7 @@ class Slot(enum.IntEnum):
     FLUSH_NS = 26       # flush service: their total duration, ns
     DISPATCH_BLOCKED = 27  # reput service: errno while it cannot write consume queues (writes refused), else 0
     QUEUES_SEEN = 28    # reput service: bumped when it starts writing a consume queue it had not written yet
+    REPUT_WAKE = 29     # the commit log's writer: bumped (at most once a millisecond) when it wrote since
     FLUSH_BUCKET0 = 32  # flush service: fdatasync rounds per latency bucket (FLUSH_BUCKETS), cumulative order
 
 
