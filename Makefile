@@ -5,7 +5,7 @@ VPY     := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 KERNELS := $(wildcard pyx/*.pyx pyx/*.pxd pyx/*.h)
 
-.PHONY: run install clients testdeps test bench fuzz clean
+.PHONY: run install clients testdeps test spark-example bench fuzz clean
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -60,14 +60,30 @@ clients: $(ONS) $(RQ_VENV)/.installed
 	  || (apt-get update -qq && apt-get install -y -qq redis-server postgresql)
 	@mkdir -p .deps && touch $@
 
-$(VENV)/.testdeps: $(STAMP) requirements-test.txt
+$(VENV)/.testdeps: $(STAMP) requirements-test.txt requirements-spark.txt
 	$(VPY) -m pip install -q -r requirements-test.txt
 	touch $@
 
-testdeps: $(VENV)/.testdeps .deps/servers
+testdeps: $(VENV)/.testdeps .deps/servers .deps/java
 
 test: install clients testdeps build/loadgen
 	$(VPY) -m pytest -q tests
+
+# The README's Spark example end to end (examples/spark_example.sh) against the name server and
+# broker `make run` serves (NAMESRV=host:port for others): PySpark from requirements-spark.txt
+# (the pins requirements-test.txt includes), and Java when missing.
+NAMESRV ?= 127.0.0.1:9876
+
+.deps/java:
+	@command -v java >/dev/null || (apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless)
+	@mkdir -p .deps && touch $@
+
+$(VENV)/.sparkdeps: $(STAMP) requirements-spark.txt
+	$(VPY) -m pip install -q -r requirements-spark.txt
+	touch $@
+
+spark-example: install $(VENV)/.sparkdeps .deps/java
+	NAMESRV='$(NAMESRV)' VENV='$(VENV)' sh examples/spark_example.sh
 
 # The C load generator the network cells of the bench drive the broker with (bench/loadgen.c):
 # libc only, so that the driver costs the bench ~1 CPU-us per message, not the broker's share.
