@@ -20,7 +20,7 @@ class CommitLog:
     def __init__(self, config: MessageStoreConfig, writable: bool):
         self.config = config
         self.queue = MappedFileQueue(config.commitlog_dir, config.mappedFileSizeCommitLog, writable,
-                                     warm=config.warmMapedFileEnable, warm_chunk=warm_chunk_for(config))
+                                     warm=config.warm_segments, warm_chunk=warm_chunk_for(config))
         self.store_host = config.store_host
         self._app = Appender(self.store_host, config.maxMessageSize, {}, 0)
 

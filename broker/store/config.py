@@ -36,7 +36,12 @@ class MessageStoreConfig:
     flushConsumerOffsetInterval: int = 5000
     maxMessageSize: int = 4 * 1024 * 1024
     checkCRCOnRecover: bool = True
-    warmMapedFileEnable: bool = True
+    # Whether a new segment is written with zeros before use. Unset: under SYNC_FLUSH only. Each
+    # 4 KiB fdatasync then writes data alone (into a fallocated segment it also converts extents:
+    # 140k vs 109k 1 KiB sends/s here, 256 MiB segments); under ASYNC_FLUSH the zeros cost as much
+    # CPU and disk as the data (330k vs 215k sends/s, p99 0.4 vs 5 ms, 1.8 vs 3.4 CPU-us/msg), and
+    # RocketMQ's own default is false. An explicit true/false in broker.conf is taken as it is.
+    warmMapedFileEnable: bool | None = None
     # Store address written into every record's STOREHOST and msgId.
     brokerIP1: str = "127.0.0.1"
     listenPort: int = 10911
@@ -80,6 +85,10 @@ class MessageStoreConfig:
     @property
     def config_dir(self) -> str:
         return paths.config_dir(self.storePathRootDir)
+
+    @property
+    def warm_segments(self) -> bool:
+        return self.warmMapedFileEnable if self.warmMapedFileEnable is not None else self.flushDiskType == SYNC_FLUSH
 
     @property
     def ha_port(self) -> int:
@@ -195,7 +204,7 @@ def _convert(key: str, raw: str, typ: object) -> object:
             return float(text)
         except ValueError:
             raise StoreConfigError(key, f"{text!r} is not a number") from None
-    if typ in ("bool", bool):
+    if typ in ("bool", bool, "bool | None"):
         if text.lower() in ("true", "1", "yes"):
             return True
         if text.lower() in ("false", "0", "no"):
