@@ -21,6 +21,8 @@ KERNELS = {
     "remoting": (["pyx/remoting.pyx"], []),
     "ha": (["pyx/ha.pyx"], []),
     "cq_dispatch": (["pyx/cq_dispatch.pyx"], []),
+    "wbuf": (["pyx/wbuf.pyx"], []),
+    "header": (["pyx/header.pyx"], []),
 }
 
 flags = ["-O3", "-Wall", "-Wno-unused-function", "-Wno-unreachable-code"]

@@ -284,3 +284,92 @@ def test_split_frames_1MiB(benchmark, remoting_buffer):
 @pytest.mark.benchmark(group="split_frames")
 def test_memcpy_split_frames(benchmark, remoting_buffer):
     _memcpy_bench(benchmark, len(remoting_buffer[0]))
+
+
+# ------------------------------------------------------------------------------ remoting headers
+
+# An ali-ons SEND_MESSAGE_V2 request header in the shape the client writes it (tests/
+# test_header_real_clients.py has the captured original): raw JS values, \u-escaped property
+# separators, about 400 bytes with a realistic group, topic and properties.
+ONS_SEND_V2_HEADER = (
+    b'{"code":310,"language":"JAVA","opaque":1024,"flag":0,"version":121,"extFields":{'
+    b'"a":"CID_order_service_producer","b":"TopicOrderCreated","c":"TBW102","d":4,"e":3,"f":0,'
+    b'"g":1795582575548,"h":0,"i":"TAGS\\u0001TagOrderCreated\\u0002KEYS\\u0001order-20261125-000123'
+    b'\\u0002UNIQ_KEY\\u0001C0A8000100002A9F00000000000012AB\\u0002WAIT\\u0001true\\u0002region\\u0001'
+    b'eu-west\\u0002traceId\\u00017c1f9a20b44d4e7a\\u0002","j":0,"k":false,"m":false}}')
+HEADER_REPEAT = 1000  # C parses per benchmark call in the "_c" cases: ns/call = median / this
+
+
+def _MsgspecHeader():
+    """command.py's msgspec Struct from before the kernel (built here: msgspec resolves its
+    annotations in this module's globals)."""
+    import typing
+
+    import msgspec
+    return msgspec.defstruct("_Header", [("code", int), ("language", str, ""), ("version", int, 0),
+                                         ("opaque", int, 0), ("flag", int, 0), ("remark", typing.Optional[str], None),
+                                         ("extFields", typing.Optional[dict[str, typing.Any]], None)])
+
+
+def _header_report(benchmark, calls: int) -> None:
+    benchmark.extra_info["bytes"] = len(ONS_SEND_V2_HEADER)
+    stats = getattr(benchmark, "stats", None)
+    if stats:
+        benchmark.extra_info["ns_per_header"] = stats.stats.median / calls * 1e9
+
+
+@pytest.mark.benchmark(group="header_send_v2")
+def test_header_parse_json_c(benchmark):
+    """parse_json_header as a kernel calls it (no Python object): HEADER_REPEAT parses per call."""
+    from broker.kernels.header import parse_count
+    h = ONS_SEND_V2_HEADER
+    assert benchmark(parse_count, 0, h, 0, len(h), HEADER_REPEAT) == 12
+    _header_report(benchmark, HEADER_REPEAT)
+
+
+@pytest.mark.benchmark(group="header_send_v2")
+def test_header_parse_rocketmq_c(benchmark):
+    """parse_rocketmq_header on the same header in ROCKETMQ binary, HEADER_REPEAT parses per call."""
+    import json
+
+    from broker.kernels.header import encode_header, parse_count
+    j = json.loads(ONS_SEND_V2_HEADER)
+    ext = {k: v if isinstance(v, str) else json.dumps(v) for k, v in j["extFields"].items()}
+    h = encode_header(1, j["code"], j["language"], j["version"], j["opaque"], j["flag"], None, ext)
+    assert benchmark(parse_count, 1, h, 0, len(h), HEADER_REPEAT) == 12
+    _header_report(benchmark, HEADER_REPEAT)
+
+
+@pytest.mark.benchmark(group="header_send_v2")
+def test_header_parse_json_one_call(benchmark):
+    """One parse per Python call: the C parse plus the call's own overhead."""
+    from broker.kernels.header import parse_count
+    h = ONS_SEND_V2_HEADER
+    assert benchmark(parse_count, 0, h, 0, len(h), 1) == 12
+    _header_report(benchmark, 1)
+
+
+@pytest.mark.benchmark(group="header_send_v2")
+def test_header_decode_json_to_python(benchmark):
+    """decode_header: the parse and the tuple and dict of Python values (the slow path's cost)."""
+    from broker.kernels.header import decode_header
+    h = ONS_SEND_V2_HEADER
+    assert benchmark(decode_header, 0, h, 0, len(h))[0] == 310
+    _header_report(benchmark, 1)
+
+
+@pytest.mark.benchmark(group="header_send_v2")
+def test_header_msgspec_decode(benchmark):
+    """What broker/remoting/command.py did before the kernel: msgspec's typed decode (strict=False)
+    of the same bytes into a Struct of the header's fields."""
+    import msgspec
+
+    decode = msgspec.json.Decoder(_MsgspecHeader(), strict=False).decode
+    h = ONS_SEND_V2_HEADER
+    assert benchmark(decode, h).code == 310
+    _header_report(benchmark, 1)
+
+
+@pytest.mark.benchmark(group="header_send_v2")
+def test_memcpy_header_send_v2(benchmark):
+    _memcpy_bench(benchmark, len(ONS_SEND_V2_HEADER))

@@ -42,3 +42,15 @@ def test_a_numeric_ext_field_is_held_as_java_holds_it():
     prefix = (4 + len(hdr)).to_bytes(4, "big") + len(hdr).to_bytes(4, "big")
     check_frames(b"\x00\x00\x00" + prefix + hdr)
     assert RemotingCommand.decode(hdr, b"").get_str("ge") == "310"
+
+
+def test_an_integer_python_will_not_convert_is_a_header_error():
+    # found writing the header twin: an ext value of more than 4300 digits parses (it is JSON) but
+    # int() refuses it with a bare ValueError, which decode_header must turn into its typed refusal
+    from broker.kernels.header import HeaderError, decode_header
+    from tools.fuzz.checks import check_headers
+    raw = b'{"code":1,"extFields":{"n":1' + b"0" * 4400 + b"}}"
+    check_headers(b"\x08" + raw)
+    with pytest.raises(HeaderError) as e:
+        decode_header(0, raw, 0, len(raw))
+    assert e.value.offset == raw.index(b"10")

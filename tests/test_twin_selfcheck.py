@@ -702,3 +702,63 @@ def test_decoder_rejects_garbage():
         dec.decode_record(buf, 0)
     with pytest.raises(ValueError):
         dec.decode_record(buf[:n - 1], 0)
+
+
+# ------------------------------------------------------------------ header twin (docs/formats.md §4.1)
+# The header twin is checked against Python's json module, a reading of RFC 8259 neither it nor the
+# kernel shares code with, and against ROCKETMQ headers packed here with struct.
+
+from tests.twins import header_twin as htw  # noqa: E402
+
+json_text = st.text(st.characters(exclude_categories=("Cs",)), max_size=16)
+json_leaf = st.one_of(json_text, st.booleans(), st.none(), st.integers(-(1 << 70), 1 << 70),
+                      st.floats(allow_nan=False, allow_infinity=False))
+json_tree = st.recursive(json_leaf, lambda t: st.one_of(st.lists(t, max_size=3), st.dictionaries(json_text, t, max_size=3)),
+                         max_leaves=10)
+
+
+@SETTINGS
+@given(I32, st.one_of(st.none(), json_text), st.dictionaries(json_text, json_tree, max_size=6), st.booleans())
+def test_header_twin_reads_what_json_dumps_writes(code, remark, ext, ascii_only):
+    import json
+    raw = json.dumps({"code": code, "remark": remark, "extFields": ext, "x": [ext]}, ensure_ascii=ascii_only).encode()
+    got = htw.decode_header(0, raw, 0, len(raw))
+    assert got[:6] == (code, "", 0, 0, 0, remark)
+    assert got[6].keys() == ext.keys()
+    for k, v in ext.items():
+        assert (json.loads(got[6][k]) if isinstance(v, (list, dict)) else got[6][k]) == v
+
+
+json_bytes = st.lists(st.sampled_from([b"{", b"}", b"[", b"]", b",", b":", b'"code"', b'"extFields"', b'"a"', b"1",
+                                       b"-0", b"1.5e3", b"true", b"null", b'"\\u00e9"', b'"\\ud83d\\ude00"', b" ",
+                                       b'"\xc3\xa9"', b"01", b'"\\x"', b"\xff"]), max_size=24).map(b"".join)
+
+
+@SETTINGS
+@given(json_bytes)
+def test_header_twin_accepts_only_what_json_loads_reads_alike(raw):
+    import json
+    try:
+        got = htw.decode_header(0, raw, 0, len(raw))
+    except htw.HeaderError:
+        return  # stricter than json.loads (int32 code, duplicate rules, depth) is allowed
+    j = json.loads(raw)  # whatever the twin accepts is JSON
+    assert isinstance(j, dict) and got[0] == int(j["code"])
+    want = j.get("extFields") or {}
+    assert got[6].keys() == want.keys()
+
+
+def test_header_twin_rocketmq_golden():
+    ext = [(b"topic", b"TopicTest"), (b"k\xc3\xa9", b""), (b"", b"v")]
+    block = b"".join(struct.pack(">h", len(k)) + k + struct.pack(">i", len(v)) + v for k, v in ext)
+    raw = struct.pack(">hbhiii", 310, 1, 395, 77, 2, 2) + b"ok" + struct.pack(">i", len(block)) + block
+    assert htw.decode_header(1, raw, 0, len(raw)) == (310, "CPP", 395, 77, 2, "ok",
+                                                       {"topic": "TopicTest", "ké": None, "": "v"})
+    fields = htw.parse_fields(1, raw, 0, len(raw))
+    assert fields[6] == (0, 0, 17, 2, 0, 0, htw.V_BYTES)
+    assert fields[9][0] == (25, 5, 34, 9, 0, 0, htw.V_BYTES) and raw[25:30] == b"topic" and raw[34:43] == b"TopicTest"
+    assert fields[9][1][6] == htw.V_NULL
+    assert htw.encode_header(1, 310, "CPP", 395, 77, 2, "ok", {"topic": "TopicTest", "ké": "", "": "v"}) == raw
+    for cut in range(len(raw)):
+        with pytest.raises(htw.HeaderError):
+            htw.decode_header(1, raw[:cut], 0, cut)

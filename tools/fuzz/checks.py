@@ -8,16 +8,19 @@ file replays deterministically with no fuzzer present.
 """
 from __future__ import annotations
 
+import json
 import struct
 
 from broker.kernels import codec as KC
 from broker.kernels import ha as KH
+from broker.kernels import header as KHD
 from broker.kernels import remoting as KR
 from broker.remoting.command import RemotingCommand, ext_string
 from broker.store.errors import StoreError
 from broker.store.message import decode_message, decode_properties
 from tests.twins import codec_twin as TC
 from tests.twins import ha_twin as TH
+from tests.twins import header_twin as THD
 from tests.twins import remoting_twin as TR
 from tests.twins.decoder import decode_record
 
@@ -161,9 +164,55 @@ def check_ha(data: bytes) -> None:
     _same("reallocate_byte_buffer", KH.reallocate_byte_buffer, TR.reallocate, bytearray(buf), start, end)
 
 
+# -- headers: the JSON and ROCKETMQ header parsers, positions included, then a re-encode ----------
+HEADER_CAPS = (0, 1, 2, 4, 64)
+
+
+def check_headers(data: bytes) -> None:
+    """data[0]: bit 0 the serialize type, bits 1.. the ext array's size (HEADER_CAPS); the rest is
+    the header."""
+    if not data:
+        return
+    stype = data[0] & 1
+    cap = HEADER_CAPS[(data[0] >> 1) % len(HEADER_CAPS)]
+    raw = data[1:]
+    _same("parse_fields", KHD.parse_fields, THD.parse_fields, stype, raw, 0, len(raw), cap)
+    kind, got = _same("decode_header", KHD.decode_header, THD.decode_header, stype, raw, 0, len(raw))
+    if kind != "ok":
+        return
+    code, language, version, opaque, flag, remark, ext = got
+    if stype == 0:
+        # a third reading: whatever the kernel accepts, Python's json reads to the same values
+        j = json.loads(raw)
+        if not isinstance(j, dict) or int(j["code"]) != code or j.get("remark") != remark \
+                or (j.get("language") or "") != language:
+            raise Mismatch(f"json.loads reads {raw[:200]!r} as {j!r}, the kernel as {got!r}")
+        if ext.keys() != (j.get("extFields") or {}).keys():
+            raise Mismatch(f"json.loads reads ext keys {list(j.get('extFields') or {})}, the kernel {list(ext)}")
+        for k, v in (j.get("extFields") or {}).items():
+            mine = json.loads(ext[k]) if isinstance(v, (list, dict)) else ext[k]
+            if mine != v or type(mine) is not type(v):
+                raise Mismatch(f"ext {k!r}: json.loads {v!r}, kernel {ext[k]!r}")
+        as_java = {k: ext_string(v) for k, v in ext.items()}  # HashMap<String,String>
+        want = (code, language, version, opaque, flag, remark, as_java)
+    else:
+        as_java = {k: v or "" for k, v in ext.items()}  # null goes back as length 0
+        want = (code, language if language in THD.LANGUAGE_NAMES else "OTHER", version, opaque, flag, remark,
+                ext)
+    # what was decoded re-encodes (kernel == twin, byte for byte) and decodes to the same header
+    again = KHD.encode_header(stype, code, language, version, opaque, flag, remark, as_java)
+    twin = THD.encode_header(stype, code, language, version, opaque, flag, remark, as_java)
+    if again != twin:
+        raise Mismatch(f"encode_header: kernel {again[:200]!r} != twin {twin[:200]!r}")
+    back = KHD.decode_header(stype, again, 0, len(again))
+    if back != want:
+        raise Mismatch(f"re-encoded header decodes to {back!r}, not {want!r}")
+
+
 CHECKS = {
     "frames": check_frames,
     "scan": check_scan,
     "properties": check_properties,
     "ha": check_ha,
+    "headers": check_headers,
 }

@@ -27,7 +27,8 @@ REGRESSIONS = REPO / "tests" / "fuzz_regressions"
 SEEDS = REPO / "tools" / "fuzz" / "seeds"
 # The kernel suites that run again under ASan: the twin equalities and the fuzz replays.
 ASAN_SUITES = ["tests/test_codec_kernel_vs_twin.py", "tests/test_ha_kernel.py", "tests/test_remoting_kernel.py",
-               "tests/test_fuzz_regressions.py", "tests/test_twin_selfcheck.py"]
+               "tests/test_fuzz_regressions.py", "tests/test_twin_selfcheck.py", "tests/test_header_kernel_vs_twin.py",
+               "tests/test_header_wbuf.py"]
 
 
 def _kernels_dir(build: Path) -> str:
@@ -60,6 +61,9 @@ def run_harness(name: str, seconds: int) -> list[Path]:
     log = FUZZ_BUILD / f"fuzz_{name}.log"
     argv = [sys.executable, str(REPO / "tools" / "fuzz" / f"fuzz_{name}.py"), f"-max_total_time={seconds}",
             f"-artifact_prefix={crashes}/", "-print_final_stats=1", str(corpus), str(SEEDS / name)]
+    dictionary = REPO / "tools" / "fuzz" / f"{name}.dict"
+    if dictionary.exists():  # tokens random mutation rarely spells (JSON escapes, header keys)
+        argv.insert(2, f"-dict={dictionary}")
     regress = REGRESSIONS / name
     if regress.exists():
         argv.append(str(regress))
