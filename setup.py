@@ -20,9 +20,10 @@ KERNELS = {
     "atomics": (["pyx/atomics.pyx"], []),
     "remoting": (["pyx/remoting.pyx"], []),
     "ha": (["pyx/ha.pyx"], []),
-    "cq_dispatch": (["pyx/cq_dispatch.pyx"], []),
     "wbuf": (["pyx/wbuf.pyx"], []),
     "header": (["pyx/header.pyx"], []),
+    "cq_dispatch": (["pyx/cq_dispatch.pyx"], []),
+    "send_path": (["pyx/send_path.pyx"], []),
 }
 
 flags = ["-O3", "-Wall", "-Wno-unused-function", "-Wno-unreachable-code"]

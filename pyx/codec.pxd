@@ -80,3 +80,33 @@ cdef class Scanner:
 cpdef int64_t java_string_hash(const uint8_t[::1] s) except? -1
 cdef int64_t java_hash_ptr(const uint8_t *p, Py_ssize_t n) except? -1
 cpdef uint32_t crc32(const uint8_t[::1] data) noexcept
+
+
+# What Appender.append_c reports of the record it wrote.
+cdef struct AppendOut:
+    int64_t phys
+    int64_t queue_offset
+    int64_t store_ts
+    int32_t size
+
+
+cdef class QueueState:
+    cdef readonly bytes topic
+    cdef readonly int32_t queue_id
+    cdef public int64_t next_offset     # the queue offset the next message gets
+    cdef public int64_t last_end        # commit-log end of the queue's last message (0: none in this run)
+    cdef public int32_t touched         # set by the send path when it appended (for held pulls)
+
+
+cdef class Appender:
+    cdef MappedBuffer seg
+    cdef readonly int64_t seg_base
+    cdef readonly int64_t wrote
+    cdef dict _queues                   # (topic bytes, queue id) -> QueueState
+    cdef readonly bytes store_host
+    cdef readonly Py_ssize_t max_body
+    cpdef QueueState queue(self, bytes topic, int32_t queue_id)
+    cdef int append_c(self, QueueState q, const uint8_t *body, Py_ssize_t body_len, const uint8_t *props,
+                      Py_ssize_t props_len, int32_t flag, int32_t sys_flag, int64_t born_ts,
+                      const uint8_t *born_host, Py_ssize_t born_len, int32_t reconsume_times,
+                      AppendOut *out) except -1

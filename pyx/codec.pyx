@@ -721,26 +721,70 @@ cdef inline int64_t now_ms() noexcept nogil:
 
 
 @cython.final
-cdef class Appender:
-    """The commit log's write position, queue-offset table and current segment, so that one
-    put is one call: it stamps the store time, assigns the queue offset, encodes the record at
-    the write position and advances. Returns None when the record does not fit before the
-    segment's 8-byte blank; the caller seals the segment and attaches the next one."""
+cdef class QueueState:
+    """One queue's place in the writer: its next queue offset (an entry of RocketMQ's
+    topicQueueTable) and where its last message ends (a reader waits for the reput to pass it).
+    The send path holds these directly, so an append costs no dictionary lookup."""
 
-    cdef MappedBuffer seg
-    cdef readonly int64_t seg_base
-    cdef readonly int64_t wrote
-    cdef readonly dict queue_offsets     # (topic bytes, queue id) -> next queue offset
-    cdef bytes store_host
-    cdef Py_ssize_t max_body
+    def __cinit__(self, bytes topic not None, int32_t queue_id, int64_t next_offset=0):
+        self.topic = topic
+        self.queue_id = queue_id
+        self.next_offset = next_offset
+        self.last_end = 0
+        self.touched = 0
+
+    def __repr__(self):
+        return f"QueueState({self.topic!r}, {self.queue_id}, next={self.next_offset}, end={self.last_end})"
+
+
+@cython.final
+cdef class Appender:
+    """The commit log's write position, queue table and current segment, so that one put is one
+    call: it stamps the store time, assigns the queue offset, encodes the record at the write
+    position and advances. A record that does not fit before the segment's 8-byte blank is not
+    written (append returns None, append_c 1): the caller seals the segment and attaches the next."""
 
     def __cinit__(self, bytes store_host not None, Py_ssize_t max_body, dict queue_offsets not None, int64_t wrote):
+        if len(store_host) != 8 and len(store_host) != 20:
+            raise MessageIllegal(f"store host must be 8 or 20 bytes, got {len(store_host)}")
         self.store_host = store_host
         self.max_body = max_body
-        self.queue_offsets = queue_offsets
+        self._queues = {}
+        for key, nxt in queue_offsets.items():
+            self._queues[key] = QueueState(key[0], key[1], nxt)
         self.wrote = wrote
         self.seg = None
         self.seg_base = -1
+
+    cpdef QueueState queue(self, bytes topic, int32_t queue_id):
+        """The queue's state, made on its first use."""
+        key = (topic, queue_id)
+        q = self._queues.get(key)
+        if q is None:
+            q = QueueState(topic, queue_id, 0)
+            self._queues[key] = q
+        return <QueueState> q
+
+    def next_offset(self, bytes topic not None, int32_t queue_id) -> int:
+        q = self._queues.get((topic, queue_id))
+        return (<QueueState> q).next_offset if q is not None else 0
+
+    def last_end(self, bytes topic not None, int32_t queue_id) -> int:
+        q = self._queues.get((topic, queue_id))
+        return (<QueueState> q).last_end if q is not None else 0
+
+    @property
+    def queue_offsets(self) -> dict:
+        """RocketMQ's topicQueueTable as a new dict: (topic bytes, queue id) -> next queue offset."""
+        return {k: (<QueueState> q).next_offset for k, q in self._queues.items()}
+
+    def rewind(self, int64_t wrote, bytes topic not None, int32_t queue_id, int64_t next_offset):
+        """Take back unpublished records of one queue: the write position and the queue's next
+        offset go back (the segment stays attached; the caller zeroes what it must)."""
+        if self.seg is not None and not (self.seg_base <= wrote <= self.wrote):
+            raise ValueError(f"cannot rewind to {wrote}: the segment holds [{self.seg_base}, {self.wrote}]")
+        self.wrote = wrote
+        self.queue(topic, queue_id).next_offset = next_offset
 
     def attach(self, MappedBuffer seg, int64_t base):
         """Make `seg` (starting at absolute offset `base`) the segment appends go to."""
@@ -766,39 +810,66 @@ cdef class Appender:
         self.seg = None
         return self.wrote
 
+    cdef int append_c(self, QueueState q, const uint8_t *body, Py_ssize_t body_len, const uint8_t *props,
+                      Py_ssize_t props_len, int32_t flag, int32_t sys_flag, int64_t born_ts,
+                      const uint8_t *born_host, Py_ssize_t born_len, int32_t reconsume_times,
+                      AppendOut *out) except -1:
+        """Append one record to queue q. Returns 0 with `out` filled, or 1 when it does not fit
+        in the attached segment (or none is attached): nothing written. born_ts < 0: now."""
+        cdef Fixed f
+        cdef Py_ssize_t total, pos
+        cdef int64_t ts, phys
+        if self.seg is None:
+            return 1
+        if body_len > self.max_body:
+            raise MessageIllegal(f"body of {body_len} bytes exceeds maxMessageSize {self.max_body}")
+        ts = now_ms()
+        f.topic = <const uint8_t *> PyBytes_AS_STRING(q.topic)
+        f.topic_len = PyBytes_GET_SIZE(q.topic)
+        f.born_host = born_host
+        f.born_len = born_len
+        f.store_host = <const uint8_t *> PyBytes_AS_STRING(self.store_host)
+        f.store_len = PyBytes_GET_SIZE(self.store_host)
+        f.queue_id = q.queue_id
+        f.flag = flag
+        f.sys_flag = sys_flag
+        f.born_ts = born_ts if born_ts >= 0 else ts
+        f.store_ts = ts
+        f.reconsume_times = reconsume_times
+        f.prepared_tx_offset = 0
+        check_fixed(&f, props_len)
+        total = rec_len(&f, body_len, props_len)
+        pos = self.wrote - self.seg_base
+        if total + END_FILE_MIN_BLANK_LENGTH > self.seg.size - pos:
+            if pos == 0:
+                raise MessageIllegal(f"record of {total} bytes does not fit in a {self.seg.size}-byte segment")
+            return 1
+        phys = self.wrote
+        put_record(self.seg.ptr + pos, &f, body, body_len, props, props_len, q.next_offset, phys)
+        out.phys = phys
+        out.queue_offset = q.next_offset
+        out.size = <int32_t> total
+        out.store_ts = ts
+        q.next_offset += 1
+        self.wrote = phys + total
+        q.last_end = self.wrote
+        return 0
+
     def append(self, bytes topic not None, int32_t queue_id, body, bytes properties not None, int32_t flag,
                int32_t sys_flag, int64_t born_ts, bytes born_host not None, int32_t reconsume_times=0):
         """Append one record. Returns (physical offset, queue offset, size, store timestamp), or None
         when the segment is full. born_ts < 0 means 'now'."""
-        cdef Fixed f
         cdef Buf b
-        cdef Py_ssize_t total, pos
-        cdef int64_t qo, phys, ts
-        if self.seg is None:
-            return None
-        ts = now_ms()
-        fill_fixed(&f, topic, queue_id, flag, sys_flag, born_ts if born_ts >= 0 else ts, born_host, ts,
-                   self.store_host, reconsume_times, 0)
-        check_fixed(&f, PyBytes_GET_SIZE(properties))
+        cdef AppendOut out
+        cdef QueueState q = self.queue(topic, queue_id)
         acquire(body, &b, False)
         try:
-            if b.size > self.max_body:
-                raise MessageIllegal(f"body of {b.size} bytes exceeds maxMessageSize {self.max_body}")
-            total = rec_len(&f, b.size, PyBytes_GET_SIZE(properties))
-            pos = self.wrote - self.seg_base
-            if total + END_FILE_MIN_BLANK_LENGTH > self.seg.size - pos:
-                if pos == 0:
-                    raise MessageIllegal(f"record of {total} bytes does not fit in a {self.seg.size}-byte segment")
+            if self.append_c(q, b.ptr, b.size, <const uint8_t *> PyBytes_AS_STRING(properties),
+                             PyBytes_GET_SIZE(properties), flag, sys_flag, born_ts,
+                             <const uint8_t *> PyBytes_AS_STRING(born_host), PyBytes_GET_SIZE(born_host),
+                             reconsume_times, &out):
                 return None
-            key = (topic, queue_id)
-            o = self.queue_offsets.get(key)
-            qo = 0 if o is None else <int64_t> o
-            phys = self.wrote
-            put_record(self.seg.ptr + pos, &f, b.ptr, b.size, <const uint8_t *> PyBytes_AS_STRING(properties),
-                       PyBytes_GET_SIZE(properties), qo, phys)
-            self.queue_offsets[key] = qo + 1
-            self.wrote = phys + total
-            return phys, qo, total, ts
+            return out.phys, out.queue_offset, out.size, out.store_ts
         finally:
             release(&b)
 
@@ -816,9 +887,8 @@ cdef class Appender:
                 raise MessageIllegal(f"body {i} of the batch ({len(body)} bytes) exceeds maxMessageSize {self.max_body}")
         if self.seg is None:
             return 0, self.wrote, -1, ts
-        key = (topic, queue_id)
-        o = self.queue_offsets.get(key)
-        qo = 0 if o is None else <int64_t> o
+        cdef QueueState q = self.queue(topic, queue_id)
+        qo = q.next_offset
         phys = self.wrote
         count, end = encode_batch(self.seg, self.wrote - self.seg_base, self.seg.size, phys, qo, ts, topic,
                                   queue_id, bodies, properties, flag, sys_flag, born_ts if born_ts >= 0 else ts,
@@ -826,6 +896,7 @@ cdef class Appender:
         if count == 0 and self.wrote == self.seg_base:
             raise MessageIllegal("a record of the batch does not fit in an empty segment")
         if count:
-            self.queue_offsets[key] = qo + count
+            q.next_offset = qo + count
             self.wrote = self.seg_base + end
+            q.last_end = self.wrote
         return count, phys, qo, ts

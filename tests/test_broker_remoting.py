@@ -21,8 +21,9 @@ from tests.twins.decoder import decode_record
 
 
 def _store_config(tmp_path, **kw) -> MessageStoreConfig:
-    return MessageStoreConfig(storePathRootDir=str(tmp_path / "store"), mappedFileSizeCommitLog=4 << 20,
-                              listenPort=free_port(), brokerIP1="127.0.0.1", **kw)
+    kw = {"mappedFileSizeCommitLog": 4 << 20, **kw}
+    return MessageStoreConfig(storePathRootDir=str(tmp_path / "store"), listenPort=free_port(), brokerIP1="127.0.0.1",
+                              **kw)
 
 
 class Broker:

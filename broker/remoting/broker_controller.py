@@ -18,6 +18,7 @@ from broker.remoting.metrics import BrokerMetrics
 from broker.remoting.pull_hold import PullHoldService
 from broker.remoting.pull_processor import PullMessageProcessor
 from broker.remoting.schedule_service import ScheduleMessageService
+from broker.remoting.send_fast_path import FastSendPath
 from broker.remoting.send_processor import SendMessageProcessor
 from broker.remoting.slave_synchronize import FIRST_DELAY, PERIOD, SlaveSynchronize
 from broker.remoting.refusals import BadRequest, response_code
@@ -83,8 +84,10 @@ class BrokerController:
                                            self.config.maxReconsumeTimes),
                          AdminProcessor(store, topics, schedule, self.metrics.runtime_table)):
                 self.handlers.update(proc.handlers())
+            self.fast = FastSendPath(store, topics, holds, self.acl is not None)
+            topics.on_change.append(self.fast.sync_routes)
             self.server = RemotingServer(self.handle, self.host, self.store_config.listenPort,
-                                         idle_timeout=self.config.serverChannelMaxIdleTimeSeconds)
+                                         idle_timeout=self.config.serverChannelMaxIdleTimeSeconds, fast=self.fast)
             self.server.on_close.append(self.consumers.connection_closed)
             await self.server.start()
             self.schedule.start(deliver=not self.store_config.is_slave)

@@ -17,7 +17,9 @@ import asyncio
 import logging
 from typing import Awaitable, Callable
 
+from broker.kernels.header import HeaderError
 from broker.kernels.remoting import FrameError, reallocate, split_frames
+from broker.kernels.send_path import RUN_DONE
 from broker.remoting.command import RemotingCommand
 
 log = logging.getLogger("remoting")
@@ -41,8 +43,12 @@ class ConnectionClosed(ConnectionError):
 
 class RemotingConnection(asyncio.BufferedProtocol):
     def __init__(self, handler: Handler | None = None, on_close: Callable | None = None,
-                 max_frame: int = MAX_FRAME, idle_timeout: float = 0, backpressure: bool = False):
+                 max_frame: int = MAX_FRAME, idle_timeout: float = 0, backpressure: bool = False, fast=None):
         self.handler = handler
+        # the broker's send path in a kernel (broker.remoting.send_fast_path): each read goes
+        # through it first, and what it hands back goes to the handler in frame order
+        self.fast = fast
+        self.send_conn = None
         # Only the serving side pauses its reads: a client pausing too (its requests backed up
         # while the server's answers are) would leave both sides waiting for the other to read.
         self.backpressure = backpressure
@@ -78,6 +84,8 @@ class RemotingConnection(asyncio.BufferedProtocol):
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         if self.backpressure:
             transport.set_write_buffer_limits(high=WRITE_HIGH, low=WRITE_LOW)
+        if self.fast is not None:
+            self.send_conn = self.fast.conn_state(self)
         if self.idle_timeout > 0:
             loop = self._loop = asyncio.get_running_loop()
             self._active = loop.time()
@@ -120,6 +128,9 @@ class RemotingConnection(asyncio.BufferedProtocol):
         self.end += nbytes
         if self._idle_timer is not None:
             self._active = self._loop.time()
+        if self.fast is not None:
+            self._fast_read()
+            return
         try:
             frames, nxt = split_frames(self.buf, self.start, self.end, self.max_frame)
         except FrameError as e:
@@ -130,13 +141,10 @@ class RemotingConnection(asyncio.BufferedProtocol):
         out = self._out = []
         try:
             for serialize_type, hs, hl, bs, bl in frames:
-                if serialize_type != 0:
-                    self.abort(f"serialize type {serialize_type} (only JSON is spoken here)")
-                    return
                 try:
-                    cmd = RemotingCommand.decode(self.view[hs:hs + hl], self.view[bs:bs + bl])
+                    cmd = RemotingCommand.decode(self.view[hs:hs + hl], self.view[bs:bs + bl], serialize_type)
                 except FrameError as e:
-                    self.abort(e.reason)
+                    self.abort(f"{e.reason} (at byte {e.offset} of a header)")
                     return
                 self._dispatch(cmd)
                 if self.transport is None:
@@ -148,6 +156,55 @@ class RemotingConnection(asyncio.BufferedProtocol):
         self.start = nxt
         if self.start == self.end:
             self.start = self.end = 0
+
+    def _fast_read(self) -> None:
+        """A read through the send kernel: the sends it takes are appended and answered in C; a
+        frame it hands back (another code, a topic's first use, a refusal to come...) goes to the
+        handler, after the store has been told what the kernel appended before it."""
+        fast, st = self.fast, self.send_conn
+        out = self._out = []
+        pos = self.start
+        try:
+            fast.before_read(st, self)
+            while True:
+                try:
+                    status, pos = fast.pipeline.run(st, self.buf, pos, self.end)
+                except (FrameError, HeaderError) as e:
+                    self.abort(f"{e.reason} (at byte {e.offset - self.start} of this read)"
+                               if isinstance(e, FrameError) else f"{e.reason} (at byte {e.offset} of a header)")
+                    return
+                if status == RUN_DONE:
+                    break
+                fast.settle(st, out)
+                hs, hl, bs, bl = st.slow_header_start, st.slow_header_len, st.slow_body_start, st.slow_body_len
+                try:
+                    cmd = RemotingCommand.decode(self.view[hs:hs + hl], self.view[bs:bs + bl], st.slow_type)
+                except FrameError as e:
+                    self.abort(f"{e.reason} (at byte {e.offset} of a header)")
+                    return
+                self._dispatch(cmd)
+                if self.transport is None:
+                    return
+                pos = st.slow_next
+        finally:
+            self._out = None
+            fast.settle(st, out)  # what was appended counts even if the connection just closed
+            if out and self.transport is not None:
+                self.transport.writelines(out)
+        self.start = pos
+        if self.start == self.end:
+            self.start = self.end = 0
+
+    def send_bytes(self, data: bytes) -> None:
+        """Frames already rendered (replies the send kernel parked): with this read's replies, or
+        at the end of this loop turn with the other late ones."""
+        if self._out is not None:
+            self._out.append(data)
+        elif self.transport is not None:
+            if self._later is None:
+                self._later = []
+                asyncio.get_running_loop().call_soon(self._write_later)
+            self._later.append(data)
 
     def _make_room(self, want: int) -> None:
         """Room for `want` more bytes: move the partial frame to the front (reallocateByteBuffer),
@@ -300,8 +357,9 @@ async def connect(host: str, port: int, handler: Handler | None = None) -> Remot
 class RemotingServer:
     """Listens on host:port; every connection hands its requests to `handler`."""
 
-    def __init__(self, handler: Handler, host: str, port: int, idle_timeout: float = 0):
+    def __init__(self, handler: Handler, host: str, port: int, idle_timeout: float = 0, fast=None):
         self.handler = handler
+        self.fast = fast  # the broker's send kernel, given to every connection
         self.host = host
         self.port = port
         self.idle_timeout = idle_timeout  # seconds without traffic before a connection is closed; 0 = never
@@ -310,7 +368,8 @@ class RemotingServer:
         self.on_close: list[Callable[[RemotingConnection], None]] = []
 
     def _protocol(self) -> RemotingConnection:
-        conn = RemotingConnection(self.handler, self._closed, idle_timeout=self.idle_timeout, backpressure=True)
+        conn = RemotingConnection(self.handler, self._closed, idle_timeout=self.idle_timeout, backpressure=True,
+                                  fast=self.fast)
         self.connections.add(conn)
         return conn
 

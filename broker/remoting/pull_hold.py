@@ -13,11 +13,13 @@ import asyncio
 class PullHoldService:
     def __init__(self):
         self._held: dict[tuple[str, int], list[asyncio.Future]] = {}
+        self.waiting = 0  # pulls held now (the send kernel reports the queues it appends to only then)
 
     def hold(self, topic: str, queue_id: int) -> asyncio.Future:
         """A future resolved with the end offset of the next message appended to the queue."""
         fut = asyncio.get_running_loop().create_future()
         self._held.setdefault((topic, queue_id), []).append(fut)
+        self.waiting += 1
         return fut
 
     def release(self, topic: str, queue_id: int, fut: asyncio.Future) -> None:
@@ -25,6 +27,7 @@ class PullHoldService:
         if waiters is not None:
             try:
                 waiters.remove(fut)
+                self.waiting -= 1
             except ValueError:
                 pass
             if not waiters:
@@ -33,12 +36,13 @@ class PullHoldService:
     def notify(self, topic: str, queue_id: int, end_offset: int) -> None:
         waiters = self._held.pop((topic, queue_id), None)
         if waiters:
+            self.waiting -= len(waiters)
             for fut in waiters:
                 if not fut.done():
                     fut.set_result(end_offset)
 
     def held(self) -> int:
-        return sum(len(w) for w in self._held.values())
+        return self.waiting
 
     def cancel_all(self) -> None:
         for waiters in self._held.values():
@@ -46,3 +50,4 @@ class PullHoldService:
                 if not fut.done():
                     fut.cancel()
         self._held.clear()
+        self.waiting = 0

@@ -22,6 +22,9 @@ from broker.store.errors import MessageIllegal
 from broker.store.message import decode_properties, encode_properties
 from broker.store.results import PutStatus
 
+# what a 4.9 broker adds to every send reply (BrokerConfig.regionId, traceOn)
+REPLY_EXT = {"MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+
 STATUS_CODES = {PutStatus.PUT_OK: codes.SUCCESS, PutStatus.FLUSH_DISK_TIMEOUT: codes.FLUSH_DISK_TIMEOUT,
                 PutStatus.FLUSH_SLAVE_TIMEOUT: codes.FLUSH_SLAVE_TIMEOUT,
                 PutStatus.SLAVE_NOT_AVAILABLE: codes.SLAVE_NOT_AVAILABLE,
@@ -102,9 +105,7 @@ class SendMessageProcessor:
             self.schedule.arrived(level)
         else:
             self.holds.notify(topic, queue_id, result.end_offset)
-        ext = {"msgId": result.msg_id, "queueId": queue_id, "queueOffset": result.queue_offset}
-        if "UNIQ_KEY\x01" in properties:
-            ext["transactionId"] = (props or decode_properties(properties.encode())).get("UNIQ_KEY", "")
+        ext = {"msgId": result.msg_id, "queueId": queue_id, "queueOffset": result.queue_offset, **REPLY_EXT}
         if flushed is None:
             return cmd.response(codes.SUCCESS, ext)
         return self._after_flush(cmd, ext, flushed)
@@ -124,7 +125,8 @@ class SendMessageProcessor:
             topic, queue_id, bodies, props, flag=flag, sys_flag=h.sysFlag, born_timestamp=h.bornTimestamp,
             born_host=born_host_of(conn))
         self.holds.notify(topic, queue_id, result.end_offset)
-        ext = {"msgId": ",".join(result.msg_ids()), "queueId": queue_id, "queueOffset": result.queue_offset}
+        ext = {"msgId": ",".join(result.msg_ids()), "queueId": queue_id, "queueOffset": result.queue_offset,
+               **REPLY_EXT}
         if flushed is None:
             return cmd.response(codes.SUCCESS, ext)
         return self._after_flush(cmd, ext, flushed)

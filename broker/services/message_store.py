@@ -104,7 +104,6 @@ class MessageStore:
         self._lock_fd = -1
         self._loop: asyncio.AbstractEventLoop | None = None
         self._topics: dict[str, bytes] = {}
-        self._last_end: dict[tuple[bytes, int], int] = {}
         self._seen_min = 0  # MIN_OFFSET as last acted on
         self._queues_seen = 0  # QUEUES_SEEN as last acted on
         self.refused_writes = 0  # puts refused (disk full, queues not writable)
@@ -341,12 +340,8 @@ class MessageStore:
             self._topics[topic] = b
         return b
 
-    def queue_key(self, topic: str, queue_id: int) -> tuple[bytes, int]:
-        return self._topics.get(topic) or topic.encode(), queue_id
-
-    def last_end(self, key: tuple[bytes, int]) -> int:
-        """End offset of the last message this process appended to a queue (0 if none)."""
-        return self._last_end.get(key, 0)
+    def topic_bytes(self, topic: str) -> bytes:
+        return self._topics.get(topic) or topic.encode()
 
     def _check_open(self, topic: str = "") -> None:
         if not self._accepting:
@@ -390,7 +385,6 @@ class MessageStore:
         except OSError as e:
             self._segment_failed(topic, e)
         end = phys + size
-        self._last_end[(tb, queue_id)] = end
         self._publish_wrote(cl.wrote)
         self.put_msgs += 1
         self.put_bytes += size
@@ -433,7 +427,6 @@ class MessageStore:
         except OSError as e:
             self._segment_failed(topic, e)
         end = cl.wrote
-        self._last_end[(tb, queue_id)] = end
         self._publish_wrote(end)
         fut = self._await_put(end) if self._put_waits and wait else None
         self._count_status(fut, len(bodies))
@@ -451,6 +444,23 @@ class MessageStore:
         if fut is not None:
             r.status = await fut
         return r
+
+    @property
+    def waits_for_durability(self) -> bool:
+        """A put is answered once flushed (SYNC_FLUSH), acknowledged by a slave (SYNC_MASTER), or both."""
+        return self._put_waits
+
+    @property
+    def fast_writable(self) -> bool:
+        """Whether appends may go straight in (the send kernel): a running master not refusing writes."""
+        return self._accepting and not self.is_slave and self.flags.why_not_writable() is None
+
+    def note_appended(self, msgs: int, nbytes: int) -> None:
+        """The send kernel appended `msgs` records (`nbytes`) since the last note: publish the new
+        write position and count them, as append() does for one."""
+        self.put_msgs += msgs
+        self.put_bytes += nbytes
+        self._publish_wrote(self.commit_log.wrote)
 
     def _publish_wrote(self, wrote: int) -> None:
         # `wrote` is visible to the services at once; waking them (a futex syscall, ~4 us, and a
@@ -538,7 +548,9 @@ class MessageStore:
     def queue_write_end(self, topic: str, queue_id: int) -> int:
         """End offset in the commit log of the last message appended to the queue in this run
         (0 if none): a reader waits for `dispatched` to pass it before the message is visible."""
-        return self._last_end.get(self.queue_key(topic, queue_id), 0)
+        if self.is_slave:
+            return 0
+        return self.commit_log.appender.last_end(self.topic_bytes(topic), queue_id)
 
     def get(self, topic: str, queue_id: int, offset: int, max_msgs: int = 32, max_bytes: int = 256 * 1024,
             tag_hashes: set[int] | None = None) -> GetResult:

@@ -39,10 +39,11 @@ class QueueReader:
         s = self.s
         if s.is_slave:
             return self._slave_max_offset(topic, queue_id)
-        key = s.queue_key(topic, queue_id)
-        nxt = s.commit_log.queue_offsets.get(key, 0)
+        tb = s.topic_bytes(topic)
+        app = s.commit_log.appender
+        nxt = app.next_offset(tb, queue_id)
         d = s.table.load(Slot.DISPATCHED)
-        if s.last_end(key) <= d:
+        if app.last_end(tb, queue_id) <= d:
             return nxt
         cq = self.queue(topic, queue_id)
         if cq is None:

@@ -32,8 +32,13 @@ class CommitLog:
         return self._app.wrote
 
     @property
+    def appender(self) -> Appender:
+        """The write position and queue table (next offset and last end of every queue)."""
+        return self._app
+
+    @property
     def queue_offsets(self) -> dict[tuple[bytes, int], int]:
-        """RocketMQ's topicQueueTable: (topic, queue id) -> next queue offset."""
+        """RocketMQ's topicQueueTable, a copy: (topic, queue id) -> next queue offset."""
         return self._app.queue_offsets
 
     def set_write_position(self, offset: int, queue_offsets: dict[tuple[bytes, int], int]) -> None:
@@ -105,11 +110,9 @@ class CommitLog:
         """Undo the unpublished records of a batch that could not be finished: the write position
         and the queue's next offset go back, and the first record's size word is zeroed so that
         a recovery after a crash cannot mistake the leftovers for stored messages."""
-        offsets = dict(self._app.queue_offsets)
-        offsets[(topic, queue_id)] = queue_offset
         mf = self.queue.find(offset)
         mf.mm[offset - mf.base:offset - mf.base + 8] = 0
-        self.set_write_position(offset, offsets)
+        self._app.rewind(offset, topic, queue_id, queue_offset)
 
     def record_sizes(self, topic: bytes, bodies: list, properties, born_host: bytes) -> np.ndarray:
         """Each record's size for these bodies (a batch's result computes offsets from them)."""

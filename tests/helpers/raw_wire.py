@@ -63,7 +63,7 @@ class RawConn:
         length = int.from_bytes(self._exactly(4), "big")
         rest = self._exactly(length)
         hl = int.from_bytes(rest[:4], "big") & 0xFFFFFF
-        return RemotingCommand.decode(rest[4:4 + hl], rest[4 + hl:])
+        return RemotingCommand.decode(rest[4:4 + hl], rest[4 + hl:], rest[0])
 
     def request(self, code: int, ext: dict | None = None, body: bytes = b"", **more) -> RemotingCommand:
         opaque = next(_opaques)

@@ -209,10 +209,96 @@ def check_headers(data: bytes) -> None:
         raise Mismatch(f"re-encoded header decodes to {back!r}, not {want!r}")
 
 
+# -- send: the send kernel's pass over a read, against its twin ----------------------------------
+SEND_ROUTES = {b"R1": 2, b"R2": 1}
+SEND_STORE_HOST = bytes([127, 0, 0, 1]) + (10911).to_bytes(4, "big")
+SEND_BORN_HOST = bytes([10, 1, 2, 3]) + (40000).to_bytes(4, "big")
+SEND_MAX_BODY = 300
+SEND_SEG = 1 << 20
+SEND_BASE = 3 * SEND_SEG
+
+
+def _send_replies(data) -> list[tuple]:
+    out, pos = [], 0
+    data = data or b""
+    while pos < len(data):
+        n, word = struct.unpack_from(">ii", data, pos)
+        hl, stype = word & 0xFFFFFF, word >> 24
+        code, lang, version, opaque, flag, remark, ext = THD.decode_header(stype, data, pos + 8, hl)
+        if (lang, version, remark) != ("JAVA", 395, None) or n != 4 + hl:
+            raise Mismatch(f"a reply's header is {(lang, version, remark, n, hl)}")
+        out.append((stype, code, opaque, flag, ext))
+        pos += 4 + n
+    return out
+
+
+def _blank_store_ts(seg, records) -> bytes:
+    """The kernel stamps store times from its clock: blank them where the twin wrote 0."""
+    out = bytearray(seg)
+    for phys, _ in records:
+        at = phys - SEND_BASE
+        ts = at + 48 + (20 if int.from_bytes(out[at + 36:at + 40], "big") & 0x10 else 8)
+        out[ts:ts + 8] = bytes(8)
+    return bytes(out)
+
+
+def send_both(buf: bytes, parked: bool, enabled: bool, rounds: int = 64) -> int:
+    """Run the send kernel and its twin over `buf` (routes R1 with 2 queues, R2 with 1), resuming
+    after every frame handed back, and compare everything: statuses and positions, the frame
+    handed back, the records byte for byte, replies, counters, queue offsets. Returns the number of
+    records the kernel appended."""
+    from broker.kernels.send_path import ParkedReplies, SendConn, SendPipeline
+    from tests.twins import send_path_twin as TS
+    seg_k, seg_t = bytearray(SEND_SEG), bytearray(SEND_SEG)
+    app = KC.Appender(SEND_STORE_HOST, SEND_MAX_BODY, {}, SEND_BASE)
+    app.attach(KC.MappedBuffer(seg_k, True), SEND_BASE)
+    pipe = SendPipeline(app)
+    for topic, n in SEND_ROUTES.items():
+        pipe.set_route(topic, n)
+    pipe.enabled, pipe.parked = enabled, parked
+    conn = SendConn(SEND_BORN_HOST)
+    conn.parked = ParkedReplies(None, SEND_STORE_HOST, b"DefaultRegion", b"true")
+    tapp = TS.Appender(seg_t, SEND_BASE, SEND_BASE, SEND_STORE_HOST, SEND_MAX_BODY)
+    twin = TS.Pipeline(tapp, SEND_ROUTES, enabled, parked)
+    tconn = TS.Conn(SEND_BORN_HOST)
+    pos = 0
+    for _ in range(rounds):
+        rk = _outcome(pipe.run, conn, buf, pos, len(buf))
+        rt = _outcome(twin.run, tconn, buf, pos, len(buf))
+        if rk != rt:
+            raise Mismatch(f"run from {pos}: kernel {rk}, twin {rt}")
+        if rk[0] == "raised" or rk[1][0] == TS.RUN_DONE:
+            break
+        got = (conn.slow_type, conn.slow_header_start, conn.slow_header_len, conn.slow_body_start,
+               conn.slow_body_len, conn.slow_next)
+        if got != tconn.slow:
+            raise Mismatch(f"frame handed back: kernel {got}, twin {tconn.slow}")
+        pos = conn.slow_next
+    if app.wrote != tapp.wrote or _blank_store_ts(seg_k, tapp.records) != bytes(seg_t):
+        raise Mismatch(f"records differ (kernel wrote to {app.wrote}, twin to {tapp.wrote})")
+    replies, parked_replies = _send_replies(conn.take_replies()), _send_replies(conn.parked.render(0))
+    if replies != tconn.replies or parked_replies != tconn.parked:
+        raise Mismatch(f"replies: kernel {replies + parked_replies}, twin {tconn.replies + tconn.parked}")
+    msgs, nbytes, _, _ = conn.take()
+    if msgs != len(tapp.records) or nbytes != sum(s for _, s in tapp.records) or pipe.appended != msgs:
+        raise Mismatch(f"counters: {msgs} messages, {nbytes} bytes; the twin {len(tapp.records)}")
+    for (topic, qid), nxt in tapp.next.items():
+        if app.next_offset(topic, qid) != nxt:
+            raise Mismatch(f"next offset of {topic!r}/{qid}: {app.next_offset(topic, qid)}, twin {nxt}")
+    return msgs
+
+
+def check_send(data: bytes) -> None:
+    """data[0]: bit 0 parked replies, bit 1 the kernel disabled; the rest is what a socket read."""
+    if data:
+        send_both(data[1:], bool(data[0] & 1), not data[0] & 2)
+
+
 CHECKS = {
     "frames": check_frames,
     "scan": check_scan,
     "properties": check_properties,
     "ha": check_ha,
     "headers": check_headers,
+    "send": check_send,
 }

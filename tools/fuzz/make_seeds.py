@@ -105,9 +105,30 @@ def headers_seeds() -> list[bytes]:
     return out
 
 
+def send_seeds() -> list[bytes]:
+    """check_send input: a flags byte (bit 0 parked replies, bit 1 the kernel off), then a read:
+    sends as ali-ons (V2, JSON numbers) and the C++ client (long names, strings) write them, a
+    ROCKETMQ-serialized one, other codes, and a torn frame at the end."""
+    from broker.kernels.header import encode_header
+
+    def frame(code, ext, body, stype=0, opaque=1, flag=0):
+        h = encode_header(stype, code, "JAVA", 395, opaque, flag, None, {k: str(v) for k, v in ext.items()})
+        return struct.pack(">ii", 4 + len(h) + len(body), (stype << 24) | len(h)) + h + body
+    v2 = {"a": "pg", "b": "R1", "c": "TBW102", "d": 4, "e": 1, "f": 0, "g": 1700000000000, "h": 0,
+          "i": "TAGS\x01t\x02UNIQ_KEY\x01ABC", "j": 0, "k": "false"}
+    v1 = {"producerGroup": "pg", "topic": "R2", "queueId": 0, "sysFlag": 0, "bornTimestamp": "1700000000000",
+          "flag": 0, "properties": "KEYS\x01k1 k2", "reconsumeTimes": 0}
+    read = (frame(310, v2, b"hello") + frame(10, v1, b"world", opaque=2) + frame(310, v2, b"bin", stype=1, opaque=3)
+            + frame(30, {"topic": "R1", "queueId": 0}, b"", opaque=4) + frame(310, {**v2, "b": "U"}, b"slow", opaque=5)
+            + frame(310, {**v2, "i": "DELAY\x012"}, b"later", opaque=6) + frame(310, v2, b"oneway", opaque=7, flag=2))
+    return [bytes([0]) + read, bytes([1]) + read, bytes([2]) + read, bytes([0]) + read + read[:17],
+            bytes([0]) + frame(310, v2, bytes(400)), bytes([0]) + b"\x00\x00\x00\x02garbage"]
+
+
 def main() -> None:
     for name, make in (("frames", frames_seeds), ("scan", scan_seeds), ("properties", properties_seeds),
-                       ("ha", ha_seeds), ("headers", headers_seeds)):
+                       ("ha", ha_seeds), ("headers", headers_seeds),
+                       ("send", send_seeds)):
         d = SEEDS / name
         d.mkdir(parents=True, exist_ok=True)
         for data in make():

@@ -1,0 +1,601 @@
+# cython: language_level=3
+"""The send path: the frames of one socket read in one kernel pass.
+
+`SendPipeline.run` walks the complete frames of a connection's receive buffer. For each one it
+reads the remoting prefix (the checks and messages of remoting.split_frames), parses the header
+in C (JSON or ROCKETMQ), and when the frame is a plain SEND_MESSAGE (10) or SEND_MESSAGE_V2 (310)
+to a topic whose route Python installed, appends the record straight into the mapped segment
+(Appender.append_c: the body is copied once, from the receive buffer) and renders the reply into
+the connection's WriteBuffer (or, under SYNC_FLUSH / SYNC_MASTER, parks it in ParkedReplies,
+rendered once the put is durable). Python touches the read once.
+
+Everything else goes back to Python at its position in the read (RUN_SLOW), where the
+processors handle it: other request codes, responses, a topic with no route (its first use,
+auto-creation, %RETRY%/%DLQ%, no write permission), a queue id out of range or negative, DELAY,
+transaction flags, a body over maxMessageSize, properties too long, a header field the kernel
+cannot read as Java would (the processors then name it). A record that does not fit in the
+segment goes to them too (RUN_ROLL): their append rolls to the next segment, or refuses naming why.
+
+A frame the protocol cannot carry (bad lengths, a header that is not one) raises FrameError or
+HeaderError naming the offset: the connection is closed, as split_frames and the header decoder
+do.
+"""
+cimport cython
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.string cimport memcmp, memcpy
+
+from broker.kernels.codec cimport AppendOut, Appender, QueueState
+from broker.kernels.header cimport (HeaderField, RemotingHeader, V_BYTES, V_ESCAPED, V_INT, V_STRING,
+                                    json_ext_begin, json_ext_end, json_ext_field, json_header_begin,
+                                    json_header_end, parse_json_header, parse_rocketmq_header,
+                                    rocketmq_ext_field, rocketmq_header_begin, rocketmq_header_finish,
+                                    unescape_json)
+from broker.kernels.wbuf cimport WriteBuffer
+from bytesex cimport get_be32
+
+from broker.kernels.remoting import FrameError
+
+cdef extern from "string.h" nogil:
+    void *memmem(const void *haystack, size_t hlen, const void *needle, size_t nlen)
+
+cdef enum:
+    RUN_DONE_ = 0
+    RUN_SLOW_ = 1
+    RUN_ROLL_ = 2
+    MAX_EXT = 32
+    SCRATCH = 65536            # unescaped properties (at most 32767 bytes are accepted)
+    CODE_SEND_MESSAGE = 10
+    CODE_SEND_MESSAGE_V2 = 310
+    FLAG_RESPONSE = 1
+    FLAG_ONEWAY = 2
+    TRANSACTION_BITS = 0xC     # MessageSysFlag TRANSACTION_PREPARED / COMMIT / ROLLBACK
+    MAX_PROPS_LEN = 32767
+    VERSION_V4_9_4 = 395
+    LANGUAGE_JAVA = 0
+
+RUN_DONE = RUN_DONE_
+RUN_SLOW = RUN_SLOW_
+RUN_ROLL = RUN_ROLL_
+DEFAULT_MAX_FRAME = 16 * 1024 * 1024
+
+cdef const char *HEX = b"0123456789ABCDEF"
+
+
+# -- what a send request says -----------------------------------------------------------------
+
+cdef struct SendFields:
+    const uint8_t *topic
+    Py_ssize_t topic_len
+    const uint8_t *props
+    Py_ssize_t props_len
+    int64_t born_ts
+    int32_t queue_id
+    int32_t sys_flag
+    int32_t flag
+    int32_t reconsume_times
+    bint has_topic
+    bint has_queue
+    bint props_escaped
+
+
+cdef inline bint is_key(const uint8_t *k, Py_ssize_t kn, const char *name, Py_ssize_t n) noexcept nogil:
+    return kn == n and memcmp(k, name, n) == 0
+
+
+cdef bint read_int(const uint8_t *p, HeaderField *f, int bits, int64_t *out) noexcept nogil:
+    """A header integer as Java's header decoding reads it: a JSON integer, or a string of an
+    optional '-' and decimal digits, within the type's range. False: leave it to Python."""
+    cdef int64_t v = 0, lim
+    cdef Py_ssize_t i, n
+    cdef const uint8_t *s
+    cdef bint neg = False
+    if f.kind == V_INT:
+        v = f.ival
+    elif f.kind == V_STRING or f.kind == V_BYTES:  # JSON with no escapes, or ROCKETMQ's raw bytes
+        s = p + f.val_pos
+        n = f.val_len
+        i = 0
+        if n > 0 and s[0] == 45:  # '-'
+            neg = True
+            i = 1
+        if i >= n or n - i > 18:
+            return False  # empty, or long enough to overflow: Python decides
+        while i < n:
+            if s[i] < 48 or s[i] > 57:
+                return False
+            v = v * 10 + (s[i] - 48)
+            i += 1
+        if neg:
+            v = -v
+    else:
+        return False
+    if bits == 32:
+        if v < -2147483648 or v > 2147483647:
+            return False
+    out[0] = v
+    return True
+
+
+cdef bint read_send_fields(const uint8_t *p, HeaderField *ext, Py_ssize_t n, bint v2, SendFields *s) noexcept nogil:
+    """The fields of SendMessageRequestHeader(V2) the append needs; False if any is absent where
+    required or not readable here (the processors then answer, naming it). Of equal keys the last
+    one counts, as in Java's HashMap of extFields."""
+    cdef Py_ssize_t i
+    cdef HeaderField *f
+    cdef const uint8_t *k
+    cdef Py_ssize_t kn
+    cdef int64_t v
+    cdef int c
+    # where each field's last occurrence is: topic, queueId, sysFlag, bornTimestamp, flag,
+    # properties, reconsumeTimes (V2's b e f g h i j)
+    cdef Py_ssize_t at[7]
+    for i in range(7):
+        at[i] = -1
+    for i in range(n):
+        f = &ext[i]
+        if f.key_escaped:
+            return False
+        k = p + f.key_pos
+        kn = f.key_len
+        c = -1
+        if v2:
+            if kn == 1:
+                c = (0 if k[0] == 98 else 1 if k[0] == 101 else 2 if k[0] == 102 else 3 if k[0] == 103 else
+                     4 if k[0] == 104 else 5 if k[0] == 105 else 6 if k[0] == 106 else -1)
+        elif is_key(k, kn, b"topic", 5):
+            c = 0
+        elif is_key(k, kn, b"queueId", 7):
+            c = 1
+        elif is_key(k, kn, b"sysFlag", 7):
+            c = 2
+        elif is_key(k, kn, b"bornTimestamp", 13):
+            c = 3
+        elif is_key(k, kn, b"flag", 4):
+            c = 4
+        elif is_key(k, kn, b"properties", 10):
+            c = 5
+        elif is_key(k, kn, b"reconsumeTimes", 14):
+            c = 6
+        if c >= 0:
+            at[c] = i
+    if at[0] < 0:
+        return False
+    f = &ext[at[0]]
+    if f.kind != V_STRING and f.kind != V_BYTES:
+        return False
+    s.topic = p + f.val_pos
+    s.topic_len = f.val_len
+    s.has_topic = True
+    s.has_queue = at[1] >= 0
+    s.queue_id = -1
+    if at[1] >= 0:
+        if not read_int(p, &ext[at[1]], 32, &v):
+            return False
+        s.queue_id = <int32_t> v
+    s.sys_flag = s.flag = s.reconsume_times = 0
+    s.born_ts = 0
+    if at[2] >= 0:
+        if not read_int(p, &ext[at[2]], 32, &v):
+            return False
+        s.sys_flag = <int32_t> v
+    if at[3] >= 0:
+        if not read_int(p, &ext[at[3]], 64, &v):
+            return False
+        s.born_ts = v
+    if at[4] >= 0:
+        if not read_int(p, &ext[at[4]], 32, &v):
+            return False
+        s.flag = <int32_t> v
+    if at[6] >= 0:
+        if not read_int(p, &ext[at[6]], 32, &v):
+            return False
+        s.reconsume_times = <int32_t> v
+    s.props = NULL
+    s.props_len = 0
+    s.props_escaped = False
+    if at[5] >= 0:
+        f = &ext[at[5]]
+        if f.kind == V_STRING or f.kind == V_BYTES:
+            s.props_escaped = False
+        elif f.kind == V_ESCAPED:
+            s.props_escaped = True
+        else:
+            return False
+        s.props = p + f.val_pos
+        s.props_len = f.val_len
+    return True
+
+
+# -- routes -------------------------------------------------------------------------------------
+
+@cython.final
+cdef class TopicRoute:
+    """A topic the kernel may append to: its write queues' states, index = queue id."""
+    cdef readonly bytes topic
+    cdef list queues
+    cdef readonly Py_ssize_t n
+
+    def __cinit__(self, bytes topic not None, list queues not None):
+        self.topic = topic
+        self.queues = queues
+        self.n = len(queues)
+
+
+# -- replies ------------------------------------------------------------------------------------
+
+cdef inline Py_ssize_t ascii_int(int64_t v, uint8_t *out) noexcept nogil:
+    """Decimal digits of v into out (room for 21); returns the length."""
+    cdef uint8_t tmp[21]
+    cdef Py_ssize_t n = 0, i
+    cdef uint64_t u
+    cdef bint neg = v < 0
+    u = <uint64_t> (-v) if neg else <uint64_t> v
+    while True:
+        tmp[n] = <uint8_t> (48 + u % 10)
+        n += 1
+        u //= 10
+        if u == 0:
+            break
+    i = 0
+    if neg:
+        out[0] = 45
+        i = 1
+    while n > 0:
+        n -= 1
+        out[i] = tmp[n]
+        i += 1
+    return i
+
+
+cdef inline Py_ssize_t msg_id_hex(const uint8_t *host, Py_ssize_t host_len, int64_t phys, uint8_t *out) noexcept nogil:
+    """offsetMsgId: upper-case hex of store host (ip + port) and physical offset; out has room for 56."""
+    cdef Py_ssize_t i, n = 0
+    cdef uint64_t u = <uint64_t> phys
+    for i in range(host_len):
+        out[n] = HEX[host[i] >> 4]
+        out[n + 1] = HEX[host[i] & 15]
+        n += 2
+    for i in range(7, -1, -1):
+        out[n] = HEX[(u >> (i * 8 + 4)) & 15]
+        out[n + 1] = HEX[(u >> (i * 8)) & 15]
+        n += 2
+    return n
+
+
+cdef int render_send_reply(WriteBuffer w, int serialize_type, int32_t code, int32_t opaque, int32_t queue_id,
+                           int64_t queue_offset, int64_t phys, bytes store_host, bytes region,
+                           bytes trace) except -1:
+    """One SEND_MESSAGE response frame, as a 4.9 broker writes it: msgId, queueId, queueOffset,
+    MSG_REGION, TRACE_ON (SendMessageProcessor.handlePutMessageResult)."""
+    cdef uint8_t mid[56]
+    cdef uint8_t num[24]
+    cdef uint8_t qo[24]
+    cdef Py_ssize_t mn = msg_id_hex(<const uint8_t *> PyBytes_AS_STRING(store_host), PyBytes_GET_SIZE(store_host),
+                                    phys, mid)
+    cdef Py_ssize_t nn = ascii_int(queue_id, num)
+    cdef Py_ssize_t qn = ascii_int(queue_offset, qo)
+    cdef Py_ssize_t start = w.position(), at, hl
+    w.write(<const uint8_t *> b"\0\0\0\0\0\0\0\0", 8)
+    if serialize_type == 0:
+        json_header_begin(w, code, b"JAVA", VERSION_V4_9_4, opaque, FLAG_RESPONSE)
+        json_ext_begin(w)
+        json_ext_field(w, <const uint8_t *> b"msgId", 5, mid, mn, True)
+        json_ext_field(w, <const uint8_t *> b"queueId", 7, num, nn, False)
+        json_ext_field(w, <const uint8_t *> b"queueOffset", 11, qo, qn, False)
+        json_ext_field(w, <const uint8_t *> b"MSG_REGION", 10, <const uint8_t *> PyBytes_AS_STRING(region),
+                       PyBytes_GET_SIZE(region), False)
+        json_ext_field(w, <const uint8_t *> b"TRACE_ON", 8, <const uint8_t *> PyBytes_AS_STRING(trace),
+                       PyBytes_GET_SIZE(trace), False)
+        json_ext_end(w)
+        json_header_end(w)
+    else:
+        at = rocketmq_header_begin(w, code, LANGUAGE_JAVA, VERSION_V4_9_4, opaque, FLAG_RESPONSE, NULL, 0)
+        rocketmq_ext_field(w, <const uint8_t *> b"msgId", 5, mid, mn)
+        rocketmq_ext_field(w, <const uint8_t *> b"queueId", 7, num, nn)
+        rocketmq_ext_field(w, <const uint8_t *> b"queueOffset", 11, qo, qn)
+        rocketmq_ext_field(w, <const uint8_t *> b"MSG_REGION", 10, <const uint8_t *> PyBytes_AS_STRING(region),
+                           PyBytes_GET_SIZE(region))
+        rocketmq_ext_field(w, <const uint8_t *> b"TRACE_ON", 8, <const uint8_t *> PyBytes_AS_STRING(trace),
+                           PyBytes_GET_SIZE(trace))
+        rocketmq_header_finish(w, at)
+    hl = w.position() - start - 8
+    w.patch_be32(start, <uint32_t> (4 + hl))
+    w.patch_be32(start + 4, (<uint32_t> serialize_type << 24) | <uint32_t> hl)
+    return 0
+
+
+cdef struct Parked:
+    int64_t queue_offset
+    int64_t phys
+    int32_t opaque
+    int32_t queue_id
+    int32_t serialize_type
+
+
+@cython.final
+cdef class ParkedReplies:
+    """The replies of one read's sends that wait for the flush or a slave (SYNC_FLUSH,
+    SYNC_MASTER): kept as a few numbers each, rendered all at once with the final status."""
+    cdef Parked *_items
+    cdef Py_ssize_t _n, _cap
+    cdef readonly object conn
+    cdef readonly int64_t end          # the highest end offset among them
+    cdef bytes store_host, region, trace
+
+    def __cinit__(self, conn, bytes store_host not None, bytes region not None, bytes trace not None):
+        self.conn = conn
+        self.store_host = store_host
+        self.region = region
+        self.trace = trace
+        self._items = NULL
+        self._n = self._cap = 0
+        self.end = 0
+
+    def __dealloc__(self):
+        if self._items != NULL:
+            PyMem_Free(self._items)
+
+    def __len__(self):
+        return self._n
+
+    cdef int add(self, int32_t opaque, int serialize_type, int32_t queue_id, int64_t queue_offset, int64_t phys,
+                 int64_t end) except -1:
+        cdef Py_ssize_t cap
+        cdef Parked *items
+        if self._n == self._cap:
+            cap = 16 if self._cap == 0 else self._cap * 2
+            items = <Parked *> PyMem_Realloc(self._items, cap * sizeof(Parked))
+            if items == NULL:
+                raise MemoryError()
+            self._items, self._cap = items, cap
+        self._items[self._n].opaque = opaque
+        self._items[self._n].serialize_type = serialize_type
+        self._items[self._n].queue_id = queue_id
+        self._items[self._n].queue_offset = queue_offset
+        self._items[self._n].phys = phys
+        self._n += 1
+        if end > self.end:
+            self.end = end
+        return 0
+
+    def render(self, int32_t code) -> bytes:
+        """Every parked reply with this response code, framed, in one bytes object."""
+        cdef WriteBuffer w = WriteBuffer()
+        cdef Py_ssize_t i
+        for i in range(self._n):
+            render_send_reply(w, self._items[i].serialize_type, code, self._items[i].opaque,
+                              self._items[i].queue_id, self._items[i].queue_offset, self._items[i].phys,
+                              self.store_host, self.region, self.trace)
+        return w.getvalue()
+
+
+# -- one connection's results -------------------------------------------------------------------
+
+@cython.final
+cdef class SendConn:
+    """What the pipeline keeps per connection: the producer's address as stored (BORNHOST), the
+    replies rendered for it, and what was appended since `take` (for the store's bookkeeping)."""
+    cdef readonly bytes born_host
+    cdef readonly WriteBuffer out
+    cdef public ParkedReplies parked     # set by Python before a run in SYNC modes
+    cdef readonly int64_t msgs
+    cdef readonly int64_t bytes_appended
+    cdef readonly int64_t max_end
+    cdef readonly list touched           # QueueStates appended to, when the pipeline tracks them
+    # the frame handed back to Python (RUN_SLOW)
+    cdef readonly int slow_type
+    cdef readonly Py_ssize_t slow_header_start, slow_header_len, slow_body_start, slow_body_len, slow_next
+
+    def __cinit__(self, bytes born_host not None):
+        if len(born_host) != 8 and len(born_host) != 20:
+            raise ValueError(f"born host must be 8 or 20 bytes, got {len(born_host)}")
+        self.born_host = born_host
+        self.out = WriteBuffer()
+        self.parked = None
+        self.touched = []
+        self.msgs = self.bytes_appended = self.max_end = 0
+
+    def take_replies(self):
+        """The replies rendered since the last call, as one bytes object (None if there are none)."""
+        if self.out.position() == 0:
+            return None
+        data = self.out.getvalue()
+        self.out.clear()
+        return data
+
+    def take(self) -> tuple:
+        """(messages, bytes, highest end offset, touched queues) since the last take, and reset."""
+        r = (self.msgs, self.bytes_appended, self.max_end, self.touched)
+        self.msgs = self.bytes_appended = self.max_end = 0
+        self.touched = []
+        return r
+
+
+# -- the pipeline -------------------------------------------------------------------------------
+
+@cython.final
+cdef class SendPipeline:
+    cdef Appender app
+    cdef dict _routes                    # topic bytes -> TopicRoute
+    cdef TopicRoute _last                # the route of the previous frame (most reads: one topic)
+    cdef public bint enabled             # False: every frame goes to Python
+    cdef public bint parked              # SYNC_FLUSH / SYNC_MASTER: replies wait for durability
+    cdef public bint track_queues        # pulls are held: report the queues appended to
+    cdef readonly bytes region
+    cdef readonly bytes trace
+    cdef Py_ssize_t max_frame
+    cdef uint8_t *_scratch
+    cdef readonly int64_t appended       # sends the kernel appended (the rest went to the processors)
+
+    def __cinit__(self, Appender app not None, bytes region=b"DefaultRegion", bytes trace=b"true",
+                  Py_ssize_t max_frame=DEFAULT_MAX_FRAME):
+        self.app = app
+        self._routes = {}
+        self._last = None
+        self.enabled = False
+        self.parked = False
+        self.track_queues = False
+        self.region = region
+        self.trace = trace
+        self.max_frame = max_frame
+        self.appended = 0
+        self._scratch = <uint8_t *> PyMem_Malloc(SCRATCH)
+        if self._scratch == NULL:
+            raise MemoryError()
+
+    def __dealloc__(self):
+        if self._scratch != NULL:
+            PyMem_Free(self._scratch)
+
+    @property
+    def appender(self):
+        return self.app
+
+    def set_appender(self, Appender app not None):
+        """The commit log made a new Appender (recovery): every route is rebuilt on it."""
+        self.app = app
+        self._routes.clear()
+        self._last = None
+
+    def set_route(self, bytes topic not None, int32_t write_queues) -> None:
+        """Let the kernel append to `topic`'s queues 0 .. write_queues - 1."""
+        if write_queues <= 0 or write_queues > 65536:
+            raise ValueError(f"write_queues {write_queues} outside 1..65536")
+        self._routes[topic] = TopicRoute(topic, [self.app.queue(topic, i) for i in range(write_queues)])
+        self._last = None
+
+    def drop_routes(self) -> None:
+        self._routes.clear()
+        self._last = None
+
+    def routes(self) -> dict:
+        return {t: (<TopicRoute> r).n for t, r in self._routes.items()}
+
+    cdef TopicRoute _route(self, const uint8_t *topic, Py_ssize_t n):
+        cdef TopicRoute r = self._last
+        if r is not None and PyBytes_GET_SIZE(r.topic) == n and memcmp(PyBytes_AS_STRING(r.topic), topic, n) == 0:
+            return r
+        key = PyBytes_FromStringAndSize(<const char *> topic, n)
+        found = self._routes.get(key)
+        if found is None:
+            return None
+        self._last = <TopicRoute> found
+        return self._last
+
+    def run(self, SendConn c not None, buf, Py_ssize_t pos, Py_ssize_t end) -> tuple:
+        """Handle the frames of buf[pos:end] until one needs Python. Returns (status, pos):
+        RUN_DONE with pos at the first incomplete frame (or end); RUN_SLOW with pos at a frame for
+        the processors (its geometry in c.slow_*; continue from c.slow_next); RUN_ROLL with pos at
+        a send that needs the next segment."""
+        cdef Py_buffer view
+        PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+        cdef const uint8_t *p = <const uint8_t *> view.buf
+        cdef int64_t length
+        cdef uint32_t word
+        cdef Py_ssize_t hl, hs, bs, bl, props_len
+        cdef int st
+        cdef RemotingHeader h
+        cdef HeaderField ext[MAX_EXT]
+        cdef SendFields s
+        cdef TopicRoute route
+        cdef QueueState q
+        cdef AppendOut out
+        cdef const uint8_t *props
+        cdef bint v2
+        cdef int full
+        try:
+            if pos < 0 or end > view.len or pos > end:
+                raise ValueError(f"range [{pos}, {end}) outside a buffer of {view.len}")
+            if self.parked and c.parked is None:
+                raise ValueError("parked replies wanted but the connection has no ParkedReplies")
+            while end - pos >= 4:
+                # the prefix, checked as remoting.split_frames checks it
+                length = <int32_t> get_be32(p + pos)
+                if length < 4:
+                    raise FrameError(pos, f"length {length} is below 4")
+                if length > self.max_frame:
+                    raise FrameError(pos, f"length {length} exceeds the limit of {self.max_frame} bytes")
+                if end - pos - 4 < length:
+                    break
+                word = get_be32(p + pos + 4)
+                hl = word & 0xFFFFFF
+                if hl > length - 4:
+                    raise FrameError(pos, f"header length {hl} exceeds the frame length {length}")
+                st = word >> 24
+                if st > 1:
+                    raise FrameError(pos, f"unknown serialize type {st}")
+                hs = pos + 8
+                bs = hs + hl
+                bl = length - 4 - hl
+                if not self.enabled:
+                    return self._slow(c, st, hs, hl, bs, bl, pos + 4 + length), pos
+                if st == 0:
+                    parse_json_header(p + hs, hl, &h, ext, MAX_EXT)
+                else:
+                    parse_rocketmq_header(p + hs, hl, &h, ext, MAX_EXT)
+                if (h.flag & FLAG_RESPONSE) or h.ext_total > MAX_EXT or (
+                        h.code != CODE_SEND_MESSAGE_V2 and h.code != CODE_SEND_MESSAGE):
+                    return self._slow(c, st, hs, hl, bs, bl, pos + 4 + length), pos
+                v2 = h.code == CODE_SEND_MESSAGE_V2
+                # ext positions are relative to the header's start
+                if not read_send_fields(p + hs, ext, h.n_ext, v2, &s) or not s.has_queue or s.queue_id < 0 \
+                        or s.sys_flag & TRANSACTION_BITS or bl > self.app.max_body:
+                    return self._slow(c, st, hs, hl, bs, bl, pos + 4 + length), pos
+                route = self._route(s.topic, s.topic_len)
+                if route is None or s.queue_id >= route.n:
+                    return self._slow(c, st, hs, hl, bs, bl, pos + 4 + length), pos
+                if s.props == NULL:
+                    props, props_len = <const uint8_t *> b"", 0
+                elif s.props_escaped:
+                    if s.props_len > SCRATCH:
+                        return self._slow(c, st, hs, hl, bs, bl, pos + 4 + length), pos
+                    props_len = unescape_json(s.props, s.props_len, self._scratch)
+                    props = self._scratch
+                else:
+                    props, props_len = s.props, s.props_len
+                # a delay level diverts to the schedule topic (the processors do that)
+                if props_len > MAX_PROPS_LEN or (props_len >= 6 and
+                                                 memmem(props, props_len, b"DELAY\x01", 6) != NULL):
+                    return self._slow(c, st, hs, hl, bs, bl, pos + 4 + length), pos
+                q = <QueueState> route.queues[s.queue_id]
+                try:
+                    full = self.app.append_c(q, p + bs, bl, props, props_len, s.flag, s.sys_flag, s.born_ts,
+                                             <const uint8_t *> PyBytes_AS_STRING(c.born_host),
+                                             PyBytes_GET_SIZE(c.born_host), s.reconsume_times, &out)
+                except Exception:  # refused before writing anything (a record larger than a segment)
+                    return self._slow(c, st, hs, hl, bs, bl, pos + 4 + length), pos
+                if full:
+                    # the processors take this one: their append rolls to the next segment (or
+                    # refuses it naming why) and the kernel goes on in the new segment
+                    self._slow(c, st, hs, hl, bs, bl, pos + 4 + length)
+                    return RUN_ROLL_, pos
+                c.msgs += 1
+                self.appended += 1
+                c.bytes_appended += out.size
+                c.max_end = self.app.wrote
+                if self.track_queues and not q.touched:
+                    q.touched = 1
+                    c.touched.append(q)
+                if not (h.flag & FLAG_ONEWAY):
+                    if self.parked:
+                        c.parked.add(h.opaque, st, s.queue_id, out.queue_offset, out.phys, self.app.wrote)
+                    else:
+                        render_send_reply(c.out, st, 0, h.opaque, s.queue_id, out.queue_offset, out.phys,
+                                          self.app.store_host, self.region, self.trace)
+                pos += 4 + length
+            return RUN_DONE_, pos
+        finally:
+            PyBuffer_Release(&view)
+
+    cdef int _slow(self, SendConn c, int st, Py_ssize_t hs, Py_ssize_t hl, Py_ssize_t bs, Py_ssize_t bl,
+                   Py_ssize_t nxt) except -1:
+        c.slow_type = st
+        c.slow_header_start = hs
+        c.slow_header_len = hl
+        c.slow_body_start = bs
+        c.slow_body_len = bl
+        c.slow_next = nxt
+        return RUN_SLOW_

@@ -1,0 +1,169 @@
+"""Pure-Python twin of broker.kernels.send_path (tests only), written from its rules (the module
+doc of pyx/send_path.pyx) and docs/formats.md §1 and §4, not from its code.
+
+The pass over a read, frame by frame:
+- the prefix: length (int32) below 4 or above max_frame, a header length past the frame, a
+  serialize type above 1: FrameError; an incomplete frame ends the pass (RUN_DONE, its start);
+- the kernel disabled, a response, another code than SEND_MESSAGE (10) / SEND_MESSAGE_V2 (310), a
+  header with more than 32 ext fields: the frame goes to Python (RUN_SLOW);
+- a send: the fields (V2's letters b e f g h i j, or the long names) read as Java would (integers
+  in range, from a JSON number or a string of an optional '-' and at most 18 digits; the topic a
+  string with no escapes; the properties a string); a field it cannot read, an escaped key, no
+  topic, no queue id, a negative one, transaction bits in sysFlag (0xC), a body over max_body, no
+  route for the topic, a queue id past the route's queues, properties over 32767 bytes once
+  unescaped (or over 65536 escaped), "DELAY\\x01" in them: RUN_SLOW;
+- else the record is appended at the write position (RUN_ROLL if it does not fit before the
+  segment's 8-byte blank) and the reply rendered (or parked), unless the request is oneway.
+"""
+from __future__ import annotations
+
+from tests.twins import codec_twin as C
+from tests.twins import header_twin as H
+
+RUN_DONE, RUN_SLOW, RUN_ROLL = 0, 1, 2
+SEND, SEND_V2 = 10, 310
+MAX_EXT = 32
+SCRATCH = 65536
+LETTERS = {"b": "topic", "e": "queueId", "f": "sysFlag", "g": "bornTimestamp", "h": "flag", "i": "properties",
+           "j": "reconsumeTimes"}
+LONG = {v: v for v in LETTERS.values()}
+
+
+class FrameError(ValueError):
+    pass
+
+
+class Slow(Exception):
+    """This frame goes to Python."""
+
+
+def _int(kind: int, raw: bytes, ival: int, bits: int) -> int:
+    if kind == H.V_INT:
+        v = ival
+    elif kind in (H.V_STRING, H.V_BYTES):
+        text = raw.decode("latin-1")
+        digits = text[1:] if text.startswith("-") else text
+        if not digits or len(digits) > 18 or not all("0" <= ch <= "9" for ch in digits):
+            raise Slow
+        v = int(text)
+    else:
+        raise Slow
+    if bits == 32 and not -2**31 <= v < 2**31:
+        raise Slow
+    return v
+
+
+class Appender:
+    def __init__(self, segment: bytearray, base: int, wrote: int, store_host: bytes, max_body: int):
+        self.segment, self.base, self.wrote = segment, base, wrote
+        self.store_host, self.max_body = store_host, max_body
+        self.next: dict[tuple[bytes, int], int] = {}
+        self.records: list[tuple[int, int]] = []  # (physical offset, size)
+
+    def append(self, topic, qid, body, props, flag, sys_flag, born_ts, born_host, reconsume):
+        size = C.record_length(len(body), len(topic), len(props), len(born_host) == 20, len(self.store_host) == 20)
+        pos = self.wrote - self.base
+        if size + 8 > len(self.segment) - pos:
+            return None
+        qo = self.next.get((topic, qid), 0)
+        # the store timestamp is the kernel's clock: written as 0 here, blanked there to compare
+        C.encode_record(self.segment, pos, self.wrote, qo, 0, topic, qid, body, props, flag, sys_flag,
+                        born_ts if born_ts >= 0 else 0, born_host, self.store_host, reconsume, 0)
+        phys = self.wrote
+        self.next[(topic, qid)] = qo + 1
+        self.wrote += size
+        self.records.append((phys, size))
+        return phys, qo, size
+
+
+class Conn:
+    def __init__(self, born_host: bytes):
+        self.born_host = born_host
+        self.replies: list[tuple] = []   # decoded: (serialize type, code, opaque, flag, ext)
+        self.parked: list[tuple] = []
+        self.slow: tuple | None = None   # (type, header start, header len, body start, body len, next)
+
+
+class Pipeline:
+    def __init__(self, app: Appender, routes: dict[bytes, int], enabled=True, parked=False,
+                 max_frame=16 * 1024 * 1024):
+        self.app, self.routes, self.enabled, self.parked, self.max_frame = app, routes, enabled, parked, max_frame
+
+    def run(self, c: Conn, buf: bytes, pos: int, end: int) -> tuple[int, int]:
+        while end - pos >= 4:
+            length = int.from_bytes(buf[pos:pos + 4], "big", signed=True)
+            if length < 4:
+                raise FrameError(pos, f"length {length} is below 4")
+            if length > self.max_frame:
+                raise FrameError(pos, "too long")
+            if end - pos - 4 < length:
+                break
+            word = int.from_bytes(buf[pos + 4:pos + 8], "big")
+            hl, st = word & 0xFFFFFF, word >> 24
+            if hl > length - 4:
+                raise FrameError(pos, "header length")
+            if st > 1:
+                raise FrameError(pos, "serialize type")
+            hs, bs, bl, nxt = pos + 8, pos + 8 + hl, length - 4 - hl, pos + 4 + length
+            try:
+                status = self._frame(c, buf, st, hs, hl, bs, bl)
+            except Slow:
+                c.slow = (st, hs, hl, bs, bl, nxt)
+                return RUN_SLOW, pos
+            if status == RUN_ROLL:
+                c.slow = (st, hs, hl, bs, bl, nxt)
+                return RUN_ROLL, pos
+            pos = nxt
+        return RUN_DONE, pos
+
+    def _frame(self, c: Conn, buf: bytes, st, hs, hl, bs, bl) -> int:
+        if not self.enabled:
+            raise Slow
+        h, ext = H._parse(st, buf, hs, hl)  # HeaderError propagates, as the kernel's does
+        if h["flag"] & 1 or len(ext) > MAX_EXT or h["code"] not in (SEND, SEND_V2):
+            raise Slow
+        names = LETTERS if h["code"] == SEND_V2 else LONG
+        hdr = bytes(buf[hs:hs + hl])
+        fields: dict[str, tuple] = {}
+        for (kpos, klen, vpos, vlen, ival, kesc, kind), key, _ in ext:
+            if kesc:
+                raise Slow
+            name = names.get(key)
+            if name is not None:
+                fields[name] = (kind, hdr[vpos:vpos + vlen], ival)  # the last of equal keys wins
+        if "topic" not in fields or fields["topic"][0] not in (H.V_STRING, H.V_BYTES):
+            raise Slow
+        topic = fields["topic"][1]
+        if "queueId" not in fields:
+            raise Slow
+        qid = _int(*fields["queueId"], 32)
+        sys_flag = _int(*fields["sysFlag"], 32) if "sysFlag" in fields else 0
+        flag = _int(*fields["flag"], 32) if "flag" in fields else 0
+        born = _int(*fields["bornTimestamp"], 64) if "bornTimestamp" in fields else 0
+        reconsume = _int(*fields["reconsumeTimes"], 32) if "reconsumeTimes" in fields else 0
+        props = b""
+        if "properties" in fields:
+            kind, raw, _ = fields["properties"]
+            if kind in (H.V_STRING, H.V_BYTES):
+                props = raw
+            elif kind == H.V_ESCAPED:
+                if len(raw) > SCRATCH:
+                    raise Slow
+                props = H._Json(b'"' + raw + b'"').string()[3].encode("utf-8")
+            else:
+                raise Slow
+        if qid < 0 or sys_flag & 0xC or bl > self.app.max_body:
+            raise Slow
+        if topic not in self.routes or qid >= self.routes[topic]:
+            raise Slow
+        if len(props) > 32767 or b"DELAY\x01" in props:
+            raise Slow
+        r = self.app.append(topic, qid, bytes(buf[bs:bs + bl]), props, flag, sys_flag, born, c.born_host, reconsume)
+        if r is None:
+            return RUN_ROLL
+        phys, qo, _ = r
+        if not h["flag"] & 2:
+            ext_out = {"msgId": (self.app.store_host + phys.to_bytes(8, "big", signed=True)).hex().upper(),
+                       "queueId": str(qid), "queueOffset": str(qo), "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+            (c.parked if self.parked else c.replies).append((st, 0, h["opaque"], 1, ext_out))
+        return RUN_DONE
