@@ -417,19 +417,24 @@ def write_blank(buf, Py_ssize_t pos, Py_ssize_t remaining) -> None:
 
 def encode_batch(buf, Py_ssize_t pos, Py_ssize_t limit, int64_t physical_base, int64_t queue_offset,
                  int64_t store_ts, bytes topic not None, int32_t queue_id, list bodies not None, properties,
-                 int32_t flag, int32_t sys_flag, int64_t born_ts, bytes born_host not None,
+                 flag, int32_t sys_flag, int64_t born_ts, bytes born_host not None,
                  bytes store_host not None):
     """Encode bodies[i] as consecutive records from pos while each still leaves room for the
-    8-byte blank before `limit`. `properties` is one bytes object for all or a list, one per body.
+    8-byte blank before `limit`. `properties` is one bytes object for all or a list, one per body;
+    `flag` one int for all or a list (a 4.9 broker keeps each batched message's own flag).
     Returns (count encoded, end position). The record at pos gets physical_base and queue_offset."""
     cdef Fixed f
     cdef Buf out, b, pr
     cdef Py_ssize_t n = PyList_GET_SIZE(bodies), i, cur = pos, total
     cdef bint per_msg_props = type(properties) is list
+    cdef bint per_msg_flag = type(flag) is list
     cdef object body_obj, prop_obj
     if per_msg_props and PyList_GET_SIZE(properties) != n:
         raise ValueError("properties list must have one entry per body")
-    fill_fixed(&f, topic, queue_id, flag, sys_flag, born_ts, born_host, store_ts, store_host, 0, 0)
+    if per_msg_flag and PyList_GET_SIZE(flag) != n:
+        raise ValueError("flag list must have one entry per body")
+    fill_fixed(&f, topic, queue_id, 0 if per_msg_flag else flag, sys_flag, born_ts, born_host, store_ts, store_host,
+               0, 0)
     # Validate the whole batch first: a refused batch writes nothing, so no valid-looking record is
     # ever left past the write position for a crash recovery to bring back.
     if per_msg_props:
@@ -454,6 +459,8 @@ def encode_batch(buf, Py_ssize_t pos, Py_ssize_t limit, int64_t physical_base, i
                     total = rec_len(&f, b.size, pr.size)
                     if total + END_FILE_MIN_BLANK_LENGTH > limit - cur:
                         return i, cur
+                    if per_msg_flag:
+                        f.flag = <int32_t> (<object> PyList_GET_ITEM(flag, i))
                     put_record(out.ptr + cur, &f, b.ptr, b.size, pr.ptr, pr.size,
                                queue_offset + i, physical_base + (cur - pos))
                     cur += total
@@ -874,7 +881,7 @@ cdef class Appender:
             release(&b)
 
     def append_batch(self, bytes topic not None, int32_t queue_id, list bodies not None, properties,
-                     int32_t flag, int32_t sys_flag, int64_t born_ts, bytes born_host not None):
+                     flag, int32_t sys_flag, int64_t born_ts, bytes born_host not None):
         """Append as many of `bodies` as fit in the segment; returns (count, first physical offset,
         first queue offset, store timestamp). count < len(bodies) means: seal, attach, call again
         with the rest."""

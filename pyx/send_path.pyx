@@ -34,7 +34,7 @@ from broker.kernels.header cimport (HeaderField, RemotingHeader, V_BYTES, V_ESCA
                                     rocketmq_ext_field, rocketmq_header_begin, rocketmq_header_finish,
                                     unescape_json)
 from broker.kernels.wbuf cimport WriteBuffer
-from bytesex cimport get_be32
+from bytesex cimport get_be16, get_be32
 
 from broker.kernels.remoting import FrameError
 
@@ -49,6 +49,8 @@ cdef enum:
     SCRATCH = 65536            # unescaped properties (at most 32767 bytes are accepted)
     CODE_SEND_MESSAGE = 10
     CODE_SEND_MESSAGE_V2 = 310
+    CODE_SEND_BATCH_MESSAGE = 320
+    BATCH_FIXED = 22           # a batched message's fixed fields (MessageDecoder.encodeMessage)
     FLAG_RESPONSE = 1
     FLAG_ONEWAY = 2
     TRANSACTION_BITS = 0xC     # MessageSysFlag TRANSACTION_PREPARED / COMMIT / ROLLBACK
@@ -266,15 +268,13 @@ cdef inline Py_ssize_t msg_id_hex(const uint8_t *host, Py_ssize_t host_len, int6
 
 
 cdef int render_send_reply(WriteBuffer w, int serialize_type, int32_t code, int32_t opaque, int32_t queue_id,
-                           int64_t queue_offset, int64_t phys, bytes store_host, bytes region,
+                           int64_t queue_offset, const uint8_t *mid, Py_ssize_t mn, bytes region,
                            bytes trace) except -1:
-    """One SEND_MESSAGE response frame, as a 4.9 broker writes it: msgId, queueId, queueOffset,
-    MSG_REGION, TRACE_ON (SendMessageProcessor.handlePutMessageResult)."""
-    cdef uint8_t mid[56]
+    """One SEND_MESSAGE response frame, as a 4.9 broker writes it: msgId (a batch's: every id,
+    comma-joined), queueId, queueOffset (a batch's first), MSG_REGION, TRACE_ON
+    (SendMessageProcessor.handlePutMessageResult)."""
     cdef uint8_t num[24]
     cdef uint8_t qo[24]
-    cdef Py_ssize_t mn = msg_id_hex(<const uint8_t *> PyBytes_AS_STRING(store_host), PyBytes_GET_SIZE(store_host),
-                                    phys, mid)
     cdef Py_ssize_t nn = ascii_int(queue_id, num)
     cdef Py_ssize_t qn = ascii_int(queue_offset, qo)
     cdef Py_ssize_t start = w.position(), at, hl
@@ -310,6 +310,8 @@ cdef int render_send_reply(WriteBuffer w, int serialize_type, int32_t code, int3
 cdef struct Parked:
     int64_t queue_offset
     int64_t phys
+    Py_ssize_t ids_at        # a batch's msgId text in the arena, or -1 (one id: from phys)
+    Py_ssize_t ids_len
     int32_t opaque
     int32_t queue_id
     int32_t serialize_type
@@ -323,10 +325,14 @@ cdef class ParkedReplies:
     cdef Py_ssize_t _n, _cap
     cdef readonly object conn
     cdef readonly int64_t end          # the highest end offset among them
+    cdef readonly int64_t messages     # messages they answer (a batch's count as many)
     cdef bytes store_host, region, trace
+    cdef WriteBuffer _ids              # batches' msgId texts
 
     def __cinit__(self, conn, bytes store_host not None, bytes region not None, bytes trace not None):
         self.conn = conn
+        self._ids = WriteBuffer()
+        self.messages = 0
         self.store_host = store_host
         self.region = region
         self.trace = trace
@@ -342,7 +348,7 @@ cdef class ParkedReplies:
         return self._n
 
     cdef int add(self, int32_t opaque, int serialize_type, int32_t queue_id, int64_t queue_offset, int64_t phys,
-                 int64_t end) except -1:
+                 int64_t end, const uint8_t *ids, Py_ssize_t ids_len, int64_t messages) except -1:
         cdef Py_ssize_t cap
         cdef Parked *items
         if self._n == self._cap:
@@ -356,7 +362,15 @@ cdef class ParkedReplies:
         self._items[self._n].queue_id = queue_id
         self._items[self._n].queue_offset = queue_offset
         self._items[self._n].phys = phys
+        if ids != NULL:
+            self._items[self._n].ids_at = self._ids.position()
+            self._items[self._n].ids_len = ids_len
+            self._ids.write(ids, ids_len)
+        else:
+            self._items[self._n].ids_at = -1
+            self._items[self._n].ids_len = 0
         self._n += 1
+        self.messages += messages
         if end > self.end:
             self.end = end
         return 0
@@ -364,11 +378,19 @@ cdef class ParkedReplies:
     def render(self, int32_t code) -> bytes:
         """Every parked reply with this response code, framed, in one bytes object."""
         cdef WriteBuffer w = WriteBuffer()
-        cdef Py_ssize_t i
+        cdef Py_ssize_t i, mn
+        cdef uint8_t mid[56]
+        cdef Parked *it
         for i in range(self._n):
-            render_send_reply(w, self._items[i].serialize_type, code, self._items[i].opaque,
-                              self._items[i].queue_id, self._items[i].queue_offset, self._items[i].phys,
-                              self.store_host, self.region, self.trace)
+            it = &self._items[i]
+            if it.ids_at >= 0:
+                render_send_reply(w, it.serialize_type, code, it.opaque, it.queue_id, it.queue_offset,
+                                  self._ids._buf + it.ids_at, it.ids_len, self.region, self.trace)
+            else:
+                mn = msg_id_hex(<const uint8_t *> PyBytes_AS_STRING(self.store_host),
+                                PyBytes_GET_SIZE(self.store_host), it.phys, mid)
+                render_send_reply(w, it.serialize_type, code, it.opaque, it.queue_id, it.queue_offset, mid, mn,
+                                  self.region, self.trace)
         return w.getvalue()
 
 
@@ -428,7 +450,9 @@ cdef class SendPipeline:
     cdef readonly bytes trace
     cdef Py_ssize_t max_frame
     cdef uint8_t *_scratch
-    cdef readonly int64_t appended       # sends the kernel appended (the rest went to the processors)
+    cdef uint8_t *_batch_props           # one batched message's properties with the batch's
+    cdef WriteBuffer _ids                # a batch reply's msgIds
+    cdef readonly int64_t appended       # messages the kernel appended (the rest went to the processors)
 
     def __cinit__(self, Appender app not None, bytes region=b"DefaultRegion", bytes trace=b"true",
                   Py_ssize_t max_frame=DEFAULT_MAX_FRAME):
@@ -443,12 +467,16 @@ cdef class SendPipeline:
         self.max_frame = max_frame
         self.appended = 0
         self._scratch = <uint8_t *> PyMem_Malloc(SCRATCH)
-        if self._scratch == NULL:
+        self._batch_props = <uint8_t *> PyMem_Malloc(MAX_PROPS_LEN + 1)
+        if self._scratch == NULL or self._batch_props == NULL:
             raise MemoryError()
+        self._ids = WriteBuffer()
 
     def __dealloc__(self):
         if self._scratch != NULL:
             PyMem_Free(self._scratch)
+        if self._batch_props != NULL:
+            PyMem_Free(self._batch_props)
 
     @property
     def appender(self):
@@ -504,7 +532,7 @@ cdef class SendPipeline:
         cdef QueueState q
         cdef AppendOut out
         cdef const uint8_t *props
-        cdef bint v2
+        cdef bint batch
         cdef int full
         try:
             if pos < 0 or end > view.len or pos > end:
@@ -536,13 +564,13 @@ cdef class SendPipeline:
                     parse_json_header(p + hs, hl, &h, ext, MAX_EXT)
                 else:
                     parse_rocketmq_header(p + hs, hl, &h, ext, MAX_EXT)
+                batch = h.code == CODE_SEND_BATCH_MESSAGE
                 if (h.flag & FLAG_RESPONSE) or h.ext_total > MAX_EXT or (
-                        h.code != CODE_SEND_MESSAGE_V2 and h.code != CODE_SEND_MESSAGE):
+                        h.code != CODE_SEND_MESSAGE_V2 and h.code != CODE_SEND_MESSAGE and not batch):
                     return self._slow(c, st, hs, hl, bs, bl, pos + 4 + length), pos
-                v2 = h.code == CODE_SEND_MESSAGE_V2
-                # ext positions are relative to the header's start
-                if not read_send_fields(p + hs, ext, h.n_ext, v2, &s) or not s.has_queue or s.queue_id < 0 \
-                        or s.sys_flag & TRANSACTION_BITS or bl > self.app.max_body:
+                # a batch's header is SendMessageRequestHeaderV2's too; ext positions are from p + hs
+                if not read_send_fields(p + hs, ext, h.n_ext, h.code != CODE_SEND_MESSAGE, &s) or not s.has_queue \
+                        or s.queue_id < 0 or s.sys_flag & TRANSACTION_BITS or (bl > self.app.max_body and not batch):
                     return self._slow(c, st, hs, hl, bs, bl, pos + 4 + length), pos
                 route = self._route(s.topic, s.topic_len)
                 if route is None or s.queue_id >= route.n:
@@ -561,34 +589,126 @@ cdef class SendPipeline:
                                                  memmem(props, props_len, b"DELAY\x01", 6) != NULL):
                     return self._slow(c, st, hs, hl, bs, bl, pos + 4 + length), pos
                 q = <QueueState> route.queues[s.queue_id]
-                try:
-                    full = self.app.append_c(q, p + bs, bl, props, props_len, s.flag, s.sys_flag, s.born_ts,
-                                             <const uint8_t *> PyBytes_AS_STRING(c.born_host),
-                                             PyBytes_GET_SIZE(c.born_host), s.reconsume_times, &out)
-                except Exception:  # refused before writing anything (a record larger than a segment)
-                    return self._slow(c, st, hs, hl, bs, bl, pos + 4 + length), pos
+                if batch:
+                    full = self._append_batch(c, q, &s, p + bs, bl, props, props_len, st, h.opaque,
+                                              not (h.flag & FLAG_ONEWAY))
+                    if full == 1:
+                        return self._slow(c, st, hs, hl, bs, bl, pos + 4 + length), pos
+                else:
+                    try:
+                        full = self.app.append_c(q, p + bs, bl, props, props_len, s.flag, s.sys_flag, s.born_ts,
+                                                 <const uint8_t *> PyBytes_AS_STRING(c.born_host),
+                                                 PyBytes_GET_SIZE(c.born_host), s.reconsume_times, &out)
+                    except Exception:  # refused before writing anything (a record larger than a segment)
+                        return self._slow(c, st, hs, hl, bs, bl, pos + 4 + length), pos
+                    if full == 0:
+                        self._appended(c, q, 1, out.size)
+                        if not (h.flag & FLAG_ONEWAY):
+                            self._reply(c, st, h.opaque, s.queue_id, out.queue_offset, out.phys, NULL, 0, 1)
                 if full:
                     # the processors take this one: their append rolls to the next segment (or
                     # refuses it naming why) and the kernel goes on in the new segment
                     self._slow(c, st, hs, hl, bs, bl, pos + 4 + length)
                     return RUN_ROLL_, pos
-                c.msgs += 1
-                self.appended += 1
-                c.bytes_appended += out.size
-                c.max_end = self.app.wrote
-                if self.track_queues and not q.touched:
-                    q.touched = 1
-                    c.touched.append(q)
-                if not (h.flag & FLAG_ONEWAY):
-                    if self.parked:
-                        c.parked.add(h.opaque, st, s.queue_id, out.queue_offset, out.phys, self.app.wrote)
-                    else:
-                        render_send_reply(c.out, st, 0, h.opaque, s.queue_id, out.queue_offset, out.phys,
-                                          self.app.store_host, self.region, self.trace)
                 pos += 4 + length
             return RUN_DONE_, pos
         finally:
             PyBuffer_Release(&view)
+
+    cdef inline void _appended(self, SendConn c, QueueState q, int64_t msgs, int64_t nbytes):
+        c.msgs += msgs
+        self.appended += msgs
+        c.bytes_appended += nbytes
+        c.max_end = self.app.wrote
+        if self.track_queues and not q.touched:
+            q.touched = 1
+            c.touched.append(q)
+
+    cdef int _reply(self, SendConn c, int st, int32_t opaque, int32_t queue_id, int64_t queue_offset, int64_t phys,
+                    const uint8_t *ids, Py_ssize_t ids_len, int64_t msgs) except -1:
+        cdef uint8_t mid[56]
+        if self.parked:
+            return c.parked.add(opaque, st, queue_id, queue_offset, phys, self.app.wrote, ids, ids_len, msgs)
+        if ids == NULL:
+            ids_len = msg_id_hex(<const uint8_t *> PyBytes_AS_STRING(self.app.store_host),
+                                 PyBytes_GET_SIZE(self.app.store_host), phys, mid)
+            ids = mid
+        return render_send_reply(c.out, st, 0, opaque, queue_id, queue_offset, ids, ids_len, self.region, self.trace)
+
+    cdef int _append_batch(self, SendConn c, QueueState q, SendFields *s, const uint8_t *b, Py_ssize_t n,
+                           const uint8_t *bprops, Py_ssize_t bprops_len, int st, int32_t opaque,
+                           bint answer) except -1:
+        """SEND_BATCH_MESSAGE: every message of the body into queue q, as a 4.9 broker stores them
+        (MessageExtBatchEncoder): each with its own flag, its own properties followed by the batch's
+        (a separator added when its own do not end with one). Returns 0 when appended, 1 when the
+        processors must take it (malformed: they say where; a body or properties too long), 2 when
+        the whole batch does not fit in the segment (they split it across segments)."""
+        cdef Py_ssize_t pos = 0, tot, blen, plen, merged, count = 0, i
+        cdef int64_t total = 0, first_qo = -1, first_phys = -1, nbytes = 0
+        cdef Py_ssize_t topic_len = PyBytes_GET_SIZE(q.topic)
+        cdef Py_ssize_t hosts = PyBytes_GET_SIZE(c.born_host) + PyBytes_GET_SIZE(self.app.store_host)
+        cdef const uint8_t *m
+        cdef AppendOut out
+        cdef uint8_t mid[56]
+        cdef Py_ssize_t mn
+        if self.app.seg is None:
+            return 2
+        # one pass to check every message and measure the records, before anything is written
+        while pos < n:
+            if n - pos < BATCH_FIXED:
+                return 1
+            tot = <int32_t> get_be32(b + pos)
+            if tot < BATCH_FIXED or tot > n - pos:
+                return 1
+            blen = <int32_t> get_be32(b + pos + 16)
+            if blen < 0 or BATCH_FIXED + blen > tot:
+                return 1
+            plen = get_be16(b + pos + 20 + blen)
+            if BATCH_FIXED + blen + plen != tot or blen > self.app.max_body:
+                return 1
+            merged = plen + bprops_len + (1 if plen > 0 and bprops_len > 0 and b[pos + 21 + blen + plen] != 2 else 0)
+            if merged > MAX_PROPS_LEN:
+                return 1
+            total += 91 - 16 + hosts + blen + topic_len + merged
+            count += 1
+            pos += tot
+        if count == 0:
+            return 1
+        if total + 8 > self.app.seg.size - (self.app.wrote - self.app.seg_base):
+            return 2
+        self._ids.clear()
+        pos = 0
+        for i in range(count):
+            m = b + pos
+            tot = <int32_t> get_be32(m)
+            blen = <int32_t> get_be32(m + 16)
+            plen = get_be16(m + 20 + blen)
+            merged = plen
+            if plen:
+                memcpy(self._batch_props, m + 22 + blen, plen)
+            if bprops_len:
+                if plen > 0 and m[21 + blen + plen] != 2:
+                    self._batch_props[merged] = 2
+                    merged += 1
+                memcpy(self._batch_props + merged, bprops, bprops_len)
+                merged += bprops_len
+            if self.app.append_c(q, m + 20, blen, self._batch_props, merged, <int32_t> get_be32(m + 12), s.sys_flag,
+                                 s.born_ts, <const uint8_t *> PyBytes_AS_STRING(c.born_host),
+                                 PyBytes_GET_SIZE(c.born_host), s.reconsume_times, &out):
+                raise AssertionError("a batch measured to fit did not")  # pragma: no cover
+            if i == 0:
+                first_qo, first_phys = out.queue_offset, out.phys
+            else:
+                self._ids.write_byte(44)  # ','
+            mn = msg_id_hex(<const uint8_t *> PyBytes_AS_STRING(self.app.store_host),
+                            PyBytes_GET_SIZE(self.app.store_host), out.phys, mid)
+            self._ids.write(mid, mn)
+            nbytes += out.size
+            pos += tot
+        self._appended(c, q, count, nbytes)
+        if answer:
+            self._reply(c, st, opaque, s.queue_id, first_qo, first_phys, self._ids._buf, self._ids.position(), count)
+        return 0
 
     cdef int _slow(self, SendConn c, int st, Py_ssize_t hs, Py_ssize_t hl, Py_ssize_t bs, Py_ssize_t bl,
                    Py_ssize_t nxt) except -1:

@@ -29,8 +29,25 @@ props_text = st.sampled_from(["", "TAGS\x01t", "TAGS\x01a\x02KEYS\x01k1 k2\x02UN
 
 
 @st.composite
+def batch_body(draw) -> bytes:
+    """SEND_BATCH_MESSAGE's body: messages as the Java client encodes them, sometimes damaged."""
+    parts = []
+    for _ in range(draw(st.integers(0, 5))):
+        body = draw(st.binary(max_size=MAX_BODY // 2) | st.binary(min_size=MAX_BODY + 1, max_size=MAX_BODY + 2))
+        props = draw(st.sampled_from([b"", b"TAGS\x01t", b"KEYS\x01k\x02", b"UNIQ_KEY\x01X\x02a\x01b"]))
+        parts.append(struct.pack(">iiiii", 22 + len(body) + len(props), 0, 0, draw(i32), len(body)) + body
+                     + struct.pack(">H", len(props)) + props)
+    data = b"".join(parts)
+    if data and draw(st.integers(0, 6)) == 0:  # damaged: a length that does not add up, or cut short
+        cut = draw(st.integers(1, len(data)))
+        data = data[:cut] if draw(st.booleans()) else data[:-cut] + bytes([0xFF]) * cut
+    return data
+
+
+@st.composite
 def send_frame(draw):
     v2 = draw(st.booleans())
+    batch = v2 and draw(st.integers(0, 3)) == 0
     stype = draw(st.sampled_from([0, 0, 1]))
     topic = draw(st.sampled_from(["R1", "R2", "R1", "R2", "R1", "U"]))
     fields = {"topic": topic, "queueId": draw(st.sampled_from([0, 0, 1, 0, 0, 1, 0, -1, 2])),
@@ -56,7 +73,9 @@ def send_frame(draw):
     flag = draw(st.sampled_from([0, 0, 0, 0, 2, 1]))  # request, oneway, response
     oversize = draw(st.integers(0, 9)) == 0
     body = draw(st.binary(min_size=MAX_BODY + 1, max_size=MAX_BODY + 3) if oversize else st.binary(max_size=MAX_BODY))
-    code = 310 if v2 else 10
+    code = 320 if batch else 310 if v2 else 10
+    if batch:
+        body = draw(batch_body())
     if stype == 0:
         h = {"code": code, "language": "JAVA", "version": 121, "opaque": opaque, "flag": flag, "extFields": ext}
         header = msgspec.json.encode(h) if draw(st.booleans()) else json.dumps(h).encode()

@@ -118,11 +118,13 @@ class SendMessageProcessor:
         if topic.startswith(RETRY_PREFIX):
             raise MessageIllegal("batch messages cannot be sent to a retry topic")
         bodies, props, flags = decode_batch(cmd.body)  # BadRequest naming the offset
-        flag = flags[0]
-        if any(f != flag for f in flags):
-            raise MessageIllegal("the messages of a batch must share one flag")
+        # as a 4.9 broker stores them (MessageExtBatchEncoder): each message with its own flag, and its
+        # own properties followed by the batch's (a separator added when they do not end with one)
+        batch_props = h.properties.encode()
+        if batch_props:
+            props = [bytes(p) + (b"\x02" if p and p[-1] != 2 else b"") + batch_props for p in props]
         result, flushed = self.store.append_batch(
-            topic, queue_id, bodies, props, flag=flag, sys_flag=h.sysFlag, born_timestamp=h.bornTimestamp,
+            topic, queue_id, bodies, props, flag=flags, sys_flag=h.sysFlag, born_timestamp=h.bornTimestamp,
             born_host=born_host_of(conn))
         self.holds.notify(topic, queue_id, result.end_offset)
         ext = {"msgId": ",".join(result.msg_ids()), "queueId": queue_id, "queueOffset": result.queue_offset,

@@ -83,7 +83,7 @@ class CommitLog:
                                  reconsume_times)
         return r
 
-    def append_batch(self, topic: bytes, queue_id: int, bodies: list, properties, flag: int, sys_flag: int,
+    def append_batch(self, topic: bytes, queue_id: int, bodies: list, properties, flag: int | list, sys_flag: int,
                      born_ts: int, born_host: bytes) -> tuple[list[BatchChunk], int]:
         """Append many records of one queue; returns (chunks per segment, store timestamp)."""
         chunks: list[BatchChunk] = []
@@ -92,7 +92,8 @@ class CommitLog:
         while done < len(bodies):
             rest = bodies if done == 0 else bodies[done:]
             props = properties if type(properties) is not list or done == 0 else properties[done:]
-            count, phys, qo, ts = self._app.append_batch(topic, queue_id, rest, props, flag, sys_flag, born_ts,
+            flags = flag if type(flag) is not list or done == 0 else flag[done:]
+            count, phys, qo, ts = self._app.append_batch(topic, queue_id, rest, props, flags, sys_flag, born_ts,
                                                          born_host)
             if count:
                 chunks.append(BatchChunk(phys, qo, count))

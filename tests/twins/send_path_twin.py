@@ -14,14 +14,23 @@ The pass over a read, frame by frame:
   unescaped (or over 65536 escaped), "DELAY\\x01" in them: RUN_SLOW;
 - else the record is appended at the write position (RUN_ROLL if it does not fit before the
   segment's 8-byte blank) and the reply rendered (or parked), unless the request is oneway.
+- SEND_BATCH_MESSAGE (320) has V2's header; its body is messages back to back, each
+  [total int32][magic][crc][flag int32][bodyLen int32][body][propsLen uint16][props], total being
+  22 + bodyLen + propsLen; a malformed one, none at all, a body over max_body, or properties over
+  32767 once the batch's (the header's) are appended (after a \x02 when a message's own are not
+  empty and do not end with one): RUN_SLOW; the whole batch not fitting the segment: RUN_ROLL;
+  else every message appended with its own flag, one reply with every msgId comma-joined and
+  the first queue offset.
 """
 from __future__ import annotations
+
+import struct
 
 from tests.twins import codec_twin as C
 from tests.twins import header_twin as H
 
 RUN_DONE, RUN_SLOW, RUN_ROLL = 0, 1, 2
-SEND, SEND_V2 = 10, 310
+SEND, SEND_V2, SEND_BATCH = 10, 310, 320
 MAX_EXT = 32
 SCRATCH = 65536
 LETTERS = {"b": "topic", "e": "queueId", "f": "sysFlag", "g": "bornTimestamp", "h": "flag", "i": "properties",
@@ -120,9 +129,10 @@ class Pipeline:
         if not self.enabled:
             raise Slow
         h, ext = H._parse(st, buf, hs, hl)  # HeaderError propagates, as the kernel's does
-        if h["flag"] & 1 or len(ext) > MAX_EXT or h["code"] not in (SEND, SEND_V2):
+        if h["flag"] & 1 or len(ext) > MAX_EXT or h["code"] not in (SEND, SEND_V2, SEND_BATCH):
             raise Slow
-        names = LETTERS if h["code"] == SEND_V2 else LONG
+        batch = h["code"] == SEND_BATCH
+        names = LONG if h["code"] == SEND else LETTERS
         hdr = bytes(buf[hs:hs + hl])
         fields: dict[str, tuple] = {}
         for (kpos, klen, vpos, vlen, ival, kesc, kind), key, _ in ext:
@@ -152,12 +162,14 @@ class Pipeline:
                 props = H._Json(b'"' + raw + b'"').string()[3].encode("utf-8")
             else:
                 raise Slow
-        if qid < 0 or sys_flag & 0xC or bl > self.app.max_body:
+        if qid < 0 or sys_flag & 0xC or (bl > self.app.max_body and not batch):
             raise Slow
         if topic not in self.routes or qid >= self.routes[topic]:
             raise Slow
         if len(props) > 32767 or b"DELAY\x01" in props:
             raise Slow
+        if batch:
+            return self._batch(c, h, st, topic, qid, bytes(buf[bs:bs + bl]), props, sys_flag, born, reconsume)
         r = self.app.append(topic, qid, bytes(buf[bs:bs + bl]), props, flag, sys_flag, born, c.born_host, reconsume)
         if r is None:
             return RUN_ROLL
@@ -165,5 +177,39 @@ class Pipeline:
         if not h["flag"] & 2:
             ext_out = {"msgId": (self.app.store_host + phys.to_bytes(8, "big", signed=True)).hex().upper(),
                        "queueId": str(qid), "queueOffset": str(qo), "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+            (c.parked if self.parked else c.replies).append((st, 0, h["opaque"], 1, ext_out))
+        return RUN_DONE
+
+    def _batch(self, c, h, st, topic, qid, body, bprops, sys_flag, born, reconsume) -> int:
+        msgs, pos = [], 0
+        while pos < len(body):
+            if len(body) - pos < 22:
+                raise Slow
+            total, _magic, _crc, flag, blen = struct.unpack_from(">iiiii", body, pos)
+            if total < 22 or total > len(body) - pos or blen < 0 or 22 + blen > total:
+                raise Slow
+            (plen,) = struct.unpack_from(">H", body, pos + 20 + blen)
+            if 22 + blen + plen != total or blen > self.app.max_body:
+                raise Slow
+            own = body[pos + 22 + blen:pos + 22 + blen + plen]
+            merged = own + (b"\x02" if own and bprops and own[-1] != 2 else b"") + bprops
+            if len(merged) > 32767:
+                raise Slow
+            msgs.append((body[pos + 20:pos + 20 + blen], merged, flag))
+            pos += total
+        if not msgs:
+            raise Slow
+        need = sum(C.record_length(len(b), len(topic), len(p), len(c.born_host) == 20, len(self.app.store_host) == 20)
+                   for b, p, _ in msgs)
+        if need + 8 > len(self.app.segment) - (self.app.wrote - self.app.base):
+            return RUN_ROLL
+        ids, first = [], None
+        for b, p, flag in msgs:
+            phys, qo, _ = self.app.append(topic, qid, b, p, flag, sys_flag, born, c.born_host, reconsume)
+            first = qo if first is None else first
+            ids.append((self.app.store_host + phys.to_bytes(8, "big", signed=True)).hex().upper())
+        if not h["flag"] & 2:
+            ext_out = {"msgId": ",".join(ids), "queueId": str(qid), "queueOffset": str(first),
+                       "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
             (c.parked if self.parked else c.replies).append((st, 0, h["opaque"], 1, ext_out))
         return RUN_DONE
