@@ -24,6 +24,7 @@ KERNELS = {
     "header": (["pyx/header.pyx"], []),
     "cq_dispatch": (["pyx/cq_dispatch.pyx"], []),
     "send_path": (["pyx/send_path.pyx"], []),
+    "queue_read": (["pyx/queue_read.pyx"], []),
 }
 
 flags = ["-O3", "-Wall", "-Wno-unused-function", "-Wno-unreachable-code"]

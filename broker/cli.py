@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -31,6 +32,13 @@ async def _serve(args: argparse.Namespace) -> int:
 
     controller = BrokerController(broker_config, store_config, host=store_config.brokerIP1)
     await controller.start()
+    # What start-up made (modules, tables, maps) lives as long as the broker: out of the collector's
+    # way, and collections rarer. A pull makes hundreds of short-lived views (freed by refcount,
+    # no cycles); with the defaults the collector rescanned the whole heap every few hundred pulls
+    # (14 % of the broker's time under loadgen's pull cell).
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(10_000, 50, 100)
     store = controller.store
     print(f"broker {broker_config.brokerName} listening on {controller.addr}; store {store_config.storePathRootDir} "
           f"({store_config.flushDiskType}); name servers {broker_config.namesrv_addrs or 'none'}", flush=True)

@@ -37,7 +37,8 @@ _INT32_KEYS = frozenset(("queueId", "sysFlag", "flag", "reconsumeTimes", "maxRec
 
 
 class RemotingCommand:
-    __slots__ = ("code", "language", "version", "opaque", "flag", "remark", "ext", "body", "serialize_type")
+    __slots__ = ("code", "language", "version", "opaque", "flag", "remark", "ext", "body", "serialize_type",
+                 "body_len")
 
     def __init__(self, code: int, ext: dict | None = None, body=b"", remark: str | None = None,
                  opaque: int = 0, flag: int = 0, language: str = LANGUAGE, version: int = VERSION,
@@ -51,6 +52,7 @@ class RemotingCommand:
         self.language = language
         self.version = version
         self.serialize_type = serialize_type
+        self.body_len = -1  # a body of several views: their total, when the sender knows it
 
     # -- construction --------------------------------------------------------------------------
     @classmethod
@@ -84,7 +86,7 @@ class RemotingCommand:
         body = self.body
         st = self.serialize_type
         if isinstance(body, list):  # several views (a pull response's records)
-            n = sum(len(b) for b in body)
+            n = self.body_len if self.body_len >= 0 else sum(len(b) for b in body)
             return [frame_prefix(len(header), n, st) + header, *body]
         if body:
             return [frame_prefix(len(header), len(body), st) + header, body]

@@ -68,7 +68,7 @@ class PullMessageProcessor:
 
     def _get(self, cmd, topic, queue_id, offset, max_nums, tags) -> RemotingCommand:
         store = self.store
-        r = store.get(topic, queue_id, offset, max_nums, MAX_TRANSFER_BYTES, tags)
+        r = store.get(topic, queue_id, offset, max_nums, MAX_TRANSFER_BYTES, tags, spans=True)
         if r.status in _MOVED_IF_NOT_ZERO:
             code = codes.PULL_OFFSET_MOVED if offset != 0 else codes.PULL_NOT_FOUND
         else:
@@ -84,7 +84,11 @@ class PullMessageProcessor:
         suggest = 1 if r.suggest_slave and store.config.slaveReadEnable and not store.is_slave else 0
         ext = {"nextBeginOffset": nxt, "minOffset": r.min_offset, "maxOffset": r.max_offset,
                "suggestWhichBrokerId": suggest}
-        return cmd.response(code, ext, r.messages if code == codes.SUCCESS else b"")
+        if code != codes.SUCCESS:
+            return cmd.response(code, ext)
+        res = cmd.response(code, ext, r.messages)
+        res.body_len = r.total_bytes
+        return res
 
     async def _hold(self, cmd, topic, queue_id, offset, max_nums, tags, deadline, suspend) -> RemotingCommand:
         if self.store.is_slave:

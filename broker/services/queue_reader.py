@@ -10,6 +10,7 @@ import os
 
 import numpy as np
 
+from broker.kernels.queue_read import COLLECT_END, COLLECT_NO_SEGMENT, Collected, collect
 from broker.store.consume_queue import ConsumeQueue
 from broker.store.errors import StoreError
 from broker.store.message import StoredMessage, decode_message
@@ -84,8 +85,10 @@ class QueueReader:
 
     # -- messages -------------------------------------------------------------------------------
     def get(self, topic: str, queue_id: int, offset: int, max_msgs: int = 32, max_bytes: int = 256 * 1024,
-            tag_hashes: set[int] | None = None) -> GetResult:
-        """Messages of one queue from `offset` as zero-copy views of their stored records.
+            tag_hashes: set[int] | None = None, spans: bool = False) -> GetResult:
+        """Messages of one queue from `offset` as zero-copy views of their stored records, with
+        each one's queue offset. spans=True (a pull's body): one view for records that lie back
+        to back in the log, and no offsets (GetResult.count says how many records there are).
         Statuses and next offsets follow RocketMQ's DefaultMessageStore.getMessage."""
         if max_msgs <= 0 or max_bytes <= 0:
             raise ValueError("max_msgs and max_bytes must be positive")
@@ -101,57 +104,37 @@ class QueueReader:
             return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, lo, hi)
         if offset > hi:
             return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, hi, lo, hi)
-        msgs: list[memoryview] = []
-        qoffs: list[int] = []
-        total = 0
-        nxt = i = offset
         # Unfiltered reads stop at max_msgs entries; filtered ones may skip entries, but scan at
         # most as far as RocketMQ does (16000 bytes of consume queue, or 20 per wanted message).
         stop = min(hi, offset + (max_msgs if tag_hashes is None else max(800, max_msgs * 20)))
-        full = False
+        c = Collected(offset, not spans, spans)
         segments = self.s.commit_log.queue
-        is_slave = self.s.is_slave
-        seg_mv, seg_base, seg_end = None, 0, 0  # the segment the previous record was in
-        o = 0
-        while i < stop and not full:
-            ents = cq.entries(i, stop - i)
-            if len(ents) == 0:
+        refreshed = False
+        i = offset
+        while i < stop:
+            first, entries = cq.file_for(i, create=False)
+            if entries is None:
                 break
-            offs, sizes = ents["offset"].tolist(), ents["size"].tolist()
-            tags = ents["tag"].tolist() if tag_hashes is not None else None
-            for k in range(len(offs)):
-                if tags is not None and tags[k] not in tag_hashes:
-                    nxt = i + k + 1
-                    continue
-                size = sizes[k]
-                if msgs and total + size > max_bytes:
-                    full = True
-                    break
-                o = offs[k]
-                if not seg_base <= o < seg_end - size:
-                    mf = segments.find(o)
-                    if mf is None and is_slave:  # a segment the HA client made since we looked
-                        segments.refresh()
-                        mf = segments.find(o)
-                    if mf is None or o + size > mf.end or mf.mv is None:
-                        full = True
-                        break
-                    seg_mv, seg_base, seg_end = mf.mv, mf.base, mf.end + 1
-                msgs.append(seg_mv[o - seg_base:o - seg_base + size])
-                qoffs.append(i + k)
-                total += size
-                nxt = i + k + 1
-                if len(msgs) >= max_msgs:
-                    full = True
-                    break
-            i += len(offs)
-        if not msgs:
+            end = min(stop, first + cq.per_file)
+            status = collect(c, entries, first, i, end, segments.files, segments.file_size, max_msgs, max_bytes,
+                             tag_hashes)
+            if status == COLLECT_NO_SEGMENT and self.s.is_slave and not refreshed:
+                segments.refresh()  # a segment the HA client made since we looked
+                refreshed = True
+                i = c.next_index
+                continue
+            if status != COLLECT_END:
+                break
+            i = end
+        c.finish()
+        nxt = c.next_index
+        if not c.count:
             status = GetStatus.NO_MATCHED_MESSAGE if nxt > offset else GetStatus.OFFSET_FOUND_NULL
             return GetResult(status, nxt, lo, hi)
-        r = GetResult(GetStatus.FOUND, nxt, lo, hi, msgs, qoffs, total)
-        self.get_msgs += len(msgs)
-        self.get_bytes += total
-        r.suggest_slave = self.s.table.load(Slot.WROTE) - o > self.memory_share
+        r = GetResult(GetStatus.FOUND, nxt, lo, hi, c.views, c.queue_offsets or (), c.total, c.count)
+        self.get_msgs += c.count
+        self.get_bytes += c.total
+        r.suggest_slave = self.s.table.load(Slot.WROTE) - c.last_phys > self.memory_share
         return r
 
     def record_view(self, physical_offset: int) -> memoryview:

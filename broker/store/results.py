@@ -97,12 +97,15 @@ class BatchPutResult:
 
 class GetResult:
     __slots__ = ("status", "messages", "queue_offsets", "next_offset", "min_offset", "max_offset", "total_bytes",
-                 "suggest_slave")
+                 "suggest_slave", "count")
 
-    def __init__(self, status, next_offset, min_offset, max_offset, messages=(), queue_offsets=(), total_bytes=0):
+    def __init__(self, status, next_offset, min_offset, max_offset, messages=(), queue_offsets=(), total_bytes=0,
+                 count=None):
         self.status = status
-        self.messages: list[memoryview] = list(messages)  # zero-copy views of whole stored records
-        self.queue_offsets: list[int] = list(queue_offsets)
+        # zero-copy views of whole stored records (get(spans=True): of runs of records back to back)
+        self.messages: list[memoryview] = messages if type(messages) is list else list(messages)
+        self.queue_offsets: list[int] = queue_offsets if type(queue_offsets) is list else list(queue_offsets)
+        self.count = len(self.messages) if count is None else count  # records
         self.next_offset = next_offset
         self.min_offset = min_offset
         self.max_offset = max_offset
