@@ -24,6 +24,8 @@ KERNELS = {
     "header": (["pyx/header.pyx"], []),
     "cq_dispatch": (["pyx/cq_dispatch.pyx"], []),
     "send_path": (["pyx/send_path.pyx"], []),
+    "client_codec": (["pyx/client_codec.pyx"], ["z"]),
+    "pulled": (["pyx/pulled.pyx"], []),
     "queue_read": (["pyx/queue_read.pyx"], []),
 }
 

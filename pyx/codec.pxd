@@ -21,13 +21,7 @@
 
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
 
-cdef enum:
-    FIXED_LEN_V4 = 91
-    END_FILE_MIN_BLANK_LENGTH = 8
-    SYSFLAG_BORNHOST_V6 = 0x10
-    SYSFLAG_STOREHOST_V6 = 0x20
-    MAX_TOPIC_LEN = 127
-    MAX_PROPS_LEN = 32767
+# The constants of this layout are in record.h / record.pxd (shared by every kernel).
 
 cdef enum ScanStatus:
     SCAN_END = 0        # reached `end` exactly (or max_records)

@@ -13,7 +13,11 @@ from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, u
 from libc.errno cimport EINTR, errno
 from libc.string cimport memcmp, memcpy
 
+from buffers cimport Borrowed, borrow, give_back
 from bytesex cimport get_be16, get_be32, get_be64, put_be16, put_be32, put_be64
+from record cimport (CQ_UNIT, RECORD_BLANK_MAGIC, RECORD_END_FILE_MIN_BLANK, RECORD_FIXED_LEN_V4,
+                     RECORD_MAX_PROPS_LEN, RECORD_MAX_TOPIC_LEN, RECORD_MESSAGE_MAGIC, RECORD_SYSFLAG_BORNHOST_V6,
+                     RECORD_SYSFLAG_STOREHOST_V6, RECORD_SYSFLAG_TRANSACTION, record_length_of)
 
 import os
 
@@ -24,15 +28,18 @@ cnp.import_array()
 cdef extern from "zlib.h" nogil:
     unsigned long zlib_crc32 "crc32"(unsigned long crc, const unsigned char *buf, unsigned int len)
 
-MESSAGE_MAGIC_CODE = 0xDAA320A7
-BLANK_MAGIC_CODE = 0xCBD43194
-cdef uint32_t MAGIC = 0xDAA320A7u
-cdef uint32_t BLANK = 0xCBD43194u
-
-globals()["FIXED_LEN_V4"] = FIXED_LEN_V4
-globals()["END_FILE_MIN_BLANK_LENGTH"] = END_FILE_MIN_BLANK_LENGTH
-globals()["SYSFLAG_BORNHOST_V6"] = SYSFLAG_BORNHOST_V6
-globals()["SYSFLAG_STOREHOST_V6"] = SYSFLAG_STOREHOST_V6
+# The layout's constants for the Python side (broker.store.message, the topic checks, the
+# consume queues): the values record.h gives every kernel.
+MESSAGE_MAGIC_CODE = RECORD_MESSAGE_MAGIC
+BLANK_MAGIC_CODE = RECORD_BLANK_MAGIC
+FIXED_LEN_V4 = RECORD_FIXED_LEN_V4
+END_FILE_MIN_BLANK_LENGTH = RECORD_END_FILE_MIN_BLANK
+SYSFLAG_BORNHOST_V6 = RECORD_SYSFLAG_BORNHOST_V6
+SYSFLAG_STOREHOST_V6 = RECORD_SYSFLAG_STOREHOST_V6
+SYSFLAG_TRANSACTION = RECORD_SYSFLAG_TRANSACTION
+MAX_TOPIC_LEN = RECORD_MAX_TOPIC_LEN
+MAX_PROPS_LEN = RECORD_MAX_PROPS_LEN
+CQ_UNIT_SIZE = CQ_UNIT
 globals()["SCAN_END"] = SCAN_END
 globals()["SCAN_BLANK"] = SCAN_BLANK
 globals()["SCAN_PARTIAL"] = SCAN_PARTIAL
@@ -86,8 +93,8 @@ cdef class MappedBuffer:
 cdef struct Buf:
     uint8_t *ptr
     Py_ssize_t size
-    bint owned          # True when we acquired a Py_buffer that must be released
-    Py_buffer view
+    bint owned          # True when we borrowed a buffer that must be given back
+    Borrowed borrowed
 
 
 cdef int acquire(object obj, Buf *b, bint writable) except -1:
@@ -106,16 +113,16 @@ cdef int acquire(object obj, Buf *b, bint writable) except -1:
         b.size = PyBytes_GET_SIZE(obj)
         b.owned = False
         return 0
-    PyObject_GetBuffer(obj, &b.view, PyBUF_SIMPLE | (PyBUF_WRITABLE if writable else 0))
-    b.ptr = <uint8_t *> b.view.buf
-    b.size = b.view.len
+    borrow(obj, &b.borrowed, writable)
+    b.ptr = b.borrowed.ptr
+    b.size = b.borrowed.size
     b.owned = True
     return 0
 
 
 cdef inline void release(Buf *b) noexcept:
     if b.owned:
-        PyBuffer_Release(&b.view)
+        give_back(&b.borrowed)
         b.owned = False
 
 
@@ -259,7 +266,7 @@ def tag_hash(properties) -> int:
 
 def record_length(Py_ssize_t body_len, Py_ssize_t topic_len, Py_ssize_t props_len,
                   bint born_v6=False, bint store_v6=False) -> int:
-    return FIXED_LEN_V4 + (12 if born_v6 else 0) + (12 if store_v6 else 0) + body_len + topic_len + props_len
+    return record_length_of(20 if born_v6 else 8, 20 if store_v6 else 8, body_len, topic_len, props_len)
 
 
 def msg_id(store_host, int64_t physical_offset) -> str:
@@ -293,10 +300,10 @@ cdef struct Fixed:
 
 
 cdef int check_fixed(Fixed *f, Py_ssize_t props_len) except -1:
-    if f.topic_len <= 0 or f.topic_len > MAX_TOPIC_LEN:
-        raise MessageIllegal(f"topic length {f.topic_len} outside 1..{MAX_TOPIC_LEN} bytes")
-    if props_len > MAX_PROPS_LEN:
-        raise MessageIllegal(f"properties length {props_len} exceeds {MAX_PROPS_LEN} bytes")
+    if f.topic_len <= 0 or f.topic_len > RECORD_MAX_TOPIC_LEN:
+        raise MessageIllegal(f"topic length {f.topic_len} outside 1..{RECORD_MAX_TOPIC_LEN} bytes")
+    if props_len > RECORD_MAX_PROPS_LEN:
+        raise MessageIllegal(f"properties length {props_len} exceeds {RECORD_MAX_PROPS_LEN} bytes")
     if f.born_len != 8 and f.born_len != 20:
         raise MessageIllegal(f"born host must be 8 or 20 bytes, got {f.born_len}")
     if f.store_len != 8 and f.store_len != 20:
@@ -305,7 +312,7 @@ cdef int check_fixed(Fixed *f, Py_ssize_t props_len) except -1:
 
 
 cdef inline Py_ssize_t rec_len(Fixed *f, Py_ssize_t body_len, Py_ssize_t props_len) noexcept nogil:
-    return 91 - 16 + f.born_len + f.store_len + body_len + f.topic_len + props_len
+    return record_length_of(f.born_len, f.store_len, body_len, f.topic_len, props_len)
 
 
 cdef Py_ssize_t put_record(uint8_t *p, Fixed *f, const uint8_t *body, Py_ssize_t body_len,
@@ -313,13 +320,13 @@ cdef Py_ssize_t put_record(uint8_t *p, Fixed *f, const uint8_t *body, Py_ssize_t
                            int64_t queue_offset, int64_t phys_offset) noexcept nogil:
     """Write one record at p (room already checked); returns its length."""
     cdef Py_ssize_t total = rec_len(f, body_len, props_len)
-    cdef int32_t sys_flag = f.sys_flag & ~(SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)
+    cdef int32_t sys_flag = f.sys_flag & ~(RECORD_SYSFLAG_BORNHOST_V6 | RECORD_SYSFLAG_STOREHOST_V6)
     if f.born_len == 20:
-        sys_flag |= SYSFLAG_BORNHOST_V6
+        sys_flag |= RECORD_SYSFLAG_BORNHOST_V6
     if f.store_len == 20:
-        sys_flag |= SYSFLAG_STOREHOST_V6
+        sys_flag |= RECORD_SYSFLAG_STOREHOST_V6
     put_be32(p, <uint32_t> total)
-    put_be32(p + 4, MAGIC)
+    put_be32(p + 4, RECORD_MESSAGE_MAGIC)
     put_be32(p + 8, body_crc(body, body_len))
     put_be32(p + 12, <uint32_t> f.queue_id)
     put_be32(p + 16, <uint32_t> f.flag)
@@ -405,12 +412,12 @@ def write_blank(buf, Py_ssize_t pos, Py_ssize_t remaining) -> None:
     cdef Buf out
     acquire(buf, &out, True)
     try:
-        if remaining < END_FILE_MIN_BLANK_LENGTH or remaining > 0x7FFFFFFF:
-            raise ValueError(f"blank of {remaining} bytes outside {END_FILE_MIN_BLANK_LENGTH}..2^31-1")
-        if pos < 0 or out.size - pos < END_FILE_MIN_BLANK_LENGTH:
+        if remaining < RECORD_END_FILE_MIN_BLANK or remaining > 0x7FFFFFFF:
+            raise ValueError(f"blank of {remaining} bytes outside {RECORD_END_FILE_MIN_BLANK}..2^31-1")
+        if pos < 0 or out.size - pos < RECORD_END_FILE_MIN_BLANK:
             raise EncodeOverflow(f"no room for a blank marker at {pos} in a buffer of {out.size}")
         put_be32(out.ptr + pos, <uint32_t> remaining)
-        put_be32(out.ptr + pos + 4, BLANK)
+        put_be32(out.ptr + pos + 4, RECORD_BLANK_MAGIC)
     finally:
         release(&out)
 
@@ -457,7 +464,7 @@ def encode_batch(buf, Py_ssize_t pos, Py_ssize_t limit, int64_t physical_base, i
                 acquire(body_obj, &b, False)
                 try:
                     total = rec_len(&f, b.size, pr.size)
-                    if total + END_FILE_MIN_BLANK_LENGTH > limit - cur:
+                    if total + RECORD_END_FILE_MIN_BLANK > limit - cur:
                         return i, cur
                     if per_msg_flag:
                         f.flag = <int32_t> (<object> PyList_GET_ITEM(flag, i))
@@ -549,22 +556,22 @@ cdef class Scanner:
             total_u = get_be32(p)
             magic = get_be32(p + 4)
             total = <int32_t> total_u
-            if magic == BLANK:
+            if magic == RECORD_BLANK_MAGIC:
                 return count, pos, SCAN_BLANK
             if magic == 0 and total == 0:
                 return count, pos, SCAN_ZERO
-            if magic != MAGIC:
+            if magic != RECORD_MESSAGE_MAGIC:
                 self.reason = f"bad magic code 0x{magic:08X}"
                 return count, pos, SCAN_CORRUPT
-            if total < FIXED_LEN_V4:
-                self.reason = f"total size {total} below the minimum {FIXED_LEN_V4}"
+            if total < RECORD_FIXED_LEN_V4:
+                self.reason = f"total size {total} below the minimum {RECORD_FIXED_LEN_V4}"
                 return count, pos, SCAN_CORRUPT
             if total > avail:
                 return count, pos, SCAN_PARTIAL
             # Walk the variable part inside [p, p+total): every length is checked against total.
             sys_flag = <int32_t> get_be32(p + 36)
-            host1 = 20 if sys_flag & SYSFLAG_BORNHOST_V6 else 8
-            host2 = 20 if sys_flag & SYSFLAG_STOREHOST_V6 else 8
+            host1 = 20 if sys_flag & RECORD_SYSFLAG_BORNHOST_V6 else 8
+            host2 = 20 if sys_flag & RECORD_SYSFLAG_STOREHOST_V6 else 8
             q = 48 + host1 + 8 + host2 + 4 + 8
             if q + 4 > total:
                 self.reason = f"header of {q + 4} bytes exceeds total size {total}"
@@ -810,9 +817,9 @@ cdef class Appender:
             raise ValueError("no segment attached")
         cdef Py_ssize_t pos = self.wrote - self.seg_base
         cdef Py_ssize_t remaining = self.seg.size - pos
-        if remaining >= END_FILE_MIN_BLANK_LENGTH:
+        if remaining >= RECORD_END_FILE_MIN_BLANK:
             put_be32(self.seg.ptr + pos, <uint32_t> remaining)
-            put_be32(self.seg.ptr + pos + 4, BLANK)
+            put_be32(self.seg.ptr + pos + 4, RECORD_BLANK_MAGIC)
         self.wrote = self.seg_base + self.seg.size
         self.seg = None
         return self.wrote
@@ -847,7 +854,7 @@ cdef class Appender:
         check_fixed(&f, props_len)
         total = rec_len(&f, body_len, props_len)
         pos = self.wrote - self.seg_base
-        if total + END_FILE_MIN_BLANK_LENGTH > self.seg.size - pos:
+        if total + RECORD_END_FILE_MIN_BLANK > self.seg.size - pos:
             if pos == 0:
                 raise MessageIllegal(f"record of {total} bytes does not fit in a {self.seg.size}-byte segment")
             return 1

@@ -17,10 +17,9 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memset
 
 from broker.kernels.codec cimport DispatchEntry, MappedBuffer, Scanner
+from record cimport CQ_UNIT
 from bytesex cimport put_be32, put_be64
 
-cdef enum:
-    CQ_UNIT = 20
 
 cdef struct Target:
     int64_t key          # topic index << 32 | queue id; -1: empty slot

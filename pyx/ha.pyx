@@ -7,11 +7,12 @@ frame's data into the mapped commit log (its one copy). `reallocate_byte_buffer`
 kernel's `reallocate`, re-exported) moves the unparsed tail to the buffer's start. Bad input raises HAFrameError naming the stream offset;
 nothing is read outside the buffer.
 """
-from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from libc.stdint cimport INT64_MAX, int32_t, int64_t, uint8_t, uint64_t
 
+from buffers cimport Borrowed, borrow, check_range, give_back
 from bytesex cimport get_be32, get_be64, put_be64
+from record cimport RECORD_BLANK_MAGIC
 
 # RocketMQ's reallocateByteBuffer, one kernel for both readers: the remoting frame reader's
 from broker.kernels.remoting import reallocate as reallocate_byte_buffer  # noqa: F401
@@ -36,16 +37,15 @@ def dispatch_read_request(buf, Py_ssize_t start, Py_ssize_t end, int64_t expecte
     skipped), next_pos where the first incomplete or mismatching frame begins, expected the
     offset after the last frame, and mismatch the phyOffset of a frame that does not continue
     the log (-1 if none): parsing stops before it."""
-    cdef Py_buffer view
-    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
-    cdef const uint8_t *p = <const uint8_t *> view.buf
+    cdef Borrowed b
+    borrow(buf, &b, False)
+    cdef const uint8_t *p = b.ptr
     cdef Py_ssize_t pos = start
     cdef int64_t phy, mismatch = -1
     cdef int32_t size
     frames = []
     try:
-        if start < 0 or end > view.len or start > end:
-            raise ValueError(f"range [{start}, {end}) outside a buffer of {view.len}")
+        check_range(start, end, b.size)
         while end - pos >= HA_HEADER:
             phy = <int64_t> get_be64(p + pos)
             size = <int32_t> get_be32(p + pos + 8)
@@ -68,39 +68,38 @@ def dispatch_read_request(buf, Py_ssize_t start, Py_ssize_t end, int64_t expecte
             pos += HA_HEADER + size
         return frames, pos, expected, mismatch
     finally:
-        PyBuffer_Release(&view)
+        give_back(&b)
 
 
-BLANK_MAGIC_CODE = 0xCBD43194  # a segment's closing blank record: [remaining int32][this magic]
 
 
 def record_boundary(seg, Py_ssize_t pos, Py_ssize_t end):
     """The slave publishes only whole records: from a record start `pos` in a segment's map, the
     end of the last record wholly inside seg[:end] (a closing blank counts up to the segment's
     end). Raises ValueError naming the position of a record size that cannot be valid."""
-    cdef Py_buffer view
-    PyObject_GetBuffer(seg, &view, PyBUF_SIMPLE)
-    cdef const uint8_t *p = <const uint8_t *> view.buf
+    cdef Borrowed view
+    borrow(seg, &view, False)
+    cdef const uint8_t *p = view.ptr
     cdef int64_t size
     try:
-        if pos < 0 or end > view.len or pos > end:
-            raise ValueError(f"range [{pos}, {end}) outside a segment of {view.len}")
+        if pos < 0 or end > view.size or pos > end:
+            raise ValueError(f"range [{pos}, {end}) outside a segment of {view.size}")
         while end - pos >= 8:
             size = <int32_t> get_be32(p + pos)
-            if get_be32(p + pos + 4) == BLANK_MAGIC_CODE:
-                if pos + size != view.len:
-                    raise ValueError(f"blank record at {pos} of size {size} does not close the segment of {view.len}")
-                if end == view.len:
+            if get_be32(p + pos + 4) == RECORD_BLANK_MAGIC:
+                if pos + size != view.size:
+                    raise ValueError(f"blank record at {pos} of size {size} does not close the segment of {view.size}")
+                if end == view.size:
                     pos = end
                 break
-            if size < 8 or pos + size > view.len:
+            if size < 8 or pos + size > view.size:
                 raise ValueError(f"record at {pos} has size {size}, which cannot be valid here")
             if pos + size > end:
                 break
             pos += size
         return pos
     finally:
-        PyBuffer_Release(&view)
+        give_back(&view)
 
 
 def frame_header(int64_t phy, Py_ssize_t size) -> bytes:
@@ -120,16 +119,15 @@ def frame_header(int64_t phy, Py_ssize_t size) -> bytes:
 def last_report(buf, Py_ssize_t start, Py_ssize_t end):
     """The master's read side: the last complete 8-byte offset report in buf[start:end] (as Java
     takes only the newest), or -1, and where the incomplete rest begins."""
-    cdef Py_buffer view
-    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+    cdef Borrowed b
+    borrow(buf, &b, False)
     cdef Py_ssize_t n
     cdef int64_t value = -1
     try:
-        if start < 0 or end > view.len or start > end:
-            raise ValueError(f"range [{start}, {end}) outside a buffer of {view.len}")
+        check_range(start, end, b.size)
         n = (end - start) // HA_REPORT
         if n:
-            value = <int64_t> get_be64(<const uint8_t *> view.buf + start + (n - 1) * HA_REPORT)
+            value = <int64_t> get_be64(b.ptr + start + (n - 1) * HA_REPORT)
         return value, start + n * HA_REPORT
     finally:
-        PyBuffer_Release(&view)
+        give_back(&b)

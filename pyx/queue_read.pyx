@@ -11,13 +11,12 @@ one view per record). No Python object is made per
 record; every entry is checked against its segment's bounds before a view of it is taken.
 """
 cimport cython
-from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from buffers cimport Borrowed, borrow, give_back
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 
+from record cimport CQ_UNIT
 from bytesex cimport get_be32, get_be64
 
-cdef enum:
-    CQ_UNIT = 20
 
 # why a collect stopped (Python decides what follows)
 COLLECT_END = 0        # reached `stop` (the entries given, or the queue's end)
@@ -68,10 +67,10 @@ def collect(Collected c not None, cq, int64_t first_index, Py_ssize_t start, Py_
     first entry is queue offset first_index) into `c` (call c.finish() once done). `segments` are the mapped commit-log
     segments in order (objects with .base and .mv), `segment_size` their size. `tags`: a set of
     tag codes to keep, or None for all. Returns COLLECT_END, COLLECT_FULL or COLLECT_NO_SEGMENT."""
-    cdef Py_buffer view
-    PyObject_GetBuffer(cq, &view, PyBUF_SIMPLE)
-    cdef const uint8_t *p = <const uint8_t *> view.buf
-    cdef Py_ssize_t n_entries = view.len // CQ_UNIT, i, si, nseg = len(segments)
+    cdef Borrowed view
+    borrow(cq, &view, False)
+    cdef const uint8_t *p = view.ptr
+    cdef Py_ssize_t n_entries = view.size // CQ_UNIT, i, si, nseg = len(segments)
     cdef int64_t phys, tag, base0, rel, merged_end
     cdef int32_t size
     cdef object seg, last_seg = None, last_mv = None
@@ -126,4 +125,4 @@ def collect(Collected c not None, cq, int64_t first_index, Py_ssize_t start, Py_
                 break
         return status
     finally:
-        PyBuffer_Release(&view)
+        give_back(&view)

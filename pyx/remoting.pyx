@@ -7,7 +7,7 @@ reallocateByteBuffer: it moves the unparsed tail to the start of the buffer. Bad
 FrameError naming the offset; nothing is read outside the buffer.
 """
 cimport cython
-from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
+from buffers cimport Borrowed, borrow, check_range, give_back
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
 from libc.string cimport memmove
@@ -33,16 +33,15 @@ def split_frames(buf, Py_ssize_t start, Py_ssize_t end, Py_ssize_t max_frame=DEF
     """Complete frames in buf[start:end]. Returns (frames, next_pos): each frame is a tuple
     (serialize_type, header_start, header_len, body_start, body_len) of positions in buf, and
     next_pos is where the first incomplete frame (or `end`) begins."""
-    cdef Py_buffer view
-    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
-    cdef const uint8_t *p = <const uint8_t *> view.buf
-    cdef Py_ssize_t size = view.len, pos = start
+    cdef Borrowed b
+    borrow(buf, &b, False)
+    cdef const uint8_t *p = b.ptr
+    cdef Py_ssize_t pos = start
     cdef int64_t length, header_len
     cdef uint32_t word
     frames = []
     try:
-        if start < 0 or end > size or start > end:
-            raise ValueError(f"range [{start}, {end}) outside a buffer of {size}")
+        check_range(start, end, b.size)
         while end - pos >= 4:
             length = <int32_t> get_be32(p + pos)
             if length < 4:
@@ -61,21 +60,20 @@ def split_frames(buf, Py_ssize_t start, Py_ssize_t end, Py_ssize_t max_frame=DEF
             pos += 4 + length
         return frames, pos
     finally:
-        PyBuffer_Release(&view)
+        give_back(&b)
 
 
 def reallocate(buf, Py_ssize_t start, Py_ssize_t end) -> int:
     """reallocateByteBuffer: move buf[start:end] to the front; returns its new end (end - start)."""
-    cdef Py_buffer view
-    PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE | PyBUF_WRITABLE)
+    cdef Borrowed b
+    borrow(buf, &b, True)
     try:
-        if start < 0 or end > view.len or start > end:
-            raise ValueError(f"range [{start}, {end}) outside a buffer of {view.len}")
+        check_range(start, end, b.size)
         if start:
-            memmove(view.buf, <uint8_t *> view.buf + start, end - start)
+            memmove(b.ptr, b.ptr + start, end - start)
         return end - start
     finally:
-        PyBuffer_Release(&view)
+        give_back(&b)
 
 
 def frame_prefix(Py_ssize_t header_len, Py_ssize_t body_len, int serialize_type=SERIALIZE_JSON) -> bytes:

@@ -21,7 +21,7 @@ HeaderError naming the offset: the connection is closed, as split_frames and the
 do.
 """
 cimport cython
-from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from buffers cimport Borrowed, borrow, check_range, give_back
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
@@ -35,6 +35,7 @@ from broker.kernels.header cimport (HeaderField, RemotingHeader, V_BYTES, V_ESCA
                                     unescape_json)
 from broker.kernels.wbuf cimport WriteBuffer
 from bytesex cimport get_be16, get_be32
+from record cimport RECORD_MAX_PROPS_LEN, RECORD_SYSFLAG_TRANSACTION, record_length_of
 
 from broker.kernels.remoting import FrameError
 
@@ -53,8 +54,6 @@ cdef enum:
     BATCH_FIXED = 22           # a batched message's fixed fields (MessageDecoder.encodeMessage)
     FLAG_RESPONSE = 1
     FLAG_ONEWAY = 2
-    TRANSACTION_BITS = 0xC     # MessageSysFlag TRANSACTION_PREPARED / COMMIT / ROLLBACK
-    MAX_PROPS_LEN = 32767
     VERSION_V4_9_4 = 395
     LANGUAGE_JAVA = 0
 
@@ -467,7 +466,7 @@ cdef class SendPipeline:
         self.max_frame = max_frame
         self.appended = 0
         self._scratch = <uint8_t *> PyMem_Malloc(SCRATCH)
-        self._batch_props = <uint8_t *> PyMem_Malloc(MAX_PROPS_LEN + 1)
+        self._batch_props = <uint8_t *> PyMem_Malloc(RECORD_MAX_PROPS_LEN + 1)
         if self._scratch == NULL or self._batch_props == NULL:
             raise MemoryError()
         self._ids = WriteBuffer()
@@ -518,9 +517,9 @@ cdef class SendPipeline:
         RUN_DONE with pos at the first incomplete frame (or end); RUN_SLOW with pos at a frame for
         the processors (its geometry in c.slow_*; continue from c.slow_next); RUN_ROLL with pos at
         a send that needs the next segment."""
-        cdef Py_buffer view
-        PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
-        cdef const uint8_t *p = <const uint8_t *> view.buf
+        cdef Borrowed view
+        borrow(buf, &view, False)
+        cdef const uint8_t *p = view.ptr
         cdef int64_t length
         cdef uint32_t word
         cdef Py_ssize_t hl, hs, bs, bl, props_len
@@ -535,8 +534,7 @@ cdef class SendPipeline:
         cdef bint batch
         cdef int full
         try:
-            if pos < 0 or end > view.len or pos > end:
-                raise ValueError(f"range [{pos}, {end}) outside a buffer of {view.len}")
+            check_range(pos, end, view.size)
             if self.parked and c.parked is None:
                 raise ValueError("parked replies wanted but the connection has no ParkedReplies")
             while end - pos >= 4:
@@ -570,7 +568,7 @@ cdef class SendPipeline:
                     return self._slow(c, st, hs, hl, bs, bl, pos + 4 + length), pos
                 # a batch's header is SendMessageRequestHeaderV2's too; ext positions are from p + hs
                 if not read_send_fields(p + hs, ext, h.n_ext, h.code != CODE_SEND_MESSAGE, &s) or not s.has_queue \
-                        or s.queue_id < 0 or s.sys_flag & TRANSACTION_BITS or (bl > self.app.max_body and not batch):
+                        or s.queue_id < 0 or s.sys_flag & RECORD_SYSFLAG_TRANSACTION or (bl > self.app.max_body and not batch):
                     return self._slow(c, st, hs, hl, bs, bl, pos + 4 + length), pos
                 route = self._route(s.topic, s.topic_len)
                 if route is None or s.queue_id >= route.n:
@@ -585,7 +583,7 @@ cdef class SendPipeline:
                 else:
                     props, props_len = s.props, s.props_len
                 # a delay level diverts to the schedule topic (the processors do that)
-                if props_len > MAX_PROPS_LEN or (props_len >= 6 and
+                if props_len > RECORD_MAX_PROPS_LEN or (props_len >= 6 and
                                                  memmem(props, props_len, b"DELAY\x01", 6) != NULL):
                     return self._slow(c, st, hs, hl, bs, bl, pos + 4 + length), pos
                 q = <QueueState> route.queues[s.queue_id]
@@ -613,7 +611,7 @@ cdef class SendPipeline:
                 pos += 4 + length
             return RUN_DONE_, pos
         finally:
-            PyBuffer_Release(&view)
+            give_back(&view)
 
     cdef inline void _appended(self, SendConn c, QueueState q, int64_t msgs, int64_t nbytes):
         c.msgs += msgs
@@ -646,7 +644,6 @@ cdef class SendPipeline:
         cdef Py_ssize_t pos = 0, tot, blen, plen, merged, count = 0, i
         cdef int64_t total = 0, first_qo = -1, first_phys = -1, nbytes = 0
         cdef Py_ssize_t topic_len = PyBytes_GET_SIZE(q.topic)
-        cdef Py_ssize_t hosts = PyBytes_GET_SIZE(c.born_host) + PyBytes_GET_SIZE(self.app.store_host)
         cdef const uint8_t *m
         cdef AppendOut out
         cdef uint8_t mid[56]
@@ -667,9 +664,10 @@ cdef class SendPipeline:
             if BATCH_FIXED + blen + plen != tot or blen > self.app.max_body:
                 return 1
             merged = plen + bprops_len + (1 if plen > 0 and bprops_len > 0 and b[pos + 21 + blen + plen] != 2 else 0)
-            if merged > MAX_PROPS_LEN:
+            if merged > RECORD_MAX_PROPS_LEN:
                 return 1
-            total += 91 - 16 + hosts + blen + topic_len + merged
+            total += record_length_of(PyBytes_GET_SIZE(c.born_host), PyBytes_GET_SIZE(self.app.store_host), blen,
+                                      topic_len, merged)
             count += 1
             pos += tot
         if count == 0:

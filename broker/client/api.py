@@ -11,6 +11,7 @@ from broker.client.client_instance import MQClientInstance
 from broker.client.errors import ResponseError
 from broker.client.message import MessageExt, decode_messages
 from broker.client.route import MessageQueue
+from broker.kernels.client_codec import Reply, render_pull
 from broker.remoting import codes
 from broker.remoting.command import RemotingCommand
 
@@ -28,7 +29,7 @@ class PullResult:
     next_begin_offset: int
     min_offset: int
     max_offset: int
-    messages: list[MessageExt] = field(default_factory=list)
+    messages: list[MessageExt] = field(default_factory=list)  # views of the pulled bytes (MessageExt)
     body: bytes = b""  # the FOUND body undecoded, when pulled with decode=False
 
 
@@ -46,18 +47,23 @@ async def pull(client: MQClientInstance, addr: str, group: str, mq: MessageQueue
     as the Java client does (two tags may share a hash). decode=False leaves the stored records
     undecoded in `body` (and the tag check to the caller), for callers that decode in bulk."""
     sys_flag = FLAG_SUBSCRIPTION | (FLAG_SUSPEND if suspend_ms > 0 else 0) | (FLAG_COMMIT_OFFSET if commit_offset >= 0 else 0)
-    ext = {"consumerGroup": group, "topic": mq.topic, "queueId": mq.queue_id, "queueOffset": offset,
-           "maxMsgNums": max_nums, "sysFlag": sys_flag, "commitOffset": max(commit_offset, 0),
-           "suspendTimeoutMillis": suspend_ms, "subscription": sub_expression or "*", "subVersion": 0}
     if timeout is None:  # a held pull must outlive the broker's hold
         timeout = suspend_ms / 1000 + 15 if suspend_ms else 10
-    r = await client.invoke(addr, RemotingCommand.request(codes.PULL_MESSAGE, ext), timeout)
+    # rendered and answered by the client kernel: the answer is a Reply (a RemotingCommand only
+    # for a frame the kernel hands back), the records stay one bytes object until decoded
+    r = await client.invoke_fast(addr, codes.PULL_MESSAGE, timeout, render_pull, group, mq.topic, mq.queue_id, offset,
+                                 max_nums, sys_flag, max(commit_offset, 0), suspend_ms, sub_expression or "*", 0)
+    if type(r) is Reply:
+        nxt, lo, hi = r.next_begin_offset, r.min_offset, r.max_offset
+        nxt, lo, hi = offset if nxt is None else nxt, 0 if lo is None else lo, 0 if hi is None else hi
+    else:
+        nxt, lo, hi = r.get_int("nextBeginOffset", offset), r.get_int("minOffset", 0), r.get_int("maxOffset", 0)
     status = _PULL_STATUS.get(r.code)
     if status is None:
         raise ResponseError(r.code, r.remark, f"pull {mq} at {offset} from {addr}")
-    res = PullResult(status, r.get_int("nextBeginOffset", offset), r.get_int("minOffset", 0), r.get_int("maxOffset", 0))
+    res = PullResult(status, nxt, lo, hi)
     if status == FOUND and not decode:
-        res.body = r.body
+        res.body = bytes(r.body)
     elif status == FOUND:
         tags = parse_tags(sub_expression)
         msgs = decode_messages(r.body, mq.broker_name)

@@ -130,7 +130,7 @@ def message_json(m: MessageExt) -> str:
     return json.dumps({"topic": m.topic, "queueId": m.queue_id, "queueOffset": m.queue_offset,
                        "msgId": m.uniq_key or m.msg_id, "offsetMsgId": m.msg_id, "tags": m.tags, "keys": m.keys,
                        "reconsumeTimes": m.reconsume_times, "properties": m.properties,
-                       "body": m.body.decode("utf-8", "replace")}, ensure_ascii=False)
+                       "body": bytes(m.body).decode("utf-8", "replace")}, ensure_ascii=False)
 
 
 async def _consume(args) -> int:

@@ -1,7 +1,7 @@
 """MQClientInstance: what the producers and consumers of one client share (RocketMQ's noun).
 
-One connection per broker or name-server address, opened on first use and again after it
-closed; topic routes from the name servers (each of "h:p;h:p" tried in turn) behind a RouteCache;
+One connection (broker.client.channel.ClientChannel) per broker or name-server address, opened
+on first use and again after it closed; topic routes from the name servers (each of "h:p;h:p" tried in turn) behind a RouteCache;
 a heartbeat (HEART_BEAT, 34) naming every producer and consumer group to every broker of the
 known routes, at start and every 30 s, which is how a broker learns who is in a consumer group.
 """
@@ -20,7 +20,8 @@ from broker.client.errors import BrokerUnreachable, ResponseError, RouteNotFound
 from broker.client.route import RouteCache, TopicRoute, parse_route
 from broker.remoting import codes
 from broker.remoting.command import RemotingCommand
-from broker.remoting.connection import RemotingConnection, connect
+from broker.client.channel import ClientChannel, open_channel
+from broker.kernels.client_codec import Reply
 
 log = logging.getLogger("client")
 
@@ -59,7 +60,7 @@ class MQClientInstance:
         # (two consumers of one group in a test) needs its own id or the broker sees one member
         self.client_id = f"{_local_ip()}@{os.getpid()}" + (f"#{n}" if n else "")
         self.heartbeat_interval = heartbeat_interval
-        self.conns: dict[str, RemotingConnection] = {}
+        self.conns: dict[str, ClientChannel] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self.routes = RouteCache(self._fetch_route)
         self.producer_groups: set[str] = set()
@@ -68,7 +69,12 @@ class MQClientInstance:
         self._started = 0  # producers and consumers using this instance
 
     # -- connections -------------------------------------------------------------------------------
-    async def connection(self, addr: str) -> RemotingConnection:
+    def channel_now(self, addr: str) -> ClientChannel | None:
+        """The open connection to `addr`, without waiting; None when there is none yet."""
+        conn = self.conns.get(addr)
+        return conn if conn is not None and conn.transport is not None else None
+
+    async def connection(self, addr: str) -> ClientChannel:
         conn = self.conns.get(addr)
         if conn is not None and conn.transport is not None:
             return conn
@@ -79,7 +85,7 @@ class MQClientInstance:
                 return conn
             host, _, port = addr.rpartition(":")
             try:
-                conn = await asyncio.wait_for(connect(host, int(port), self._handle), CONNECT_TIMEOUT)
+                conn = await asyncio.wait_for(open_channel(host, int(port), self._handle), CONNECT_TIMEOUT)
             except asyncio.TimeoutError:
                 raise BrokerUnreachable(addr, f"connect timed out after {CONNECT_TIMEOUT:g} s") from None
             except (OSError, ValueError) as e:
@@ -98,16 +104,35 @@ class MQClientInstance:
             self._drop(addr, conn)
             raise BrokerUnreachable(addr, str(e) or type(e).__name__) from None
 
+    async def invoke_fast(self, addr: str, code: int, timeout: float, render, *args) -> Reply | RemotingCommand:
+        """One request rendered by the client kernel, `render(channel.out, opaque, *args)`, and its
+        answer: a Reply, or a RemotingCommand for a frame the kernel handed back. Transport
+        failures are BrokerUnreachable naming `addr`, as invoke's."""
+        conn = await self.connection(addr)
+        opaque, fut = conn.fast_request(timeout)
+        try:
+            render(conn.out, opaque, *args)
+        except BaseException:
+            conn.forget(opaque)
+            raise
+        try:
+            return await fut
+        except asyncio.TimeoutError:
+            raise BrokerUnreachable(addr, f"no answer to request code {code} within {timeout:g} s") from None
+        except OSError as e:
+            self._drop(addr, conn)
+            raise BrokerUnreachable(addr, str(e) or type(e).__name__) from None
+
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
         conn = await self.connection(addr)
         conn.oneway(cmd)
 
-    def _drop(self, addr: str, conn: RemotingConnection) -> None:
+    def _drop(self, addr: str, conn: ClientChannel) -> None:
         if self.conns.get(addr) is conn:
             del self.conns[addr]
         conn.close()
 
-    def _handle(self, cmd: RemotingCommand, conn: RemotingConnection):
+    def _handle(self, cmd: RemotingCommand, conn: ClientChannel):
         """Requests the broker sends us: NOTIFY_CONSUMER_IDS_CHANGED makes the group rebalance now
         rather than on its 20 s timer."""
         if cmd.code == codes.NOTIFY_CONSUMER_IDS_CHANGED:

@@ -4,10 +4,19 @@ A queue is chosen round-robin over the topic's write queues; a send that fails o
 with a retryable code is tried up to twice more, each time on the next queue of another broker
 when there is one (selectOneMessageQueue(lastBrokerName)), and the route is refetched after a
 failure. A body over 4 KiB is zlib-compressed and flagged COMPRESSED (compressMsgBodyOverHowmuch).
+
+Sends are pipelined: a request is rendered by the client kernel (broker.kernels.client_codec)
+straight into its connection's write buffer, which leaves at the end of the loop turn with the
+other requests of that turn, and its answer resolves a future from the connection's per-read loop.
+When the topic's route is cached and its broker connected (every send but a topic's first), the
+first attempt is made without awaiting anything but that answer: no task, no timer and no
+coroutine per send beyond the caller's own (send_async makes none at all). Retries take the
+general path (route refetched, connection awaited), and keep the message's UNIQ_KEY.
 """
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import random
 import time
@@ -16,12 +25,10 @@ from dataclasses import dataclass
 
 from broker.client.client_instance import MQClientInstance
 from broker.client.errors import BrokerUnreachable, ClientError, ResponseError, RouteNotFound, SendFailed
-from broker.client.message import (COMPRESSED_FLAG, PROPERTY_MAX_RECONSUME_TIMES, PROPERTY_UNIQ_KEY, Message,
-                                   new_uniq_key, properties_string)
+from broker.client.message import COMPRESSED_FLAG, PROPERTY_MAX_RECONSUME_TIMES, Message
 from broker.client.route import MessageQueue, TopicRoute
+from broker.kernels.client_codec import Reply, render_batch, render_send
 from broker.remoting import codes
-from broker.remoting.command import RemotingCommand
-from broker.remoting.message_batch import encode_batch_body
 
 COMPRESS_OVER = 4096
 COMPRESS_LEVEL = 5  # Java's zipCompressLevel default
@@ -39,7 +46,7 @@ RETRYABLE_CODES = {codes.SYSTEM_ERROR, codes.SYSTEM_BUSY, codes.SERVICE_NOT_AVAI
                    codes.TOPIC_NOT_EXIST}
 
 
-@dataclass
+@dataclass(slots=True)
 class SendResult:
     status: str
     msg_id: str  # the producer's UNIQ_KEY (comma-joined for a batch)
@@ -52,6 +59,15 @@ class SendResult:
                 f"queueOffset={self.queue_offset}")
 
 
+def _retry_counts(props: dict) -> tuple[dict, int, int]:
+    """A consumer re-publishing a failed message: the counts travel in the header (j, l), not as
+    properties (DefaultMQProducerImpl.sendKernelImpl)."""
+    props = dict(props)
+    reconsume = int(props.pop(PROPERTY_RECONSUME_TIME, "0") or 0)
+    max_reconsume = int(props.pop(PROPERTY_MAX_RECONSUME_TIMES)) if PROPERTY_MAX_RECONSUME_TIMES in props else -1
+    return props, reconsume, max_reconsume
+
+
 class Producer:
     def __init__(self, group: str, namesrv_addr: str | None = None, client: MQClientInstance | None = None,
                  retry_times: int = RETRY_TIMES_WHEN_SEND_FAILED, compress_over: int = COMPRESS_OVER,
@@ -62,7 +78,8 @@ class Producer:
         self.compress_over = compress_over
         self.default_topic_queue_nums = default_topic_queue_nums
         self._rr: dict[str, itertools.count] = {}
-        self._write_queues: dict = {}  # topic -> (route, its write queues)
+        # topic -> (route, its write queues, brokerName -> master address), computed once per route object
+        self._write_queues: dict[str, tuple[TopicRoute, list[MessageQueue], dict[str, str]]] = {}
         self._pending: set[asyncio.Future] = set()
 
     async def start(self) -> None:
@@ -83,15 +100,15 @@ class Producer:
         await self.shutdown()
 
     # -- queue selection ---------------------------------------------------------------------------
-    async def _queues(self, topic: str, refresh: bool = False) -> tuple[TopicRoute, list[MessageQueue]]:
-        """The topic's route and its writable queues, computed once per route object."""
-        route = await self.client.routes.get(topic, refresh)
+    def _publish_info(self, topic: str, route: TopicRoute) -> tuple[TopicRoute, list[MessageQueue], dict[str, str]]:
         hit = self._write_queues.get(topic)
-        if hit is not None and hit[0] is route:  # the same route object: its queues are unchanged
-            queues = hit[1]
-        else:
-            queues = route.write_queues(topic)
-            self._write_queues[topic] = (route, queues)
+        if hit is None or hit[0] is not route:  # a new route object: its queues may have changed
+            hit = self._write_queues[topic] = (route, route.write_queues(topic), route.broker_addrs())
+        return hit
+
+    async def _queues(self, topic: str, refresh: bool = False) -> tuple[TopicRoute, list[MessageQueue]]:
+        """The topic's route and its writable queues."""
+        route, queues, _ = self._publish_info(topic, await self.client.routes.get(topic, refresh))
         if not queues:
             raise RouteNotFound(topic, "no writable queue on a master")
         return route, queues
@@ -100,102 +117,119 @@ class Producer:
         rr = self._rr.get(topic)
         if rr is None:
             rr = self._rr[topic] = itertools.count(random.randrange(len(queues)))
+        if avoid is None:
+            return queues[next(rr) % len(queues)]
         for _ in range(len(queues)):
             mq = queues[next(rr) % len(queues)]
             if mq.broker_name != avoid:
                 return mq
         return queues[next(rr) % len(queues)]
 
+    def _target_now(self, topic: str, queue: MessageQueue | None):
+        """(queue, master address, open connection) when all three are known without waiting;
+        None when the route is not cached (or stale), has no writable queue or no master for the
+        queue, or the broker is not connected yet: the general path deals with those."""
+        route = self.client.routes.peek(topic)
+        if route is None:
+            return None
+        _, queues, addrs = self._publish_info(topic, route)
+        if queue is None:
+            if not queues:
+                return None
+            queue = self._select(topic, queues, None)
+        addr = addrs.get(queue.broker_name)
+        if addr is None:
+            return None
+        ch = self.client.channel_now(addr)
+        if ch is None:
+            return None
+        return queue, addr, ch
+
     # -- send ----------------------------------------------------------------------------------------
+    def _body(self, msg: Message) -> tuple[bytes, int]:
+        if len(msg.body) > self.compress_over:
+            return zlib.compress(msg.body, COMPRESS_LEVEL), COMPRESSED_FLAG
+        return msg.body, 0
+
+    def _render(self, ch, opaque: int, oneway: bool, msg: Message, mq: MessageQueue, body, sys_flag: int,
+                uniq: str | None) -> str:
+        props, reconsume, max_reconsume = msg.properties, 0, -1
+        if msg.topic.startswith(RETRY_PREFIX):
+            props, reconsume, max_reconsume = _retry_counts(props)
+        return render_send(ch.out, opaque, oneway, self.group, msg.topic, self.default_topic_queue_nums, mq.queue_id,
+                           sys_flag, msg.flag, body, msg.tags, msg.keys, props, msg.delay_level, reconsume,
+                           max_reconsume, uniq)
+
+    def _result(self, r, topic: str, mq: MessageQueue, addr: str, msg_id: str) -> SendResult:
+        """The broker's answer to a send as a SendResult; ResponseError for a failure code."""
+        if type(r) is Reply:
+            status = _SEND_STATUS.get(r.code)
+            if status is None:
+                raise ResponseError(r.code, r.remark, f"send to {mq} at {addr}")
+            qid, qo, offset_id = r.queue_id, r.queue_offset, r.msg_id
+        else:  # a frame the kernel handed back: read as a RemotingCommand
+            status = _SEND_STATUS.get(r.code)
+            if status is None:
+                raise ResponseError(r.code, r.remark, f"send to {mq} at {addr}")
+            qid, qo, offset_id = r.get_int("queueId", mq.queue_id), r.get_int("queueOffset", -1), r.get_str("msgId", "")
+        if (qid is not None and qid != mq.queue_id) or mq.topic != topic:
+            mq = MessageQueue(topic, mq.broker_name, mq.queue_id if qid is None else qid)
+        return SendResult(status, msg_id, offset_id or "", mq, -1 if qo is None else qo)
+
+    def _failure(self, e: BaseException, addr: str, ch, code: int, timeout: float) -> ClientError:
+        """An attempt's failure as the error the retry loop weighs (transport: BrokerUnreachable)."""
+        if isinstance(e, asyncio.TimeoutError):  # before OSError: TimeoutError is one
+            return BrokerUnreachable(addr, f"no answer to request code {code} within {timeout:g} s")
+        if isinstance(e, OSError):
+            self.client._drop(addr, ch)
+            return BrokerUnreachable(addr, str(e) or type(e).__name__)
+        return e
+
     async def send(self, msg: Message, timeout: float = 3.0, queue: MessageQueue | None = None) -> SendResult:
         """Send and wait for the broker's answer; SendFailed once every attempt failed. `queue`
         pins the message to one queue (Java's send(msg, mq)): every attempt goes there."""
-        body, props, sys_flag, extra = self._prepare(msg)
-        return await self._with_retries(
-            msg.topic, lambda mq, addr, left: self._send_one(mq, addr, codes.SEND_MESSAGE_V2, msg.topic, body, props,
-                                                             sys_flag, msg.flag, extra, left, props[PROPERTY_UNIQ_KEY]),
-            timeout, queue)
-
-    def send_async(self, msg: Message, timeout: float = 3.0, callback=None) -> asyncio.Future:
-        """Start a send; the returned future holds its SendResult (or the SendFailed). `callback`,
-        if given, is called with that future when it is done."""
-        fut = asyncio.ensure_future(self.send(msg, timeout))
-        self._pending.add(fut)
-        fut.add_done_callback(self._pending.discard)
-        if callback is not None:
-            fut.add_done_callback(callback)
-        return fut
-
-    async def send_oneway(self, msg: Message) -> None:
-        """Send without waiting for an answer (nothing tells whether it was stored)."""
-        body, props, sys_flag, extra = self._prepare(msg)
-        route, queues = await self._queues(msg.topic)
-        mq = self._select(msg.topic, queues, None)
-        addr = route.master_addr(mq.broker_name)
-        ext = self._header(mq, msg.topic, props, sys_flag, msg.flag, extra)
-        await self.client.invoke_oneway(addr, RemotingCommand.request(codes.SEND_MESSAGE_V2, ext, body, oneway=True))
-
-    async def send_batch(self, msgs: list[Message], timeout: float = 3.0,
-                         queue: MessageQueue | None = None) -> SendResult:
-        """All messages into one queue in one request; they must share a topic (and a flag).
-        `queue` pins the batch to that queue (every attempt goes there)."""
-        if not msgs:
-            raise ClientError("send_batch: no messages")
-        topic = msgs[0].topic
-        if any(m.topic != topic for m in msgs):
-            raise ClientError("send_batch: the messages of a batch must share one topic")
-        if topic.startswith(RETRY_PREFIX) or any(m.delay_level > 0 for m in msgs):
-            raise ClientError("send_batch: batches cannot go to a retry topic or be delayed")
-        entries, keys = [], []
-        for m in msgs:
-            props = m.wire_properties()
-            props.setdefault(PROPERTY_UNIQ_KEY, new_uniq_key())
-            keys.append(props[PROPERTY_UNIQ_KEY])
-            entries.append((m.body, properties_string(props).encode(), m.flag))
-        body = encode_batch_body(entries)
-        return await self._with_retries(
-            topic, lambda mq, addr, left: self._send_one(mq, addr, codes.SEND_BATCH_MESSAGE, topic, body, None, 0,
-                                                         msgs[0].flag, {"m": True}, left, ",".join(keys)),
-            timeout, queue)
-
-    # -- internals -----------------------------------------------------------------------------------
-    def _prepare(self, msg: Message):
-        """(body, properties, sysFlag, extra header fields) for one message."""
-        props = msg.wire_properties()
-        props.setdefault(PROPERTY_UNIQ_KEY, new_uniq_key())
-        extra: dict = {}
-        if msg.topic.startswith(RETRY_PREFIX):
-            # a consumer re-publishing a failed message: the counts travel in the header, not as
-            # properties (DefaultMQProducerImpl.sendKernelImpl)
-            extra["j"] = int(props.pop(PROPERTY_RECONSUME_TIME, "0") or 0)
-            if PROPERTY_MAX_RECONSUME_TIMES in props:
-                extra["l"] = int(props.pop(PROPERTY_MAX_RECONSUME_TIMES))
-        body, sys_flag = msg.body, 0
-        if len(body) > self.compress_over:
-            body, sys_flag = zlib.compress(body, COMPRESS_LEVEL), COMPRESSED_FLAG
-        return body, props, sys_flag, extra
-
-    def _header(self, mq: MessageQueue, topic: str, props, sys_flag: int, flag: int, extra: dict) -> dict:
-        ext = {"a": self.group, "b": topic, "c": DEFAULT_TOPIC, "d": self.default_topic_queue_nums,
-               "e": mq.queue_id, "f": sys_flag, "g": int(time.time() * 1000), "h": flag,
-               "i": properties_string(props) if props is not None else "", "j": 0, "k": False, "m": False}
-        ext.update(extra)
-        return ext
-
-    async def _send_one(self, mq, addr, code, topic, body, props, sys_flag, flag, extra, timeout, msg_id) -> SendResult:
-        ext = self._header(mq, topic, props, sys_flag, flag, extra)
-        r = await self.client.invoke(addr, RemotingCommand.request(code, ext, body), timeout)
-        status = _SEND_STATUS.get(r.code)
-        if status is None:
-            raise ResponseError(r.code, r.remark, f"send to {mq} at {addr}")
-        return SendResult(status, msg_id, r.get_str("msgId", ""), MessageQueue(topic, mq.broker_name,
-                          r.get_int("queueId", mq.queue_id)), r.get_int("queueOffset", -1))
-
-    async def _with_retries(self, topic: str, attempt, timeout: float, queue: MessageQueue | None = None) -> SendResult:
         deadline = time.monotonic() + timeout
-        causes: list[Exception] = []
-        avoid = None
-        for i in range(1 + self.retry_times):
+        body, sys_flag = self._body(msg)
+        target = self._target_now(msg.topic, queue)
+        if target is None:
+            return await self._send_attempts(msg, body, sys_flag, deadline, timeout, queue, [], None, 0, None)
+        mq, addr, ch = target
+        opaque, fut = ch.fast_request(timeout)
+        try:
+            uniq = self._render(ch, opaque, False, msg, mq, body, sys_flag, None)
+        except BaseException:
+            ch.forget(opaque)
+            raise
+        try:
+            return self._result(await fut, msg.topic, mq, addr, uniq)
+        except (OSError, ResponseError) as e:
+            cause = self._failure(e, addr, ch, codes.SEND_MESSAGE_V2, timeout)
+        if isinstance(cause, ResponseError) and cause.code not in RETRYABLE_CODES:
+            raise SendFailed(msg.topic, [cause])
+        self.client.routes.invalidate(msg.topic)
+        return await self._send_attempts(msg, body, sys_flag, deadline, timeout, queue, [cause], mq.broker_name, 1,
+                                         uniq)
+
+    async def _send_attempts(self, msg: Message, body, sys_flag: int, deadline: float, timeout: float,
+                             queue: MessageQueue | None, causes: list, avoid: str | None, first: int,
+                             uniq: str | None) -> SendResult:
+        """Attempts `first`.. of one send by the general path (the route fetched when needed, the
+        connection awaited)."""
+        state = [uniq]
+
+        def start(ch, opaque, mq):
+            state[0] = self._render(ch, opaque, False, msg, mq, body, sys_flag, state[0])
+
+        def finish(r, mq, addr):
+            return self._result(r, msg.topic, mq, addr, state[0])
+        return await self._attempts(msg.topic, codes.SEND_MESSAGE_V2, deadline, timeout, queue, start, finish, causes,
+                                    avoid, first)
+
+    async def _attempts(self, topic: str, code: int, deadline: float, timeout: float, queue: MessageQueue | None,
+                        start, finish, causes: list, avoid: str | None, first: int) -> SendResult:
+        """The retry loop (DefaultMQProducerImpl.sendDefaultImpl): start(channel, opaque, queue)
+        renders an attempt, finish(answer, queue, address) reads its answer."""
+        for i in range(first, 1 + self.retry_times):
             left = deadline - time.monotonic()
             if left <= 0:
                 break
@@ -207,7 +241,17 @@ class Producer:
             if addr is None:  # only a pinned queue can name a broker the route has no master of
                 raise RouteNotFound(topic, f"queue {mq}: broker {mq.broker_name} has no master")
             try:
-                return await attempt(mq, addr, left)
+                ch = await self.client.connection(addr)
+                opaque, fut = ch.fast_request(left)
+                try:
+                    start(ch, opaque, mq)
+                except BaseException:
+                    ch.forget(opaque)
+                    raise
+                try:
+                    return finish(await fut, mq, addr)
+                except (OSError, ResponseError) as e:
+                    raise self._failure(e, addr, ch, code, left) from None
             except BrokerUnreachable as e:
                 causes.append(e)
                 avoid = mq.broker_name
@@ -220,3 +264,97 @@ class Producer:
         if not causes:
             causes.append(TimeoutError(f"send timed out after {timeout:g} s"))
         raise SendFailed(topic, causes)
+
+    def send_async(self, msg: Message, timeout: float = 3.0, callback=None) -> asyncio.Future:
+        """Start a send; the returned future holds its SendResult (or the SendFailed). `callback`,
+        if given, is called with that future when it is done. No task is made for it: its first
+        attempt's answer completes the future from the connection's read (a retry, and a topic's
+        very first send, run as a task)."""
+        loop = asyncio.get_running_loop()
+        body, sys_flag = self._body(msg)
+        target = self._target_now(msg.topic, None)
+        if target is None:
+            out = asyncio.ensure_future(self._send_attempts(msg, body, sys_flag, time.monotonic() + timeout, timeout,
+                                                            None, [], None, 0, None))
+        else:
+            mq, addr, ch = target
+            out = loop.create_future()
+            opaque, fut = ch.fast_request(timeout)
+            try:
+                uniq = self._render(ch, opaque, False, msg, mq, body, sys_flag, None)
+            except BaseException:
+                ch.forget(opaque)
+                raise
+            fut.add_done_callback(functools.partial(self._async_answer, out, msg, body, sys_flag, mq, addr, ch, uniq,
+                                                    time.monotonic() + timeout, timeout))
+        self._pending.add(out)
+        out.add_done_callback(self._pending.discard)
+        if callback is not None:
+            out.add_done_callback(callback)
+        return out
+
+    def _async_answer(self, out: asyncio.Future, msg: Message, body, sys_flag: int, mq: MessageQueue, addr: str,
+                      ch, uniq: str, deadline: float, timeout: float, fut: asyncio.Future) -> None:
+        if out.done():  # the caller cancelled it
+            return
+        try:
+            out.set_result(self._result(fut.result(), msg.topic, mq, addr, uniq))
+            return
+        except (OSError, ResponseError) as e:
+            cause = self._failure(e, addr, ch, codes.SEND_MESSAGE_V2, timeout)
+        if isinstance(cause, ResponseError) and cause.code not in RETRYABLE_CODES:
+            out.set_exception(SendFailed(msg.topic, [cause]))
+            return
+        self.client.routes.invalidate(msg.topic)
+        retry = asyncio.ensure_future(self._send_attempts(msg, body, sys_flag, deadline, timeout, None, [cause],
+                                                          mq.broker_name, 1, uniq))
+        retry.add_done_callback(functools.partial(_chain, out))
+
+    async def send_oneway(self, msg: Message) -> None:
+        """Send without waiting for an answer (nothing tells whether it was stored)."""
+        body, sys_flag = self._body(msg)
+        target = self._target_now(msg.topic, None)
+        if target is None:
+            route, queues = await self._queues(msg.topic)
+            mq = self._select(msg.topic, queues, None)
+            addr = route.master_addr(mq.broker_name)
+            if addr is None:
+                raise RouteNotFound(msg.topic, f"queue {mq}: broker {mq.broker_name} has no master")
+            ch = await self.client.connection(addr)
+        else:
+            mq, _, ch = target
+        self._render(ch, ch.fast_oneway(), True, msg, mq, body, sys_flag, None)
+
+    async def send_batch(self, msgs: list[Message], timeout: float = 3.0,
+                         queue: MessageQueue | None = None) -> SendResult:
+        """All messages into one queue in one request; they must share a topic (and a flag).
+        `queue` pins the batch to that queue (every attempt goes there)."""
+        if not msgs:
+            raise ClientError("send_batch: no messages")
+        topic = msgs[0].topic
+        if any(m.topic != topic for m in msgs):
+            raise ClientError("send_batch: the messages of a batch must share one topic")
+        if topic.startswith(RETRY_PREFIX) or any(m.delay_level > 0 for m in msgs):
+            raise ClientError("send_batch: batches cannot go to a retry topic or be delayed")
+        msgs = list(msgs)
+        state: list = [None]
+
+        def start(ch, opaque, mq):
+            state[0] = render_batch(ch.out, opaque, self.group, topic, self.default_topic_queue_nums, mq.queue_id,
+                                    msgs[0].flag, msgs, state[0])
+
+        def finish(r, mq, addr):
+            return self._result(r, topic, mq, addr, ",".join(state[0]))
+        return await self._attempts(topic, codes.SEND_BATCH_MESSAGE, time.monotonic() + timeout, timeout, queue,
+                                    start, finish, [], None, 0)
+
+
+def _chain(out: asyncio.Future, task: asyncio.Future) -> None:
+    if out.done():
+        return
+    if task.cancelled():
+        out.cancel()
+    elif task.exception() is not None:
+        out.set_exception(task.exception())
+    else:
+        out.set_result(task.result())

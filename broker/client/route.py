@@ -97,6 +97,13 @@ class RouteCache:
         self.routes[topic] = (route, time.monotonic())
         return route
 
+    def peek(self, topic: str) -> TopicRoute | None:
+        """The cached route while it is fresh, without waiting (a send's fast path); None otherwise."""
+        hit = self.routes.get(topic)
+        if hit is not None and time.monotonic() - hit[1] < self.ttl:
+            return hit[0]
+        return None
+
     def invalidate(self, topic: str) -> None:
         """After a failed send: the next use refetches (a broker may have gone or moved)."""
         self.routes.pop(topic, None)

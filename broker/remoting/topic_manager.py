@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
+from broker.kernels.codec import MAX_TOPIC_LEN
 from broker.remoting.refusals import BadRequest
 from broker.store.config_files import TopicConfig, TopicConfigTable
 
@@ -22,8 +23,8 @@ class TopicError(BadRequest):
 
 def check_topic_name(topic: str) -> None:
     """RocketMQ's TopicValidator: 1-127 chars of [%|a-zA-Z0-9_-]."""
-    if not topic or len(topic.encode()) > 127:
-        raise TopicError(f"topic {topic!r} must be 1..127 bytes")
+    if not topic or len(topic.encode()) > MAX_TOPIC_LEN:
+        raise TopicError(f"topic {topic!r} must be 1..{MAX_TOPIC_LEN} bytes")
     for ch in topic:
         if not (ch.isascii() and (ch.isalnum() or ch in "%|_-")):
             raise TopicError(f"topic {topic!r} has the character {ch!r}; allowed: letters, digits, %|_-")

@@ -19,13 +19,13 @@ import re
 
 from broker.services.process import enter_service, notify, run_service
 from broker.store.clean_policy import CleanPolicy, filesystem_usage
+from broker.store.consume_queue import CQ_UNIT
 from broker.store.durable import fsync_dir
 from broker.store.offset_table import Slot, open_table
 
 log = logging.getLogger("clean")
 _NAME = re.compile(r"^\d{20}$")
 MANUAL_ROUNDS = 20  # RocketMQ's MAX_MANUAL_DELETE_FILE_TIMES: a manual request lasts 20 passes
-CQ_UNIT = 20
 
 
 class CleanService:

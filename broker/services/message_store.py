@@ -24,6 +24,7 @@ import os
 import socket
 import time
 
+from broker.kernels.codec import MAX_TOPIC_LEN
 from broker.services.dispatch_waiters import DispatchWaiters
 from broker.services.group_commit import GroupCommitService
 from broker.services.group_transfer import GroupTransferService
@@ -335,8 +336,8 @@ class MessageStore:
         b = self._topics.get(topic)
         if b is None:
             b = topic.encode("utf-8")
-            if not 0 < len(b) <= 127:
-                raise MessageIllegal(f"topic {topic!r} is {len(b)} bytes; RocketMQ allows 1..127")
+            if not 0 < len(b) <= MAX_TOPIC_LEN:
+                raise MessageIllegal(f"topic {topic!r} is {len(b)} bytes; RocketMQ allows 1..{MAX_TOPIC_LEN}")
             self._topics[topic] = b
         return b
 

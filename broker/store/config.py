@@ -11,6 +11,7 @@ import os
 import socket
 from dataclasses import dataclass, field
 
+from broker.kernels.codec import CQ_UNIT_SIZE
 from broker.store import paths
 from broker.store.errors import StoreConfigError
 
@@ -25,7 +26,7 @@ ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
 class MessageStoreConfig:
     storePathRootDir: str = field(default_factory=lambda: os.path.join(os.path.expanduser("~"), "store"))
     mappedFileSizeCommitLog: int = 1024 * 1024 * 1024
-    mappedFileSizeConsumeQueue: int = 300_000 * 20
+    mappedFileSizeConsumeQueue: int = 300_000 * CQ_UNIT_SIZE
     flushDiskType: str = ASYNC_FLUSH
     brokerRole: str = "ASYNC_MASTER"
     flushIntervalCommitLog: int = 500
@@ -117,7 +118,7 @@ class MessageStoreConfig:
         if self.mappedFileSizeConsumeQueue <= 0:
             raise StoreConfigError("mappedFileSizeConsumeQueue", f"{self.mappedFileSizeConsumeQueue} must be positive")
         # MessageStoreConfig.getMappedFileSizeConsumeQueue: rounded up to whole 20-byte entries
-        self.mappedFileSizeConsumeQueue = -(-self.mappedFileSizeConsumeQueue // 20) * 20
+        self.mappedFileSizeConsumeQueue = -(-self.mappedFileSizeConsumeQueue // CQ_UNIT_SIZE) * CQ_UNIT_SIZE
         if self.flushDiskType not in (ASYNC_FLUSH, SYNC_FLUSH):
             raise StoreConfigError("flushDiskType", f"{self.flushDiskType!r} is not ASYNC_FLUSH or SYNC_FLUSH")
         if self.brokerRole not in ROLES:

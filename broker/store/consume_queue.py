@@ -13,12 +13,13 @@ import re
 
 import numpy as np
 
+from broker.kernels.codec import CQ_UNIT_SIZE
 from broker.store.errors import CorruptStoreError
 from broker.store.mapped_file import create_segment_file, offset_to_name
 
 log = logging.getLogger(__name__)
 
-CQ_UNIT = 20
+CQ_UNIT = CQ_UNIT_SIZE
 CQ_DTYPE = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tag", ">i8")])
 assert CQ_DTYPE.itemsize == CQ_UNIT
 _NAME = re.compile(r"^\d{20}$")

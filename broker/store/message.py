@@ -7,7 +7,8 @@ import socket
 import struct
 from dataclasses import dataclass, field
 
-from broker.kernels.codec import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, msg_id
+from broker.kernels.codec import (BLANK_MAGIC_CODE, FIXED_LEN_V4, MESSAGE_MAGIC_CODE, SYSFLAG_BORNHOST_V6,
+                                  SYSFLAG_STOREHOST_V6, msg_id)
 from broker.store.errors import StoreError
 
 _HEAD = struct.Struct(">iIIiiqqiq")  # total, magic, crc, queueId, flag, queueOffset, physOffset, sysFlag, bornTs
@@ -83,11 +84,11 @@ def decode_message(buf, pos: int = 0) -> StoredMessage:
     total, magic, crc, qid, flag, qo, phys, sysflag, born_ts = _HEAD.unpack_from(mv, pos)
     if magic == BLANK_MAGIC_CODE:
         raise StoreError(f"blank end-of-segment marker at {pos}")
-    if magic != MESSAGE_MAGIC_CODE or total < 91 or total > len(mv) - pos:
+    if magic != MESSAGE_MAGIC_CODE or total < FIXED_LEN_V4 or total > len(mv) - pos:
         raise StoreError(f"no valid record at {pos} (magic 0x{magic:08X}, size {total})")
     end = pos + total
-    bh = 20 if sysflag & 0x10 else 8
-    sh = 20 if sysflag & 0x20 else 8
+    bh = 20 if sysflag & SYSFLAG_BORNHOST_V6 else 8
+    sh = 20 if sysflag & SYSFLAG_STOREHOST_V6 else 8
     # Every length is checked against the record's own end (found by the fuzzer: a torn record
     # whose fields ran past TOTALSIZE gave a short host and a ValueError from inet_ntop).
     p = pos + _HEAD.size

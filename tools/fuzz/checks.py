@@ -11,16 +11,20 @@ from __future__ import annotations
 import json
 import struct
 
+from broker.kernels import client_codec as KCC
 from broker.kernels import codec as KC
 from broker.kernels import ha as KH
 from broker.kernels import header as KHD
+from broker.kernels import pulled as KP
 from broker.kernels import remoting as KR
 from broker.remoting.command import RemotingCommand, ext_string
 from broker.store.errors import StoreError
 from broker.store.message import decode_message, decode_properties
+from tests.twins import client_codec_twin as TCC
 from tests.twins import codec_twin as TC
 from tests.twins import ha_twin as TH
 from tests.twins import header_twin as THD
+from tests.twins import pulled_twin as TP
 from tests.twins import remoting_twin as TR
 from tests.twins.decoder import decode_record
 
@@ -294,6 +298,102 @@ def check_send(data: bytes) -> None:
         send_both(data[1:], bool(data[0] & 1), not data[0] & 2)
 
 
+# -- replies: the client's reply reader, then the RemotingCommand decode of what it hands back ----
+def reply_items(result: tuple) -> tuple:
+    """read_replies' (items, pos) with each Reply as the twin's tuple."""
+    items, pos = result
+    return [i if type(i) is tuple else tuple(getattr(i, f) for f in TCC.REPLY_FIELDS) for i in items], pos
+
+
+def check_replies(data: bytes) -> None:
+    """data[0]: the frame limit (MAX_FRAMES), data[1:3] the range; the rest is what a client's
+    socket read."""
+    if len(data) < 3:
+        return
+    max_frame = MAX_FRAMES[data[0] % len(MAX_FRAMES)]
+    buf = bytearray(data[3:])
+    start, end = _range(data[1:3], len(buf))
+    kind, res = _same("read_replies", lambda *a: reply_items(KCC.read_replies(*a)), TCC.read_replies, buf, start,
+                      end, max_frame)
+    if kind != "ok":
+        return
+    items, nxt = res
+    if not start <= nxt <= end:
+        raise Mismatch(f"read_replies returned next {nxt} outside [{start}, {end}]")
+    mv = memoryview(buf)
+    for item in items:
+        if item[0] == "slow":  # what the channel does with a frame handed back
+            _, stype, hs, hl, bs, bl = item
+            try:
+                RemotingCommand.decode(mv[hs:hs + hl], mv[bs:bs + bl], stype)
+            except KR.FrameError:
+                pass
+        else:  # a Reply's header is one the RemotingCommand path reads too, to the same code and opaque
+            r = dict(zip(TCC.REPLY_FIELDS, item))
+            try:
+                cmd = RemotingCommand.decode(mv[r["header_start"]:r["header_start"] + r["header_len"]], b"",
+                                             r["serialize_type"])
+            except KR.FrameError:
+                continue  # Python's own limits (an integer of 4300+ digits in a field not read)
+            if (cmd.code, cmd.opaque, cmd.remark) != (r["code"], r["opaque"], r["remark"]):
+                raise Mismatch(f"Reply {r} but RemotingCommand {cmd!r} (remark {cmd.remark!r})")
+
+
+# -- pulled: the pulled-records kernel's views and Spark columns against its twin -----------------
+def view_dicts(msgs: list) -> list[dict]:
+    return [{f: getattr(m, f) for f in TP.MESSAGE_FIELDS} for m in msgs]
+
+
+def columns_lists(cols) -> dict:
+    """A RecordColumns' buffers as the twin's lists."""
+    import numpy as np
+    b = cols.buffers()
+    n = cols.rows
+
+    def arr(name, dtype):
+        return np.frombuffer(b[name], dtype=dtype) if len(b[name]) else np.zeros(0, dtype)
+
+    def strings(offsets, data, valid=None):
+        off, raw = arr(offsets, "<i4"), bytes(b[data])
+        ok = arr(valid, "u1") if valid else None
+        return [None if ok is not None and not ok[i] else raw[off[i]:off[i + 1]] for i in range(len(off) - 1)]
+    keys, values = strings("key_offsets", "key_data"), strings("value_offsets", "value_data")
+    moff = arr("map_offsets", "<i4")
+    return {"topic": [cols.topics[i] for i in arr("topic_idx", "<i4")], "queue_id": arr("queue_id", "<i4").tolist(),
+            "queue_offset": arr("queue_offset", "<i8").tolist(), "msg_id": strings("msg_id_offsets", "msg_id_data"),
+            "keys": strings("keys_offsets", "keys_data", "keys_valid"),
+            "tags": strings("tags_offsets", "tags_data", "tags_valid"),
+            "properties": [list(zip(keys[moff[i]:moff[i + 1]], values[moff[i]:moff[i + 1]])) for i in range(n)],
+            "body": strings("body_offsets", "body_data"), "born_ts": arr("born_ts", "<i8").tolist(),
+            "store_ts": arr("store_ts", "<i8").tolist()}
+
+
+def kernel_columns(chunks, lo: int, hi: int) -> dict:
+    cols = KP.RecordColumns()
+    for c in chunks:
+        cols.add(c, lo, hi)
+    out = columns_lists(cols)
+    if len({len(v) for v in out.values()}) != 1 or len(out["body"]) != cols.rows:
+        raise Mismatch(f"columns of unequal lengths: { {k: len(v) for k, v in out.items()} }, rows {cols.rows}")
+    return out
+
+
+def check_pulled(data: bytes) -> None:
+    """data[0]: the queue-offset range's low end (0..15), data[1] its width (255: all); the rest is
+    a pulled body, given to the columns whole and cut at its first record (when that is one)."""
+    if len(data) < 2:
+        return
+    lo = data[0] % 16
+    hi = 1 << 62 if data[1] == 255 else lo + data[1]
+    body = data[2:]
+    kind, _ = _same("decode_records", lambda b: view_dicts(KP.decode_records(b)), TP.decode_records, body)
+    _same("RecordColumns", kernel_columns, TP.record_columns, [body], lo, hi)
+    if kind == "ok" and len(body) >= 4:
+        cut = int.from_bytes(body[:4], "big")
+        if 0 < cut < len(body):
+            _same("RecordColumns in two chunks", kernel_columns, TP.record_columns, [body[:cut], body[cut:]], lo, hi)
+
+
 CHECKS = {
     "frames": check_frames,
     "scan": check_scan,
@@ -301,4 +401,6 @@ CHECKS = {
     "ha": check_ha,
     "headers": check_headers,
     "send": check_send,
+    "replies": check_replies,
+    "pulled": check_pulled,
 }

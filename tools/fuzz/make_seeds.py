@@ -125,10 +125,52 @@ def send_seeds() -> list[bytes]:
             bytes([0]) + frame(310, v2, bytes(400)), bytes([0]) + b"\x00\x00\x00\x02garbage"]
 
 
+def replies_seeds() -> list[bytes]:
+    """check_replies input: the frame limit index, the range (2 bytes), then a read as a client gets
+    it: send and pull answers as the broker writes them (JSON and ROCKETMQ), an error with a
+    remark, a request the broker sends (NOTIFY_CONSUMER_IDS_CHANGED), the field shapes §4.2 hands
+    back, and a torn frame."""
+    from broker.kernels.header import encode_header
+
+    def frame(code, ext, body=b"", stype=0, opaque=1, flag=1, remark=None):
+        h = encode_header(stype, code, "JAVA", 395, opaque, flag, remark, ext)
+        return struct.pack(">ii", 4 + len(h) + len(body), (stype << 24) | len(h)) + h + body
+
+    def raw_json(header: bytes, body=b""):
+        return struct.pack(">ii", 4 + len(header) + len(body), len(header)) + header + body
+    send = {"msgId": "7F00000100002A9F0000000000000000", "queueId": "3", "queueOffset": "42",
+            "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+    pull = {"nextBeginOffset": "64", "minOffset": "0", "maxOffset": "100", "suggestWhichBrokerId": "0"}
+    read = (frame(0, send) + frame(0, send, stype=1, opaque=2) + frame(0, pull, records(3), opaque=3)
+            + frame(0, pull, records(2), stype=1, opaque=4) + frame(17, {}, remark="topic not exist", opaque=5)
+            + frame(40, {"consumerGroup": "cg"}, flag=0, opaque=6) + frame(19, {"nextBeginOffset": "5"}, opaque=7))
+    odd = (raw_json(b'{"code":0,"opaque":8,"flag":1,"extFields":{"queueId":3,"queueOffset":"-0","msgId":"a\\u0041b"}}')
+           + raw_json(b'{"code":0,"opaque":9,"flag":1,"extFields":{"queueOffset":"+1"}}')
+           + raw_json(b'{"code":0,"opaque":10,"flag":1,"extFields":{"queueId":"2147483648"}}')
+           + raw_json(b'{"code":0,"opaque":11,"flag":1,"extFields":{"\\u006dsgId":"x"}}')
+           + raw_json(b'{"code":0,"opaque":12,"flag":1,"remark":null,"extFields":{"maxOffset":null,"msgId":1}}')
+           + raw_json(b'{"code":0,"opaque":13,"flag":1,"extFields":{"minOffset":"0009223372036854775807"}}'))
+    return [b"\x00\x00\x00" + read, b"\x00\x00\x00" + odd, b"\x02\x05\x03" + read + read[:30],
+            b"\x01\x00\x00" + frame(0, send) + frame(0, pull, records(40), opaque=3)]
+
+
+def pulled_seeds() -> list[bytes]:
+    """check_pulled input: the offset range (low end, width; 255 all), then a pulled body: plain
+    records, IPv6 hosts, a compressed body, properties with every oddity, a torn record."""
+    import zlib
+    odd = T.encode_properties({"TAGS": "t\u00e9", "KEYS": "k1 k2"}) + b"\x02lonely\x02\x01v\x02KEYS\x01\x02UNIQ_KEY\x01u\x02"
+    body = zlib.compress(b"inflate me " * 20)
+    rec = bytearray(T.record_length(len(body), 5, 0))
+    T.encode_record(rec, 0, 0, 7, 1700000000000, b"Topic", 1, body, b"", 0, 1, 1700000000000, V4, V4, 0, 0)
+    return [b"\x00\xff" + records(5), b"\x01\x02" + records(6), b"\x00\xff" + records(3, v6=True),
+            b"\x00\xff" + records(2, props=odd) + bytes(rec), b"\x00\xff" + records(4)[:-9],
+            b"\x00\xff" + records(2) + b"\x00" * 12]
+
+
 def main() -> None:
     for name, make in (("frames", frames_seeds), ("scan", scan_seeds), ("properties", properties_seeds),
                        ("ha", ha_seeds), ("headers", headers_seeds),
-                       ("send", send_seeds)):
+                       ("send", send_seeds), ("replies", replies_seeds), ("pulled", pulled_seeds)):
         d = SEEDS / name
         d.mkdir(parents=True, exist_ok=True)
         for data in make():

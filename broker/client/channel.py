@@ -1,0 +1,345 @@
+"""A client's connection to one broker or name server (RocketMQ's NettyRemotingClient channel),
+built for pipelining: many requests in flight, no task and no timer per request.
+
+Requests are rendered into one WriteBuffer (`out`) and leave together at the end of the event
+loop turn: 64 sends in flight cost one write, not 64. The hot requests (send, batch, pull) are
+rendered by the client kernel (broker.kernels.client_codec) with an opaque from `fast_request`;
+everything else is a RemotingCommand (`request`, `oneway`).
+
+Each socket read goes through the kernel's ReplyReader once: every response it can read whole
+becomes a Reply, and the futures waiting on those opaques are resolved in one loop per read. A
+fast request's future gets the Reply itself; a RemotingCommand request's gets the command decoded
+from the same frame while the read is handled (nothing of its header is lost). Frames the kernel
+hands back (requests the broker sends us, a header of another shape) are decoded as
+RemotingCommands, in frame order: a response resolves its waiter (a fast waiter then gets the
+RemotingCommand), a request goes to the handler.
+
+Timeouts: requests with one timeout value expire in the order they were made, so each value
+keeps a FIFO of (deadline, opaque) and one timer is armed at the earliest deadline of all; the
+heads of the FIFOs that were answered are dropped as replies come in, so a FIFO holds about the
+requests in flight. A frame that cannot be valid closes the connection with one log line naming
+the peer, as broker.remoting.connection does; every waiter then fails with ConnectionClosed.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from typing import Awaitable, Callable
+
+from broker.kernels.client_codec import READ_DONE, Reply, ReplyReader
+from broker.kernels.header import HeaderError
+from broker.kernels.remoting import FrameError, reallocate
+from broker.kernels.wbuf import WriteBuffer
+from broker.remoting.codes import SYSTEM_ERROR
+from broker.remoting.command import RemotingCommand
+from broker.remoting.connection import ConnectionClosed
+
+log = logging.getLogger("client.channel")
+
+INITIAL_BUFFER = 1 << 20
+MIN_READ = 256 << 10  # a pull answer is up to 256 KiB: read it in one go when it is there
+MAX_FRAME = 16 * 1024 * 1024
+MAX_OPAQUE = 0x7FFFFFFF  # opaques are Java ints
+
+# handler(command, channel) -> response | awaitable of a response | None, for requests the broker sends
+Handler = Callable[[RemotingCommand, "ClientChannel"], "RemotingCommand | Awaitable | None"]
+
+
+class ClientChannel(asyncio.BufferedProtocol):
+    def __init__(self, handler: Handler | None = None, max_frame: int = MAX_FRAME):
+        self.handler = handler
+        self.reader = ReplyReader(max_frame)
+        self.out = WriteBuffer()  # requests rendered this loop turn
+        self.buf = bytearray(INITIAL_BUFFER)
+        self.view = memoryview(self.buf)
+        self.start = 0  # first unread byte
+        self.end = 0  # end of received bytes
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self.waiters: dict[int, asyncio.Future] = {}  # opaque -> the future its answer resolves
+        self.commands: set[int] = set()  # opaques whose waiter wants a RemotingCommand (request())
+        self.closed = asyncio.Event()
+        self.tasks: set[asyncio.Task] = set()  # handlers of broker requests that returned awaitables
+        self._opaque = 0
+        self._flush_soon = False
+        self._fifos: dict[float, collections.deque] = {}  # timeout -> deque of (deadline, opaque)
+        self._timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # -- asyncio protocol ------------------------------------------------------------------------
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        self._loop = asyncio.get_running_loop()
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if len(self.buf) - self.end < MIN_READ:
+            self._make_room(max(sizehint, MIN_READ))
+        return self.view[self.end:]
+
+    def _make_room(self, want: int) -> None:
+        """Room for `want` more bytes: the unread tail moved to the front (reallocateByteBuffer),
+        or to a bigger buffer when a frame needs more."""
+        pending = self.end - self.start
+        if self.start > 0 and len(self.buf) - pending >= want:
+            self.end = reallocate(self.buf, self.start, self.end)
+            self.start = 0
+            return
+        size = len(self.buf)
+        while size < pending + want:
+            size *= 2
+        new = bytearray(size)
+        new[:pending] = self.view[self.start:self.end]
+        self.buf, self.view = new, memoryview(new)
+        self.start, self.end = 0, pending
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.end += nbytes
+        reader = self.reader
+        pos = self.start
+        while True:
+            try:
+                status, pos = reader.read(self.buf, pos, self.end)
+            except (FrameError, HeaderError) as e:
+                self._resolve(reader.take())  # what was read before the bad frame is good
+                self.abort(f"{e.reason} (at byte {e.offset - self.start} of this read)"
+                           if isinstance(e, FrameError) else f"{e.reason} (at byte {e.offset} of a header)")
+                return
+            replies = reader.take()
+            if replies:
+                self._resolve(replies)
+            if status == READ_DONE:
+                break
+            self._slow_frame(reader.slow_type, reader.slow_header_start, reader.slow_header_len,
+                             reader.slow_body_start, reader.slow_body_len)
+            if self.transport is None:
+                return
+            pos = reader.slow_next
+        self.start = pos
+        if self.start == self.end:
+            self.start = self.end = 0
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc) -> None:
+        if self.end > self.start:
+            log.warning("connection to %s closed with %d bytes of an incomplete frame unread (%s)", self.peer,
+                        self.end - self.start, exc or "end of stream")
+            self.start = self.end = 0
+        self.transport = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        waiters, self.waiters = self.waiters, {}
+        self.commands.clear()
+        self._fifos.clear()
+        for fut in waiters.values():
+            if not fut.done():
+                fut.set_exception(ConnectionClosed(f"connection to {self.peer} closed"))
+        for t in list(self.tasks):
+            t.cancel()
+        self.closed.set()
+
+    # -- answers ---------------------------------------------------------------------------------
+    def _resolve(self, replies: list[Reply]) -> None:
+        """One loop per read: each Reply to the future waiting on its opaque."""
+        waiters, commands = self.waiters, self.commands
+        for r in replies:
+            fut = waiters.pop(r.opaque, None)
+            if fut is None:
+                continue  # an answer nobody waits for (it timed out): dropped, as the Java clients do
+            if commands and r.opaque in commands:
+                commands.discard(r.opaque)
+                try:
+                    res = RemotingCommand.decode(self.view[r.header_start:r.header_start + r.header_len], r.body,
+                                                 r.serialize_type)
+                except FrameError as e:  # the kernel read this header: only Python's own limits differ
+                    fut.set_exception(e)
+                    continue
+            else:
+                res = r
+            if not fut.done():  # its waiter may have been cancelled
+                fut.set_result(res)
+        self._trim()
+
+    def _slow_frame(self, stype: int, hs: int, hl: int, bs: int, bl: int) -> None:
+        try:
+            cmd = RemotingCommand.decode(self.view[hs:hs + hl], self.view[bs:bs + bl], stype)
+        except FrameError as e:
+            self.abort(f"{e.reason} (at byte {e.offset} of a header)")
+            return
+        if cmd.is_response:
+            fut = self.waiters.pop(cmd.opaque, None)
+            self.commands.discard(cmd.opaque)
+            if fut is not None and not fut.done():
+                cmd.body = bytes(cmd.body)  # the caller reads it after the buffer is reused
+                fut.set_result(cmd)
+            return
+        if self.handler is None:
+            return
+        try:
+            res = self.handler(cmd, self)
+        except Exception:
+            log.exception("handler failed for %r from %s", cmd, self.peer)
+            res = cmd.response(SYSTEM_ERROR, remark="internal error; see the client log")
+        if res is None:
+            return
+        if isinstance(res, RemotingCommand):
+            if not cmd.is_oneway:
+                self.send(res)
+            return
+        task = asyncio.ensure_future(res)  # a handler that must wait (none of the client's do)
+        self.tasks.add(task)
+        task.add_done_callback(lambda t, cmd=cmd: self._reply_later(t, cmd))
+
+    def _reply_later(self, task: asyncio.Task, cmd: RemotingCommand) -> None:
+        self.tasks.discard(task)
+        if task.cancelled():
+            return
+        if task.exception() is not None:
+            log.error("handler failed for code %d from %s: %r", cmd.code, self.peer, task.exception())
+            res = cmd.response(SYSTEM_ERROR, remark="internal error; see the client log")
+        else:
+            res = task.result()
+        if res is not None and not cmd.is_oneway:
+            self.send(res)
+
+    # -- timeouts --------------------------------------------------------------------------------
+    def _watch(self, opaque: int, timeout: float) -> None:
+        deadline = self._loop.time() + timeout
+        fifo = self._fifos.get(timeout)
+        if fifo is None:
+            fifo = self._fifos[timeout] = collections.deque()
+        fifo.append((deadline, opaque))
+        timer = self._timer
+        if timer is None or deadline < timer.when():
+            if timer is not None:
+                timer.cancel()
+            self._timer = self._loop.call_at(deadline, self._expire)
+
+    def _trim(self) -> None:
+        """Drop the answered requests at the heads of the FIFOs (and FIFOs left empty)."""
+        waiters = self.waiters
+        empty = None
+        for timeout, fifo in self._fifos.items():
+            while fifo and fifo[0][1] not in waiters:
+                fifo.popleft()
+            if not fifo:
+                empty = [timeout] if empty is None else empty + [timeout]
+        if empty:
+            for timeout in empty:
+                del self._fifos[timeout]
+
+    def _expire(self) -> None:
+        self._timer = None
+        now = self._loop.time()
+        waiters = self.waiters
+        nxt = None
+        for timeout, fifo in list(self._fifos.items()):
+            while fifo and (fifo[0][0] <= now or fifo[0][1] not in waiters):
+                _, opaque = fifo.popleft()
+                fut = waiters.pop(opaque, None)
+                self.commands.discard(opaque)
+                if fut is not None and not fut.done():
+                    fut.set_exception(asyncio.TimeoutError(f"no answer from {self.peer} within {timeout:g} s"))
+            if not fifo:
+                del self._fifos[timeout]
+            elif nxt is None or fifo[0][0] < nxt:
+                nxt = fifo[0][0]
+        if nxt is not None:
+            self._timer = self._loop.call_at(nxt, self._expire)
+
+    # -- requests --------------------------------------------------------------------------------
+    def _next_opaque(self) -> int:
+        self._opaque = self._opaque % MAX_OPAQUE + 1
+        return self._opaque
+
+    def _kick(self) -> None:
+        if not self._flush_soon:
+            self._flush_soon = True
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_soon = False
+        if len(self.out) and self.transport is not None:
+            data = self.out.getvalue()
+            self.out.reset()
+            self.transport.write(data)
+
+    def fast_request(self, timeout: float) -> tuple[int, asyncio.Future]:
+        """An opaque and the future its answer resolves (a Reply, or a RemotingCommand for a frame
+        the kernel hands back); the caller renders its request with that opaque into `out` at
+        once. The request leaves at the end of this loop turn; the future fails with
+        asyncio.TimeoutError after `timeout` seconds and with ConnectionClosed if the connection
+        goes first. Forget the opaque (forget()) if the render fails."""
+        if self.transport is None:
+            raise ConnectionClosed(f"connection to {self.peer} is closed")
+        opaque = self._next_opaque()
+        fut = self._loop.create_future()
+        self.waiters[opaque] = fut
+        self._watch(opaque, timeout)
+        if not self._flush_soon:
+            self._flush_soon = True
+            self._loop.call_soon(self._flush)
+        return opaque, fut
+
+    def fast_oneway(self) -> int:
+        """An opaque for a oneway request the caller renders into `out` at once."""
+        if self.transport is None:
+            raise ConnectionClosed(f"connection to {self.peer} is closed")
+        self._kick()
+        return self._next_opaque()
+
+    def forget(self, opaque: int) -> None:
+        self.waiters.pop(opaque, None)
+        self.commands.discard(opaque)
+
+    def send(self, cmd: RemotingCommand) -> None:
+        """A command (a oneway request, or our answer to a broker's request) with this turn's requests."""
+        out = self.out
+        for part in cmd.encode_parts():
+            out.extend(part)
+        if self.transport is not None:
+            self._kick()
+
+    async def request(self, cmd: RemotingCommand, timeout: float = 30.0) -> RemotingCommand:
+        """Send `cmd` (its opaque is made here, unique on this channel) and wait for its answer."""
+        if self.transport is None:
+            raise ConnectionClosed(f"connection to {self.peer} is closed")
+        opaque = cmd.opaque = self._next_opaque()
+        fut = self._loop.create_future()
+        self.waiters[opaque] = fut
+        self.commands.add(opaque)
+        self._watch(opaque, timeout)
+        self.send(cmd)
+        try:
+            return await fut
+        finally:
+            self.forget(opaque)
+
+    def oneway(self, cmd: RemotingCommand) -> None:
+        if self.transport is None:
+            raise ConnectionClosed(f"connection to {self.peer} is closed")
+        cmd.opaque = self._next_opaque()
+        self.send(cmd)
+
+    def abort(self, reason: str) -> None:
+        log.warning("closing connection to %s: %s", self.peer, reason)
+        self.start = self.end = 0  # what is left unread is not "an incomplete frame" (connection_lost)
+        if self.transport is not None:
+            self.transport.abort()
+            self.transport = None
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self._flush()  # requests and oneways rendered this turn go first
+            self.transport.close()
+
+
+async def open_channel(host: str, port: int, handler: Handler | None = None) -> ClientChannel:
+    loop = asyncio.get_running_loop()
+    _, channel = await loop.create_connection(lambda: ClientChannel(handler), host, port)
+    return channel

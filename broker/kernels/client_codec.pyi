@@ -1,0 +1,85 @@
+"""Stub of broker.kernels.client_codec (pyx/client_codec.pyx; C interface in pyx/client_codec.pxd,
+reply rules in docs/formats.md §4.2): the client's request frames and reply reader."""
+from typing import Any, Final, Iterable, Mapping
+
+from typing_extensions import Buffer
+
+from broker.kernels.wbuf import WriteBuffer
+
+READ_DONE: Final[int]
+READ_SLOW: Final[int]
+DEFAULT_MAX_FRAME: Final[int]
+F_MSG_ID: Final[int]
+F_QUEUE_ID: Final[int]
+F_QUEUE_OFFSET: Final[int]
+F_NEXT_BEGIN_OFFSET: Final[int]
+F_MIN_OFFSET: Final[int]
+F_MAX_OFFSET: Final[int]
+F_SUGGEST_BROKER: Final[int]
+F_TRANSACTION_ID: Final[int]
+
+def uniq_key_setup(prefix: str, start_ms: int) -> None: ...
+def new_uniq_key() -> str: ...
+def message_properties(
+    tags: Any, keys: str | Iterable[str] | None, properties: Mapping[Any, Any] | None, delay_level: int = 0,
+    uniq_key: str | None = None,
+) -> tuple[bytes, Any]: ...
+def render_send(
+    w: WriteBuffer, opaque: int, oneway: bool, group: str, topic: str, default_queues: int, queue_id: int,
+    sys_flag: int, flag: int, body: Buffer, tags: Any, keys: str | Iterable[str] | None,
+    properties: Mapping[Any, Any] | None, delay_level: int = 0, reconsume_times: int = 0,
+    max_reconsume_times: int = -1, uniq_key: str | None = None, born_ts: int = -1,
+) -> Any:
+    """Renders one SEND_MESSAGE_V2 frame into w; returns the message's UNIQ_KEY."""
+
+def render_batch(
+    w: WriteBuffer, opaque: int, group: str, topic: str, default_queues: int, queue_id: int, flag: int,
+    msgs: list[Any], uniq_keys: list[str] | None = None, born_ts: int = -1,
+) -> list[Any]:
+    """Renders one SEND_BATCH_MESSAGE frame into w; returns the messages' UNIQ_KEYs."""
+
+def render_pull(
+    w: WriteBuffer, opaque: int, group: str, topic: str, queue_id: int, queue_offset: int, max_nums: int,
+    sys_flag: int, commit_offset: int, suspend_ms: int, subscription: str, sub_version: int = 0,
+) -> None: ...
+
+class Reply:
+    opaque: int
+    code: int
+    fields: int
+    remark: str | None
+    msg_id: str | None
+    transaction_id: str | None
+    body: bytes
+    header_start: int
+    header_len: int
+    serialize_type: int
+    @property
+    def queue_id(self) -> int | None: ...
+    @property
+    def queue_offset(self) -> int | None: ...
+    @property
+    def next_begin_offset(self) -> int | None: ...
+    @property
+    def min_offset(self) -> int | None: ...
+    @property
+    def max_offset(self) -> int | None: ...
+    @property
+    def suggest_which_broker_id(self) -> int | None: ...
+
+class ReplyReader:
+    replies: list[Reply]
+    max_frame: int
+    slow_type: int
+    slow_header_start: int
+    slow_header_len: int
+    slow_body_start: int
+    slow_body_len: int
+    slow_next: int
+    def __init__(self, max_frame: int = ...) -> None: ...
+    def take(self) -> list[Reply]: ...
+    def read(self, buf: Buffer, pos: int, end: int) -> tuple[int, int]: ...
+
+def read_replies(
+    buf: Buffer, pos: int, end: int, max_frame: int = ...
+) -> tuple[list[Reply | tuple[str, int, int, int, int, int]], int]: ...

@@ -1,0 +1,729 @@
+# cython: language_level=3
+"""The client's wire in C: request frames rendered straight into a WriteBuffer, the replies of
+one socket read parsed into Reply objects (client_codec.pxd; the reply rules are
+docs/formats.md §4.2).
+
+A pipelining producer pays, per message, one render call and one Reply, instead of an ext dict,
+a RemotingCommand and a msgspec encode going out and a header dict and a RemotingCommand coming
+back. Everything not worth a fast path (admin calls, heartbeats, routes, requests the broker
+sends us) stays with RemotingCommand: ReplyReader hands those frames back.
+"""
+cimport cython
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.dict cimport PyDict_Contains, PyDict_Next
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.stdint cimport INT64_MAX, int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.string cimport memcmp
+
+from broker.kernels.header cimport (HeaderField, RemotingHeader, V_BYTES, V_ESCAPED, V_INT, V_NULL, V_STRING,
+                                    json_ext_begin, json_ext_end, json_ext_field, json_header_begin,
+                                    json_header_end, parse_json_header, parse_rocketmq_header, unescape_json)
+from broker.kernels.wbuf cimport WriteBuffer
+from bytesex cimport get_be32
+
+from broker.kernels.remoting import FrameError
+
+cdef extern from "Python.h":
+    ctypedef struct PyObject
+    const char *PyUnicode_AsUTF8AndSize(object s, Py_ssize_t *size) except NULL
+
+cdef extern from "zlib.h" nogil:
+    unsigned long zlib_crc32 "crc32"(unsigned long crc, const unsigned char *buf, unsigned int len)
+
+cdef extern from "<time.h>" nogil:
+    ctypedef long time_t
+    struct timespec:
+        time_t tv_sec
+        long tv_nsec
+    enum:
+        CLOCK_REALTIME
+    int clock_gettime(int clk, timespec *ts)
+
+cdef enum:
+    CODE_PULL_MESSAGE = 11
+    CODE_SEND_MESSAGE_V2 = 310
+    CODE_SEND_BATCH_MESSAGE = 320
+    VERSION_V4_9_4 = 395       # what RemotingCommand.request sends (broker.remoting.command.VERSION)
+    FLAG_RESPONSE = 1
+    FLAG_ONEWAY = 2
+    MAX_PROPS_LEN = 32767      # a batched message's properties length is an int16
+    BATCH_FIXED = 22           # total, magic, crc, flag, bodyLen (4 each) + propsLen (2)
+
+READ_DONE = READ_DONE_
+READ_SLOW = READ_SLOW_
+DEFAULT_MAX_FRAME = 16 * 1024 * 1024
+for _name, _v in (("F_MSG_ID", F_MSG_ID), ("F_QUEUE_ID", F_QUEUE_ID), ("F_QUEUE_OFFSET", F_QUEUE_OFFSET),
+                  ("F_NEXT_BEGIN_OFFSET", F_NEXT_BEGIN_OFFSET), ("F_MIN_OFFSET", F_MIN_OFFSET),
+                  ("F_MAX_OFFSET", F_MAX_OFFSET), ("F_SUGGEST_BROKER", F_SUGGEST_BROKER),
+                  ("F_TRANSACTION_ID", F_TRANSACTION_ID)):
+    globals()[_name] = _v
+
+cdef const char *HEX = b"0123456789ABCDEF"
+cdef bytes EMPTY = b""
+
+
+cdef inline int64_t now_ms() noexcept nogil:
+    cdef timespec ts
+    clock_gettime(CLOCK_REALTIME, &ts)
+    return <int64_t> ts.tv_sec * 1000 + ts.tv_nsec // 1000000
+
+
+cdef inline Py_ssize_t ascii_int(int64_t v, uint8_t *out) noexcept nogil:
+    """Decimal digits of v into out (room for 20); returns the length."""
+    cdef uint8_t tmp[20]
+    cdef Py_ssize_t n = 0, i = 0
+    cdef uint64_t u = (<uint64_t> 0 - <uint64_t> v) if v < 0 else <uint64_t> v
+    while True:
+        tmp[n] = <uint8_t> (48 + u % 10)
+        n += 1
+        u //= 10
+        if u == 0:
+            break
+    if v < 0:
+        out[0] = 45
+        i = 1
+    while n > 0:
+        n -= 1
+        out[i] = tmp[n]
+        i += 1
+    return i
+
+
+# -- UNIQ_KEY ------------------------------------------------------------------------------------
+
+cdef uint8_t UNIQ_PREFIX[20]
+cdef int64_t UNIQ_START_MS = 0
+cdef uint32_t UNIQ_COUNTER = 0
+cdef bint UNIQ_READY = False
+
+
+def uniq_key_setup(str prefix not None, int64_t start_ms) -> None:
+    """The process's 20 hex digits (ip, pid, random) and its start time: set once, by
+    broker.client.message, before any key is made."""
+    global UNIQ_START_MS, UNIQ_COUNTER, UNIQ_READY
+    cdef bytes raw = prefix.encode("ascii")
+    if len(raw) != 20 or any(c not in b"0123456789ABCDEF" for c in raw):
+        raise ValueError(f"a UNIQ_KEY prefix is 20 upper-case hex digits, not {prefix!r}")
+    for i in range(20):
+        UNIQ_PREFIX[i] = raw[i]
+    UNIQ_START_MS = start_ms
+    UNIQ_COUNTER = 0
+    UNIQ_READY = True
+
+
+cdef int uniq_key_into(uint8_t *out) except -1:
+    global UNIQ_COUNTER
+    cdef uint32_t t, c
+    cdef int i
+    if not UNIQ_READY:
+        raise RuntimeError("uniq_key_setup was not called (broker.client.message does it on import)")
+    t = <uint32_t> ((now_ms() - UNIQ_START_MS) & 0xFFFFFFFF)
+    c = UNIQ_COUNTER & 0xFFFF
+    UNIQ_COUNTER += 1
+    for i in range(20):
+        out[i] = UNIQ_PREFIX[i]
+    for i in range(8):
+        out[20 + i] = HEX[(t >> (28 - 4 * i)) & 15]
+    for i in range(4):
+        out[28 + i] = HEX[(c >> (12 - 4 * i)) & 15]
+    return 0
+
+
+def new_uniq_key() -> str:
+    """32 hex digits, unique per process and ms-ordered, as Java's producer sets UNIQ_KEY."""
+    cdef uint8_t k[32]
+    uniq_key_into(k)
+    return PyUnicode_DecodeUTF8(<const char *> k, 32, NULL)
+
+
+# -- properties ----------------------------------------------------------------------------------
+
+cdef inline int put_text(WriteBuffer w, object s) except -1:
+    """A property key or value as encode_properties formats it (f"{k}\\x01{v}": str() of a non-str)."""
+    cdef const char *p
+    cdef Py_ssize_t n
+    if type(s) is not str:
+        s = str(s)
+    p = PyUnicode_AsUTF8AndSize(s, &n)
+    return w.write(<const uint8_t *> p, n)
+
+
+cdef inline bint is_name(object k, str name):
+    return type(k) is str and <str> k == name
+
+
+cdef object build_properties(WriteBuffer out, object tags, object keys, object user, int32_t delay, object given):
+    """The properties string Message.wire_properties() + setdefault(UNIQ_KEY) + encode_properties
+    make, into `out`: the user's pairs in their order (TAGS, KEYS, DELAY replaced in place when the
+    message sets them), then TAGS, KEYS, DELAY, WAIT=true, UNIQ_KEY the user did not give; pairs
+    whose value is None are left out. The UNIQ_KEY the user did not set is `given` (a str: a retry
+    keeps its first attempt's) or a new one. Returns the UNIQ_KEY (str, or whatever the user set)."""
+    cdef Py_ssize_t pos = 0
+    cdef PyObject *k
+    cdef PyObject *v
+    cdef bint first = True
+    cdef uint8_t kbuf[32]
+    cdef uint8_t num[20]
+    cdef object uniq = None, value
+    cdef bint has_tags = False, has_keys = False, has_delay = False, has_wait = False, has_uniq = False
+    cdef bint set_tags = bool(tags), set_keys = bool(keys), set_delay = delay > 0
+    if set_keys and type(keys) is not str:
+        keys = " ".join(keys)
+    if user is not None:
+        if type(user) is not dict:
+            user = dict(user)
+        while PyDict_Next(user, &pos, &k, &v):
+            key = <object> k
+            value = <object> v
+            if is_name(key, "TAGS"):
+                has_tags = True
+                if set_tags:
+                    value = tags
+            elif is_name(key, "KEYS"):
+                has_keys = True
+                if set_keys:
+                    value = keys
+            elif is_name(key, "DELAY"):
+                has_delay = True
+                if set_delay:
+                    value = str(delay)
+            elif is_name(key, "WAIT"):
+                has_wait = True
+            elif is_name(key, "UNIQ_KEY"):
+                has_uniq = True
+                uniq = value
+            if value is None:
+                continue
+            if not first:
+                out.write_byte(2)
+            first = False
+            put_text(out, key)
+            out.write_byte(1)
+            put_text(out, value)
+    if set_tags and not has_tags:
+        if not first:
+            out.write_byte(2)
+        first = False
+        out.write(<const uint8_t *> b"TAGS\x01", 5)
+        put_text(out, tags)
+    if set_keys and not has_keys:
+        if not first:
+            out.write_byte(2)
+        first = False
+        out.write(<const uint8_t *> b"KEYS\x01", 5)
+        put_text(out, keys)
+    if set_delay and not has_delay:
+        if not first:
+            out.write_byte(2)
+        first = False
+        out.write(<const uint8_t *> b"DELAY\x01", 6)
+        out.write(num, ascii_int(delay, num))
+    if not has_wait:
+        if not first:
+            out.write_byte(2)
+        first = False
+        out.write(<const uint8_t *> b"WAIT\x01true", 9)
+    if not has_uniq:
+        if not first:
+            out.write_byte(2)
+        out.write(<const uint8_t *> b"UNIQ_KEY\x01", 9)
+        if given is not None:
+            put_text(out, given)
+            uniq = given
+        else:
+            uniq_key_into(kbuf)
+            out.write(kbuf, 32)
+            uniq = PyUnicode_DecodeUTF8(<const char *> kbuf, 32, NULL)
+    return uniq
+
+
+def message_properties(tags, keys, properties, int32_t delay_level=0, uniq_key=None) -> tuple:
+    """(properties bytes, UNIQ_KEY) as render_send builds them (tests and the slow paths)."""
+    cdef WriteBuffer out = WriteBuffer()
+    uniq = build_properties(out, tags, keys, properties, delay_level, uniq_key)
+    return out.getvalue(), uniq
+
+
+# -- request frames ------------------------------------------------------------------------------
+
+cdef inline int ext_int(WriteBuffer w, const char *key, Py_ssize_t kn, int64_t v) except -1:
+    cdef uint8_t num[20]
+    return json_ext_field(w, <const uint8_t *> key, kn, num, ascii_int(v, num), False)
+
+
+cdef inline int ext_text(WriteBuffer w, const char *key, Py_ssize_t kn, str s, bint first) except -1:
+    cdef Py_ssize_t n
+    cdef const char *p = PyUnicode_AsUTF8AndSize(s, &n)
+    return json_ext_field(w, <const uint8_t *> key, kn, <const uint8_t *> p, n, first)
+
+
+cdef inline Py_ssize_t frame_begin(WriteBuffer w, int32_t code, int32_t opaque, int32_t flag) except -1:
+    cdef Py_ssize_t start = w.position()
+    w.write(<const uint8_t *> b"\0\0\0\0\0\0\0\0", 8)   # the prefix, patched by frame_end
+    json_header_begin(w, code, b"JAVA", VERSION_V4_9_4, opaque, flag)
+    json_ext_begin(w)
+    return start
+
+
+cdef int frame_header_end(WriteBuffer w, Py_ssize_t start) except -1:
+    cdef Py_ssize_t hl
+    json_ext_end(w)
+    json_header_end(w)
+    hl = w.position() - start - 8
+    if hl > 0xFFFFFF:
+        raise ValueError(f"a request header of {hl} bytes does not fit the frame's 24-bit length")
+    w.patch_be32(start + 4, <uint32_t> hl)
+    return 0
+
+
+cdef int frame_end(WriteBuffer w, Py_ssize_t start) except -1:
+    cdef Py_ssize_t total = w.position() - start - 4
+    if total > 0x7FFFFFFF:
+        raise ValueError(f"a request of {total} bytes does not fit a frame")
+    w.patch_be32(start, <uint32_t> total)
+    return 0
+
+
+cdef int send_header(WriteBuffer w, str group, str topic, int32_t default_queues, int32_t queue_id,
+                     int32_t sys_flag, int64_t born_ts, int32_t flag, const uint8_t *props, Py_ssize_t props_len,
+                     int32_t reconsume_times, bint batch, int32_t max_reconsume_times) except -1:
+    """SendMessageRequestHeaderV2's fields in the order the producer's ext dict had them."""
+    ext_text(w, b"a", 1, group, True)
+    ext_text(w, b"b", 1, topic, False)
+    json_ext_field(w, <const uint8_t *> b"c", 1, <const uint8_t *> b"TBW102", 6, False)
+    ext_int(w, b"d", 1, default_queues)
+    ext_int(w, b"e", 1, queue_id)
+    ext_int(w, b"f", 1, sys_flag)
+    ext_int(w, b"g", 1, born_ts if born_ts >= 0 else now_ms())
+    ext_int(w, b"h", 1, flag)
+    json_ext_field(w, <const uint8_t *> b"i", 1, props, props_len, False)
+    ext_int(w, b"j", 1, reconsume_times)
+    json_ext_field(w, <const uint8_t *> b"k", 1, <const uint8_t *> b"false", 5, False)
+    if batch:
+        json_ext_field(w, <const uint8_t *> b"m", 1, <const uint8_t *> b"true", 4, False)
+    else:
+        json_ext_field(w, <const uint8_t *> b"m", 1, <const uint8_t *> b"false", 5, False)
+    if max_reconsume_times >= 0:
+        ext_int(w, b"l", 1, max_reconsume_times)
+    return 0
+
+
+def render_send(WriteBuffer w not None, int32_t opaque, bint oneway, str group not None, str topic not None,
+                int32_t default_queues, int32_t queue_id, int32_t sys_flag, int32_t flag, body, tags, keys,
+                properties, int32_t delay_level=0, int32_t reconsume_times=0, int32_t max_reconsume_times=-1,
+                uniq_key=None, int64_t born_ts=-1):
+    """One SEND_MESSAGE_V2 frame into w: the header's properties built from tags, keys, the user's
+    `properties` and the delay level (build_properties), `body` as given (already compressed
+    when sys_flag says so). born_ts < 0: now; max_reconsume_times < 0: no `l` field; uniq_key: the
+    UNIQ_KEY to use when the properties have none (None: a new one). Returns the message's
+    UNIQ_KEY. On any error nothing is left in w."""
+    cdef Py_buffer b
+    cdef Py_ssize_t start = w.position()
+    cdef WriteBuffer props = WriteBuffer()
+    PyObject_GetBuffer(body, &b, PyBUF_SIMPLE)
+    try:
+        uniq = build_properties(props, tags, keys, properties, delay_level, uniq_key)
+        start = frame_begin(w, CODE_SEND_MESSAGE_V2, opaque, FLAG_ONEWAY if oneway else 0)
+        send_header(w, group, topic, default_queues, queue_id, sys_flag, born_ts, flag, props._buf, props._len,
+                    reconsume_times, False, max_reconsume_times)
+        frame_header_end(w, start)
+        w.write(<const uint8_t *> b.buf, b.len)
+        frame_end(w, start)
+        return uniq
+    except BaseException:
+        w._len = start   # a half-written frame would desynchronise the stream (wbuf.pxd's _len)
+        raise
+    finally:
+        PyBuffer_Release(&b)
+
+
+cdef int batch_entry(WriteBuffer w, object msg, WriteBuffer props, list uniqs, object given) except -1:
+    """One message of a SEND_BATCH_MESSAGE body (MessageDecoder.encodeMessages):
+    [total][magic 0][bodyCRC][flag][bodyLen][body][propsLen int16][props]."""
+    cdef Py_buffer b
+    cdef unsigned long crc
+    cdef Py_ssize_t n, chunk
+    cdef const uint8_t *p
+    props._len = 0
+    uniqs.append(build_properties(props, msg.tags, msg.keys, msg.properties, 0, given))
+    if props._len > MAX_PROPS_LEN:
+        raise ValueError(f"properties of {props._len} bytes exceed a batched message's {MAX_PROPS_LEN}")
+    flag = msg.flag
+    PyObject_GetBuffer(msg.body, &b, PyBUF_SIMPLE)
+    try:
+        if b.len > 0x7FFFFFFF - BATCH_FIXED - props._len:
+            raise ValueError(f"a body of {b.len} bytes does not fit a batch")
+        crc = zlib_crc32(0, NULL, 0)
+        n = b.len
+        p = <const uint8_t *> b.buf
+        while n > 0:
+            chunk = n if n < 0x40000000 else 0x40000000
+            crc = zlib_crc32(crc, p, <unsigned int> chunk)
+            p += chunk
+            n -= chunk
+        w.write_be32(<uint32_t> (BATCH_FIXED + b.len + props._len))
+        w.write_be32(0)
+        w.write_be32(<uint32_t> (crc & 0x7FFFFFFF))
+        w.write_be32(<uint32_t> <int32_t> flag)
+        w.write_be32(<uint32_t> b.len)
+        w.write(<const uint8_t *> b.buf, b.len)
+        w.write_be16(<unsigned short> props._len)
+        w.write(props._buf, props._len)
+    finally:
+        PyBuffer_Release(&b)
+    return 0
+
+
+def render_batch(WriteBuffer w not None, int32_t opaque, str group not None, str topic not None,
+                 int32_t default_queues, int32_t queue_id, int32_t flag, list msgs not None,
+                 list uniq_keys=None, int64_t born_ts=-1) -> list:
+    """One SEND_BATCH_MESSAGE frame into w: V2's header (no properties, sysFlag 0, m true) and the
+    messages encoded as the Java client encodes a batch. Each of `msgs` has body, tags, keys,
+    properties and flag (a Message); uniq_keys, when given, are the UNIQ_KEYs of those without one
+    (a retry's). Returns their UNIQ_KEYs. On any error nothing is left in w."""
+    cdef Py_ssize_t start = w.position(), i
+    cdef WriteBuffer props = WriteBuffer()
+    cdef list uniqs = []
+    try:
+        start = frame_begin(w, CODE_SEND_BATCH_MESSAGE, opaque, 0)
+        send_header(w, group, topic, default_queues, queue_id, 0, born_ts, flag, <const uint8_t *> b"", 0, 0, True,
+                    -1)
+        frame_header_end(w, start)
+        if uniq_keys is not None and len(uniq_keys) != PyList_GET_SIZE(msgs):
+            raise ValueError(f"{len(uniq_keys)} UNIQ_KEYs for {PyList_GET_SIZE(msgs)} messages")
+        for i in range(PyList_GET_SIZE(msgs)):
+            batch_entry(w, <object> PyList_GET_ITEM(msgs, i), props, uniqs,
+                        None if uniq_keys is None else <object> PyList_GET_ITEM(uniq_keys, i))
+        frame_end(w, start)
+        return uniqs
+    except BaseException:
+        w._len = start
+        raise
+
+
+def render_pull(WriteBuffer w not None, int32_t opaque, str group not None, str topic not None, int32_t queue_id,
+                int64_t queue_offset, int32_t max_nums, int32_t sys_flag, int64_t commit_offset,
+                int64_t suspend_ms, str subscription not None, int64_t sub_version=0) -> None:
+    """One PULL_MESSAGE frame into w (PullMessageRequestHeader, in the order the client's ext dict
+    had its fields). On any error nothing is left in w."""
+    cdef Py_ssize_t start = w.position()
+    try:
+        start = frame_begin(w, CODE_PULL_MESSAGE, opaque, 0)
+        ext_text(w, b"consumerGroup", 13, group, True)
+        ext_text(w, b"topic", 5, topic, False)
+        ext_int(w, b"queueId", 7, queue_id)
+        ext_int(w, b"queueOffset", 11, queue_offset)
+        ext_int(w, b"maxMsgNums", 10, max_nums)
+        ext_int(w, b"sysFlag", 7, sys_flag)
+        ext_int(w, b"commitOffset", 12, commit_offset)
+        ext_int(w, b"suspendTimeoutMillis", 20, suspend_ms)
+        ext_text(w, b"subscription", 12, subscription, False)
+        ext_int(w, b"subVersion", 10, sub_version)
+        frame_header_end(w, start)
+        frame_end(w, start)
+    except BaseException:
+        w._len = start
+        raise
+
+
+# -- replies -------------------------------------------------------------------------------------
+
+@cython.final
+@cython.freelist(64)
+cdef class Reply:
+    """One response as the client needs it (docs/formats.md §4.2): code, opaque, remark, the
+    send and pull fields present (None when absent), the body. header_start/header_len and
+    serialize_type locate the frame's header in the buffer it was read from, valid only while
+    that read is being handled (for a waiter that wants the whole RemotingCommand)."""
+
+    @property
+    def queue_id(self):
+        return self._queue_id if self.fields & F_QUEUE_ID else None
+
+    @property
+    def queue_offset(self):
+        return self._queue_offset if self.fields & F_QUEUE_OFFSET else None
+
+    @property
+    def next_begin_offset(self):
+        return self._next_begin if self.fields & F_NEXT_BEGIN_OFFSET else None
+
+    @property
+    def min_offset(self):
+        return self._min_offset if self.fields & F_MIN_OFFSET else None
+
+    @property
+    def max_offset(self):
+        return self._max_offset if self.fields & F_MAX_OFFSET else None
+
+    @property
+    def suggest_which_broker_id(self):
+        return self._suggest if self.fields & F_SUGGEST_BROKER else None
+
+    def __repr__(self):
+        return (f"<Reply opaque={self.opaque} code={self.code} remark={self.remark!r} msgId={self.msg_id!r} "
+                f"queueId={self.queue_id} queueOffset={self.queue_offset} nextBeginOffset={self.next_begin_offset} "
+                f"body={len(self.body)}B>")
+
+
+cdef enum:  # the reply fields read (index into at[])
+    K_NONE = -1
+    K_MSG_ID = 0
+    K_QUEUE_ID = 1
+    K_QUEUE_OFFSET = 2
+    K_NEXT_BEGIN = 3
+    K_MIN_OFFSET = 4
+    K_MAX_OFFSET = 5
+    K_SUGGEST = 6
+    K_TRANSACTION_ID = 7
+    N_KNOWN = 8
+
+
+cdef inline int known_key(const uint8_t *k, Py_ssize_t n) noexcept nogil:
+    if n == 5 and memcmp(k, b"msgId", 5) == 0:
+        return K_MSG_ID
+    if n == 7 and memcmp(k, b"queueId", 7) == 0:
+        return K_QUEUE_ID
+    if n == 11 and memcmp(k, b"queueOffset", 11) == 0:
+        return K_QUEUE_OFFSET
+    if n == 15 and memcmp(k, b"nextBeginOffset", 15) == 0:
+        return K_NEXT_BEGIN
+    if n == 9:
+        if memcmp(k, b"minOffset", 9) == 0:
+            return K_MIN_OFFSET
+        if memcmp(k, b"maxOffset", 9) == 0:
+            return K_MAX_OFFSET
+    if n == 20 and memcmp(k, b"suggestWhichBrokerId", 20) == 0:
+        return K_SUGGEST
+    if n == 13 and memcmp(k, b"transactionId", 13) == 0:
+        return K_TRANSACTION_ID
+    return K_NONE
+
+
+cdef bint read_long(const uint8_t *p, HeaderField *f, int64_t lo, int64_t hi, int64_t *out) noexcept nogil:
+    """An integer field of a reply (§4.2): a JSON integer, or a string (no escapes) of an optional
+    '-' and 1 to 19 decimal digits, within [lo, hi]. False: not readable here."""
+    cdef const uint8_t *s
+    cdef Py_ssize_t i = 0, n
+    cdef uint64_t m = 0
+    cdef bint neg = False
+    cdef int64_t v
+    if f.kind == V_INT:
+        v = f.ival
+    elif f.kind == V_STRING or f.kind == V_BYTES:
+        s = p + f.val_pos
+        n = f.val_len
+        if n > 0 and s[0] == 45:
+            neg = True
+            i = 1
+        if i >= n or n - i > 19:
+            return False
+        while i < n:
+            if s[i] < 48 or s[i] > 57:
+                return False
+            m = m * 10 + (s[i] - 48)   # 19 digits stay below 2^64
+            i += 1
+        if neg:
+            if m > (<uint64_t> INT64_MAX) + 1:
+                return False
+            v = <int64_t> ((<uint64_t> 0) - m)
+        else:
+            if m > <uint64_t> INT64_MAX:
+                return False
+            v = <int64_t> m
+    else:
+        return False
+    if v < lo or v > hi:
+        return False
+    out[0] = v
+    return True
+
+
+cdef object read_text(const uint8_t *p, HeaderField *f):
+    """A string field or the remark: its text, None for null; NotImplemented if it is no string."""
+    cdef uint8_t small[256]
+    cdef uint8_t *tmp
+    cdef Py_ssize_t m
+    if f.kind == V_STRING or f.kind == V_BYTES:
+        return PyUnicode_DecodeUTF8(<const char *> p + f.val_pos, f.val_len, NULL)
+    if f.kind == V_NULL:
+        return None
+    if f.kind != V_ESCAPED:
+        return NotImplemented
+    tmp = &small[0]
+    if f.val_len > 256:
+        tmp = <uint8_t *> PyMem_Malloc(f.val_len)
+        if tmp == NULL:
+            raise MemoryError()
+    try:
+        m = unescape_json(p + f.val_pos, f.val_len, tmp)
+        return PyUnicode_DecodeUTF8(<const char *> tmp, m, NULL)
+    finally:
+        if tmp != &small[0]:
+            PyMem_Free(tmp)
+
+
+@cython.final
+cdef class ReplyReader:
+    """Reads the frames of a client connection's receive buffer (read()), keeping a Reply for
+    every response it can read whole; take() hands them over."""
+
+    def __cinit__(self, Py_ssize_t max_frame=DEFAULT_MAX_FRAME):
+        self.replies = []
+        self.max_frame = max_frame
+
+    def take(self) -> list:
+        """The Replies read since the last take, in frame order."""
+        out = self.replies
+        self.replies = []
+        return out
+
+    def read(self, buf, Py_ssize_t pos, Py_ssize_t end) -> tuple:
+        """Read the frames of buf[pos:end] until one goes to Python. Returns (status, pos):
+        READ_DONE with pos at the first incomplete frame (or end); READ_SLOW with pos at a frame
+        to decode as a RemotingCommand (geometry in slow_*; continue from slow_next). A frame
+        that cannot be one raises FrameError, a header that cannot be one HeaderError."""
+        cdef Py_buffer view
+        cdef const uint8_t *p
+        cdef int64_t length
+        cdef uint32_t word
+        cdef Py_ssize_t hl, hs, bs, bl
+        cdef int st
+        cdef Reply r
+        PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
+        p = <const uint8_t *> view.buf
+        try:
+            if pos < 0 or end > view.len or pos > end:
+                raise ValueError(f"range [{pos}, {end}) outside a buffer of {view.len}")
+            while end - pos >= 4:
+                # the prefix, checked as remoting.split_frames checks it
+                length = <int32_t> get_be32(p + pos)
+                if length < 4:
+                    raise FrameError(pos, f"length {length} is below 4")
+                if length > self.max_frame:
+                    raise FrameError(pos, f"length {length} exceeds the limit of {self.max_frame} bytes")
+                if end - pos - 4 < length:
+                    break
+                word = get_be32(p + pos + 4)
+                hl = word & 0xFFFFFF
+                if hl > length - 4:
+                    raise FrameError(pos, f"header length {hl} exceeds the frame length {length}")
+                st = word >> 24
+                if st > 1:
+                    raise FrameError(pos, f"unknown serialize type {st}")
+                hs = pos + 8
+                bs = hs + hl
+                bl = length - 4 - hl
+                r = self._reply(p, st, hs, hl, bs, bl)
+                if r is None:
+                    self.slow_type = st
+                    self.slow_header_start = hs
+                    self.slow_header_len = hl
+                    self.slow_body_start = bs
+                    self.slow_body_len = bl
+                    self.slow_next = pos + 4 + length
+                    return READ_SLOW_, pos
+                self.replies.append(r)
+                pos += 4 + length
+            return READ_DONE_, pos
+        finally:
+            PyBuffer_Release(&view)
+
+    cdef Reply _reply(self, const uint8_t *buf, int st, Py_ssize_t hs, Py_ssize_t hl, Py_ssize_t bs, Py_ssize_t bl):
+        """The frame as a Reply, or None when it goes to Python (§4.2)."""
+        cdef RemotingHeader h
+        cdef HeaderField ext[REPLY_MAX_EXT]
+        cdef Py_ssize_t at[N_KNOWN]
+        cdef Py_ssize_t i
+        cdef int k
+        cdef int64_t v
+        cdef uint32_t fields = 0
+        cdef const uint8_t *p = buf + hs
+        cdef Reply r
+        if st == 0:
+            parse_json_header(p, hl, &h, ext, REPLY_MAX_EXT)
+        else:
+            parse_rocketmq_header(p, hl, &h, ext, REPLY_MAX_EXT)
+        if not (h.flag & FLAG_RESPONSE) or h.ext_total > REPLY_MAX_EXT:
+            return None
+        for i in range(N_KNOWN):
+            at[i] = -1
+        for i in range(h.n_ext):
+            if ext[i].key_escaped:
+                return None
+            k = known_key(p + ext[i].key_pos, ext[i].key_len)
+            if k != K_NONE:
+                at[k] = i  # the last of equal keys counts, as in Java's HashMap
+        remark = read_text(p, &h.remark)
+        if remark is NotImplemented:
+            return None
+        r = Reply.__new__(Reply)
+        r.opaque = h.opaque
+        r.code = h.code
+        r.remark = remark
+        r.header_start = hs
+        r.header_len = hl
+        r.serialize_type = st
+        # integers: a null value (ROCKETMQ's length 0) is an absent field, as the accessors read it
+        if at[K_QUEUE_ID] >= 0 and ext[at[K_QUEUE_ID]].kind != V_NULL:
+            if not read_long(p, &ext[at[K_QUEUE_ID]], -2147483648, 2147483647, &v):
+                return None
+            r._queue_id = <int32_t> v
+            fields |= F_QUEUE_ID
+        if at[K_QUEUE_OFFSET] >= 0 and ext[at[K_QUEUE_OFFSET]].kind != V_NULL:
+            if not read_long(p, &ext[at[K_QUEUE_OFFSET]], -INT64_MAX - 1, INT64_MAX, &r._queue_offset):
+                return None
+            fields |= F_QUEUE_OFFSET
+        if at[K_NEXT_BEGIN] >= 0 and ext[at[K_NEXT_BEGIN]].kind != V_NULL:
+            if not read_long(p, &ext[at[K_NEXT_BEGIN]], -INT64_MAX - 1, INT64_MAX, &r._next_begin):
+                return None
+            fields |= F_NEXT_BEGIN_OFFSET
+        if at[K_MIN_OFFSET] >= 0 and ext[at[K_MIN_OFFSET]].kind != V_NULL:
+            if not read_long(p, &ext[at[K_MIN_OFFSET]], -INT64_MAX - 1, INT64_MAX, &r._min_offset):
+                return None
+            fields |= F_MIN_OFFSET
+        if at[K_MAX_OFFSET] >= 0 and ext[at[K_MAX_OFFSET]].kind != V_NULL:
+            if not read_long(p, &ext[at[K_MAX_OFFSET]], -INT64_MAX - 1, INT64_MAX, &r._max_offset):
+                return None
+            fields |= F_MAX_OFFSET
+        if at[K_SUGGEST] >= 0 and ext[at[K_SUGGEST]].kind != V_NULL:
+            if not read_long(p, &ext[at[K_SUGGEST]], -INT64_MAX - 1, INT64_MAX, &r._suggest):
+                return None
+            fields |= F_SUGGEST_BROKER
+        # strings: null is absent too
+        r.msg_id = None
+        r.transaction_id = None
+        if at[K_MSG_ID] >= 0:
+            r.msg_id = read_text(p, &ext[at[K_MSG_ID]])
+            if r.msg_id is NotImplemented:
+                return None
+            if r.msg_id is not None:
+                fields |= F_MSG_ID
+        if at[K_TRANSACTION_ID] >= 0:
+            r.transaction_id = read_text(p, &ext[at[K_TRANSACTION_ID]])
+            if r.transaction_id is NotImplemented:
+                return None
+            if r.transaction_id is not None:
+                fields |= F_TRANSACTION_ID
+        r.fields = fields
+        r.body = PyBytes_FromStringAndSize(<const char *> buf + bs, bl) if bl > 0 else EMPTY
+        return r
+
+
+def read_replies(buf, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t max_frame=DEFAULT_MAX_FRAME) -> tuple:
+    """Every frame of buf[pos:end] through a ReplyReader, for the tests and the fuzz harness:
+    (items, pos) where each item is a Reply or ("slow", type, header_start, header_len,
+    body_start, body_len), and pos is where the first incomplete frame begins."""
+    cdef ReplyReader reader = ReplyReader(max_frame)
+    items = []
+    while True:
+        status, pos = reader.read(buf, pos, end)
+        items.extend(reader.take())
+        if status == READ_DONE_:
+            return items, pos
+        items.append(("slow", reader.slow_type, reader.slow_header_start, reader.slow_header_len,
+                      reader.slow_body_start, reader.slow_body_len))
+        pos = reader.slow_next

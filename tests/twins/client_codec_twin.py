@@ -1,0 +1,121 @@
+"""Pure-Python twin of broker.kernels.client_codec's reply reader (tests only), written from
+docs/formats.md §4 and §4.2, not from the kernel's code.
+
+Headers are read by the header twin (itself written from §4.1); the §4.2 rules are applied
+here to its field spans: which responses become Replies, how their integer and string fields
+read, and which frames are handed back. A Reply is a tuple (REPLY_FIELDS).
+"""
+from __future__ import annotations
+
+import json
+import re
+import struct
+
+from tests.twins import header_twin as H
+
+READ_DONE, READ_SLOW = 0, 1
+MAX_EXT = 32
+DEFAULT_MAX_FRAME = 16 * 1024 * 1024
+INT32 = (-(1 << 31), (1 << 31) - 1)
+INT64 = (-(1 << 63), (1 << 63) - 1)
+INT_FIELDS = {"queueId": INT32, "queueOffset": INT64, "nextBeginOffset": INT64, "minOffset": INT64,
+              "maxOffset": INT64, "suggestWhichBrokerId": INT64}
+STRING_FIELDS = ("msgId", "transactionId")
+REPLY_FIELDS = ("opaque", "code", "remark", "msg_id", "transaction_id", "queue_id", "queue_offset",
+                "next_begin_offset", "min_offset", "max_offset", "suggest_which_broker_id", "body",
+                "header_start", "header_len", "serialize_type")
+_NAMES = {"msgId": "msg_id", "transactionId": "transaction_id", "queueId": "queue_id", "queueOffset": "queue_offset",
+          "nextBeginOffset": "next_begin_offset", "minOffset": "min_offset", "maxOffset": "max_offset",
+          "suggestWhichBrokerId": "suggest_which_broker_id"}
+_DIGITS = re.compile(rb"-?[0-9]{1,19}")
+
+
+class FrameError(ValueError):
+    pass
+
+
+class HandBack(Exception):
+    """This frame is decoded by Python (a RemotingCommand)."""
+
+
+def _text(header: bytes, kind: int, pos: int, n: int) -> str | None:
+    raw = header[pos:pos + n]
+    if kind in (H.V_STRING, H.V_BYTES):
+        return raw.decode("utf-8")
+    if kind == H.V_ESCAPED:
+        return json.loads(b'"' + raw + b'"')
+    if kind == H.V_NULL:
+        return None
+    raise HandBack()
+
+
+def _integer(header: bytes, kind: int, pos: int, n: int, ival: int, bounds: tuple[int, int]) -> int | None:
+    if kind == H.V_NULL:
+        return None
+    if kind == H.V_INT:
+        v = ival
+    elif kind in (H.V_STRING, H.V_BYTES) and _DIGITS.fullmatch(header[pos:pos + n]):
+        v = int(header[pos:pos + n])
+    else:
+        raise HandBack()
+    if not bounds[0] <= v <= bounds[1]:
+        raise HandBack()
+    return v
+
+
+def reply_of(stype: int, data: bytes, hs: int, hl: int, bs: int, bl: int) -> tuple:
+    """The Reply tuple of one frame, or HandBack; HeaderError from the header twin."""
+    header = data[hs:hs + hl]
+    code, _version, opaque, flag, _ordinal, _lang, remark, _n, total, fields = H.parse_fields(stype, header, 0, hl,
+                                                                                                MAX_EXT + 1)
+    if not flag & 1 or total > MAX_EXT:
+        raise HandBack()
+    last: dict[str, tuple] = {}
+    for f in fields:
+        _, _, _, _, _, escaped, _ = f
+        if escaped:
+            raise HandBack()
+        last[header[f[0]:f[0] + f[1]].decode("utf-8")] = f
+    out = dict.fromkeys(REPLY_FIELDS)
+    out.update(opaque=opaque, code=code, header_start=hs, header_len=hl, serialize_type=stype)
+    out["remark"] = _text(header, remark[6], remark[2], remark[3])
+    for name, bounds in INT_FIELDS.items():
+        if name in last:
+            _, _, vp, vl, iv, _, kind = last[name]
+            out[_NAMES[name]] = _integer(header, kind, vp, vl, iv, bounds)
+    for name in STRING_FIELDS:
+        if name in last:
+            _, _, vp, vl, _, _, kind = last[name]
+            out[_NAMES[name]] = _text(header, kind, vp, vl)
+    out["body"] = data[bs:bs + bl]
+    return tuple(out[k] for k in REPLY_FIELDS)
+
+
+def read_replies(buf, pos: int, end: int, max_frame: int = DEFAULT_MAX_FRAME) -> tuple[list, int]:
+    """As the kernel's read_replies: (items, pos), each item a Reply tuple or
+    ("slow", type, header_start, header_len, body_start, body_len)."""
+    data = bytes(buf)
+    if pos < 0 or end > len(data) or pos > end:
+        raise ValueError("range outside the buffer")
+    items: list = []
+    while end - pos >= 4:
+        (length,) = struct.unpack_from(">i", data, pos)
+        if length < 4:
+            raise FrameError(pos, "length below 4")
+        if length > max_frame:
+            raise FrameError(pos, "frame too long")
+        if end - pos - 4 < length:
+            break
+        (word,) = struct.unpack_from(">I", data, pos + 4)
+        hl, stype = word & 0xFFFFFF, word >> 24
+        if hl > length - 4:
+            raise FrameError(pos, "header length past the frame")
+        if stype > 1:
+            raise FrameError(pos, "unknown serialize type")
+        hs, bs, bl = pos + 8, pos + 8 + hl, length - 4 - hl
+        try:
+            items.append(reply_of(stype, data, hs, hl, bs, bl))
+        except HandBack:
+            items.append(("slow", stype, hs, hl, bs, bl))
+        pos += 4 + length
+    return items, pos
