@@ -46,3 +46,9 @@ def offset_table(root: str) -> str:
 
 def ha_master(root: str) -> str:
     return os.path.join(runtime_dir(root), "ha_master")
+
+
+def dledger_dir(root: str, self_id: str) -> str:
+    """DLedger's own folder inside the store (RocketMQ sets its storeBaseDir to the store root):
+    `currterm`, and later `data/`, `index/` and `checkpoint`."""
+    return os.path.join(root, f"dledger-{self_id}")

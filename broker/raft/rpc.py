@@ -1,0 +1,130 @@
+"""DLedger's RPC between the members of a group (DLedgerRpcNettyService), over RocketMQ remoting.
+
+A request is a remoting command with a DLedger request code and the JSON of the request object as
+its body; the answer is a remoting response (code SUCCESS) whose body is the JSON of the response
+object, the DLedger outcome in its own `code` field. One connection per peer, made when first
+needed and made again after a failure; a call that cannot be made in its time raises, which the
+elector counts as no answer.
+
+The server side refuses, with a log line naming the peer and nothing else changed: a body that is
+not the request's JSON (UNEXPECTED_ARGUMENT), another group's request (UNKNOWN_GROUP), a request
+addressed to another member (UNKNOWN_MEMBER), and unknown request codes.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from broker.raft.config import DLedgerConfig
+from broker.raft.elector import LeaderElector
+from broker.raft.protocol import (HeartBeatRequest, HeartBeatResponse, ProtocolError, RequestCode, ResponseCode,
+                                  VoteRequest, VoteResponse, decode, encode)
+from broker.remoting import codes
+from broker.remoting.command import RemotingCommand
+from broker.remoting.connection import RemotingConnection, RemotingServer, connect
+
+log = logging.getLogger("raft")
+
+
+class PeerClients:
+    """The elector's ElectionRpc: a lazily (re)made remoting connection per peer."""
+
+    def __init__(self, config: DLedgerConfig):
+        self.config = config
+        self._conns: dict[str, RemotingConnection] = {}
+        self._connecting: dict[str, asyncio.Future] = {}
+
+    async def _conn(self, peer_id: str) -> RemotingConnection:
+        conn = self._conns.get(peer_id)
+        if conn is not None and conn.transport is not None:
+            return conn
+        pending = self._connecting.get(peer_id)
+        if pending is None:  # one connect per peer at a time: a heartbeat round and a vote share it
+            peer = self.config.peers[peer_id]
+            pending = self._connecting[peer_id] = asyncio.ensure_future(connect(peer.host, peer.port))
+            pending.add_done_callback(lambda _f, p=peer_id: self._connecting.pop(p, None))
+        conn = await asyncio.shield(pending)
+        self._conns[peer_id] = conn
+        return conn
+
+    async def _call(self, peer_id: str, code: RequestCode, body: bytes, timeout: float) -> bytes:
+        async def call():
+            conn = await self._conn(peer_id)
+            try:
+                reply = await conn.request(RemotingCommand.request(int(code), body=body), timeout)
+            except (ConnectionError, asyncio.TimeoutError):
+                self.drop(peer_id)
+                raise
+            if reply.code != codes.SUCCESS:
+                raise ConnectionError(f"{peer_id} answered {code.name} with remoting code {reply.code}: {reply.remark}")
+            return bytes(reply.body)
+        return await asyncio.wait_for(call(), timeout)
+
+    async def vote(self, peer_id: str, request: VoteRequest, timeout: float) -> VoteResponse:
+        return decode(VoteResponse, await self._call(peer_id, RequestCode.VOTE, encode(request), timeout))
+
+    async def heartbeat(self, peer_id: str, request: HeartBeatRequest, timeout: float) -> HeartBeatResponse:
+        return decode(HeartBeatResponse, await self._call(peer_id, RequestCode.HEART_BEAT, encode(request), timeout))
+
+    def drop(self, peer_id: str) -> None:
+        conn = self._conns.pop(peer_id, None)
+        if conn is not None:
+            conn.close()
+
+    def close(self) -> None:
+        for peer_id in list(self._conns):
+            self.drop(peer_id)
+        for f in self._connecting.values():
+            f.cancel()
+
+
+class ElectionServer:
+    """Answers a group's VOTE and HEART_BEAT requests on this member's peer address."""
+
+    def __init__(self, config: DLedgerConfig, elector: LeaderElector, host: str | None = None, port: int | None = None):
+        self.config = config
+        self.elector = elector
+        me = config.self_peer
+        self.server = RemotingServer(self.handle, host or me.host, me.port if port is None else port)
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    async def start(self) -> None:
+        await self.server.start()
+
+    async def close(self) -> None:
+        await self.server.close()
+
+    def handle(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand | None:
+        if cmd.is_oneway:
+            return None
+        try:
+            code = RequestCode(cmd.code)
+        except ValueError:
+            return cmd.response(codes.REQUEST_CODE_NOT_SUPPORTED, remark=f"request code {cmd.code} not supported")
+        if code is RequestCode.VOTE:
+            typ, answer_type, handler = VoteRequest, VoteResponse, self.elector.handle_vote
+        elif code is RequestCode.HEART_BEAT:
+            typ, answer_type, handler = HeartBeatRequest, HeartBeatResponse, self.elector.handle_heartbeat
+        else:
+            return cmd.response(codes.REQUEST_CODE_NOT_SUPPORTED, remark=f"DLedger request {code.name} not served here")
+        me = self.config.dLegerSelfId
+        try:
+            req = decode(typ, cmd.body)
+        except ProtocolError as e:
+            log.warning("[%s] malformed %s from %s refused: %s", me, code.name, conn.peer, e)
+            return self._refuse(cmd, answer_type, ResponseCode.UNEXPECTED_ARGUMENT)
+        if req.group != self.config.dLegerGroup:
+            log.warning("[%s] %s for group %r from %s refused: this member is in %r", me, code.name, req.group,
+                        conn.peer, self.config.dLegerGroup)
+            return self._refuse(cmd, answer_type, ResponseCode.UNKNOWN_GROUP)
+        if req.remoteId is not None and req.remoteId != me:
+            log.warning("[%s] %s addressed to %r from %s refused", me, code.name, req.remoteId, conn.peer)
+            return self._refuse(cmd, answer_type, ResponseCode.UNKNOWN_MEMBER)
+        return cmd.response(codes.SUCCESS, body=encode(handler(req)))
+
+    def _refuse(self, cmd: RemotingCommand, answer_type: type, code: ResponseCode) -> RemotingCommand:
+        st = self.elector.state
+        return cmd.response(codes.SUCCESS, body=encode(answer_type(term=st.term, localId=st.self_id, code=int(code))))
