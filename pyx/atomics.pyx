@@ -28,14 +28,7 @@ cdef extern from "<sys/syscall.h>":
     enum:
         SYS_futex
 
-cdef extern from "<time.h>" nogil:
-    ctypedef long time_t
-    struct timespec:
-        time_t tv_sec
-        long tv_nsec
-    enum:
-        CLOCK_MONOTONIC
-    int clock_gettime(int clk, timespec *ts)
+from clock cimport monotonic, time_t, timespec
 
 cdef extern from "<unistd.h>" nogil:
     long syscall(long number, ...)
@@ -58,9 +51,7 @@ globals()["SLOT_SIZE"] = SLOT_SIZE
 
 
 cdef inline double now() noexcept nogil:
-    cdef timespec ts
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return ts.tv_sec + ts.tv_nsec * 1e-9
+    return monotonic()
 
 
 cdef class OffsetTable:

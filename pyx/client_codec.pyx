@@ -23,8 +23,8 @@ from broker.kernels.header cimport (HeaderField, RemotingHeader, V_BYTES, V_ESCA
                                     json_header_end, parse_json_header, parse_rocketmq_header, unescape_json)
 from broker.kernels.wbuf cimport WriteBuffer
 from bytesex cimport get_be32
+from broker.kernels.remoting cimport FRAME_INCOMPLETE, FRAME_OK, FrameSpan, FrameStatus, frame_at, raise_frame_error
 
-from broker.kernels.remoting import FrameError
 
 cdef extern from "Python.h":
     ctypedef struct PyObject
@@ -33,14 +33,7 @@ cdef extern from "Python.h":
 cdef extern from "zlib.h" nogil:
     unsigned long zlib_crc32 "crc32"(unsigned long crc, const unsigned char *buf, unsigned int len)
 
-cdef extern from "<time.h>" nogil:
-    ctypedef long time_t
-    struct timespec:
-        time_t tv_sec
-        long tv_nsec
-    enum:
-        CLOCK_REALTIME
-    int clock_gettime(int clk, timespec *ts)
+from clock cimport now_ms
 
 cdef enum:
     CODE_PULL_MESSAGE = 11
@@ -63,12 +56,6 @@ for _name, _v in (("F_MSG_ID", F_MSG_ID), ("F_QUEUE_ID", F_QUEUE_ID), ("F_QUEUE_
 
 cdef const char *HEX = b"0123456789ABCDEF"
 cdef bytes EMPTY = b""
-
-
-cdef inline int64_t now_ms() noexcept nogil:
-    cdef timespec ts
-    clock_gettime(CLOCK_REALTIME, &ts)
-    return <int64_t> ts.tv_sec * 1000 + ts.tv_nsec // 1000000
 
 
 cdef inline Py_ssize_t ascii_int(int64_t v, uint8_t *out) noexcept nogil:
@@ -588,10 +575,8 @@ cdef class ReplyReader:
         that cannot be one raises FrameError, a header that cannot be one HeaderError."""
         cdef Py_buffer view
         cdef const uint8_t *p
-        cdef int64_t length
-        cdef uint32_t word
-        cdef Py_ssize_t hl, hs, bs, bl
-        cdef int st
+        cdef FrameSpan f
+        cdef FrameStatus status
         cdef Reply r
         PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE)
         p = <const uint8_t *> view.buf
@@ -599,35 +584,22 @@ cdef class ReplyReader:
             if pos < 0 or end > view.len or pos > end:
                 raise ValueError(f"range [{pos}, {end}) outside a buffer of {view.len}")
             while end - pos >= 4:
-                # the prefix, checked as remoting.split_frames checks it
-                length = <int32_t> get_be32(p + pos)
-                if length < 4:
-                    raise FrameError(pos, f"length {length} is below 4")
-                if length > self.max_frame:
-                    raise FrameError(pos, f"length {length} exceeds the limit of {self.max_frame} bytes")
-                if end - pos - 4 < length:
+                status = frame_at(p, pos, end, self.max_frame, &f)
+                if status == FRAME_INCOMPLETE:
                     break
-                word = get_be32(p + pos + 4)
-                hl = word & 0xFFFFFF
-                if hl > length - 4:
-                    raise FrameError(pos, f"header length {hl} exceeds the frame length {length}")
-                st = word >> 24
-                if st > 1:
-                    raise FrameError(pos, f"unknown serialize type {st}")
-                hs = pos + 8
-                bs = hs + hl
-                bl = length - 4 - hl
-                r = self._reply(p, st, hs, hl, bs, bl)
+                if status != FRAME_OK:
+                    raise_frame_error(status, pos, &f, self.max_frame)
+                r = self._reply(p, f.serialize_type, f.header_start, f.header_len, f.body_start, f.body_len)
                 if r is None:
-                    self.slow_type = st
-                    self.slow_header_start = hs
-                    self.slow_header_len = hl
-                    self.slow_body_start = bs
-                    self.slow_body_len = bl
-                    self.slow_next = pos + 4 + length
+                    self.slow_type = f.serialize_type
+                    self.slow_header_start = f.header_start
+                    self.slow_header_len = f.header_len
+                    self.slow_body_start = f.body_start
+                    self.slow_body_len = f.body_len
+                    self.slow_next = f.next
                     return READ_SLOW_, pos
                 self.replies.append(r)
-                pos += 4 + length
+                pos = f.next
             return READ_DONE_, pos
         finally:
             PyBuffer_Release(&view)

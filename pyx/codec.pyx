@@ -718,20 +718,7 @@ def warm_file(int fd, Py_ssize_t start, Py_ssize_t end, Py_ssize_t chunk) -> Non
 # ---------------------------------------------------------------------------------------------
 # Appender: the single writer's put path in one call
 
-cdef extern from "<time.h>" nogil:
-    ctypedef long time_t
-    struct timespec:
-        time_t tv_sec
-        long tv_nsec
-    enum:
-        CLOCK_REALTIME
-    int clock_gettime(int clk, timespec *ts)
-
-
-cdef inline int64_t now_ms() noexcept nogil:
-    cdef timespec ts
-    clock_gettime(CLOCK_REALTIME, &ts)
-    return <int64_t> ts.tv_sec * 1000 + ts.tv_nsec // 1000000
+from clock cimport now_ms
 
 
 @cython.final

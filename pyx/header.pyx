@@ -17,6 +17,7 @@ from libc.stdint cimport INT32_MAX, INT64_MAX, int8_t, int16_t, int32_t, int64_t
 from libc.string cimport memcmp, memcpy, strlen
 
 from bytesex cimport get_be16, get_be32
+from utf8 cimport UTF8_BAD_LEAD, UTF8_TRUNCATED, utf8_sequence
 
 cdef extern from "Python.h":
     ctypedef struct PyObject
@@ -160,34 +161,14 @@ cdef Py_ssize_t _utf8(const uint8_t *p, Py_ssize_t n, Py_ssize_t i) except -1:
     """Past the UTF-8 sequence whose lead byte (>= 0x80) is at i. Refuses what the Unicode standard
     calls ill-formed: continuation or C0/C1 leads (overlong), E0 below A0 and F0 below 90
     (overlong), ED above 9F (a surrogate), F4 above 8F and F5.. (beyond U+10FFFF)."""
-    cdef uint8_t c = p[i], lo = 0x80, hi = 0xBF
-    cdef int need, k
-    if c < 0xC2:
-        return _fail(i, f"invalid UTF-8 byte 0x{c:02x}")
-    if c < 0xE0:
-        need = 1
-    elif c < 0xF0:
-        need = 2
-        if c == 0xE0:
-            lo = 0xA0
-        elif c == 0xED:
-            hi = 0x9F
-    elif c < 0xF5:
-        need = 3
-        if c == 0xF0:
-            lo = 0x90
-        elif c == 0xF4:
-            hi = 0x8F
-    else:
-        return _fail(i, f"invalid UTF-8 byte 0x{c:02x}")
-    if n - i <= need:
+    cdef Py_ssize_t k = utf8_sequence(p, n, i)
+    if k > 0:
+        return i + k
+    if k == UTF8_BAD_LEAD:
+        return _fail(i, f"invalid UTF-8 byte 0x{p[i]:02x}")
+    if k == UTF8_TRUNCATED:
         return _fail(i, "truncated UTF-8 sequence")
-    if p[i + 1] < lo or p[i + 1] > hi:
-        return _fail(i, "invalid UTF-8 sequence")
-    for k in range(2, need + 1):
-        if (p[i + k] & 0xC0) != 0x80:
-            return _fail(i, "invalid UTF-8 sequence")
-    return i + need + 1
+    return _fail(i, "invalid UTF-8 sequence")
 
 
 cdef int _check_utf8(const uint8_t *p, Py_ssize_t start, Py_ssize_t end) except -1:

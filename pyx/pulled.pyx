@@ -18,6 +18,7 @@ from libc.string cimport memcmp, memcpy
 
 from broker.kernels.wbuf cimport WriteBuffer
 from bytesex cimport get_be16, get_be32, get_be64
+from utf8 cimport utf8_sequence
 
 import socket
 import zlib
@@ -141,9 +142,8 @@ cdef bint find_property(const uint8_t *p, Py_ssize_t start, Py_ssize_t n, const 
 cdef bint valid_utf8(const uint8_t *p, Py_ssize_t n) noexcept nogil:
     """Well-formed UTF-8 (no overlong forms, surrogates or code points above U+10FFFF), as Arrow
     and Python's strict decoder require."""
-    cdef Py_ssize_t i = 0, k, need
+    cdef Py_ssize_t i = 0, k
     cdef uint64_t x
-    cdef uint8_t c, lo, hi
     while i < n:
         while n - i >= 8:
             memcpy(&x, p + i, 8)
@@ -152,35 +152,13 @@ cdef bint valid_utf8(const uint8_t *p, Py_ssize_t n) noexcept nogil:
             i += 8
         if i >= n:
             break
-        c = p[i]
-        if c < 0x80:
+        if p[i] < 0x80:
             i += 1
             continue
-        lo, hi = 0x80, 0xBF
-        if c < 0xC2:
+        k = utf8_sequence(p, n, i)
+        if k < 0:
             return False
-        elif c < 0xE0:
-            need = 1
-        elif c < 0xF0:
-            need = 2
-            if c == 0xE0:
-                lo = 0xA0
-            elif c == 0xED:
-                hi = 0x9F
-        elif c < 0xF5:
-            need = 3
-            if c == 0xF0:
-                lo = 0x90
-            elif c == 0xF4:
-                hi = 0x8F
-        else:
-            return False
-        if n - i <= need or p[i + 1] < lo or p[i + 1] > hi:
-            return False
-        for k in range(2, need + 1):
-            if (p[i + k] & 0xC0) != 0x80:
-                return False
-        i += need + 1
+        i += k
     return True
 
 

@@ -37,27 +37,19 @@ def split_frames(buf, Py_ssize_t start, Py_ssize_t end, Py_ssize_t max_frame=DEF
     borrow(buf, &b, False)
     cdef const uint8_t *p = b.ptr
     cdef Py_ssize_t pos = start
-    cdef int64_t length, header_len
-    cdef uint32_t word
+    cdef FrameSpan f
+    cdef FrameStatus status
     frames = []
     try:
         check_range(start, end, b.size)
         while end - pos >= 4:
-            length = <int32_t> get_be32(p + pos)
-            if length < 4:
-                raise FrameError(pos, f"length {length} is below 4")
-            if length > max_frame:
-                raise FrameError(pos, f"length {length} exceeds the limit of {max_frame} bytes")
-            if end - pos - 4 < length:
-                break  # incomplete: wait for more bytes
-            word = get_be32(p + pos + 4)
-            header_len = word & 0xFFFFFF
-            if header_len > length - 4:
-                raise FrameError(pos, f"header length {header_len} exceeds the frame length {length}")
-            if (word >> 24) > SERIALIZE_ROCKETMQ:
-                raise FrameError(pos, f"unknown serialize type {word >> 24}")
-            frames.append((word >> 24, pos + 8, header_len, pos + 8 + header_len, length - 4 - header_len))
-            pos += 4 + length
+            status = frame_at(p, pos, end, max_frame, &f)
+            if status == FRAME_INCOMPLETE:
+                break  # wait for more bytes
+            if status != FRAME_OK:
+                raise_frame_error(status, pos, &f, max_frame)
+            frames.append((f.serialize_type, f.header_start, f.header_len, f.body_start, f.body_len))
+            pos = f.next
         return frames, pos
     finally:
         give_back(&b)

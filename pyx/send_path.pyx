@@ -35,9 +35,9 @@ from broker.kernels.header cimport (HeaderField, RemotingHeader, V_BYTES, V_ESCA
                                     unescape_json)
 from broker.kernels.wbuf cimport WriteBuffer
 from bytesex cimport get_be16, get_be32
+from broker.kernels.remoting cimport FRAME_INCOMPLETE, FRAME_OK, FrameSpan, FrameStatus, frame_at, raise_frame_error
 from record cimport RECORD_MAX_PROPS_LEN, RECORD_SYSFLAG_TRANSACTION, record_length_of
 
-from broker.kernels.remoting import FrameError
 
 cdef extern from "string.h" nogil:
     void *memmem(const void *haystack, size_t hlen, const void *needle, size_t nlen)
@@ -521,7 +521,8 @@ cdef class SendPipeline:
         borrow(buf, &view, False)
         cdef const uint8_t *p = view.ptr
         cdef int64_t length
-        cdef uint32_t word
+        cdef FrameSpan f
+        cdef FrameStatus status
         cdef Py_ssize_t hl, hs, bs, bl, props_len
         cdef int st
         cdef RemotingHeader h
@@ -538,24 +539,13 @@ cdef class SendPipeline:
             if self.parked and c.parked is None:
                 raise ValueError("parked replies wanted but the connection has no ParkedReplies")
             while end - pos >= 4:
-                # the prefix, checked as remoting.split_frames checks it
-                length = <int32_t> get_be32(p + pos)
-                if length < 4:
-                    raise FrameError(pos, f"length {length} is below 4")
-                if length > self.max_frame:
-                    raise FrameError(pos, f"length {length} exceeds the limit of {self.max_frame} bytes")
-                if end - pos - 4 < length:
+                status = frame_at(p, pos, end, self.max_frame, &f)
+                if status == FRAME_INCOMPLETE:
                     break
-                word = get_be32(p + pos + 4)
-                hl = word & 0xFFFFFF
-                if hl > length - 4:
-                    raise FrameError(pos, f"header length {hl} exceeds the frame length {length}")
-                st = word >> 24
-                if st > 1:
-                    raise FrameError(pos, f"unknown serialize type {st}")
-                hs = pos + 8
-                bs = hs + hl
-                bl = length - 4 - hl
+                if status != FRAME_OK:
+                    raise_frame_error(status, pos, &f, self.max_frame)
+                length, st = f.length, f.serialize_type
+                hs, hl, bs, bl = f.header_start, f.header_len, f.body_start, f.body_len
                 if not self.enabled:
                     return self._slow(c, st, hs, hl, bs, bl, pos + 4 + length), pos
                 if st == 0:
