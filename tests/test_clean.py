@@ -280,19 +280,29 @@ def test_a_running_store_refuses_puts_while_the_disk_is_flagged_full(tmp_path):
     asyncio.run(main())
 
 
-def test_a_consume_queue_that_cannot_be_made_holds_dispatch_refuses_writes_and_resumes(small_fs):
+@pytest.mark.parametrize("cq_flush_ms", [1000, 50])
+def test_a_consume_queue_that_cannot_be_made_holds_dispatch_refuses_writes_and_resumes(small_fs, cq_flush_ms):
     """The disk fills up just before a new queue's first consume-queue file is made (6 MB of
     warm-up, ENOSPC), while usage stays under diskSpaceWarningLevelRatio. The reput service must
     not die on it: restarted, it met the same error at once, and its tracebacks filled the
     disk the log was on (the flaky disk-full fault cell). It holds instead; the broker refuses
     writes naming why; no half-made file keeps the space; once space is back the queue is
-    built, writes are accepted again and every message taken before is readable."""
+    built, writes are accepted again and every message taken before is readable.
+
+    With a hold longer than flushIntervalConsumeQueue (50 ms here), the pass that got through
+    also flushed the queues and the reput then slept for the writer's next wake before clearing
+    the hold; the broker, refusing writes until then, never woke it (the disk-full cell's
+    second round timing out on 'sends before the fault')."""
     async def main():
         cfg = MessageStoreConfig(storePathRootDir=str(small_fs / "s"), mappedFileSizeCommitLog=SEG,
-                                 cleanResourceInterval=100, cleanFileForciblyEnable=False)
+                                 cleanResourceInterval=100, cleanFileForciblyEnable=False,
+                                 flushIntervalConsumeQueue=cq_flush_ms)
         async with MessageStore(cfg) as s:
             first = await s.put("A", 0, b"a")
             await s.wait_dispatched(first.end_offset, 10)
+            ahead = s.commit_log.queue._ahead
+            if ahead is not None:  # the segment made ahead (1 MiB) takes its room before the ballast:
+                ahead.join()       # made after it, usage would pass diskSpaceWarningLevelRatio
             st = os.statvfs(small_fs)
             with open(small_fs / "ballast", "wb") as f:  # leave 5 MiB: less than one 6 MB file
                 f.write(b"\0" * (st.f_bavail * st.f_frsize - (5 << 20)))

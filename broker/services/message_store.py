@@ -580,7 +580,7 @@ class MessageStore:
         out = {"min": t.load(Slot.MIN_OFFSET), "wrote": t.load(Slot.WROTE), "flushed": t.load(Slot.FLUSHED),
                "dispatched": t.load(Slot.DISPATCHED)}
         out.update(disk_usage=t.load(Slot.DISK_USAGE) / 1e6, disk_full=t.load(Slot.DISK_FULL),
-                   deleted_files=t.load(Slot.DELETED_FILES))
+                   dispatch_blocked=t.load(Slot.DISPATCH_BLOCKED), deleted_files=t.load(Slot.DELETED_FILES))
         if self.is_slave:
             out.update(received=t.load(Slot.HA_RECEIVED), linked=t.load(Slot.HA_LINK))
         else:

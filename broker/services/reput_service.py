@@ -195,10 +195,6 @@ class ReputService:
                     if flushed_at != dispatched and time.monotonic() - last_flush >= interval:
                         self.flush_queues(dispatched)
                         flushed_at, last_flush = dispatched, time.monotonic()
-                    # one pass per wake: new records found right after a pass wait for the writer's
-                    # next wake (within a millisecond) and go in the same pass as what follows them
-                    timeout = interval if flushed_at != dispatched else -1
-                    t.wait_change(Slot.REPUT_WAKE, gen, timeout)
                 except OSError as e:
                     # entries are idempotent: the batch that failed is written again from the
                     # last published offset
@@ -206,7 +202,13 @@ class ReputService:
                     self._blocked(e)
                     continue
                 if self._retry_wait:
+                    # Before sleeping: the broker refuses writes while the hold stands, so no
+                    # writer's wake would come to end a sleep taken with it still set.
                     self._unblocked()
+                # one pass per wake: new records found right after a pass wait for the writer's
+                # next wake (within a millisecond) and go in the same pass as what follows them
+                timeout = interval if flushed_at != dispatched else -1
+                t.wait_change(Slot.REPUT_WAKE, gen, timeout)
 
         def final() -> None:
             if not loaded:  # stopped while loading: nothing of ours to finish

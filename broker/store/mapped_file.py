@@ -28,6 +28,16 @@ WARM_CHUNK_ASYNC_FLUSH = 2 << 20
 def create_segment_file(path: str, size: int, warm: bool = True, warm_chunk: int = WARM_CHUNK_ASYNC_FLUSH) -> None:
     """Create a full-size segment atomically: a temp file is sized, warmed (zeros written), fsynced
     and renamed, so a crash never leaves a short or half-made segment under its final name."""
+    # Asked before a byte is written: a segment that cannot fit fails at once, naming the room it
+    # lacks, instead of filling the disk to the brim and freeing it again. Each such try moved the
+    # disk usage the cleaner publishes, which is what wakes the reput to try again: on a full
+    # disk the reput cycled through 6 MB consume-queue files, and the cleaner, catching the disk
+    # full mid-try, flapped the broker's DISK_FULL.
+    st = os.statvfs(os.path.dirname(path) or ".")
+    free = st.f_bavail * st.f_frsize
+    if free < size:
+        raise OSError(errno.ENOSPC, f"No space left on device (creating a {size}-byte segment, {free} bytes free)",
+                      path)
     tmp = path + ".tmp"
     fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
