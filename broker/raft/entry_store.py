@@ -1,0 +1,314 @@
+"""DLedgerEntryStore: one member's Raft log on disk, in DLedger 0.3.1.2's format
+(DLedgerMmapFileStore), so DLedger's own tools read our files and we read theirs.
+
+    dledger-<selfId>/data/<20-digit start offset>    entries (entry_format), mappedFileSizeForEntryData each
+    dledger-<selfId>/index/<20-digit start offset>   32-byte index entries, entry i at i × 32
+    dledger-<selfId>/checkpoint                      endIndex, committedIndex (entry_checkpoint)
+
+Later steps replicate these entries between brokers and make each RocketMQ commit-log record the
+body of one entry (its physical offset is then the entry's pos + 48).
+
+What this adds to DLedger's store, and why:
+- The layout is a function of the sequence of entries alone: an entry goes right after the
+  previous one if it leaves 8 bytes in the file, else after a blank at the start of the next file;
+  a truncation or a recovered crash puts the end right after the last kept entry (never after a
+  blank), so every replica places entry i at the same position, which a follower checks against
+  the position the leader sent (`append_at(..., pos=)`).
+- Truncation is durable when it returns (the dropped bytes zeroed and written back, later files
+  deleted and the directory synced): a follower that rejoins with an uncommitted tail drops it on
+  disk before it acknowledges anything. DLedger only moves its write position, leaving the dropped
+  entries' bytes in the file after the new end, where a later recovery may read them back.
+- Recovery refuses to open a log whose entries at or below the checkpoint's committedIndex do not
+  verify (CorruptStoreError), instead of cutting them off like a torn tail (entry_recovery).
+- Entries carry a body CRC (entry_format), which recovery checks.
+
+Not thread-safe: one writer (the member's event loop) calls everything; the only other thread is
+the file list's, creating the next file ahead. One process opens a store at a time (DLedger keeps no
+lock; the broker's lock on the store root, paths.lock_file, covers this folder). An Entry's body is a read-only view over the map,
+valid until its entry is truncated away. Recovery reads entries in Python (about a microsecond or
+few each): a kernel can take it over if start-up time over full 1 GiB files asks for it.
+"""
+from __future__ import annotations
+
+import logging
+import os
+
+from broker.raft.entry_checkpoint import load_checkpoint, persist_checkpoint
+from broker.raft.entry_files import EntryFileList
+from broker.raft.entry_format import (BLANK, BLANK_MAGIC, DEFAULT_DATA_FILE_SIZE, DEFAULT_INDEX_FILE_SIZE, HEADER,
+                                      HEADER_SIZE, INDEX, INDEX_UNIT_SIZE, MAGIC_1, MIN_BLANK_LEN, Entry, body_crc,
+                                      byte_view)
+from broker.raft.entry_recovery import RecoveredLog, recover
+from broker.raft.errors import (EntryTooLarge, InconsistentIndex, InconsistentPos, IndexOutOfRange, StoreClosed,
+                                TermRegression, TruncateCommitted)
+from broker.store import paths
+from broker.store.errors import CorruptStoreError, StoreConfigError
+
+log = logging.getLogger("raft")
+
+DATA_DIR = "data"
+INDEX_DIR = "index"
+JAVA_INT_MAX = (1 << 31) - 1  # DLedger's file sizes are Java ints
+
+
+def _check_sizes(data_file_size: int, index_file_size: int) -> None:
+    if not HEADER_SIZE + MIN_BLANK_LEN <= data_file_size <= JAVA_INT_MAX:
+        raise StoreConfigError("mappedFileSizeForEntryData",
+                               f"{data_file_size} is not between {HEADER_SIZE + MIN_BLANK_LEN} and {JAVA_INT_MAX}")
+    if not INDEX_UNIT_SIZE <= index_file_size <= JAVA_INT_MAX or index_file_size % INDEX_UNIT_SIZE:
+        raise StoreConfigError("mappedFileSizeForEntryIndex", f"{index_file_size} is not a positive multiple "
+                                                              f"of {INDEX_UNIT_SIZE} up to {JAVA_INT_MAX}")
+
+
+class DLedgerEntryStore:
+    def __init__(self, directory: str, data_file_size: int = DEFAULT_DATA_FILE_SIZE,
+                 index_file_size: int = DEFAULT_INDEX_FILE_SIZE, warm: bool = True):
+        _check_sizes(data_file_size, index_file_size)
+        self.dir = str(directory)
+        os.makedirs(self.dir, exist_ok=True)
+        self.data = EntryFileList(os.path.join(self.dir, DATA_DIR), data_file_size, warm)
+        self.index = EntryFileList(os.path.join(self.dir, INDEX_DIR), index_file_size, warm)
+        self.closed = False
+        try:
+            self.data.load()
+            self.index.load()
+            ckpt = load_checkpoint(self.dir)
+            self.recovered: RecoveredLog = recover(self.data, self.index, ckpt.committed_index if ckpt else -1)
+        except BaseException:
+            self.data.close()
+            self.index.close()
+            raise
+        r = self.recovered
+        self._begin = r.begin_index
+        self._end_index = r.end_index
+        self._end_term = r.end_term
+        self._wrote = r.end_pos                      # data position of the next entry (or its blank)
+        self._index_end = (r.end_index + 1) * INDEX_UNIT_SIZE if r.end_index >= 0 else 0
+        self._data_flushed = self._wrote             # recovery wrote back everything it kept
+        self._index_flushed = self._index_end
+        self._committed = -1
+        self._committed_pos = -1
+        if ckpt is not None and ckpt.committed_index >= 0:
+            self.update_committed_index(ckpt.committed_index)
+        # the files the next appends go to, made in the background rather than on the first append
+        self.data.prepare_ahead()
+        self.index.prepare_ahead()
+
+    @classmethod
+    def open(cls, store_root: str, self_id: str, **kw) -> "DLedgerEntryStore":
+        """The store of member `self_id` under a RocketMQ store root (DLedger's storeBaseDir)."""
+        return cls(paths.dledger_dir(store_root, self_id), **kw)
+
+    # -- state -----------------------------------------------------------------------------------
+    @property
+    def ledger_begin_index(self) -> int:
+        return self._begin
+
+    @property
+    def ledger_end_index(self) -> int:
+        return self._end_index
+
+    @property
+    def ledger_end_term(self) -> int:
+        return self._end_term
+
+    @property
+    def committed_index(self) -> int:
+        return self._committed
+
+    @property
+    def committed_pos(self) -> int:
+        """The data position right after the last committed entry (DLedger's committedPos: what
+        RocketMQ's DLedgerCommitLog reports as its max offset)."""
+        return self._committed_pos
+
+    @property
+    def write_pos(self) -> int:
+        return self._wrote
+
+    @property
+    def flushed_pos(self) -> int:
+        return self._data_flushed
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise StoreClosed(self.dir)
+
+    # -- appends ---------------------------------------------------------------------------------
+    def append(self, term: int, body) -> tuple[int, int]:
+        """The leader's append (appendAsLeader): the entry takes the next index. Returns (index,
+        pos); the body starts at pos + 48. Not durable until flush()."""
+        index = self._end_index + 1
+        return index, self._append(index, term, body, None)
+
+    def append_at(self, index: int, term: int, body, pos: int | None = None) -> int:
+        """A follower's append (appendAsFollower) of the entry the leader sent: it must be the next
+        index (InconsistentIndex) and, when the leader's `pos` is given, land at the same position
+        (InconsistentPos). Returns the position."""
+        if index != self._end_index + 1:
+            self._check_open()
+            raise InconsistentIndex(self._end_index + 1, index)
+        return self._append(index, term, body, pos)
+
+    def _append(self, index: int, term: int, body, expect_pos: int | None) -> int:
+        self._check_open()
+        view = byte_view(body)
+        size = HEADER_SIZE + len(view)
+        file_size = self.data.file_size
+        if size + MIN_BLANK_LEN > file_size:
+            raise EntryTooLarge(size, file_size)
+        if term < self._end_term:
+            raise TermRegression(index, term, self._end_term)
+        wrote = self._wrote
+        room = file_size - wrote % file_size  # files start at multiples of their size
+        # an entry always leaves room for a blank after it, so `room` is never 0 here
+        pos = wrote if size + MIN_BLANK_LEN <= room else wrote + room
+        if expect_pos is not None and expect_pos != pos:
+            raise InconsistentPos(index, pos, expect_pos)
+        # the files first: if one cannot be made (a full disk), nothing has been written
+        mf = self.data.file_for_write(pos)
+        off = index * INDEX_UNIT_SIZE
+        imf = self.index.file_for_write(off)
+        if pos != wrote:
+            prev = self.data.find(wrote)
+            rel = wrote - prev.base
+            BLANK.pack_into(prev.mv, rel, BLANK_MAGIC, room)
+            prev.mm[rel + MIN_BLANK_LEN:] = 0  # as DLedger writes it (zero already: nothing follows the end)
+        rel = pos - mf.base
+        mv = mf.mv
+        HEADER.pack_into(mv, rel, MAGIC_1, size, index, term, pos, 0, 0, body_crc(view), len(view))
+        mv[rel + HEADER_SIZE:rel + size] = view  # the one copy of the body
+        INDEX.pack_into(imf.mv, off - imf.base, MAGIC_1, pos, size, index, term)
+        self._wrote = pos + size
+        self._index_end = off + INDEX_UNIT_SIZE
+        self._end_index = index
+        self._end_term = term
+        if self._begin < 0:
+            self._begin = index
+        return pos
+
+    # -- reads -----------------------------------------------------------------------------------
+    def _index_entry(self, index: int) -> tuple[int, int, int, int, int]:
+        self._check_open()
+        if index < 0 or index < self._begin or index > self._end_index:
+            raise IndexOutOfRange(index, self._begin, self._end_index)
+        off = index * INDEX_UNIT_SIZE
+        imf = self.index.find(off)
+        if imf is None:
+            raise CorruptStoreError(self.index.directory, off, f"no index file holds entry {index}")
+        return INDEX.unpack_from(imf.mv, off - imf.base)
+
+    def position(self, index: int) -> tuple[int, int]:
+        """(pos, size) of entry `index`, from the index alone."""
+        _, pos, size, _, _ = self._index_entry(index)
+        return pos, size
+
+    def entry_term(self, index: int) -> int:
+        return self._index_entry(index)[4]
+
+    def get(self, index: int) -> Entry:
+        """Entry `index` with its body as a view over the map (no copy). IndexOutOfRange outside
+        [ledger_begin_index, ledger_end_index]."""
+        _, pos, size, _, _ = self._index_entry(index)
+        mf = self.data.find(pos)
+        if mf is None:
+            raise CorruptStoreError(self.data.directory, pos, f"no data file holds entry {index}")
+        rel = pos - mf.base
+        _, hsize, hindex, term, hpos, _, _, _, _ = HEADER.unpack_from(mf.mv, rel)
+        if (hsize, hindex, hpos) != (size, index, pos):
+            raise CorruptStoreError(mf.path, pos, f"entry {index}: the data header (size {hsize}, index {hindex}, "
+                                                  f"pos {hpos}) disagrees with the index (size {size}, pos {pos})")
+        return Entry(index, term, pos, size, mf.mv[rel + HEADER_SIZE:rel + size].toreadonly())
+
+    # -- truncation ------------------------------------------------------------------------------
+    def truncate(self, from_index: int) -> None:
+        """Drop every entry >= from_index, durably before returning: the dropped bytes of data and
+        index are zeroed and written back, later files deleted and their directories synced, the
+        entries kept flushed, and the checkpoint rewritten with the new endIndex. The log then ends
+        right after entry from_index - 1, where the leader's entry from_index will go."""
+        self._check_open()
+        if from_index == self._end_index + 1:
+            return
+        if from_index <= self._committed:
+            raise TruncateCommitted(from_index, self._committed)
+        if from_index < 0 or from_index < self._begin or from_index > self._end_index:
+            raise IndexOutOfRange(from_index, self._begin, self._end_index)
+        if from_index > self._begin:
+            prev_pos, prev_size = self.position(from_index - 1)
+            cut = prev_pos + prev_size
+            end_term = self.entry_term(from_index - 1)
+        else:
+            cut = self.position(from_index)[0]
+            end_term = -1
+        index_cut = from_index * INDEX_UNIT_SIZE
+        # zero what is dropped from the file holding the cut (up to the old end, or the file's end,
+        # blank included), then delete the later files: a crash in between leaves a log ending here
+        self.data.zero(cut, self._wrote)
+        self.data.drop_after(cut)
+        self.index.zero(index_cut, self._index_end)
+        self.index.drop_after(index_cut)
+        log.info("dledger truncate: entries [%d, %d] dropped, the log ends at %d", from_index, self._end_index, cut)
+        self._wrote = cut
+        self._index_end = index_cut
+        self._end_index = from_index - 1
+        self._end_term = end_term
+        if from_index == self._begin:
+            self._begin = -1
+        self._data_flushed = min(self._data_flushed, cut)
+        self._index_flushed = min(self._index_flushed, index_cut)
+        self.persist_checkpoint()
+
+    # -- durability ------------------------------------------------------------------------------
+    def flush(self) -> None:
+        """Write back every entry appended so far, data then index (msync of the dirty ranges)."""
+        self._check_open()
+        self.data.flush_range(self._data_flushed, self._wrote)
+        self._data_flushed = self._wrote
+        self.index.flush_range(self._index_flushed, self._index_end)
+        self._index_flushed = self._index_end
+
+    def settle(self) -> None:
+        """Wait for the files being prepared ahead (tests look at the directories after it)."""
+        self.data.settle()
+        self.index.settle()
+
+    def update_committed_index(self, index: int) -> int:
+        """Move committedIndex forward (DLedger's updateCommittedIndex: never backwards, never below
+        the log's begin, clamped to its end); returns the committed index."""
+        self._check_open()
+        if index < 0 or self._end_index < 0 or index <= self._committed:
+            return self._committed
+        if index < self._begin:
+            log.warning("dledger: committedIndex %d below the log begin %d ignored", index, self._begin)
+            return self._committed
+        index = min(index, self._end_index)
+        pos, size = self.position(index)
+        self._committed = index
+        self._committed_pos = pos + size
+        return index
+
+    def persist_checkpoint(self) -> None:
+        """Flush the entries, then write the checkpoint: a committedIndex on disk never names an
+        entry that is not on disk (recovery relies on it to tell corruption from a torn tail)."""
+        self.flush()
+        persist_checkpoint(self.dir, self._end_index, self._committed)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        try:
+            self.persist_checkpoint()
+        finally:
+            self.closed = True
+            self.data.close()
+            self.index.close()
+
+    def __enter__(self) -> "DLedgerEntryStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"DLedgerEntryStore({self.dir!r}, entries [{self._begin}, {self._end_index}], "
+                f"term {self._end_term}, committed {self._committed})")

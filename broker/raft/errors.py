@@ -1,0 +1,100 @@
+"""Typed errors of DLedger's entry store.
+
+Each carries the DLedgerResponseCode DLedger answers with in the same situation (`code`), so the
+replication step can turn a refused append into the peer's reply without a table of its own, and
+a message that names what the operator or the caller needs: the index, the position, the file.
+Corruption of durable data is not one of these: it is `broker.store.errors.CorruptStoreError`
+(path, offset, reason), as everywhere else in the store, and stops the store from opening.
+"""
+from __future__ import annotations
+
+from broker.raft.protocol import ResponseCode
+from broker.store.errors import StoreError
+
+
+class EntryStoreError(StoreError):
+    """Base of the entry store's refusals: the log is unchanged when one is raised."""
+
+    code = ResponseCode.INTERNAL_ERROR
+
+
+class InconsistentIndex(EntryStoreError):
+    """A follower was handed an entry that is not the next one of its log (appendAsFollower)."""
+
+    code = ResponseCode.INCONSISTENT_INDEX
+
+    def __init__(self, expected: int, got: int):
+        super().__init__(f"entry index {got} is not the next index {expected} of the log")
+        self.expected = expected
+        self.got = got
+
+
+class InconsistentPos(EntryStoreError):
+    """The leader placed the entry at another position than this log would: the two logs' data
+    files disagree (different file sizes, or a diverged layout). DLedger reports DISK_ERROR."""
+
+    code = ResponseCode.DISK_ERROR
+
+    def __init__(self, index: int, expected: int, got: int):
+        super().__init__(f"entry {index} lands at position {expected} here, the leader has it at {got}")
+        self.index = index
+        self.expected = expected
+        self.got = got
+
+
+class TermRegression(EntryStoreError):
+    """An entry whose term is below the last entry's: recovery rejects such a log, so it is never
+    written (terms never decrease along a Raft log)."""
+
+    code = ResponseCode.INCONSISTENT_TERM
+
+    def __init__(self, index: int, term: int, end_term: int):
+        super().__init__(f"entry {index} of term {term} after an entry of term {end_term}")
+        self.index = index
+        self.term = term
+        self.end_term = end_term
+
+
+class IndexOutOfRange(EntryStoreError):
+    """A read of an index the log does not hold (below its begin or past its end)."""
+
+    def __init__(self, index: int, begin: int, end: int):
+        below = 0 <= index < begin
+        super().__init__(f"index {index} is {'below the log begin' if below else 'outside the log'} "
+                         f"[{begin}, {end}]")
+        self.code = ResponseCode.INDEX_LESS_THAN_LOCAL_BEGIN if below else ResponseCode.INDEX_OUT_OF_RANGE
+        self.index = index
+        self.begin = begin
+        self.end = end
+
+
+class TruncateCommitted(EntryStoreError):
+    """A truncation that would drop a committed entry: Raft never takes one back."""
+
+    code = ResponseCode.INCONSISTENT_STATE
+
+    def __init__(self, from_index: int, committed: int):
+        super().__init__(f"truncating from index {from_index} would drop committed entries "
+                         f"(committedIndex {committed})")
+        self.from_index = from_index
+        self.committed = committed
+
+
+class EntryTooLarge(EntryStoreError):
+    """An entry that cannot fit a data file even alone (it and the 8-byte blank minimum)."""
+
+    code = ResponseCode.UNEXPECTED_ARGUMENT
+
+    def __init__(self, size: int, file_size: int):
+        super().__init__(f"an entry of {size} bytes does not fit a {file_size}-byte data file "
+                         f"(mappedFileSizeForEntryData) with its 8-byte end-of-file blank")
+        self.size = size
+        self.file_size = file_size
+
+
+class StoreClosed(EntryStoreError):
+    code = ResponseCode.DISK_ERROR
+
+    def __init__(self, path: str):
+        super().__init__(f"the entry store in {path} is closed")
+        self.path = path
