@@ -389,3 +389,18 @@ def test_bad_requests_are_refused_and_never_move_the_term(tmp_path):
             conn.close()
             await m.server.close()
     asyncio.run(main())
+
+
+def test_broker_conf_checks_dledger_keys_and_refuses_the_mode_until_it_is_served():
+    from broker.remoting.broker_config import load_broker_config
+    keys = {"brokerName": "RaftNode00", "enableDLegerCommitLog": "true", "dLegerGroup": "RaftNode00",
+            "dLegerPeers": PEERS3, "dLegerSelfId": "n0"}
+    with pytest.raises(StoreConfigError) as e:
+        load_broker_config({**keys, "dLegerPeers": "n0-127.0.0.1:40911"})
+    assert e.value.key == "dLegerPeers"
+    with pytest.raises(StoreConfigError) as e:
+        load_broker_config(keys)
+    assert e.value.key == "enableDLegerCommitLog" and "not served" in str(e.value)
+    # off, its keys are known (not reported as unknown) and change nothing
+    _, _, unknown = load_broker_config({**keys, "enableDLegerCommitLog": "false", "heartBeatTimeIntervalMs": "500"})
+    assert unknown == []
