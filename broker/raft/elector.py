@@ -301,23 +301,25 @@ class LeaderElector:
         pending = set(calls.values())
         peer_of = {t: p for p, t in calls.items()}
         deadline = self.now_ms() + timeout_ms
-        while pending and not done():
-            left = (deadline - self.now_ms()) / 1000.0
-            if left <= 0:
-                break
-            finished, pending = await asyncio.wait(pending, timeout=left, return_when=asyncio.FIRST_COMPLETED)
-            for t in finished:
-                try:
-                    res = t.result()
-                except asyncio.CancelledError:
-                    res = None
-                except Exception as e:
-                    log.debug("[%s] no answer from %s: %s", self.state.self_id, peer_of[t], e)
-                    res = None
-                count(peer_of[t], res)
-        for t in pending:
-            self._stray.add(t)
-            t.add_done_callback(self._stray_done)
+        try:
+            while pending and not done():
+                left = (deadline - self.now_ms()) / 1000.0
+                if left <= 0:
+                    break
+                finished, pending = await asyncio.wait(pending, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+                for t in finished:
+                    try:
+                        res = t.result()
+                    except asyncio.CancelledError:
+                        res = None
+                    except Exception as e:
+                        log.debug("[%s] no answer from %s: %s", self.state.self_id, peer_of[t], e)
+                        res = None
+                    count(peer_of[t], res)
+        finally:  # also when stop() cancels the round: every call still out is kept and its end retrieved
+            for t in pending:
+                self._stray.add(t)
+                t.add_done_callback(self._stray_done)
 
     def _stray_done(self, t: asyncio.Task) -> None:
         self._stray.discard(t)

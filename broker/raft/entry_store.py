@@ -5,8 +5,11 @@
     dledger-<selfId>/index/<20-digit start offset>   32-byte index entries, entry i at i × 32
     dledger-<selfId>/checkpoint                      endIndex, committedIndex (entry_checkpoint)
 
-Later steps replicate these entries between brokers and make each RocketMQ commit-log record the
-body of one entry (its physical offset is then the entry's pos + 48).
+Replication (broker.raft.entry_pusher / entry_handler) reads what a leader sends with `entry_span`
+(views of the maps, no copy) and what leader and follower compare with `entry_header`; a follower
+writes with `append_at(..., pos=, crc=)`, taking the leader's position and body CRC. A later step
+makes each RocketMQ commit-log record the body of one entry (its physical offset is then the
+entry's pos + 48).
 
 What this adds to DLedger's store, and why:
 - The layout is a function of the sequence of entries alone: an entry goes right after the
@@ -32,12 +35,13 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import NamedTuple
 
 from broker.raft.entry_checkpoint import load_checkpoint, persist_checkpoint
 from broker.raft.entry_files import EntryFileList
 from broker.raft.entry_format import (BLANK, BLANK_MAGIC, DEFAULT_DATA_FILE_SIZE, DEFAULT_INDEX_FILE_SIZE, HEADER,
-                                      HEADER_SIZE, INDEX, INDEX_UNIT_SIZE, MAGIC_1, MIN_BLANK_LEN, Entry, body_crc,
-                                      byte_view)
+                                      HEADER_SIZE, INDEX, INDEX_UNIT_SIZE, MAGIC_1, MIN_BLANK_LEN, Entry, Header,
+                                      body_crc, byte_view)
 from broker.raft.entry_recovery import RecoveredLog, recover
 from broker.raft.errors import (EntryTooLarge, InconsistentIndex, InconsistentPos, IndexOutOfRange, StoreClosed,
                                 TermRegression, TruncateCommitted)
@@ -49,6 +53,21 @@ log = logging.getLogger("raft")
 DATA_DIR = "data"
 INDEX_DIR = "index"
 JAVA_INT_MAX = (1 << 31) - 1  # DLedger's file sizes are Java ints
+
+
+class EntrySpan(NamedTuple):
+    """Consecutive entries as they lie in the data files, for a push to a follower: `views` are
+    read-only views of the maps holding headers and bodies (no copy), one per run of entries
+    contiguous in one file (a blank closing a file splits the runs and is not included)."""
+    first: int
+    count: int
+    pos: int            # the first entry's position
+    nbytes: int         # the total of the views
+    views: list
+
+    @property
+    def last(self) -> int:
+        return self.first + self.count - 1
 
 
 def _check_sizes(data_file_size: int, index_file_size: int) -> None:
@@ -141,16 +160,21 @@ class DLedgerEntryStore:
         index = self._end_index + 1
         return index, self._append(index, term, body, None)
 
-    def append_at(self, index: int, term: int, body, pos: int | None = None) -> int:
+    def append_at(self, index: int, term: int, body, pos: int | None = None, crc: int | None = None) -> int:
         """A follower's append (appendAsFollower) of the entry the leader sent: it must be the next
         index (InconsistentIndex) and, when the leader's `pos` is given, land at the same position
-        (InconsistentPos). Returns the position."""
+        (InconsistentPos). Returns the position.
+
+        `crc` is the bodyCrc of the leader's header, which the caller has checked against the body
+        (0: the leader's entry carries none, as DLedger writes it): it is written as given, so the
+        follower's header is the leader's byte for byte and the body's CRC is computed once per
+        replica. None computes it here."""
         if index != self._end_index + 1:
             self._check_open()
             raise InconsistentIndex(self._end_index + 1, index)
-        return self._append(index, term, body, pos)
+        return self._append(index, term, body, pos, crc)
 
-    def _append(self, index: int, term: int, body, expect_pos: int | None) -> int:
+    def _append(self, index: int, term: int, body, expect_pos: int | None, crc: int | None = None) -> int:
         self._check_open()
         view = byte_view(body)
         size = HEADER_SIZE + len(view)
@@ -176,7 +200,8 @@ class DLedgerEntryStore:
             prev.mm[rel + MIN_BLANK_LEN:] = 0  # as DLedger writes it (zero already: nothing follows the end)
         rel = pos - mf.base
         mv = mf.mv
-        HEADER.pack_into(mv, rel, MAGIC_1, size, index, term, pos, 0, 0, body_crc(view), len(view))
+        HEADER.pack_into(mv, rel, MAGIC_1, size, index, term, pos, 0, 0, body_crc(view) if crc is None else crc,
+                         len(view))
         mv[rel + HEADER_SIZE:rel + size] = view  # the one copy of the body
         INDEX.pack_into(imf.mv, off - imf.base, MAGIC_1, pos, size, index, term)
         self._wrote = pos + size
@@ -219,6 +244,50 @@ class DLedgerEntryStore:
             raise CorruptStoreError(mf.path, pos, f"entry {index}: the data header (size {hsize}, index {hindex}, "
                                                   f"pos {hpos}) disagrees with the index (size {size}, pos {pos})")
         return Entry(index, term, pos, size, mf.mv[rel + HEADER_SIZE:rel + size].toreadonly())
+
+    def _data_file(self, pos: int, index: int):
+        mf = self.data.find(pos)
+        if mf is None:
+            raise CorruptStoreError(self.data.directory, pos, f"no data file holds entry {index}")
+        return mf
+
+    def entry_header(self, index: int) -> Header:
+        """The data header of entry `index` (what a leader and a follower compare: equal headers
+        mean the same index, term, position, size and body CRC)."""
+        pos, _ = self.position(index)
+        mf = self._data_file(pos, index)
+        return Header._make(HEADER.unpack_from(mf.mv, pos - mf.base))
+
+    def header_view(self, index: int) -> memoryview:
+        """The 48 header bytes of entry `index`, as a read-only view of the map."""
+        pos, _ = self.position(index)
+        return self._data_file(pos, index).view(pos, pos + HEADER_SIZE).toreadonly()
+
+    def entry_span(self, first: int, max_count: int, max_bytes: int) -> EntrySpan:
+        """Entries from `first` on, as stored (header and body), for replication: at least one
+        entry, then as many as keep within `max_count` entries and `max_bytes` bytes. The views are
+        of the maps, so a leader hands its followers the bytes its own log holds without copying
+        them; they stay valid until the entries are truncated away (then they read zeros)."""
+        end = min(self._end_index, first + max_count - 1)
+        pos, size = self.position(first)
+        views = []
+        run_mf = self._data_file(pos, first)
+        run_start, run_end = pos, pos + size
+        nbytes = size
+        i = first + 1
+        while i <= end:
+            p, s = self.position(i)
+            if nbytes + s > max_bytes:
+                break
+            if p != run_end:  # the entry opens the next file, after a blank
+                views.append(run_mf.view(run_start, run_end).toreadonly())
+                run_mf = self._data_file(p, i)
+                run_start = p
+            run_end = p + s
+            nbytes += s
+            i += 1
+        views.append(run_mf.view(run_start, run_end).toreadonly())
+        return EntrySpan(first, i - first, pos, nbytes, views)
 
     # -- truncation ------------------------------------------------------------------------------
     def truncate(self, from_index: int) -> None:

@@ -9,6 +9,10 @@ elector counts as no answer.
 The server side refuses, with a log line naming the peer and nothing else changed: a body that is
 not the request's JSON (UNEXPECTED_ARGUMENT), another group's request (UNKNOWN_GROUP), a request
 addressed to another member (UNKNOWN_MEMBER), and unknown request codes.
+
+PUSH is the exception to the JSON bodies: its extFields and raw entry bytes are push_protocol's,
+and the replication's own PeerClients (one per leader, apart from the elector's so that bulk
+entries never queue ahead of a heartbeat) send it with `request`, several in flight.
 """
 from __future__ import annotations
 
@@ -21,7 +25,7 @@ from broker.raft.protocol import (HeartBeatRequest, HeartBeatResponse, ProtocolE
                                   VoteRequest, VoteResponse, decode, encode)
 from broker.remoting import codes
 from broker.remoting.command import RemotingCommand
-from broker.remoting.connection import RemotingConnection, RemotingServer, connect
+from broker.remoting.connection import Handler, RemotingConnection, RemotingServer, connect
 
 log = logging.getLogger("raft")
 
@@ -42,10 +46,15 @@ class PeerClients:
         if pending is None:  # one connect per peer at a time: a heartbeat round and a vote share it
             peer = self.config.peers[peer_id]
             pending = self._connecting[peer_id] = asyncio.ensure_future(connect(peer.host, peer.port))
-            pending.add_done_callback(lambda _f, p=peer_id: self._connecting.pop(p, None))
+            pending.add_done_callback(lambda f, p=peer_id: self._connected(p, f))
         conn = await asyncio.shield(pending)
         self._conns[peer_id] = conn
         return conn
+
+    def _connected(self, peer_id: str, f: asyncio.Future) -> None:
+        self._connecting.pop(peer_id, None)
+        if not f.cancelled():
+            f.exception()  # retrieved: every caller may have given up (cancelled) before it failed
 
     async def _call(self, peer_id: str, code: RequestCode, body: bytes, timeout: float) -> bytes:
         async def call():
@@ -66,24 +75,49 @@ class PeerClients:
     async def heartbeat(self, peer_id: str, request: HeartBeatRequest, timeout: float) -> HeartBeatResponse:
         return decode(HeartBeatResponse, await self._call(peer_id, RequestCode.HEART_BEAT, encode(request), timeout))
 
-    def drop(self, peer_id: str) -> None:
+    async def request(self, peer_id: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
+        """One request (a PUSH) and its reply, whatever the reply's code. A connected peer costs no
+        task: only connecting is bounded (asyncio.timeout: Python 3.11's wait_for, cancelled as the
+        connect fails, raises the connect's error and swallows the cancellation); the answer is
+        bounded by the connection's own timer. No answer drops the connection (the next call makes
+        a new one) and raises."""
+        conn = self._conns.get(peer_id)
+        if conn is None or conn.transport is None:
+            async with asyncio.timeout(timeout):
+                conn = await self._conn(peer_id)
+        try:
+            return await conn.request(cmd, timeout)
+        except (ConnectionError, asyncio.TimeoutError):
+            self.drop(peer_id)
+            raise
+
+    def drop(self, peer_id: str, abort: bool = False) -> None:
+        """Close the connection to a peer; `abort` discards what is still unsent (a deposed
+        leader's pushes, whose bytes are views of a log it may be about to truncate)."""
         conn = self._conns.pop(peer_id, None)
         if conn is not None:
-            conn.close()
+            if abort and conn.transport is not None:
+                conn.transport.abort()
+            else:
+                conn.close()
 
-    def close(self) -> None:
+    def close(self, abort: bool = False) -> None:
         for peer_id in list(self._conns):
-            self.drop(peer_id)
+            self.drop(peer_id, abort)
         for f in self._connecting.values():
             f.cancel()
 
 
 class ElectionServer:
-    """Answers a group's VOTE and HEART_BEAT requests on this member's peer address."""
+    """Answers a group's VOTE and HEART_BEAT requests on this member's peer address, and its PUSH
+    requests when given a `push` handler (DLedgerServer's EntryHandler.handle, which checks the
+    group and the addressee itself); without one a PUSH is not supported here."""
 
-    def __init__(self, config: DLedgerConfig, elector: LeaderElector, host: str | None = None, port: int | None = None):
+    def __init__(self, config: DLedgerConfig, elector: LeaderElector, host: str | None = None, port: int | None = None,
+                 push: Handler | None = None):
         self.config = config
         self.elector = elector
+        self.push = push
         me = config.self_peer
         self.server = RemotingServer(self.handle, host or me.host, me.port if port is None else port)
 
@@ -108,6 +142,8 @@ class ElectionServer:
             typ, answer_type, handler = VoteRequest, VoteResponse, self.elector.handle_vote
         elif code is RequestCode.HEART_BEAT:
             typ, answer_type, handler = HeartBeatRequest, HeartBeatResponse, self.elector.handle_heartbeat
+        elif code is RequestCode.PUSH and self.push is not None:
+            return self.push(cmd, conn)
         else:
             return cmd.response(codes.REQUEST_CODE_NOT_SUPPORTED, remark=f"DLedger request {code.name} not served here")
         me = self.config.dLegerSelfId

@@ -1,0 +1,216 @@
+"""EntryHandler: a follower's side of replication (DLedger's EntryHandler), one PUSH at a time.
+
+DLedger queues pushes and applies them in index order in a thread. Here each push is applied
+synchronously in the remoting handler, on the loop that owns the store: frames of one connection
+are handled in the order they arrived, so a leader's pipelined pushes are applied in its order
+with no queue, and the entry bodies are appended straight from the read buffer (valid only during
+the call: nothing here awaits).
+
+Order of the checks, so that a bad push changes nothing:
+1. The push itself (extFields, every entry header, body CRCs): malformed -> UNEXPECTED_ARGUMENT,
+   with a log line naming the peer. Nothing has been looked at in the member's state yet.
+2. Group and addressee (UNKNOWN_GROUP, UNKNOWN_MEMBER), as ElectionServer checks them.
+3. The leader and its term, by the heartbeat rule (LeaderElector.handle_heartbeat: a push is a
+   heartbeat, as Raft's AppendEntries is): an unknown leader -> UNKNOWN_MEMBER; a lower term ->
+   EXPIRED_TERM; another leader in this term -> INCONSISTENT_LEADER; a higher term -> the member
+   takes it at its next turn (TERM_NOT_READY, the leader retries); the same term with no leader
+   known -> the member follows the sender.
+4. The push, against the log:
+   COMPARE  SUCCESS if this log holds the leader's header at `index` byte for byte (index -1:
+            always), else INCONSISTENT_STATE with localTerm, the term held there (leader skips back)
+   TRUNCATE the log must hold the leader's entry `index`; everything after it is dropped, durably
+            (DLedgerEntryStore.truncate syncs before it returns), and only then answered SUCCESS
+   APPEND   entries must continue this log: the entry before the first has the leader's prevTerm
+            (Raft's consistency check), an entry already held must be identical, the others go
+            through append_at with the leader's position and CRC; else INCONSISTENT_STATE, and the
+            leader compares again. APPEND never truncates: only TRUNCATE does.
+   COMMIT   the commit index, and nothing else.
+
+The commit index the leader sends is applied only up to `matched`: the last index this log is
+known, in this term and from this leader, to hold exactly as the leader does (set by COMPARE,
+TRUNCATE and APPEND). A follower with a stale uncommitted tail never marks that tail committed,
+so it can always be truncated.
+"""
+from __future__ import annotations
+
+import errno
+import logging
+from typing import Callable
+
+from broker.raft.committed import CommittedIndex
+from broker.raft.elector import LeaderElector
+from broker.raft.entry_store import DLedgerEntryStore
+from broker.raft.errors import EntryStoreError
+from broker.raft.member_state import MemberState
+from broker.raft.protocol import HeartBeatRequest, ProtocolError, ResponseCode
+from broker.raft.push_protocol import PushEntryRequest, PushEntryResponse, PushType, parse_header, split_entries
+from broker.remoting import codes
+from broker.remoting.command import RemotingCommand
+from broker.remoting.connection import RemotingConnection
+
+log = logging.getLogger("raft")
+
+
+class Refused(Exception):
+    """A push this log cannot take; answered with `code` and logged at `level`."""
+
+    def __init__(self, code: ResponseCode, why: str, local_term: int = -1, level: int = logging.INFO):
+        super().__init__(why)
+        self.code = code
+        self.local_term = local_term
+        self.level = level
+
+
+class EntryHandler:
+    def __init__(self, state: MemberState, store: DLedgerEntryStore, elector: LeaderElector,
+                 committed: CommittedIndex, on_ledger_change: Callable[[], None]):
+        self.state = state
+        self.store = store
+        self.elector = elector
+        self.committed = committed
+        self.on_ledger_change = on_ledger_change
+        self.leader: tuple[int, str] | None = None  # (term, leader id) `matched` is about
+        self.matched = -1
+
+    def handle(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+        st = self.state
+        me = st.self_id
+        req = None
+        try:
+            req = PushEntryRequest.from_ext(cmd.ext)
+            if req.type is PushType.APPEND:
+                entries = split_entries(req, cmd.body)
+                header = None
+            else:
+                entries = None
+                header = parse_header(cmd.body) if req.type in (PushType.COMPARE, PushType.TRUNCATE) else None
+                if len(cmd.body) and req.type is PushType.COMMIT:
+                    raise ProtocolError(f"a COMMIT with a {len(cmd.body)}-byte body")
+                if (header is None) != (req.index == -1) or (header is not None and header.index != req.index):
+                    raise ProtocolError(f"{req.type.value} of index {req.index} carrying the header of entry "
+                                        f"{None if header is None else header.index}")
+        except ProtocolError as e:
+            log.warning("[%s] malformed PUSH from %s refused: %s", me, conn.peer, e)
+            return self._answer(cmd, req, ResponseCode.UNEXPECTED_ARGUMENT)
+        if req.group != st.group:
+            log.warning("[%s] PUSH for group %r from %s refused: this member is in %r", me, req.group, conn.peer,
+                        st.group)
+            return self._answer(cmd, req, ResponseCode.UNKNOWN_GROUP)
+        if req.remote_id is not None and req.remote_id != me:
+            log.warning("[%s] PUSH addressed to %r from %s refused", me, req.remote_id, conn.peer)
+            return self._answer(cmd, req, ResponseCode.UNKNOWN_MEMBER)
+        if not st.is_peer(req.leader_id) or req.leader_id == me:
+            log.warning("[%s] PUSH from %s naming %r as leader refused: %s", me, conn.peer, req.leader_id,
+                        "this member's own id" if req.leader_id == me else "not a peer of this member")
+            return self._answer(cmd, req, ResponseCode.UNEXPECTED_MEMBER if req.leader_id == me
+                                else ResponseCode.UNKNOWN_MEMBER)
+        beat = self.elector.handle_heartbeat(HeartBeatRequest(group=req.group, leaderId=req.leader_id, term=req.term))
+        if beat.code != ResponseCode.SUCCESS:
+            log.info("[%s] %s of term %d from %s (%s) refused: %s in term %d", me, req.type.value, req.term,
+                     req.leader_id, conn.peer, ResponseCode.of(beat.code).name, st.term)
+            return self._answer(cmd, req, ResponseCode.of(beat.code))
+        if self.leader != (req.term, req.leader_id):
+            self.leader = (req.term, req.leader_id)
+            self.matched = -1
+        try:
+            if req.type is PushType.APPEND:
+                index = self._append(req, entries)
+            elif req.type is PushType.COMPARE:
+                index = self._compare(req, header)
+            elif req.type is PushType.TRUNCATE:
+                index = self._truncate(req, header)
+            else:
+                index = req.index
+        except Refused as e:
+            log.log(e.level, "[%s] %s of index %d from %s in term %d refused (%s): %s", me, req.type.value,
+                    req.index, req.leader_id, req.term, e.code.name, e)
+            return self._answer(cmd, req, e.code, local_term=e.local_term)
+        commit = min(req.commit_index, self.matched)
+        if commit > self.store.committed_index:
+            self.committed.advance(self.store.update_committed_index(commit))
+        return self._answer(cmd, req, ResponseCode.SUCCESS, index=index)
+
+    # -- the log ---------------------------------------------------------------------------------
+    def _holds(self, index: int, header) -> tuple[bool, int]:
+        """(whether this log holds `header` at `index`, the term it holds there or -1)."""
+        store = self.store
+        if index < 0:
+            return True, -1
+        if index > store.ledger_end_index or index < store.ledger_begin_index:
+            return False, -1
+        local = store.entry_header(index)
+        return local == header, local.term
+
+    def _compare(self, req: PushEntryRequest, header) -> int:
+        same, local_term = self._holds(req.index, header)
+        if not same:
+            raise Refused(ResponseCode.INCONSISTENT_STATE, f"this log ends at {self.store.ledger_end_index}"
+                          + (f" and holds entry {req.index} of term {local_term}" if local_term >= 0 else ""),
+                          local_term)
+        self.matched = req.index
+        return req.index
+
+    def _truncate(self, req: PushEntryRequest, header) -> int:
+        store = self.store
+        same, local_term = self._holds(req.index, header)
+        if not same:
+            raise Refused(ResponseCode.INCONSISTENT_STATE, f"entry {req.index} is not the leader's here "
+                          f"(term {local_term}, log end {store.ledger_end_index}): nothing truncated",
+                          local_term, logging.WARNING)
+        if req.index < store.ledger_end_index:
+            dropped = (req.index + 1, store.ledger_end_index)
+            try:
+                store.truncate(req.index + 1)
+            except EntryStoreError as e:  # below the committed index: never in a correct group
+                raise Refused(ResponseCode.INCONSISTENT_STATE, str(e), level=logging.ERROR) from None
+            finally:
+                self.on_ledger_change()
+            log.info("[%s] entries [%d, %d] the leader %s does not hold truncated", self.state.self_id, *dropped,
+                     req.leader_id)
+        self.matched = req.index
+        return req.index
+
+    def _append(self, req: PushEntryRequest, entries) -> int:
+        store = self.store
+        first = req.index
+        end = store.ledger_end_index
+        if first > end + 1:
+            raise Refused(ResponseCode.INCONSISTENT_STATE, f"the push starts at {first}, this log ends at {end}")
+        prev = first - 1
+        if prev >= store.ledger_begin_index and prev >= 0:
+            prev_term = store.entry_term(prev)
+            if prev_term != req.prev_term:
+                raise Refused(ResponseCode.INCONSISTENT_STATE, f"entry {prev} is of term {prev_term} here, of term "
+                              f"{req.prev_term} on the leader", prev_term)
+        appended = 0
+        try:
+            for h, body in entries:
+                if h.index <= store.ledger_end_index:
+                    if store.entry_header(h.index) != h:
+                        raise Refused(ResponseCode.INCONSISTENT_STATE, f"entry {h.index} differs from the leader's "
+                                      f"(the leader must compare and truncate)", store.entry_term(h.index))
+                    continue
+                store.append_at(h.index, h.term, body, pos=h.pos, crc=h.body_crc)
+                appended += 1
+        except EntryStoreError as e:
+            raise Refused(ResponseCode.INCONSISTENT_STATE, f"{type(e).__name__}: {e}", level=logging.WARNING) from None
+        except OSError as e:  # a data or index file that could not be made (a full disk)
+            raise Refused(ResponseCode.DISK_FULL if e.errno == errno.ENOSPC else ResponseCode.DISK_ERROR,
+                          f"the entry could not be written: {e}", level=logging.ERROR) from None
+        finally:
+            if appended:
+                self.on_ledger_change()
+        last = entries[-1][0].index
+        self.matched = last
+        return last
+
+    # -- answers ---------------------------------------------------------------------------------
+    def _answer(self, cmd: RemotingCommand, req: PushEntryRequest | None, code: ResponseCode, index: int | None = None,
+                local_term: int = -1) -> RemotingCommand:
+        st, store = self.state, self.store
+        if index is None:
+            index = req.index if req is not None else -1
+        res = PushEntryResponse(code=int(code), term=st.term, index=index, begin_index=store.ledger_begin_index,
+                                end_index=store.ledger_end_index, local_term=local_term, leader_id=st.leader_id,
+                                group=st.group)
+        return cmd.response(codes.SUCCESS, ext=res.ext())

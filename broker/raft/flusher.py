@@ -1,0 +1,70 @@
+"""EntryFlusher: writes a member's new entries back and its checkpoint out (DLedger's
+FlushDataService and its checkpoint timer), on the member's loop.
+
+DLedger acknowledges an entry once a majority has it in memory and flushes every
+flushFileInterval (10 ms); so do we: a replica killed with -9 keeps its page cache, and an
+acknowledged entry is only lost if a majority loses power within that interval. The flush waits for
+a wake-up (an append, on either side), then the interval (so one msync covers every entry of a
+burst). The checkpoint (the committed index, flushed entries first) is written every
+checkPointInterval when the committed index moved, and by the store when it closes.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from broker.raft.entry_store import DLedgerEntryStore
+
+log = logging.getLogger("raft")
+
+FLUSH_INTERVAL_MS = 10        # DLedgerConfig.flushFileInterval
+CHECKPOINT_INTERVAL_MS = 3000  # DLedgerConfig.checkPointInterval
+
+
+class EntryFlusher:
+    def __init__(self, store: DLedgerEntryStore, flush_interval_ms: int = FLUSH_INTERVAL_MS,
+                 checkpoint_interval_ms: int = CHECKPOINT_INTERVAL_MS, name: str = ""):
+        self.store = store
+        self.flush_s = flush_interval_ms / 1000.0
+        self.checkpoint_s = checkpoint_interval_ms / 1000.0
+        self.name = name
+        self._dirty = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._persisted = store.committed_index
+
+    def wake(self) -> None:
+        self._dirty.set()
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"flusher-{self.name}")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        next_checkpoint = loop.time() + self.checkpoint_s
+        while True:
+            timer = loop.call_at(next_checkpoint, self._dirty.set)
+            try:
+                await self._dirty.wait()
+            finally:
+                timer.cancel()
+            self._dirty.clear()
+            await asyncio.sleep(self.flush_s)
+            try:
+                if self.store.flushed_pos < self.store.write_pos:
+                    self.store.flush()
+                if loop.time() >= next_checkpoint:
+                    next_checkpoint = loop.time() + self.checkpoint_s
+                    if self.store.committed_index != self._persisted:
+                        self._persisted = self.store.committed_index
+                        self.store.persist_checkpoint()
+            except Exception:  # a full or failing disk: said, and tried again at the next wake-up
+                log.exception("[%s] flushing the entry store failed", self.name)
