@@ -22,6 +22,7 @@ from broker.kernels.header cimport (HeaderField, RemotingHeader, V_BYTES, V_ESCA
                                     json_ext_begin, json_ext_end, json_ext_field, json_header_begin,
                                     json_header_end, parse_json_header, parse_rocketmq_header, unescape_json)
 from broker.kernels.wbuf cimport WriteBuffer
+from ascii cimport ascii_int
 from bytesex cimport get_be32
 from broker.kernels.remoting cimport FRAME_INCOMPLETE, FRAME_OK, FrameSpan, FrameStatus, frame_at, raise_frame_error
 
@@ -57,26 +58,6 @@ for _name, _v in (("F_MSG_ID", F_MSG_ID), ("F_QUEUE_ID", F_QUEUE_ID), ("F_QUEUE_
 cdef const char *HEX = b"0123456789ABCDEF"
 cdef bytes EMPTY = b""
 
-
-cdef inline Py_ssize_t ascii_int(int64_t v, uint8_t *out) noexcept nogil:
-    """Decimal digits of v into out (room for 20); returns the length."""
-    cdef uint8_t tmp[20]
-    cdef Py_ssize_t n = 0, i = 0
-    cdef uint64_t u = (<uint64_t> 0 - <uint64_t> v) if v < 0 else <uint64_t> v
-    while True:
-        tmp[n] = <uint8_t> (48 + u % 10)
-        n += 1
-        u //= 10
-        if u == 0:
-            break
-    if v < 0:
-        out[0] = 45
-        i = 1
-    while n > 0:
-        n -= 1
-        out[i] = tmp[n]
-        i += 1
-    return i
 
 
 # -- UNIQ_KEY ------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from libc.string cimport memcmp, memcpy
 
 from broker.kernels.wbuf cimport WriteBuffer
 from bytesex cimport get_be16, get_be32, get_be64
+from ascii cimport msg_id_hex
 from utf8 cimport utf8_sequence
 
 import socket
@@ -32,7 +33,6 @@ cdef enum:
     SYSFLAG_STOREHOST_V6 = 0x20
 
 cdef uint32_t MESSAGE_MAGIC = 0xDAA320A7u
-cdef const char *HEX = b"0123456789ABCDEF"
 
 
 class PulledRecordsError(ValueError):
@@ -98,20 +98,6 @@ cdef int walk_record(const uint8_t *p, Py_ssize_t pos, Py_ssize_t end, RecordSpa
         return _corrupt(pos, f"properties length {r.props_len} does not end at total size {total}")
     r.props = pos + at
     return 0
-
-
-cdef inline void hex_into(const uint8_t *host, Py_ssize_t host_len, int64_t phys, uint8_t *out) noexcept nogil:
-    """offsetMsgId: upper-case hex of store host (ip + port) and commit-log offset (out: 2 * (host_len + 8))."""
-    cdef Py_ssize_t i, n = 0
-    cdef uint64_t u = <uint64_t> phys
-    for i in range(host_len):
-        out[n] = HEX[host[i] >> 4]
-        out[n + 1] = HEX[host[i] & 15]
-        n += 2
-    for i in range(7, -1, -1):
-        out[n] = HEX[(u >> (i * 8 + 4)) & 15]
-        out[n + 1] = HEX[(u >> (i * 8)) & 15]
-        n += 2
 
 
 cdef inline Py_ssize_t piece_end(const uint8_t *p, Py_ssize_t i, Py_ssize_t end, Py_ssize_t *sep) noexcept nogil:
@@ -275,7 +261,7 @@ cdef class MessageExt:
     def msg_id(self):
         cdef uint8_t out[56]
         if self._msg_id is None:
-            hex_into(self._ptr() + self._r.store_host, self._r.store_host_len, self._r.phys_offset, out)
+            msg_id_hex(self._ptr() + self._r.store_host, self._r.store_host_len, self._r.phys_offset, out)
             self._msg_id = PyUnicode_DecodeUTF8(<const char *> out, 2 * (self._r.store_host_len + 8), NULL)
         return self._msg_id
 
@@ -484,7 +470,7 @@ cdef class RecordColumns:
         # microseconds, wrapping in int64 for absurd values (§1.1): unsigned arithmetic, no UB
         put_i64(self.born_ts, <int64_t> (<uint64_t> r.born_ts * 1000u))
         put_i64(self.store_ts, <int64_t> (<uint64_t> r.store_ts * 1000u))
-        hex_into(p + r.store_host, r.store_host_len, r.phys_offset, hexed)
+        msg_id_hex(p + r.store_host, r.store_host_len, r.phys_offset, hexed)
         self.msg_id_data.write(hexed, 2 * (r.store_host_len + 8))
         end_value(self.msg_id_offsets, self.msg_id_data)
         if r.sys_flag & SYSFLAG_COMPRESSED:  # compression is end to end: inflate as the client does

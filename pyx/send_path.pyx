@@ -34,6 +34,7 @@ from broker.kernels.header cimport (HeaderField, RemotingHeader, V_BYTES, V_ESCA
                                     rocketmq_ext_field, rocketmq_header_begin, rocketmq_header_finish,
                                     unescape_json)
 from broker.kernels.wbuf cimport WriteBuffer
+from ascii cimport ascii_int, msg_id_hex
 from bytesex cimport get_be16, get_be32
 from broker.kernels.remoting cimport FRAME_INCOMPLETE, FRAME_OK, FrameSpan, FrameStatus, frame_at, raise_frame_error
 from record cimport RECORD_MAX_PROPS_LEN, RECORD_SYSFLAG_TRANSACTION, record_length_of
@@ -62,7 +63,6 @@ RUN_SLOW = RUN_SLOW_
 RUN_ROLL = RUN_ROLL_
 DEFAULT_MAX_FRAME = 16 * 1024 * 1024
 
-cdef const char *HEX = b"0123456789ABCDEF"
 
 
 # -- what a send request says -----------------------------------------------------------------
@@ -227,43 +227,6 @@ cdef class TopicRoute:
 
 # -- replies ------------------------------------------------------------------------------------
 
-cdef inline Py_ssize_t ascii_int(int64_t v, uint8_t *out) noexcept nogil:
-    """Decimal digits of v into out (room for 21); returns the length."""
-    cdef uint8_t tmp[21]
-    cdef Py_ssize_t n = 0, i
-    cdef uint64_t u
-    cdef bint neg = v < 0
-    u = <uint64_t> (-v) if neg else <uint64_t> v
-    while True:
-        tmp[n] = <uint8_t> (48 + u % 10)
-        n += 1
-        u //= 10
-        if u == 0:
-            break
-    i = 0
-    if neg:
-        out[0] = 45
-        i = 1
-    while n > 0:
-        n -= 1
-        out[i] = tmp[n]
-        i += 1
-    return i
-
-
-cdef inline Py_ssize_t msg_id_hex(const uint8_t *host, Py_ssize_t host_len, int64_t phys, uint8_t *out) noexcept nogil:
-    """offsetMsgId: upper-case hex of store host (ip + port) and physical offset; out has room for 56."""
-    cdef Py_ssize_t i, n = 0
-    cdef uint64_t u = <uint64_t> phys
-    for i in range(host_len):
-        out[n] = HEX[host[i] >> 4]
-        out[n + 1] = HEX[host[i] & 15]
-        n += 2
-    for i in range(7, -1, -1):
-        out[n] = HEX[(u >> (i * 8 + 4)) & 15]
-        out[n + 1] = HEX[(u >> (i * 8)) & 15]
-        n += 2
-    return n
 
 
 cdef int render_send_reply(WriteBuffer w, int serialize_type, int32_t code, int32_t opaque, int32_t queue_id,
