@@ -44,8 +44,16 @@ def _pairs(props: bytes) -> list[tuple[bytes, bytes]]:
     return out
 
 
-def _record(data: bytes, pos: int) -> dict:
-    """The record at pos, checked in §1.1's order."""
+def _inflated(body: bytes, msg_id: str, pos: int) -> bytes:
+    try:
+        return zlib.decompress(body)
+    except zlib.error:
+        raise PulledRecordsError(pos, f"message {msg_id} is flagged compressed but does not inflate") from None
+
+
+def _record(data: bytes, pos: int, inflate: bool = True) -> dict:
+    """The record at pos, checked in §1.1's order; its body inflated when flagged compressed
+    (unless `inflate` is false: the caller decides first whether it wants the record)."""
     left = len(data) - pos
     if left < 8:
         raise PulledRecordsError(pos, f"pulled body is corrupt at byte {pos}: too short")
@@ -84,11 +92,8 @@ def _record(data: bytes, pos: int) -> dict:
     if plen < 0 or at + plen != total:
         raise PulledRecordsError(pos, f"pulled body is corrupt at byte {pos}: properties length")
     msg_id = (store + phys.to_bytes(8, "big", signed=True)).hex().upper()
-    if sysflag & 1:
-        try:
-            body = zlib.decompress(body)
-        except zlib.error:
-            raise PulledRecordsError(pos, f"message {msg_id} is flagged compressed but does not inflate") from None
+    if sysflag & 1 and inflate:
+        body = _inflated(body, msg_id, pos)
     return {"size": total, "topic": topic, "body": body, "queue_id": qid, "queue_offset": qoff,
             "commit_log_offset": phys, "msg_id": msg_id, "props": rec[at:at + plen], "reconsume_times": reconsume,
             "born_timestamp": born_ts, "store_timestamp": store_ts, "born_host": born, "store_host": store,
@@ -114,15 +119,20 @@ def decode_records(data) -> list[dict]:
 
 def record_columns(chunks, lo: int, hi: int) -> dict:
     """The rows of records with lo <= queue offset < hi: each column a list (strings and binaries
-    as bytes, keys/tags None when absent, properties a list of (key, value) bytes pairs)."""
+    as bytes, keys/tags None when absent, properties a list of (key, value) bytes pairs). A record
+    outside the range is walked over whole (its layout checked) but not inflated: a compressed
+    body there that does not inflate is no row of the read and does not fail it."""
     cols: dict = {c: [] for c in COLUMNS}
     for chunk in chunks:
         data, pos = bytes(chunk), 0
         while pos < len(data):
-            r = _record(data, pos)
+            r = _record(data, pos, inflate=False)
+            at = pos
             pos += r["size"]
             if not lo <= r["queue_offset"] < hi:
                 continue
+            if r["sys_flag"] & 1:
+                r["body"] = _inflated(r["body"], r["msg_id"], at)
             pairs = _pairs(r["props"])
             last = dict(pairs)
             for name, value in (("topic", r["topic"]), ("queue_id", r["queue_id"]),
