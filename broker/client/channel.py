@@ -31,9 +31,9 @@ from broker.kernels.client_codec import READ_DONE, Reply, ReplyReader
 from broker.kernels.header import HeaderError
 from broker.kernels.remoting import FrameError, reallocate
 from broker.kernels.wbuf import WriteBuffer
-from broker.remoting.codes import SYSTEM_ERROR
 from broker.remoting.command import RemotingCommand
 from broker.remoting.connection import ConnectionClosed
+from broker.remoting.request_handling import RequestHandling
 
 log = logging.getLogger("client.channel")
 
@@ -46,7 +46,10 @@ MAX_OPAQUE = 0x7FFFFFFF  # opaques are Java ints
 Handler = Callable[[RemotingCommand, "ClientChannel"], "RemotingCommand | Awaitable | None"]
 
 
-class ClientChannel(asyncio.BufferedProtocol):
+class ClientChannel(RequestHandling, asyncio.BufferedProtocol):
+    _log = logging.getLogger("client.channel")
+    _side = "client"
+
     def __init__(self, handler: Handler | None = None, max_frame: int = MAX_FRAME):
         self.handler = handler
         self.reader = ReplyReader(max_frame)
@@ -178,34 +181,7 @@ class ClientChannel(asyncio.BufferedProtocol):
                 cmd.body = bytes(cmd.body)  # the caller reads it after the buffer is reused
                 fut.set_result(cmd)
             return
-        if self.handler is None:
-            return
-        try:
-            res = self.handler(cmd, self)
-        except Exception:
-            log.exception("handler failed for %r from %s", cmd, self.peer)
-            res = cmd.response(SYSTEM_ERROR, remark="internal error; see the client log")
-        if res is None:
-            return
-        if isinstance(res, RemotingCommand):
-            if not cmd.is_oneway:
-                self.send(res)
-            return
-        task = asyncio.ensure_future(res)  # a handler that must wait (none of the client's do)
-        self.tasks.add(task)
-        task.add_done_callback(lambda t, cmd=cmd: self._reply_later(t, cmd))
-
-    def _reply_later(self, task: asyncio.Task, cmd: RemotingCommand) -> None:
-        self.tasks.discard(task)
-        if task.cancelled():
-            return
-        if task.exception() is not None:
-            log.error("handler failed for code %d from %s: %r", cmd.code, self.peer, task.exception())
-            res = cmd.response(SYSTEM_ERROR, remark="internal error; see the client log")
-        else:
-            res = task.result()
-        if res is not None and not cmd.is_oneway:
-            self.send(res)
+        self._handle_request(cmd)
 
     # -- timeouts --------------------------------------------------------------------------------
     def _watch(self, opaque: int, timeout: float) -> None:

@@ -18,11 +18,10 @@ import os
 
 from broker.store.durable import fsync_dir
 from broker.store.errors import CorruptStoreError
-from broker.store.mapped_file import MappedFile
+from broker.store.mapped_file import MappedFile, zero_torn_tail
 from broker.store.mapped_file_queue import MappedFileQueue
 
 log = logging.getLogger("raft")
-ZERO_CHUNK = 4 * 1024 * 1024
 
 
 def msync(mf: MappedFile, lo: int, hi: int) -> None:
@@ -85,20 +84,10 @@ class EntryFileList(MappedFileQueue):
         mf = self.find(offset)
         if mf is None:
             return False
-        start = pos = offset - mf.base
-        dirty_hi = None
-        while pos < mf.size:
-            hi = min(mf.size, (pos // ZERO_CHUNK + 1) * ZERO_CHUNK)
-            chunk = mf.mm[pos:hi]
-            if chunk.any():
-                chunk[:] = 0
-                dirty_hi = hi
-            elif pos - start > ZERO_CHUNK:
-                break
-            pos = hi
-        if dirty_hi is not None:
+        dirty_hi = zero_torn_tail(mf.mm, offset - mf.base)
+        if dirty_hi >= 0:
             msync(mf, offset, mf.base + dirty_hi)
-        return dirty_hi is not None
+        return dirty_hi >= 0
 
     def drop_after(self, offset: int) -> list[str]:
         """Delete, durably, every file that starts after `offset` (the ones on disk but not mapped,

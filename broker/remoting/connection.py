@@ -21,6 +21,7 @@ from broker.kernels.header import HeaderError
 from broker.kernels.remoting import FrameError, reallocate, split_frames
 from broker.kernels.send_path import RUN_DONE
 from broker.remoting.command import RemotingCommand
+from broker.remoting.request_handling import RequestHandling
 
 log = logging.getLogger("remoting")
 
@@ -41,7 +42,7 @@ class ConnectionClosed(ConnectionError):
     pass
 
 
-class RemotingConnection(asyncio.BufferedProtocol):
+class RemotingConnection(RequestHandling, asyncio.BufferedProtocol):
     def __init__(self, handler: Handler | None = None, on_close: Callable | None = None,
                  max_frame: int = MAX_FRAME, idle_timeout: float = 0, backpressure: bool = False, fast=None):
         self.handler = handler
@@ -255,40 +256,7 @@ class RemotingConnection(asyncio.BufferedProtocol):
                 cmd.body = bytes(cmd.body)  # the caller reads it after we reuse the buffer
                 fut.set_result(cmd)
             return  # an unknown opaque is dropped, as the Java clients do
-        if self.handler is None:
-            return
-        try:
-            res = self.handler(cmd, self)
-        except Exception:
-            log.exception("handler failed for %r from %s", cmd, self.peer)
-            from broker.remoting.codes import SYSTEM_ERROR
-            res = cmd.response(SYSTEM_ERROR, remark="internal error; see the broker log")
-        if res is None:
-            return
-        if isinstance(res, RemotingCommand):
-            if not cmd.is_oneway:
-                self.send(res)
-            return
-        if isinstance(res, asyncio.Future):  # e.g. a SYNC_FLUSH send: no task needed
-            res.add_done_callback(lambda f, cmd=cmd: self._reply_later(f, cmd))
-            return
-        task = asyncio.ensure_future(res)
-        self.tasks.add(task)
-        task.add_done_callback(lambda t, cmd=cmd: self._reply_later(t, cmd))
-
-    def _reply_later(self, task: asyncio.Task, cmd: RemotingCommand) -> None:
-        self.tasks.discard(task)
-        if task.cancelled():
-            return
-        exc = task.exception()
-        if exc is not None:
-            log.error("handler failed for code %d from %s: %r", cmd.code, self.peer, exc, exc_info=exc)
-            from broker.remoting.codes import SYSTEM_ERROR
-            res = cmd.response(SYSTEM_ERROR, remark="internal error; see the broker log")
-        else:
-            res = task.result()
-        if res is not None and not cmd.is_oneway:
-            self.send(res)
+        self._handle_request(cmd)
 
     # -- sending -------------------------------------------------------------------------------
     def send(self, cmd: RemotingCommand) -> None:

@@ -71,6 +71,28 @@ def create_segment_file(path: str, size: int, warm: bool = True, warm_chunk: int
     fsync_dir(os.path.dirname(path))
 
 
+# Torn tails are zeroed in chunks of this size; a clean chunk ends the search (see zero_torn_tail).
+ZERO_CHUNK = 4 * 1024 * 1024
+
+
+def zero_torn_tail(mm, start: int) -> int:
+    """Zero whatever a torn write left in mm[start:] (a segment's map); returns the end of the
+    zeroed range, or -1 when nothing was there. Writers write sequentially, so past one clean
+    chunk the file is untouched. The caller makes the zeroed range durable (msync)."""
+    size = len(mm)
+    pos, dirty_hi = start, -1
+    while pos < size:
+        hi = min(size, (pos // ZERO_CHUNK + 1) * ZERO_CHUNK)
+        chunk = mm[pos:hi]
+        if chunk.any():
+            chunk[:] = 0
+            dirty_hi = hi
+        elif pos - start > ZERO_CHUNK:
+            break
+        pos = hi
+    return dirty_hi
+
+
 class MappedFile:
     """A segment: `base` is its first offset, `buf` the kernels' handle on its map."""
 

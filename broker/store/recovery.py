@@ -20,10 +20,9 @@ from broker.store.checkpoint import StoreCheckpoint
 from broker.store.commit_log import CommitLog
 from broker.store.consume_queue import ConsumeQueueStore
 from broker.store.errors import CorruptStoreError
-from broker.store.mapped_file import MappedFile
+from broker.store.mapped_file import MappedFile, zero_torn_tail
 
 log = logging.getLogger(__name__)
-ZERO_CHUNK = 4 * 1024 * 1024
 
 
 @dataclass
@@ -144,17 +143,7 @@ def _check_nothing_after(q, mf: MappedFile, end: int) -> None:
 
 def _zero_tail(mf: MappedFile, end: int) -> bool:
     """Zero whatever a torn write left after `end` in its segment and make that durable."""
-    pos = end - mf.base
-    touched = False
-    while pos < mf.size:
-        hi = min(mf.size, (pos // ZERO_CHUNK + 1) * ZERO_CHUNK)
-        chunk = mf.mm[pos:hi]
-        if chunk.any():
-            chunk[:] = 0
-            touched = True
-        elif pos - (end - mf.base) > ZERO_CHUNK:
-            break  # the writer writes sequentially: past one clean chunk the segment is untouched
-        pos = hi
+    touched = zero_torn_tail(mf.mm, end - mf.base) >= 0
     if touched:
         mf.mm.flush()  # msync: the zeroed tail is on disk before anything is appended after it
     return touched
