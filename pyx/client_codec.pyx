@@ -23,6 +23,7 @@ from broker.kernels.header cimport (HeaderField, RemotingHeader, V_BYTES, V_ESCA
                                     json_header_end, parse_json_header, parse_rocketmq_header, unescape_json)
 from broker.kernels.wbuf cimport WriteBuffer
 from ascii cimport ascii_int
+from bodycrc cimport crc32_body
 from bytesex cimport get_be32
 from broker.kernels.remoting cimport FRAME_INCOMPLETE, FRAME_OK, FrameSpan, FrameStatus, frame_at, raise_frame_error
 
@@ -30,9 +31,6 @@ from broker.kernels.remoting cimport FRAME_INCOMPLETE, FRAME_OK, FrameSpan, Fram
 cdef extern from "Python.h":
     ctypedef struct PyObject
     const char *PyUnicode_AsUTF8AndSize(object s, Py_ssize_t *size) except NULL
-
-cdef extern from "zlib.h" nogil:
-    unsigned long zlib_crc32 "crc32"(unsigned long crc, const unsigned char *buf, unsigned int len)
 
 from clock cimport now_ms
 
@@ -312,9 +310,7 @@ cdef int batch_entry(WriteBuffer w, object msg, WriteBuffer props, list uniqs, o
     """One message of a SEND_BATCH_MESSAGE body (MessageDecoder.encodeMessages):
     [total][magic 0][bodyCRC][flag][bodyLen][body][propsLen int16][props]."""
     cdef Py_buffer b
-    cdef unsigned long crc
-    cdef Py_ssize_t n, chunk
-    cdef const uint8_t *p
+    cdef uint32_t crc
     props._len = 0
     uniqs.append(build_properties(props, msg.tags, msg.keys, msg.properties, 0, given))
     if props._len > MAX_PROPS_LEN:
@@ -324,17 +320,10 @@ cdef int batch_entry(WriteBuffer w, object msg, WriteBuffer props, list uniqs, o
     try:
         if b.len > 0x7FFFFFFF - BATCH_FIXED - props._len:
             raise ValueError(f"a body of {b.len} bytes does not fit a batch")
-        crc = zlib_crc32(0, NULL, 0)
-        n = b.len
-        p = <const uint8_t *> b.buf
-        while n > 0:
-            chunk = n if n < 0x40000000 else 0x40000000
-            crc = zlib_crc32(crc, p, <unsigned int> chunk)
-            p += chunk
-            n -= chunk
+        crc = crc32_body(<const uint8_t *> b.buf, <size_t> b.len)
         w.write_be32(<uint32_t> (BATCH_FIXED + b.len + props._len))
         w.write_be32(0)
-        w.write_be32(<uint32_t> (crc & 0x7FFFFFFF))
+        w.write_be32(crc)
         w.write_be32(<uint32_t> <int32_t> flag)
         w.write_be32(<uint32_t> b.len)
         w.write(<const uint8_t *> b.buf, b.len)

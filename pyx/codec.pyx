@@ -13,6 +13,7 @@ from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, u
 from libc.errno cimport EINTR, errno
 from libc.string cimport memcmp, memcpy
 
+from bodycrc cimport crc32_body, crc32_hardware
 from buffers cimport Borrowed, borrow, give_back
 from bytesex cimport get_be16, get_be32, get_be64, put_be16, put_be32, put_be64
 from record cimport (CQ_UNIT, RECORD_BLANK_MAGIC, RECORD_END_FILE_MIN_BLANK, RECORD_FIXED_LEN_V4,
@@ -25,8 +26,6 @@ import numpy as np
 
 cnp.import_array()
 
-cdef extern from "zlib.h" nogil:
-    unsigned long zlib_crc32 "crc32"(unsigned long crc, const unsigned char *buf, unsigned int len)
 
 # The layout's constants for the Python side (broker.store.message, the topic checks, the
 # consume queues): the values record.h gives every kernel.
@@ -137,14 +136,12 @@ cpdef uint32_t crc32(const uint8_t[::1] data) noexcept:
 
 
 cdef inline uint32_t body_crc(const uint8_t *p, Py_ssize_t n) noexcept nogil:
-    cdef unsigned long c = zlib_crc32(0, NULL, 0)
-    cdef Py_ssize_t chunk
-    while n > 0:
-        chunk = n if n < 0x40000000 else 0x40000000
-        c = zlib_crc32(c, p, <unsigned int> chunk)
-        p += chunk
-        n -= chunk
-    return <uint32_t> (c & 0x7FFFFFFF)
+    return crc32_body(p, <size_t> n)
+
+
+def crc32_in_hardware() -> bool:
+    """Whether body CRCs use PCLMULQDQ here (crc32_fast.h), not zlib's tables."""
+    return crc32_hardware()
 
 
 cdef int64_t java_hash_ptr(const uint8_t *p, Py_ssize_t n) except? -1:
@@ -668,6 +665,35 @@ def advise_random(MappedBuffer buf not None, Py_ssize_t start=0, Py_ssize_t end=
         return
     if madvise(buf.ptr + lo, end - lo, MADV_RANDOM) != 0:
         raise OSError(errno, os.strerror(errno), f"madvise(MADV_RANDOM) of [{lo}, {end})")
+
+
+# Linux >= 5.14; older kernels answer EINVAL and the caller stops asking.
+cdef enum:
+    MADV_POPULATE_READ_ = 22
+
+def populate_read(MappedBuffer buf not None, Py_ssize_t start, Py_ssize_t end) -> None:
+    """madvise(MADV_POPULATE_READ) the pages covering buf[start:end], GIL released: they enter
+    the page cache (and this map) without being dirtied, so the writer's later stores there take
+    no page-allocating fault. Never writes a byte, so it may run beside the writer.
+
+    Why (issue 16): on this machine a page the page cache takes from memory it never used before
+    costs ~2.6 CPU-us per KiB (the host backs it on first touch), and the commit log's writer
+    paid that inside its stores through the map: half the broker's CPU under batch sends
+    (perf: `__pi_memset` under `filemap_fault`). Done ahead from a thread (store.warm_ahead), the
+    cost moves off the event loop to the other core."""
+    if start < 0 or end > buf.size or start > end:
+        raise ValueError(f"populate range [{start}, {end}) outside a buffer of {buf.size}")
+    cdef Py_ssize_t lo = start - start % 4096
+    cdef uint8_t *p = buf.ptr
+    cdef int rc, err = 0
+    if end <= lo or p == NULL:
+        return
+    with nogil:
+        rc = madvise(p + lo, end - lo, MADV_POPULATE_READ_)
+        if rc != 0:
+            err = errno  # before the GIL is taken back: that may set errno
+    if rc != 0:
+        raise OSError(err, os.strerror(err), f"madvise(MADV_POPULATE_READ) of [{lo}, {end})")
 
 
 cdef extern from "<unistd.h>" nogil:

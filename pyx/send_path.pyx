@@ -47,6 +47,7 @@ cdef enum:
     RUN_DONE_ = 0
     RUN_SLOW_ = 1
     RUN_ROLL_ = 2
+    RUN_YIELD_ = 3
     MAX_EXT = 32
     SCRATCH = 65536            # unescaped properties (at most 32767 bytes are accepted)
     CODE_SEND_MESSAGE = 10
@@ -61,6 +62,7 @@ cdef enum:
 RUN_DONE = RUN_DONE_
 RUN_SLOW = RUN_SLOW_
 RUN_ROLL = RUN_ROLL_
+RUN_YIELD = RUN_YIELD_
 DEFAULT_MAX_FRAME = 16 * 1024 * 1024
 
 
@@ -475,11 +477,13 @@ cdef class SendPipeline:
         self._last = <TopicRoute> found
         return self._last
 
-    def run(self, SendConn c not None, buf, Py_ssize_t pos, Py_ssize_t end) -> tuple:
+    def run(self, SendConn c not None, buf, Py_ssize_t pos, Py_ssize_t end, int64_t yield_after=0) -> tuple:
         """Handle the frames of buf[pos:end] until one needs Python. Returns (status, pos):
         RUN_DONE with pos at the first incomplete frame (or end); RUN_SLOW with pos at a frame for
         the processors (its geometry in c.slow_*; continue from c.slow_next); RUN_ROLL with pos at
-        a send that needs the next segment."""
+        a send that needs the next segment; RUN_YIELD with pos at the next frame once this call
+        appended `yield_after` messages or more (0: never), so that the caller sends the replies
+        so far while the rest of the read waits (a pipelining client refills meanwhile)."""
         cdef Borrowed view
         borrow(buf, &view, False)
         cdef const uint8_t *p = view.ptr
@@ -497,6 +501,7 @@ cdef class SendPipeline:
         cdef const uint8_t *props
         cdef bint batch
         cdef int full
+        cdef int64_t msgs0 = c.msgs
         try:
             check_range(pos, end, view.size)
             if self.parked and c.parked is None:
@@ -562,6 +567,8 @@ cdef class SendPipeline:
                     self._slow(c, st, hs, hl, bs, bl, pos + 4 + length)
                     return RUN_ROLL_, pos
                 pos += 4 + length
+                if yield_after > 0 and c.msgs - msgs0 >= yield_after and end - pos >= 4:
+                    return RUN_YIELD_, pos
             return RUN_DONE_, pos
         finally:
             give_back(&view)

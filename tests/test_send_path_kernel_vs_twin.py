@@ -96,10 +96,11 @@ def _frame(header: bytes, body: bytes, stype: int) -> bytes:
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.lists(st.one_of(send_frame(), send_frame(), send_frame(), other_frame()), max_size=12),
-       st.binary(max_size=12), st.booleans(), st.sampled_from([True, True, True, False]))
-def test_kernel_and_twin_take_the_same_frames_the_same_way(frames, tail, parked, enabled):
-    # a partial frame (or garbage) may follow; the comparison is the fuzz check's (tools/fuzz)
-    send_both(b"".join(frames) + tail, parked, enabled)
+       st.binary(max_size=12), st.booleans(), st.sampled_from([True, True, True, False]), st.sampled_from([0, 1, 2, 5]))
+def test_kernel_and_twin_take_the_same_frames_the_same_way(frames, tail, parked, enabled, yield_after):
+    # a partial frame (or garbage) may follow; the comparison is the fuzz check's (tools/fuzz);
+    # yield_after: the run stops after that many messages (RUN_YIELD) and is resumed from there
+    send_both(b"".join(frames) + tail, parked, enabled, yield_after=yield_after)
 
 
 def test_a_send_that_does_not_fit_is_handed_back_to_roll():

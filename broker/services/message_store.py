@@ -475,6 +475,7 @@ class MessageStore:
         #   itself, it found new records after every pass and spun at a core's worth of CPU in
         #   passes of a few records; RocketMQ's ReputMessageService looks every 1 ms.)
         self.table.publish(_WROTE, wrote)
+        self.commit_log.note_wrote(wrote)
         if not self._wake_pending:
             self._wake_pending = True
             if self._put_waits:

@@ -8,6 +8,7 @@ from broker.store.config import SYNC_FLUSH, MessageStoreConfig
 from broker.store.mapped_file import WARM_CHUNK_ASYNC_FLUSH, WARM_CHUNK_SYNC_FLUSH
 from broker.store.mapped_file_queue import MappedFileQueue
 from broker.store.results import BatchChunk
+from broker.store.warm_ahead import WarmAheadService
 
 
 def warm_chunk_for(config: MessageStoreConfig) -> int:
@@ -23,6 +24,8 @@ class CommitLog:
                                      warm=config.warm_segments, warm_chunk=warm_chunk_for(config))
         self.store_host = config.store_host
         self._app = Appender(self.store_host, config.maxMessageSize, {}, 0)
+        # Segments not warmed when made (ASYNC_FLUSH by default) are warmed ahead of the writer.
+        self._warm_ahead = WarmAheadService(self.queue.find) if writable and not config.warm_segments else None
 
     def load(self) -> None:
         self.queue.load()
@@ -54,6 +57,14 @@ class CommitLog:
             self._attach(mf, offset)
         if self.queue.writable:
             self.queue.prepare_ahead()
+        if self._warm_ahead is not None:
+            self._warm_ahead.stop()
+            self._warm_ahead.start(offset)
+
+    def note_wrote(self, wrote: int) -> None:
+        """The writer's position moved (published): keep the pages ahead of it warm."""
+        if self._warm_ahead is not None:
+            self._warm_ahead.note(wrote)
 
     def _next_segment(self) -> None:
         """Seal the full segment (if any) and attach the next one. The next one is made first: if
@@ -128,5 +139,7 @@ class CommitLog:
         return self.queue.min_offset
 
     def close(self) -> None:
+        if self._warm_ahead is not None:
+            self._warm_ahead.stop()
         self._app.attach(None, -1)
         self.queue.close()

@@ -29,7 +29,7 @@ import struct
 from tests.twins import codec_twin as C
 from tests.twins import header_twin as H
 
-RUN_DONE, RUN_SLOW, RUN_ROLL = 0, 1, 2
+RUN_DONE, RUN_SLOW, RUN_ROLL, RUN_YIELD = 0, 1, 2, 3
 SEND, SEND_V2, SEND_BATCH = 10, 310, 320
 MAX_EXT = 32
 SCRATCH = 65536
@@ -98,7 +98,8 @@ class Pipeline:
                  max_frame=16 * 1024 * 1024):
         self.app, self.routes, self.enabled, self.parked, self.max_frame = app, routes, enabled, parked, max_frame
 
-    def run(self, c: Conn, buf: bytes, pos: int, end: int) -> tuple[int, int]:
+    def run(self, c: Conn, buf: bytes, pos: int, end: int, yield_after: int = 0) -> tuple[int, int]:
+        msgs0 = len(self.app.records)
         while end - pos >= 4:
             length = int.from_bytes(buf[pos:pos + 4], "big", signed=True)
             if length < 4:
@@ -123,6 +124,8 @@ class Pipeline:
                 c.slow = (st, hs, hl, bs, bl, nxt)
                 return RUN_ROLL, pos
             pos = nxt
+            if yield_after > 0 and len(self.app.records) - msgs0 >= yield_after and end - pos >= 4:
+                return RUN_YIELD, pos
         return RUN_DONE, pos
 
     def _frame(self, c: Conn, buf: bytes, st, hs, hl, bs, bl) -> int:

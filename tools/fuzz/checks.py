@@ -246,7 +246,7 @@ def _blank_store_ts(seg, records) -> bytes:
     return bytes(out)
 
 
-def send_both(buf: bytes, parked: bool, enabled: bool, rounds: int = 64) -> int:
+def send_both(buf: bytes, parked: bool, enabled: bool, rounds: int = 64, yield_after: int | None = None) -> int:
     """Run the send kernel and its twin over `buf` (routes R1 with 2 queues, R2 with 1), resuming
     after every frame handed back, and compare everything: statuses and positions, the frame
     handed back, the records byte for byte, replies, counters, queue offsets. Returns the number of
@@ -265,14 +265,19 @@ def send_both(buf: bytes, parked: bool, enabled: bool, rounds: int = 64) -> int:
     tapp = TS.Appender(seg_t, SEND_BASE, SEND_BASE, SEND_STORE_HOST, SEND_MAX_BODY)
     twin = TS.Pipeline(tapp, SEND_ROUTES, enabled, parked)
     tconn = TS.Conn(SEND_BORN_HOST)
+    if yield_after is None:  # the fuzzers' inputs choose it too (0: never yield)
+        yield_after = len(buf) % 4
     pos = 0
     for _ in range(rounds):
-        rk = _outcome(pipe.run, conn, buf, pos, len(buf))
-        rt = _outcome(twin.run, tconn, buf, pos, len(buf))
+        rk = _outcome(pipe.run, conn, buf, pos, len(buf), yield_after)
+        rt = _outcome(twin.run, tconn, buf, pos, len(buf), yield_after)
         if rk != rt:
             raise Mismatch(f"run from {pos}: kernel {rk}, twin {rt}")
         if rk[0] == "raised" or rk[1][0] == TS.RUN_DONE:
             break
+        if rk[1][0] == TS.RUN_YIELD:
+            pos = rk[1][1]
+            continue
         got = (conn.slow_type, conn.slow_header_start, conn.slow_header_len, conn.slow_body_start,
                conn.slow_body_len, conn.slow_next)
         if got != tconn.slow:

@@ -1,0 +1,99 @@
+"""WarmAheadService: the commit log's next pages faulted into the page cache by a thread, ahead of
+the single writer, so that its stores through the map find them there.
+
+Why: a page the page cache takes from memory the machine never used before is expensive here
+(~2.6 CPU-us per KiB: the VM's host backs it on first touch; `bench.limits` measures it). A
+writer storing into unwritten, uncached pages of an ASYNC_FLUSH segment (fallocated, not warmed)
+paid it inside each store: under batch sends half the broker's CPU was `__pi_memset` under
+`filemap_fault` (perf, issue 16). Here a thread pays it, with the GIL released, on the other
+core, and the event loop keeps handling requests.
+
+Only reads are asked for (MADV_POPULATE_READ): no byte is written and no page dirtied, so the
+flush service's fdatasync writes nothing extra, and the thread may run beside the writer.
+SYNC_FLUSH segments are warmed whole when they are made (mapped_file.warm_file) and need none
+of this.
+
+The writer calls `note(wrote)` after its appends: one comparison, and a wake-up (an Event) only
+when it has come within LOW_WATER of what is warmed. The thread then warms up to AHEAD past the
+writer, a segment at a time; a segment not made yet (the allocation thread's) is warmed once the
+writer rolls to it.
+"""
+from __future__ import annotations
+
+import errno
+import logging
+import threading
+
+from broker.kernels.codec import populate_read
+
+log = logging.getLogger("store")
+
+AHEAD = 32 << 20  # warm up to this far past the writer
+LOW_WATER = 24 << 20  # wake the thread when less than this is warmed past the writer
+STEP = 4 << 20  # one madvise: bounded, so stop() waits for at most one
+
+
+class WarmAheadService:
+    def __init__(self, find_segment, ahead: int = AHEAD, low_water: int = LOW_WATER):
+        self._find = find_segment  # offset -> MappedFile holding it, or None
+        self.ahead = ahead
+        self.low_water = low_water
+        self.warmed = 0  # pages below this are warmed (or written); read by the writer
+        self._target = 0
+        self._from = 0  # where the writer was when it last woke the thread
+        self._wake = threading.Event()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+
+    def start(self, wrote: int) -> None:
+        self._stopping = False
+        self._wake.clear()
+        self.warmed = self._target = self._from = wrote
+        self._thread = threading.Thread(target=self._run, name="warm-ahead", daemon=True)
+        self._thread.start()
+        self.note(wrote)
+
+    def note(self, wrote: int) -> None:
+        """The writer is at `wrote`: wake the thread if less than low_water is warmed past it."""
+        if wrote + self.low_water > self.warmed and self._target < wrote + self.low_water:
+            self._from = wrote
+            self._target = wrote + self.ahead
+            self._wake.set()
+
+    def stop(self) -> None:
+        """Joined before the segments are unmapped."""
+        self._stopping = True
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def _run(self) -> None:
+        try:  # the OS thread name: the benchmarks count this thread's CPU apart (bench.proc_cpu)
+            with open(f"/proc/self/task/{threading.get_native_id()}/comm", "w") as f:
+                f.write("warm-ahead")
+        except OSError:
+            pass
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            if self._stopping:
+                return
+            try:
+                self._warm_to(self._target)
+            except OSError as e:
+                if e.errno == errno.EINVAL:  # a kernel before 5.14: the writer faults its own pages
+                    log.info("the commit log is not warmed ahead of the writer: %s", e)
+                    return
+                # a segment unmapped under us (the store closing): nothing to warm there
+                log.debug("warming ahead stopped at %d: %s", self.warmed, e)
+
+    def _warm_to(self, target: int) -> None:
+        pos = max(self.warmed, self._from)  # what the writer already wrote needs nothing
+        while pos < target and not self._stopping:
+            mf = self._find(pos)
+            if mf is None:
+                return  # the next segment is not in use yet: warmed once the writer rolls to it
+            end = min(target, mf.end, pos + STEP)
+            populate_read(mf.buf, pos - mf.base, end - mf.base)
+            pos = self.warmed = end
