@@ -256,6 +256,11 @@ def markdown(figs: dict) -> str:
                 f"memcpy {L['memcpy_GiBps']:.2f} GiB/s",
                 f"{sp['per_s']:,.0f} syncs/s" + (f"; device wrote {kib:,.1f} KiB per sync" if kib is not None else ""))
     row("sequential durable write", f"{L['seq_durable_MBps']:.0f} MB/s", "anchor 450-610 MB/s")
+    if "first_touch_us_per_KiB" in L:
+        row("stores into a new file's pages through a map (page cache growing)",
+            f"{L['first_touch_us_per_KiB']:.2f} CPU-us per KiB",
+            f"the same pages again {L['touched_us_per_KiB']:.2f} CPU-us per KiB",
+            "paid per KiB stored by any log while its page cache grows (the broker's warm-ahead thread)")
     row("loopback TCP", f"{L['loopback_GiBps']:.2f} GiB/s; RTT p50 {L['loopback_rtt_p50_us']:.0f} us, "
         f"p99 {L['loopback_rtt_p99_us']:.0f} us", "anchor 2.4-2.6 GiB/s; 24 (45) us")
 
