@@ -14,7 +14,7 @@ def test_measure_all_quick(tmp_path):
     expected = {
         "cpu_count", "memcpy_GiBps",
         "fdatasync_p50_us", "fdatasync_p99_us", "fdatasync_p999_us", "fdatasync_per_s",
-        "seq_durable_MBps",
+        "seq_durable_MBps", "first_touch_us_per_KiB", "touched_us_per_KiB",
         "loopback_GiBps", "loopback_rtt_p50_us", "loopback_rtt_p99_us",
     }
     assert set(numeric) == expected
