@@ -1,0 +1,65 @@
+"""Stub of broker.kernels.send_path (pyx/send_path.pyx; no .pxd, nothing cimports it): the frames of one
+socket read in one kernel pass, plain sends appended and answered in C, the rest handed to Python."""
+from typing import Any, Final
+
+from typing_extensions import Buffer
+
+from broker.kernels.codec import Appender, QueueState
+from broker.kernels.wbuf import WriteBuffer
+
+RUN_DONE: Final[int]
+RUN_SLOW: Final[int]
+RUN_ROLL: Final[int]
+RUN_YIELD: Final[int]
+DEFAULT_MAX_FRAME: Final[int]
+
+class TopicRoute:
+    topic: bytes
+    n: int
+    def __init__(self, topic: bytes, queues: list[QueueState]) -> None: ...
+
+class ParkedReplies:
+    conn: Any  # the connection the replies go to
+    end: int
+    messages: int
+    def __init__(self, conn: Any, store_host: bytes, region: bytes, trace: bytes) -> None: ...
+    def __len__(self) -> int: ...
+    def render(self, code: int) -> bytes: ...
+
+class SendConn:
+    born_host: bytes
+    out: WriteBuffer
+    parked: ParkedReplies | None
+    msgs: int
+    bytes_appended: int
+    max_end: int
+    touched: list[QueueState]
+    slow_type: int
+    slow_header_start: int
+    slow_header_len: int
+    slow_body_start: int
+    slow_body_len: int
+    slow_next: int
+    def __init__(self, born_host: bytes) -> None: ...
+    def take_replies(self) -> bytes | None: ...
+    # (messages, bytes, highest end offset, touched queues)
+    def take(self) -> tuple[int, int, int, list[QueueState]]: ...
+
+class SendPipeline:
+    enabled: bool
+    parked: bool
+    track_queues: bool
+    region: bytes
+    trace: bytes
+    appended: int
+    def __init__(
+        self, app: Appender, region: bytes = b"DefaultRegion", trace: bytes = b"true", max_frame: int = ...
+    ) -> None: ...
+    @property
+    def appender(self) -> Appender: ...
+    def set_appender(self, app: Appender) -> None: ...
+    def set_route(self, topic: bytes, write_queues: int) -> None: ...
+    def drop_routes(self) -> None: ...
+    def routes(self) -> dict[bytes, int]: ...
+    # (status, pos): status RUN_DONE, RUN_SLOW, RUN_ROLL or RUN_YIELD
+    def run(self, c: SendConn, buf: Buffer, pos: int, end: int, yield_after: int = 0) -> tuple[int, int]: ...
