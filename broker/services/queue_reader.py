@@ -38,7 +38,7 @@ class QueueReader:
     def max_offset(self, topic: str, queue_id: int) -> int:
         """One past the last consumable (dispatched) message of the queue."""
         s = self.s
-        if s.is_slave:
+        if s.reads_dispatched_only:
             return self._slave_max_offset(topic, queue_id)
         tb = s.topic_bytes(topic)
         app = s.commit_log.appender
@@ -118,7 +118,7 @@ class QueueReader:
             end = min(stop, first + cq.per_file)
             status = collect(c, entries, first, i, end, segments.files, segments.file_size, max_msgs, max_bytes,
                              tag_hashes)
-            if status == COLLECT_NO_SEGMENT and self.s.is_slave and not refreshed:
+            if status == COLLECT_NO_SEGMENT and not segments.writable and not refreshed:
                 segments.refresh()  # a segment the HA client made since we looked
                 refreshed = True
                 i = c.next_index
@@ -144,7 +144,7 @@ class QueueReader:
         s = self.s
         segments = s.commit_log.queue
         mf = segments.find(physical_offset)
-        if mf is None and s.is_slave:
+        if mf is None and not segments.writable:
             segments.refresh()
             mf = segments.find(physical_offset)
         wrote = s.table.load(Slot.WROTE)
