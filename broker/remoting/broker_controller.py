@@ -49,7 +49,8 @@ class BrokerController:
         self.host = host
         self.dledger = dledger if store_config.enableDLegerCommitLog else None
         if store_config.enableDLegerCommitLog and dledger is None:
-            raise StoreConfigError("enableDLegerCommitLog", "DLedger mode needs dLegerGroup, dLegerPeers and dLegerSelfId")
+            raise StoreConfigError("enableDLegerCommitLog",
+                                   "DLedger mode needs dLegerGroup, dLegerPeers and dLegerSelfId")
         if self.dledger is not None:
             # the role follows the DLedger member's (broker.raft.role_change_handler): a slave
             # with its follower id until this member leads and has caught up
