@@ -152,6 +152,7 @@ class BrokerController:
         self._timers.append(self._loop.call_later(seconds, tick))
 
     async def close(self) -> None:
+        self._serving = False  # a DLedger role change while stopping must not register us again
         for t in self._timers:
             t.cancel()
         self._timers.clear()
