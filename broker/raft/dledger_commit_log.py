@@ -24,7 +24,6 @@ mode's sends go through the Python send processor and wait for a quorum round tr
 from __future__ import annotations
 
 import asyncio
-import logging
 from typing import Callable
 
 from broker.kernels.codec import Appender, MappedBuffer, record_length
@@ -36,8 +35,6 @@ from broker.raft.server import DLedgerServer
 from broker.store.config import MessageStoreConfig
 from broker.store.errors import MessageIllegal, ServiceUnavailable
 from broker.store.results import PutStatus
-
-log = logging.getLogger("dledger")
 
 # DLedgerCommitLog.putMessage's mapping of the append's DLedgerResponseCode (what is not named
 # here, TERM_CHANGED among them, is RocketMQ's UNKNOWN_ERROR)
@@ -74,7 +71,6 @@ class DLedgerCommitLog:
         self._next: dict[tuple[bytes, int], int] = {}
         self._scratch = bytearray(0)
         self._scratch_buf: MappedBuffer | None = None
-        self._born_v6 = False
 
     # -- what the readers use (the data files hold the records at their physical offsets) --------
     @property

@@ -58,13 +58,11 @@ class DLedgerRoleChangeHandler:
             return
         # its outcome is the committed index's to tell (a timeout does not end the takeover)
         ack.add_done_callback(lambda f: f.cancelled() or f.exception())
-        try:
-            await server.wait_committed(index)
-            while self._leads(term) and server.store.committed_index < server.store.ledger_end_index:
-                await server.wait_committed(server.store.ledger_end_index)
-            await store.wait_dispatched(store.commit_log.committed_pos)
-        except asyncio.CancelledError:
-            raise
+        # no timeouts here: the next role change cancels a takeover that cannot finish
+        await server.wait_committed(index)
+        while self._leads(term) and server.store.committed_index < server.store.ledger_end_index:
+            await server.wait_committed(server.store.ledger_end_index)
+        await store.wait_dispatched(store.commit_log.committed_pos)
         if not self._leads(term):
             return
         store.commit_log.reset_queue_table()

@@ -3,7 +3,9 @@ bounds and messages as zero-copy views of the mapped commit log, a record by phy
 
 On a master the end of a queue is what the reput has dispatched of what this process wrote; on
 a slave nothing here writes, so a queue ends at its first unwritten consume-queue entry, and
-segments the HA client made since the last look are mapped on demand."""
+segments the HA client made since the last look are mapped on demand. In DLedger mode queues end
+as on a slave on every member (the reput dispatches committed entries only), and records are read
+from the DLedger data files at their physical offsets (entry pos + 48)."""
 from __future__ import annotations
 
 import os
