@@ -11,7 +11,7 @@ import sys
 
 from broker.client import cli as client_cli
 from broker.conf import read_properties
-from broker.remoting.broker_config import load_broker_config
+from broker.remoting.broker_config import load_broker_config, load_dledger_config
 from broker.store.errors import StoreError
 
 log = logging.getLogger("broker")
@@ -30,7 +30,8 @@ async def _serve(args: argparse.Namespace) -> int:
         log.warning("%s: unknown key in %s, ignored", key, args.config)
     from broker.remoting.broker_controller import BrokerController  # after config errors are reported
 
-    controller = BrokerController(broker_config, store_config, host=store_config.brokerIP1)
+    dledger = load_dledger_config(props) if store_config.enableDLegerCommitLog else None
+    controller = BrokerController(broker_config, store_config, host=store_config.brokerIP1, dledger=dledger)
     await controller.start()
     # What start-up made (modules, tables, maps) lives as long as the broker: out of the collector's
     # way, and collections rarer. A pull makes hundreds of short-lived views (freed by refcount,

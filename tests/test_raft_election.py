@@ -391,16 +391,23 @@ def test_bad_requests_are_refused_and_never_move_the_term(tmp_path):
     asyncio.run(main())
 
 
-def test_broker_conf_checks_dledger_keys_and_refuses_the_mode_until_it_is_served():
-    from broker.remoting.broker_config import load_broker_config
+def test_broker_conf_checks_dledger_keys_and_takes_the_mode():
+    from broker.remoting.broker_config import load_broker_config, load_dledger_config
     keys = {"brokerName": "RaftNode00", "enableDLegerCommitLog": "true", "dLegerGroup": "RaftNode00",
             "dLegerPeers": PEERS3, "dLegerSelfId": "n0"}
     with pytest.raises(StoreConfigError) as e:
         load_broker_config({**keys, "dLegerPeers": "n0-127.0.0.1:40911"})
     assert e.value.key == "dLegerPeers"
     with pytest.raises(StoreConfigError) as e:
-        load_broker_config(keys)
-    assert e.value.key == "enableDLegerCommitLog" and "not served" in str(e.value)
+        load_broker_config({**keys, "dLegerSelfId": "n7"})
+    assert e.value.key == "dLegerSelfId"
+    # on: served (no refusal); the store config carries the mode and the member's id
+    _, store, unknown = load_broker_config({**keys, "heartBeatTimeIntervalMs": "200"})
+    assert unknown == [] and store.enableDLegerCommitLog and store.dLegerSelfId == "n0"
+    assert store.dledger_data_dir.endswith("dledger-n0/data")
+    d = load_dledger_config({**keys, "heartBeatTimeIntervalMs": "200"})
+    assert d.heartBeatTimeIntervalMs == 200 and list(d.peers) == ["n0", "n1", "n2"]
     # off, its keys are known (not reported as unknown) and change nothing
-    _, _, unknown = load_broker_config({**keys, "enableDLegerCommitLog": "false", "heartBeatTimeIntervalMs": "500"})
+    _, store, unknown = load_broker_config({**keys, "enableDLegerCommitLog": "false", "heartBeatTimeIntervalMs": "500"})
+    assert not store.enableDLegerCommitLog
     assert unknown == []

@@ -109,6 +109,11 @@ class Producer:
     async def _queues(self, topic: str, refresh: bool = False) -> tuple[TopicRoute, list[MessageQueue]]:
         """The topic's route and its writable queues."""
         route, queues, _ = self._publish_info(topic, await self.client.routes.get(topic, refresh))
+        if not queues and not refresh:
+            # as the Java client's tryToFindTopicPublishInfo: a cached route with no writable
+            # queue (fetched while a broker had no master, e.g. during a DLedger failover) is
+            # asked again at once, not kept for the route's 30 s
+            route, queues, _ = self._publish_info(topic, await self.client.routes.get(topic, True))
         if not queues:
             raise RouteNotFound(topic, "no writable queue on a master")
         return route, queues

@@ -17,6 +17,9 @@ class CommittedIndex:
         self._value = value
         self._waiters: list[tuple[int, int, asyncio.Future]] = []
         self._seq = itertools.count()
+        # called with the new value after every advance (the broker publishes the committed
+        # position to its reput from here, on the leader and on followers alike)
+        self.listeners: list = []
 
     @property
     def value(self) -> int:
@@ -32,6 +35,8 @@ class CommittedIndex:
             fut = heapq.heappop(w)[2]
             if not fut.done():
                 fut.set_result(index)
+        for fn in self.listeners:
+            fn(index)
 
     async def wait_for(self, index: int, timeout: float | None = None) -> int:
         """Return the committed index once it is at least `index`; asyncio.TimeoutError after

@@ -160,6 +160,17 @@ class DLedgerEntryStore:
         index = self._end_index + 1
         return index, self._append(index, term, body, None)
 
+    def next_pos(self, size: int) -> int:
+        """Where the next entry of `size` bytes (header included) goes: right after the log's end
+        if it leaves MIN_BLANK_LEN bytes in the file, else at the start of the next file. A leader
+        that must write the position into the body (RocketMQ's PHYSICALOFFSET, pos + 48) asks
+        this first, then appends with nothing in between."""
+        wrote = self._wrote
+        file_size = self.data.file_size
+        room = file_size - wrote % file_size  # files start at multiples of their size
+        # an entry always leaves room for a blank after it, so `room` is never 0 here
+        return wrote if size + MIN_BLANK_LEN <= room else wrote + room
+
     def append_at(self, index: int, term: int, body, pos: int | None = None, crc: int | None = None) -> int:
         """A follower's append (appendAsFollower) of the entry the leader sent: it must be the next
         index (InconsistentIndex) and, when the leader's `pos` is given, land at the same position
@@ -184,9 +195,8 @@ class DLedgerEntryStore:
         if term < self._end_term:
             raise TermRegression(index, term, self._end_term)
         wrote = self._wrote
-        room = file_size - wrote % file_size  # files start at multiples of their size
-        # an entry always leaves room for a blank after it, so `room` is never 0 here
-        pos = wrote if size + MIN_BLANK_LEN <= room else wrote + room
+        pos = self.next_pos(size)
+        room = pos - wrote  # the blank closing the file, if the entry opens the next one
         if expect_pos is not None and expect_pos != pos:
             raise InconsistentPos(index, pos, expect_pos)
         # the files first: if one cannot be made (a full disk), nothing has been written

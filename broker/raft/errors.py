@@ -98,3 +98,11 @@ class StoreClosed(EntryStoreError):
     def __init__(self, path: str):
         super().__init__(f"the entry store in {path} is closed")
         self.path = path
+
+
+class DLedgerBusy(StoreError):
+    """DLedger mode: maxPendingRequestsNum appends already wait for their quorum, so this one was
+    not appended (RocketMQ's OS_PAGECACHE_BUSY: a SYSTEM_ERROR reply, which clients retry)."""
+
+    def __init__(self, why: str):
+        super().__init__(f"[PC_SYNCHRONIZED]broker busy, start flow control for a while: {why}")

@@ -24,6 +24,7 @@ dispatchers and fails the waiting appends in the same call.
 """
 from __future__ import annotations
 
+import asyncio  # noqa: F401 (annotations)
 import logging
 
 from broker.raft.append_errors import NotLeader, TermChanged
@@ -101,9 +102,11 @@ class DLedgerServer:
         self.flusher.wake()
 
     # -- the leader's append ---------------------------------------------------------------------
-    async def append(self, body) -> tuple[int, int]:
-        """Append `body` as the next entry of the group's log; (index, pos) once a majority holds
-        it. The body starts at pos + 48 in every member's data files."""
+    def begin_append(self, body) -> tuple[int, int, "asyncio.Future"]:
+        """The synchronous half of append(): the entry is in this member's log when this returns
+        (index, pos, future), the future giving (index, pos) once a majority holds it or failing
+        with an AppendError. Appends made one after another from the loop take consecutive
+        indexes in that order (the broker relies on it: its queue offsets follow entry order)."""
         st = self.state
         if self._stopped or not st.is_leader or self.quorum.term != st.term:
             raise NotLeader(f"{self.self_id} is {'stopped' if self._stopped else st.role.value} in term {st.term}",
@@ -113,7 +116,16 @@ class DLedgerServer:
         self._ledger_changed()
         fut = self.quorum.wait_ack(index, pos)
         self.pusher.wake()
-        return await fut
+        return index, pos, fut
+
+    async def append(self, body) -> tuple[int, int]:
+        """Append `body` as the next entry of the group's log; (index, pos) once a majority holds
+        it. The body starts at pos + 48 in every member's data files."""
+        return await self.begin_append(body)[2]
+
+    @property
+    def term(self) -> int:
+        return self.state.term
 
     # -- observation -----------------------------------------------------------------------------
     @property

@@ -94,18 +94,21 @@ class BrokerConfig:
 def load_broker_config(props: dict[str, str]) -> tuple[BrokerConfig, MessageStoreConfig, list[str]]:
     """Split broker.conf properties; returns both configs and the keys neither knows.
 
-    DLedger mode's keys are read and checked (a bad dLegerPeers is named as such), but the mode
-    itself is refused: elections and the entry log exist (broker.raft), the commit log does not
-    yet live in them, and a broker that ran as a plain master under enableDLegerCommitLog=true
-    would let the operator believe writes were replicated to a quorum."""
+    DLedger mode's keys are read and checked here (a bad dLegerPeers is refused naming it); the
+    whole DLedgerConfig is `load_dledger_config`'s, and the store config carries the two keys its
+    service processes need (the mode and the member's id)."""
     broker_fields = {f.name: f for f in dataclasses.fields(BrokerConfig)}
     dledger_keys = set(DLedgerConfig.keys())
-    dledger = DLedgerConfig.from_properties({k: v for k, v in props.items() if k in dledger_keys})
-    if dledger.enableDLegerCommitLog:
-        raise StoreConfigError("enableDLegerCommitLog", "DLedger mode is not served by this broker yet (its "
-                               "election and entry log exist, the commit log does not live in them); set it false "
-                               "and use SYNC_MASTER with a slave")
+    dledger = load_dledger_config(props)
     mine = {k: _convert(k, v, broker_fields[k].type) for k, v in props.items() if k in broker_fields}
     store, unknown = MessageStoreConfig.from_properties(
         {k: v for k, v in props.items() if k not in broker_fields and k not in dledger_keys})
+    store.enableDLegerCommitLog = dledger.enableDLegerCommitLog
+    store.dLegerSelfId = dledger.dLegerSelfId
     return BrokerConfig(**mine), store, unknown
+
+
+def load_dledger_config(props: dict[str, str]) -> DLedgerConfig:
+    """The DLedger keys of broker.conf (StoreConfigError naming a bad one)."""
+    dledger_keys = set(DLedgerConfig.keys())
+    return DLedgerConfig.from_properties({k: v for k, v in props.items() if k in dledger_keys})

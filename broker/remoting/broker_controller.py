@@ -7,6 +7,7 @@ import logging
 import msgspec
 
 from broker.remoting import codes
+from broker.raft.config import DLedgerConfig
 from broker.remoting.acl import AclError, PlainAccessValidator
 from broker.remoting.admin_processor import AdminProcessor
 from broker.remoting.broker_config import BrokerConfig
@@ -30,12 +31,38 @@ from broker.store.errors import StoreConfigError
 log = logging.getLogger("broker")
 
 
+def dledger_follower_id(dledger: DLedgerConfig) -> int:
+    """The brokerId a DLedger member registers with while it follows: RocketMQ's
+    DLedgerCommitLog.getId, the number after the id's first letter plus 1 (n0 -> 1, n2 -> 3);
+    for an id not of that form, its place in dLegerPeers plus 1."""
+    sid = dledger.dLegerSelfId
+    if sid[1:].isdigit():
+        return int(sid[1:]) + 1
+    return list(dledger.peers).index(sid) + 1
+
+
 class BrokerController:
-    def __init__(self, config: BrokerConfig, store_config: MessageStoreConfig, host: str = "0.0.0.0"):
+    def __init__(self, config: BrokerConfig, store_config: MessageStoreConfig, host: str = "0.0.0.0",
+                 dledger: DLedgerConfig | None = None):
         self.config = config
         self.store_config = store_config
         self.host = host
-        self.store = MessageStore(store_config)
+        self.dledger = dledger if store_config.enableDLegerCommitLog else None
+        if store_config.enableDLegerCommitLog and dledger is None:
+            raise StoreConfigError("enableDLegerCommitLog",
+                                   "DLedger mode needs dLegerGroup, dLegerPeers and dLegerSelfId")
+        if self.dledger is not None:
+            # the role follows the DLedger member's (broker.raft.role_change_handler): a slave
+            # with its follower id until this member leads and has caught up
+            from broker.raft.dledger_message_store import DLedgerMessageStore
+            self.store = DLedgerMessageStore(store_config, self.dledger)
+            self.store.role_listeners.append(self._on_dledger_role)
+            if config.brokerId != 0:
+                log.warning("brokerId %d ignored in DLedger mode: the leader is 0, a follower %d", config.brokerId,
+                            dledger_follower_id(self.dledger))
+            config.brokerId = dledger_follower_id(self.dledger)
+        else:
+            self.store = MessageStore(store_config)
         self.topics: TopicManager | None = None
         self.consumers = ConsumerManager(config.channelExpiredTimeout / 1000)
         self.holds = PullHoldService()
@@ -49,15 +76,19 @@ class BrokerController:
         self._register_task: asyncio.Task | None = None
         self._register_again = False
         self._namesrv_conns: dict = {}  # name server address -> RemotingConnection
-        self.slave_sync = SlaveSynchronize(self) if store_config.is_slave else None
+        self.slave_sync = SlaveSynchronize(self) if store_config.is_slave or self.dledger else None
         self.metrics = BrokerMetrics(self)
+        self.fast: FastSendPath | None = None
         # as RocketMQ's BrokerStartup: a slave needs an id of its own, a master is always 0
-        if store_config.is_slave and config.brokerId <= 0:
+        if self.dledger is not None:
+            pass
+        elif store_config.is_slave and config.brokerId <= 0:
             raise StoreConfigError("brokerId", f"{config.brokerId}: a SLAVE's brokerId must be 1 or more")
-        if not store_config.is_slave and config.brokerId != 0:
+        elif not store_config.is_slave and config.brokerId != 0:
             log.warning("brokerId %d ignored: a %s's id is 0", config.brokerId, store_config.brokerRole)
             config.brokerId = 0
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._serving = False
 
     @property
     def addr(self) -> str:
@@ -73,7 +104,7 @@ class BrokerController:
             # every topic whose queues the log holds is served, whatever topics.json lost (a
             # crash before its background write) or never had (a slave's master died first)
             self.topics.learn(self.store.queue_counts())
-            if self.store_config.is_slave:
+            if self.store_config.is_slave or self.dledger is not None:
                 self.store.on_new_queues.append(lambda: self.topics.learn(self.store.queue_counts()))
             self.schedule = ScheduleMessageService(self.store, self.topics, self.config.messageDelayLevel,
                                                    on_delivered=self.holds.notify)
@@ -84,13 +115,17 @@ class BrokerController:
                                            self.config.maxReconsumeTimes),
                          AdminProcessor(store, topics, schedule, self.metrics.runtime_table)):
                 self.handlers.update(proc.handlers())
-            self.fast = FastSendPath(store, topics, holds, self.acl is not None)
-            topics.on_change.append(self.fast.sync_routes)
+            if self.dledger is None:
+                self.fast = FastSendPath(store, topics, holds, self.acl is not None)
+                topics.on_change.append(self.fast.sync_routes)
+            # DLedger mode: sends go through SendMessageProcessor (each waits for its quorum);
+            # the send kernel appends to the ordinary commit log only, a DLedger one is later work
             self.server = RemotingServer(self.handle, self.host, self.store_config.listenPort,
                                          idle_timeout=self.config.serverChannelMaxIdleTimeSeconds, fast=self.fast)
             self.server.on_close.append(self.consumers.connection_closed)
             await self.server.start()
-            self.schedule.start(deliver=not self.store_config.is_slave)
+            self.schedule.start(deliver=not self.store.is_slave)
+            self._serving = True  # from here a DLedger role switch re-registers and moves deliveries
         except BaseException:
             await self.store.close()
             raise
@@ -117,6 +152,7 @@ class BrokerController:
         self._timers.append(self._loop.call_later(seconds, tick))
 
     async def close(self) -> None:
+        self._serving = False  # a DLedger role change while stopping must not register us again
         for t in self._timers:
             t.cancel()
         self._timers.clear()
@@ -204,11 +240,29 @@ class BrokerController:
 
     def _learn_master(self, master_addr: str | None, ha_addr: str | None) -> None:
         """A slave's registration answer names its master (RocketMQ's RegisterBrokerResult)."""
+        if self.dledger is not None and not self.store.is_slave:
+            return  # answered to our registration as a follower, read once we lead
         if master_addr and master_addr != self.slave_sync.master_addr:
             log.info("master is %s (HA %s)", master_addr, ha_addr or "unknown")
             self.slave_sync.master_addr = master_addr
+        if self.dledger is not None:
+            return  # no HA link: DLedger replicates
         if ha_addr and not self.store_config.haMasterAddress:
             self.store.set_master_ha_address(ha_addr)
+
+    def _on_dledger_role(self, master: bool) -> None:
+        """DLedgerRoleChangeHandler switched this broker (RocketMQ's changeToMaster /
+        changeToSlave): its id, the schedule's deliveries, the slave's synchronization, and a
+        registration with every name server now, so clients' routes move at once."""
+        self.config.brokerId = 0 if master else dledger_follower_id(self.dledger)
+        if self.slave_sync is not None:
+            self.slave_sync.master_addr = None  # a follower learns the new master from its registration
+            self.slave_sync.close()
+        log.info("DLedger role: %s, registering as brokerId %d", "master" if master else "slave",
+                 self.config.brokerId)
+        if self._serving:  # before that, start() delivers as the role says and registers once it listens
+            self.schedule.set_delivering(master)
+            self.register_soon()
 
     async def unregister(self) -> None:
         async def one(addr: str) -> None:

@@ -16,9 +16,12 @@ from broker.remoting.refusals import BadRequest, NotFound
 from broker.remoting.topic_manager import DLQ_PREFIX, RETRY_PREFIX, check_topic_name
 from broker.store.errors import StoreError
 from broker.store.message import host_bytes
+from broker.store.results import PutStatus
 
 log = logging.getLogger("consumers")
 _decode = msgspec.json.decode
+
+_NOT_STORED = (PutStatus.SERVICE_NOT_AVAILABLE, PutStatus.OS_PAGECACHE_BUSY, PutStatus.UNKNOWN_ERROR)
 
 
 # Hostile input (issue 7): bodies of the wrong shape ({"consumerDataSet":[1]}, {"mqSet":{"a":1}},
@@ -215,7 +218,9 @@ class ConsumerProcessor:
         return self._after_flush(cmd, flushed)
 
     async def _after_flush(self, cmd, flushed):
-        await flushed
+        status = await flushed
+        if status in _NOT_STORED:  # DLedger mode: no quorum (RocketMQ answers SYSTEM_ERROR, the status named)
+            return cmd.response(codes.SYSTEM_ERROR, remark=status.name)
         return cmd.response(codes.SUCCESS)
 
     # -- orderly consumption -----------------------------------------------------------------------

@@ -55,7 +55,8 @@ class BrokerMetrics:
                  "commitLogMinOffset": o["min"], "commitLogMaxOffset": o["wrote"], "flushedOffset": o["flushed"],
                  "dispatchedOffset": o["dispatched"], "putMessageEntireTimeMax": 0,
                  "pullHeldRequests": c.holds.held(), "topics": len(c.topics.table.topics)}
-        table.update({k: o[k] for k in ("acked", "slaves", "received", "linked") if k in o})
+        table.update({k: o[k] for k in ("acked", "slaves", "received", "linked", "dLedgerRole", "dLedgerTerm",
+                                        "dLedgerLeader", "dLedgerCommittedIndex", "dLedgerEndIndex") if k in o})
         table.update({k: (int(v) if float(v).is_integer() else round(v, 6)) for k, v in self.snapshot().items()})
         return table
 

@@ -91,7 +91,7 @@ class PullMessageProcessor:
         return res
 
     async def _hold(self, cmd, topic, queue_id, offset, max_nums, tags, deadline, suspend) -> RemotingCommand:
-        if self.store.is_slave:
+        if self.store.reads_dispatched_only:
             return await self._hold_on_slave(cmd, topic, queue_id, offset, max_nums, tags, deadline)
         holds = self.holds
         store = self.store

@@ -77,11 +77,20 @@ class ScheduleMessageService:
         data = read_with_backup(self.path) or {}
         for k, v in (data.get("offsetTable") or {}).items():
             self.offsets[int(k)] = int(v)
-        if not deliver:
-            return
-        for level in range(1, self.max_level + 1):
-            self._arrived[level] = asyncio.Event()
-            self._tasks.append(asyncio.ensure_future(self._run_level(level)))
+        if deliver:
+            self.set_delivering(True)
+
+    def set_delivering(self, on: bool) -> None:
+        """Start or stop delivering (DLedger mode: only the member serving as master delivers,
+        and one that stops leading stops at once; what it delivered is in its offsets)."""
+        if on and not self._tasks:
+            for level in range(1, self.max_level + 1):
+                self._arrived[level] = asyncio.Event()
+                self._tasks.append(asyncio.ensure_future(self._run_level(level)))
+        elif not on:
+            for t in self._tasks:
+                t.cancel()
+            self._tasks.clear()
 
     async def close(self) -> None:
         for t in self._tasks:

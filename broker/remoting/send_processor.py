@@ -28,7 +28,13 @@ REPLY_EXT = {"MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
 STATUS_CODES = {PutStatus.PUT_OK: codes.SUCCESS, PutStatus.FLUSH_DISK_TIMEOUT: codes.FLUSH_DISK_TIMEOUT,
                 PutStatus.FLUSH_SLAVE_TIMEOUT: codes.FLUSH_SLAVE_TIMEOUT,
                 PutStatus.SLAVE_NOT_AVAILABLE: codes.SLAVE_NOT_AVAILABLE,
-                PutStatus.SERVICE_NOT_AVAILABLE: codes.SERVICE_NOT_AVAILABLE}
+                PutStatus.SERVICE_NOT_AVAILABLE: codes.SERVICE_NOT_AVAILABLE,
+                # DLedger mode (RocketMQ's handlePutMessageResult): retryable by every client
+                PutStatus.OS_PAGECACHE_BUSY: codes.SYSTEM_ERROR, PutStatus.UNKNOWN_ERROR: codes.SYSTEM_ERROR}
+# the remarks RocketMQ answers those with (a reply that is not SUCCESS carries one)
+STATUS_REMARKS = {PutStatus.SERVICE_NOT_AVAILABLE: "service not available now",
+                  PutStatus.OS_PAGECACHE_BUSY: "[PC_SYNCHRONIZED]broker busy, start flow control for a while",
+                  PutStatus.UNKNOWN_ERROR: "UNKNOWN_ERROR"}
 
 
 def born_host_of(conn) -> bytes:
@@ -147,6 +153,7 @@ class SendMessageProcessor:
             elif f.exception() is not None:
                 reply.set_exception(f.exception())
             else:
-                reply.set_result(cmd.response(STATUS_CODES[f.result()], ext))
+                status = f.result()
+                reply.set_result(cmd.response(STATUS_CODES[status], ext, remark=STATUS_REMARKS.get(status)))
         flushed.add_done_callback(done)
         return reply

@@ -452,6 +452,13 @@ class MessageStore:
         return self._put_waits
 
     @property
+    def reads_dispatched_only(self) -> bool:
+        """Whether a queue ends at its last dispatched consume-queue entry, held pulls waking at
+        every dispatch: on a slave (nothing appends here) and in DLedger mode (what is appended
+        is readable once committed and dispatched). A master knows its queues' ends itself."""
+        return self.is_slave
+
+    @property
     def fast_writable(self) -> bool:
         """Whether appends may go straight in (the send kernel): a running master not refusing writes."""
         return self._accepting and not self.is_slave and self.flags.why_not_writable() is None

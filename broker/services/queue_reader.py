@@ -3,7 +3,9 @@ bounds and messages as zero-copy views of the mapped commit log, a record by phy
 
 On a master the end of a queue is what the reput has dispatched of what this process wrote; on
 a slave nothing here writes, so a queue ends at its first unwritten consume-queue entry, and
-segments the HA client made since the last look are mapped on demand."""
+segments the HA client made since the last look are mapped on demand. In DLedger mode queues end
+as on a slave on every member (the reput dispatches committed entries only), and records are read
+from the DLedger data files at their physical offsets (entry pos + 48)."""
 from __future__ import annotations
 
 import os
@@ -38,7 +40,7 @@ class QueueReader:
     def max_offset(self, topic: str, queue_id: int) -> int:
         """One past the last consumable (dispatched) message of the queue."""
         s = self.s
-        if s.is_slave:
+        if s.reads_dispatched_only:
             return self._slave_max_offset(topic, queue_id)
         tb = s.topic_bytes(topic)
         app = s.commit_log.appender
@@ -118,7 +120,7 @@ class QueueReader:
             end = min(stop, first + cq.per_file)
             status = collect(c, entries, first, i, end, segments.files, segments.file_size, max_msgs, max_bytes,
                              tag_hashes)
-            if status == COLLECT_NO_SEGMENT and self.s.is_slave and not refreshed:
+            if status == COLLECT_NO_SEGMENT and not segments.writable and not refreshed:
                 segments.refresh()  # a segment the HA client made since we looked
                 refreshed = True
                 i = c.next_index
@@ -144,7 +146,7 @@ class QueueReader:
         s = self.s
         segments = s.commit_log.queue
         mf = segments.find(physical_offset)
-        if mf is None and s.is_slave:
+        if mf is None and not segments.writable:
             segments.refresh()
             mf = segments.find(physical_offset)
         wrote = s.table.load(Slot.WROTE)

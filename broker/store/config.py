@@ -71,6 +71,11 @@ class MessageStoreConfig:
     deleteConsumeQueueFilesInterval: int = 100
     destroyMapedFileIntervalForcibly: int = 120_000
     deleteFileBatchMax: int = 10
+    # DLedger mode (RocketMQ keeps these in MessageStoreConfig too): read from broker.conf with
+    # the other DLedger keys (broker.raft.config.DLedgerConfig) and copied here, because the store
+    # and its service processes need them: the log then lives in dledger-<selfId>/data.
+    enableDLegerCommitLog: bool = False
+    dLegerSelfId: str = ""
 
     def __post_init__(self) -> None:
         self.validate()
@@ -86,6 +91,10 @@ class MessageStoreConfig:
     @property
     def config_dir(self) -> str:
         return paths.config_dir(self.storePathRootDir)
+
+    @property
+    def dledger_data_dir(self) -> str:
+        return paths.dledger_data_dir(self.storePathRootDir, self.dLegerSelfId)
 
     @property
     def warm_segments(self) -> bool:

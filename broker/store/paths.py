@@ -52,3 +52,8 @@ def dledger_dir(root: str, self_id: str) -> str:
     """DLedger's own folder inside the store (RocketMQ sets its storeBaseDir to the store root):
     `currterm`, and later `data/`, `index/` and `checkpoint`."""
     return os.path.join(root, f"dledger-{self_id}")
+
+
+def dledger_data_dir(root: str, self_id: str) -> str:
+    """The entries of DLedger mode's log (RocketMQ records as entry bodies), DLedger's `data/`."""
+    return os.path.join(dledger_dir(root, self_id), "data")

@@ -14,6 +14,9 @@ class PutStatus(enum.Enum):
     FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
     SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
     SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
+    # DLedger mode: no quorum in time, or too many appends waiting for one (DLedgerCommitLog)
+    OS_PAGECACHE_BUSY = "OS_PAGECACHE_BUSY"
+    UNKNOWN_ERROR = "UNKNOWN_ERROR"
 
 
 class GetStatus(enum.Enum):

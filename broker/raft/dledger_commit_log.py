@@ -1,0 +1,160 @@
+"""DLedgerCommitLog: the commit log of DLedger mode (RocketMQ's DLedgerCommitLog), RocketMQ
+records as the bodies of the entries of the group's Raft log.
+
+The record is the stored-message layout of the ordinary commit log, byte for byte; it starts at
+the entry's pos + 48 (the DLedger header before it), and that is its PHYSICALOFFSET, the offset
+its msgId names and its consume-queue entries point at. RocketMQ patches the field from
+DLedger's append hook once the position is known; here the position is asked first
+(DLedgerEntryStore.next_pos) and the record encoded with it, then appended in the same
+synchronous step, so nothing can come between (and the entry's bodyCrc covers the final bytes).
+
+Queue offsets are assigned here, on the leader, at append time, in the order of the entries:
+everything runs on the broker's event loop and `append` does not yield between assigning the
+offset and appending the entry. A queue's next offset is taken from its consume queue the first
+time the queue is written in a leadership (the role change handler clears the table when this
+member becomes leader, after the reput dispatched every committed entry), then counted here. As
+RocketMQ does, an offset is used once the entry is in the leader's log, whatever the quorum then
+says: an entry that times out may still be committed later. An entry that is truncated away
+instead (the leader was deposed) leaves no gap: the next leader counts from its consume queues.
+
+The record is encoded with the ordinary commit log's append kernel into a scratch buffer and
+copied into the entry (one copy more than the ordinary path, which encodes into the map): DLedger
+mode's sends go through the Python send processor and wait for a quorum round trip anyway.
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Callable
+
+from broker.kernels.codec import Appender, MappedBuffer, record_length
+from broker.raft.append_errors import AppendError, LeaderPendingFull, NotLeader
+from broker.raft.entry_format import HEADER_SIZE, MIN_BLANK_LEN
+from broker.raft.errors import DLedgerBusy
+from broker.raft.protocol import ResponseCode
+from broker.raft.server import DLedgerServer
+from broker.store.config import MessageStoreConfig
+from broker.store.errors import MessageIllegal, ServiceUnavailable
+from broker.store.results import PutStatus
+
+# DLedgerCommitLog.putMessage's mapping of the append's DLedgerResponseCode (what is not named
+# here, TERM_CHANGED among them, is RocketMQ's UNKNOWN_ERROR)
+_STATUS = {ResponseCode.NOT_LEADER: PutStatus.SERVICE_NOT_AVAILABLE,
+           ResponseCode.INCONSISTENT_LEADER: PutStatus.SERVICE_NOT_AVAILABLE,
+           ResponseCode.LEADER_NOT_READY: PutStatus.SERVICE_NOT_AVAILABLE,
+           ResponseCode.DISK_FULL: PutStatus.SERVICE_NOT_AVAILABLE,
+           # "Do not return flush_slave_timeout to the client, for the ons client will ignore it"
+           ResponseCode.WAIT_QUORUM_ACK_TIMEOUT: PutStatus.OS_PAGECACHE_BUSY,
+           ResponseCode.LEADER_PENDING_FULL: PutStatus.OS_PAGECACHE_BUSY}
+
+
+def put_status(err: BaseException | None) -> PutStatus:
+    """The put's status for the outcome of its append (None: a majority holds it)."""
+    if err is None:
+        return PutStatus.PUT_OK
+    if isinstance(err, AppendError):
+        return _STATUS.get(err.code, PutStatus.UNKNOWN_ERROR)
+    return PutStatus.UNKNOWN_ERROR
+
+
+class EntryPositionMismatch(RuntimeError):
+    """A bug: the entry did not land where the record says it is."""
+
+
+class DLedgerCommitLog:
+    def __init__(self, config: MessageStoreConfig, server: DLedgerServer,
+                 queue_end: Callable[[bytes, int], int]):
+        self.config = config
+        self.server = server
+        self.store_host = config.store_host
+        self.max_body = config.maxMessageSize
+        self._queue_end = queue_end  # (topic, queue id) -> next offset as its consume queue says
+        self._next: dict[tuple[bytes, int], int] = {}
+        self._scratch = bytearray(0)
+        self._scratch_buf: MappedBuffer | None = None
+
+    # -- what the readers use (the data files hold the records at their physical offsets) --------
+    @property
+    def queue(self):
+        """The data files as a MappedFileQueue: a record's physical offset is its place in them."""
+        return self.server.store.data
+
+    @property
+    def min_offset(self) -> int:
+        return self.queue.min_offset
+
+    @property
+    def committed_pos(self) -> int:
+        """Where the committed entries end (the consumers' end of the log: RocketMQ's getMaxOffset)."""
+        pos = self.server.store.committed_pos
+        return pos if pos >= 0 else self.min_offset
+
+    @property
+    def begin_pos(self) -> int:
+        """Where the first entry still on disk starts (the reput's start)."""
+        st = self.server.store
+        if st.ledger_begin_index < 0:
+            return st.write_pos
+        return st.position(st.ledger_begin_index)[0]
+
+    # -- the queue table -------------------------------------------------------------------------
+    def reset_queue_table(self) -> None:
+        """A new leadership: next offsets are read again from the consume queues."""
+        self._next.clear()
+
+    def next_offset(self, topic: bytes, queue_id: int) -> int:
+        q = self._next.get((topic, queue_id))
+        return q if q is not None else self._queue_end(topic, queue_id)
+
+    # -- appends ---------------------------------------------------------------------------------
+    def _scratch_for(self, need: int) -> MappedBuffer:
+        if len(self._scratch) < need:
+            self._scratch = bytearray(max(need, 2 * len(self._scratch), 4096))
+            self._scratch_buf = MappedBuffer(self._scratch, True)
+        return self._scratch_buf
+
+    def append(self, topic: bytes, queue_id: int, body, properties: bytes, flag: int, sys_flag: int,
+               born_ts: int, born_host: bytes, reconsume_times: int = 0
+               ) -> tuple[int, int, int, int, asyncio.Future]:
+        """Append one record as the next entry. Returns (physical offset, queue offset, size, store
+        timestamp, future): the future gives the PutStatus once the quorum answered. Raises
+        ServiceUnavailable when this member does not lead, DLedgerBusy when too many appends wait
+        for their quorum, MessageIllegal for a record no entry can hold; nothing is appended then."""
+        if len(body) > self.max_body:
+            raise MessageIllegal(f"body of {len(body)} bytes exceeds maxMessageSize {self.max_body}")
+        size = record_length(len(body), len(topic), len(properties), len(born_host) == 20,
+                             len(self.store_host) == 20)
+        server = self.server
+        store = server.store
+        if HEADER_SIZE + size + MIN_BLANK_LEN > store.data.file_size:
+            raise MessageIllegal(f"a record of {size} bytes does not fit in a {store.data.file_size}-byte "
+                                 f"DLedger data file (mappedFileSizeCommitLog)")
+        key = (topic, queue_id)
+        qo = self._next.get(key)
+        if qo is None:
+            qo = self._queue_end(topic, queue_id)
+        pos = store.next_pos(HEADER_SIZE + size)
+        phys = pos + HEADER_SIZE
+        buf = self._scratch_for(size + MIN_BLANK_LEN)
+        app = Appender(self.store_host, self.max_body, {key: qo}, phys)
+        app.attach(buf, phys)
+        r = app.append(topic, queue_id, body, properties, flag, sys_flag, born_ts, born_host, reconsume_times)
+        if r is None or r[2] != size:
+            raise EntryPositionMismatch(f"record of {size} bytes encoded as {r}")
+        _, _, _, ts = r
+        try:
+            _, got, ack = server.begin_append(memoryview(self._scratch)[:size])
+        except NotLeader as e:
+            raise ServiceUnavailable(f"not the DLedger leader: {e}") from None
+        except LeaderPendingFull as e:
+            raise DLedgerBusy(str(e)) from None
+        if got != pos:
+            raise EntryPositionMismatch(f"entry at {got}, its record says {phys - HEADER_SIZE}")
+        self._next[key] = qo + 1
+        out = ack.get_loop().create_future()
+
+        def done(f: asyncio.Future) -> None:
+            status = PutStatus.UNKNOWN_ERROR if f.cancelled() else put_status(f.exception())
+            if not out.done():
+                out.set_result(status)
+        ack.add_done_callback(done)
+        return phys, qo, size, ts, out

@@ -1,0 +1,291 @@
+"""DLedgerMessageStore: the MessageStore of DLedger mode (`enableDLegerCommitLog=true`).
+
+The log is the group's Raft log (broker.raft.server.DLedgerServer, in this process, on its peer
+port from dLegerPeers), each RocketMQ record the body of one entry (DLedgerCommitLog). What
+changes against the ordinary store, and why:
+
+- Puts go to DLedgerCommitLog.append on the serving master only and are answered once a
+  majority holds the entry (the put's future, as SYNC_MASTER's), with RocketMQ's statuses for
+  DLedger's failures. The send kernel (the C fast path) is off: it writes records straight into
+  the ordinary commit log's segment; a fast path for DLedger mode is later work.
+- Consumers see committed entries only, on every member: the committed position is published in
+  the offset table's WROTE slot, and the reput (broker.raft.dledger_reput, its own process)
+  dispatches up to it. Reads by physical offset read the DLedger data files (pos + 48).
+- Queue ends are those of the consume queues on every member (what the reput wrote), as on a
+  slave: nothing appended is visible before it is committed and dispatched.
+- Consume queues are rebuilt from the committed entries at every start (the directory is emptied
+  first): entries beyond a crashed member's recovered log, or a torn consume-queue tail, can then
+  never be served; the cost is one pass over the log at start.
+- No flush, HA or clean service: DLedger writes its files back itself (its flusher), replication
+  is DLedger's, and expiring DLedger files is later work.
+- An ordinary commit log with data beside it refuses the start (StoreConfigError naming
+  enableDLegerCommitLog): RocketMQ serves such a log below a dividedCommitlogOffset, which is
+  later work here.
+
+Roles: `is_slave` is true until the role change handler makes this member the serving master
+(broker.raft.role_change_handler), and again from the moment it stops leading.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+
+import numpy as np
+
+from broker.raft.config import DLedgerConfig
+from broker.raft.dledger_commit_log import DLedgerCommitLog
+from broker.raft.role_change_handler import DLedgerRoleChangeHandler
+from broker.raft.server import DLedgerServer
+from broker.services.dispatch_waiters import DispatchWaiters
+from broker.services.message_store import DEFAULT_BORN_HOST, MessageStore
+from broker.services.notifier import Notifier
+from broker.services.running_flags import RunningFlags
+from broker.services.service_specs import ServiceSpec
+from broker.services.supervisor import ServiceProcess
+from broker.store import paths
+from broker.store.checkpoint import StoreCheckpoint
+from broker.store.config import MessageStoreConfig
+from broker.store.config_files import WRITER
+from broker.store.consume_queue import ConsumeQueueStore
+from broker.store.errors import StoreConfigError
+from broker.store.message import encode_properties
+from broker.store.offset_table import Slot, create_table
+from broker.store.results import BatchChunk, BatchPutResult, PutResult, PutStatus
+
+log = logging.getLogger("store")
+
+DLEDGER_REPUT = ServiceSpec("reput", "broker.raft.dledger_reput", Slot.REPUT_PID)
+
+
+def refuse_old_commit_log(config: MessageStoreConfig) -> None:
+    """StoreConfigError if the ordinary commit log beside holds records: DLedger mode would
+    silently hide them from consumers."""
+    d = config.commitlog_dir
+    try:
+        names = sorted(n for n in os.listdir(d) if n.isdigit())
+    except FileNotFoundError:
+        return
+    for name in names:
+        with open(os.path.join(d, name), "rb") as f:
+            head = f.read(8)
+        if head.strip(b"\0"):
+            raise StoreConfigError(
+                "enableDLegerCommitLog",
+                f"{d} holds a commit log written without DLedger (segment {name}); this broker cannot serve it in "
+                f"DLedger mode yet (RocketMQ keeps such a log readable below its dividedCommitlogOffset: later work "
+                f"here). Start DLedger mode on an empty storePathRootDir, or keep enableDLegerCommitLog=false")
+
+
+class DLedgerMessageStore(MessageStore):
+    def __init__(self, config: MessageStoreConfig, dledger: DLedgerConfig):
+        super().__init__(config)
+        self.dledger_config = dledger
+        self.server: DLedgerServer | None = None
+        self.handler: DLedgerRoleChangeHandler | None = None
+        self._server_started = False
+        # DLedger flushes its own files and every put waits for its quorum (RocketMQ forces the
+        # leader to SYNC_MASTER); flushDiskType and brokerRole from broker.conf do not apply
+        self.sync_flush = self.sync_master = False
+        self._put_waits = True
+        self.is_slave = True
+        self.config.brokerRole = "SLAVE"
+        # called with (master: bool) at each switch; the controller registers before start()
+        self.role_listeners: list = []
+
+    # -- roles -----------------------------------------------------------------------------------
+    def set_master(self, master: bool) -> None:
+        """The role change handler's switch (RocketMQ's changeToMaster(SYNC_MASTER) / changeToSlave)."""
+        self.is_slave = not master
+        self.config.brokerRole = "SYNC_MASTER" if master else "SLAVE"
+
+    @property
+    def reads_dispatched_only(self) -> bool:
+        return True
+
+    @property
+    def fast_writable(self) -> bool:
+        return False  # the send kernel writes the ordinary commit log only (see the module's doc)
+
+    def queue_write_end(self, topic: str, queue_id: int) -> int:
+        return 0  # nothing appended is readable before the reput dispatched it (committed first)
+
+    def _queue_end(self, topic: bytes, queue_id: int) -> int:
+        return self.reader.max_offset(topic.decode("utf-8", "replace"), queue_id)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    async def _start(self) -> None:
+        cfg = self.config
+        refuse_old_commit_log(cfg)
+        # consume queues are rebuilt from the committed entries (see the module's doc)
+        shutil.rmtree(cfg.consumequeue_dir, ignore_errors=True)
+        for d in (cfg.consumequeue_dir, cfg.config_dir):
+            os.makedirs(d, exist_ok=True)
+        self.consumer_offsets.load()
+        self.topic_config.load()
+        self.ckpt = StoreCheckpoint(paths.checkpoint(self.root))
+        t0 = time.monotonic()
+        server = self.server = DLedgerServer(
+            self.dledger_config, self.root,
+            # as RocketMQ's DLedgerCommitLog: data files of mappedFileSizeCommitLog
+            store_options={"data_file_size": cfg.mappedFileSizeCommitLog, "warm": cfg.warm_segments})
+        cl = self.commit_log = DLedgerCommitLog(cfg, server, self._queue_end)
+        begin, committed = cl.begin_pos, cl.committed_pos
+        ds = server.store
+        log.info("dledger store %s recovered in %.3fs: entries [%d, %d], committed %d (data [%d, %d))",
+                 ds.dir, time.monotonic() - t0, ds.ledger_begin_index, ds.ledger_end_index, ds.committed_index,
+                 begin, committed)
+
+        t = self.table = create_table(self.root)
+        t.store(Slot.WROTE, committed)
+        t.store(Slot.FLUSHED, committed)
+        t.store(Slot.DISPATCHED, begin)
+        t.store(Slot.MIN_OFFSET, cl.min_offset)
+        loop = self._loop
+        n = self.notifier = Notifier(loop)
+        self.flags = RunningFlags(t, cfg)
+        self.dispatch = DispatchWaiters(t, loop, n.poke)
+        n.listeners += [self.flags.on_wake, self._on_queues_seen, self.dispatch.on_wake]
+        self._specs = (DLEDGER_REPUT,)
+        for spec in self._specs:
+            svc = self.services[spec.name] = ServiceProcess(spec.name, spec.module, cfg, n.fd, loop)
+            svc.start()
+        self._open = True
+        for spec in self._specs:
+            await self._wait_ready(spec, cfg.serviceStartTimeout / 1000)
+        await self.wait_dispatched(committed, cfg.serviceStartTimeout / 1000)
+        self.cqs = ConsumeQueueStore(cfg.consumequeue_dir, cfg.mappedFileSizeConsumeQueue, writable=False)
+        self.cqs.load()
+        self._seen_min = cl.min_offset
+
+        server.committed.listeners.append(self._on_committed)
+        h = self.handler = DLedgerRoleChangeHandler(self, server)
+        h.listeners.extend(self.role_listeners)
+        server.elector.handlers.append(h.on_role_change)
+        await server.start()
+        self._server_started = True
+        self._accepting = True
+        self._persist_timer = loop.call_later(cfg.flushConsumerOffsetInterval / 1000, self._persist_offsets)
+
+    def _on_committed(self, index: int) -> None:
+        """The committed index moved (a quorum on the leader, the leader's word on a follower):
+        the reput may dispatch up to the new committed position."""
+        if self.table is not None:
+            self._publish_wrote(self.commit_log.committed_pos)
+
+    async def close(self) -> None:
+        if not self._open:
+            await self._teardown()
+            return
+        self._accepting = False
+        if self._persist_timer is not None:
+            self._persist_timer.cancel()
+        WRITER.drain()
+        self.consumer_offsets.persist()
+        self.topic_config.persist()
+        if self.handler is not None:
+            self.handler.close()
+        await self._stop_server()  # waiting puts fail (NOT_LEADER), entries and checkpoint written back
+        t = self.table
+        t.add(Slot.REPUT_WAKE, 1)
+        wrote = t.load(Slot.WROTE)
+        try:
+            await self.wait_dispatched(wrote, 30)
+        except TimeoutError:
+            log.error("reput did not catch up with %d before shutdown", wrote)
+        for svc in self.services.values():
+            svc.stopping = True
+        t.store(Slot.SHUTDOWN, 1)
+        for spec in self._specs:
+            try:
+                await self._wait_ready(spec, 10)
+            except TimeoutError:
+                log.error("%s service is not ready; stopping it anyway", spec.name)
+            await self.services[spec.name].stop()
+        log.info("dledger store %s stopped at committed position %d", self.root, wrote)
+        self._open = False
+        await self._teardown()
+
+    async def _stop_server(self) -> None:
+        s = self.server
+        if s is None:
+            return
+        self.server = None
+        if self._server_started:
+            await s.stop()
+        else:
+            s.store.close()
+
+    async def _teardown(self) -> None:
+        await self._stop_server()
+        self.commit_log = None  # its files were closed with the server's store
+        await super()._teardown()
+
+    # -- puts ------------------------------------------------------------------------------------
+    def append(self, topic: str, queue_id: int, body, properties: bytes | dict | None = b"", *,
+               flag: int = 0, sys_flag: int = 0, born_timestamp: int | None = None,
+               born_host: bytes = DEFAULT_BORN_HOST, reconsume_times: int = 0, wait: bool = True):
+        """As MessageStore.append; the future (always given) says PUT_OK once a majority holds the
+        entry, or the status RocketMQ's DLedgerCommitLog answers the failure with."""
+        self._check_open(topic)
+        tb = self._topic(topic)
+        props = properties if type(properties) is bytes else encode_properties(properties)
+        cl = self.commit_log
+        phys, qo, size, ts, fut = cl.append(tb, queue_id, body, props, flag, sys_flag,
+                                            -1 if born_timestamp is None else born_timestamp, born_host,
+                                            reconsume_times)
+        self.put_msgs += 1
+        self.put_bytes += size
+        self._count_status(fut, 1)
+        return PutResult(PutStatus.PUT_OK, phys, qo, size, ts, cl.store_host), fut
+
+    def append_batch(self, topic: str, queue_id: int, bodies: list, properties: bytes | list | dict | None = b"", *,
+                     flag: int | list = 0, sys_flag: int = 0, born_timestamp: int | None = None,
+                     born_host: bytes = DEFAULT_BORN_HOST, wait: bool = True):
+        """One entry per message (consecutive, with consecutive queue offsets); the future is the
+        last one's: entries commit in order, so it covers the batch."""
+        self._check_open(topic)
+        tb = self._topic(topic)
+        if not isinstance(bodies, list):
+            bodies = list(bodies)
+        if not bodies:
+            raise ValueError("put_batch needs at least one body")
+        props = properties
+        if type(props) is not bytes and type(props) is not list:
+            props = encode_properties(props)
+        cl = self.commit_log
+        born = -1 if born_timestamp is None else born_timestamp
+        chunks, sizes = [], []
+        fut = None
+        ts = 0
+        for i, body in enumerate(bodies):
+            p = props[i] if type(props) is list else props
+            f = flag[i] if type(flag) is list else flag
+            phys, qo, size, ts, fut = cl.append(tb, queue_id, body, bytes(p), f, sys_flag, born, born_host)
+            chunks.append(BatchChunk(phys, qo, 1))
+            sizes.append(size)
+        self.put_msgs += len(bodies)
+        self.put_bytes += sum(sizes)
+        self._count_status(fut, len(bodies))
+        end = chunks[-1].phys + sizes[-1]
+        return BatchPutResult(PutStatus.PUT_OK, chunks, len(bodies), end, ts, np.array(sizes, np.int64),
+                              cl.store_host), fut
+
+    def note_appended(self, msgs: int, nbytes: int) -> None:
+        raise RuntimeError("the send kernel does not run in DLedger mode")
+
+    # -- introspection ---------------------------------------------------------------------------
+    def offsets(self) -> dict[str, int]:
+        t = self.table
+        out = {"min": t.load(Slot.MIN_OFFSET), "wrote": t.load(Slot.WROTE), "flushed": t.load(Slot.FLUSHED),
+               "dispatched": t.load(Slot.DISPATCHED)}
+        out.update(disk_usage=t.load(Slot.DISK_USAGE) / 1e6, disk_full=t.load(Slot.DISK_FULL),
+                   dispatch_blocked=t.load(Slot.DISPATCH_BLOCKED), deleted_files=t.load(Slot.DELETED_FILES))
+        s = self.server
+        if s is not None:
+            st = s.state
+            out.update(dLedgerRole=st.role.value, dLedgerTerm=st.term, dLedgerLeader=st.leader_id or "",
+                       dLedgerCommittedIndex=s.store.committed_index, dLedgerEndIndex=s.store.ledger_end_index,
+                       dLedgerWritePos=s.store.write_pos)
+        return out

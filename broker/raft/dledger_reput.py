@@ -1,0 +1,92 @@
+"""The reput service of DLedger mode (its own process, as the ordinary one): consume queues from
+the committed entries of the DLedger data files.
+
+The broker publishes DLedger's committed position (where the last committed entry ends) in the
+offset table's WROTE slot, on the leader and on followers alike, so this process never sees an
+entry a majority does not hold. It walks the entries from DISPATCHED: a blank (magic -1) closes
+a file, an entry with an empty body (the no-op a new leader appends) is stepped over, and the
+RocketMQ record of any other entry (its body, at pos + 48) goes through the ordinary scan kernel
+and dispatcher, so consume-queue entries point at pos + 48 and carry the queue offset the leader
+wrote into the record.
+
+Why the entries are walked here rather than in the scan kernel: the kernel and its twin are
+shared with the ordinary commit log and are being changed elsewhere; a walk of the 48-byte
+headers in Python costs about a microsecond per entry beside the kernel's scan of the record,
+and DLedger mode's sends wait for a quorum round trip each. The kernel call is one per entry
+(max_records=1, the record's exact range), so every record is checked to fill its entry
+exactly; an entry-header mode in the kernel, dispatching a whole batch per call, is later work.
+"""
+from __future__ import annotations
+
+import logging
+import struct
+
+from broker.kernels.codec import SCAN_END
+from broker.raft.entry_format import BLANK_MAGIC, HEADER, HEADER_SIZE, MAGIC_1
+from broker.services.process import enter_service, notify
+from broker.services.reput_service import ReputService
+from broker.store.mapped_file_queue import MappedFileQueue
+from broker.store.offset_table import Slot
+
+log = logging.getLogger("reput")
+_MAGIC_SIZE = struct.Struct(">ii")
+_BODY_SIZE = struct.Struct(">i")
+PUBLISH_EVERY = 1024  # entries between two publications of DISPATCHED within a pass
+
+
+class DLedgerReputService(ReputService):
+    def __init__(self, config, notify_fd: int):
+        super().__init__(config, notify_fd)
+        self.log = MappedFileQueue(config.dledger_data_dir, config.mappedFileSizeCommitLog, writable=False)
+
+    def _stop(self, at: int, why: str) -> int:
+        # The broker publishes only positions right after committed entries: anything else here
+        # is a bug or corruption under a live store. Say where, and wait for the next wake.
+        log.error("[BUG] DLedger reput stopped at data position %d: %s", at, why)
+        self.table.store(Slot.DISPATCHED, at)
+        return at
+
+    def reput(self, dispatched: int, wrote: int) -> int:
+        """Dispatch the entries in [dispatched, wrote); returns the new dispatched position."""
+        t = self.table
+        scanner = self.scanner
+        n = 0
+        while dispatched < wrote:
+            if dispatched < self.log.min_offset:
+                dispatched = self.log.min_offset
+            mf = self._segment(dispatched)
+            if mf is None:
+                log.error("no DLedger data file holds position %d (committed %d)", dispatched, wrote)
+                return dispatched
+            rel = dispatched - mf.base
+            magic, size = _MAGIC_SIZE.unpack_from(mf.mv, rel)
+            if magic == BLANK_MAGIC:
+                dispatched = mf.end
+                continue
+            if magic != MAGIC_1 or size < HEADER_SIZE or rel + size > mf.size:
+                return self._stop(dispatched, f"entry header magic {magic} size {size}")
+            body_size = _BODY_SIZE.unpack_from(mf.mv, rel + HEADER.size - 4)[0]
+            if body_size:  # empty: a new leader's no-op, nothing to dispatch
+                count, nxt, status = scanner.scan(mf.buf, rel + HEADER_SIZE, rel + size, mf.base, False, 1)
+                if count != 1 or nxt != rel + size or status != SCAN_END:
+                    return self._stop(dispatched, f"entry body is not one record (count {count}, end {nxt} "
+                                                  f"of {rel + size}, status {status} {scanner.reason})")
+                self.dispatcher.dispatch(scanner, 1)
+            dispatched += size
+            n += 1
+            if n % PUBLISH_EVERY == 0:
+                t.store(Slot.DISPATCHED, dispatched)
+        self.last_store_ts = self.dispatcher.last_store_ts
+        t.store(Slot.DISPATCHED, dispatched)
+        if t.load(Slot.WANT_DISPATCH):
+            notify(self.notify_fd)
+        return dispatched
+
+
+def main() -> None:
+    args, config = enter_service("reput")
+    DLedgerReputService(config, args.notify_fd).run()
+
+
+if __name__ == "__main__":
+    main()
