@@ -97,6 +97,10 @@ class DLedgerCommitLog:
         return st.position(st.ledger_begin_index)[0]
 
     # -- the queue table -------------------------------------------------------------------------
+    def note_wrote(self, wrote: int) -> None:
+        """The store published a new position (CommitLog's hook for its warm-ahead thread). The
+        entry files are DLedger's, written through its own maps: not warmed ahead (later work)."""
+
     def reset_queue_table(self) -> None:
         """A new leadership: next offsets are read again from the consume queues."""
         self._next.clear()
