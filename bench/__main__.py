@@ -4,7 +4,7 @@ milestones' targets marked met or missed.
 
     python -m bench                     # quick subset (make bench), < 5 minutes on the 2-core VMs
     python -m bench --full              # everything: whole matrix, 3 repeats, both peers, full-size cells
-    python -m bench --only matrix,peers # some sections (kernels, store, network, ha, matrix, peers)
+    python -m bench --only matrix,peers # some sections (kernels, store, network, ha, dledger, matrix, peers)
     python -m bench --compare OLD.json  # after the run, what moved (figure, old, new, % change)
     python -m bench --compare OLD.json NEW.json   # compare two results files, no run
     python -m bench --out DIR           # results (JSON + Markdown + PNG plots); default bench/results/
@@ -17,7 +17,9 @@ process on loopback driven over the remoting protocol by the C load generator bu
 (bench/loadgen.c; CPU-µs per message of each broker process) and through the project's client
 (bench/network_bench.py), beside redis-benchmark's XADD against Redis with appendfsync everysec
 and always (bench/redis_benchmark.py; skipped with --no-peers), 5. HA cells
-(bench/ha_bench.py), 6. the mode matrix (bench/matrix.py): flushDiskType x {single master,
+(bench/ha_bench.py), 5b. DLedger mode (bench/dledger_bench.py): a three-member group's throughput
+through the project's client and the write outage over 10 kill -9s of the leader, with DLedger's
+defaults and with heartBeatTimeIntervalMs=500 (about 3 minutes), 6. the mode matrix (bench/matrix.py): flushDiskType x {single master,
 ASYNC_MASTER + slave, SYNC_MASTER + slave} x body x in flight, name server / master / slave
 processes driven by broker.client, with CPU per process, replication lag and consume throughput,
 then the peers (bench/peers.py: Redis Streams, NATS JetStream) as ratios project/peer. The quick
@@ -390,6 +392,20 @@ def markdown(figs: dict) -> str:
                 f"loopback {lo['loopback_GiBps']:.2f} GiB/s; pwrite into a fresh file {lo['fresh_file_write_MBps']:,.0f} MB/s",
                 f"{100 * c['MBps'] / lo['fresh_file_write_MBps']:.0f} % of fresh-file writes")
 
+    D = figs.get("dledger") or {}
+    if D:
+        row("**DLedger mode** (three `broker serve` members with enableDLegerCommitLog=true on loopback; the "
+            "project's client, 1 KiB; bench/dledger_bench.py)", "", "", "")
+        t = D["throughput"]
+        row(f"Producer.send, {t['in_flight']} in flight (a send answered once a majority holds it)",
+            f"{t['msgs_per_s']:,.0f} msgs/s; p50 {t['p50_us']:,.0f} us, p99 {t['p99_us']:,.0f} us",
+            "the matrix's SYNC_MASTER + slave row of this run",
+            "CPU-us/msg " + ", ".join(f"{k} {v:.1f}" for k, v in t["cpu_us_per_msg"].items()))
+        for name, o in D["outage"].items():
+            row(f"write outage after kill -9 of the leader ({name}), last SEND_OK to the next",
+                f"p50 {o['outage_p50_s']:.2f} s, max {o['outage_max_s']:.2f} s over {o['kills']} kills",
+                "goal <= 5 s with DLedger's defaults", "")
+
     # a section header with nothing under it (the section was not run: --only / --no-kernels) is dropped
     rows = [r for i, r in enumerate(rows)
             if not (r[0].startswith("**") and not r[1]
@@ -417,7 +433,7 @@ def markdown(figs: dict) -> str:
 
 # ------------------------------------------------------------------------------------------ main
 
-SECTIONS = ("kernels", "store", "network", "ha", "matrix", "peers")
+SECTIONS = ("kernels", "store", "network", "ha", "dledger", "matrix", "peers")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -481,7 +497,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         runner, loop_name = asyncio.run, "asyncio"
     settings = store_bench.Settings.make(quick)
-    steps = ["limits"] + [x for x in ("kernels", "store", "network", "ha") if x in only] + \
+    steps = ["limits"] + [x for x in ("kernels", "store", "network", "ha", "dledger") if x in only] + \
         (["matrix"] if only & {"matrix", "peers"} else [])
     n = len(steps)
 
@@ -496,6 +512,7 @@ def main(argv: list[str] | None = None) -> int:
     N: dict = {}
     NP: dict = {}
     H: dict = {}
+    D: dict = {}
     M: dict = {}
     try:
         step("limits", "machine limits")
@@ -539,6 +556,12 @@ def main(argv: list[str] | None = None) -> int:
             H = runner(ha_bench.run_all(secs, (128 if quick else 512) << 20, [32 << 10, 1 << 20], workdir,
                                         progress=lambda x: say("  " + x)))
 
+        if "dledger" in only:
+            step("dledger", "DLedger mode (three members on loopback): throughput, and the outage after kill -9s "
+                            "of the leader")
+            from bench import dledger_bench
+            D = runner(dledger_bench.run_all(secs, 10, workdir, progress=say))
+
         if "matrix" in steps:
             step("matrix", "mode matrix (name server, master, slave processes; the project's client) and peers")
             from bench import matrix
@@ -558,7 +581,7 @@ def main(argv: list[str] | None = None) -> int:
                  "settings": settings.__dict__, "targets": TARGETS, "argv": sys.argv[1:] if argv is None else argv,
                  "total_s": time.perf_counter() - t_start},
         "limits": L, "kernels": K, "store": S, "network": N, "network_peers": NP,
-        "network_vs_redis": network_vs_redis(N, NP), "ha": H, "matrix": M,
+        "network_vs_redis": network_vs_redis(N, NP), "ha": H, "dledger": D, "matrix": M,
     }
     figs["targets"] = evaluate(figs)
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S") + ("-quick" if quick else "")

@@ -302,6 +302,59 @@ def test_a_group_elects_one_leader_and_replaces_a_dead_one(tmp_path, n):
     asyncio.run(main())
 
 
+def test_a_dead_leader_is_replaced_without_waiting_out_the_heartbeat_leak(tmp_path):
+    """DLedger's defaults (2 s heartbeats, 3 missed) make the followers wait 6 s for a leader
+    that is gone. Here its heartbeat links close and its peer port refuses connections (the
+    process is gone), so they stand at once: a new leader within 3 s, where the leak alone would
+    take 6. Nothing else changes: the new term is the next one, one leader per term."""
+    async def main():
+        members = [await Member(tmp_path / f"m{i}", c).start()
+                   for i, c in enumerate(group_configs(3, heartBeatTimeIntervalMs=2000, minVoteIntervalMs=300,
+                                                       maxVoteIntervalMs=1000))]
+        seen: dict[int, str] = {}
+        try:
+            await until(lambda: settled(members), 30, "a leader followed by all")
+            old = settled(members)
+            rest = [m for m in members if m is not old]
+            # every follower has had a heartbeat from it (its link is watched)
+            await until(lambda: all(m.elector.last_leader_hb > 0 for m in rest), 10, "heartbeats")
+            old_term = old.state.term
+            t0 = time.monotonic()
+            await old.stop()  # its server closes: the port refuses, its links close
+            await until(lambda: settled(rest), 3, "a new leader well before 6 s of missed heartbeats")
+            assert time.monotonic() - t0 < 3
+            assert settled(rest).state.term > old_term
+            at_most_one_leader_per_term(rest, seen)
+            members = rest
+        finally:
+            for m in members:
+                await m.stop()
+    asyncio.run(main())
+
+
+def test_a_live_leader_whose_link_drops_is_not_replaced(tmp_path):
+    """A heartbeat link that closes while the leader's peer port still answers (the leader lives
+    and connects again) starts no election: the followers keep their leader and term."""
+    async def main():
+        members = [await Member(tmp_path / f"m{i}", c).start()
+                   for i, c in enumerate(group_configs(3, heartBeatTimeIntervalMs=300))]
+        try:
+            await until(lambda: settled(members), 30, "a leader followed by all")
+            lead = settled(members)
+            term = lead.state.term
+            rest = [m for m in members if m is not lead]
+            await until(lambda: all(m.elector.last_leader_hb > 0 for m in rest), 10, "heartbeats")
+            lead.clients.close(abort=True)  # its links drop; it makes them again at its next round
+            t_end = time.monotonic() + 1.5  # five heartbeat intervals: any election would show
+            while time.monotonic() < t_end:
+                assert settled(members) is lead and lead.state.term == term
+                await asyncio.sleep(0.05)
+        finally:
+            for m in members:
+                await m.stop()
+    asyncio.run(main())
+
+
 def test_only_a_member_with_the_longest_ledger_can_win(tmp_path):
     async def main():
         configs = group_configs(3)

@@ -120,6 +120,7 @@ class ElectionServer:
         self.push = push
         me = config.self_peer
         self.server = RemotingServer(self.handle, host or me.host, me.port if port is None else port)
+        self._watches: set[asyncio.Task] = set()  # one per link a leader's heartbeats came on
 
     @property
     def port(self) -> int:
@@ -129,7 +130,38 @@ class ElectionServer:
         await self.server.start()
 
     async def close(self) -> None:
+        for t in list(self._watches):
+            t.cancel()
         await self.server.close()
+
+    # -- a leader's death seen from its heartbeat link -------------------------------------------
+    def _watch_link(self, conn: RemotingConnection, leader_id: str) -> None:
+        """Once per connection that carried a heartbeat: when it closes while its sender leads
+        this follower, ask the sender's peer port whether anything listens there."""
+        if conn.attrs.get("dledger_heartbeats_from") is not None:
+            return
+        conn.attrs["dledger_heartbeats_from"] = leader_id
+        t = asyncio.get_running_loop().create_task(self._on_link_closed(conn, leader_id))
+        self._watches.add(t)
+        t.add_done_callback(self._watches.discard)
+
+    async def _on_link_closed(self, conn: RemotingConnection, leader_id: str) -> None:
+        await conn.closed.wait()
+        st = self.elector.state
+        if not st.is_follower or st.leader_id != leader_id:
+            return
+        term = st.term
+        peer = self.config.peers[leader_id]
+        try:
+            async with asyncio.timeout(self.config.heartBeatTimeIntervalMs / 1000):
+                _, writer = await asyncio.open_connection(peer.host, peer.port)
+            writer.close()
+            return  # something listens there: the leader lives, its heartbeats decide
+        except ConnectionRefusedError:
+            pass  # nothing listens on the leader's peer port: its process is gone
+        except (OSError, TimeoutError):
+            return  # unreachable is no proof of death (a partition): the heartbeat timeout decides
+        self.elector.leader_gone(term, leader_id)
 
     def handle(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand | None:
         if cmd.is_oneway:
@@ -159,7 +191,10 @@ class ElectionServer:
         if req.remoteId is not None and req.remoteId != me:
             log.warning("[%s] %s addressed to %r from %s refused", me, code.name, req.remoteId, conn.peer)
             return self._refuse(cmd, answer_type, ResponseCode.UNKNOWN_MEMBER)
-        return cmd.response(codes.SUCCESS, body=encode(handler(req)))
+        answer = handler(req)
+        if code is RequestCode.HEART_BEAT and answer.code == ResponseCode.SUCCESS:
+            self._watch_link(conn, req.leaderId)
+        return cmd.response(codes.SUCCESS, body=encode(answer))
 
     def _refuse(self, cmd: RemotingCommand, answer_type: type, code: ResponseCode) -> RemotingCommand:
         st = self.elector.state
