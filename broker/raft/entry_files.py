@@ -68,6 +68,24 @@ class EntryFileList(MappedFileQueue):
                 break
             msync(mf, lo, hi)
 
+    def sync_range(self, lo: int, hi: int) -> None:
+        """fdatasync every file holding bytes of [lo, hi): the pages stored through the maps are
+        written back as msync would, but the GIL is released (mmap.flush keeps it), so this may
+        run in a thread beside the loop. A file deleted meanwhile (a truncation) is skipped."""
+        if hi <= lo:
+            return
+        for mf in list(self.files):
+            if mf.end <= lo or mf.base >= hi:
+                continue
+            try:
+                fd = os.open(mf.path, os.O_RDWR)
+            except FileNotFoundError:
+                continue
+            try:
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
+
     def zero(self, lo: int, hi: int) -> None:
         """Zero [lo, hi) inside the one file holding lo, and write it back."""
         mf = self.find(lo)

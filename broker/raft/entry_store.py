@@ -106,6 +106,7 @@ class DLedgerEntryStore:
         self._data_flushed = self._wrote             # recovery wrote back everything it kept
         self._index_flushed = self._index_end
         self._committed = -1
+        self._truncations = 0  # a flush planned before one must not move the marks after it
         self._committed_pos = -1
         if ckpt is not None and ckpt.committed_index >= 0:
             self.update_committed_index(ckpt.committed_index)
@@ -335,6 +336,7 @@ class DLedgerEntryStore:
             self._begin = -1
         self._data_flushed = min(self._data_flushed, cut)
         self._index_flushed = min(self._index_flushed, index_cut)
+        self._truncations += 1
         self.persist_checkpoint()
 
     # -- durability ------------------------------------------------------------------------------
@@ -345,6 +347,26 @@ class DLedgerEntryStore:
         self._data_flushed = self._wrote
         self.index.flush_range(self._index_flushed, self._index_end)
         self._index_flushed = self._index_end
+
+    # The flusher's write-back, off the loop: planned on it, done in a thread, settled on it.
+    def flush_plan(self) -> tuple[int, int, int, int, int]:
+        """What flush() would write back now: (data from, to, index from, to, truncations)."""
+        self._check_open()
+        return self._data_flushed, self._wrote, self._index_flushed, self._index_end, self._truncations
+
+    def write_back(self, plan: tuple[int, int, int, int, int]) -> None:
+        """The plan's fdatasyncs, data then index; touches no state, so it may run in a thread."""
+        d0, d1, i0, i1, _ = plan
+        self.data.sync_range(d0, d1)
+        self.index.sync_range(i0, i1)
+
+    def written_back(self, plan: tuple[int, int, int, int, int]) -> None:
+        """On the loop after write_back: the flushed marks move to the plan's ends, unless a
+        truncation came in between (what it cut may have been written again since)."""
+        _, d1, _, i1, truncations = plan
+        if truncations == self._truncations and not self.closed:
+            self._data_flushed = max(self._data_flushed, d1)
+            self._index_flushed = max(self._index_flushed, i1)
 
     def settle(self) -> None:
         """Wait for the files being prepared ahead (tests look at the directories after it)."""
