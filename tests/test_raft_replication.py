@@ -53,14 +53,15 @@ def group_configs(n: int, **timing) -> list[DLedgerConfig]:
 class Group:
     """n members; `changed` is set on every role change of any of them (what `until` waits on)."""
 
-    def __init__(self, root, n: int, **timing):
+    def __init__(self, root, n: int, durable: bool = False, **timing):
+        self.durable = durable
         self.configs = group_configs(n, **timing)
         self.roots = [root / f"m{i}" for i in range(n)]
         self.members: list[DLedgerServer | None] = [None] * n
         self.changed = asyncio.Event()
 
     async def start(self, i: int) -> DLedgerServer:
-        srv = DLedgerServer(self.configs[i], self.roots[i], store_options=STORE, window=WINDOW)
+        srv = DLedgerServer(self.configs[i], self.roots[i], store_options=STORE, window=WINDOW, durable=self.durable)
         srv.elector.handlers.append(lambda *_: self.changed.set())
         self.members[i] = srv
         await srv.start()
@@ -240,6 +241,38 @@ def test_quorum_commits_an_earlier_terms_entry_only_with_one_of_its_own(tmp_path
             assert q.water_marks["n2"] == 5 and store.committed_index == 5
         finally:
             store.close()
+    run(main)
+
+
+@pytest.mark.parametrize("durable,slow_leader", [(True, True), (True, False), (False, True)])
+def test_a_durable_group_answers_only_what_a_majority_wrote_back(tmp_path, durable, slow_leader):
+    """flushDiskType=SYNC_FLUSH (durable): an append is answered once a majority, the leader's own
+    disk counted as one, has written it back. One follower is stopped; of the two left, one
+    writes back in 0.8 s and the other in 0.3 s, so the answer needs both disks and takes 0.8 s,
+    whichever is slow: the leader (counting its memory would answer at 0.3 s) or the follower
+    (answering from memory would). DLedger's way (not durable) answers before either write-back."""
+    async def main():
+        g = await Group(tmp_path, 3, durable=durable).start_all()
+        try:
+            lead = await g.leader()
+            await g.append(b"first")  # connections made, logs compared
+            await g.stop(next(i for i, m in enumerate(g.members) if m is not None and m is not lead))
+            delays = {srv.self_id: 0.8 if (srv is lead) == slow_leader else 0.3 for srv in g.live()}
+            for srv in g.live():
+                def slow(plan, write_back=srv.store.write_back, delay=delays[srv.self_id]):
+                    time.sleep(delay)
+                    write_back(plan)
+                srv.store.write_back = slow
+            t0 = time.monotonic()
+            index, _ = await lead.append(b"x" * 100)
+            took = time.monotonic() - t0
+            on_disk = sorted(srv.self_id for srv in g.live() if srv.store.flushed_index >= index)
+            if durable:
+                assert on_disk == sorted(delays) and took >= 0.8, (on_disk, took)
+            else:
+                assert not on_disk and took < 0.3, (on_disk, took)
+        finally:
+            await g.close()
     run(main)
 
 

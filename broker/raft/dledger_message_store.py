@@ -46,7 +46,7 @@ from broker.services.service_specs import ServiceSpec
 from broker.services.supervisor import ServiceProcess
 from broker.store import paths
 from broker.store.checkpoint import StoreCheckpoint
-from broker.store.config import MessageStoreConfig
+from broker.store.config import SYNC_FLUSH, MessageStoreConfig
 from broker.store.config_files import WRITER
 from broker.store.consume_queue import ConsumeQueueStore
 from broker.store.errors import StoreConfigError
@@ -86,7 +86,10 @@ class DLedgerMessageStore(MessageStore):
         self.handler: DLedgerRoleChangeHandler | None = None
         self._server_started = False
         # DLedger flushes its own files and every put waits for its quorum (RocketMQ forces the
-        # leader to SYNC_MASTER); flushDiskType and brokerRole from broker.conf do not apply
+        # leader to SYNC_MASTER); brokerRole from broker.conf does not apply, and flushDiskType
+        # only says how durable the quorum is: SYNC_FLUSH answers a put once a majority has it
+        # on disk (the DLedgerServer's durable mode), ASYNC_FLUSH once a majority has it in
+        # memory, as DLedger (which flushes every 10 ms)
         self.sync_flush = self.sync_master = False
         self._put_waits = True
         self.is_slave = True
@@ -129,7 +132,8 @@ class DLedgerMessageStore(MessageStore):
         server = self.server = DLedgerServer(
             self.dledger_config, self.root,
             # as RocketMQ's DLedgerCommitLog: data files of mappedFileSizeCommitLog
-            store_options={"data_file_size": cfg.mappedFileSizeCommitLog, "warm": cfg.warm_segments})
+            store_options={"data_file_size": cfg.mappedFileSizeCommitLog, "warm": cfg.warm_segments},
+            durable=cfg.flushDiskType == SYNC_FLUSH)
         cl = self.commit_log = DLedgerCommitLog(cfg, server, self._queue_end)
         begin, committed = cl.begin_pos, cl.committed_pos
         ds = server.store

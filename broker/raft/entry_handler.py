@@ -33,6 +33,7 @@ so it can always be truncated.
 """
 from __future__ import annotations
 
+import asyncio
 import errno
 import logging
 from typing import Callable
@@ -63,7 +64,7 @@ class Refused(Exception):
 
 class EntryHandler:
     def __init__(self, state: MemberState, store: DLedgerEntryStore, elector: LeaderElector,
-                 committed: CommittedIndex, on_ledger_change: Callable[[], None]):
+                 committed: CommittedIndex, on_ledger_change: Callable[[], None], durable: bool = False):
         self.state = state
         self.store = store
         self.elector = elector
@@ -71,8 +72,41 @@ class EntryHandler:
         self.on_ledger_change = on_ledger_change
         self.leader: tuple[int, str] | None = None  # (term, leader id) `matched` is about
         self.matched = -1
+        # durable (flushDiskType=SYNC_FLUSH): a SUCCESS naming entries not yet written back waits
+        # for the flusher (`flushed`), so the leader counts this member only for what its disk holds
+        self.durable = durable
+        self._unflushed: list[tuple[int, RemotingCommand, asyncio.Future]] = []
 
-    def handle(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand:
+    def flushed(self, index: int) -> None:
+        """The flusher wrote back every entry up to `index`: the answers waiting for it leave."""
+        if not self._unflushed:
+            return
+        keep = []
+        for waiting in self._unflushed:
+            if waiting[0] <= index:
+                if not waiting[2].done():
+                    waiting[2].set_result(waiting[1])
+            else:
+                keep.append(waiting)
+        self._unflushed = keep
+
+    def _after_flush(self, answer: RemotingCommand, index: int) -> RemotingCommand | asyncio.Future:
+        if not self.durable or index <= self.store.flushed_index:
+            return answer
+        fut = asyncio.get_running_loop().create_future()
+        self._unflushed.append((index, answer, fut))
+        return fut
+
+    def _truncated(self, end: int) -> None:
+        """Answers waiting for entries a truncation dropped are not sent (their pushes were of an
+        earlier term, or the leader compares again): the connection's later answers go on."""
+        gone = [w for w in self._unflushed if w[0] > end]
+        if gone:
+            self._unflushed = [w for w in self._unflushed if w[0] <= end]
+            for _, _, fut in gone:
+                fut.cancel()
+
+    def handle(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand | asyncio.Future:
         st = self.state
         me = st.self_id
         req = None
@@ -128,7 +162,7 @@ class EntryHandler:
         commit = min(req.commit_index, self.matched)
         if commit > self.store.committed_index:
             self.committed.advance(self.store.update_committed_index(commit))
-        return self._answer(cmd, req, ResponseCode.SUCCESS, index=index)
+        return self._after_flush(self._answer(cmd, req, ResponseCode.SUCCESS, index=index), index)
 
     # -- the log ---------------------------------------------------------------------------------
     def _holds(self, index: int, header) -> tuple[bool, int]:
@@ -165,6 +199,7 @@ class EntryHandler:
                 raise Refused(ResponseCode.INCONSISTENT_STATE, str(e), level=logging.ERROR) from None
             finally:
                 self.on_ledger_change()
+                self._truncated(store.ledger_end_index)
             log.info("[%s] entries [%d, %d] the leader %s does not hold truncated", self.state.self_id, *dropped,
                      req.leader_id)
         self.matched = req.index

@@ -104,6 +104,7 @@ class DLedgerEntryStore:
         self._wrote = r.end_pos                      # data position of the next entry (or its blank)
         self._index_end = (r.end_index + 1) * INDEX_UNIT_SIZE if r.end_index >= 0 else 0
         self._data_flushed = self._wrote             # recovery wrote back everything it kept
+        self._flushed_index = self._end_index        # the last entry written back whole
         self._index_flushed = self._index_end
         self._committed = -1
         self._truncations = 0  # a flush planned before one must not move the marks after it
@@ -149,6 +150,11 @@ class DLedgerEntryStore:
     @property
     def flushed_pos(self) -> int:
         return self._data_flushed
+
+    @property
+    def flushed_index(self) -> int:
+        """The last entry written back, data and index (-1: none)."""
+        return self._flushed_index
 
     def _check_open(self) -> None:
         if self.closed:
@@ -336,6 +342,7 @@ class DLedgerEntryStore:
             self._begin = -1
         self._data_flushed = min(self._data_flushed, cut)
         self._index_flushed = min(self._index_flushed, index_cut)
+        self._flushed_index = min(self._flushed_index, from_index - 1)
         self._truncations += 1
         self.persist_checkpoint()
 
@@ -347,26 +354,30 @@ class DLedgerEntryStore:
         self._data_flushed = self._wrote
         self.index.flush_range(self._index_flushed, self._index_end)
         self._index_flushed = self._index_end
+        self._flushed_index = self._end_index
 
     # The flusher's write-back, off the loop: planned on it, done in a thread, settled on it.
-    def flush_plan(self) -> tuple[int, int, int, int, int]:
-        """What flush() would write back now: (data from, to, index from, to, truncations)."""
+    def flush_plan(self) -> tuple[int, int, int, int, int, int]:
+        """What flush() would write back now: (data from, to, index from, to, the last entry,
+        truncations so far)."""
         self._check_open()
-        return self._data_flushed, self._wrote, self._index_flushed, self._index_end, self._truncations
+        return (self._data_flushed, self._wrote, self._index_flushed, self._index_end, self._end_index,
+                self._truncations)
 
-    def write_back(self, plan: tuple[int, int, int, int, int]) -> None:
+    def write_back(self, plan: tuple[int, int, int, int, int, int]) -> None:
         """The plan's fdatasyncs, data then index; touches no state, so it may run in a thread."""
-        d0, d1, i0, i1, _ = plan
+        d0, d1, i0, i1, _, _ = plan
         self.data.sync_range(d0, d1)
         self.index.sync_range(i0, i1)
 
-    def written_back(self, plan: tuple[int, int, int, int, int]) -> None:
+    def written_back(self, plan: tuple[int, int, int, int, int, int]) -> None:
         """On the loop after write_back: the flushed marks move to the plan's ends, unless a
         truncation came in between (what it cut may have been written again since)."""
-        _, d1, _, i1, truncations = plan
+        _, d1, _, i1, end_index, truncations = plan
         if truncations == self._truncations and not self.closed:
             self._data_flushed = max(self._data_flushed, d1)
             self._index_flushed = max(self._index_flushed, i1)
+            self._flushed_index = max(self._flushed_index, end_index)
 
     def settle(self) -> None:
         """Wait for the files being prepared ahead (tests look at the directories after it)."""

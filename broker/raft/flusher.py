@@ -24,9 +24,14 @@ CHECKPOINT_INTERVAL_MS = 3000  # DLedgerConfig.checkPointInterval
 
 class EntryFlusher:
     def __init__(self, store: DLedgerEntryStore, flush_interval_ms: int = FLUSH_INTERVAL_MS,
-                 checkpoint_interval_ms: int = CHECKPOINT_INTERVAL_MS, name: str = ""):
+                 checkpoint_interval_ms: int = CHECKPOINT_INTERVAL_MS, name: str = "", durable: bool = False):
         self.store = store
-        self.flush_s = flush_interval_ms / 1000.0
+        # durable (the group's flushDiskType=SYNC_FLUSH): appends wait for the write-back, so it
+        # starts as soon as there is something to write (group commit: what arrives during one
+        # fdatasync goes in the next) instead of after the interval
+        self.durable = durable
+        self.flush_s = 0.0 if durable else flush_interval_ms / 1000.0
+        self.on_flushed: list = []  # fn(flushed index), after each write-back
         self.checkpoint_s = checkpoint_interval_ms / 1000.0
         self.name = name
         self._dirty = asyncio.Event()
@@ -58,7 +63,8 @@ class EntryFlusher:
             finally:
                 timer.cancel()
             self._dirty.clear()
-            await asyncio.sleep(self.flush_s)
+            if self.flush_s:
+                await asyncio.sleep(self.flush_s)
             try:
                 if self.store.flushed_pos < self.store.write_pos:
                     # fdatasync in a thread: an msync (mmap.flush) keeps the GIL, and every 10 ms
@@ -66,6 +72,8 @@ class EntryFlusher:
                     plan = self.store.flush_plan()
                     await loop.run_in_executor(None, self.store.write_back, plan)
                     self.store.written_back(plan)
+                    for fn in self.on_flushed:
+                        fn(self.store.flushed_index)
                 if loop.time() >= next_checkpoint:
                     next_checkpoint = loop.time() + self.checkpoint_s
                     if self.store.committed_index != self._persisted:

@@ -49,6 +49,9 @@ class QuorumAckChecker:
         self.on_commit = on_commit
         self.wait_ms = config.maxWaitAckTimeMs
         self.max_pending = config.maxPendingRequestsNum
+        # durable (flushDiskType=SYNC_FLUSH): every mark, the leader's own included, is of
+        # entries written back to disk, so a majority's power cut loses nothing acknowledged
+        self.durable = False
         self.term = -1  # the term this member leads in; -1: it does not lead
         self.water_marks: dict[str, int] = {}
         self.pending: deque[PendingAppend] = deque()
@@ -61,7 +64,7 @@ class QuorumAckChecker:
         self.end_term(lambda i: TermChanged(f"term {term} began before entry {i} was committed", i))
         self.term = term
         self.water_marks = {p: -1 for p in self.peers}
-        self.water_marks[self.self_id] = self.store.ledger_end_index
+        self.water_marks[self.self_id] = self.store.flushed_index if self.durable else self.store.ledger_end_index
 
     def end_term(self, error: Callable[[int], AppendError]) -> None:
         """This member no longer leads: every wait fails at once, with `error(index)`."""
@@ -92,7 +95,8 @@ class QuorumAckChecker:
         self.pending.append(PendingAppend(index, pos, deadline, fut))
         if self._timer is None:
             self._timer = loop.call_at(deadline, self._expire)
-        self.update_water_mark(self.term, self.self_id, index)
+        if not self.durable:  # else the flusher moves the leader's own mark (server._flushed)
+            self.update_water_mark(self.term, self.self_id, index)
         return fut
 
     def _expire(self) -> None:

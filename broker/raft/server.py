@@ -47,20 +47,26 @@ class DLedgerServer:
     def __init__(self, config: DLedgerConfig, store_root: str, *, store_options: dict | None = None,
                  window: PushWindow | None = None, commit_interval_ms: int = COMMIT_INTERVAL_MS,
                  flush_interval_ms: int = FLUSH_INTERVAL_MS, checkpoint_interval_ms: int = CHECKPOINT_INTERVAL_MS,
-                 host: str | None = None, port: int | None = None):
+                 host: str | None = None, port: int | None = None, durable: bool = False):
         self.config = config
         self.self_id = config.dLegerSelfId
         self.state = MemberState(config, str(store_root))
         self.store = DLedgerEntryStore.open(str(store_root), self.self_id, **(store_options or {}))
-        self.flusher = EntryFlusher(self.store, flush_interval_ms, checkpoint_interval_ms, self.self_id)
+        # durable: an append is answered once a majority has it on disk, not only in memory
+        # (flushDiskType=SYNC_FLUSH; DLedger itself acknowledges from memory and flushes every 10 ms)
+        self.durable = durable
+        self.flusher = EntryFlusher(self.store, flush_interval_ms, checkpoint_interval_ms, self.self_id, durable)
         self._ledger_changed()
         self.committed = CommittedIndex(self.store.committed_index)
         self.elector = LeaderElector(self.state, PeerClients(config))
         self.quorum = QuorumAckChecker(config, self.store, self.committed)
+        self.quorum.durable = durable
         self.pusher = DLedgerEntryPusher(config, self.state, self.store, self.quorum, self.elector,
                                          PeerClients(config), window, commit_interval_ms)
         self.quorum.on_commit = self.pusher.wake
-        self.handler = EntryHandler(self.state, self.store, self.elector, self.committed, self._ledger_changed)
+        self.handler = EntryHandler(self.state, self.store, self.elector, self.committed, self._ledger_changed,
+                                    durable)
+        self.flusher.on_flushed.append(self._flushed)
         self.remoting = ElectionServer(config, self.elector, host, port, push=self.handler.handle)
         self.elector.handlers.append(self._on_role_change)
         self._stopped = False
@@ -100,6 +106,14 @@ class DLedgerServer:
         """The elector's votes compare ledger ends: keep MemberState's in step with the log."""
         self.state.update_ledger(self.store.ledger_end_index, self.store.ledger_end_term)
         self.flusher.wake()
+
+    def _flushed(self, index: int) -> None:
+        """The flusher wrote back up to `index`: in durable mode the leader's own water mark, and
+        a follower's answers waiting for it."""
+        if self.durable:
+            if self.state.is_leader:
+                self.quorum.update_water_mark(self.quorum.term, self.self_id, index)
+            self.handler.flushed(index)
 
     # -- the leader's append ---------------------------------------------------------------------
     def begin_append(self, body) -> tuple[int, int, "asyncio.Future"]:
