@@ -150,6 +150,20 @@ def test_three_brokers_elect_one_master_and_serve_committed_messages_everywhere(
     for b in g.brokers.values():
         _check_files(b, Counter(bodies))
 
+    # `broker admin status` (and /metrics): the Raft figures of each member; on the leader each
+    # follower's lag, zero once they hold its whole log
+    infos = {b.name: b.info() for b in g.brokers.values()}
+    terms = {int(i["dledger_term"]) for i in infos.values()}
+    assert len(terms) == 1 and [int(infos[name]["dledger_leader"]) for name in sorted(infos)].count(1) == 1
+    assert int(infos[leader.name]["dledger_leader"]) == 1
+    end = int(infos[leader.name]["dledger_end_index"])
+    assert end >= n and int(infos[leader.name]["dledger_committed_index"]) <= end
+    followers = sorted(name for name in infos if name != leader.name)
+    lag = wait_for(lambda: (lambda i: i if all(int(i[f"dledger_follower_lag_{f}"]) == 0 for f in followers)
+                            else None)(leader.info()), 30, "the followers' lag to reach 0")
+    assert not any(k.startswith("dledger_follower_lag_") for k in infos[followers[0]])
+    assert set(k for k in lag if k.startswith("dledger_follower_lag_")) == {f"dledger_follower_lag_{f}" for f in followers}
+
 
 async def _send_direct(addr: str):
     """SEND_MESSAGE_V2 straight to `addr` (not through the route): the broker's own answer."""

@@ -293,3 +293,21 @@ class DLedgerMessageStore(MessageStore):
                        dLedgerCommittedIndex=s.store.committed_index, dLedgerEndIndex=s.store.ledger_end_index,
                        dLedgerWritePos=s.store.write_pos)
         return out
+
+    def dledger_status(self) -> dict[str, float]:
+        """The member's Raft figures for /metrics and `broker admin status`: its term, whether it
+        leads, its committed and last index, and on the leader how many entries each follower is
+        behind its log's end (from the quorum's water marks: -1, not yet compared, counts all)."""
+        s = self.server
+        if s is None:
+            return {}
+        st, store = s.state, s.store
+        end = store.ledger_end_index
+        out = {"dledger_term": float(st.term), "dledger_leader": 1.0 if st.is_leader else 0.0,
+               "dledger_committed_index": float(store.committed_index), "dledger_end_index": float(end),
+               "dledger_flushed_index": float(store.flushed_index)}
+        if st.is_leader:
+            for peer, mark in s.quorum.water_marks.items():
+                if peer != st.self_id:
+                    out[f"dledger_follower_lag_{peer}"] = float(max(0, end - mark))
+        return out

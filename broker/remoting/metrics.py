@@ -40,6 +40,9 @@ class BrokerMetrics:
             alive = svc.proc is not None and svc.proc.poll() is None
             out[f"service_up_{name}"] = 1.0 if alive else 0.0
             out[f"service_restarts_{name}"] = svc.restarts
+        dledger = getattr(store, "dledger_status", None)  # DLedger mode's Raft figures
+        if dledger is not None:
+            out.update(dledger())
         t = store.table
         if t is not None:
             out["flush_count"] = t.load(Slot.FLUSH_COUNT)
@@ -143,6 +146,19 @@ class BrokerMetrics:
                           ("slave_linked", "1 while this slave is linked to its master")):
             if name in snap:
                 yield gauge(name, doc, snap[name])
+        for name, doc in (("dledger_term", "this DLedger member's term"),
+                          ("dledger_leader", "1 while this DLedger member leads its group"),
+                          ("dledger_committed_index", "the last entry a majority holds"),
+                          ("dledger_end_index", "the last entry of this member's log"),
+                          ("dledger_flushed_index", "the last entry written back to this member's disk")):
+            if name in snap:
+                yield gauge(name, doc, snap[name])
+        lag = GaugeMetricFamily("rocketmq_dledger_follower_lag_entries", "on the DLedger leader: entries a follower "
+                                "is behind its log's end", labels=keys + ["peer"])
+        for k, v in snap.items():
+            if k.startswith("dledger_follower_lag_"):
+                lag.add_metric(values + [k[len("dledger_follower_lag_"):]], v)
+        yield lag
         up = GaugeMetricFamily("rocketmq_service_up", "1 while the service process is alive", labels=keys + ["service"])
         restarts = CounterMetricFamily("rocketmq_service_restarts", "service restarts", labels=keys + ["service"])
         for k, v in snap.items():
