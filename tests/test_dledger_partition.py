@@ -57,6 +57,10 @@ def test_partitioned_leader_acknowledges_nothing_it_cannot_commit_and_loses_noth
         failed = len(straight.remarks)
         straight.wait_failed(failed + 3)
         assert straight.acked_since(cut_at) == [], "the partitioned leader acknowledged a write it cannot commit"
+        # the sends it held when it stepped down fail at that instant, saying so (not RocketMQ's bare
+        # UNKNOWN_ERROR); the ones after are refused (SERVICE_NOT_AVAILABLE) naming its role
+        assert any("TERM_CHANGED" in r and f"{old.name} became CANDIDATE" in r for _, r in straight.remarks), \
+            straight.remarks
         refusal = straight.remarks[-1][1]
         assert "code 14" in refusal and f"DLedger member {old.name}" in refusal and "not the leader" in refusal, \
             refusal
