@@ -11,7 +11,7 @@ import time
 from tests.conftest import wait_for
 from tests.helpers.dledger_checks import TOPIC, check_history
 from tests.helpers.dledger_cluster import DLedgerGroup
-from tests.helpers.dledger_senders import Sender
+from tests.helpers.dledger_senders import sending
 
 # sends to the two survivors are watched this long: past maxWaitAckTimeMs (2.5 s), so an append
 # that waited for a quorum has had the time to fail rather than be acknowledged
@@ -19,13 +19,9 @@ NO_QUORUM_WATCH_S = 3.0
 
 
 def test_five_members_commit_with_three_and_never_with_two(tmp_path):
-    g = DLedgerGroup(tmp_path, n=5).start()
-    senders: list[Sender] = []
-    try:
+    with sending(DLedgerGroup(tmp_path, n=5)) as (g, sender):
         first = g.leader()
-        routed = Sender("route", g.namesrv.addr)
-        senders.append(routed)
-        routed.start()
+        routed = sender("route")
         routed.wait_acked(20)
 
         # the leader and one follower die: three of five are a majority
@@ -41,10 +37,7 @@ def test_five_members_commit_with_three_and_never_with_two(tmp_path):
         lost_quorum_at = time.monotonic()
         left = g.alive()
         assert len(left) == 2 and second in left
-        straight = [Sender(f"to-{b.name}", g.namesrv.addr, direct=f"127.0.0.1:{b.port}") for b in left]
-        senders += straight
-        for s in straight:
-            s.start()
+        straight = [sender(f"to-{b.name}", to=b) for b in left]
         wait_for(lambda: second.info()["dLedgerRole"] != "LEADER", 10, f"{second.name} to step down")
         watch_until = time.monotonic() + NO_QUORUM_WATCH_S
         wait_for(lambda: time.monotonic() >= watch_until and all(len(s.remarks) >= 3 for s in straight),
@@ -63,9 +56,6 @@ def test_five_members_commit_with_three_and_never_with_two(tmp_path):
         # the two still down return too, and all five end alike
         first.start()
         followers[0].start()
+        senders = [routed, *straight]
         check_history(g, [b for s in senders for b in s.acked_bodies], [b for s in senders for b in s.tried],
                       members=list(g.brokers.values()))
-    finally:
-        for s in senders:
-            s.halt()
-        g.stop()

@@ -12,10 +12,9 @@ import time
 
 import pytest
 
-from tests.conftest import wait_for
 from tests.helpers.dledger_checks import check_history
 from tests.helpers.dledger_cluster import SEGMENT, DLedgerGroup, data_dir
-from tests.helpers.dledger_senders import Sender
+from tests.helpers.dledger_senders import sending
 from tests.twins.dledger_twin import walk_data, walk_index
 
 WORKERS = 4
@@ -27,11 +26,6 @@ MAX_GAP_S = 2.5
 def _max_gap(began: list[float]) -> float:
     began = sorted(began)
     return max((b - a for a, b in zip(began, began[1:])), default=0.0)
-
-
-def _follow(g: DLedgerGroup, b, leader) -> None:
-    wait_for(lambda: (lambda i: i["dLedgerRole"] == "FOLLOWER" and i["dLedgerLeader"] == leader.name)(b.info()),
-             30, f"{b.name} to follow {leader.name}")
 
 
 def _ledger(b) -> tuple[list, list]:
@@ -56,14 +50,10 @@ def _data_bytes(b, end: int) -> bytes:
 
 @pytest.mark.parametrize("fault", ["kill9", "wipe"])
 def test_follower_lost_and_back_keeps_sends_flowing_and_catches_up(tmp_path, fault):
-    g = DLedgerGroup(tmp_path).start()
-    senders: list[Sender] = []
-    try:
+    with sending(DLedgerGroup(tmp_path)) as (g, sender):
         leader = g.leader()
         follower = next(b for b in g.brokers.values() if b is not leader)
-        routed = Sender("route", g.namesrv.addr, workers=WORKERS)
-        senders.append(routed)
-        routed.start()
+        routed = sender("route", workers=WORKERS)
         routed.wait_acked(100)
 
         lost_at = time.monotonic()
@@ -76,7 +66,7 @@ def test_follower_lost_and_back_keeps_sends_flowing_and_catches_up(tmp_path, fau
         routed.wait_acked(100, since=lost_at)
         back_at = time.monotonic()
         follower.start()
-        _follow(g, follower, leader)
+        g.wait_follows(follower, leader)
         routed.wait_acked(100, since=back_at)
         routed.stop()
 
@@ -90,7 +80,3 @@ def test_follower_lost_and_back_keeps_sends_flowing_and_catches_up(tmp_path, fau
         assert mine == theirs
         end = walk_data(str(data_dir(leader)), SEGMENT).end
         assert _data_bytes(follower, end) == _data_bytes(leader, end)
-    finally:
-        for s in senders:
-            s.halt()
-        g.stop()

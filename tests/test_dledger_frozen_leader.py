@@ -7,25 +7,19 @@ from __future__ import annotations
 
 import time
 
-from tests.conftest import wait_for
 from tests.helpers.dledger_checks import check_history
 from tests.helpers.dledger_cluster import DLedgerGroup
-from tests.helpers.dledger_senders import Sender
+from tests.helpers.dledger_senders import sending
 
 
 def test_frozen_leader_resumes_acknowledges_nothing_and_rejoins_as_follower(tmp_path):
-    g = DLedgerGroup(tmp_path).start()
-    senders: list[Sender] = []
-    try:
+    with sending(DLedgerGroup(tmp_path)) as (g, sender):
         old = g.leader()
         others = [b for b in g.brokers.values() if b is not old]
-        routed = Sender("route", g.namesrv.addr)
-        # a timeout longer than the freeze: these sends are still waiting when it resumes
-        straight = Sender("old", g.namesrv.addr, direct=f"127.0.0.1:{old.port}", timeout=20)
-        senders += [routed, straight]
-        routed.start()
+        routed = sender("route")
         routed.wait_acked(20)
-        straight.start()
+        # a timeout longer than the freeze: these sends are still waiting when it resumes
+        straight = sender("old", to=old, timeout=20)
         straight.wait_acked(5)
 
         g.freeze(old)
@@ -35,8 +29,7 @@ def test_frozen_leader_resumes_acknowledges_nothing_and_rejoins_as_follower(tmp_
         routed.wait_acked(20, since=elected_at)
         g.thaw(old)
 
-        wait_for(lambda: (lambda i: i["dLedgerRole"] == "FOLLOWER" and i["dLedgerLeader"] == new.name)(old.info()),
-                 30, f"{old.name} to follow {new.name}")
+        g.wait_follows(old, new)
         assert old.info()["brokerRole"] == "SLAVE"
         # the sends queued while it was frozen are answered now, none of them SEND_OK
         straight.wait_failed(len(straight.remarks) + 2)
@@ -48,7 +41,3 @@ def test_frozen_leader_resumes_acknowledges_nothing_and_rejoins_as_follower(tmp_
         routed.stop()
         check_history(g, routed.acked_bodies + straight.acked_bodies, routed.tried + straight.tried,
                       members=list(g.brokers.values()))
-    finally:
-        for s in senders:
-            s.halt()
-        g.stop()

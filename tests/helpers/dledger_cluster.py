@@ -117,6 +117,11 @@ class DLedgerGroup:
             return None
         return wait_for(master, timeout, f"a master of {topic} registered as brokerId 0")
 
+    def wait_follows(self, b: Broker, leader: Broker, timeout: float = 30) -> None:
+        """Until `b`'s DLedger member follows `leader` (its own word)."""
+        wait_for(lambda: (lambda i: i["dLedgerRole"] == "FOLLOWER" and i["dLedgerLeader"] == leader.name)(b.info()),
+                 timeout, f"{b.name} to follow {leader.name}")
+
     def leader(self, timeout: float = 60, among: list[Broker] | None = None) -> Broker:
         """The broker serving as master (its own word), before any topic exists; only one of
         `among` if given (the majority's side of a partition)."""

@@ -11,6 +11,8 @@ import asyncio
 import threading
 import time
 from collections import Counter
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 from broker.client.errors import ClientError, ResponseError
 from broker.client.message import Message
@@ -20,6 +22,7 @@ from broker.remoting.command import RemotingCommand
 from broker.remoting.connection import connect
 from tests.conftest import wait_for
 from tests.helpers.dledger_checks import TOPIC, send_ext
+from tests.helpers.dledger_cluster import DLedgerGroup
 
 BACKOFF_S = 0.05  # between failed attempts: a client's pause while no master is routed
 
@@ -125,3 +128,23 @@ class Sender(threading.Thread):
         if r.code != codes.SUCCESS:
             raise ResponseError(r.code, r.remark, f"send to {self.direct}")
         return True
+
+
+@contextmanager
+def sending(g: DLedgerGroup) -> Iterator[tuple[DLedgerGroup, Callable[..., Sender]]]:
+    """The group started, and `sender(tag, to=None, **kw)`: a Sender started at once, through the
+    route or straight `to` a broker. On the way out, however the test ends, every sender is halted
+    (a daemon thread left sending would go on into the next test) and the group stopped."""
+    made: list[Sender] = []
+
+    def sender(tag: str, to=None, **kw) -> Sender:
+        s = Sender(tag, g.namesrv.addr, direct=None if to is None else f"127.0.0.1:{to.port}", **kw)
+        made.append(s)
+        s.start()
+        return s
+    try:
+        yield g.start(), sender
+    finally:
+        for s in made:
+            s.halt()
+        g.stop()
