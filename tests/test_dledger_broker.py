@@ -10,24 +10,18 @@ import asyncio
 import subprocess
 import sys
 import time
-import zlib
 from collections import Counter
 
 import pytest
 
-from broker.client import api
 from broker.client.errors import ClientError
 from broker.client.message import Message
 from broker.client.producer import SEND_OK, Producer
 from broker.client.pull_consumer import PullConsumer
-from broker.client.route import MessageQueue
 from tests.conftest import free_port, wait_for
-from tests.helpers.dledger_cluster import GROUP, SEGMENT, DLedgerGroup, consume_queue, data_dir
-from tests.twins.decoder import decode_record
-from tests.twins.dledger_twin import walk_data
-
-TOPIC = "TDL"
-QUEUES = 4
+from tests.helpers.dledger_checks import (QUEUES, TOPIC, check_dense, check_files, pull_all, send_direct,
+                                          wait_caught_up)
+from tests.helpers.dledger_cluster import GROUP, SEGMENT, DLedgerGroup, consume_queue
 
 
 @pytest.fixture
@@ -37,64 +31,6 @@ def group(tmp_path):
         yield g.start()
     finally:
         g.stop()
-
-
-async def _pull_all(pc: PullConsumer, addr: str, topic: str = TOPIC) -> dict[int, list]:
-    """Every message of every queue from `addr`, from offset 0 to the queue's end, in order."""
-    out = {}
-    for q in range(QUEUES):
-        mq = MessageQueue(topic, GROUP, q)
-        msgs, offset = [], 0
-        while True:
-            r = await api.pull(pc.client, addr, pc.group, mq, offset, 64)
-            if r.status != "FOUND":
-                assert r.status == "NO_NEW_MSG", (q, offset, r.status)
-                break
-            msgs += r.messages
-            offset = r.next_begin_offset
-        out[q] = msgs
-    return out
-
-
-def _check_dense(by_queue: dict[int, list]) -> None:
-    for q, msgs in by_queue.items():
-        assert [m.queue_offset for m in msgs] == list(range(len(msgs))), f"queue {q} offsets are not dense"
-
-
-def _check_files(broker, expect_bodies: Counter) -> None:
-    """The DLedger data files, decoded by the twin: every entry with a body is one RocketMQ record
-    whose PHYSICALOFFSET is the entry's pos + 48 and whose body CRC holds; empty bodies are the
-    leaders' no-ops; the records' queue offsets agree with the consume queues."""
-    walk = walk_data(str(data_dir(broker)), SEGMENT)
-    assert walk.entries and [e.index for e in walk.entries] == list(range(len(walk.entries)))
-    bodies = Counter()
-    noops = 0
-    by_queue: dict[int, dict[int, int]] = {}
-    for e in walk.entries:
-        if not e.body:
-            noops += 1
-            continue
-        rec = decode_record(e.body, 0)
-        assert rec["total_size"] == e.body_size
-        assert rec["physical_offset"] == e.pos + 48
-        assert rec["body_crc"] == zlib.crc32(rec["body"]) & 0x7FFFFFFF
-        if rec["topic"] == TOPIC:
-            bodies[rec["body"]] += 1
-            by_queue.setdefault(rec["queue_id"], {})[rec["queue_offset"]] = rec["physical_offset"]
-    assert noops >= 1  # the first leader's no-op, at least
-    assert bodies == expect_bodies
-    for q, offsets in by_queue.items():
-        cq = consume_queue(broker, TOPIC, q)
-        assert sorted(offsets) == list(range(len(cq)))
-        assert [offsets[i] for i in range(len(cq))] == [int(p) for p in cq["phys"]]
-
-
-def _wait_caught_up(members, leader, timeout: float = 60) -> int:
-    """Until every member dispatched all the leader has committed."""
-    end = leader.info()["commitLogMaxOffset"]
-    wait_for(lambda: all(b.info()["dispatchedOffset"] >= end for b in members), timeout,
-             f"every member to dispatch up to {end}")
-    return end
 
 
 def test_three_brokers_elect_one_master_and_serve_committed_messages_everywhere(group):
@@ -120,12 +56,12 @@ def test_three_brokers_elect_one_master_and_serve_committed_messages_everywhere(
     for b in g.brokers.values():
         if b is not leader:
             assert addrs[int(b.name[1:]) + 1] == f"127.0.0.1:{b.port}"
-    _wait_caught_up(g.brokers.values(), leader)
+    wait_caught_up(g.brokers.values(), leader)
 
     async def read():
         async with PullConsumer("cg", g.namesrv.addr) as pc:
-            got = await _pull_all(pc, addrs[0])
-            _check_dense(got)
+            got = await pull_all(pc, addrs[0])
+            check_dense(got)
             assert sorted(m.body for ms in got.values() for m in ms) == sorted(bodies)
             by_id = {r.offset_msg_id: r for r in results}
             for ms in got.values():
@@ -135,20 +71,20 @@ def test_three_brokers_elect_one_master_and_serve_committed_messages_everywhere(
             for b in g.brokers.values():
                 if b is leader:
                     continue
-                theirs = await _pull_all(pc, f"127.0.0.1:{b.port}")
+                theirs = await pull_all(pc, f"127.0.0.1:{b.port}")
                 assert {q: [(m.queue_offset, m.commit_log_offset, m.body) for m in ms] for q, ms in theirs.items()} \
                     == {q: [(m.queue_offset, m.commit_log_offset, m.body) for m in ms] for q, ms in got.items()}
         # a follower refuses writes
         follower = next(b for b in g.brokers.values() if b is not leader)
         with pytest.raises(ClientError, match="code 14"):  # SERVICE_NOT_AVAILABLE
-            await _send_direct(f"127.0.0.1:{follower.port}")
+            await send_direct(f"127.0.0.1:{follower.port}")
     asyncio.run(read())
 
     queues = {b.name: [consume_queue(b, TOPIC, q).tolist() for q in range(QUEUES)] for b in g.brokers.values()}
     assert sum(len(q) for q in queues[leader.name]) == n
     assert all(v == queues[leader.name] for v in queues.values())
     for b in g.brokers.values():
-        _check_files(b, Counter(bodies))
+        check_files(b, Counter(bodies))
 
     # `broker admin status` (and /metrics): the Raft figures of each member; on the leader each
     # follower's lag, zero once they hold its whole log
@@ -164,23 +100,6 @@ def test_three_brokers_elect_one_master_and_serve_committed_messages_everywhere(
     assert not any(k.startswith("dledger_follower_lag_") for k in infos[followers[0]])
     assert set(k for k in lag if k.startswith("dledger_follower_lag_")) == {f"dledger_follower_lag_{f}" for f in followers}
 
-
-async def _send_direct(addr: str):
-    """SEND_MESSAGE_V2 straight to `addr` (not through the route): the broker's own answer."""
-    from broker.remoting import codes
-    from broker.remoting.command import RemotingCommand
-    from broker.remoting.connection import connect
-    host, _, port = addr.rpartition(":")
-    conn = await connect(host, int(port))
-    try:
-        ext = {"a": "pg", "b": TOPIC, "c": "TBW102", "d": "4", "e": "0", "f": "0",
-               "g": str(int(time.time() * 1000)), "h": "0", "i": "", "j": "0", "k": "false"}
-        r = await conn.request(RemotingCommand.request(codes.SEND_MESSAGE_V2, ext, b"x"), 10)
-    finally:
-        conn.close()
-    if r.code != codes.SUCCESS:
-        raise ClientError(f"code {r.code}: {r.remark}")
-    return r
 
 
 def test_leader_killed_while_sending_loses_nothing_acknowledged_and_rejoins(group):
@@ -233,9 +152,9 @@ def test_leader_killed_while_sending_loses_nothing_acknowledged_and_rejoins(grou
 
     async def read(addr):
         async with PullConsumer("cg", g.namesrv.addr) as pc:
-            return await _pull_all(pc, addr)
+            return await pull_all(pc, addr)
     got = asyncio.run(read(f"127.0.0.1:{new.port}"))
-    _check_dense(got)
+    check_dense(got)
     seen = Counter(m.body for ms in got.values() for m in ms)
     assert all(c == 1 for c in seen.values()), "a message is stored twice"
     assert all(seen[a] == 1 for a in acked), [a for a in acked if seen[a] != 1]
@@ -244,13 +163,13 @@ def test_leader_killed_while_sending_loses_nothing_acknowledged_and_rejoins(grou
     # the old leader comes back as a follower and ends with the same consume queues
     old.start()
     wait_for(lambda: old.info()["brokerRole"] == "SLAVE", 60, "the old leader to follow")
-    _wait_caught_up(g.brokers.values(), new)
+    wait_caught_up(g.brokers.values(), new)
     assert new.info()["brokerRole"] == "SYNC_MASTER"
     queues = {b.name: [consume_queue(b, TOPIC, q).tolist() for q in range(QUEUES)] for b in g.brokers.values()}
     assert all(v == queues[new.name] for v in queues.values())
     assert sum(len(q) for q in queues[new.name]) == sum(seen.values())
     for b in g.brokers.values():
-        _check_files(b, seen)
+        check_files(b, seen)
     addrs = wait_for(lambda: (lambda a: a if len(a) == 3 else None)(g.broker_addrs(TOPIC)), 30, "all three routed")
     assert addrs[0] == f"127.0.0.1:{new.port}" and addrs[int(old.name[1:]) + 1] == f"127.0.0.1:{old.port}"
     assert len(survivors) == 2
@@ -320,7 +239,7 @@ def test_whole_group_restarted_keeps_every_message_and_takes_writes_again(group)
             rs = await asyncio.gather(*(p.send_async(Message(TOPIC, b)) for b in bodies))
         assert all(r.status == SEND_OK for r in rs)
     asyncio.run(send(first))
-    _wait_caught_up(g.brokers.values(), g.wait_master(TOPIC))
+    wait_caught_up(g.brokers.values(), g.wait_master(TOPIC))
     before = {b.name: [consume_queue(b, TOPIC, q).tolist() for q in range(QUEUES)] for b in g.brokers.values()}
     for b in g.brokers.values():
         b.stop()
@@ -333,15 +252,15 @@ def test_whole_group_restarted_keeps_every_message_and_takes_writes_again(group)
     leader = g.wait_master(TOPIC)
     second = [f"second-{i}".encode() for i in range(100)]
     asyncio.run(send(second))
-    _wait_caught_up(g.brokers.values(), leader)
+    wait_caught_up(g.brokers.values(), leader)
 
     async def read():
         async with PullConsumer("cg", g.namesrv.addr) as pc:
-            return await _pull_all(pc, f"127.0.0.1:{leader.port}")
+            return await pull_all(pc, f"127.0.0.1:{leader.port}")
     got = asyncio.run(read())
-    _check_dense(got)
+    check_dense(got)
     assert sorted(m.body for ms in got.values() for m in ms) == sorted(first + second)
     queues = {b.name: [consume_queue(b, TOPIC, q).tolist() for q in range(QUEUES)] for b in g.brokers.values()}
     assert all(v == queues[leader.name] for v in queues.values())
     for b in g.brokers.values():
-        _check_files(b, Counter(first + second))
+        check_files(b, Counter(first + second))

@@ -34,7 +34,7 @@ from broker.raft.protocol import ResponseCode
 from broker.raft.server import DLedgerServer
 from broker.store.config import MessageStoreConfig
 from broker.store.errors import MessageIllegal, ServiceUnavailable
-from broker.store.results import PutStatus
+from broker.store.results import PutFuture, PutStatus
 
 # DLedgerCommitLog.putMessage's mapping of the append's DLedgerResponseCode (what is not named
 # here, TERM_CHANGED among them, is RocketMQ's UNKNOWN_ERROR)
@@ -154,10 +154,15 @@ class DLedgerCommitLog:
         if got != pos:
             raise EntryPositionMismatch(f"entry at {got}, its record says {phys - HEADER_SIZE}")
         self._next[key] = qo + 1
-        out = ack.get_loop().create_future()
+        out = PutFuture(loop=ack.get_loop())
 
         def done(f: asyncio.Future) -> None:
-            status = PutStatus.UNKNOWN_ERROR if f.cancelled() else put_status(f.exception())
+            err = None if f.cancelled() else f.exception()
+            status = PutStatus.UNKNOWN_ERROR if f.cancelled() else put_status(err)
+            if err is not None:
+                # RocketMQ answers TERM_CHANGED with a bare UNKNOWN_ERROR: say which member stopped
+                # leading (or which entry no majority held), and that the outcome is unknown
+                out.remark = f"{err}; not acknowledged: a later leader may still commit the message or drop it"
             if not out.done():
                 out.set_result(status)
         ack.add_done_callback(done)

@@ -49,7 +49,7 @@ from broker.store.checkpoint import StoreCheckpoint
 from broker.store.config import SYNC_FLUSH, MessageStoreConfig
 from broker.store.config_files import WRITER
 from broker.store.consume_queue import ConsumeQueueStore
-from broker.store.errors import StoreConfigError
+from broker.store.errors import ServiceUnavailable, StoreConfigError
 from broker.store.message import encode_properties
 from broker.store.offset_table import Slot, create_table
 from broker.store.results import BatchChunk, BatchPutResult, PutResult, PutStatus
@@ -102,6 +102,31 @@ class DLedgerMessageStore(MessageStore):
         """The role change handler's switch (RocketMQ's changeToMaster(SYNC_MASTER) / changeToSlave)."""
         self.is_slave = not master
         self.config.brokerRole = "SYNC_MASTER" if master else "SLAVE"
+
+    def _check_open(self, topic: str = "") -> None:
+        if self.is_slave and self._accepting:
+            raise ServiceUnavailable(self.not_master_remark())
+        super()._check_open(topic)
+
+    def not_master_remark(self) -> str:
+        """Why this member refuses a send, from the instant it stops leading (the role change
+        handler makes it a slave in the elector's own call): its DLedger role and term, and the
+        leader it knows, so a client or operator reading the remark knows where writes go now."""
+        s = self.server
+        if s is None:
+            return "this broker's DLedger member is not running"
+        st = s.state
+        me = f"DLedger member {st.self_id} of {st.group}"
+        if st.is_leader:
+            return (f"{me} leads term {st.term} but is not serving writes yet: the previous leaders' entries are "
+                    f"still being committed and dispatched")
+        if st.leader_id is None or st.leader_id == st.self_id:
+            return (f"{me} is not the leader ({st.role.value} in term {st.term}, no leader known): the group is "
+                    f"electing one; retry on the master the name server routes")
+        peer = st.peers.get(st.leader_id)
+        return (f"{me} is not the leader ({st.role.value} in term {st.term}): the leader is {st.leader_id}"
+                f"{f' (DLedger peer {peer.addr})' if peer is not None else ''}; send to the master the name "
+                f"server routes (brokerId 0)")
 
     @property
     def reads_dispatched_only(self) -> bool:

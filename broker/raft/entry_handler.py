@@ -200,8 +200,11 @@ class EntryHandler:
             finally:
                 self.on_ledger_change()
                 self._truncated(store.ledger_end_index)
-            log.info("[%s] entries [%d, %d] the leader %s does not hold truncated", self.state.self_id, *dropped,
-                     req.leader_id)
+            # committed entries are never truncated (the store refuses): these were acknowledged to
+            # nobody, and an operator reading a deposed leader's log learns how many writes it lost
+            log.warning("[%s] truncated %d uncommitted entries from index %d (log end was %d): the leader %s of "
+                        "term %d does not hold them", self.state.self_id, dropped[1] - dropped[0] + 1, dropped[0],
+                        dropped[1], req.leader_id, req.term)
         self.matched = req.index
         return req.index
 

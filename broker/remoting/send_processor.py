@@ -154,6 +154,10 @@ class SendMessageProcessor:
                 reply.set_exception(f.exception())
             else:
                 status = f.result()
-                reply.set_result(cmd.response(STATUS_CODES[status], ext, remark=STATUS_REMARKS.get(status)))
+                remark = STATUS_REMARKS.get(status)
+                why = getattr(f, "remark", None)  # a PutFuture's reason, after RocketMQ's words
+                if why:
+                    remark = f"{remark}: {why}" if remark else why
+                reply.set_result(cmd.response(STATUS_CODES[status], ext, remark=remark))
         flushed.add_done_callback(done)
         return reply

@@ -1,6 +1,7 @@
 """What a put or a get returns: RocketMQ's PutMessageStatus / GetMessageStatus and results."""
 from __future__ import annotations
 
+import asyncio
 import enum
 
 import numpy as np
@@ -17,6 +18,14 @@ class PutStatus(enum.Enum):
     # DLedger mode: no quorum in time, or too many appends waiting for one (DLedgerCommitLog)
     OS_PAGECACHE_BUSY = "OS_PAGECACHE_BUSY"
     UNKNOWN_ERROR = "UNKNOWN_ERROR"
+
+
+class PutFuture(asyncio.Future):
+    """A put's future (its PutStatus once known) that can also say why it failed: `remark`, sent
+    to the client after RocketMQ's own remark for the status (DLedger mode: which member stopped
+    leading, or which entry no majority held in time)."""
+
+    remark: str | None = None
 
 
 class GetStatus(enum.Enum):
