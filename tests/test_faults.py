@@ -12,6 +12,7 @@ The table of faults x modes x (sends, lost, duplicates) is written to build/faul
 """
 from __future__ import annotations
 
+import concurrent.futures
 import errno
 import os
 import random
@@ -23,6 +24,7 @@ import pytest
 
 from broker.store.offset_table import Slot, open_table
 from tests.conftest import wait_for
+from tests.helpers.dledger_cluster import DLedgerGroup
 from tests.helpers.ha_cluster import SEGMENT, Broker, NameServer, Proxy, call
 from tests.helpers.history import History, Workload, drain
 from tests.helpers.procs import group_members
@@ -259,6 +261,117 @@ def test_fault_loop(tmp_path, request, fault, mode):
         for b in (cell.master, cell.slave):
             if b is not None:
                 print(f"---- {b.root.name} log (tail) ----\n{b.stderr()[-30000:]}")
+        raise
+    finally:
+        cell.close()
+
+
+# -- DLedger mode: the leader killed or paused while a producer sends ------------------------------------
+DLEDGER_CELLS = ["kill-leader", "pause-leader"]
+
+
+class DLedgerCell:
+    """Three DLedger members (short Raft intervals); `leader_port()` is where the producer sends:
+    the member serving as master, looked up again when the old one stops answering."""
+
+    def __init__(self, root: Path):
+        self.group = DLedgerGroup(root, extra=QUICK).start()
+        self._port = self.group.leader().port
+        for b in self.group.brokers.values():  # every member knows the topic, whoever leads later
+            r = call(b.port, codes.UPDATE_AND_CREATE_TOPIC, {"topic": TOPIC, "readQueueNums": 4, "writeQueueNums": 4,
+                                                             "perm": 6})
+            assert r.code == codes.SUCCESS, r.remark
+
+    def leader_port(self) -> int:
+        """Asked from the producer's event loop (Workload): the lookups (each an asyncio.run) go
+        to a thread of their own."""
+        def lookup() -> int:
+            for b in self.group.alive():
+                try:
+                    if b.info().get("brokerRole") == "SYNC_MASTER":
+                        return b.port
+                except Exception:  # noqa: BLE001 - paused, starting or stopping: ask the next one
+                    continue
+            return self._port
+        with concurrent.futures.ThreadPoolExecutor(1) as ex:
+            self._port = ex.submit(lookup).result()
+        return self._port
+
+    def inject(self, fault: str, rng: random.Random) -> None:
+        old = self.group.leader()
+        if fault == "kill-leader":
+            old.kill9()
+            self.group.leader(timeout=60)  # a new one among the others
+            old.start()
+        elif fault == "pause-leader":  # longer than the followers' election timeout (3 x 200 ms)
+            pids = group_members(old.child.proc.pid)
+            for pid in pids:
+                os.kill(pid, signal.SIGSTOP)
+            try:
+                wait_for(lambda: any(b is not old and b.info().get("brokerRole") == "SYNC_MASTER"
+                                     for b in self.group.alive()), 60, "a leader while the old one is paused")
+                time.sleep(rng.uniform(0.0, 1.0))  # the fault's length past the election, at random
+            finally:
+                for pid in pids:
+                    os.kill(pid, signal.SIGCONT)
+        else:  # pragma: no cover
+            raise AssertionError(fault)
+        # the old leader is a follower again (or leads again after a new election: either is fine)
+        wait_for(lambda: len([b for b in self.group.alive()
+                              if b.info().get("brokerRole") in ("SYNC_MASTER", "SLAVE")]) == 3, 60,
+                 "all three members serving again")
+
+    def close(self) -> None:
+        self.group.stop()
+
+
+@pytest.mark.parametrize("fault", DLEDGER_CELLS, ids=[f"{f}-DLEDGER" for f in DLEDGER_CELLS])
+def test_fault_loop_dledger(tmp_path, fault):
+    """The history checker on DLedger mode: nothing acknowledged SEND_OK is lost across a leader's
+    kill -9 or pause (a majority held each acknowledged message), nothing is stored twice, every
+    acknowledged message sits at the queue offset its answer named, offsets dense, on the final
+    leader and on every member (equal consume queues)."""
+    seed = int(os.environ.get("FAULT_SEED", random.randrange(1 << 30)))
+    rng = random.Random(seed)
+    print(f"FAULT_SEED={seed}")
+    cell = DLedgerCell(tmp_path)
+    history = History()
+    try:
+        work = Workload(history, cell.leader_port, TOPIC, reconnect_on=frozenset({codes.SERVICE_NOT_AVAILABLE}),
+                        outcome_unknown=lambda r: "may still commit" in (r.remark or "")).start()
+        try:
+            for _ in range(ROUNDS):
+                before = work.acked()
+                wait_for(lambda: work.acked() > before + rng.randrange(150, 400), 60, "sends before the fault")
+                cell.inject(fault, rng)
+            before = work.acked()
+            wait_for(lambda: work.acked() > before + 100, 60, "sends after healing")
+        finally:
+            work.stop()
+        reader = cell.group.leader()
+        wait_for(lambda: all((lambda i: i["dispatchedOffset"] >= i["commitLogMaxOffset"] ==
+                              reader.info()["commitLogMaxOffset"])(b.info()) for b in cell.group.alive()), 60,
+                 "every member to dispatch the whole committed log")
+        drain(history, reader.port, TOPIC)
+        v = history.check()
+        _rows.append((fault, "DLEDGER", v.row()))
+        print(f"{fault} DLEDGER: {v.row()}")
+        assert v.sends.get("ok", 0) > 150, v.sends
+        assert v.duplicates == 0 and not v.failed_seen and not v.holes, v.row()
+        assert not v.lost, f"{len(v.lost)} acknowledged messages lost, e.g. {v.lost[:10]}"
+        assert not v.misplaced, f"acknowledged at another offset: {v.misplaced[:10]}"
+        # every member holds the same queues (the followers' reads are the leader's)
+        from tests.helpers.dledger_cluster import consume_queue
+        queues = {b.name: [consume_queue(b, TOPIC, q).tolist() for q in range(4)] for b in cell.group.alive()}
+        assert all(q == queues[reader.name] for q in queues.values())
+    except BaseException:
+        for b in cell.group.brokers.values():
+            try:
+                info = {k: v for k, v in b.info().items() if k.startswith(("dledger", "dLedger", "commitLog",
+                                                                          "dispatched", "brokerRole"))}
+            except Exception as e:  # noqa: BLE001 - dead or paused
+                info = repr(e)
+            print(f"---- {b.name}: {info}\n---- {b.name} log (tail) ----\n{b.stderr()[-30000:]}")
         raise
     finally:
         cell.close()

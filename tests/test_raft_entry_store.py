@@ -359,7 +359,9 @@ def test_truncate_then_append_gives_the_bytes_of_a_log_that_never_held_the_tail(
     b.close()
 
 
-def test_truncate_into_an_earlier_file_is_durable_and_removes_later_files(tmp_path, monkeypatch):
+def test_truncate_into_an_earlier_file_is_durable_and_zeroes_later_files_in_place(tmp_path, monkeypatch):
+    """The later files stay, zeroed and written back, the last first: another process's maps of
+    them (the reput's) stay the files the log goes on in."""
     s = open_store(tmp_path)
     expected = fill(s, [5000] * 100)  # 13 entries a file: 8 data files, 2 index files
     s.flush()
@@ -370,15 +372,24 @@ def test_truncate_into_an_earlier_file_is_durable_and_removes_later_files(tmp_pa
     monkeypatch.setattr(entry_files, "msync", lambda mf, lo, hi: (synced.append(("msync", mf.path, lo, hi)),
                                                                    real_msync(mf, lo, hi)))
     monkeypatch.setattr(entry_files, "fsync_dir", lambda p: (synced.append(("dir", p)), real_fsync_dir(p)))
+    files_before = sorted(os.listdir(data_dir(tmp_path)))
+    inodes = {n: os.stat(os.path.join(data_dir(tmp_path), n)).st_ino for n in files_before}
+    old_end = s.write_pos
     s.truncate(20)  # entry 20 is in the second data file, the first index file
-    # durable before returning: the zeroed ranges written back, the deletions synced
-    assert ("dir", data_dir(tmp_path)) in synced and ("dir", index_dir(tmp_path)) in synced
+    # durable before returning: every zeroed range written back, the cut file's last
     cut = s.write_pos
     cut_file = os.path.join(data_dir(tmp_path), f"{DATA:020d}")
-    assert any(x[:2] == ("msync", cut_file) and x[2] <= cut < x[3] for x in synced), synced
-    assert synced.index(("dir", data_dir(tmp_path))) > next(i for i, x in enumerate(synced) if x[1] == cut_file)
-    assert sorted(os.listdir(data_dir(tmp_path))) == [f"{0:020d}", f"{DATA:020d}"]
-    assert sorted(os.listdir(index_dir(tmp_path))) == [f"{0:020d}"]
+    data_syncs = [x for x in synced if x[0] == "msync" and x[1].startswith(str(data_dir(tmp_path)))]
+    assert data_syncs[-1][1] == cut_file and data_syncs[-1][2] <= cut < data_syncs[-1][3], data_syncs
+    later = [n for n in files_before if DATA < int(n) < old_end]  # (the one prepared ahead holds nothing)
+    assert later and all(any(x[1].endswith(n) for x in data_syncs) for n in later)
+    # the same files, the same inodes: nothing deleted and made again
+    assert sorted(os.listdir(data_dir(tmp_path))) == files_before
+    assert all(os.stat(os.path.join(data_dir(tmp_path), n)).st_ino == inodes[n] for n in files_before)
+    for n in files_before:
+        if int(n) > DATA:
+            with open(os.path.join(data_dir(tmp_path), n), "rb") as f:
+                assert not any(f.read())
     assert twin.read_checkpoint(os.path.join(tmp_path, "checkpoint"))["endIndex"] == "19"
     check_files(tmp_path, expected[:20])
     # a crash right after: the next open finds the new end, nothing of the tail comes back

@@ -86,6 +86,13 @@ class EntryFileList(MappedFileQueue):
             finally:
                 os.close(fd)
 
+    def zero_span(self, lo: int, hi: int) -> None:
+        """Zero [lo, hi) across files, durably, the last file first; the files stay (see
+        DLedgerEntryStore.truncate for why)."""
+        for mf in reversed(list(self.files)):
+            if mf.end > lo and mf.base < hi:
+                self.zero(max(lo, mf.base), min(hi, mf.end))
+
     def zero(self, lo: int, hi: int) -> None:
         """Zero [lo, hi) inside the one file holding lo, and write it back."""
         mf = self.find(lo)

@@ -309,8 +309,8 @@ class DLedgerEntryStore:
     # -- truncation ------------------------------------------------------------------------------
     def truncate(self, from_index: int) -> None:
         """Drop every entry >= from_index, durably before returning: the dropped bytes of data and
-        index are zeroed and written back, later files deleted and their directories synced, the
-        entries kept flushed, and the checkpoint rewritten with the new endIndex. The log then ends
+        index are zeroed and written back (the files stay), the entries kept flushed, and the
+        checkpoint rewritten with the new endIndex. The log then ends
         right after entry from_index - 1, where the leader's entry from_index will go."""
         self._check_open()
         if from_index == self._end_index + 1:
@@ -327,12 +327,14 @@ class DLedgerEntryStore:
             cut = self.position(from_index)[0]
             end_term = -1
         index_cut = from_index * INDEX_UNIT_SIZE
-        # zero what is dropped from the file holding the cut (up to the old end, or the file's end,
-        # blank included), then delete the later files: a crash in between leaves a log ending here
-        self.data.zero(cut, self._wrote)
-        self.data.drop_after(cut)
-        self.index.zero(index_cut, self._index_end)
-        self.index.drop_after(index_cut)
+        # Zero what is dropped, the last file first (a crash midway leaves entries only up to a
+        # zeroed point, a log that recovery ends there); the files stay, zeroed. They used to be
+        # deleted and made again under the same names, and the reput process, which maps the
+        # data files on its own, kept reading its maps of the deleted ones: zeros where the new
+        # entries were, and it stopped (the fault loop's kill-leader cell, a restarted member).
+        # A stale map could as well have shown the dropped entries themselves.
+        self.data.zero_span(cut, self._wrote)
+        self.index.zero_span(index_cut, self._index_end)
         log.info("dledger truncate: entries [%d, %d] dropped, the log ends at %d", from_index, self._end_index, cut)
         self._wrote = cut
         self._index_end = index_cut

@@ -92,9 +92,17 @@ class Workload:
     """Sends unique ids to `topic` on `queues` queues of the broker at `port()`, `inflight` at a time,
     until stopped; reconnects after a drop (the broker may be restarting)."""
 
-    def __init__(self, history: History, port, topic: str, queues: int = 4, inflight: int = 8, timeout: float = 4.0):
+    def __init__(self, history: History, port, topic: str, queues: int = 4, inflight: int = 8, timeout: float = 4.0,
+                 reconnect_on: frozenset = frozenset(), outcome_unknown=None):
         self.history, self.port, self.topic, self.queues = history, port, topic, queues
         self.inflight, self.timeout = inflight, timeout
+        # refusals that mean "not this broker" (a DLedger follower's SERVICE_NOT_AVAILABLE): the
+        # connection is dropped and `port()` asked again
+        self.reconnect_on = reconnect_on
+        # a refusal the broker itself says may still be stored (a DLedger leader deposed, or no
+        # quorum in time, after the entry entered its log: a later leader may commit it) is an
+        # unknown outcome, not a failure: fn(response) -> bool
+        self.outcome_unknown = outcome_unknown
         self.stop_event = threading.Event()
         self.next_id = 0
         self.thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
@@ -141,9 +149,14 @@ class Workload:
                 self.history.record(mid, Send("ok" if r.code == codes.SUCCESS else "degraded",
                                               int(r.ext.get("queueId", q)), int(r.ext.get("queueOffset", -1)),
                                               _phys_of(str(r.ext.get("msgId", ""))), r.code))
+            elif self.outcome_unknown is not None and self.outcome_unknown(r):
+                self.history.record(mid, Send("unknown"))
             else:
                 self.history.record(mid, Send("failed", q, code=r.code))
                 await asyncio.sleep(0.02)  # refused (disk full, slave role...): don't spin on refusals
+                if r.code in self.reconnect_on:
+                    conn.close()
+                    return
 
 
 def drain(history: History, port: int, topic: str, queues: int = 4) -> int:
