@@ -175,7 +175,15 @@ class ElectionServer:
         elif code is RequestCode.HEART_BEAT:
             typ, answer_type, handler = HeartBeatRequest, HeartBeatResponse, self.elector.handle_heartbeat
         elif code is RequestCode.PUSH and self.push is not None:
-            return self.push(cmd, conn)
+            res = self.push(cmd, conn)
+            # the leader's replication link is watched as its heartbeat link is: a member that
+            # has had pushes but no heartbeat yet from a new leader (one restarted a moment ago)
+            # learns of its death as fast as the others
+            st = self.elector.state
+            if conn.attrs.get("dledger_heartbeats_from") is None and st.is_follower and \
+                    st.leader_id is not None and st.leader_id == (cmd.ext or {}).get("leaderId"):
+                self._watch_link(conn, st.leader_id)
+            return res
         else:
             return cmd.response(codes.REQUEST_CODE_NOT_SUPPORTED, remark=f"DLedger request {code.name} not served here")
         me = self.config.dLegerSelfId
