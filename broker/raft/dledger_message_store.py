@@ -274,15 +274,7 @@ class DLedgerMessageStore(MessageStore):
                      born_host: bytes = DEFAULT_BORN_HOST, wait: bool = True):
         """One entry per message (consecutive, with consecutive queue offsets); the future is the
         last one's: entries commit in order, so it covers the batch."""
-        self._check_open(topic)
-        tb = self._topic(topic)
-        if not isinstance(bodies, list):
-            bodies = list(bodies)
-        if not bodies:
-            raise ValueError("put_batch needs at least one body")
-        props = properties
-        if type(props) is not bytes and type(props) is not list:
-            props = encode_properties(props)
+        tb, bodies, props = self._batch_args(topic, bodies, properties)
         cl = self.commit_log
         born = -1 if born_timestamp is None else born_timestamp
         chunks, sizes = [], []

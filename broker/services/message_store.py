@@ -412,15 +412,7 @@ class MessageStore:
         """Append many messages to one queue now, one kernel call per segment; `properties` is
         shared or one bytes object per body. Returns the result and, under SYNC_FLUSH with
         wait=True, the future giving the final status once the flush covered the last one."""
-        self._check_open(topic)
-        tb = self._topic(topic)
-        if not isinstance(bodies, list):
-            bodies = list(bodies)
-        if not bodies:
-            raise ValueError("put_batch needs at least one body")
-        props = properties
-        if type(props) is not bytes and type(props) is not list:
-            props = encode_properties(props)
+        tb, bodies, props = self._batch_args(topic, bodies, properties)
         cl = self.commit_log
         try:
             chunks, ts = cl.append_batch(tb, queue_id, bodies, props, flag, sys_flag,
@@ -435,6 +427,20 @@ class MessageStore:
         self.put_bytes += end - chunks[0].phys if chunks else 0
         sizes = cl.record_sizes(tb, bodies, props, born_host)
         return BatchPutResult(PutStatus.PUT_OK, chunks, len(bodies), end, ts, sizes, cl.store_host), fut
+
+    def _batch_args(self, topic: str, bodies, properties) -> tuple[bytes, list, bytes | list]:
+        """A batch's arguments checked and normalized: (topic bytes, bodies as a list, properties
+        as one encoded bytes or one per body). The store must take writes for the topic."""
+        self._check_open(topic)
+        tb = self._topic(topic)
+        if not isinstance(bodies, list):
+            bodies = list(bodies)
+        if not bodies:
+            raise ValueError("put_batch needs at least one body")
+        props = properties
+        if type(props) is not bytes and type(props) is not list:
+            props = encode_properties(props)
+        return tb, bodies, props
 
     async def put_batch(self, topic: str, queue_id: int, bodies: list, properties: bytes | list | dict | None = b"", *,
                         flag: int = 0, sys_flag: int = 0, born_timestamp: int | None = None,
