@@ -115,6 +115,12 @@ class Cluster:
         r = self.call(codes.GET_MAX_OFFSET, {"topic": topic, "queueId": queue_id})
         return int(r.ext["offset"]) if r.code == codes.SUCCESS else 0
 
+    def dispatched_all(self) -> bool:
+        """Whether the broker's reput has dispatched everything its commit log holds."""
+        r = self.call(codes.GET_BROKER_RUNTIME_INFO, {})
+        t = msgspec.json.decode(bytes(r.body))["table"]
+        return int(t["dispatchedOffset"]) >= int(t["commitLogMaxOffset"])
+
     def total(self, topic: str, queues: int = 4) -> int:
         """Messages held by a topic across its queues (max offsets; nothing is deleted in tests)."""
         return sum(self.max_offset(topic, q) for q in range(queues))
