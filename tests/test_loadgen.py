@@ -268,4 +268,5 @@ def test_a_dropped_connection_fails_the_run(loadgen):
     finally:
         fake.close()
     assert p.returncode == 1 and p.stdout == ""
-    assert "closed" in p.stderr or "reset" in p.stderr, p.stderr
+    # the drop shows as EOF, a reset or, when loadgen's next write comes first, a broken pipe
+    assert "closed" in p.stderr or "reset" in p.stderr or "Broken pipe" in p.stderr, p.stderr
