@@ -47,7 +47,6 @@ from broker.services.supervisor import ServiceProcess
 from broker.store import paths
 from broker.store.checkpoint import StoreCheckpoint
 from broker.store.config import SYNC_FLUSH, MessageStoreConfig
-from broker.store.config_files import WRITER
 from broker.store.consume_queue import ConsumeQueueStore
 from broker.store.errors import ServiceUnavailable, StoreConfigError
 from broker.store.message import encode_properties
@@ -207,31 +206,12 @@ class DLedgerMessageStore(MessageStore):
         if not self._open:
             await self._teardown()
             return
-        self._accepting = False
-        if self._persist_timer is not None:
-            self._persist_timer.cancel()
-        WRITER.drain()
-        self.consumer_offsets.persist()
-        self.topic_config.persist()
+        self._stop_accepting()
         if self.handler is not None:
             self.handler.close()
         await self._stop_server()  # waiting puts fail (NOT_LEADER), entries and checkpoint written back
-        t = self.table
-        t.add(Slot.REPUT_WAKE, 1)
-        wrote = t.load(Slot.WROTE)
-        try:
-            await self.wait_dispatched(wrote, 30)
-        except TimeoutError:
-            log.error("reput did not catch up with %d before shutdown", wrote)
-        for svc in self.services.values():
-            svc.stopping = True
-        t.store(Slot.SHUTDOWN, 1)
-        for spec in self._specs:
-            try:
-                await self._wait_ready(spec, 10)
-            except TimeoutError:
-                log.error("%s service is not ready; stopping it anyway", spec.name)
-            await self.services[spec.name].stop()
+        wrote = self.table.load(Slot.WROTE)
+        await self._stop_services(wrote)
         log.info("dledger store %s stopped at committed position %d", self.root, wrote)
         self._open = False
         await self._teardown()

@@ -236,16 +236,41 @@ class MessageStore:
         if not self._open:
             await self._teardown()
             return
+        self._stop_accepting()
+        t = self.table
+        t.wake(_WROTE)
+        wrote = t.load(Slot.WROTE)
+        await self._stop_services(wrote)
+        flushed, dispatched = t.load(Slot.FLUSHED), t.load(Slot.DISPATCHED)
+        for waiting in (self.group_commit, self.group_transfer):
+            if waiting is not None:
+                waiting.close()
+        if flushed == wrote and dispatched == wrote:
+            self.ckpt.set(cleanOffset=wrote)
+            self.ckpt.flush()
+            os.unlink(paths.abort_file(self.root))
+            fsync_dir(self.root)
+            log.info("store %s stopped cleanly at %d", self.root, wrote)
+        else:
+            log.error("store %s stopped with flushed %d / dispatched %d behind wrote %d: next start recovers",
+                      self.root, flushed, dispatched, wrote)
+        self._open = False
+        await self._teardown()
+
+    def _stop_accepting(self) -> None:
+        """The first step of a close: no more writes, and the configs' final writes."""
         self._accepting = False
         if self._persist_timer is not None:
             self._persist_timer.cancel()
         WRITER.drain()  # what the loop handed to the background writer, before the final writes
         self.consumer_offsets.persist()
         self.topic_config.persist()
+
+    async def _stop_services(self, wrote: int) -> None:
+        """The reput dispatches up to `wrote`, then every service is stopped, each after its final
+        work (the flush's last fdatasync)."""
         t = self.table
-        t.wake(_WROTE)
         t.add(_REPUT_WAKE, 1)
-        wrote = t.load(Slot.WROTE)
         try:
             await self.wait_dispatched(wrote, 30)
         except asyncio.TimeoutError:
@@ -263,21 +288,6 @@ class MessageStore:
             except asyncio.TimeoutError:
                 log.error("%s service is not ready; stopping it anyway", spec.name)
             await self.services[spec.name].stop()
-        flushed, dispatched = t.load(Slot.FLUSHED), t.load(Slot.DISPATCHED)
-        for waiting in (self.group_commit, self.group_transfer):
-            if waiting is not None:
-                waiting.close()
-        if flushed == wrote and dispatched == wrote:
-            self.ckpt.set(cleanOffset=wrote)
-            self.ckpt.flush()
-            os.unlink(paths.abort_file(self.root))
-            fsync_dir(self.root)
-            log.info("store %s stopped cleanly at %d", self.root, wrote)
-        else:
-            log.error("store %s stopped with flushed %d / dispatched %d behind wrote %d: next start recovers",
-                      self.root, flushed, dispatched, wrote)
-        self._open = False
-        await self._teardown()
 
     async def _teardown(self) -> None:
         for svc in self.services.values():
