@@ -302,6 +302,34 @@ def test_a_group_elects_one_leader_and_replaces_a_dead_one(tmp_path, n):
     asyncio.run(main())
 
 
+def test_a_restarted_member_never_leads_a_term_it_stood_in_before(tmp_path):
+    """The whole group stops and starts again, three times: each leadership is in a new term.
+    (DLedger would re-elect the same leader in the same term, its voters accepting the candidate
+    they had voted for; after a power cut that lost the leader's unflushed tail, it would then
+    write new entries under (index, term) pairs its followers hold with other bodies.) A member
+    that voted for another leader stands in its persisted term, as DLedger's does."""
+    async def main():
+        configs = group_configs(3)
+        terms = []
+        for _ in range(3):
+            persisted = {c.dLegerSelfId: MemberState(c, str(tmp_path / f"m{i}")) for i, c in enumerate(configs)}
+            stood_before = {sid for sid, st in persisted.items() if st.vote_for == sid}
+            starting_terms = {sid: st.term for sid, st in persisted.items()}
+            members = [await Member(tmp_path / f"m{i}", c).start() for i, c in enumerate(configs)]
+            try:
+                await until(lambda: settled(members), 15, "a leader followed by all")
+                lead = settled(members)
+                terms.append(lead.state.term)
+                sid = lead.config.dLegerSelfId
+                if sid in stood_before:
+                    assert lead.state.term > starting_terms[sid], "led a term it had stood in before the restart"
+            finally:
+                for m in members:
+                    await m.stop()
+        assert terms == sorted(set(terms)), f"a leadership repeated a term: {terms}"
+    asyncio.run(main())
+
+
 def test_a_dead_leader_is_replaced_without_waiting_out_the_heartbeat_leak(tmp_path):
     """DLedger's defaults (2 s heartbeats, 3 missed) make the followers wait 6 s for a leader
     that is gone. Here its heartbeat links close and its peer port refuses connections (the

@@ -198,6 +198,8 @@ class EntryDispatcher:
         index = store.ledger_end_index
         while not self.halted:
             res = await self._call(PushType.COMPARE, index)
+            log.debug("[%s] COMPARE of %d with %s: %s (its log [%d, %d], term %d there)", self.self_id, index,
+                      self.peer_id, ResponseCode.of(res.code).name, res.begin_index, res.end_index, res.local_term)
             if res.code == ResponseCode.SUCCESS:
                 if res.end_index != index:
                     self.type = PushType.TRUNCATE
