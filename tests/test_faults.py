@@ -28,6 +28,7 @@ from tests.helpers.dledger_cluster import DLedgerGroup
 from tests.helpers.ha_cluster import SEGMENT, Broker, NameServer, Proxy, call
 from tests.helpers.history import History, Workload, drain
 from tests.helpers.procs import group_members
+from broker.raft.entry_format import DEFAULT_INDEX_FILE_SIZE
 from broker.remoting import codes
 
 REPORT = Path(__file__).resolve().parents[1] / "build" / "fault-report.md"
@@ -267,15 +268,69 @@ def test_fault_loop(tmp_path, request, fault, mode):
 
 
 # -- DLedger mode: the leader killed or paused while a producer sends ------------------------------------
-DLEDGER_CELLS = ["kill-leader", "pause-leader"]
+# (fault, flushDiskType): a power cut of the whole group only under the durable quorum, the one
+# setting that promises to survive it (the default acknowledges from a majority's page cache, as DLedger)
+DLEDGER_CELLS = [("kill-leader", "ASYNC_FLUSH"), ("pause-leader", "ASYNC_FLUSH"), ("power-cut", "SYNC_FLUSH")]
+
+
+DLEDGER_DATA_FILE = SEGMENT  # the members' mappedFileSizeCommitLog, DLedger's data file size
+DLEDGER_INDEX_FILE = DEFAULT_INDEX_FILE_SIZE
+
+
+def dledger_cell_id(fault: str, flush: str) -> str:
+    return f"{fault}-DLEDGER" + ("-SYNC_FLUSH" if flush == "SYNC_FLUSH" else "")
+
+
+def zero_from(directory: Path, durable: int, file_size: int) -> None:
+    """What a power cut leaves of DLedger's preallocated files written back up to `durable`: the
+    bytes after it read back as zeros, the files that start after it are gone. (ftruncate down
+    and up again: a hole reads as zeros, without writing a file's worth of them.)"""
+    for f in sorted(directory.iterdir()):
+        if not f.name.isdigit():
+            continue
+        base = int(f.name)
+        if base > durable or (base == durable and base > 0):
+            f.unlink()
+        elif base <= durable < base + file_size:
+            with open(f, "r+b") as fh:
+                fh.truncate(durable - base)
+                fh.truncate(file_size)
+
+
+def power_cut_group(group: DLedgerGroup) -> dict[str, tuple[int, int]]:
+    """Every member loses power at once: SIGKILL to the three process groups in one go, then
+    each member keeps only what it had written back, its entry data up to its FLUSHED slot and its
+    index up to ENTRY_INDEX_FLUSHED (read once all are dead: a write-back that completed before the
+    kill counts, as in power_cut). The term/vote and checkpoint files are written with fsync and
+    rename, and stay. Returns each member's (data, index) durable marks."""
+    members = group.alive()
+    for b in members:
+        try:
+            os.killpg(b.child.pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    marks = {}
+    for b in members:
+        b.kill9()  # waits for every process of its group to be gone
+        t = open_table(str(b.store))
+        try:
+            data, index = t.load(Slot.FLUSHED), t.load(Slot.ENTRY_INDEX_FLUSHED)
+        finally:
+            t.close()
+        d = b.store / f"dledger-{b.name}"
+        zero_from(d / "data", data, DLEDGER_DATA_FILE)
+        zero_from(d / "index", index, DLEDGER_INDEX_FILE)
+        marks[b.name] = (data, index)
+    return marks
 
 
 class DLedgerCell:
     """Three DLedger members (short Raft intervals); `leader_port()` is where the producer sends:
     the member serving as master, looked up again when the old one stops answering."""
 
-    def __init__(self, root: Path):
-        self.group = DLedgerGroup(root, extra=QUICK).start()
+    def __init__(self, root: Path, flush: str = "ASYNC_FLUSH"):
+        self.group = DLedgerGroup(root, extra=QUICK + f"flushDiskType={flush}\n").start()
+        self.cuts: list[dict[str, tuple[int, int]]] = []
         self._port = self.group.leader().port
         for b in self.group.brokers.values():  # every member knows the topic, whoever leads later
             r = call(b.port, codes.UPDATE_AND_CREATE_TOPIC, {"topic": TOPIC, "readQueueNums": 4, "writeQueueNums": 4,
@@ -303,6 +358,11 @@ class DLedgerCell:
             old.kill9()
             self.group.leader(timeout=60)  # a new one among the others
             old.start()
+        elif fault == "power-cut":
+            self.cuts.append(power_cut_group(self.group))
+            for b in self.group.brokers.values():
+                b.start()
+            self.group.leader(timeout=60)
         elif fault == "pause-leader":  # longer than the followers' election timeout (3 x 200 ms)
             pids = group_members(old.child.proc.pid)
             for pid in pids:
@@ -325,16 +385,17 @@ class DLedgerCell:
         self.group.stop()
 
 
-@pytest.mark.parametrize("fault", DLEDGER_CELLS, ids=[f"{f}-DLEDGER" for f in DLEDGER_CELLS])
-def test_fault_loop_dledger(tmp_path, fault):
+@pytest.mark.parametrize("fault,flush", DLEDGER_CELLS, ids=[dledger_cell_id(f, m) for f, m in DLEDGER_CELLS])
+def test_fault_loop_dledger(tmp_path, fault, flush):
     """The history checker on DLedger mode: nothing acknowledged SEND_OK is lost across a leader's
-    kill -9 or pause (a majority held each acknowledged message), nothing is stored twice, every
-    acknowledged message sits at the queue offset its answer named, offsets dense, on the final
-    leader and on every member (equal consume queues)."""
+    kill -9 or pause (a majority held each acknowledged message), nor, with flushDiskType=SYNC_FLUSH
+    (a majority had it on disk), across a power cut of every member at once; nothing is stored
+    twice, every acknowledged message sits at the queue offset its answer named, offsets dense, on
+    the final leader and on every member (equal consume queues)."""
     seed = int(os.environ.get("FAULT_SEED", random.randrange(1 << 30)))
     rng = random.Random(seed)
     print(f"FAULT_SEED={seed}")
-    cell = DLedgerCell(tmp_path)
+    cell = DLedgerCell(tmp_path, flush)
     history = History()
     try:
         work = Workload(history, cell.leader_port, TOPIC, reconnect_on=frozenset({codes.SERVICE_NOT_AVAILABLE}),
@@ -354,8 +415,9 @@ def test_fault_loop_dledger(tmp_path, fault):
                  "every member to dispatch the whole committed log")
         drain(history, reader.port, TOPIC)
         v = history.check()
-        _rows.append((fault, "DLEDGER", v.row()))
-        print(f"{fault} DLEDGER: {v.row()}")
+        mode = "DLEDGER" + (" SYNC_FLUSH" if flush == "SYNC_FLUSH" else "")
+        _rows.append((fault, mode, v.row()))
+        print(f"{fault} {mode}: {v.row()} cuts {cell.cuts}")
         assert v.sends.get("ok", 0) > 150, v.sends
         assert v.duplicates == 0 and not v.failed_seen and not v.holes, v.row()
         assert not v.lost, f"{len(v.lost)} acknowledged messages lost, e.g. {v.lost[:10]}"

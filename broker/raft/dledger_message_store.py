@@ -167,7 +167,10 @@ class DLedgerMessageStore(MessageStore):
 
         t = self.table = create_table(self.root)
         t.store(Slot.WROTE, committed)
-        t.store(Slot.FLUSHED, committed)
+        # FLUSHED: where this member's entry data is on disk (its index in ENTRY_INDEX_FLUSHED),
+        # published at every write-back: what a power cut would keep, readable after a kill -9
+        self._publish_durable(ds.flushed_pos, ds.index_flushed_pos)
+        ds.on_durable.append(self._publish_durable)
         t.store(Slot.DISPATCHED, begin)
         t.store(Slot.MIN_OFFSET, cl.min_offset)
         loop = self._loop
@@ -195,6 +198,13 @@ class DLedgerMessageStore(MessageStore):
         self._server_started = True
         self._accepting = True
         self._persist_timer = loop.call_later(cfg.flushConsumerOffsetInterval / 1000, self._persist_offsets)
+
+    def _publish_durable(self, data: int, index: int) -> None:
+        t = self.table
+        if t is None:  # the last write-back at close, after the table
+            return
+        t.store(Slot.FLUSHED, data)
+        t.store(Slot.ENTRY_INDEX_FLUSHED, index)
 
     def _on_committed(self, index: int) -> None:
         """The committed index moved (a quorum on the leader, the leader's word on a follower):

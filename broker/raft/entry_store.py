@@ -109,6 +109,9 @@ class DLedgerEntryStore:
         self._committed = -1
         self._truncations = 0  # a flush planned before one must not move the marks after it
         self._committed_pos = -1
+        # fn(data durable up to, index durable up to), whenever those marks move (a write-back, a
+        # truncation): the broker publishes them in its offset table
+        self.on_durable: list = []
         if ckpt is not None and ckpt.committed_index >= 0:
             self.update_committed_index(ckpt.committed_index)
         # the files the next appends go to, made in the background rather than on the first append
@@ -150,6 +153,11 @@ class DLedgerEntryStore:
     @property
     def flushed_pos(self) -> int:
         return self._data_flushed
+
+    @property
+    def index_flushed_pos(self) -> int:
+        """Where the index files are written back up to, in bytes."""
+        return self._index_flushed
 
     @property
     def flushed_index(self) -> int:
@@ -357,6 +365,11 @@ class DLedgerEntryStore:
         self.index.flush_range(self._index_flushed, self._index_end)
         self._index_flushed = self._index_end
         self._flushed_index = self._end_index
+        self._durable()
+
+    def _durable(self) -> None:
+        for fn in self.on_durable:
+            fn(self._data_flushed, self._index_flushed)
 
     # The flusher's write-back, off the loop: planned on it, done in a thread, settled on it.
     def flush_plan(self) -> tuple[int, int, int, int, int, int]:
@@ -380,6 +393,7 @@ class DLedgerEntryStore:
             self._data_flushed = max(self._data_flushed, d1)
             self._index_flushed = max(self._index_flushed, i1)
             self._flushed_index = max(self._flushed_index, end_index)
+            self._durable()
 
     def settle(self) -> None:
         """Wait for the files being prepared ahead (tests look at the directories after it)."""

@@ -35,6 +35,9 @@ class Slot(enum.IntEnum):
     QUEUES_SEEN = 28    # reput service: bumped when it starts writing a consume queue it had not written yet
     REPUT_WAKE = 29     # the commit log's writer: bumped (at most once a millisecond) when it wrote since
     FLUSH_BUCKET0 = 32  # flush service: fdatasync rounds per latency bucket (FLUSH_BUCKETS), cumulative order
+    # DLedger mode (FLUSHED is then where the member's entry data is durable up to): where its
+    # index file is durable up to, in bytes, so what a power cut keeps can be told from outside
+    ENTRY_INDEX_FLUSHED = 48
 
 
 # upper bounds of the flush-latency histogram's buckets, seconds (the last is +Inf)
