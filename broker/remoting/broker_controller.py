@@ -142,8 +142,14 @@ class BrokerController:
         if self.slave_sync is not None:
             def sync():
                 asyncio.ensure_future(self.slave_sync.sync_all())
-            self._timers.append(self._loop.call_later(FIRST_DELAY, sync))
-            self._every(PERIOD, sync)
+            # A DLedger follower may be the master after the next election, with no master left
+            # to copy from: it copies every flushConsumerOffsetInterval (5 s), the interval the
+            # master itself persists offsets at, so a failover makes consumers re-read no more
+            # than what they committed in that interval (RocketMQ's 10 s period would double it).
+            # An ordinary slave keeps RocketMQ's 10 s: its master comes back with its own offsets.
+            period = min(PERIOD, self.store_config.flushConsumerOffsetInterval / 1000) if self.dledger else PERIOD
+            self._timers.append(self._loop.call_later(min(FIRST_DELAY, period), sync))
+            self._every(period, sync)
 
     def _every(self, seconds: float, fn) -> None:
         def tick():

@@ -1,5 +1,6 @@
 """SlaveSynchronize: a slave copies its master's topic config, consumer offsets and delay offsets
-every 10 s (3 s after start), as RocketMQ's does, so that consumers reading from it while the
+every 10 s (3 s after start), as RocketMQ's does (a DLedger follower every
+flushConsumerOffsetInterval: see BrokerController.start), so that consumers reading from it while the
 master is down find their topics and resume where they were. Offsets only move forward: an
 offset committed on the slave while the master was down is never replaced by the master's older
 one when it returns (RocketMQ #1094 makes consumers re-read there)."""
