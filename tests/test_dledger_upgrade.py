@@ -38,7 +38,7 @@ from broker.store.mapped_file_queue import MappedFileQueue
 from broker.store.offset_table import Slot, create_table
 from broker.store.results import GetStatus, PutStatus
 from tests.conftest import small_config, wait_for
-from tests.helpers.dledger_checks import QUEUES, TOPIC, check_dense, pull_all
+from tests.helpers.dledger_checks import QUEUES, TOPIC, check_dense, pull_all, wait_caught_up
 from tests.helpers.dledger_cluster import GROUP, SEGMENT, DLedgerGroup, consume_queue, data_dir
 from tests.helpers.ha_cluster import Broker, NameServer, send_all, wait_replicated
 from tests.twins.decoder import MAGIC_BLANK, decode_record
@@ -271,3 +271,103 @@ def test_an_old_log_without_records_is_left_alone(tmp_path):
     assert open_old_commit_log(cfg) is None
     assert not os.path.exists(cfg.dledger_data_dir)
     refuse_dledger_log(cfg.storePathRootDir)  # no DLedger entries: the ordinary store may start
+
+
+# -- real brokers ------------------------------------------------------------------------------
+def _pull(ns_addr: str, port: int) -> dict[int, list]:
+    async def main():
+        async with PullConsumer("cg", ns_addr) as pc:
+            return await pull_all(pc, f"127.0.0.1:{port}")
+    return asyncio.run(main())
+
+
+def _rows(by_queue: dict[int, list]) -> dict[int, list]:
+    return {q: [(m.queue_offset, m.commit_log_offset, m.offset_msg_id, m.body) for m in ms] for q, ms in by_queue.items()}
+
+
+def _cq_entries(broker, q: int) -> list[tuple[int, int]]:
+    """(queue offset, phys) of every written entry of the consume queue on disk, holes skipped."""
+    d = broker.store / "consumequeue" / TOPIC / str(q)
+    out = []
+    for p in sorted(d.iterdir()):
+        if p.name.isdigit():
+            data = p.read_bytes()
+            for i in range(len(data) // 20):
+                phys, size = struct.unpack_from(">qi", data, i * 20)
+                if size:
+                    out.append((int(p.name) // 20 + i, phys))
+    return out
+
+
+def test_an_ordinary_master_and_slave_upgraded_to_a_dledger_group_and_back(tmp_path):
+    # 1. an ordinary master and its slave (HA) write the old log: more than one segment
+    ns = NameServer(tmp_path)
+    master = Broker(tmp_path, "n0", ns.addr, "ASYNC_MASTER", 0)
+    slave = Broker(tmp_path, "n1", ns.addr, "SLAVE", 1, f"haMasterAddress=127.0.0.1:{master.ha_port}\n")
+    try:
+        master.start()
+        slave.start()
+        old_bodies = [f"old-{i:04d}-".encode() + bytes(1500) for i in range(800)]
+        assert all(r.code == 0 for r in send_all(master.port, TOPIC, old_bodies, QUEUES))
+        wait_replicated(master, slave)
+        old = _rows(_pull(ns.addr, master.port))
+        assert sum(len(v) for v in old.values()) == len(old_bodies)
+        assert _rows(_pull(ns.addr, slave.port)) == old
+    finally:
+        master.stop()
+        slave.stop()
+        ns.stop()
+
+    # 2. a DLedger group over those stores and a new member with an empty store. The members that
+    # hold the old log start first and elect one of them: a member without it, elected first,
+    # would put entry 0 at its own position (0), which the others refuse (their old logs end above)
+    g = DLedgerGroup(tmp_path)
+    try:
+        n0, n1, n2 = (g.brokers[i] for i in g.ids)
+        n0.start()
+        n1.start()
+        leader = g.leader(among=[n0, n1])
+        divided = -(-max(m[1] for ms in old.values() for m in ms) // SEGMENT) * SEGMENT
+        assert divided >= 2 * SEGMENT  # the old log spans segments
+        for b in (n0, n1):
+            assert sorted(os.listdir(data_dir(b)))[0] == offset_to_name(divided)
+            assert f"dividedCommitlogOffset {divided}" in b.stderr()
+        n2.start()
+        g.wait_follows(n2, leader)
+        # every old message, on the leader and on the follower that holds the old log: the same
+        # msgIds, physical offsets and queue offsets as the ordinary store served
+        follower = n1 if leader is n0 else n0
+        for b in (leader, follower):
+            assert _rows(_pull(g.namesrv.addr, b.port)) == old
+
+        # new sends continue every queue's offsets densely, above the divided offset
+        new_bodies = [f"new-{i:04d}".encode() for i in range(200)]
+        replies = send_all(leader.port, TOPIC, new_bodies, QUEUES)
+        assert all(r.code == 0 for r in replies)
+        for i, r in enumerate(replies):
+            q = i % QUEUES
+            assert int(r.ext["queueOffset"]) >= len(old[q])
+            assert int(r.ext["msgId"][16:], 16) > divided
+        wait_caught_up(g.brokers.values(), leader)
+        got = _pull(g.namesrv.addr, leader.port)
+        check_dense(got)
+        for q in range(QUEUES):
+            rows = _rows({q: got[q]})[q]
+            assert rows[:len(old[q])] == old[q]  # from queue offset 0: the old messages, then the new
+            assert [r[3] for r in rows[len(old[q]):]] == [b for i, b in enumerate(new_bodies) if i % QUEUES == q]
+        assert _rows(_pull(g.namesrv.addr, follower.port)) == _rows(got)
+
+        # 3. the new member follows: its data files start at the leader's divided offset, and its
+        # consume queues hold the new messages at the same queue offsets and physical offsets
+        assert sorted(os.listdir(data_dir(n2)))[0] == offset_to_name(divided)
+        for q in range(QUEUES):
+            assert _cq_entries(n2, q) == [(m.queue_offset, m.commit_log_offset) for m in got[q][len(old[q]):]]
+    finally:
+        g.stop()
+
+    # 4. turning DLedger mode off again over that store refuses to start, naming the key
+    ordinary = Broker(tmp_path, "n0", "127.0.0.1:9", "ASYNC_MASTER", 0)
+    r = subprocess.run([sys.executable, "-m", "broker.cli", "serve", "-c", str(ordinary.conf)], capture_output=True,
+                       text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    assert r.returncode != 0
+    assert "enableDLegerCommitLog" in r.stderr and "DLedger" in r.stderr, r.stderr
