@@ -22,7 +22,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from broker.client import api
 from broker.client.pull_consumer import PullConsumer
+from broker.client.route import MessageQueue
 from broker.raft.dledger_commit_log import DLedgerCommitLog
 from broker.raft.dledger_reput import DLedgerReputService
 from broker.raft.divided_commit_log import DividedFileQueue, Hole, open_old_commit_log
@@ -150,6 +152,7 @@ def test_old_log_sealed_and_read_below_the_divided_offset(tmp_path):
     cqs = ConsumeQueueStore(cfg.consumequeue_dir, cfg.mappedFileSizeConsumeQueue, writable=False)
     cqs.load()
     fake = SimpleNamespace(cqs=cqs, commit_log=cl, table=table, config=cfg, reads_dispatched_only=True,
+                           queue_heads_may_be_unwritten=False,
                            topic_bytes=lambda t: t.encode())
     reader = QueueReader(fake)
     for qid in range(3):
@@ -285,6 +288,30 @@ def _rows(by_queue: dict[int, list]) -> dict[int, list]:
     return {q: [(m.queue_offset, m.commit_log_offset, m.offset_msg_id, m.body) for m in ms] for q, ms in by_queue.items()}
 
 
+def _pull_from_min(ns_addr: str, port: int) -> dict[int, tuple[int, list]]:
+    """Each queue's minimum offset as a pull from 0 reports it, and every message from there on.
+    (A slave does not move a consumer below its minimum, as RocketMQ's with offsetCheckInSlave
+    off: the consumer starts where the broker says the queue starts.)"""
+    async def main():
+        async with PullConsumer("cg", ns_addr) as pc:
+            out = {}
+            for q in range(QUEUES):
+                mq = MessageQueue(TOPIC, GROUP, q)
+                r = await api.pull(pc.client, f"127.0.0.1:{port}", pc.group, mq, 0, 64)
+                start = at = r.min_offset
+                rows = []
+                while True:
+                    r = await api.pull(pc.client, f"127.0.0.1:{port}", pc.group, mq, at, 64)
+                    if r.status != "FOUND":
+                        assert r.status == "NO_NEW_MSG", (q, at, r.status)
+                        break
+                    rows += [(m.queue_offset, m.commit_log_offset, m.offset_msg_id, m.body) for m in r.messages]
+                    at = r.next_begin_offset
+                out[q] = start, rows
+            return out
+    return asyncio.run(main())
+
+
 def _cq_entries(broker, q: int) -> list[tuple[int, int]]:
     """(queue offset, phys) of every written entry of the consume queue on disk, holes skipped."""
     d = broker.store / "consumequeue" / TOPIC / str(q)
@@ -362,6 +389,10 @@ def test_an_ordinary_master_and_slave_upgraded_to_a_dledger_group_and_back(tmp_p
         assert sorted(os.listdir(data_dir(n2)))[0] == offset_to_name(divided)
         for q in range(QUEUES):
             assert _cq_entries(n2, q) == [(m.queue_offset, m.commit_log_offset) for m in got[q][len(old[q]):]]
+        # ... and it serves them: its queues start after the old messages it never held, and end
+        # where the leader's do (what a leader it became would continue the queue offsets from)
+        assert _pull_from_min(g.namesrv.addr, n2.port) == {q: (len(old[q]), _rows({q: got[q][len(old[q]):]})[q])
+                                                          for q in range(QUEUES)}
     finally:
         g.stop()
 

@@ -117,6 +117,13 @@ class DLedgerMessageStore(MessageStore):
         return True
 
     @property
+    def queue_heads_may_be_unwritten(self) -> bool:
+        """A member whose log starts above 0 (no copy of the leader's old commit log, or old
+        segments deleted) has no entries for the messages below it: its queues start after them."""
+        cl = self.commit_log
+        return cl is not None and cl.min_offset > 0
+
+    @property
     def fast_writable(self) -> bool:
         return False  # the send kernel writes the ordinary commit log only (see the module's doc)
 

@@ -494,6 +494,12 @@ class MessageStore:
         return self.is_slave
 
     @property
+    def queue_heads_may_be_unwritten(self) -> bool:
+        """Whether a consume queue may begin with entries never written on this member (DLedger
+        mode: see ConsumeQueue.skip_unwritten_head). The ordinary store writes every queue densely."""
+        return False
+
+    @property
     def fast_writable(self) -> bool:
         """Whether appends may go straight in (the send kernel): a running master not refusing writes."""
         return self._accepting and not self.is_slave and self.flags.why_not_writable() is None
