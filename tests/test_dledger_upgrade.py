@@ -16,7 +16,6 @@ import os
 import struct
 import subprocess
 import sys
-import zlib
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -39,9 +38,9 @@ from broker.store.mapped_file import create_segment_file, offset_to_name
 from broker.store.mapped_file_queue import MappedFileQueue
 from broker.store.offset_table import Slot, create_table
 from broker.store.results import GetStatus, PutStatus
-from tests.conftest import small_config, wait_for
+from tests.conftest import small_config
 from tests.helpers.dledger_checks import QUEUES, TOPIC, check_dense, pull_all, wait_caught_up
-from tests.helpers.dledger_cluster import GROUP, SEGMENT, DLedgerGroup, consume_queue, data_dir
+from tests.helpers.dledger_cluster import GROUP, SEGMENT, DLedgerGroup, data_dir
 from tests.helpers.ha_cluster import Broker, NameServer, send_all, wait_replicated
 from tests.twins.decoder import MAGIC_BLANK, decode_record
 from tests.twins.dledger_twin import walk_data
@@ -285,7 +284,8 @@ def _pull(ns_addr: str, port: int) -> dict[int, list]:
 
 
 def _rows(by_queue: dict[int, list]) -> dict[int, list]:
-    return {q: [(m.queue_offset, m.commit_log_offset, m.offset_msg_id, m.body) for m in ms] for q, ms in by_queue.items()}
+    return {q: [(m.queue_offset, m.commit_log_offset, m.offset_msg_id, m.body) for m in ms]
+            for q, ms in by_queue.items()}
 
 
 def _pull_from_min(ns_addr: str, port: int) -> dict[int, tuple[int, list]]:

@@ -147,7 +147,9 @@ def open_old_commit_log(config: MessageStoreConfig) -> MappedFileQueue | None:
     if end > first:
         old.close()
         raise CorruptStoreError(os.path.join(data_dir, offset_to_name(first)), first,
-                                f"the DLedger data files start inside the old commit log, which ends at {end}")
+                                f"the DLedger data files start inside the commit log written without DLedger, "
+                                f"which ends at {end}: the two logs overlap (ordinary mode wrote after a DLedger "
+                                f"log was begun?); move one of them out of storePathRootDir")
     log.info("old commit log [%d, %d) readable below the divided offset %d", old.min_offset, end, first)
     return old
 
