@@ -191,12 +191,14 @@ def test_dledger_conf_refusals_name_the_key(tmp_path):
             f"mappedFileSizeCommitLog={SEGMENT}\nenableDLegerCommitLog=true\ndLegerGroup={GROUP}\ndLegerSelfId=n0\n")
     err = _serve_fails(tmp_path, base + "dLegerPeers=n0-127.0.0.1:1\n")
     assert "dLegerPeers" in err
-    # an ordinary commit log with data beside: refused, naming the situation (no migration yet)
-    seg = tmp_path / "store" / "commitlog"
-    seg.mkdir(parents=True)
-    (seg / "00000000000000000000").write_bytes(b"\x00\x00\x00\x60\xda\xa3\x20\xa7" + bytes(SEGMENT - 8))
-    err = _serve_fails(tmp_path, base + f"dLegerPeers={peers}\n")
-    assert "enableDLegerCommitLog" in err and "commit log written without DLedger" in err
+    # a store whose DLedger log holds entries, started without DLedger: refused, naming the key
+    # (an ordinary commit log beside DLedger mode is kept instead: tests/test_dledger_upgrade.py)
+    data = tmp_path / "store" / "dledger-n0" / "data"
+    data.mkdir(parents=True)
+    (data / "00000000000000000000").write_bytes(b"\x00\x00\x00\x01\x00\x00\x00\x30" + bytes(SEGMENT - 8))
+    err = _serve_fails(tmp_path, base.replace("enableDLegerCommitLog=true", "enableDLegerCommitLog=false")
+                       + f"dLegerPeers={peers}\n")
+    assert "enableDLegerCommitLog" in err and "DLedger entries" in err
 
 
 def test_ali_ons_produces_and_consumes_across_a_leader_kill(group, tmp_path):

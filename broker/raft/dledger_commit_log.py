@@ -28,12 +28,14 @@ from typing import Callable
 
 from broker.kernels.codec import Appender, MappedBuffer, record_length
 from broker.raft.append_errors import AppendError, LeaderPendingFull, NotLeader
+from broker.raft.divided_commit_log import DividedFileQueue
 from broker.raft.entry_format import HEADER_SIZE, MIN_BLANK_LEN
 from broker.raft.errors import DLedgerBusy
 from broker.raft.protocol import ResponseCode
 from broker.raft.server import DLedgerServer
 from broker.store.config import MessageStoreConfig
 from broker.store.errors import MessageIllegal, ServiceUnavailable
+from broker.store.mapped_file_queue import MappedFileQueue
 from broker.store.results import PutFuture, PutStatus
 
 # DLedgerCommitLog.putMessage's mapping of the append's DLedgerResponseCode (what is not named
@@ -62,9 +64,11 @@ class EntryPositionMismatch(RuntimeError):
 
 class DLedgerCommitLog:
     def __init__(self, config: MessageStoreConfig, server: DLedgerServer,
-                 queue_end: Callable[[bytes, int], int]):
+                 queue_end: Callable[[bytes, int], int], old: MappedFileQueue | None = None):
         self.config = config
         self.server = server
+        # the commit log written before DLedger mode, read below the divided offset (None: none)
+        self.divided = DividedFileQueue(old, server.store.data) if old is not None else None
         self.store_host = config.store_host
         self.max_body = config.maxMessageSize
         self._queue_end = queue_end  # (topic, queue id) -> next offset as its consume queue says
@@ -75,8 +79,10 @@ class DLedgerCommitLog:
     # -- what the readers use (the data files hold the records at their physical offsets) --------
     @property
     def queue(self):
-        """The data files as a MappedFileQueue: a record's physical offset is its place in them."""
-        return self.server.store.data
+        """The files by physical offset, as a MappedFileQueue: the data files (a record's physical
+        offset is its place in them), below the divided offset the old commit log's segments
+        (DividedFileQueue)."""
+        return self.divided if self.divided is not None else self.server.store.data
 
     @property
     def min_offset(self) -> int:
@@ -84,17 +90,28 @@ class DLedgerCommitLog:
 
     @property
     def committed_pos(self) -> int:
-        """Where the committed entries end (the consumers' end of the log: RocketMQ's getMaxOffset)."""
+        """Where the committed entries end (the consumers' end of the log: RocketMQ's getMaxOffset);
+        before any, where the DLedger log starts (the old log's end, if there is one)."""
         pos = self.server.store.committed_pos
-        return pos if pos >= 0 else self.min_offset
+        if pos >= 0:
+            return pos
+        return self.divided.divided if self.divided is not None else self.min_offset
 
     @property
     def begin_pos(self) -> int:
-        """Where the first entry still on disk starts (the reput's start)."""
+        """Where the reput starts: the old commit log's first record, else the first entry still
+        on disk."""
+        if self.divided is not None:
+            return self.divided.min_offset
         st = self.server.store
         if st.ledger_begin_index < 0:
             return st.write_pos
         return st.position(st.ledger_begin_index)[0]
+
+    def close(self) -> None:
+        """The old segments' maps (the data files are the entry store's, closed with it)."""
+        if self.divided is not None:
+            self.divided.close()
 
     # -- the queue table -------------------------------------------------------------------------
     def note_wrote(self, wrote: int) -> None:

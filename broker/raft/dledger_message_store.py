@@ -10,7 +10,8 @@ changes against the ordinary store, and why:
   the ordinary commit log's segment; a fast path for DLedger mode is later work.
 - Consumers see committed entries only, on every member: the committed position is published in
   the offset table's WROTE slot, and the reput (broker.raft.dledger_reput, its own process)
-  dispatches up to it. Reads by physical offset read the DLedger data files (pos + 48).
+  dispatches up to it. Reads by physical offset read the DLedger data files (pos + 48), and
+  below the divided offset the commit log written before DLedger mode, if there is one.
 - Queue ends are those of the consume queues on every member (what the reput wrote), as on a
   slave: nothing appended is visible before it is committed and dispatched.
 - Consume queues are rebuilt from the committed entries at every start (the directory is emptied
@@ -18,9 +19,11 @@ changes against the ordinary store, and why:
   never be served; the cost is one pass over the log at start.
 - No flush, HA or clean service: DLedger writes its files back itself (its flusher), replication
   is DLedger's, and expiring DLedger files is later work.
-- An ordinary commit log with data beside it refuses the start (StoreConfigError naming
-  enableDLegerCommitLog): RocketMQ serves such a log below a dividedCommitlogOffset, which is
-  later work here.
+- An ordinary commit log with records beside it (a store upgraded to DLedger mode) stays
+  readable below the divided offset, as RocketMQ keeps it (broker.raft.divided_commit_log: the
+  first start seals it and starts the DLedger data files where its last segment ends); its
+  records are dispatched before the entries, so queue offsets continue across the divide.
+  Turning DLedger mode off again is refused by the ordinary store (MessageStore._start).
 
 Roles: `is_slave` is true until the role change handler makes this member the serving master
 (broker.raft.role_change_handler), and again from the moment it stops leading.
@@ -36,6 +39,7 @@ import numpy as np
 
 from broker.raft.config import DLedgerConfig
 from broker.raft.dledger_commit_log import DLedgerCommitLog
+from broker.raft.divided_commit_log import open_old_commit_log
 from broker.raft.role_change_handler import DLedgerRoleChangeHandler
 from broker.raft.server import DLedgerServer
 from broker.services.dispatch_waiters import DispatchWaiters
@@ -48,7 +52,7 @@ from broker.store import paths
 from broker.store.checkpoint import StoreCheckpoint
 from broker.store.config import SYNC_FLUSH, MessageStoreConfig
 from broker.store.consume_queue import ConsumeQueueStore
-from broker.store.errors import ServiceUnavailable, StoreConfigError
+from broker.store.errors import ServiceUnavailable
 from broker.store.message import encode_properties
 from broker.store.offset_table import Slot, create_table
 from broker.store.results import BatchChunk, BatchPutResult, PutResult, PutStatus
@@ -56,25 +60,6 @@ from broker.store.results import BatchChunk, BatchPutResult, PutResult, PutStatu
 log = logging.getLogger("store")
 
 DLEDGER_REPUT = ServiceSpec("reput", "broker.raft.dledger_reput", Slot.REPUT_PID)
-
-
-def refuse_old_commit_log(config: MessageStoreConfig) -> None:
-    """StoreConfigError if the ordinary commit log beside holds records: DLedger mode would
-    silently hide them from consumers."""
-    d = config.commitlog_dir
-    try:
-        names = sorted(n for n in os.listdir(d) if n.isdigit())
-    except FileNotFoundError:
-        return
-    for name in names:
-        with open(os.path.join(d, name), "rb") as f:
-            head = f.read(8)
-        if head.strip(b"\0"):
-            raise StoreConfigError(
-                "enableDLegerCommitLog",
-                f"{d} holds a commit log written without DLedger (segment {name}); this broker cannot serve it in "
-                f"DLedger mode yet (RocketMQ keeps such a log readable below its dividedCommitlogOffset: later work "
-                f"here). Start DLedger mode on an empty storePathRootDir, or keep enableDLegerCommitLog=false")
 
 
 class DLedgerMessageStore(MessageStore):
@@ -132,6 +117,13 @@ class DLedgerMessageStore(MessageStore):
         return True
 
     @property
+    def queue_heads_may_be_unwritten(self) -> bool:
+        """A member whose log starts above 0 (no copy of the leader's old commit log, or old
+        segments deleted) has no entries for the messages below it: its queues start after them."""
+        cl = self.commit_log
+        return cl is not None and cl.min_offset > 0
+
+    @property
     def fast_writable(self) -> bool:
         return False  # the send kernel writes the ordinary commit log only (see the module's doc)
 
@@ -144,7 +136,6 @@ class DLedgerMessageStore(MessageStore):
     # -- lifecycle -------------------------------------------------------------------------------
     async def _start(self) -> None:
         cfg = self.config
-        refuse_old_commit_log(cfg)
         # consume queues are rebuilt from the committed entries (see the module's doc)
         shutil.rmtree(cfg.consumequeue_dir, ignore_errors=True)
         for d in (cfg.consumequeue_dir, cfg.config_dir):
@@ -153,17 +144,27 @@ class DLedgerMessageStore(MessageStore):
         self.topic_config.load()
         self.ckpt = StoreCheckpoint(paths.checkpoint(self.root))
         t0 = time.monotonic()
-        server = self.server = DLedgerServer(
-            self.dledger_config, self.root,
-            # as RocketMQ's DLedgerCommitLog: data files of mappedFileSizeCommitLog
-            store_options={"data_file_size": cfg.mappedFileSizeCommitLog, "warm": cfg.warm_segments},
-            durable=cfg.flushDiskType == SYNC_FLUSH)
-        cl = self.commit_log = DLedgerCommitLog(cfg, server, self._queue_end)
+        # a commit log written without DLedger stays readable below the divided offset (the
+        # first start seals it and starts the DLedger data files there)
+        old = open_old_commit_log(cfg)
+        try:
+            server = self.server = DLedgerServer(
+                self.dledger_config, self.root,
+                # as RocketMQ's DLedgerCommitLog: data files of mappedFileSizeCommitLog; an empty
+                # log never takes a leader's first position inside this member's own old log
+                store_options={"data_file_size": cfg.mappedFileSizeCommitLog, "warm": cfg.warm_segments,
+                               "floor": old.files[-1].end if old is not None else 0},
+                durable=cfg.flushDiskType == SYNC_FLUSH)
+        except BaseException:
+            if old is not None:
+                old.close()
+            raise
+        cl = self.commit_log = DLedgerCommitLog(cfg, server, self._queue_end, old)
         begin, committed = cl.begin_pos, cl.committed_pos
         ds = server.store
-        log.info("dledger store %s recovered in %.3fs: entries [%d, %d], committed %d (data [%d, %d))",
+        log.info("dledger store %s recovered in %.3fs: entries [%d, %d], committed %d (data [%d, %d)%s)",
                  ds.dir, time.monotonic() - t0, ds.ledger_begin_index, ds.ledger_end_index, ds.committed_index,
-                 begin, committed)
+                 begin, committed, f", dividedCommitlogOffset {cl.divided.divided}" if cl.divided else "")
 
         t = self.table = create_table(self.root)
         t.store(Slot.WROTE, committed)
@@ -238,7 +239,9 @@ class DLedgerMessageStore(MessageStore):
 
     async def _teardown(self) -> None:
         await self._stop_server()
-        self.commit_log = None  # its files were closed with the server's store
+        if self.commit_log is not None:
+            self.commit_log.close()  # the old segments; the data files were closed with the server's store
+        self.commit_log = None
         await super()._teardown()
 
     # -- puts ------------------------------------------------------------------------------------

@@ -1,5 +1,7 @@
 """The reput service of DLedger mode (its own process, as the ordinary one): consume queues from
-the committed entries of the DLedger data files.
+the committed entries of the DLedger data files, after the records of the commit log written
+before DLedger mode, if the store has one (below the divided offset: broker.raft.divided_commit_log),
+which go through the ordinary scan first, so queue offsets continue across the divide.
 
 The broker publishes DLedger's committed position (where the last committed entry ends) in the
 offset table's WROTE slot, on the leader and on followers alike, so this process never sees an
@@ -22,6 +24,7 @@ import logging
 import struct
 
 from broker.kernels.codec import SCAN_END
+from broker.raft.divided_commit_log import load_old
 from broker.raft.entry_format import BLANK_MAGIC, HEADER, HEADER_SIZE, MAGIC_1
 from broker.services.process import enter_service, notify
 from broker.services.reput_service import ReputService
@@ -38,6 +41,23 @@ class DLedgerReputService(ReputService):
     def __init__(self, config, notify_fd: int):
         super().__init__(config, notify_fd)
         self.log = MappedFileQueue(config.dledger_data_dir, config.mappedFileSizeCommitLog, writable=False)
+        # the commit log written before DLedger mode (the broker sealed it before starting us)
+        self.old = load_old(config)
+        self.old_end = self.old.files[-1].end if self.old is not None else 0
+
+    def _segment(self, offset: int):
+        mf = self._segment_of(self.log, offset)
+        if mf is None or not mf.base <= offset < mf.end:
+            self._remap()
+            mf = self.log.find(offset)
+        return mf
+
+    def _remap(self) -> None:
+        """Map the data files again from the directory: files are only ever added at the end,
+        except when an empty log takes the leader's position for entry 0, which replaces them
+        all (DLedgerEntryStore.take_first_pos), leaving this process with maps of deleted files."""
+        self.log.close()
+        self.log.load()
 
     def _stop(self, at: int, why: str) -> int:
         # The broker publishes only positions right after committed entries: anything else here
@@ -50,6 +70,10 @@ class DLedgerReputService(ReputService):
         """Dispatch the entries in [dispatched, wrote); returns the new dispatched position."""
         t = self.table
         scanner = self.scanner
+        if dispatched < self.old_end:  # the old commit log first, with the ordinary scan
+            dispatched = self.scan_log(self.old, dispatched, min(wrote, self.old_end))
+            if dispatched < self.old_end:
+                return dispatched
         n = 0
         while dispatched < wrote:
             if dispatched < self.log.min_offset:
@@ -63,6 +87,13 @@ class DLedgerReputService(ReputService):
             if magic == BLANK_MAGIC:
                 dispatched = mf.end
                 continue
+            if magic == 0 and size == 0 and dispatched == self.log.min_offset:
+                # nothing where the data files start, below a committed entry: they were started
+                # again at the leader's position for entry 0 (see _remap)
+                self._remap()
+                if self.log.min_offset > dispatched:
+                    dispatched = self.log.min_offset
+                    continue
             if magic != MAGIC_1 or size < HEADER_SIZE or rel + size > mf.size:
                 return self._stop(dispatched, f"entry header magic {magic} size {size}")
             body_size = _BODY_SIZE.unpack_from(mf.mv, rel + HEADER.size - 4)[0]

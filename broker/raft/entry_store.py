@@ -43,8 +43,8 @@ from broker.raft.entry_format import (BLANK, BLANK_MAGIC, DEFAULT_DATA_FILE_SIZE
                                       HEADER_SIZE, INDEX, INDEX_UNIT_SIZE, MAGIC_1, MIN_BLANK_LEN, Entry, Header,
                                       body_crc, byte_view)
 from broker.raft.entry_recovery import RecoveredLog, recover
-from broker.raft.errors import (EntryTooLarge, InconsistentIndex, InconsistentPos, IndexOutOfRange, StoreClosed,
-                                TermRegression, TruncateCommitted)
+from broker.raft.errors import (BelowOldCommitLog, EntryTooLarge, InconsistentIndex, InconsistentPos,
+                                IndexOutOfRange, StoreClosed, TermRegression, TruncateCommitted)
 from broker.store import paths
 from broker.store.errors import CorruptStoreError, StoreConfigError
 
@@ -81,8 +81,11 @@ def _check_sizes(data_file_size: int, index_file_size: int) -> None:
 
 class DLedgerEntryStore:
     def __init__(self, directory: str, data_file_size: int = DEFAULT_DATA_FILE_SIZE,
-                 index_file_size: int = DEFAULT_INDEX_FILE_SIZE, warm: bool = True):
+                 index_file_size: int = DEFAULT_INDEX_FILE_SIZE, warm: bool = True, floor: int = 0):
         _check_sizes(data_file_size, index_file_size)
+        # where this member's own old commit log ends (0: none): an empty log never takes a
+        # leader's first position below it (take_first_pos)
+        self.floor = floor
         self.dir = str(directory)
         os.makedirs(self.dir, exist_ok=True)
         self.data = EntryFileList(os.path.join(self.dir, DATA_DIR), data_file_size, warm)
@@ -216,7 +219,10 @@ class DLedgerEntryStore:
         pos = self.next_pos(size)
         room = pos - wrote  # the blank closing the file, if the entry opens the next one
         if expect_pos is not None and expect_pos != pos:
-            raise InconsistentPos(index, pos, expect_pos)
+            if index != 0 or self._end_index >= 0:
+                raise InconsistentPos(index, pos, expect_pos)
+            pos = wrote = self._take_first_pos(expect_pos)
+            room = 0
         # the files first: if one cannot be made (a full disk), nothing has been written
         mf = self.data.file_for_write(pos)
         off = index * INDEX_UNIT_SIZE
@@ -238,6 +244,22 @@ class DLedgerEntryStore:
         self._end_term = term
         if self._begin < 0:
             self._begin = index
+        return pos
+
+    def _take_first_pos(self, pos: int) -> int:
+        """An empty log takes the leader's position for entry 0: the leader's data files start at
+        its divided offset (the end of its old commit log), a new or wiped member's at its own or
+        at 0. The (empty) data files go and the list starts at `pos`. Refused below this member's
+        own old commit log's end (BelowOldCommitLog), and off a file boundary (a different
+        mappedFileSizeCommitLog: InconsistentPos)."""
+        if pos < self.floor:
+            raise BelowOldCommitLog(pos, self.floor)
+        if pos % self.data.file_size:
+            raise InconsistentPos(0, self._wrote, pos)
+        gone = self.data.drop_after(-1)
+        log.info("dledger: the log is empty and takes the leader's position %d for entry 0 (its data files "
+                 "started at %d; %d empty files deleted)", pos, self._wrote, len(gone))
+        self._wrote = self._data_flushed = pos
         return pos
 
     # -- reads -----------------------------------------------------------------------------------

@@ -42,6 +42,20 @@ class InconsistentPos(EntryStoreError):
         self.got = got
 
 
+class BelowOldCommitLog(InconsistentPos):
+    """The leader's entry 0 sits below the end of this member's own old commit log (the log
+    written before DLedger mode, read below the divided offset): taking it would put DLedger
+    entries over old records. Refused; the old data is never truncated, an operator decides."""
+
+    def __init__(self, got: int, old_end: int):
+        EntryStoreError.__init__(self, f"the leader's entry 0 is at position {got}, below the end {old_end} of "
+                                       f"this member's own old commit log: refused, the old log is never cut "
+                                       f"(this member's old log holds more than the leader's)")
+        self.index = 0
+        self.expected = old_end
+        self.got = got
+
+
 class TermRegression(EntryStoreError):
     """An entry whose term is below the last entry's: recovery rejects such a log, so it is never
     written (terms never decrease along a Raft log)."""

@@ -41,7 +41,7 @@ from broker.store.config import SYNC_FLUSH, MessageStoreConfig
 from broker.store.config_files import WRITER, ConsumerOffsetTable, TopicConfigTable
 from broker.store.consume_queue import ConsumeQueueStore
 from broker.store.durable import fsync_dir
-from broker.store.errors import MessageIllegal, ServiceUnavailable
+from broker.store.errors import MessageIllegal, ServiceUnavailable, StoreConfigError
 from broker.store.message import StoredMessage, encode_properties
 from broker.store.offset_table import Slot, create_table
 from broker.store.recovery import RecoveryResult, recover
@@ -76,6 +76,24 @@ class _Both:
         self.ack = status
         if self.flush is not None:
             self.resolve(self.arg, self.flush if self.flush is not PutStatus.PUT_OK else status)
+
+
+def refuse_dledger_log(root: str) -> None:
+    """StoreConfigError naming enableDLegerCommitLog if a DLedger log under the store root holds
+    entries: the store ran in DLedger mode, its newer messages are in the DLedger data files, and
+    the ordinary commit log cannot serve them (RocketMQ starts and silently loses them). A data file
+    whose first bytes are zeros holds none: entries are written from a file's start."""
+    for d in paths.dledger_data_dirs(root):
+        for name in sorted(n for n in os.listdir(d) if n.isdigit()):
+            with open(os.path.join(d, name), "rb") as f:
+                if not f.read(8).strip(b"\0"):
+                    continue
+            raise StoreConfigError(
+                "enableDLegerCommitLog",
+                f"{d} holds DLedger entries (file {name}): this store ran in DLedger mode and its newer messages "
+                f"live in those files, which the ordinary commit log cannot serve (turning DLedger mode off would "
+                f"lose them). Keep enableDLegerCommitLog=true, or start the ordinary store on another "
+                f"storePathRootDir")
 
 
 class MessageStore:
@@ -150,6 +168,7 @@ class MessageStore:
 
     async def _start(self) -> None:
         cfg = self.config
+        refuse_dledger_log(self.root)
         for d in (cfg.commitlog_dir, cfg.consumequeue_dir, cfg.config_dir):
             os.makedirs(d, exist_ok=True)
         abort = paths.abort_file(self.root)
@@ -473,6 +492,12 @@ class MessageStore:
         every dispatch: on a slave (nothing appends here) and in DLedger mode (what is appended
         is readable once committed and dispatched). A master knows its queues' ends itself."""
         return self.is_slave
+
+    @property
+    def queue_heads_may_be_unwritten(self) -> bool:
+        """Whether a consume queue may begin with entries never written on this member (DLedger
+        mode: see ConsumeQueue.skip_unwritten_head). The ordinary store writes every queue densely."""
+        return False
 
     @property
     def fast_writable(self) -> bool:

@@ -5,7 +5,10 @@ On a master the end of a queue is what the reput has dispatched of what this pro
 a slave nothing here writes, so a queue ends at its first unwritten consume-queue entry, and
 segments the HA client made since the last look are mapped on demand. In DLedger mode queues end
 as on a slave on every member (the reput dispatches committed entries only), and records are read
-from the DLedger data files at their physical offsets (entry pos + 48)."""
+from the DLedger data files at their physical offsets (entry pos + 48), below the divided offset
+from the commit log written before DLedger mode (the commit log's `queue` is then a
+DividedFileQueue: broker.raft.divided_commit_log). A DLedger member without that old log has no
+entries for its messages: its queues start after them (ConsumeQueue.skip_unwritten_head)."""
 from __future__ import annotations
 
 import os
@@ -69,6 +72,9 @@ class QueueReader:
             return 0
         key = (topic, queue_id)
         end = max(self._slave_max.get(key, 0), cq.min_offset)
+        if end == cq.min_offset and self.s.queue_heads_may_be_unwritten:
+            cq.skip_unwritten_head(self.s.commit_log.min_offset)
+            end = cq.min_offset
         while True:
             ents = cq.entries(end, 4096)
             if len(ents) == 0:
@@ -83,7 +89,11 @@ class QueueReader:
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         cq = self.queue(topic, queue_id)
-        return cq.min_offset if cq is not None else 0
+        if cq is None:
+            return 0
+        if self.s.queue_heads_may_be_unwritten:
+            self.max_offset(topic, queue_id)  # finds where the queue starts too
+        return cq.min_offset
 
     # -- messages -------------------------------------------------------------------------------
     def get(self, topic: str, queue_id: int, offset: int, max_msgs: int = 32, max_bytes: int = 256 * 1024,
@@ -97,7 +107,8 @@ class QueueReader:
         cq = self.queue(topic, queue_id)
         if cq is None:
             return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0 if offset == 0 else offset, 0, 0)
-        lo, hi = cq.min_offset, self.max_offset(topic, queue_id)
+        hi = self.max_offset(topic, queue_id)
+        lo = cq.min_offset  # after the end: finding it may move the start (skip_unwritten_head)
         if hi <= lo:
             return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0 if offset == 0 else lo, lo, hi)
         if offset < lo:

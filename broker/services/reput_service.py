@@ -116,19 +116,28 @@ class ReputService:
             log.warning("consume queues written again from commit-log offset %d", t.load(Slot.DISPATCHED))
             notify(self.notify_fd)
 
-    def _segment(self, offset: int):
-        mf = self.log.find(offset)
+    @staticmethod
+    def _segment_of(segments: MappedFileQueue, offset: int):
+        mf = segments.find(offset)
         if mf is None:
-            self.log.refresh()
-            mf = self.log.find(offset)
+            segments.refresh()
+            mf = segments.find(offset)
         return mf
+
+    def _segment(self, offset: int):
+        return self._segment_of(self.log, offset)
 
     def reput(self, dispatched: int, wrote: int) -> int:
         """Dispatch records in [dispatched, wrote); returns the new dispatched offset."""
+        return self.scan_log(self.log, dispatched, wrote)
+
+    def scan_log(self, segments: MappedFileQueue, dispatched: int, wrote: int) -> int:
+        """Dispatch the records of a commit log's `segments` in [dispatched, wrote) (DLedger mode
+        uses it for the old commit log below its divided offset); returns the new dispatched offset."""
         while dispatched < wrote:
-            if dispatched < self.log.min_offset:
-                dispatched = self.log.min_offset  # expired data was deleted under us
-            mf = self._segment(dispatched)
+            if dispatched < segments.min_offset:
+                dispatched = segments.min_offset  # expired data was deleted under us
+            mf = self._segment_of(segments, dispatched)
             if mf is None:
                 log.error("no commit-log segment holds offset %d (wrote %d)", dispatched, wrote)
                 return dispatched

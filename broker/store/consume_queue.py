@@ -132,6 +132,23 @@ class ConsumeQueue:
             idx = int(nz[0])
         self.min_logic = max(self.min_logic, first + idx)
 
+    def skip_unwritten_head(self, phys_min: int) -> None:
+        """Read side, DLedger mode: a queue whose entries at its start were never written here (a
+        member without the commit log below the divided offset, or old segments the cleaner had
+        deleted) starts at its first written entry, if that one's message is at or above the
+        log's minimum `phys_min`: its end is then found past the hole, and a new leader's next
+        offset continues the group's (instead of restarting at the hole)."""
+        if not self.files:
+            return
+        first = min(self.files)
+        arr = self.files[first]
+        lo = max(self.min_offset - first, 0)
+        if lo >= len(arr) or arr["size"][lo]:
+            return
+        written = np.flatnonzero(arr["size"][lo:] != 0)
+        if len(written) and int(arr["offset"][lo + int(written[0])]) >= phys_min:
+            self.min_logic = first + lo + int(written[0])
+
     def max_offset_on_disk(self) -> int:
         """One past the last entry with a size (what recovery trusts)."""
         for first in sorted(self.files, reverse=True):

@@ -57,3 +57,13 @@ def dledger_dir(root: str, self_id: str) -> str:
 def dledger_data_dir(root: str, self_id: str) -> str:
     """The entries of DLedger mode's log (RocketMQ records as entry bodies), DLedger's `data/`."""
     return os.path.join(dledger_dir(root, self_id), "data")
+
+
+def dledger_data_dirs(root: str) -> list[str]:
+    """Every member's `dledger-<selfId>/data` under the store root (whatever dLegerSelfId is now)."""
+    try:
+        names = sorted(os.listdir(root))
+    except FileNotFoundError:
+        return []
+    return [os.path.join(root, n, "data") for n in names
+            if n.startswith("dledger-") and os.path.isdir(os.path.join(root, n, "data"))]
