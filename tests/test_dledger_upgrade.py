@@ -345,21 +345,26 @@ def test_an_ordinary_master_and_slave_upgraded_to_a_dledger_group_and_back(tmp_p
         slave.stop()
         ns.stop()
 
-    # 2. a DLedger group over those stores and a new member with an empty store. The members that
-    # hold the old log start first and elect one of them: a member without it, elected first,
-    # would put entry 0 at its own position (0), which the others refuse (their old logs end above)
+    # 2. a DLedger group over those stores and a new member with an empty store. The new member
+    # starts first with one that holds the old log: they are a majority, and the one with the old
+    # log must lead (its marker entry 0 outranks an empty ledger in the vote). The new member,
+    # elected, would put entry 0 at its own position (0), which the others refuse for ever (their
+    # old logs end above): without the marker, a coin toss between the two
     g = DLedgerGroup(tmp_path)
     try:
         n0, n1, n2 = (g.brokers[i] for i in g.ids)
-        n0.start()
+        n2.start()
         n1.start()
-        leader = g.leader(among=[n0, n1])
+        assert g.leader(among=[n1, n2]) is n1
+        assert "marks the divided offset" in n1.stderr()
+        n0.start()
+        leader = n1
+        g.wait_follows(n0, leader)
         divided = -(-max(m[1] for ms in old.values() for m in ms) // SEGMENT) * SEGMENT
         assert divided >= 2 * SEGMENT  # the old log spans segments
         for b in (n0, n1):
             assert sorted(os.listdir(data_dir(b)))[0] == offset_to_name(divided)
             assert f"dividedCommitlogOffset {divided}" in b.stderr()
-        n2.start()
         g.wait_follows(n2, leader)
         # every old message, on the leader and on the follower that holds the old log: the same
         # msgIds, physical offsets and queue offsets as the ordinary store served

@@ -485,7 +485,7 @@ def test_bad_pushes_are_refused_and_change_nothing(tmp_path, caplog):
         st, store = srv.state, srv.store
         for k in range(5):
             store.append(2, b"entry %d" % k)
-        srv._ledger_changed()
+        srv.ledger_changed()
         st.change_to_candidate(3)
         st.next_term()
         srv.elector.change_role_to_follower(3, "n1")  # term 3, following n1; the elector is not started

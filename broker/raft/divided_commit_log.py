@@ -25,6 +25,11 @@ Both kinds are mappedFileSizeCommitLog long and the data files start where the o
 so the list is contiguous, and one division finds a record's file in either range: an offset below
 the divided offset is an ordinary record, one at or above it a record at entry pos + 48.
 
+On that first start the member then writes entry 0 of its DLedger log, a marker (term 0, empty
+body) at the divided offset (DLedgerMessageStore._mark_divide): the same bytes on every copy of the
+old log, and a ledger end that outranks an empty member's in the vote, so a member without the old
+log is never elected over members that hold it.
+
 A member whose own old log ends below the leader's entry 0 (a new member with no old log, or a
 slave that had not copied everything) takes the leader's position for entry 0 (its data files then
 start there: DLedgerEntryStore.take_first_pos). The offsets in between are held by no file of this

@@ -159,9 +159,11 @@ class DLedgerMessageStore(MessageStore):
             if old is not None:
                 old.close()
             raise
+        ds = server.store
+        if old is not None and ds.ledger_end_index < 0 and ds.write_pos == old.files[-1].end:
+            self._mark_divide(server)
         cl = self.commit_log = DLedgerCommitLog(cfg, server, self._queue_end, old)
         begin, committed = cl.begin_pos, cl.committed_pos
-        ds = server.store
         log.info("dledger store %s recovered in %.3fs: entries [%d, %d], committed %d (data [%d, %d)%s)",
                  ds.dir, time.monotonic() - t0, ds.ledger_begin_index, ds.ledger_end_index, ds.committed_index,
                  begin, committed, f", dividedCommitlogOffset {cl.divided.divided}" if cl.divided else "")
@@ -199,6 +201,22 @@ class DLedgerMessageStore(MessageStore):
         self._server_started = True
         self._accepting = True
         self._persist_timer = loop.call_later(cfg.flushConsumerOffsetInterval / 1000, self._persist_offsets)
+
+    @staticmethod
+    def _mark_divide(server: DLedgerServer) -> None:
+        """A member that holds the old commit log begins its DLedger log with a marker: entry 0,
+        term 0, empty body, at the divided offset, written back before the member votes. Every
+        member upgraded from a copy of the same old log writes the same bytes, so they agree on
+        entry 0; and its ledger end (0, 0) outranks an empty member's (-1, -1) in every vote, so a
+        member without the old log (which would put entry 0 at position 0, where the others' old
+        records lie, and be refused by them for ever) never leads while a member holding the old
+        log is in its majority. The reput steps over it as over a leader's no-op."""
+        ds = server.store
+        index, pos = ds.append(0, b"")
+        ds.persist_checkpoint()
+        server.ledger_changed()  # the votes it gives and asks for compare this ledger end
+        log.info("dledger: entry %d (term 0, empty) marks the divided offset %d: members holding the old commit "
+                 "log lead before members without it", index, pos)
 
     def _publish_durable(self, data: int, index: int) -> None:
         t = self.table

@@ -56,7 +56,7 @@ class DLedgerServer:
         # (flushDiskType=SYNC_FLUSH; DLedger itself acknowledges from memory and flushes every 10 ms)
         self.durable = durable
         self.flusher = EntryFlusher(self.store, flush_interval_ms, checkpoint_interval_ms, self.self_id, durable)
-        self._ledger_changed()
+        self.ledger_changed()
         self.committed = CommittedIndex(self.store.committed_index)
         self.elector = LeaderElector(self.state, PeerClients(config))
         self.quorum = QuorumAckChecker(config, self.store, self.committed)
@@ -64,7 +64,7 @@ class DLedgerServer:
         self.pusher = DLedgerEntryPusher(config, self.state, self.store, self.quorum, self.elector,
                                          PeerClients(config), window, commit_interval_ms)
         self.quorum.on_commit = self.pusher.wake
-        self.handler = EntryHandler(self.state, self.store, self.elector, self.committed, self._ledger_changed,
+        self.handler = EntryHandler(self.state, self.store, self.elector, self.committed, self.ledger_changed,
                                     durable)
         self.flusher.on_flushed.append(self._flushed)
         self.remoting = ElectionServer(config, self.elector, host, port, push=self.handler.handle)
@@ -102,8 +102,9 @@ class DLedgerServer:
                 f"{self.self_id} became {role.value} in term {term} before entry {i} was committed", i))
         self.pusher.on_role_change(term, role)
 
-    def _ledger_changed(self) -> None:
-        """The elector's votes compare ledger ends: keep MemberState's in step with the log."""
+    def ledger_changed(self) -> None:
+        """The elector's votes compare ledger ends: keep MemberState's in step with the log
+        (after every change to it: the handler's appends and truncations, the leader's appends)."""
         self.state.update_ledger(self.store.ledger_end_index, self.store.ledger_end_term)
         self.flusher.wake()
 
@@ -127,7 +128,7 @@ class DLedgerServer:
                             None if self._stopped else st.leader_id)
         self.quorum.check_room()
         index, pos = self.store.append(st.term, body)
-        self._ledger_changed()
+        self.ledger_changed()
         fut = self.quorum.wait_ack(index, pos)
         self.pusher.wake()
         return index, pos, fut
