@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -28,7 +29,7 @@ from broker.raft.dledger_commit_log import DLedgerCommitLog
 from broker.raft.dledger_reput import DLedgerReputService
 from broker.raft.divided_commit_log import DividedFileQueue, Hole, open_old_commit_log
 from broker.raft.entry_store import DLedgerEntryStore
-from broker.raft.errors import BelowOldCommitLog
+from broker.raft.errors import OldCommitLogMismatch
 from broker.services.message_store import refuse_dledger_log
 from broker.services.queue_reader import QueueReader
 from broker.store.commit_log import CommitLog
@@ -208,7 +209,7 @@ def decode_record_size(cfg, phys: int) -> int:
         q.close()
 
 
-def test_empty_log_takes_the_leaders_first_position_unless_below_its_old_log(tmp_path):
+def test_empty_log_takes_the_leaders_first_position_unless_its_old_log_ends_elsewhere(tmp_path):
     divided = 5 * DATA
     # a new member (no old log, no data file): its data files start at the leader's position
     new = DLedgerEntryStore(str(tmp_path / "new"), data_file_size=DATA, index_file_size=32 * 1024, warm=False)
@@ -224,16 +225,26 @@ def test_empty_log_takes_the_leaders_first_position_unless_below_its_old_log(tmp
         new.append_at(2, 1, b"y", pos=divided + 10 * DATA)
     new.close()
 
-    # a member whose old log ended lower (its data files began at its own divided offset)
+    # a member whose old log ended lower (a slave that had not copied everything): refused, naming
+    # both offsets (taking it would leave a hole in its queues)
     (tmp_path / "low" / "data").mkdir(parents=True)
     create_segment_file(str(tmp_path / "low" / "data" / offset_to_name(3 * DATA)), DATA, warm=False)
     low = DLedgerEntryStore(str(tmp_path / "low"), data_file_size=DATA, index_file_size=32 * 1024, warm=False,
                             floor=3 * DATA)
     assert low.write_pos == 3 * DATA
-    assert low.append_at(0, 1, b"", pos=divided) == divided
-    low.settle()
-    assert sorted(os.listdir(tmp_path / "low" / "data"))[0] == offset_to_name(divided)
-    # its reads: the old log, a hole (offsets only the leader's old log holds), the data files
+    with pytest.raises(OldCommitLogMismatch, match=f"position {divided}, above the end {3 * DATA}"):
+        low.append_at(0, 1, b"", pos=divided)
+    assert low.ledger_end_index == -1
+    # ... while it takes its own old log's end (what a leader upgraded from the same log sends)
+    assert low.append_at(0, 0, b"", pos=3 * DATA) == 3 * DATA
+    low.close()
+    # reads over a gap found on disk between the old log and the data files: a Hole, no map
+    shutil.rmtree(tmp_path / "low")
+    (tmp_path / "low" / "data").mkdir(parents=True)
+    create_segment_file(str(tmp_path / "low" / "data" / offset_to_name(divided)), DATA, warm=False)
+    low = DLedgerEntryStore(str(tmp_path / "low"), data_file_size=DATA, index_file_size=32 * 1024, warm=False,
+                            floor=3 * DATA)
+    assert low.append_at(0, 1, b"", pos=divided) == divided  # a non-empty data list: no jump asked
     old_dir = tmp_path / "low-old"
     old_dir.mkdir()
     for b in range(0, 3 * DATA, DATA):
@@ -257,7 +268,7 @@ def test_empty_log_takes_the_leaders_first_position_unless_below_its_old_log(tmp
     # a member whose own old log ends above the leader's entry 0: refused, naming both offsets
     high = DLedgerEntryStore(str(tmp_path / "high"), data_file_size=DATA, index_file_size=32 * 1024, warm=False,
                              floor=7 * DATA)
-    with pytest.raises(BelowOldCommitLog, match=f"position {divided}, below the end {7 * DATA}"):
+    with pytest.raises(OldCommitLogMismatch, match=f"position {divided}, below the end {7 * DATA}"):
         high.append_at(0, 1, b"", pos=divided)
     assert high.ledger_end_index == -1
     high.close()

@@ -30,12 +30,15 @@ body) at the divided offset (DLedgerMessageStore._mark_divide): the same bytes o
 old log, and a ledger end that outranks an empty member's in the vote, so a member without the old
 log is never elected over members that hold it.
 
-A member whose own old log ends below the leader's entry 0 (a new member with no old log, or a
-slave that had not copied everything) takes the leader's position for entry 0 (its data files then
-start there: DLedgerEntryStore.take_first_pos). The offsets in between are held by no file of this
-member: the list has a Hole there (no map), so the kernel finds no segment and a read by offset is
-refused, as for any offset the log does not hold. A member whose old log ends above the leader's
-entry 0 refuses the leader's entries (BelowOldCommitLog): its old data is never cut.
+A member without an old log (a new one) takes the leader's position for entry 0 (its data files
+then start there: DLedgerEntryStore._take_first_pos). A member whose old log ends anywhere else
+than the leader's entry 0 refuses the leader's entries (OldCommitLogMismatch), naming both
+offsets: below, DLedger entries would lie over its old records (never cut); above, it lacks old
+records (a slave that had not copied everything) and its queues would have a hole in the middle,
+whose end a leader it became would take for the queue's end and give offsets twice. An operator
+copies the leader's old log to it, or moves its own out. A gap between the old segments and the
+data files found on disk anyway is a Hole in the list (no map): a read there is refused, as for
+any offset the log does not hold.
 
 The consume queues are rebuilt at every start from the old records [old min, old end) with the
 ordinary scan, then from the DLedger entries (broker.raft.dledger_reput), so queue offsets

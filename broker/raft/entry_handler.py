@@ -25,8 +25,8 @@ Order of the checks, so that a bad push changes nothing:
             through append_at with the leader's position and CRC; else INCONSISTENT_STATE, and the
             leader compares again. APPEND never truncates: only TRUNCATE does. An empty log takes
             the leader's position for entry 0 (its data files start at the leader's divided
-            offset), unless that is below the end of this member's own old commit log: refused
-            then, logged once per leader and term naming both offsets (the old log is never cut).
+            offset), unless this member has an old commit log ending elsewhere: refused then,
+            logged once per leader and term naming both offsets (the old log is never cut).
    COMMIT   the commit index, and nothing else.
 
 The commit index the leader sends is applied only up to `matched`: the last index this log is
@@ -44,7 +44,7 @@ from typing import Callable
 from broker.raft.committed import CommittedIndex
 from broker.raft.elector import LeaderElector
 from broker.raft.entry_store import DLedgerEntryStore
-from broker.raft.errors import BelowOldCommitLog, EntryStoreError
+from broker.raft.errors import OldCommitLogMismatch, EntryStoreError
 from broker.raft.member_state import MemberState
 from broker.raft.protocol import HeartBeatRequest, ProtocolError, ResponseCode
 from broker.raft.push_protocol import PushEntryRequest, PushEntryResponse, PushType, parse_header, split_entries
@@ -75,7 +75,7 @@ class EntryHandler:
         self.on_ledger_change = on_ledger_change
         self.leader: tuple[int, str] | None = None  # (term, leader id) `matched` is about
         self.matched = -1
-        self._below_said: tuple[int, str] | None = None  # the leader last refused for BelowOldCommitLog
+        self._below_said: tuple[int, str] | None = None  # the leader last refused for OldCommitLogMismatch
         # durable (flushDiskType=SYNC_FLUSH): a SUCCESS naming entries not yet written back waits
         # for the flusher (`flushed`), so the leader counts this member only for what its disk holds
         self.durable = durable
@@ -234,7 +234,7 @@ class EntryHandler:
                     continue
                 store.append_at(h.index, h.term, body, pos=h.pos, crc=h.body_crc)
                 appended += 1
-        except BelowOldCommitLog as e:
+        except OldCommitLogMismatch as e:
             # the leader retries every few tens of ms: said loudly once per leader and term
             first = self._below_said != self.leader
             self._below_said = self.leader

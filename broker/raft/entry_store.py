@@ -43,7 +43,7 @@ from broker.raft.entry_format import (BLANK, BLANK_MAGIC, DEFAULT_DATA_FILE_SIZE
                                       HEADER_SIZE, INDEX, INDEX_UNIT_SIZE, MAGIC_1, MIN_BLANK_LEN, Entry, Header,
                                       body_crc, byte_view)
 from broker.raft.entry_recovery import RecoveredLog, recover
-from broker.raft.errors import (BelowOldCommitLog, EntryTooLarge, InconsistentIndex, InconsistentPos,
+from broker.raft.errors import (OldCommitLogMismatch, EntryTooLarge, InconsistentIndex, InconsistentPos,
                                 IndexOutOfRange, StoreClosed, TermRegression, TruncateCommitted)
 from broker.store import paths
 from broker.store.errors import CorruptStoreError, StoreConfigError
@@ -249,11 +249,12 @@ class DLedgerEntryStore:
     def _take_first_pos(self, pos: int) -> int:
         """An empty log takes the leader's position for entry 0: the leader's data files start at
         its divided offset (the end of its old commit log), a new or wiped member's at its own or
-        at 0. The (empty) data files go and the list starts at `pos`. Refused below this member's
-        own old commit log's end (BelowOldCommitLog), and off a file boundary (a different
-        mappedFileSizeCommitLog: InconsistentPos)."""
-        if pos < self.floor:
-            raise BelowOldCommitLog(pos, self.floor)
+        at 0. The (empty) data files go and the list starts at `pos`. A member with an old commit
+        log takes only its own old log's end (else OldCommitLogMismatch: below it the entries
+        would lie over old records, above it the member's queues would have a hole); off a file
+        boundary (a different mappedFileSizeCommitLog) InconsistentPos."""
+        if self.floor and pos != self.floor:
+            raise OldCommitLogMismatch(pos, self.floor)
         if pos % self.data.file_size:
             raise InconsistentPos(0, self._wrote, pos)
         gone = self.data.drop_after(-1)

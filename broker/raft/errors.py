@@ -42,15 +42,22 @@ class InconsistentPos(EntryStoreError):
         self.got = got
 
 
-class BelowOldCommitLog(InconsistentPos):
-    """The leader's entry 0 sits below the end of this member's own old commit log (the log
-    written before DLedger mode, read below the divided offset): taking it would put DLedger
-    entries over old records. Refused; the old data is never truncated, an operator decides."""
+class OldCommitLogMismatch(InconsistentPos):
+    """The leader's entry 0 is not where this member's own old commit log (the log written before
+    DLedger mode, read below the divided offset) ends. Below it, taking it would put DLedger entries
+    over old records; above it, this member lacks the old records in between and would serve its
+    queues with a hole in the middle (a queue's end found at the hole, and offsets used twice by a
+    leader it became). Refused; the old data is never truncated, an operator decides."""
 
     def __init__(self, got: int, old_end: int):
-        EntryStoreError.__init__(self, f"the leader's entry 0 is at position {got}, below the end {old_end} of "
-                                       f"this member's own old commit log: refused, the old log is never cut "
-                                       f"(this member's old log holds more than the leader's)")
+        if got < old_end:
+            why = (f"below the end {old_end} of this member's own old commit log: refused, the old log is never cut "
+                   f"(this member's old log holds more than the leader's)")
+        else:
+            why = (f"above the end {old_end} of this member's own old commit log: refused, this member lacks the "
+                   f"leader's old records in [{old_end}, {got}) and would serve its queues with a hole (copy the "
+                   f"leader's commitlog to this member, or move this member's out, and start it again)")
+        EntryStoreError.__init__(self, f"the leader's entry 0 is at position {got}, {why}")
         self.index = 0
         self.expected = old_end
         self.got = got
