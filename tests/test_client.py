@@ -313,3 +313,32 @@ def test_send_to_a_broker_that_went_away_fails_after_three_attempts_naming_it(tm
                 assert len(e.value.causes) == 3
                 assert all(isinstance(x, BrokerUnreachable) and x.addr == c.broker.addr for x in e.value.causes)
     asyncio.run(go())
+
+
+def test_a_connection_that_closes_as_it_is_handed_out_is_retried_not_raised(tmp_path):
+    """A broker killed as it accepts: the client's connect completes, and the connection is closed
+    before the send's coroutine resumes (a DLedger leader-kill test met it: the producer raised
+    the raw ConnectionClosed). That schedule cannot be forced with a real kill, so the test closes
+    the real connection to the real broker at the moment connection() hands it out, once; the
+    send must count it as that attempt's failure and succeed on the next one."""
+    async def go():
+        async with Cluster(tmp_path) as c:
+            await c.create_topic("T11")
+            async with Producer("pg", c.namesrv) as p:
+                client = p.client
+                real = client.connection
+                closed = []
+
+                async def closing_once(addr):
+                    ch = await real(addr)
+                    if addr == c.broker.addr and not closed:
+                        ch.transport.abort()
+                        await until(lambda: ch.transport is None, what="connection_lost")  # closed, as handed out
+                        closed.append(addr)
+                    return ch
+                client.connection = closing_once
+                await p.send(Message("T11", b"before"))  # the route is known, the broker connected
+                client.conns[c.broker.addr].transport.abort()  # the next send goes through connection()
+                r = await p.send(Message("T11", b"after a closed connection"))
+                assert closed and r.status == SEND_OK
+    asyncio.run(go())

@@ -247,7 +247,13 @@ class Producer:
                 raise RouteNotFound(topic, f"queue {mq}: broker {mq.broker_name} has no master")
             try:
                 ch = await self.client.connection(addr)
-                opaque, fut = ch.fast_request(left)
+                try:
+                    # the connection may have closed before this coroutine resumed (a broker killed
+                    # as it accepted): ConnectionClosed here is that broker's failure, weighed and
+                    # retried as any other, not the caller's
+                    opaque, fut = ch.fast_request(left)
+                except OSError as e:
+                    raise self._failure(e, addr, ch, code, left) from None
                 try:
                     start(ch, opaque, mq)
                 except BaseException:
