@@ -203,12 +203,18 @@ class DividedFileQueue:
 
     @property
     def min_offset(self) -> int:
-        return self.old.min_offset
+        # the cleaner deletes the old segments first: once all are gone the log starts at the data files
+        return self.old.min_offset if self.old.files else self.data.min_offset
+
+    def drop_before(self, offset: int) -> int:
+        """Let go of the old segments the cleaner deleted (the data files are the entry store's,
+        dropped by it: DLedgerEntryStore.drop_before)."""
+        return self.old.drop_before(offset)
 
     @property
     def files(self) -> list:
         d = self.data.files
-        key = (len(d), d[0].base if d else -1, d[-1].base if d else -1)
+        key = (len(self.old.files), len(d), d[0].base if d else -1, d[-1].base if d else -1)
         if key != self._key:
             size = self.file_size
             holes = [Hole(b, size) for b in range(self.old_end, self.divided, size)]

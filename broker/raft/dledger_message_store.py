@@ -17,8 +17,12 @@ changes against the ordinary store, and why:
 - Consume queues are rebuilt from the committed entries at every start (the directory is emptied
   first): entries beyond a crashed member's recovered log, or a torn consume-queue tail, can then
   never be served; the cost is one pass over the log at start.
-- No flush, HA or clean service: DLedger writes its files back itself (its flusher), replication
-  is DLedger's, and expiring DLedger files is later work.
+- No flush or HA service: DLedger writes its files back itself (its flusher), replication is
+  DLedger's. The cleaner is DLedger's variant (broker.raft.dledger_clean): expired data files
+  go, oldest first, never beyond what is committed, dispatched, written back and still needed by
+  a live follower (FOLLOWERS_NEED, published here); this process then drops their maps and moves
+  its log's begin (`_drop_below`). The consume queues, rebuilt at each start from the log's
+  begin, then have unwritten heads (`queue_heads_may_be_unwritten`).
 - An ordinary commit log with records beside it (a store upgraded to DLedger mode) stays
   readable below the divided offset, as RocketMQ keeps it (broker.raft.divided_commit_log: the
   first start seals it and starts the DLedger data files where its last segment ends); its
@@ -60,6 +64,8 @@ from broker.store.results import BatchChunk, BatchPutResult, PutResult, PutStatu
 log = logging.getLogger("store")
 
 DLEDGER_REPUT = ServiceSpec("reput", "broker.raft.dledger_reput", Slot.REPUT_PID)
+DLEDGER_CLEAN = ServiceSpec("clean", "broker.raft.dledger_clean", Slot.CLEAN_PID)
+FOLLOWERS_NEED_INTERVAL_S = 1.0  # the leader's pin follows its followers' water marks at least this often
 
 
 class DLedgerMessageStore(MessageStore):
@@ -69,6 +75,7 @@ class DLedgerMessageStore(MessageStore):
         self.server: DLedgerServer | None = None
         self.handler: DLedgerRoleChangeHandler | None = None
         self._server_started = False
+        self._need_timer = None
         # DLedger flushes its own files and every put waits for its quorum (RocketMQ forces the
         # leader to SYNC_MASTER); brokerRole from broker.conf does not apply, and flushDiskType
         # only says how durable the quorum is: SYNC_FLUSH answers a put once a majority has it
@@ -121,7 +128,7 @@ class DLedgerMessageStore(MessageStore):
         """A member whose log starts above 0 (no copy of the leader's old commit log, or old
         segments deleted) has no entries for the messages below it: its queues start after them."""
         cl = self.commit_log
-        return cl is not None and cl.min_offset > 0
+        return cl is not None and (cl.min_offset > 0 or cl.server.store.ledger_begin_index > 0)
 
     @property
     def fast_writable(self) -> bool:
@@ -176,12 +183,14 @@ class DLedgerMessageStore(MessageStore):
         ds.on_durable.append(self._publish_durable)
         t.store(Slot.DISPATCHED, begin)
         t.store(Slot.MIN_OFFSET, cl.min_offset)
+        # nothing deletable until this member knows what its followers need (_publish_followers_need)
+        t.store(Slot.FOLLOWERS_NEED, begin)
         loop = self._loop
         n = self.notifier = Notifier(loop)
         self.flags = RunningFlags(t, cfg)
         self.dispatch = DispatchWaiters(t, loop, n.poke)
-        n.listeners += [self.flags.on_wake, self._on_queues_seen, self.dispatch.on_wake]
-        self._specs = (DLEDGER_REPUT,)
+        n.listeners += [self._on_min_offset, self.flags.on_wake, self._on_queues_seen, self.dispatch.on_wake]
+        self._specs = (DLEDGER_REPUT, DLEDGER_CLEAN)
         for spec in self._specs:
             svc = self.services[spec.name] = ServiceProcess(spec.name, spec.module, cfg, n.fd, loop)
             svc.start()
@@ -197,6 +206,9 @@ class DLedgerMessageStore(MessageStore):
         h = self.handler = DLedgerRoleChangeHandler(self, server)
         h.listeners.extend(self.role_listeners)
         server.elector.handlers.append(h.on_role_change)
+        # after the server's own handler: a new leader's water marks are fresh when read
+        server.elector.handlers.append(lambda _term, _role: self._publish_followers_need())
+        self._need_timer = loop.call_later(FOLLOWERS_NEED_INTERVAL_S, self._tick_followers_need)
         await server.start()
         self._server_started = True
         self._accepting = True
@@ -218,6 +230,60 @@ class DLedgerMessageStore(MessageStore):
         log.info("dledger: entry %d (term 0, empty) marks the divided offset %d: members holding the old commit "
                  "log lead before members without it", index, pos)
 
+    # -- expiry (broker.raft.dledger_clean deletes; this member says what it must keep) ----------
+    def followers_need(self) -> int:
+        """The lowest data position this member must keep for the group (FOLLOWERS_NEED): on the
+        leader, the position of the lowest follower's match entry, the first entry its next COMPARE
+        reads (a follower not yet compared in this term, -1, pins the log's begin); elsewhere the
+        committed position (a follower's own reput and clients need no more)."""
+        s = self.server
+        ds = s.store
+        begin, end = ds.ledger_begin_index, ds.ledger_end_index
+        if begin < 0:
+            return ds.write_pos
+        st = s.state
+        if not st.is_leader:
+            return self.commit_log.committed_pos
+        if s.quorum.term != st.term:
+            return ds.position(begin)[0]
+        marks = [m for p, m in s.quorum.water_marks.items() if p != st.self_id]
+        low = min(marks) if marks else end + 1
+        if low > end:
+            return ds.write_pos
+        return ds.position(max(low, begin))[0]
+
+    def _publish_followers_need(self) -> None:
+        t = self.table
+        if t is None or self.server is None or self.server.store.closed:
+            return
+        try:
+            t.store(Slot.FOLLOWERS_NEED, self.followers_need())
+        except Exception:  # a read of the index failing: the pin stays where it was (never higher)
+            log.exception("dledger: what the followers need could not be read")
+
+    def _tick_followers_need(self) -> None:
+        self._publish_followers_need()
+        if self.server is not None:
+            self._need_timer = self._loop.call_later(FOLLOWERS_NEED_INTERVAL_S, self._tick_followers_need)
+
+    def _drop_below(self, min_offset: int) -> None:
+        """The cleaner deleted files below `min_offset`: the old segments' maps, then the data
+        files' (the entry store moves its begin and deletes the index files below it); consume
+        queues start at their first message that still exists."""
+        cl = self.commit_log
+        if cl is not None and cl.divided is not None:
+            cl.divided.drop_before(min_offset)
+        s = self.server
+        if s is not None and not s.store.closed:
+            try:
+                s.store.drop_before(min_offset)
+            except Exception:  # never on the loop: reads below keep refusing, the member goes on
+                log.exception("dledger: the log's begin could not follow the cleaner's deletion below %d", min_offset)
+        if self.cqs is not None:
+            self.cqs.correct_min(min_offset)
+        self.reader.forget_ends()
+        self._publish_followers_need()
+
     def _publish_durable(self, data: int, index: int) -> None:
         t = self.table
         if t is None:  # the last write-back at close, after the table
@@ -236,6 +302,9 @@ class DLedgerMessageStore(MessageStore):
             await self._teardown()
             return
         self._stop_accepting()
+        if self._need_timer is not None:
+            self._need_timer.cancel()
+            self._need_timer = None
         if self.handler is not None:
             self.handler.close()
         await self._stop_server()  # waiting puts fail (NOT_LEADER), entries and checkpoint written back

@@ -74,6 +74,10 @@ class DLedgerReputService(ReputService):
             dispatched = self.scan_log(self.old, dispatched, min(wrote, self.old_end))
             if dispatched < self.old_end:
                 return dispatched
+        if self.old is not None and self.old.files:
+            # read once per start: let go of the maps, so the cleaner's deletion of the old
+            # segments frees their space while this process runs
+            self.old.close()
         n = 0
         while dispatched < wrote:
             if dispatched < self.log.min_offset:

@@ -137,3 +137,23 @@ class EntryFileList(MappedFileQueue):
         if gone:
             fsync_dir(self.directory)
         return gone
+
+    def delete_before(self, offset: int) -> list[str]:
+        """Delete, durably, every file wholly below `offset` (the index files below a log's begin
+        once the cleaner deleted the data files of those entries); returns the deleted paths.
+        Their maps are let go as MappedFileQueue.drop_before does: a view still held keeps its pages."""
+        gone = [mf.path for mf in self.files if mf.end <= offset]
+        self.drop_before(offset)
+        mapped = {mf.path for mf in self.files}
+        for name in self.segment_names():
+            path = os.path.join(self.directory, name)
+            if int(name) + self.file_size <= offset and path not in gone and path not in mapped:
+                gone.append(path)
+        for path in sorted(gone):  # from the start: a crash midway leaves no gap
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+        if gone:
+            fsync_dir(self.directory)
+        return gone

@@ -105,6 +105,10 @@ class DLedgerEntryStore:
             raise
         r = self.recovered
         self._begin = r.begin_index
+        if r.begin_index > 0:
+            # the cleaner deleted the first data files; the index files below their entries go
+            # here, also when the broker stopped between the two (they are of no use)
+            self.index.delete_before(r.begin_index * INDEX_UNIT_SIZE)
         self._end_index = r.end_index
         self._end_term = r.end_term
         self._wrote = r.end_pos                      # data position of the next entry (or its blank)
@@ -201,7 +205,9 @@ class DLedgerEntryStore:
         (0: the leader's entry carries none, as DLedger writes it): it is written as given, so the
         follower's header is the leader's byte for byte and the body's CRC is computed once per
         replica. None computes it here."""
-        if index != self._end_index + 1:
+        if index != self._end_index + 1 and (self._end_index >= 0 or pos is None):
+            # an empty log takes any first entry the leader sends (with its position): the
+            # leader's begin may be above 0 once its first data files expired
             self._check_open()
             raise InconsistentIndex(self._end_index + 1, index)
         return self._append(index, term, body, pos, crc)
@@ -218,10 +224,10 @@ class DLedgerEntryStore:
         wrote = self._wrote
         pos = self.next_pos(size)
         room = pos - wrote  # the blank closing the file, if the entry opens the next one
-        if expect_pos is not None and expect_pos != pos:
-            if index != 0 or self._end_index >= 0:
+        if expect_pos is not None and (expect_pos != pos or index != self._end_index + 1):
+            if self._end_index >= 0:
                 raise InconsistentPos(index, pos, expect_pos)
-            pos = wrote = self._take_first_pos(expect_pos)
+            pos = wrote = self._take_first_pos(expect_pos, index)
             room = 0
         # the files first: if one cannot be made (a full disk), nothing has been written
         mf = self.data.file_for_write(pos)
@@ -246,22 +252,51 @@ class DLedgerEntryStore:
             self._begin = index
         return pos
 
-    def _take_first_pos(self, pos: int) -> int:
-        """An empty log takes the leader's position for entry 0: the leader's data files start at
-        its divided offset (the end of its old commit log), a new or wiped member's at its own or
-        at 0. The (empty) data files go and the list starts at `pos`. A member with an old commit
-        log takes only its own old log's end (else OldCommitLogMismatch: below it the entries
-        would lie over old records, above it the member's queues would have a hole); off a file
-        boundary (a different mappedFileSizeCommitLog) InconsistentPos."""
+    def _take_first_pos(self, pos: int, index: int = 0) -> int:
+        """An empty log takes the leader's position for its first entry `index`: the leader's
+        data files start at its divided offset (the end of its old commit log) or, once its first
+        files expired, at its begin entry's file; a new or wiped member's at its own or at 0. The
+        (empty) data files go and the list starts at `pos`; the index files go too, and the list
+        starts with the file holding `index` (entry i at i x 32). A member with an old commit log
+        takes only its own old log's end (else OldCommitLogMismatch: below it the entries would
+        lie over old records, above it the member's queues would have a hole); off a file boundary
+        (a different mappedFileSizeCommitLog) InconsistentPos."""
         if self.floor and pos != self.floor:
             raise OldCommitLogMismatch(pos, self.floor)
         if pos % self.data.file_size:
-            raise InconsistentPos(0, self._wrote, pos)
+            raise InconsistentPos(index, self._wrote, pos)
         gone = self.data.drop_after(-1)
-        log.info("dledger: the log is empty and takes the leader's position %d for entry 0 (its data files "
-                 "started at %d; %d empty files deleted)", pos, self._wrote, len(gone))
+        gone_index = self.index.drop_after(-1) if index > 0 else []
+        log.info("dledger: the log is empty and takes the leader's position %d for entry %d (its data files "
+                 "started at %d; %d empty files deleted)", pos, index, self._wrote, len(gone) + len(gone_index))
         self._wrote = self._data_flushed = pos
+        if index > 0:
+            self._index_end = self._index_flushed = index * INDEX_UNIT_SIZE
         return pos
+
+    def drop_before(self, min_offset: int) -> int:
+        """The cleaner deleted the data files wholly below `min_offset` (broker.raft.dledger_clean):
+        let go of their maps (a push still sending views of them keeps their pages until it is
+        done: MappedFile.close never releases a view), move the log's begin to the first entry of
+        the first remaining file (DLedger's reviseLedgerBeginIndex: read from its header), and
+        delete the index files wholly below that entry. Returns how many data files went."""
+        self._check_open()
+        data = self.data
+        if not data.files or data.files[0].end > min_offset:
+            return 0
+        if data.files[-1].end <= min_offset:
+            raise CorruptStoreError(data.directory, min_offset, "the cleaner deleted every data file")
+        n = data.drop_before(min_offset)
+        first = data.files[0]
+        h = Header._make(HEADER.unpack_from(first.mv, 0))
+        if h.magic != MAGIC_1 or h.pos != first.base or h.index < self._begin:
+            raise CorruptStoreError(first.path, first.base, f"the first remaining data file does not start with an "
+                                                            f"entry (magic {h.magic}, pos {h.pos}, index {h.index})")
+        self._begin = h.index
+        gone = self.index.delete_before(h.index * INDEX_UNIT_SIZE)
+        log.info("dledger: the cleaner deleted %d data files: the log begins at entry %d (position %d); "
+                 "%d index files deleted", n, h.index, first.base, len(gone))
+        return n
 
     # -- reads -----------------------------------------------------------------------------------
     def _index_entry(self, index: int) -> tuple[int, int, int, int, int]:

@@ -51,6 +51,9 @@ class CleanPolicy:
                                    ("manual", manual), ("forcibly", forcibly)) if on]
         return CleanDecision(usage, bool(reasons), forcibly, disk_full, ", ".join(reasons))
 
-    def expired(self, mtime: float, forcibly: bool) -> bool:
-        # RocketMQ: now >= lastModified + fileReservedTime hours, so 0 expires a file at once
-        return forcibly or self.clock() >= mtime + self.config.fileReservedTime * 3600
+    def expired(self, mtime: float, forcibly: bool, reserved_hours: float | None = None) -> bool:
+        # RocketMQ: now >= lastModified + fileReservedTime hours, so 0 expires a file at once;
+        # DLedger's data files are kept `reserved_hours` (fileReservedTime + 1, as RocketMQ passes
+        # it to DLedger as fileReservedHours: broker.raft.dledger_clean)
+        hours = self.config.fileReservedTime if reserved_hours is None else reserved_hours
+        return forcibly or self.clock() >= mtime + hours * 3600

@@ -125,11 +125,14 @@ class ConsumeQueue:
             return
         first = min(self.files)
         arr = self.files[first]
-        offs = arr["offset"].astype(np.int64)
-        idx = int(np.searchsorted(offs, phys_min)) if arr["size"][0] else 0
-        nz = np.flatnonzero(arr["size"] == 0)
-        if len(nz) and idx > nz[0]:  # searchsorted over unwritten (zero) entries
-            idx = int(nz[0])
+        idx = 0
+        if arr["size"][0]:
+            # the search over the written entries only: the zeros after them are not sorted with
+            # them, and a search over a file mostly unwritten (the usual 300 000-entry file) ended
+            # past every entry, putting the queue's minimum at its end
+            nz = np.flatnonzero(arr["size"] == 0)
+            n = int(nz[0]) if len(nz) else len(arr)
+            idx = int(np.searchsorted(arr["offset"][:n].astype(np.int64), phys_min))
         self.min_logic = max(self.min_logic, first + idx)
 
     def skip_unwritten_head(self, phys_min: int) -> None:

@@ -38,6 +38,9 @@ class Slot(enum.IntEnum):
     # DLedger mode (FLUSHED is then where the member's entry data is durable up to): where its
     # index file is durable up to, in bytes, so what a power cut keeps can be told from outside
     ENTRY_INDEX_FLUSHED = 48
+    # broker (DLedger mode): the lowest data position this member's log must keep for the group,
+    # so the cleaner never deletes what a live follower still needs (broker.raft.dledger_clean)
+    FOLLOWERS_NEED = 49
 
 
 # upper bounds of the flush-latency histogram's buckets, seconds (the last is +Inf)
