@@ -93,6 +93,27 @@ def test_index_files_left_below_the_begin_go_at_the_next_open(tmp_path):
     s.close()
 
 
+def test_an_empty_follower_takes_a_leader_first_entry_above_zero(tmp_path):
+    leader, bodies = _filled(tmp_path / "leader", 300)
+    files = _names(os.path.join(tmp_path, "leader", "data"))
+    begin = _first_index_of(leader, files[3])
+    for base in files[:3]:
+        os.unlink(os.path.join(tmp_path, "leader", "data", f"{base:020d}"))
+    leader.drop_before(files[3])
+    follower = _open(tmp_path / "follower")
+    for i in range(begin, 300):
+        e = leader.get(i)
+        assert follower.append_at(i, e.term, e.body, pos=e.pos) == e.pos
+    assert (follower.ledger_begin_index, follower.ledger_end_index) == (begin, 299)
+    assert _names(os.path.join(tmp_path, "follower", "data"))[0] == files[3]
+    follower.close()
+    follower = _open(tmp_path / "follower")
+    assert follower.ledger_begin_index == begin
+    assert [leader.entry_header(i) for i in range(begin, 300)] == [follower.entry_header(i) for i in range(begin, 300)]
+    follower.close()
+    leader.close()
+
+
 # -- groups of real brokers --------------------------------------------------------------------------
 import asyncio  # noqa: E402
 
@@ -220,3 +241,23 @@ def test_a_group_expires_its_files_keeps_what_a_frozen_follower_needs_and_restar
         assert _read_from_min(g, b) == after, f"{b.name} serves other messages after the restart"
     assert "Traceback" not in "".join(b.stderr() for b in g.brokers.values())
 
+
+def test_a_member_wiped_after_the_leader_begin_moved_rebuilds_from_that_begin(group):
+    g = group
+    leader = g.leader()
+    _send(leader, 0, 5000)
+    wait_caught_up(g.brokers.values(), leader)
+    _clean(*g.brokers.values())
+    for b in g.brokers.values():
+        wait_for(lambda: b.info()["commitLogMinOffset"] >= 3 * SEGMENT, 30, f"{b.name} to delete its old files")
+    wiped = next(b for b in g.brokers.values() if b is not leader)
+    wiped.stop()
+    g.wipe(wiped)
+    wiped.start()
+    leader = g.wait_master(TOPIC)
+    wait_caught_up(g.brokers.values(), leader)
+    # its log starts where the leader's does (entry b > 0 at the leader's position)
+    assert _files(wiped)[0] == _files(leader)[0] > 0
+    assert wiped.info()["dLedgerEndIndex"] == leader.info()["dLedgerEndIndex"]
+    assert _read_from_min(g, wiped) == _read_from_min(g, leader)
+    assert "Traceback" not in wiped.stderr() + leader.stderr()

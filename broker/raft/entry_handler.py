@@ -216,10 +216,12 @@ class EntryHandler:
         store = self.store
         first = req.index
         end = store.ledger_end_index
-        if first > end + 1:
+        # an empty log takes the leader's first entry wherever the leader's log begins (above 0
+        # once its first data files expired): append_at places it at the leader's position
+        if first > end + 1 and end >= 0:
             raise Refused(ResponseCode.INCONSISTENT_STATE, f"the push starts at {first}, this log ends at {end}")
         prev = first - 1
-        if prev >= store.ledger_begin_index and prev >= 0:
+        if end >= 0 and prev >= store.ledger_begin_index and prev >= 0:
             prev_term = store.entry_term(prev)
             if prev_term != req.prev_term:
                 raise Refused(ResponseCode.INCONSISTENT_STATE, f"entry {prev} is of term {prev_term} here, of term "

@@ -21,6 +21,13 @@ the moment the member stops leading) that walks DLedger's states:
               follower was told, else once per COMMIT_INTERVAL_MS (DLedger: a second), so a
               follower's committed index follows the leader's without waiting for more appends.
 
+Once this leader's first data files expired (broker.raft.dledger_clean) its log begins above 0:
+an empty follower (a new or wiped member) is streamed from that begin, and takes the first entry at
+this leader's position; a follower whose log ends below the begin (down longer than the reserved
+time, or passed by a forcible clean) cannot be brought up to date: FollowerBehindBegin, logged once
+at ERROR naming it and what to do (wipe its dledger-<id> directory), then compared again now and
+then, without a traceback loop.
+
 A refusal or a failed push sends the dispatcher back to COMPARE: INCONSISTENT_STATE at once if
 the previous pass made progress, anything else (no connection, TERM_NOT_READY, no progress)
 after a pause. An answer with a higher term deposes this leader (Raft's rule for every answer;
@@ -76,6 +83,18 @@ class Rejected(Exception):
         self.code = res.response_code
 
 
+class FollowerBehindBegin(Exception):
+    """The follower's log ends below this leader's begin (its first data files expired while the
+    follower was away longer than the reserved time): the entries it needs next are gone here."""
+
+    def __init__(self, peer_id: str, follower_end: int, begin: int):
+        super().__init__(f"{peer_id}'s log ends at entry {follower_end}, below this leader's first entry {begin} "
+                         f"(the entries between expired here)")
+        self.peer_id = peer_id
+        self.follower_end = follower_end
+        self.begin = begin
+
+
 class InFlight(NamedTuple):
     kind: PushType
     last: int         # the last entry index the push carries (-1: a COMMIT)
@@ -112,6 +131,7 @@ class EntryDispatcher:
         self._wake = asyncio.Event()
         self._progress = False
         self._failing = False
+        self._behind_said = False
 
     def wake(self) -> None:
         self._wake.set()
@@ -136,6 +156,15 @@ class EntryDispatcher:
                 await self._append(match)
             except asyncio.CancelledError:
                 raise
+            except FollowerBehindBegin as e:
+                # said once (it lasts until an operator acts), then compared again now and then:
+                # a member wiped meanwhile comes back empty and is rebuilt from this log's begin
+                log.log(logging.DEBUG if self._behind_said else logging.ERROR,
+                        "[%s] %s cannot be brought up to date in term %d: %s. Wipe that member's dledger-%s "
+                        "directory (stopped) and start it again: it then rebuilds from entry %d", self.self_id,
+                        self.peer_id, self.term, e, self.peer_id, e.begin)
+                self._behind_said = True
+                await self._pause(self.pusher.retry_ms * 4)
             except Rejected as e:
                 res = e.res
                 if self.halted:
@@ -211,6 +240,11 @@ class EntryDispatcher:
                 index = res.end_index
             else:
                 index = self._last_index_of_term_at_most(index - 1, res.local_term)
+            begin = store.ledger_begin_index
+            if begin > 0 and index < begin and (index >= 0 or res.end_index >= 0):
+                # the entry to compare (or the follower's whole log) lies below this log's begin;
+                # only an empty follower (index -1) can take this log from its begin
+                raise FollowerBehindBegin(self.peer_id, res.end_index, begin)
         raise asyncio.CancelledError()  # halted mid-compare: this dispatcher's term is over
 
     def _last_index_of_term_at_most(self, hi: int, term: int) -> int:
@@ -236,7 +270,8 @@ class EntryDispatcher:
         self.match = match
         quorum.update_water_mark(self.term, self.peer_id, match)
         loop = asyncio.get_running_loop()
-        next_index = match + 1
+        # an empty follower (match -1) takes this log from its begin, above 0 once files expired
+        next_index = max(match + 1, store.ledger_begin_index)
         told = -1  # the commit index the follower was last told, as far as answers show
         inflight: deque[InFlight] = deque()
         in_bytes = 0
@@ -261,6 +296,8 @@ class EntryDispatcher:
                         self._failing = False
                         quorum.update_water_mark(self.term, self.peer_id, f.last)
                 end = store.ledger_end_index
+                if next_index < store.ledger_begin_index:  # a forcible clean went past this follower
+                    raise FollowerBehindBegin(self.peer_id, next_index - 1, store.ledger_begin_index)
                 while next_index <= end and len(inflight) < win.pushes and in_bytes < win.window_bytes:
                     span = store.entry_span(next_index, win.push_entries, win.push_bytes)
                     prev = next_index - 1
