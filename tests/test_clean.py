@@ -415,3 +415,21 @@ def _log_records(commitlog, end: int) -> list:
             out.append(decode_message(data, pos))
             pos += size
     return out
+
+
+def test_a_queue_minimum_moves_to_its_first_kept_message_in_a_mostly_unwritten_file(tmp_path):
+    """After a deletion the queue starts at its first entry whose message the commit log still
+    holds. In a file mostly unwritten (the usual case: 300,000 entries a file), the search used to
+    run over the zeros after the written entries as well and put the minimum at the queue's end
+    (consumers told to skip messages that still exist)."""
+    import numpy as np
+    from broker.store.consume_queue import CQ_UNIT, ConsumeQueue
+    cq = ConsumeQueue(str(tmp_path), "T", 0, 1000 * CQ_UNIT, writable=True)
+    n = 10
+    cq.put(np.arange(n, dtype=np.int64), np.arange(n, dtype=np.int64) * 100 + 100, np.full(n, 100, np.int32),
+           np.zeros(n, np.int64))
+    cq.correct_min(450)  # the messages at 100..400 are gone, 500.. kept
+    assert cq.min_offset == 4
+    cq.correct_min(5000)  # every message gone: the queue starts at its end
+    assert cq.min_offset == n
+    cq.close()

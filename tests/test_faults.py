@@ -112,6 +112,22 @@ class Cell:
             wait_for(lambda: self.master.info()["slaves"] == 1, 30, "the slave to link again")
 
 
+def zero_from(directory: Path, durable: int, file_size: int) -> None:
+    """What a power cut leaves of preallocated files (commit-log segments, DLedger's data and index files) written back up to `durable`: the
+    bytes after it read back as zeros, the files that start after it are gone. (ftruncate down
+    and up again: a hole reads as zeros, without writing a file's worth of them.)"""
+    for f in sorted(directory.iterdir()):
+        if not f.name.isdigit():
+            continue  # a file being prepared (.tmp) stays as the cut left it: recovery must cope
+        base = int(f.name)
+        if base > durable or (base == durable and base > 0):
+            f.unlink()
+        elif base <= durable < base + file_size:
+            with open(f, "r+b") as fh:
+                fh.truncate(durable - base)
+                fh.truncate(file_size)
+
+
 def power_cut(broker: Broker) -> int:
     """kill -9 the whole broker, then lose what was not flushed, as a power cut would: the commit
     log's bytes from the flushed offset on become zeros (segments are preallocated, so a lost page
@@ -123,16 +139,7 @@ def power_cut(broker: Broker) -> int:
     SYNC_FLUSH failed 3 times in 25 rounds of tools/fault_loop.py, the last few sends lost)."""
     broker.kill9()
     flushed = open_table(str(broker.store)).load(Slot.FLUSHED)
-    for seg in sorted((broker.store / "commitlog").iterdir()):
-        if not seg.name.isdigit():
-            continue  # a segment being prepared (.tmp) stays as the cut left it: recovery must cope
-        base = int(seg.name)
-        if base > flushed or (base == flushed and base > 0):
-            seg.unlink()
-        elif base <= flushed < base + SEGMENT:
-            with open(seg, "r+b") as f:
-                f.seek(flushed - base)
-                f.write(bytes(SEGMENT - (flushed - base)))
+    zero_from(broker.store / "commitlog", flushed, SEGMENT)
     return flushed
 
 
@@ -279,22 +286,6 @@ DLEDGER_INDEX_FILE = DEFAULT_INDEX_FILE_SIZE
 
 def dledger_cell_id(fault: str, flush: str) -> str:
     return f"{fault}-DLEDGER" + ("-SYNC_FLUSH" if flush == "SYNC_FLUSH" else "")
-
-
-def zero_from(directory: Path, durable: int, file_size: int) -> None:
-    """What a power cut leaves of DLedger's preallocated files written back up to `durable`: the
-    bytes after it read back as zeros, the files that start after it are gone. (ftruncate down
-    and up again: a hole reads as zeros, without writing a file's worth of them.)"""
-    for f in sorted(directory.iterdir()):
-        if not f.name.isdigit():
-            continue
-        base = int(f.name)
-        if base > durable or (base == durable and base > 0):
-            f.unlink()
-        elif base <= durable < base + file_size:
-            with open(f, "r+b") as fh:
-                fh.truncate(durable - base)
-                fh.truncate(file_size)
 
 
 def power_cut_group(group: DLedgerGroup) -> dict[str, tuple[int, int]]:
