@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import struct
+import sys
 
 from broker.kernels import client_codec as KCC
 from broker.kernels import codec as KC
@@ -172,6 +173,18 @@ def check_ha(data: bytes) -> None:
 HEADER_CAPS = (0, 1, 2, 4, 64)
 
 
+def _json_loads(raw):
+    """json.loads reading numbers of any length, as the kernel (and Java's fastjson) keep them:
+    Python 3.11 refuses integers of over 4,300 digits by default, and the check died on its own
+    ValueError over a 4,401-digit ext value the kernel held as text (make fuzz, in CI)."""
+    limit = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(0)
+    try:
+        return json.loads(raw)
+    finally:
+        sys.set_int_max_str_digits(limit)
+
+
 def check_headers(data: bytes) -> None:
     """data[0]: bit 0 the serialize type, bits 1.. the ext array's size (HEADER_CAPS); the rest is
     the header."""
@@ -187,14 +200,14 @@ def check_headers(data: bytes) -> None:
     code, language, version, opaque, flag, remark, ext = got
     if stype == 0:
         # a third reading: whatever the kernel accepts, Python's json reads to the same values
-        j = json.loads(raw)
+        j = _json_loads(raw)
         if not isinstance(j, dict) or int(j["code"]) != code or j.get("remark") != remark \
                 or (j.get("language") or "") != language:
             raise Mismatch(f"json.loads reads {raw[:200]!r} as {j!r}, the kernel as {got!r}")
         if ext.keys() != (j.get("extFields") or {}).keys():
             raise Mismatch(f"json.loads reads ext keys {list(j.get('extFields') or {})}, the kernel {list(ext)}")
         for k, v in (j.get("extFields") or {}).items():
-            mine = json.loads(ext[k]) if isinstance(v, (list, dict)) else ext[k]
+            mine = _json_loads(ext[k]) if isinstance(v, (list, dict)) else ext[k]
             if mine != v or type(mine) is not type(v):
                 raise Mismatch(f"ext {k!r}: json.loads {v!r}, kernel {ext[k]!r}")
         as_java = {k: ext_string(v) for k, v in ext.items()}  # HashMap<String,String>
