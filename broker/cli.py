@@ -92,6 +92,27 @@ async def _namesrv(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _controller(args: argparse.Namespace) -> int:
+    """`broker controller -c controller.conf`: one member of the controllers' Raft group, answering
+    brokers on its own controllerDLegerPeers address (RocketMQ's ControllerStartup)."""
+    from broker.controller.config import load_controller_config
+    from broker.controller.controller import Controller
+    from broker.controller.processor import ControllerRequestProcessor
+
+    config, unknown = load_controller_config(args.config)
+    for key in unknown:
+        log.warning("%s: unknown key in %s, ignored", key, args.config)
+    controller = Controller(config)
+    ControllerRequestProcessor(controller)
+    await controller.start()
+    print(f"controller {config.controllerDLegerSelfId} of {config.controllerDLegerGroup} listening on "
+          f"{controller.addr}; log {config.controllerStorePath}", flush=True)
+    await _wait_for_signal()
+    await controller.stop()
+    print("controller stopped", flush=True)
+    return 0
+
+
 async def _run(args: argparse.Namespace) -> int:
     """`make run`: a name server and a broker registered with it, as two child processes, stopped
     together on SIGINT/SIGTERM; if either dies the other is stopped and the exit status is 1."""
@@ -183,6 +204,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="address to listen on (default 127.0.0.1:9876)")
     n.add_argument("--auto-create-topic", choices=("true", "false"), default="true",
                    help="autoCreateTopicEnable: answer routes for unknown topics to brokers holding TBW102")
+    c = sub.add_parser("controller", help="run a controller: elects the master of each broker group (RocketMQ 5)")
+    c.add_argument("-c", "--config", required=True, help="controller.conf (RocketMQ's keys: controllerDLegerGroup, "
+                   "controllerDLegerPeers, controllerDLegerSelfId, controllerStorePath, ...)")
     r = sub.add_parser("run", help="run a name server and a broker registered with it (make run)")
     r.add_argument("--store-root", default="./data", help="the broker's storePathRootDir (default ./data)")
     r.add_argument("--namesrv-listen", type=_host_port, default=("127.0.0.1", 9876), metavar="HOST:PORT",
@@ -203,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:  # pragma: no cover - uvloop is a pinned dependency
         runner = asyncio.run
     try:
-        return runner({"serve": _serve, "namesrv": _namesrv, "run": _run}[args.cmd](args))
+        return runner({"serve": _serve, "namesrv": _namesrv, "controller": _controller, "run": _run}[args.cmd](args))
     except (StoreError, OSError) as e:
         print(f"broker: {e}", file=sys.stderr)
         return 2

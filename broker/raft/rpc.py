@@ -111,13 +111,16 @@ class PeerClients:
 class ElectionServer:
     """Answers a group's VOTE and HEART_BEAT requests on this member's peer address, and its PUSH
     requests when given a `push` handler (DLedgerServer's EntryHandler.handle, which checks the
-    group and the addressee itself); without one a PUSH is not supported here."""
+    group and the addressee itself); without one a PUSH is not supported here. Requests with
+    other codes go to `other` when given: RocketMQ's controller answers brokers on its DLedger
+    member's remoting server, so its peer address is also its service address."""
 
     def __init__(self, config: DLedgerConfig, elector: LeaderElector, host: str | None = None, port: int | None = None,
-                 push: Handler | None = None):
+                 push: Handler | None = None, other: Handler | None = None):
         self.config = config
         self.elector = elector
         self.push = push
+        self.other = other
         me = config.self_peer
         self.server = RemotingServer(self.handle, host or me.host, me.port if port is None else port)
         self._watches: set[asyncio.Task] = set()  # one per link a leader's heartbeats came on
@@ -165,10 +168,14 @@ class ElectionServer:
 
     def handle(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand | None:
         if cmd.is_oneway:
+            if self.other is not None and cmd.code not in RequestCode._value2member_map_:
+                return self.other(cmd, conn)  # a broker's heartbeat may come oneway
             return None
         try:
             code = RequestCode(cmd.code)
         except ValueError:
+            if self.other is not None:
+                return self.other(cmd, conn)
             return cmd.response(codes.REQUEST_CODE_NOT_SUPPORTED, remark=f"request code {cmd.code} not supported")
         if code is RequestCode.VOTE:
             typ, answer_type, handler = VoteRequest, VoteResponse, self.elector.handle_vote

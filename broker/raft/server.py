@@ -47,7 +47,7 @@ class DLedgerServer:
     def __init__(self, config: DLedgerConfig, store_root: str, *, store_options: dict | None = None,
                  window: PushWindow | None = None, commit_interval_ms: int = COMMIT_INTERVAL_MS,
                  flush_interval_ms: int = FLUSH_INTERVAL_MS, checkpoint_interval_ms: int = CHECKPOINT_INTERVAL_MS,
-                 host: str | None = None, port: int | None = None, durable: bool = False):
+                 host: str | None = None, port: int | None = None, durable: bool = False, other=None):
         self.config = config
         self.self_id = config.dLegerSelfId
         self.state = MemberState(config, str(store_root))
@@ -67,7 +67,8 @@ class DLedgerServer:
         self.handler = EntryHandler(self.state, self.store, self.elector, self.committed, self.ledger_changed,
                                     durable)
         self.flusher.on_flushed.append(self._flushed)
-        self.remoting = ElectionServer(config, self.elector, host, port, push=self.handler.handle)
+        self.remoting = ElectionServer(config, self.elector, host, port, push=self.handler.handle,
+                                       other=other)  # the controller's requests share the peer port
         self.elector.handlers.append(self._on_role_change)
         self._stopped = False
 
