@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import copy
-import signal
-import sys
+import threading
 import time
-from pathlib import Path
 
 import msgspec
 import pytest
@@ -17,9 +15,8 @@ from broker.controller.events import (AlterSyncStateSetEvent, ApplyBrokerIdEvent
                                       NoopEvent, decode_event, encode_event)
 from broker.controller.replicas_info import ControllerError, ReplicasInfoManager
 from broker.store.errors import StoreConfigError
-from tests.conftest import free_port, wait_for
-from tests.helpers.ha_cluster import call
-from tests.helpers.procs import Child
+from tests.conftest import wait_for
+from tests.helpers.controller_group import ControllerGroup, sync_state
 
 G = "broker-a"
 ADDRS = {1: "127.0.0.1:30911", 2: "127.0.0.1:30912", 3: "127.0.0.1:30913"}
@@ -162,3 +159,108 @@ def test_config_defaults_and_refusals(tmp_path):
         with pytest.raises(StoreConfigError) as e:
             ControllerConfig.from_properties({**base, key: bad})
         assert e.value.key == key, (key, bad, e.value)
+
+
+# -- three `broker controller` processes -----------------------------------------------------------
+class Heartbeats:
+    """The brokers' side, reduced to a loop: BROKER_HEARTBEAT from each live broker id to every
+    controller (as RocketMQ's brokers send them), every 200 ms, with a 1 s timeout."""
+
+    def __init__(self, group, ids: dict[int, str]):
+        self.group, self.ids = group, dict(ids)
+        self.beating = set(ids)
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop_event.is_set():
+            for cid in self.group.alive():
+                for bid in sorted(self.beating):
+                    try:
+                        self.group.ask(cid, codes.BROKER_HEARTBEAT, {
+                            "clusterName": "c1", "brokerName": G, "brokerAddr": self.ids[bid], "brokerId": bid,
+                            "epoch": 0, "maxOffset": 100 * bid, "heartbeatTimeoutMills": 1000})
+                    except (OSError, ConnectionError, TimeoutError):
+                        pass  # a controller killed by the test
+            self.stop_event.wait(0.2)
+
+    def close(self) -> None:
+        self.stop_event.set()
+        self.thread.join(10)
+
+
+def test_three_controllers_register_elect_alter_survive_leader_death_and_fail_over(tmp_path):
+    group = ControllerGroup(tmp_path, extra="scanInactiveMasterInterval=300\n").start()
+    beats = None
+    try:
+        leader = group.wait_leader()
+        follower = next(i for i in group.ids if i != leader)
+        # registration: ids 1..3 handed out in order, the same again on re-register
+        for again in (False, True):
+            for bid, addr in ADDRS.items():
+                r = group.leader_call(codes.CONTROLLER_REGISTER_BROKER,
+                                      {"clusterName": "c1", "brokerName": G, "brokerAddress": addr})
+                assert (r.code, r.ext["brokerId"]) == (codes.SUCCESS, str(bid)), (again, r, r.remark)
+        # a follower refuses a write, naming the leader
+        r = group.ask(follower, codes.CONTROLLER_REGISTER_BROKER,
+                      {"clusterName": "c1", "brokerName": G, "brokerAddress": "127.0.0.1:1"})
+        assert r.code == codes.CONTROLLER_NOT_LEADER
+        assert r.ext["controllerLeaderAddress"] == f"127.0.0.1:{group.ports[leader]}" and leader in r.remark
+        # bad input is refused with a clear error
+        r = group.leader_call(codes.CONTROLLER_REGISTER_BROKER, {"clusterName": "c1", "brokerName": G,
+                                                                  "brokerAddress": ADDRS[1], "brokerId": 2})
+        assert r.code == codes.CONTROLLER_BROKER_ID_INVALID and "belongs to" in r.remark
+        r = group.leader_call(codes.CONTROLLER_GET_REPLICA_INFO, {"brokerName": "nope"})
+        assert r.code == codes.CONTROLLER_BROKER_METADATA_NOT_EXIST and "nope" in r.remark
+
+        beats = Heartbeats(group, ADDRS)
+        r = group.leader_call(codes.CONTROLLER_ELECT_MASTER, {"clusterName": "c1", "brokerName": G, "brokerId": 1})
+        assert r.code == codes.SUCCESS, r.remark
+        assert (r.ext["masterBrokerId"], r.ext["masterAddress"], r.ext["masterEpoch"]) == ("1", ADDRS[1], "1")
+        alter = {"brokerName": G, "masterBrokerId": 1, "masterEpoch": 1}
+        r = group.leader_call(codes.CONTROLLER_ALTER_SYNC_STATE_SET, alter,
+                              msgspec.json.encode({"syncStateSet": [1, 2, 3], "syncStateSetEpoch": 1}))
+        assert (r.code, r.ext["newSyncStateSetEpoch"]) == (codes.SUCCESS, "2"), r.remark
+        r = group.leader_call(codes.CONTROLLER_ALTER_SYNC_STATE_SET, alter,  # a stale epoch
+                              msgspec.json.encode({"syncStateSet": [1, 2], "syncStateSetEpoch": 1}))
+        assert r.code == codes.CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH, r.remark
+
+        def replica_info():
+            r = group.leader_call(codes.CONTROLLER_GET_REPLICA_INFO, {"brokerName": G})
+            assert r.code == codes.SUCCESS, r.remark
+            return {k: r.ext.get(k) for k in ("masterBrokerId", "masterAddress", "masterEpoch")} | sync_state(r)
+        before = replica_info()
+        assert before == {"masterBrokerId": "1", "masterAddress": ADDRS[1], "masterEpoch": "1",
+                          "syncStateSet": [1, 2, 3], "syncStateSetEpoch": 2}
+
+        # kill -9 the controller leader: the next one answers the same (nothing lost)
+        group.kill9(leader)
+        new_leader = group.wait_leader(exclude=leader)
+        assert replica_info() == before
+        r = group.leader_call(codes.CONTROLLER_GET_SYNC_STATE_DATA, body=msgspec.json.encode([G]))
+        table = msgspec.json.decode(bytes(r.body))["replicasInfoTable"][G]
+        assert [x["brokerId"] for x in table["inSyncReplicas"]] == [1, 2, 3] and table["masterEpoch"] == 1
+
+        # the master stops heartbeating: a new master from the SyncStateSet, the epochs bumped
+        beats.beating.discard(1)
+        t0 = time.monotonic()
+        after = wait_for(lambda: (i := replica_info())["masterBrokerId"] != "1" and i, 15,
+                         "the controller to elect a new master")
+        # broker 3 heartbeats the longest log (maxOffset 300): the elect policy prefers it
+        assert after == {"masterBrokerId": "3", "masterAddress": ADDRS[3], "masterEpoch": "2",
+                         "syncStateSet": [3], "syncStateSetEpoch": 3}
+        assert time.monotonic() - t0 < 1.0 + 0.3 + 5  # heartbeat timeout + scan interval + slack
+        # the old master, back with its stale epoch, is fenced
+        r = group.leader_call(codes.CONTROLLER_ALTER_SYNC_STATE_SET, alter,
+                              msgspec.json.encode({"syncStateSet": [1, 3], "syncStateSetEpoch": 3}))
+        assert r.code == codes.CONTROLLER_INVALID_MASTER, r.remark
+        # the killed controller comes back, replays its log and catches up; it can lead again
+        group.start(leader)
+        group.kill9(new_leader)
+        group.wait_leader(exclude=new_leader)
+        assert replica_info() == after
+    finally:
+        if beats is not None:
+            beats.close()
+        group.stop()
