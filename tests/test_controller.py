@@ -211,6 +211,9 @@ def test_three_controllers_register_elect_alter_survive_leader_death_and_fail_ov
         r = group.leader_call(codes.CONTROLLER_REGISTER_BROKER, {"clusterName": "c1", "brokerName": G,
                                                                   "brokerAddress": ADDRS[1], "brokerId": 2})
         assert r.code == codes.CONTROLLER_BROKER_ID_INVALID and "belongs to" in r.remark
+        r = group.ask(follower, codes.BROKER_HEARTBEAT, {"clusterName": "c1", "brokerName": G,
+                                                          "brokerAddr": ADDRS[1], "brokerId": 2})
+        assert r.code == codes.CONTROLLER_BROKER_ID_INVALID and ADDRS[2] in r.remark, r.remark
         r = group.leader_call(codes.CONTROLLER_GET_REPLICA_INFO, {"brokerName": "nope"})
         assert r.code == codes.CONTROLLER_BROKER_METADATA_NOT_EXIST and "nope" in r.remark
 
