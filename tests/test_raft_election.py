@@ -111,6 +111,12 @@ def test_term_and_vote_survive_a_restart_in_dledgers_file(tmp_path):
     assert read_properties(path.read_text()) == {"currTerm": "1", "voteLeader": "n2"}
     again = MemberState(cfg(), str(tmp_path))
     assert (again.term, again.vote_for) == (1, "n2")
+    # a leader writes down the term it led (our addition; DLedger's reader ignores the key)
+    again.next_term()
+    again.set_vote_for("n0")
+    again.change_to_leader(2)
+    assert read_properties(path.read_text()) == {"currTerm": "2", "voteLeader": "n0", "ledTerm": "2"}
+    assert MemberState(cfg(), str(tmp_path)).led_term == 2
 
 
 def test_a_corrupt_term_file_refuses_to_start_naming_it(tmp_path):
@@ -302,31 +308,58 @@ def test_a_group_elects_one_leader_and_replaces_a_dead_one(tmp_path, n):
     asyncio.run(main())
 
 
-def test_a_restarted_member_never_leads_a_term_it_stood_in_before(tmp_path):
+def test_a_restarted_member_never_leads_a_term_it_led_before(tmp_path):
     """The whole group stops and starts again, three times: each leadership is in a new term.
     (DLedger would re-elect the same leader in the same term, its voters accepting the candidate
     they had voted for; after a power cut that lost the leader's unflushed tail, it would then
-    write new entries under (index, term) pairs its followers hold with other bodies.) A member
-    that voted for another leader stands in its persisted term, as DLedger's does."""
+    write new entries under (index, term) pairs its followers hold with other bodies.)"""
     async def main():
         configs = group_configs(3)
         terms = []
         for _ in range(3):
             persisted = {c.dLegerSelfId: MemberState(c, str(tmp_path / f"m{i}")) for i, c in enumerate(configs)}
-            stood_before = {sid for sid, st in persisted.items() if st.vote_for == sid}
-            starting_terms = {sid: st.term for sid, st in persisted.items()}
+            led_before = {sid: st.term for sid, st in persisted.items() if st.led_term == st.term}
             members = [await Member(tmp_path / f"m{i}", c).start() for i, c in enumerate(configs)]
             try:
                 await until(lambda: settled(members), 15, "a leader followed by all")
                 lead = settled(members)
                 terms.append(lead.state.term)
                 sid = lead.config.dLegerSelfId
-                if sid in stood_before:
-                    assert lead.state.term > starting_terms[sid], "led a term it had stood in before the restart"
+                if sid in led_before:
+                    assert lead.state.term > led_before[sid], "led a term it had led before the restart"
+                assert lead.state.led_term == lead.state.term  # on disk before its first entry
             finally:
                 for m in members:
                     await m.stop()
         assert terms == sorted(set(terms)), f"a leadership repeated a term: {terms}"
+    asyncio.run(main())
+
+
+def test_a_restarted_follower_that_had_stood_as_candidate_does_not_depose_the_leader(tmp_path):
+    """A follower that voted for itself in the current term (it stood, and lost) and restarts
+    stands in that term first, as DLedger's does: the voters, who have a leader, turn it down, the
+    leader's heartbeat reaches it, and the leader keeps its term (a rolling restart of followers
+    moves no leadership). Standing in the next term at once would depose the leader."""
+    async def main():
+        configs = group_configs(3)
+        members = [await Member(tmp_path / f"m{i}", c).start() for i, c in enumerate(configs)]
+        try:
+            await until(lambda: settled(members), 15, "a leader followed by all")
+            lead = settled(members)
+            term = lead.state.term
+            follower = next(m for m in members if m is not lead)
+            await follower.stop()
+            # as if it had stood in this term: its vote for itself is what it finds at start
+            st = MemberState(follower.config, str(follower.root))
+            st.set_vote_for(follower.config.dLegerSelfId)
+            back = await Member(follower.root, follower.config).start()
+            members = [m for m in members if m is not follower] + [back]
+            await until(lambda: back.state.is_follower and back.state.leader_id == lead.config.dLegerSelfId, 15,
+                        "the restarted member to follow the leader")
+            assert lead.state.is_leader and lead.state.term == term
+        finally:
+            for m in members:
+                await m.stop()
     asyncio.run(main())
 
 

@@ -144,17 +144,17 @@ class LeaderElector:
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
         st = self.state
-        if st.vote_for == st.self_id:
-            # This member stood in its persisted term before it stopped, and may have led it. It
-            # stands in the next term, never in that one again (DLedger stands in the same term
-            # first, and its voters accept a candidate they already voted for): a leader that
-            # lost its log's unflushed tail (a power cut) and led the same term again would write
-            # different entries under (index, term) pairs its followers already hold, which they
-            # then take as matching. A member that voted for another stands in its term as
-            # DLedger does, so a restarted follower does not depose a live leader.
+        if st.led_term == st.term:
+            # This member led its persisted term before it stopped. It stands in the next term,
+            # never in that one again (DLedger stands in the same term first, and its voters
+            # accept a candidate they already voted for): a leader that lost its log's unflushed
+            # tail (a power cut) and led the same term again would write other entries under
+            # (index, term) pairs its followers already hold, which they then take as matching.
+            # Any other member stands in its term first, as DLedger's does, so a restarted
+            # follower (even one that stood as candidate in that term) does not depose a live
+            # leader by bringing a larger term.
             self.last_parse = ParseResult.WAIT_TO_VOTE_NEXT
-            log.info("[%s] voted for itself in term %d before this start: standing in term %d", st.self_id,
-                     st.term, st.term + 1)
+            log.info("[%s] led term %d before this start: standing in term %d", st.self_id, st.term, st.term + 1)
         self._task = asyncio.get_running_loop().create_task(self.run(), name=f"elector-{self.state.self_id}")
 
     async def stop(self) -> None:

@@ -27,6 +27,10 @@ log = logging.getLogger("raft")
 TERM_FILE = "currterm"
 KEY_TERM = "currTerm"
 KEY_VOTE_FOR = "voteLeader"
+# Our addition to DLedger's file (its reader ignores other keys): the last term this member led,
+# written before it appends anything as that term's leader. A member that led its persisted term
+# stands in the next one after a restart (broker.raft.elector.LeaderElector.start).
+KEY_LED_TERM = "ledTerm"
 
 
 class IllegalState(RuntimeError):
@@ -58,6 +62,7 @@ class MemberState:
         self.leader_id: str | None = None
         self.term = 0
         self.vote_for: str | None = None
+        self.led_term = -1
         self.ledger_end_index = -1
         self.ledger_end_term = -1
         self.known_max_term = -1
@@ -77,10 +82,16 @@ class MemberState:
             except ValueError:
                 raise CorruptStoreError(path, 0, f"{KEY_TERM}={props[KEY_TERM]!r} is not a number") from None
             self.vote_for = props.get(KEY_VOTE_FOR) or None
+            try:
+                self.led_term = int(props.get(KEY_LED_TERM, "-1") or "-1")
+            except ValueError:
+                raise CorruptStoreError(path, 0, f"{KEY_LED_TERM}={props[KEY_LED_TERM]!r} is not a number") from None
             return
 
     def _persist(self) -> None:
-        write_atomic(self.term_path, f"#{self.self_id}\n{KEY_TERM}={self.term}\n{KEY_VOTE_FOR}={self.vote_for or ''}\n")
+        led = f"{KEY_LED_TERM}={self.led_term}\n" if self.led_term >= 0 else ""  # DLedger's file until it leads
+        write_atomic(self.term_path, f"#{self.self_id}\n{KEY_TERM}={self.term}\n{KEY_VOTE_FOR}={self.vote_for or ''}\n"
+                                     f"{led}")
 
     # -- queries ---------------------------------------------------------------------------------
     @property
@@ -124,6 +135,9 @@ class MemberState:
             raise IllegalState(f"{self.self_id}: leader of term {term} in term {self.term}")
         self.role = Role.LEADER
         self.leader_id = self.self_id
+        if self.led_term != term:
+            self.led_term = term
+            self._persist()  # durable before the new leader appends anything (its no-op first)
 
     def change_to_follower(self, term: int, leader_id: str) -> None:
         if term != self.term:

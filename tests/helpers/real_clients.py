@@ -63,7 +63,10 @@ class Cluster:
         self.conf = root / "broker.conf"
         self.conf.write_text(
             f"brokerClusterName=DefaultCluster\nbrokerName=broker-a\nbrokerId=0\nnamesrvAddr={self.namesrv}\n"
-            f"listenPort={self.port}\nbrokerIP1=127.0.0.1\nstorePathRootDir={root / 'store'}\n"
+            # haListenPort chosen free too: listenPort + 1 (the default) may be a client's ephemeral
+            # port by then, and the HA service's ERROR for it failed test_hostile_input (CI)
+            f"listenPort={self.port}\nhaListenPort={free_port()}\nbrokerIP1=127.0.0.1\n"
+            f"storePathRootDir={root / 'store'}\n"
             f"mappedFileSizeCommitLog=4194304\nmessageDelayLevel={FAST_DELAYS}\n{extra_conf}")
         self.procs: list[Child] = []
 
