@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shutil
 import random
 import time
 
@@ -27,6 +28,7 @@ from broker.raft.push_protocol import PushEntryRequest, PushEntryResponse, PushT
 from broker.raft.quorum import QuorumAckChecker
 from broker.raft.server import DLedgerServer
 from broker.remoting.connection import connect
+from tests.helpers.procs import async_wait_until
 from tests.conftest import free_port
 from tests.twins import dledger_twin as twin
 
@@ -595,3 +597,70 @@ def test_bad_pushes_are_refused_and_change_nothing(tmp_path, caplog):
 def read_log_at(data_dir: str):
     walk = twin.walk_data(data_dir, DATA)
     return walk.entries, walk.blanks, walk.end
+
+
+def test_a_follower_back_with_an_empty_log_between_two_pushes_is_rebuilt_while_the_group_is_idle(tmp_path):
+    """A follower stops, loses its log (wiped; a power cut can do the same to its tail) and is back
+    before the leader's next push; nothing is appended meanwhile. Its answer to the next COMMIT
+    says its log ends below what it had acknowledged: the leader compares again and rebuilds it.
+    (Before, the SUCCESS of a COMMIT kept the leader believing it matched until the next append,
+    and that append, finding the log empty, was taken as its first entry: a hole in its log.)"""
+    async def main():
+        g = await Group(tmp_path, 3).start_all()
+        try:
+            lead = await g.leader()
+            for i in range(20):
+                end, _ = await g.append(f"e{i}".encode())
+            await g.all_committed(end)
+            f = next(i for i in range(3) if g.members[i] is not lead)
+            await g.stop(f)
+            shutil.rmtree(os.path.join(g.roots[f], f"dledger-n{f}"))
+            back = await g.start(f)  # at once: well within the leader's next COMMIT (a second)
+            t0 = time.monotonic()
+            await async_wait_until(lambda: back.store.ledger_end_index == end and back.store.committed_index == end,
+                                   15, "the wiped follower to be rebuilt with no new append")
+            # found at the leader's next COMMIT (a second), compared and pushed again at once
+            assert time.monotonic() - t0 < 5
+            assert lead.is_leader and back.store.ledger_begin_index == 0
+            entries = assert_logs_equal(g, [0, 1, 2])
+            assert len(entries) == end + 1
+        finally:
+            await g.close()
+    run(main)
+
+
+def test_an_empty_log_takes_only_the_leaders_first_entry_as_its_own_first(tmp_path):
+    """An empty log takes a first entry above 0 only when the leader sends it as its log's first
+    (prevTerm -1: its files before it expired); a push continuing from an entry the leader thinks
+    this member holds (prevTerm >= 0) is refused, and nothing is written: taking it would leave a
+    hole before it."""
+    async def main():
+        port = free_port()
+        c = DLedgerConfig(enableDLegerCommitLog=True, dLegerGroup=GROUP, dLegerSelfId="n0",
+                          dLegerPeers=f"n0-127.0.0.1:{port};n1-127.0.0.1:1;n2-127.0.0.1:2", **FAST)
+        srv = DLedgerServer(c, tmp_path, store_options=STORE)
+        st, store = srv.state, srv.store
+        st.change_to_candidate(3)
+        st.next_term()
+        srv.elector.change_role_to_follower(3, "n1")
+        await srv.remoting.start()
+        conn = await connect("127.0.0.1", port)
+        size = STORE["data_file_size"]
+
+        async def append(index: int, prev_term: int) -> PushEntryResponse:
+            body = twin.encode_entry(index, 3, 2 * size, b"x", body_crc=0)
+            req = PushEntryRequest(group=GROUP, leader_id="n1", term=3, commit_index=-1, remote_id="n0",
+                                   type=PushType.APPEND, index=index, pos=2 * size, count=1, prev_term=prev_term)
+            return PushEntryResponse.from_ext((await conn.request(req.command(body), 5)).ext)
+        try:
+            r = await append(40, prev_term=3)
+            assert r.response_code is ResponseCode.INCONSISTENT_STATE
+            assert store.ledger_end_index == -1
+            r = await append(40, prev_term=-1)
+            assert r.response_code is ResponseCode.SUCCESS
+            assert (store.ledger_begin_index, store.ledger_end_index, store.position(40)[0]) == (40, 40, 2 * size)
+        finally:
+            conn.close()
+            await srv.remoting.close()
+            store.close()
+    run(main)

@@ -216,9 +216,13 @@ class EntryHandler:
         store = self.store
         first = req.index
         end = store.ledger_end_index
-        # an empty log takes the leader's first entry wherever the leader's log begins (above 0
-        # once its first data files expired): append_at places it at the leader's position
-        if first > end + 1 and end >= 0:
+        # An empty log takes the leader's first entry where the leader's log begins (above 0 once
+        # its first data files expired: append_at places it at the leader's position). Only that
+        # entry: the leader sends prevTerm -1 for it alone (nothing before it in its log); a push
+        # continuing from an entry the leader believes held here (prevTerm >= 0) finding this log
+        # empty means this member lost its log (wiped, or a power cut), and taking it would leave
+        # a hole before it.
+        if first > end + 1 and (end >= 0 or req.prev_term != -1):
             raise Refused(ResponseCode.INCONSISTENT_STATE, f"the push starts at {first}, this log ends at {end}")
         prev = first - 1
         if end >= 0 and prev >= store.ledger_begin_index and prev >= 0:

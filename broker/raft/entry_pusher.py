@@ -95,6 +95,14 @@ class FollowerBehindBegin(Exception):
         self.begin = begin
 
 
+class FollowerRegressed(Exception):
+    """The follower's log ends below what it had acknowledged: compare again."""
+
+    def __init__(self, peer_id: str, match: int, end: int):
+        super().__init__(f"{peer_id}'s log ends at entry {end}, below the {match} it had acknowledged (it restarted "
+                         f"without its log's tail)")
+
+
 class InFlight(NamedTuple):
     kind: PushType
     last: int         # the last entry index the push carries (-1: a COMMIT)
@@ -156,6 +164,9 @@ class EntryDispatcher:
                 await self._append(match)
             except asyncio.CancelledError:
                 raise
+            except FollowerRegressed as e:
+                log.warning("[%s] replication to %s in term %d: %s; comparing again", self.self_id, self.peer_id,
+                            self.term, e)
             except FollowerBehindBegin as e:
                 # said once (it lasts until an operator acts), then compared again now and then:
                 # a member wiped meanwhile comes back empty and is rebuilt from this log's begin
@@ -286,6 +297,11 @@ class EntryDispatcher:
                     res = f.task.result()  # no answer raises
                     if res.code != ResponseCode.SUCCESS:
                         raise Rejected(f.kind, f.last, res)
+                    if res.end_index < self.match:
+                        # the follower holds less than it acknowledged: it came back without its
+                        # log's tail (wiped, a power cut) between two pushes, and a COMMIT it
+                        # answered would otherwise keep this dispatcher believing it matched
+                        raise FollowerRegressed(self.peer_id, self.match, res.end_index)
                     told = max(told, f.commit)
                     if f.kind is PushType.APPEND:
                         if res.index != f.last:
