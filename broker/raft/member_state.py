@@ -3,8 +3,8 @@
 Role, current term, the id voted for in it, the leader known in it, and the ledger's end (index
 and term of the last entry). The term and the vote live in `dledger-<selfId>/currterm` as Java
 properties (`currTerm`, `voteLeader`, and our `ledTerm`: the last term this member led), as DLedger
-keeps them, and are made durable (temp file,
-fsync, rename, directory fsync) before the call that changed them returns: an answer that
+keeps them, and are made durable (temp file, fsync, rename, directory fsync) before the call that
+changed them returns: an answer that
 depends on them (an ACCEPT, a new term's votes) is only sent after that, so a member that
 crashes and restarts never votes twice in one term. DLedger writes the file without fsync.
 
