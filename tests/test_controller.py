@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import copy
+import json
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -15,7 +19,7 @@ from broker.controller.events import (AlterSyncStateSetEvent, ApplyBrokerIdEvent
                                       NoopEvent, decode_event, encode_event)
 from broker.controller.replicas_info import ControllerError, ReplicasInfoManager
 from broker.store.errors import StoreConfigError
-from tests.conftest import wait_for
+from tests.conftest import free_port, wait_for
 from tests.helpers.controller_group import ControllerGroup, sync_state
 
 G = "broker-a"
@@ -258,6 +262,24 @@ def test_three_controllers_register_elect_alter_survive_leader_death_and_fail_ov
         r = group.leader_call(codes.CONTROLLER_ALTER_SYNC_STATE_SET, alter,
                               msgspec.json.encode({"syncStateSet": [1, 3], "syncStateSetEpoch": 3}))
         assert r.code == codes.CONTROLLER_INVALID_MASTER, r.remark
+
+        # the operator's view, asked of any live controller: `broker admin controller`
+        asked = next(i for i in group.alive() if i != new_leader)
+        out = subprocess.run([sys.executable, "-m", "broker.cli", "admin", "controller", "--controller",
+                              f"127.0.0.1:{group.ports[asked]}", "-b", G], capture_output=True, text=True,
+                             timeout=60, cwd=str(Path(__file__).parents[1]))
+        assert out.returncode == 0, out.stderr
+        view = json.loads(out.stdout)
+        assert view["controller"]["controllerLeaderAddress"] == f"127.0.0.1:{group.ports[new_leader]}"
+        g = view["replicasInfoTable"][G]
+        assert (g["masterBrokerId"], g["masterAddress"], g["masterEpoch"], g["syncStateSetEpoch"]) == \
+            (3, ADDRS[3], 2, 3)
+        assert [x["brokerId"] for x in g["inSyncReplicas"]] == [3]
+        assert sorted(x["brokerId"] for x in g["notInSyncReplicas"]) == [1, 2]
+        out = subprocess.run([sys.executable, "-m", "broker.cli", "admin", "controller", "--controller",
+                              f"127.0.0.1:{free_port()}"], capture_output=True, text=True, timeout=60,
+                             cwd=str(Path(__file__).parents[1]))
+        assert out.returncode == 2 and "cannot reach the controller" in out.stderr
         # the killed controller comes back, replays its log and catches up; it can lead again
         group.start(leader)
         group.kill9(new_leader)

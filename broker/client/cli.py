@@ -78,6 +78,14 @@ def add_commands(sub) -> None:
     cl = with_namesrv(asub.add_parser("clean", help="delete expired commit-log files now (deleteExpiredCommitLog)"))
     cl.add_argument("--broker", help="broker address (default: every master)")
     cl.set_defaults(client_cmd=_clean)
+    ct = asub.add_parser("controller", help="the controller's view (controller mode): its Raft group and leader, "
+                                            "and per broker group the master, epochs and SyncStateSet as JSON "
+                                            "(mqadmin getControllerMetaData, getSyncStateSet)")
+    ct.add_argument("--controller", required=True, metavar="HOST:PORT",
+                    help="any controller of the group (its controllerDLegerPeers address)")
+    ct.add_argument("-b", "--broker-name", action="append", default=None,
+                    help="only this broker group (repeatable; default: every group)")
+    ct.set_defaults(client_cmd=_controller_view)
 
 
 def handles(args: argparse.Namespace) -> bool:
@@ -223,6 +231,42 @@ async def _clean(args) -> int:
         for addr in await _brokers(admin, args):
             await admin.delete_expired(addr)
             print(f"{addr}: expired files are being deleted")
+    return 0
+
+
+async def _controller_call(addr: str, code: int, body: bytes = b""):
+    from broker.remoting.command import RemotingCommand
+    from broker.remoting.connection import connect
+    host, _, port = addr.rpartition(":")
+    try:
+        conn = await asyncio.wait_for(connect(host, int(port)), 5)
+    except (OSError, ValueError, asyncio.TimeoutError) as e:
+        raise ClientError(f"cannot reach the controller at {addr}: {e or type(e).__name__}") from None
+    try:
+        return await conn.request(RemotingCommand.request(code, {}, body), 10)
+    except (OSError, asyncio.TimeoutError) as e:
+        raise ClientError(f"no answer from the controller at {addr}: {e or type(e).__name__}") from None
+    finally:
+        conn.close()
+
+
+async def _controller_view(args) -> int:
+    """Metadata from the controller named, the replicas table from its leader (only the leader
+    answers it: it reads the state after the last committed event)."""
+    from broker.controller import codes as ccodes
+    meta = await _controller_call(args.controller, ccodes.CONTROLLER_GET_METADATA_INFO)
+    if meta.code != ccodes.SUCCESS:
+        raise ClientError(f"the controller at {args.controller} answered code {meta.code}: {meta.remark}")
+    info = dict(meta.ext)
+    leader = info.get("controllerLeaderAddress")
+    if not leader:
+        raise ClientError(f"the controller group of {args.controller} has no leader now (an election is under way?)")
+    body = json.dumps(args.broker_name).encode() if args.broker_name else b""
+    r = await _controller_call(leader, ccodes.CONTROLLER_GET_SYNC_STATE_DATA, body)
+    if r.code != ccodes.SUCCESS:
+        raise ClientError(f"the controller leader at {leader} answered code {r.code}: {r.remark}")
+    table = json.loads(bytes(r.body))["replicasInfoTable"]
+    print(json.dumps({"controller": {k: info[k] for k in sorted(info)}, "replicasInfoTable": table}, indent=2))
     return 0
 
 
