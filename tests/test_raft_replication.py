@@ -476,14 +476,19 @@ def test_five_members_commit_with_three_and_not_with_two(tmp_path):
 
 # -- bad input ---------------------------------------------------------------------------------------
 
+def lone_member(root, port: int) -> DLedgerServer:
+    """Member n0 on `port`, its peers unreachable: a test drives its state and pushes to it by hand."""
+    c = DLedgerConfig(enableDLegerCommitLog=True, dLegerGroup=GROUP, dLegerSelfId="n0",
+                      dLegerPeers=f"n0-127.0.0.1:{port};n1-127.0.0.1:1;n2-127.0.0.1:2", **FAST)
+    return DLedgerServer(c, root, store_options=STORE)
+
+
 def test_bad_pushes_are_refused_and_change_nothing(tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="raft")
 
     async def main():
         port = free_port()
-        c = DLedgerConfig(enableDLegerCommitLog=True, dLegerGroup=GROUP, dLegerSelfId="n0",
-                          dLegerPeers=f"n0-127.0.0.1:{port};n1-127.0.0.1:1;n2-127.0.0.1:2", **FAST)
-        srv = DLedgerServer(c, tmp_path, store_options=STORE)
+        srv = lone_member(tmp_path, port)
         st, store = srv.state, srv.store
         for k in range(5):
             store.append(2, b"entry %d" % k)
@@ -636,9 +641,7 @@ def test_an_empty_log_takes_only_the_leaders_first_entry_as_its_own_first(tmp_pa
     hole before it."""
     async def main():
         port = free_port()
-        c = DLedgerConfig(enableDLegerCommitLog=True, dLegerGroup=GROUP, dLegerSelfId="n0",
-                          dLegerPeers=f"n0-127.0.0.1:{port};n1-127.0.0.1:1;n2-127.0.0.1:2", **FAST)
-        srv = DLedgerServer(c, tmp_path, store_options=STORE)
+        srv = lone_member(tmp_path, port)
         st, store = srv.state, srv.store
         st.change_to_candidate(3)
         st.next_term()
