@@ -26,7 +26,10 @@ import logging
 import time
 from typing import Callable, TypeVar
 
+import msgspec
+
 from broker.controller import codes
+from broker.controller.codes import NOTIFY_BROKER_ROLE_CHANGED
 from broker.controller.config import DEFAULT_HEARTBEAT_TIMEOUT_MS, ControllerConfig
 from broker.controller.events import AnyEvent, NoopEvent, decode_event, encode_event
 from broker.controller.heartbeat import BrokerHeartbeatManager, BrokerLiveInfo
@@ -34,9 +37,12 @@ from broker.controller.replicas_info import ControllerError, ReplicasInfoManager
 from broker.raft.append_errors import AppendError, WaitQuorumAckTimeout
 from broker.raft.protocol import Role
 from broker.raft.server import DLedgerServer
+from broker.remoting.command import RemotingCommand
+from broker.remoting.connection import connect
 from broker.store.errors import StoreConfigError
 
 log = logging.getLogger("controller")
+encode_json = msgspec.json.encode
 
 T = TypeVar("T")
 
@@ -196,6 +202,7 @@ class Controller:
                                                  self.heartbeats.rank_fn(name))
             return None, outcome.event
         await self._write(check)
+        self._notify_role_changed(name)
         return self.replicas.sync_states[name]
 
     async def alter_sync_state_set(self, name: str, master_id: int, master_epoch: int, new_set: set[int],
@@ -210,7 +217,7 @@ class Controller:
         self.heartbeats.forget(name, broker_ids)
 
     def heartbeat(self, name: str, broker_id: int | None, address: str, timeout_ms: int | None, epoch: int,
-                  max_offset: int, confirm_offset: int, priority: int | None) -> None:
+                  max_offset: int, confirm_offset: int, priority: int | None, channel=None) -> None:
         """A broker's heartbeat, on any controller: refused (nothing kept) for an unknown group or
         an id the address does not hold."""
         info, _ = self.replicas.group(name)
@@ -223,7 +230,43 @@ class Controller:
         self.heartbeats.on_heartbeat(BrokerLiveInfo(
             name, broker_id, address, self.clock(), timeout_ms if timeout_ms and timeout_ms > 0
             else DEFAULT_HEARTBEAT_TIMEOUT_MS, epoch, max_offset, confirm_offset,
-            priority if priority is not None else 2**31 - 1))
+            priority if priority is not None else 2**31 - 1), channel)
+
+    def on_channel_close(self, channel) -> None:
+        gone = self.heartbeats.on_channel_close(channel)
+        if not gone:
+            return
+        log.info("controller %s: heartbeat connection of %s closed: inactive now", self.config.controllerDLegerSelfId,
+                 ", ".join(f"{n}/{i}" for n, i in gone))
+        # a master among them is replaced now, not at the next scan
+        if any(self.replicas.sync_states.get(n) and self.replicas.sync_states[n].masterBrokerId == i for n, i in gone):
+            asyncio.get_running_loop().create_task(self.scan_once())
+
+    # -- NOTIFY_BROKER_ROLE_CHANGED ----------------------------------------------------------------
+    def _notify_role_changed(self, name: str) -> None:
+        """notifyBrokerRoleChanged: every broker of the group learns the new master at once (RocketMQ's
+        DLedgerController sends NOTIFY_BROKER_ROLE_CHANGED oneway to each broker's address), rather
+        than at its next syncBrokerMetadataPeriod poll."""
+        if not self.config.notifyBrokerRoleChanged or name not in self.replicas.replicas:
+            return
+        info, st = self.replicas.group(name)
+        ext = {"masterEpoch": str(st.masterEpoch), "syncStateSetEpoch": str(st.syncStateSetEpoch),
+               "masterBrokerId": "" if st.masterBrokerId is None else str(st.masterBrokerId),
+               "masterAddress": self.replicas.master_address(name) or ""}
+        body = encode_json({"syncStateSet": sorted(st.syncStateSet), "syncStateSetEpoch": st.syncStateSetEpoch})
+        for addr in set(info.brokerIdInfo.values()):
+            asyncio.get_running_loop().create_task(self._notify_one(addr, ext, body))
+
+    async def _notify_one(self, addr: str, ext: dict, body: bytes) -> None:
+        host, _, port = addr.rpartition(":")
+        try:
+            conn = await asyncio.wait_for(connect(host, int(port)), 1.0)
+        except (OSError, asyncio.TimeoutError, ValueError):
+            return  # a broker that is down learns the master when it registers again
+        try:
+            conn.oneway(RemotingCommand.request(NOTIFY_BROKER_ROLE_CHANGED, ext, body, oneway=True))
+        finally:
+            conn.close()  # sends what is gathered first
 
     # -- the inactive-master scan -----------------------------------------------------------------
     def _master_inactive(self, name: str, master: int) -> bool:

@@ -30,9 +30,30 @@ class BrokerHeartbeatManager:
     def __init__(self, clock: Callable[[], float] = time.monotonic):
         self.clock = clock
         self.live: dict[tuple[str, int], BrokerLiveInfo] = {}
+        # the connection of each one's last heartbeat, and how many heartbeats it carried
+        self.channels: dict[tuple[str, int], tuple[object, int]] = {}
 
-    def on_heartbeat(self, info: BrokerLiveInfo) -> None:
-        self.live[info.brokerName, info.brokerId] = info
+    def on_heartbeat(self, info: BrokerLiveInfo, channel=None) -> None:
+        key = info.brokerName, info.brokerId
+        self.live[key] = info
+        if channel is not None:
+            c, n = self.channels.get(key, (None, 0))
+            self.channels[key] = (channel, n + 1 if c is channel else 1)
+
+    def on_channel_close(self, channel) -> list[tuple[str, int]]:
+        """RocketMQ's onBrokerChannelClose: a broker whose heartbeat connection closed (its process
+        died: the kernel closed the socket) is inactive at once, not a heartbeat timeout later.
+        Only a connection that carried two heartbeats or more counts: a broker keeps its heartbeat
+        connection open, while a tool that heartbeats once per connection closes each at once.
+        Returns the (group, id) that went."""
+        gone = [k for k, (c, n) in self.channels.items() if c is channel and n >= 2]
+        for k in [k for k, (c, _) in self.channels.items() if c is channel]:
+            del self.channels[k]
+        for k in gone:
+            info = self.live.get(k)
+            if info is not None:
+                info.lastUpdate = float("-inf")
+        return gone
 
     def is_alive(self, broker_name: str, broker_id: int) -> bool:
         info = self.live.get((broker_name, broker_id))
@@ -54,3 +75,4 @@ class BrokerHeartbeatManager:
     def forget(self, broker_name: str, broker_ids=None) -> None:
         for key in [k for k in self.live if k[0] == broker_name and (broker_ids is None or k[1] in broker_ids)]:
             del self.live[key]
+            self.channels.pop(key, None)

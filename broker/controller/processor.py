@@ -55,6 +55,7 @@ class ControllerRequestProcessor:
             codes.CLEAN_BROKER_DATA: self.clean_broker_data,
         }
         controller.server.remoting.other = self.handle
+        controller.server.remoting.server.on_close.append(controller.on_channel_close)
 
     def handle(self, cmd: RemotingCommand, conn):
         fn = self.handlers.get(cmd.code)
@@ -63,7 +64,7 @@ class ControllerRequestProcessor:
         try:
             # everything is read from the request here, synchronously: its body is a view over the
             # connection's buffer, reused once this call returns
-            work = fn(cmd)
+            work = self.broker_heartbeat(cmd, conn) if cmd.code == codes.BROKER_HEARTBEAT else fn(cmd)
         except CommandError as e:
             return None if cmd.is_oneway else cmd.response(codes.CONTROLLER_INVALID_REQUEST, remark=str(e))
         except ControllerError as e:
@@ -172,11 +173,11 @@ class ControllerRequestProcessor:
                                 body=_json({"syncStateSet": sorted(st.syncStateSet)}))
         return run()
 
-    def broker_heartbeat(self, cmd: RemotingCommand):
+    def broker_heartbeat(self, cmd: RemotingCommand, conn=None):
         self.controller.heartbeat(
             cmd.get_str("brokerName"), _opt_int(cmd, "brokerId"), cmd.get_str("brokerAddr"),
             _opt_int(cmd, "heartbeatTimeoutMills"), _opt_int(cmd, "epoch") or 0, _opt_int(cmd, "maxOffset") or 0,
-            _opt_int(cmd, "confirmOffset") or 0, _opt_int(cmd, "electionPriority"))
+            _opt_int(cmd, "confirmOffset") or 0, _opt_int(cmd, "electionPriority"), conn)
         return cmd.response(codes.SUCCESS)
 
     def clean_broker_data(self, cmd: RemotingCommand):

@@ -12,11 +12,13 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import struct
 import time
 
 from broker.store import ha_master_address as master_address
 from broker.kernels.ha import (HA_HEADER, HAFrameError, dispatch_read_request, reallocate_byte_buffer,
                                record_boundary)
+from broker.ha.ha_connection import HELLO_MAGIC
 from broker.services.process import enter_service, notify, run_service
 from broker.store.mapped_file_queue import MappedFileQueue
 from broker.store.offset_table import Slot, open_table
@@ -104,6 +106,8 @@ class HAClient:
         # An empty slave takes the master's first offset (its oldest); otherwise each frame must
         # continue exactly where our log ends.
         expected = self.received if self.received or self.log.files else -1
+        if cfg.enableControllerMode:
+            sock.sendall(struct.pack(">qqq", HELLO_MAGIC, cfg.controllerBrokerId, cfg.controllerMasterEpoch))
         self._report(sock)
         last_report = last_read = time.monotonic()
         self.table.store(Slot.HA_LINK, 1)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import struct
 import threading
 import time
 
@@ -19,6 +20,9 @@ from broker.store.mapped_file import offset_to_name
 from broker.store.offset_table import Slot
 
 log = logging.getLogger("ha")
+# controller mode: a slave's first frame (no offset is negative, so a 4.x report never looks like it)
+HELLO_MAGIC = -0x4155544F  # "AUTO"
+HELLO_SIZE = 24
 
 
 class HAConnection:
@@ -30,6 +34,8 @@ class HAConnection:
         self.peer = peer
         self.request_offset = -1  # the slave's first report: where its log ends
         self.ack = -1
+        self.pair = -1  # controller mode: the slot pair its acks are published in
+        self.slave_id = -1
         self._requested = threading.Event()
         self._closed = threading.Event()
         self._files: dict[int, object] = {}
@@ -58,10 +64,46 @@ class HAConnection:
         self.service.connection_closed(self)
 
     # -- read side: the slave's reports ----------------------------------------------------
+    def _hello(self, buf: bytearray) -> bool:
+        """Controller mode: the slave's first 24 bytes are HELLO_MAGIC, its brokerId and the master
+        epoch it follows. A slave of another epoch (it follows an older master, or a newer one
+        this broker does not know of yet) must not be streamed to: its log is not ours to extend."""
+        mv = memoryview(buf)
+        got = 0
+        while got < HELLO_SIZE:
+            n = self.sock.recv_into(mv[got:HELLO_SIZE])
+            if n == 0:
+                self.close("the slave closed it before its hello", logging.INFO)
+                return False
+            got += n
+        magic, bid, epoch = struct.unpack_from(">qqq", buf)
+        mine = self.config.controllerMasterEpoch
+        if magic != HELLO_MAGIC or bid < 0:
+            self.close(f"its first bytes are not a controller-mode hello (magic {magic}, brokerId {bid}): a slave "
+                       "not in controller mode cannot follow a controller-mode master", logging.ERROR)
+            return False
+        if epoch != mine:
+            self.close(f"slave {bid} follows master epoch {epoch}, this master serves epoch {mine}")
+            return False
+        self.slave_id = bid
+        self.pair = self.service.claim_pair(bid)
+        if self.pair < 0:
+            self.close(f"slave {bid}: every slot for a slave's acknowledgement is taken", logging.ERROR)
+            return False
+        log.info("slave %s is broker %d of master epoch %d", self.peer, bid, epoch)
+        return True
+
     def _read(self) -> None:
         buf = bytearray(4096)
         mv = memoryview(buf)
         fill = 0
+        try:
+            if self.config.enableControllerMode and not self._hello(buf):
+                return
+        except socket.timeout:
+            return self.close(f"no hello for {self.config.haHousekeepingInterval} ms")
+        except OSError as e:
+            return self.close(f"read failed: {e}")
         while not self._closed.is_set():
             try:
                 n = self.sock.recv_into(mv[fill:])
@@ -85,7 +127,10 @@ class HAConnection:
                 self.request_offset = value
                 self._requested.set()
             self.ack = value
-            self.service.on_ack(value)
+            if self.pair >= 0:
+                self.service.on_slave_ack(self.pair, value)
+            else:
+                self.service.on_ack(value)
 
     # -- write side: the commit log --------------------------------------------------------
     def _file(self, base: int):

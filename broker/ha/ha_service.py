@@ -12,7 +12,7 @@ import threading
 
 from broker.ha.ha_connection import HAConnection
 from broker.services.process import enter_service, notify, run_service
-from broker.store.offset_table import Slot, open_table
+from broker.store.offset_table import HA_SLAVE_PAIRS, Slot, open_table
 
 log = logging.getLogger("ha")
 _NAME = re.compile(r"^\d{20}$")
@@ -37,8 +37,33 @@ class HAService:
             self.table.store(Slot.ACKED, offset)
         notify(self.notify_fd)
 
+    # -- controller mode: which slave acknowledged what ---------------------------------------------
+    def claim_pair(self, broker_id: int) -> int:
+        """A slot pair for a slave that said hello (its ack is published there); -1: none free."""
+        with self._lock:
+            for k in range(HA_SLAVE_PAIRS):
+                slot = Slot.HA_SLAVE_BASE + 2 * k
+                if not self.table.load(slot):
+                    self.table.store(slot + 1, -1)
+                    self.table.store(slot, broker_id + 1)
+                    return slot
+        return -1
+
+    def on_slave_ack(self, slot: int, offset: int) -> None:
+        """Every slave's progress wakes the broker (the SyncStateSet may need a slower one)."""
+        if self.table.load(slot + 1) == offset:
+            return
+        self.table.store(slot + 1, offset)
+        with self._lock:
+            if offset > self.table.load(Slot.ACKED):
+                self.table.store(Slot.ACKED, offset)
+        notify(self.notify_fd)
+
     def connection_closed(self, conn: HAConnection) -> None:
         with self._lock:
+            if conn.pair >= 0:
+                self.table.store(conn.pair, 0)
+                conn.pair = -1
             self.connections.discard(conn)
             self.table.store(Slot.HA_SLAVES, len(self.connections))
         notify(self.notify_fd)  # SYNC_MASTER waiters re-check: with no slave they fail at once
@@ -51,6 +76,8 @@ class HAService:
             nonlocal server
             addr = (self.config.brokerIP1, self.config.ha_port)
             t.store(Slot.HA_SLAVES, 0)
+            for k in range(HA_SLAVE_PAIRS):  # pairs a killed predecessor left
+                t.store(Slot.HA_SLAVE_BASE + 2 * k, 0)
             t.store(Slot.HA_PID, os.getpid())
             notify(self.notify_fd)
             said = None
@@ -81,6 +108,8 @@ class HAService:
             for conn in list(self.connections):
                 conn.close("the master is stopping", logging.INFO)
             t.store(Slot.HA_SLAVES, 0)
+            for k in range(HA_SLAVE_PAIRS):
+                t.store(Slot.HA_SLAVE_BASE + 2 * k, 0)
             t.store(Slot.HA_PID, 0)
             notify(self.notify_fd)
             log.info("HA service stopped; slaves acknowledged up to %d", t.load(Slot.ACKED))

@@ -56,6 +56,18 @@ class BrokerConfig:
     # NettyServerConfig's: a client connection with no read and no write for this long is closed
     # (clients heartbeat every 30 s, so only dead or idle hostile peers are); 0 = never
     serverChannelMaxIdleTimeSeconds: int = 120
+    # controller mode (RocketMQ 5): the controller assigns brokerId and the role (broker.remoting.
+    # replicas_manager); controllerAddr lists the controllers' addresses, "host:port;host:port"
+    enableControllerMode: bool = False
+    controllerAddr: str = ""
+    syncBrokerMetadataPeriod: int = 5_000  # ms: ask the controller for the group's state
+    checkSyncStateSetPeriod: int = 5_000  # ms: the master reviews its SyncStateSet
+    brokerHeartbeatInterval: int = 1_000  # ms
+    controllerHeartBeatTimeoutMills: int = 10_000  # ms: the controller's verdict on a silent broker
+    brokerElectionPriority: int = 2**31 - 1  # lower is preferred among equal candidates
+    # the HA address a master tells its slaves to connect to, when they reach it through a NAT or
+    # a proxy (not a RocketMQ key); "" = brokerIP1:haListenPort
+    haAnnounceAddress: str = ""
 
     def __post_init__(self) -> None:
         if not 0 <= self.metricsPort < 65536:
@@ -75,6 +87,19 @@ class BrokerConfig:
             if not host or not port.isdigit() or not 0 < int(port) < 65536:
                 raise StoreConfigError("namesrvAddr", f"{addr!r} is not host:port")
         parse_delay_levels(self.messageDelayLevel)  # names the key when a level is malformed
+        if self.enableControllerMode:
+            addrs = [a.strip() for a in self.controllerAddr.split(";") if a.strip()]
+            if not addrs:
+                raise StoreConfigError("controllerAddr", "must list the controllers (host:port;host:port) when "
+                                       "enableControllerMode is true")
+            for addr in addrs:
+                host, _, port = addr.rpartition(":")
+                if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                    raise StoreConfigError("controllerAddr", f"{addr!r} is not host:port")
+            for key in ("syncBrokerMetadataPeriod", "checkSyncStateSetPeriod", "brokerHeartbeatInterval",
+                        "controllerHeartBeatTimeoutMills"):
+                if getattr(self, key) <= 0:
+                    raise StoreConfigError(key, f"{getattr(self, key)} must be positive")
         if not self.brokerName or "%" in self.brokerName:
             raise StoreConfigError("brokerName", f"{self.brokerName!r} is not a broker name")
 
@@ -105,7 +130,12 @@ def load_broker_config(props: dict[str, str]) -> tuple[BrokerConfig, MessageStor
         {k: v for k, v in props.items() if k not in broker_fields and k not in dledger_keys})
     store.enableDLegerCommitLog = dledger.enableDLegerCommitLog
     store.dLegerSelfId = dledger.dLegerSelfId
-    return BrokerConfig(**mine), store, unknown
+    broker = BrokerConfig(**mine)
+    store.enableControllerMode = broker.enableControllerMode
+    if broker.enableControllerMode and dledger.enableDLegerCommitLog:
+        raise StoreConfigError("enableControllerMode", "controller mode and DLedger mode (enableDLegerCommitLog) "
+                               "are two answers to the same question; choose one")
+    return broker, store, unknown
 
 
 def load_dledger_config(props: dict[str, str]) -> DLedgerConfig:

@@ -6,6 +6,7 @@ import logging
 
 import msgspec
 
+from broker.remoting.controller_codes import GET_BROKER_EPOCH_CACHE, NOTIFY_BROKER_ROLE_CHANGED
 from broker.remoting import codes
 from broker.raft.config import DLedgerConfig
 from broker.remoting.acl import AclError, PlainAccessValidator
@@ -76,11 +77,19 @@ class BrokerController:
         self._register_task: asyncio.Task | None = None
         self._register_again = False
         self._namesrv_conns: dict = {}  # name server address -> RemotingConnection
-        self.slave_sync = SlaveSynchronize(self) if store_config.is_slave or self.dledger else None
+        self.replicas = None
+        self._switching = False
+        if config.enableControllerMode:
+            # the controller names the role and the id (broker.remoting.replicas_manager)
+            from broker.remoting.replicas_manager import ReplicasManager
+            self.replicas = ReplicasManager(self)
+            self.replicas.prepare_store()
+        self.slave_sync = (SlaveSynchronize(self) if store_config.is_slave or self.dledger or self.replicas
+                           else None)
         self.metrics = BrokerMetrics(self)
         self.fast: FastSendPath | None = None
         # as RocketMQ's BrokerStartup: a slave needs an id of its own, a master is always 0
-        if self.dledger is not None:
+        if self.dledger is not None or self.replicas is not None:
             pass
         elif store_config.is_slave and config.brokerId <= 0:
             raise StoreConfigError("brokerId", f"{config.brokerId}: a SLAVE's brokerId must be 1 or more")
@@ -104,7 +113,7 @@ class BrokerController:
             # every topic whose queues the log holds is served, whatever topics.json lost (a
             # crash before its background write) or never had (a slave's master died first)
             self.topics.learn(self.store.queue_counts())
-            if self.store_config.is_slave or self.dledger is not None:
+            if self.store_config.is_slave or self.dledger is not None or self.replicas is not None:
                 self.store.on_new_queues.append(lambda: self.topics.learn(self.store.queue_counts()))
             self.schedule = ScheduleMessageService(self.store, self.topics, self.config.messageDelayLevel,
                                                    on_delivered=self.holds.notify)
@@ -118,6 +127,9 @@ class BrokerController:
             if self.dledger is None:
                 self.fast = FastSendPath(store, topics, holds, self.acl is not None)
                 topics.on_change.append(self.fast.sync_routes)
+            if self.replicas is not None:
+                self.handlers[GET_BROKER_EPOCH_CACHE] = self._epoch_cache
+                self.handlers[NOTIFY_BROKER_ROLE_CHANGED] = self._role_notified
             # DLedger mode: sends go through SendMessageProcessor (each waits for its quorum);
             # the send kernel appends to the ordinary commit log only, a DLedger one is later work
             self.server = RemotingServer(self.handle, self.host, self.store_config.listenPort,
@@ -133,6 +145,8 @@ class BrokerController:
                  self.config.brokerClusterName, self.host, self.server.port, self.config.namesrv_addrs or "none")
         if self.config.metricsPort:
             self.metrics.start(self.store_config.brokerIP1, self.config.metricsPort)
+        if self.replicas is not None:
+            self.replicas.start()
         self.register_soon()
         self._every(self.config.registerNameServerPeriod / 1000, self.register_soon)
         self._every(10.0, self.consumers.scan_expired)
@@ -159,6 +173,8 @@ class BrokerController:
 
     async def close(self) -> None:
         self._serving = False  # a DLedger role change while stopping must not register us again
+        if self.replicas is not None:
+            await self.replicas.close()
         for t in self._timers:
             t.cancel()
         self._timers.clear()
@@ -177,6 +193,10 @@ class BrokerController:
 
     # -- requests --------------------------------------------------------------------------------
     def handle(self, cmd: RemotingCommand, conn):
+        if self._switching and cmd.code not in (NOTIFY_BROKER_ROLE_CHANGED, GET_BROKER_EPOCH_CACHE):
+            # controller mode: the store restarts in its new role (half a second)
+            return None if cmd.is_oneway else cmd.response(
+                codes.SYSTEM_BUSY, remark="[SWITCHING] the broker is switching its role (controller mode); retry")
         fn = self.handlers.get(cmd.code)
         if fn is None:
             return cmd.response(codes.REQUEST_CODE_NOT_SUPPORTED, remark=f" request type {cmd.code} not supported")
@@ -204,6 +224,8 @@ class BrokerController:
         self._register_task = asyncio.ensure_future(self._register_all())
 
     async def _register_all(self) -> None:
+        if self.replicas is not None and self.replicas.role is None:
+            return  # controller mode: no role yet (or fenced), nothing to route clients to
         while True:
             self._register_again = False
             body = msgspec.json.encode({"topicConfigSerializeWrapper": self.topics.serialize_wrapper(),
@@ -246,6 +268,8 @@ class BrokerController:
 
     def _learn_master(self, master_addr: str | None, ha_addr: str | None) -> None:
         """A slave's registration answer names its master (RocketMQ's RegisterBrokerResult)."""
+        if self.replicas is not None:
+            return  # controller mode: the controller names the master, its epoch cache the HA address
         if self.dledger is not None and not self.store.is_slave:
             return  # answered to our registration as a follower, read once we lead
         if master_addr and master_addr != self.slave_sync.master_addr:
@@ -268,6 +292,43 @@ class BrokerController:
                  self.config.brokerId)
         if self._serving:  # before that, start() delivers as the role says and registers once it listens
             self.schedule.set_delivering(master)
+            self.register_soon()
+
+    # -- controller mode ---------------------------------------------------------------------------
+    def _epoch_cache(self, cmd: RemotingCommand, conn):
+        body, ha_addr = self.replicas.epoch_cache()
+        return cmd.response(codes.SUCCESS, {"haServerAddr": ha_addr} if ha_addr else {},
+                            body=msgspec.json.encode(body))
+
+    def _role_notified(self, cmd: RemotingCommand, conn):
+        self.replicas.notified(cmd)
+        return None if cmd.is_oneway else cmd.response(codes.SUCCESS)
+
+    def pause_for_switch(self) -> None:
+        """The store is about to restart in another role: requests are answered SYSTEM_BUSY (clients
+        retry), held pulls are answered now, deliveries stop."""
+        self._switching = True
+        self.holds.notify_all()
+        if self.schedule is not None:
+            self.schedule.set_delivering(False)
+        if self.slave_sync is not None:
+            self.slave_sync.master_addr = None
+            self.slave_sync.close()
+
+    def resume_after_switch(self, role: str | None, master_addr: str) -> None:
+        """The store serves in its new role: the send kernel writes through the new log, the
+        schedule delivers on a master, a slave copies offsets from its master, and the name
+        servers hear of it at once (master: brokerId 0, slave: its own id)."""
+        if self.fast is not None:
+            self.fast.rebind(self.store)
+        self.topics.learn(self.store.queue_counts())
+        if self.schedule is not None:
+            self.schedule.set_delivering(role == "master")
+        self.config.brokerId = 0 if role == "master" else (self.replicas.broker_id or 0)
+        if self.slave_sync is not None and role == "slave":
+            self.slave_sync.master_addr = master_addr
+        self._switching = False
+        if self._serving:
             self.register_soon()
 
     async def unregister(self) -> None:

@@ -61,6 +61,12 @@ class BrokerMetrics:
         table.update({k: o[k] for k in ("acked", "slaves", "received", "linked", "dLedgerRole", "dLedgerTerm",
                                         "dLedgerLeader", "dLedgerCommittedIndex", "dLedgerEndIndex") if k in o})
         table.update({k: (int(v) if float(v).is_integer() else round(v, 6)) for k, v in self.snapshot().items()})
+        r = c.replicas
+        if r is not None:  # controller mode: what the controller made of this broker
+            table.update({"controllerRole": r.role or "none", "controllerBrokerId": -1 if r.broker_id is None
+                          else r.broker_id, "masterEpoch": r.serving_epoch, "roleSwitches": r.switches,
+                          "syncStateSet": ",".join(map(str, sorted(r.sync_state_set))),
+                          "syncStateSetEpoch": r.sync_state_set_epoch})
         return table
 
     def status_line(self, since: dict[str, float] | None = None, seconds: float = 0.0) -> str:

@@ -41,6 +41,11 @@ class PullHoldService:
                 if not fut.done():
                     fut.set_result(end_offset)
 
+    def notify_all(self) -> None:
+        """Every held pull looks at its queue again now (controller mode: before a role switch)."""
+        for key in list(self._held):
+            self.notify(key[0], key[1], -1)
+
     def held(self) -> int:
         return self.waiting
 

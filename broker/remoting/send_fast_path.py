@@ -36,6 +36,12 @@ class FastSendPath:
         self.topics = topics
         self.holds = holds
         self.acl_enabled = acl_enabled
+        self.rebind(store)
+
+    def rebind(self, store) -> None:
+        """Bind to the store's commit log (again in controller mode, after the store restarted in
+        another role with a new log to append to)."""
+        self.store = store
         self.pipeline = SendPipeline(store.commit_log.appender, REGION, TRACE_ON)
         self.pipeline.parked = store.waits_for_durability
         self._store_host = store.commit_log.appender.store_host

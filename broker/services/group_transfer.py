@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 
 from broker.services.offset_waiters import OffsetWaiters, Resolve
-from broker.store.offset_table import Slot
+from broker.store.offset_table import Slot, slave_acks
 from broker.store.results import PutStatus
 
 
@@ -36,5 +36,54 @@ class GroupTransferService:
 
     def close(self) -> None:
         self.waiters.complete(self.table.load(Slot.ACKED))
+        self.waiters.expire(force=True)
+        self.waiters.close()
+
+
+class SyncStateSetTransfer(GroupTransferService):
+    """Controller mode (RocketMQ 5's AutoSwitch HA): a put is acknowledged once `inSyncReplicas`
+    members of the SyncStateSet hold it, the master counting itself, or every member with
+    allAckInSyncStateSet. The slaves' acknowledgements come per broker id (Slot.HA_SLAVE_BASE
+    pairs). A member not linked holds nothing here, so the put waits, and times out with
+    FLUSH_SLAVE_TIMEOUT unless the set shrinks first (the master asks the controller)."""
+
+    def __init__(self, table, loop: asyncio.AbstractEventLoop, timeout_ms: int, config):
+        super().__init__(table, loop, timeout_ms, config.haMaxGapNotInSync)
+        self.all_ack = config.allAckInSyncStateSet
+        self.in_sync_replicas = config.inSyncReplicas
+        self.master_id = config.controllerBrokerId
+        self.members: frozenset[int] = frozenset({self.master_id})
+
+    def set_members(self, members) -> None:
+        """The set a put needs acknowledgements from (while the set changes, the union of the old
+        and the new: broker.remoting.replicas_manager)."""
+        self.members = frozenset(members) | {self.master_id}
+        self.on_wake()
+
+    def _slaves_needed(self) -> int:
+        need = len(self.members) if self.all_ack else min(self.in_sync_replicas, len(self.members))
+        return need - 1
+
+    def confirmed(self) -> int:
+        """The offset enough members hold (-1: none yet; a huge one when no slave is needed)."""
+        need = self._slaves_needed()
+        if need <= 0:
+            return 2**63 - 1
+        acks = slave_acks(self.table)
+        held = sorted((acks.get(b, -1) for b in self.members if b != self.master_id), reverse=True)
+        return held[need - 1] if len(held) >= need else -1
+
+    def wait(self, end: int, resolve: Resolve, arg) -> None:
+        if self.confirmed() >= end:
+            resolve(arg, PutStatus.PUT_OK)
+        else:
+            self.waiters.add(end, resolve, arg)
+
+    def on_wake(self) -> None:
+        if self.waiters:
+            self.waiters.complete(self.confirmed())
+
+    def close(self) -> None:
+        self.waiters.complete(self.confirmed())
         self.waiters.expire(force=True)
         self.waiters.close()

@@ -27,7 +27,7 @@ import time
 from broker.kernels.codec import MAX_TOPIC_LEN
 from broker.services.dispatch_waiters import DispatchWaiters
 from broker.services.group_commit import GroupCommitService
-from broker.services.group_transfer import GroupTransferService
+from broker.services.group_transfer import GroupTransferService, SyncStateSetTransfer
 from broker.services.notifier import Notifier
 from broker.services.offset_waiters import Resolve, resolve_future
 from broker.services.queue_reader import QueueReader
@@ -41,7 +41,7 @@ from broker.store.config import SYNC_FLUSH, MessageStoreConfig
 from broker.store.config_files import WRITER, ConsumerOffsetTable, TopicConfigTable
 from broker.store.consume_queue import ConsumeQueueStore
 from broker.store.durable import fsync_dir
-from broker.store.errors import MessageIllegal, ServiceUnavailable, StoreConfigError
+from broker.store.errors import InSyncReplicasNotEnough, MessageIllegal, ServiceUnavailable, StoreConfigError
 from broker.store.message import StoredMessage, encode_properties
 from broker.store.offset_table import Slot, create_table
 from broker.store.recovery import RecoveryResult, recover
@@ -103,10 +103,7 @@ class MessageStore:
         self.config = config
         self.root = config.storePathRootDir
         self.sync_flush = config.flushDiskType == SYNC_FLUSH
-        self.sync_master = config.sync_master
-        self.is_slave = config.is_slave
-        # a put waits for the flush, a slave's acknowledgement, or both
-        self._put_waits = self.sync_flush or self.sync_master
+        self._take_role()
         self.commit_log: CommitLog | None = None
         self.cqs: ConsumeQueueStore | None = None
         self.table = None
@@ -137,6 +134,25 @@ class MessageStore:
         self.consumer_offsets = ConsumerOffsetTable(config.config_dir)
         self.topic_config = TopicConfigTable(config.config_dir)
         self._persist_timer: asyncio.TimerHandle | None = None
+        # controller mode (broker.remoting.replicas_manager): the SyncStateSet puts need, and why
+        # puts are refused while it is smaller than minInSyncReplicas
+        self.isr_members: frozenset[int] = frozenset()
+        self.isr_refusal: str | None = None
+
+    def _take_role(self) -> None:
+        cfg = self.config
+        self.sync_master = cfg.sync_master
+        self.is_slave = cfg.is_slave
+        # a put waits for the flush, a slave's acknowledgement, or both
+        self._put_waits = self.sync_flush or self.sync_master
+
+    def set_role(self, role: str) -> None:
+        """Controller mode: the role (brokerRole) the next start() serves in; the store is closed."""
+        if self._open:
+            raise RuntimeError("the store's role changes only while it is closed")
+        self.config.brokerRole = role
+        self.config.validate()
+        self._take_role()
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def __aenter__(self) -> "MessageStore":
@@ -214,7 +230,10 @@ class MessageStore:
         if self.sync_flush:
             self.group_commit = GroupCommitService(t, loop, cfg.syncFlushTimeout)
             n.listeners.append(self.group_commit.on_wake)
-        if self.sync_master:
+        if self.sync_master and cfg.enableControllerMode:
+            self.group_transfer = SyncStateSetTransfer(t, loop, cfg.syncFlushTimeout, cfg)
+            self.group_transfer.set_members(self.isr_members)
+        elif self.sync_master:
             self.group_transfer = GroupTransferService(t, loop, cfg.syncFlushTimeout, cfg.haSlaveFallbehindMax)
             n.listeners.append(self.group_transfer.on_wake)
         n.listeners += [self._on_min_offset, self.flags.on_wake, self._on_queues_seen, self.dispatch.on_wake]
@@ -381,6 +400,9 @@ class MessageStore:
         why = self.flags.why_not_writable()
         if why is not None:
             self._refuse(topic, *why)
+        if self.isr_refusal is not None:
+            self.put_failed[PutStatus.IN_SYNC_REPLICAS_NOT_ENOUGH] += 1
+            raise InSyncReplicasNotEnough(self.isr_refusal)
 
     def _refuse(self, topic: str, why: str, message: str) -> None:
         self.refused_writes += 1
@@ -502,7 +524,8 @@ class MessageStore:
     @property
     def fast_writable(self) -> bool:
         """Whether appends may go straight in (the send kernel): a running master not refusing writes."""
-        return self._accepting and not self.is_slave and self.flags.why_not_writable() is None
+        return (self._accepting and not self.is_slave and self.isr_refusal is None
+                and self.flags.why_not_writable() is None)
 
     def note_appended(self, msgs: int, nbytes: int) -> None:
         """The send kernel appended `msgs` records (`nbytes`) since the last note: publish the new

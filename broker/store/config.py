@@ -76,6 +76,24 @@ class MessageStoreConfig:
     # and its service processes need them: the log then lives in dledger-<selfId>/data.
     enableDLegerCommitLog: bool = False
     dLegerSelfId: str = ""
+    # Controller mode (RocketMQ 5's AutoSwitch HA; the store keys are 5.x MessageStoreConfig's):
+    # enableControllerMode is a broker key copied here, as enableDLegerCommitLog, because the HA
+    # processes need it. A master acknowledges a put once `inSyncReplicas` members of the
+    # SyncStateSet hold it (every member with allAckInSyncStateSet), and refuses puts while the set
+    # has fewer than minInSyncReplicas members; a slave leaves the set haMaxTimeSlaveNotCatchup ms
+    # after it last caught up, or haMaxGapNotInSync bytes behind.
+    enableControllerMode: bool = False
+    allAckInSyncStateSet: bool = False
+    totalReplicas: int = 1
+    inSyncReplicas: int = 1
+    minInSyncReplicas: int = 1
+    haMaxGapNotInSync: int = 256 * 1024 * 1024
+    haMaxTimeSlaveNotCatchup: int = 15_000
+    # set by the broker in controller mode before each start of the store, never from broker.conf:
+    # the id the controller gave this broker (a slave's HA hello carries it) and the master epoch
+    # the store serves in (a master refuses a slave that follows another epoch)
+    controllerBrokerId: int = -1
+    controllerMasterEpoch: int = 0
 
     def __post_init__(self) -> None:
         self.validate()
@@ -151,6 +169,9 @@ class MessageStoreConfig:
             host, _, port = self.haMasterAddress.rpartition(":")
             if not host or not port.isdigit() or not 0 < int(port) < 65536:
                 raise StoreConfigError("haMasterAddress", f"{self.haMasterAddress!r} is not host:port")
+        for key in ("totalReplicas", "inSyncReplicas", "minInSyncReplicas", "haMaxTimeSlaveNotCatchup"):
+            if getattr(self, key) < 1:
+                raise StoreConfigError(key, f"{getattr(self, key)} must be at least 1")
         for key in ("haSendHeartbeatInterval", "haHousekeepingInterval"):
             if getattr(self, key) <= 0:  # 0 in RocketMQ: a link dropped or reported on at every turn
                 raise StoreConfigError(key, f"{getattr(self, key)} must be positive")

@@ -1,7 +1,8 @@
 """Typed errors of the store. Each names what a user needs to act on: the key, the file, the offset."""
 from broker.kernels.codec import MessageIllegal  # raised by the encode kernel; re-exported here
 
-__all__ = ["StoreError", "StoreConfigError", "CorruptStoreError", "MessageIllegal", "ServiceUnavailable"]
+__all__ = ["StoreError", "StoreConfigError", "CorruptStoreError", "MessageIllegal", "ServiceUnavailable",
+           "InSyncReplicasNotEnough"]
 
 
 class StoreError(Exception):
@@ -26,3 +27,8 @@ class CorruptStoreError(StoreError):
 
 class ServiceUnavailable(StoreError):
     """The store cannot take writes (closed, or a needed service is down)."""
+
+
+class InSyncReplicasNotEnough(StoreError):
+    """Controller mode: the SyncStateSet has fewer members than minInSyncReplicas; nothing was
+    stored (RocketMQ answers SYSTEM_ERROR, "in-sync replicas not enough")."""

@@ -41,11 +41,25 @@ class Slot(enum.IntEnum):
     # broker (DLedger mode): the lowest data position this member's log must keep for the group,
     # so the cleaner never deletes what a live follower still needs (broker.raft.dledger_clean)
     FOLLOWERS_NEED = 49
+    # HA writer (controller mode): per linked slave a pair of slots from here, its brokerId + 1
+    # (0: the pair is free) then the offset it acknowledged (HA_SLAVE_PAIRS pairs)
+    HA_SLAVE_BASE = 50
 
 
 # upper bounds of the flush-latency histogram's buckets, seconds (the last is +Inf)
 FLUSH_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, float("inf"))
 NSLOTS = 64
+HA_SLAVE_PAIRS = (NSLOTS - Slot.HA_SLAVE_BASE) // 2  # 7 slaves with their acks in controller mode
+
+
+def slave_acks(table) -> dict[int, int]:
+    """Controller mode: brokerId -> the offset it acknowledged, for every slave linked now."""
+    out = {}
+    for k in range(HA_SLAVE_PAIRS):
+        bid = table.load(Slot.HA_SLAVE_BASE + 2 * k)
+        if bid:
+            out[bid - 1] = max(out.get(bid - 1, -1), table.load(Slot.HA_SLAVE_BASE + 2 * k + 1))
+    return out
 
 
 def table_path(store_root: str) -> str:

@@ -32,6 +32,11 @@ def abort_file(root: str) -> str:
     return os.path.join(root, "abort")
 
 
+def epoch_file(root: str) -> str:
+    """Controller mode: the epochs this log was written in (RocketMQ 5's epochFileCheckpoint)."""
+    return os.path.join(root, "epochFileCheckpoint")
+
+
 def lock_file(root: str) -> str:
     return os.path.join(root, "lock")
 

@@ -18,6 +18,8 @@ class PutStatus(enum.Enum):
     # DLedger mode: no quorum in time, or too many appends waiting for one (DLedgerCommitLog)
     OS_PAGECACHE_BUSY = "OS_PAGECACHE_BUSY"
     UNKNOWN_ERROR = "UNKNOWN_ERROR"
+    # controller mode: the SyncStateSet is smaller than minInSyncReplicas (refused before the put)
+    IN_SYNC_REPLICAS_NOT_ENOUGH = "IN_SYNC_REPLICAS_NOT_ENOUGH"
 
 
 class PutFuture(asyncio.Future):
