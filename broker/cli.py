@@ -70,24 +70,44 @@ def _host_port(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
-async def _wait_for_signal() -> None:
+def _stop_requested() -> asyncio.Event:
+    """Set on SIGINT/SIGTERM; installed before anything starts, so a signal during start-up (a
+    controller replaying its log) stops the process cleanly instead of killing it."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    return stop
 
 
 async def _namesrv(args: argparse.Namespace) -> int:
-    from broker.namesrv.server import NamesrvConfig, NamesrvController
+    """`broker namesrv [-c namesrv.conf] [--listen HOST:PORT]`: a name server and, with
+    enableControllerInNamesrv=true in the file, a controller in the same process on its own
+    controllerDLegerPeers address (RocketMQ 5's NamesrvStartup); both stop together."""
+    from broker.namesrv.config import load_namesrv_config
+    from broker.namesrv.server import NamesrvController
 
-    host, port = args.listen
-    controller = NamesrvController(NamesrvConfig(host=host, port=port,
-                                                 autoCreateTopicEnable=args.auto_create_topic == "true"))
-    await controller.start()
-    print(f"name server listening on {controller.addr}", flush=True)
-    await _wait_for_signal()
-    await controller.close()
+    overrides = {}  # the flags win over the file
+    if args.listen:
+        overrides["bindAddress"], overrides["listenPort"] = args.listen[0], str(args.listen[1])
+    if args.auto_create_topic:
+        overrides["autoCreateTopicEnable"] = args.auto_create_topic
+    config, controller_config = load_namesrv_config(args.config, overrides)
+    stop = _stop_requested()
+    namesrv = NamesrvController(config)
+    await namesrv.start()
+    try:
+        print(f"name server listening on {namesrv.addr}", flush=True)
+        if controller_config is None:
+            await stop.wait()
+        else:
+            from broker.controller.startup import listening_line, running_controller  # the Raft core: only if used
+            async with running_controller(controller_config) as controller:
+                print(listening_line(controller), flush=True)
+                await stop.wait()
+            print("controller stopped", flush=True)
+    finally:
+        await namesrv.close()
     print("name server stopped", flush=True)
     return 0
 
@@ -96,19 +116,15 @@ async def _controller(args: argparse.Namespace) -> int:
     """`broker controller -c controller.conf`: one member of the controllers' Raft group, answering
     brokers on its own controllerDLegerPeers address (RocketMQ's ControllerStartup)."""
     from broker.controller.config import load_controller_config
-    from broker.controller.controller import Controller
-    from broker.controller.processor import ControllerRequestProcessor
+    from broker.controller.startup import listening_line, running_controller
 
     config, unknown = load_controller_config(args.config)
     for key in unknown:
         log.warning("%s: unknown key in %s, ignored", key, args.config)
-    controller = Controller(config)
-    ControllerRequestProcessor(controller)
-    await controller.start()
-    print(f"controller {config.controllerDLegerSelfId} of {config.controllerDLegerGroup} listening on "
-          f"{controller.addr}; log {config.controllerStorePath}", flush=True)
-    await _wait_for_signal()
-    await controller.stop()
+    stop = _stop_requested()
+    async with running_controller(config) as controller:
+        print(listening_line(controller), flush=True)
+        await stop.wait()
     print("controller stopped", flush=True)
     return 0
 
@@ -200,10 +216,13 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--status-interval", type=float, default=0.0, metavar="SECONDS",
                    help="log a one-line status (sizes, rates, disk, slaves) every SECONDS; 0 (default): never")
     n = sub.add_parser("namesrv", help="run a name server: brokers register, clients ask for routes")
-    n.add_argument("--listen", type=_host_port, default=("127.0.0.1", 9876), metavar="HOST:PORT",
-                   help="address to listen on (default 127.0.0.1:9876)")
-    n.add_argument("--auto-create-topic", choices=("true", "false"), default="true",
-                   help="autoCreateTopicEnable: answer routes for unknown topics to brokers holding TBW102")
+    n.add_argument("-c", "--config", help="namesrv.conf (RocketMQ's keys: listenPort, bindAddress, "
+                   "scanNotActiveBrokerInterval, enableControllerInNamesrv and then the controller's keys)")
+    n.add_argument("--listen", type=_host_port, metavar="HOST:PORT",
+                   help="address to listen on, over the file's bindAddress/listenPort (default 127.0.0.1:9876)")
+    n.add_argument("--auto-create-topic", choices=("true", "false"),
+                   help="autoCreateTopicEnable: answer routes for unknown topics to brokers holding TBW102 "
+                   "(default true)")
     c = sub.add_parser("controller", help="run a controller: elects the master of each broker group (RocketMQ 5)")
     c.add_argument("-c", "--config", required=True, help="controller.conf (RocketMQ's keys: controllerDLegerGroup, "
                    "controllerDLegerPeers, controllerDLegerSelfId, controllerStorePath, ...)")

@@ -6,7 +6,6 @@ import copy
 import json
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from broker.controller.events import (AlterSyncStateSetEvent, ApplyBrokerIdEvent
 from broker.controller.replicas_info import ControllerError, ReplicasInfoManager
 from broker.store.errors import StoreConfigError
 from tests.conftest import free_port, wait_for
-from tests.helpers.controller_group import ControllerGroup, sync_state
+from tests.helpers.controller_group import ControllerGroup, Heartbeats
 
 G = "broker-a"
 ADDRS = {1: "127.0.0.1:30911", 2: "127.0.0.1:30912", 3: "127.0.0.1:30913"}
@@ -166,34 +165,6 @@ def test_config_defaults_and_refusals(tmp_path):
 
 
 # -- three `broker controller` processes -----------------------------------------------------------
-class Heartbeats:
-    """The brokers' side, reduced to a loop: BROKER_HEARTBEAT from each live broker id to every
-    controller (as RocketMQ's brokers send them), every 200 ms, with a 1 s timeout."""
-
-    def __init__(self, group, ids: dict[int, str]):
-        self.group, self.ids = group, dict(ids)
-        self.beating = set(ids)
-        self.stop_event = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        while not self.stop_event.is_set():
-            for cid in self.group.alive():
-                for bid in sorted(self.beating):
-                    try:
-                        self.group.ask(cid, codes.BROKER_HEARTBEAT, {
-                            "clusterName": "c1", "brokerName": G, "brokerAddr": self.ids[bid], "brokerId": bid,
-                            "epoch": 0, "maxOffset": 100 * bid, "heartbeatTimeoutMills": 1000})
-                    except (OSError, ConnectionError, TimeoutError):
-                        pass  # a controller killed by the test
-            self.stop_event.wait(0.2)
-
-    def close(self) -> None:
-        self.stop_event.set()
-        self.thread.join(10)
-
-
 def test_three_controllers_register_elect_alter_survive_leader_death_and_fail_over(tmp_path):
     group = ControllerGroup(tmp_path, extra="scanInactiveMasterInterval=300\n").start()
     beats = None
@@ -221,10 +192,12 @@ def test_three_controllers_register_elect_alter_survive_leader_death_and_fail_ov
         r = group.leader_call(codes.CONTROLLER_GET_REPLICA_INFO, {"brokerName": "nope"})
         assert r.code == codes.CONTROLLER_BROKER_METADATA_NOT_EXIST and "nope" in r.remark
 
-        beats = Heartbeats(group, ADDRS)
+        beats = Heartbeats(group, G, ADDRS)
         r = group.leader_call(codes.CONTROLLER_ELECT_MASTER, {"clusterName": "c1", "brokerName": G, "brokerId": 1})
         assert r.code == codes.SUCCESS, r.remark
         assert (r.ext["masterBrokerId"], r.ext["masterAddress"], r.ext["masterEpoch"]) == ("1", ADDRS[1], "1")
+        # the SyncStateSet takes live brokers only: every controller has heard each of them
+        wait_for(lambda: beats.rounds >= 1, 10, "a round of heartbeats")
         alter = {"brokerName": G, "masterBrokerId": 1, "masterEpoch": 1}
         r = group.leader_call(codes.CONTROLLER_ALTER_SYNC_STATE_SET, alter,
                               msgspec.json.encode({"syncStateSet": [1, 2, 3], "syncStateSetEpoch": 1}))
@@ -234,9 +207,7 @@ def test_three_controllers_register_elect_alter_survive_leader_death_and_fail_ov
         assert r.code == codes.CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH, r.remark
 
         def replica_info():
-            r = group.leader_call(codes.CONTROLLER_GET_REPLICA_INFO, {"brokerName": G})
-            assert r.code == codes.SUCCESS, r.remark
-            return {k: r.ext.get(k) for k in ("masterBrokerId", "masterAddress", "masterEpoch")} | sync_state(r)
+            return group.replica_info(G)
         before = replica_info()
         assert before == {"masterBrokerId": "1", "masterAddress": ADDRS[1], "masterEpoch": "1",
                           "syncStateSet": [1, 2, 3], "syncStateSetEpoch": 2}

@@ -51,6 +51,12 @@ class ControllerConfig:
                                    "supported (RocketMQ's jRaft controller is not built)")
         if not self.controllerDLegerGroup:
             raise StoreConfigError("controllerDLegerGroup", "must be set (the controllers' Raft group name)")
+        if not self.controllerDLegerPeers.strip():
+            raise StoreConfigError("controllerDLegerPeers", "must be set (every controller's id-host:port: "
+                                   "n0-host:port;n1-host:port;n2-host:port)")
+        if not self.controllerDLegerSelfId:
+            raise StoreConfigError("controllerDLegerSelfId", "must be set (this controller's id in "
+                                   "controllerDLegerPeers)")
         peers = parse_peers(self.controllerDLegerPeers, "controllerDLegerPeers")
         if len(peers) < MIN_PEERS:
             raise StoreConfigError("controllerDLegerPeers", f"{len(peers)} peer(s): a controller group needs at least "
@@ -75,14 +81,26 @@ class ControllerConfig:
     def keys(cls) -> tuple[str, ...]:
         return tuple(f.name for f in dataclasses.fields(cls) if f.name != "dledger")
 
+    @staticmethod
+    def raft_keys() -> frozenset[str]:
+        """The DLedger timing keys a controller.conf may set (the group, peers and self id come
+        from the controllerDLeger* keys)."""
+        return frozenset(DLedgerConfig.keys()) - {"enableDLegerCommitLog", "dLegerGroup", "dLegerPeers",
+                                                   "dLegerSelfId", "preferredLeaderId"}
+
+    @classmethod
+    def property_keys(cls) -> frozenset[str]:
+        """Every key from_properties reads (a name server with the controller inside tells its own
+        keys from these)."""
+        return frozenset(cls.keys()) | cls.raft_keys()
+
     @classmethod
     def from_properties(cls, props: dict[str, str]) -> tuple["ControllerConfig", list[str]]:
         """(config, unknown keys) from controller.conf's string values; the DLedger timing keys
         go to the Raft member's DLedgerConfig."""
         from broker.store.config import _convert
         known = {f.name: f for f in dataclasses.fields(cls) if f.name != "dledger"}
-        raft_keys = set(DLedgerConfig.keys()) - {"enableDLegerCommitLog", "dLegerGroup", "dLegerPeers", "dLegerSelfId",
-                                                  "preferredLeaderId"}
+        raft_keys = cls.raft_keys()
         config = cls(**{k: _convert(k, v, known[k].type) for k, v in props.items() if k in known})
         timings = {k: _convert(k, v, DLedgerConfig.__dataclass_fields__[k].type)
                    for k, v in props.items() if k in raft_keys}

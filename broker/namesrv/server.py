@@ -4,24 +4,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
 from typing import Callable
 
+from broker.namesrv.config import NamesrvConfig
 from broker.namesrv.processor import NamesrvProcessor
-from broker.namesrv.route_info import BROKER_EXPIRED_SECONDS, RouteInfoManager
+from broker.namesrv.route_info import RouteInfoManager
 from broker.remoting.connection import RemotingServer
 
+__all__ = ["NamesrvConfig", "NamesrvController"]
+
 log = logging.getLogger("namesrv")
-
-
-@dataclass
-class NamesrvConfig:
-    host: str = "127.0.0.1"
-    port: int = 9876
-    autoCreateTopicEnable: bool = True  # answer routes for topics brokers will create on first send
-    defaultTopicQueueNums: int = 4
-    scanNotActiveBrokerInterval: float = 10.0  # seconds, RocketMQ's period
-    brokerExpiredSeconds: float = BROKER_EXPIRED_SECONDS
 
 
 class NamesrvController:

@@ -1,10 +1,12 @@
-"""Three `broker controller -c controller.conf` processes on loopback with free ports, and what the
-tests ask them (RocketMQ 5's controller requests, through the project's remoting connection)."""
+"""Three `broker controller -c controller.conf` processes on loopback with free ports (or three
+`broker namesrv -c namesrv.conf` with the controller inside), and what the tests ask them (RocketMQ
+5's controller requests, through the project's remoting connection)."""
 from __future__ import annotations
 
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import msgspec
@@ -17,24 +19,33 @@ from tests.helpers.procs import Child
 
 
 class ControllerGroup:
+    command = "controller"  # `broker controller -c controller-n0.conf`, ...
+
     def __init__(self, root: Path, extra: str = "", n: int = 3):
         self.root = root
         self.ids = [f"n{i}" for i in range(n)]
-        self.ports = dict(zip(self.ids, (free_port() for _ in self.ids)))
+        self.ports = dict(zip(self.ids, (free_port() for _ in self.ids)))  # the controllers' peer ports
         peers = ";".join(f"{i}-127.0.0.1:{p}" for i, p in self.ports.items())
         self.children: dict[str, Child | None] = dict.fromkeys(self.ids)
         self.confs = {}
         for i in self.ids:
-            conf = root / f"controller-{i}.conf"
-            conf.write_text(f"controllerDLegerGroup=cg\ncontrollerDLegerPeers={peers}\ncontrollerDLegerSelfId={i}\n"
-                            f"controllerStorePath={root / i}\nmappedFileSize=1048576\n{FAST_RAFT}{extra}")
+            conf = root / f"{self.command}-{i}.conf"
+            conf.write_text(f"{self.own_keys(i)}controllerDLegerGroup=cg\ncontrollerDLegerPeers={peers}\n"
+                            f"controllerDLegerSelfId={i}\ncontrollerStorePath={root / i}\nmappedFileSize=1048576\n"
+                            f"{FAST_RAFT}{extra}")
             self.confs[i] = conf
+
+    def own_keys(self, i: str) -> str:
+        """What the process's file says besides the controller's keys."""
+        return ""
 
     def start(self, i: str | None = None) -> "ControllerGroup":
         for j in [i] if i else self.ids:
-            c = self.children[j] = Child([sys.executable, "-m", "broker.cli", "controller", "-c", str(self.confs[j])],
+            c = self.children[j] = Child([sys.executable, "-m", "broker.cli", self.command, "-c", str(self.confs[j])],
                                          self.root / f"stderr.{j}")
-            c.wait_lines(lambda ls: any("listening on" in line for line in ls), 60, f"controller {j} to listen")
+            # the controller's own line (a name server prints its own "listening on" first)
+            c.wait_lines(lambda ls: any(line.startswith("controller ") and "listening on" in line for line in ls),
+                         60, f"controller {j} to listen")
         return self
 
     def kill9(self, i: str) -> None:
@@ -81,6 +92,59 @@ class ControllerGroup:
             r = self.ask(lid, code, ext, body)
             return None if r.code in (codes.CONTROLLER_NOT_LEADER, codes.SYSTEM_ERROR) else r
         return wait_for(attempt, timeout, f"the controller leader to answer request {code}")
+
+    def replica_info(self, name: str) -> dict:
+        """The leader's CONTROLLER_GET_REPLICA_INFO for broker group `name`: master and SyncStateSet."""
+        r = self.leader_call(codes.CONTROLLER_GET_REPLICA_INFO, {"brokerName": name})
+        assert r.code == codes.SUCCESS, r.remark
+        return {k: r.ext.get(k) for k in ("masterBrokerId", "masterAddress", "masterEpoch")} | sync_state(r)
+
+
+class NamesrvControllerGroup(ControllerGroup):
+    """Three `broker namesrv -c namesrv.conf` processes with enableControllerInNamesrv=true: each a
+    name server on its listenPort and a controller of the group on its controllerDLegerPeers port."""
+    command = "namesrv"
+
+    def __init__(self, root: Path, extra: str = "", n: int = 3):
+        self.namesrv_ports: dict[str, int] = {}
+        super().__init__(root, extra, n)
+
+    def own_keys(self, i: str) -> str:
+        self.namesrv_ports[i] = free_port()
+        return f"listenPort={self.namesrv_ports[i]}\nenableControllerInNamesrv=true\n"
+
+    def ask_namesrv(self, i: str, code: int, ext: dict | None = None, body: bytes = b""):
+        return call(self.namesrv_ports[i], code, ext, body)
+
+
+class Heartbeats:
+    """The brokers' side, reduced to a loop: BROKER_HEARTBEAT from each live broker id to every
+    controller (as RocketMQ's brokers send them), every 200 ms, with a 1 s timeout."""
+
+    def __init__(self, group: ControllerGroup, broker_name: str, ids: dict[int, str]):
+        self.group, self.broker_name, self.ids = group, broker_name, dict(ids)
+        self.beating = set(ids)
+        self.rounds = 0  # rounds sent to every live controller: a test waits for one before relying on them
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop_event.is_set():
+            for cid in self.group.alive():
+                for bid in sorted(self.beating):
+                    try:
+                        self.group.ask(cid, codes.BROKER_HEARTBEAT, {
+                            "clusterName": "c1", "brokerName": self.broker_name, "brokerAddr": self.ids[bid],
+                            "brokerId": bid, "epoch": 0, "maxOffset": 100 * bid, "heartbeatTimeoutMills": 1000})
+                    except (OSError, ConnectionError, TimeoutError):
+                        pass  # a controller killed by the test
+            self.rounds += 1
+            self.stop_event.wait(0.2)  # the heartbeat period, not a wait for something
+
+    def close(self) -> None:
+        self.stop_event.set()
+        self.thread.join(10)
 
 
 def sync_state(r) -> dict:
