@@ -69,3 +69,89 @@ def test_two_brokers_ten_master_kills_lose_nothing_acknowledged(tmp_path):
         if work.thread.is_alive():
             work.stop_event.set()
         g.stop()
+
+
+def test_an_isolated_master_stops_acknowledging_and_its_tail_is_cut_when_it_returns(tmp_path):
+    """RocketMQ #7017: a master cut off from the controllers and its slave kept acknowledging, and
+    those writes were lost when it came back as a slave. Here (allAckInSyncStateSet) it cannot
+    acknowledge without its slave, cannot shrink the SyncStateSet without the controller, and
+    cuts what it stored meanwhile when it returns. The controllers do not notify (their direct
+    connection to the broker's client port is not cut here): it finds out by itself."""
+    g = ControllerModeGroup(tmp_path, extra=ALL_ACK, proxied=True, controller_extra="notifyBrokerRoleChanged=false\n")
+    g.start()
+    history = History()
+    target = _Target()
+    work = Workload(history, target, TOPIC, timeout=8.0)
+    try:
+        a = g.master()
+        target.port = a.port
+        g.wait_in_sync(a, 2)
+        work.start()
+        t0 = time.monotonic()
+        wait_for(lambda: work.acked() >= 200, 30, "200 sends acknowledged")
+        g.isolate(a.name)
+        acked_at_cut = work.acked()
+        b = g.master(exclude=a)  # the slave, elected while `a` still believes it is master
+        assert g.role(a).get("controllerRole") == "master"
+        # `a` keeps taking writes from its client for a while, and acknowledges none of them
+        tried = work.next_id
+        wait_for(lambda: work.next_id >= tried + 8, 30, "more sends tried on the isolated master")
+        time.sleep(0.1)  # noqa: sleep only to let in-flight answers land before counting
+        late_ok = [m for m, s in history.sends.items() if s.outcome == "ok" and m >= tried]
+        assert not late_ok, f"the isolated master acknowledged {len(late_ok)} sends"
+        work.stop()
+        g.heal()
+        wait_for(lambda: g.role(a).get("controllerRole") == "slave", 60, "the old master to follow the new one")
+        assert "cutting the tail" in a.stderr(), a.stderr()[-3000:]
+        g.wait_in_sync(b, 2)
+        v_ok = sum(1 for s in history.sends.values() if s.outcome == "ok")
+        assert v_ok >= acked_at_cut
+        _check(g, history)
+    finally:
+        if work.thread.is_alive():
+            work.stop_event.set()
+        g.stop()
+
+
+def _send_one(port: int):
+    from tests.helpers.ha_cluster import send_all
+    return send_all(port, TOPIC, [b"one"])[0]
+
+
+def test_fewer_in_sync_replicas_than_min_refuses_sends_until_the_slave_is_back(tmp_path):
+    g = ControllerModeGroup(tmp_path, extra=ALL_ACK + "minInSyncReplicas=2\n").start()
+    try:
+        m = g.master()
+        g.wait_in_sync(m, 2)
+        assert _send_one(m.port).code == codes.SUCCESS
+        slave = next(b for b in g.brokers.values() if b is not m)
+        slave.kill9()
+        # the master leaves the dead slave out of the set, and then refuses: nothing is stored
+        wait_for(lambda: g.role(m).get("syncStateSet") in (1, "1"), 30, "the set to shrink to the master")
+        before = g.role(m)["commitLogMaxOffset"]
+        r = _send_one(m.port)
+        assert r.code == codes.SYSTEM_ERROR and "in-sync replicas not enough" in r.remark, (r.code, r.remark)
+        assert g.role(m)["commitLogMaxOffset"] == before
+        slave.start()
+        g.wait_in_sync(m, 2)
+        assert _send_one(m.port).code == codes.SUCCESS
+    finally:
+        g.stop()
+
+
+def test_the_controller_leader_killed_with_the_master_still_elects_a_new_master(tmp_path):
+    g = ControllerModeGroup(tmp_path, extra=ALL_ACK).start()
+    try:
+        m = g.master()
+        g.wait_in_sync(m, 2)
+        assert _send_one(m.port).code == codes.SUCCESS
+        leader = g.controllers.wait_leader()
+        m.kill9()
+        g.controllers.kill9(leader)
+        new = g.master(exclude=m)
+        g.controllers.wait_leader(exclude=leader)
+        assert _send_one(new.port).code == codes.SUCCESS
+        m.start()
+        g.wait_in_sync(new, 2)
+    finally:
+        g.stop()

@@ -140,8 +140,10 @@ class ReplicasManager:
                     log.debug("controller %s: %s", addr, e)
                     break
                 if r.code == ccodes.CONTROLLER_NOT_LEADER:
+                    # the leader's own address, followed only if it is one of ours: through a NAT
+                    # or a proxy we reach the controllers at the addresses controllerAddr lists
                     nxt = r.ext.get("controllerLeaderAddress")
-                    if nxt and nxt not in tried:
+                    if nxt and nxt not in tried and nxt in self.controllers:
                         addr = nxt
                         continue
                     break

@@ -235,6 +235,7 @@ class MessageStore:
             self.group_transfer.set_members(self.isr_members)
         elif self.sync_master:
             self.group_transfer = GroupTransferService(t, loop, cfg.syncFlushTimeout, cfg.haSlaveFallbehindMax)
+        if self.group_transfer is not None:
             n.listeners.append(self.group_transfer.on_wake)
         n.listeners += [self._on_min_offset, self.flags.on_wake, self._on_queues_seen, self.dispatch.on_wake]
         self._specs = specs_for(self.is_slave)
@@ -335,6 +336,7 @@ class MessageStore:
         for waiting in (self.group_commit, self.group_transfer):
             if waiting is not None:
                 waiting.waiters.close()
+        self.group_commit = self.group_transfer = None  # a restart (controller mode) makes its own
         if self.notifier is not None:
             self.notifier.close()
             self.notifier = None

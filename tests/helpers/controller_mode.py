@@ -20,10 +20,10 @@ FAST_CONTROLLER = "scanInactiveMasterInterval=500\n"
 
 
 class ControllerModeGroup:
-    def __init__(self, root: Path, n: int = 2, extra: str = "", proxied: bool = False):
+    def __init__(self, root: Path, n: int = 2, extra: str = "", proxied: bool = False, controller_extra: str = ""):
         self.root = root
         self.namesrv = NameServer(root)
-        self.controllers = ControllerGroup(root, FAST_CONTROLLER)
+        self.controllers = ControllerGroup(root, FAST_CONTROLLER + controller_extra)
         self.names = [f"b{i}" for i in range(n)]
         self.proxies: dict[str, list[Proxy]] = {name: [] for name in self.names}
         self.brokers: dict[str, Broker] = {}

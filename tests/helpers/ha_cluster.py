@@ -156,6 +156,8 @@ class Proxy:
             except OSError:
                 a.close()
                 continue
+            for s in (a, b):  # forward each write as it comes, as the endpoints themselves do
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             with self.lock:
                 self.socks += [a, b]
             for src, dst in ((a, b), (b, a)):
