@@ -87,7 +87,6 @@ def test_an_isolated_master_stops_acknowledging_and_its_tail_is_cut_when_it_retu
         target.port = a.port
         g.wait_in_sync(a, 2)
         work.start()
-        t0 = time.monotonic()
         wait_for(lambda: work.acked() >= 200, 30, "200 sends acknowledged")
         g.isolate(a.name)
         acked_at_cut = work.acked()
