@@ -54,12 +54,22 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now (for servers whose port must be known before they start)."""
+    """A TCP port free on 127.0.0.1 right now (for servers whose port must be known before they start),
+    never one handed out before in this run: ports are often chosen for several servers before any
+    of them binds, and the kernel may offer a port again while its first taker has not bound it yet
+    (a controller-mode broker's HA port once came out equal to a controller's)."""
     import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 @pytest.fixture

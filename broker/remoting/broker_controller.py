@@ -224,8 +224,8 @@ class BrokerController:
         self._register_task = asyncio.ensure_future(self._register_all())
 
     async def _register_all(self) -> None:
-        if self.replicas is not None and self.replicas.role is None:
-            return  # controller mode: no role yet (or fenced), nothing to route clients to
+        if self.replicas is not None and not self.replicas.routable():
+            return  # controller mode: no role yet (or fenced, or a master cut off from the controller)
         while True:
             self._register_again = False
             body = msgspec.json.encode({"topicConfigSerializeWrapper": self.topics.serialize_wrapper(),

@@ -80,6 +80,7 @@ class ReplicasManager:
         self._linked: frozenset[int] = frozenset()
         self._prev_wrote = 0
         self._said: str | None = None
+        self.last_contact = time.monotonic()  # the last answer from the controller leader
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def prepare_store(self) -> None:
@@ -113,6 +114,18 @@ class ReplicasManager:
     @property
     def addr(self) -> str:
         return self.broker.addr
+
+    def routable(self) -> bool:
+        """Whether the name servers should route clients here. A master that has not heard from
+        the controller leader for controllerHeartBeatTimeoutMills may have been replaced: it stops
+        registering as brokerId 0 (it would take the route back from the new master every
+        registerNameServerPeriod); it keeps serving what reaches it, and acknowledges only what
+        its SyncStateSet holds."""
+        if self.role is None:
+            return False
+        if self.role == "master":
+            return (time.monotonic() - self.last_contact) * 1000 < self.config.controllerHeartBeatTimeoutMills
+        return True
 
     # -- talking to the controllers ------------------------------------------------------------------
     async def _conn(self, addr: str):
@@ -148,6 +161,7 @@ class ReplicasManager:
                         continue
                     break
                 self._leader = addr
+                self.last_contact = time.monotonic()
                 return r
         raise ControllerUnreachable(f"no controller leader answered (asked {', '.join(tried) or 'none'})")
 
