@@ -32,6 +32,8 @@ def test_a_new_master_drops_entries_past_its_log_end():
     ep._write = lambda: None
     ep.append(3, 700, 700)
     assert ep.entries == [E(1, 0), E(3, 700)]
+    ep.append(3, 950, 950)  # restarted before the controller replaced it: epoch 3 still starts at 700
+    assert ep.entries == [E(1, 0), E(3, 700)]
 
 
 @pytest.mark.parametrize("local,local_end,master,master_end,cut", [

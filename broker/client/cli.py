@@ -86,6 +86,10 @@ def add_commands(sub) -> None:
     ct.add_argument("-b", "--broker-name", action="append", default=None,
                     help="only this broker group (repeatable; default: every group)")
     ct.set_defaults(client_cmd=_controller_view)
+    ep = asub.add_parser("epoch", help="a controller-mode broker's epochs (mqadmin getBrokerEpoch) as JSON: "
+                                       "each master epoch its log holds, where it starts and ends")
+    ep.add_argument("--broker", required=True, metavar="HOST:PORT", help="the broker's address")
+    ep.set_defaults(client_cmd=_broker_epoch)
 
 
 def handles(args: argparse.Namespace) -> bool:
@@ -234,18 +238,18 @@ async def _clean(args) -> int:
     return 0
 
 
-async def _controller_call(addr: str, code: int, body: bytes = b""):
+async def _controller_call(addr: str, code: int, body: bytes = b"", what: str = "the controller"):
     from broker.remoting.command import RemotingCommand
     from broker.remoting.connection import connect
     host, _, port = addr.rpartition(":")
     try:
         conn = await asyncio.wait_for(connect(host, int(port)), 5)
     except (OSError, ValueError, asyncio.TimeoutError) as e:
-        raise ClientError(f"cannot reach the controller at {addr}: {e or type(e).__name__}") from None
+        raise ClientError(f"cannot reach {what} at {addr}: {e or type(e).__name__}") from None
     try:
         return await conn.request(RemotingCommand.request(code, {}, body), 10)
     except (OSError, asyncio.TimeoutError) as e:
-        raise ClientError(f"no answer from the controller at {addr}: {e or type(e).__name__}") from None
+        raise ClientError(f"no answer from {what} at {addr}: {e or type(e).__name__}") from None
     finally:
         conn.close()
 
@@ -267,6 +271,15 @@ async def _controller_view(args) -> int:
         raise ClientError(f"the controller leader at {leader} answered code {r.code}: {r.remark}")
     table = json.loads(bytes(r.body))["replicasInfoTable"]
     print(json.dumps({"controller": {k: info[k] for k in sorted(info)}, "replicasInfoTable": table}, indent=2))
+    return 0
+
+
+async def _broker_epoch(args) -> int:
+    from broker.remoting.controller_codes import GET_BROKER_EPOCH_CACHE, SUCCESS
+    r = await _controller_call(args.broker, GET_BROKER_EPOCH_CACHE, what="the broker")
+    if r.code != SUCCESS:
+        raise ClientError(f"the broker at {args.broker} answered code {r.code}: {r.remark} (is it in controller mode?)")
+    print(json.dumps(json.loads(bytes(r.body)), indent=2))
     return 0
 
 

@@ -39,6 +39,7 @@ from broker.remoting import controller_codes as ccodes
 from broker.remoting import codes
 from broker.remoting.command import RemotingCommand
 from broker.remoting.connection import connect
+from broker.remoting.tasks import cancel_and_wait
 from broker.store import paths
 from broker.store.epoch_file import EpochEntry, EpochFile, truncation_point
 from broker.store.offset_table import Slot, slave_acks
@@ -100,13 +101,7 @@ class ReplicasManager:
                        loop.create_task(self._check_sync_state_set_periodically())]
 
     async def close(self) -> None:
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            try:
-                await t
-            except (asyncio.CancelledError, Exception):
-                pass
+        await cancel_and_wait(self._tasks)
         for c in self._conns.values():
             c.close()
         self._conns.clear()

@@ -20,6 +20,7 @@ import os
 import time
 
 from broker.remoting.broker_config import parse_delay_levels
+from broker.remoting.tasks import cancel_and_wait
 from broker.remoting.topic_manager import SCHEDULE_TOPIC
 from broker.services.message_store import GetStatus
 from broker.store.config_files import WRITER, read_with_backup, write_atomic
@@ -93,13 +94,7 @@ class ScheduleMessageService:
             self._tasks.clear()
 
     async def close(self) -> None:
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            try:
-                await t
-            except (asyncio.CancelledError, Exception):
-                pass
+        await cancel_and_wait(self._tasks)
         self._tasks.clear()
         self.persist()
 

@@ -60,7 +60,10 @@ class EpochFile:
     def append(self, epoch: int, start: int, log_end: int) -> None:
         """A master of `epoch` takes over a log ending at `log_end`: entries past the end (a
         slave's copy of its master's entries it never received the data of) go, then
-        <epoch, start> is written, durably."""
+        <epoch, start> is written, durably. A master restarted in the epoch it already led (back
+        before the controller replaced it) continues that epoch's range: nothing changes."""
+        if self.entries and self.entries[-1].epoch == epoch and self.entries[-1].startOffset <= log_end:
+            return
         kept = [e for e in self.entries if e.startOffset <= log_end and e.epoch < epoch]
         # an epoch whose range is empty says nothing: the new one starts where it started
         while kept and kept[-1].startOffset >= start:
