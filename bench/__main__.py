@@ -4,7 +4,8 @@ milestones' targets marked met or missed.
 
     python -m bench                     # quick subset (make bench), < 5 minutes on the 2-core VMs
     python -m bench --full              # everything: whole matrix, 3 repeats, both peers, full-size cells
-    python -m bench --only matrix,peers # some sections (kernels, store, network, ha, dledger, matrix, peers)
+    python -m bench --only matrix,peers # some sections (kernels, store, network, ha, dledger, controller, matrix,
+                                        # peers)
     python -m bench --compare OLD.json  # after the run, what moved (figure, old, new, % change)
     python -m bench --compare OLD.json NEW.json   # compare two results files, no run
     python -m bench --out DIR           # results (JSON + Markdown + PNG plots); default bench/results/
@@ -19,7 +20,11 @@ process on loopback driven over the remoting protocol by the C load generator bu
 and always (bench/redis_benchmark.py; skipped with --no-peers), 5. HA cells
 (bench/ha_bench.py), 5b. DLedger mode (bench/dledger_bench.py): a three-member group's throughput
 through the project's client and the write outage over 10 kill -9s of the leader, with DLedger's
-defaults and with heartBeatTimeIntervalMs=500 (about 3 minutes), 6. the mode matrix (bench/matrix.py): flushDiskType x {single master,
+defaults and with heartBeatTimeIntervalMs=500 (about 3 minutes), 5c. controller mode
+(bench/controller_bench.py): a two-broker group given its roles by three controllers,
+allAckInSyncStateSet=true (two copies per ack), its throughput through the same client cell as
+DLedger's, and the write outage over 10 kill -9s of the master with RocketMQ's default intervals and
+with short ones (about 1.5 minutes), 6. the mode matrix (bench/matrix.py): flushDiskType x {single master,
 ASYNC_MASTER + slave, SYNC_MASTER + slave} x body x in flight, name server / master / slave
 processes driven by broker.client, with CPU per process, replication lag and consume throughput,
 then the peers (bench/peers.py: Redis Streams, NATS JetStream) as ratios project/peer. The quick
@@ -64,6 +69,9 @@ TARGETS = {
     "ha_sync_over_async": 0.5,           # SYNC_MASTER throughput / ASYNC_MASTER, 64 in flight
     "ha_sync_added_p50_us": 300,         # at most
     "ha_catch_up_MBps": 1_000,           # fresh slave
+    # controller mode (issue 18): the write outage after a kill -9 of the master, every kill, with
+    # scanInactiveMasterInterval and the heartbeats at RocketMQ's defaults or lower
+    "controller_outage_s": 3.0,          # at most
 }
 
 
@@ -209,6 +217,11 @@ def evaluate(figs: dict) -> list[dict]:
             TARGETS["ha_sync_added_p50_us"], "us", higher=False)
         add("fresh slave catch-up >= 1 GB/s", max(c["MBps"] for c in H["catch_up"]), TARGETS["ha_catch_up_MBps"],
             "MB/s")
+    C = figs.get("controller") or {}
+    for name, o in (C.get("outage") or {}).items():
+        add(f"controller mode: write outage after kill -9 of the master <= 3 s, every one of {o['kills']} kills "
+            f"({name}: {o.get('settings', '')})", o["outage_max_s"], TARGETS["controller_outage_s"], "s",
+            higher=False, where=f"controller {name}")
     return out
 
 
@@ -229,6 +242,17 @@ def network_vs_redis(N: dict, NP: dict) -> dict:
                          "throughput_ratio": f["msgs_per_s"] / peer["msgs_per_s"],
                          "p50_ratio": f["p50_us"] / peer["p50_us"], "p99_ratio": f["p99_us"] / peer["p99_us"]}
     return out
+
+
+def _outage_cell(o: dict) -> str:
+    lo = f"min {o['outage_min_s']:.2f} s, " if "outage_min_s" in o else ""
+    return f"{lo}p50 {o['outage_p50_s']:.2f} s, max {o['outage_max_s']:.2f} s over {o['kills']} kills"
+
+
+def _from_kill(o: dict) -> str:
+    if "from_kill_p50_s" not in o:
+        return ""
+    return f"kill to the first SEND_OK: p50 {o['from_kill_p50_s']:.2f} s, max {o['from_kill_max_s']:.2f} s"
 
 
 def markdown(figs: dict) -> str:
@@ -403,8 +427,26 @@ def markdown(figs: dict) -> str:
             "CPU-us/msg " + ", ".join(f"{k} {v:.1f}" for k, v in t["cpu_us_per_msg"].items()))
         for name, o in D["outage"].items():
             row(f"write outage after kill -9 of the leader ({name}), last SEND_OK to the next",
-                f"p50 {o['outage_p50_s']:.2f} s, max {o['outage_max_s']:.2f} s over {o['kills']} kills",
-                "goal <= 5 s with DLedger's defaults", "")
+                _outage_cell(o), "goal <= 5 s with DLedger's defaults", _from_kill(o))
+
+    C = figs.get("controller") or {}
+    if C:
+        row("**Controller mode** (two `broker serve` brokers with enableControllerMode=true and three `broker "
+            "controller` processes on loopback; allAckInSyncStateSet=true; the project's client, 1 KiB; "
+            "bench/controller_bench.py)", "", "", "")
+        t = C["throughput"]
+        dt = D.get("throughput")
+        row(f"Producer.send, {t['in_flight']} in flight ({t.get('config', 'defaults')}; a send answered once both "
+            "brokers hold it: two copies)",
+            f"{t['msgs_per_s']:,.0f} msgs/s; p50 {t['p50_us']:,.0f} us, p99 {t['p99_us']:,.0f} us",
+            (f"DLedger's three copies, same cell: {dt['msgs_per_s']:,.0f} msgs/s, p50 {dt['p50_us']:,.0f} us"
+             if dt else "DLedger's cell (not run)"),
+            (f"{t['msgs_per_s'] / dt['msgs_per_s']:.2f}x DLedger; " if dt else "")
+            + "CPU-us/msg " + ", ".join(f"{k} {v:.1f}" for k, v in t["cpu_us_per_msg"].items()))
+        for name, o in C["outage"].items():
+            row(f"write outage after kill -9 of the master ({name}: {o.get('settings', '')}), last SEND_OK to the "
+                "next", _outage_cell(o), f"goal <= {C.get('goal_s', 3):g} s (scanInactiveMasterInterval and "
+                "heartbeats at RocketMQ's defaults or lower)", _from_kill(o))
 
     # a section header with nothing under it (the section was not run: --only / --no-kernels) is dropped
     rows = [r for i, r in enumerate(rows)
@@ -416,8 +458,8 @@ def markdown(figs: dict) -> str:
              "| figure | value | limit beside it (this run) | vs limit |", "|---|---|---|---|"]
     lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
     if figs["targets"]:
-        lines += ["", "## Targets (store-core, broker-daemon and HA milestones)", "", "| target | measured | verdict |",
-                  "|---|---|---|"]
+        lines += ["", "## Targets (store-core, broker-daemon, HA and controller-mode milestones)", "",
+                  "| target | measured | verdict |", "|---|---|---|"]
     for t in figs["targets"]:
         v = t["value"]
         shown = f"{v:,.0f} {t['unit']}" if v >= 100 else f"{v:.2f}{t['unit']}"
@@ -433,7 +475,7 @@ def markdown(figs: dict) -> str:
 
 # ------------------------------------------------------------------------------------------ main
 
-SECTIONS = ("kernels", "store", "network", "ha", "dledger", "matrix", "peers")
+SECTIONS = ("kernels", "store", "network", "ha", "dledger", "controller", "matrix", "peers")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -497,8 +539,8 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         runner, loop_name = asyncio.run, "asyncio"
     settings = store_bench.Settings.make(quick)
-    steps = ["limits"] + [x for x in ("kernels", "store", "network", "ha", "dledger") if x in only] + \
-        (["matrix"] if only & {"matrix", "peers"} else [])
+    steps = ["limits"] + [x for x in ("kernels", "store", "network", "ha", "dledger", "controller") if x in only] \
+        + (["matrix"] if only & {"matrix", "peers"} else [])
     n = len(steps)
 
     def step(name: str, text: str) -> None:
@@ -513,6 +555,7 @@ def main(argv: list[str] | None = None) -> int:
     NP: dict = {}
     H: dict = {}
     D: dict = {}
+    C: dict = {}
     M: dict = {}
     try:
         step("limits", "machine limits")
@@ -562,6 +605,12 @@ def main(argv: list[str] | None = None) -> int:
             from bench import dledger_bench
             D = runner(dledger_bench.run_all(secs, 10, workdir, progress=say))
 
+        if "controller" in only:
+            step("controller", "controller mode (two brokers, three controllers on loopback): throughput of two "
+                               "copies, and the outage after kill -9s of the master")
+            from bench import controller_bench
+            C = runner(controller_bench.run_all(secs, 10, workdir, progress=say))
+
         if "matrix" in steps:
             step("matrix", "mode matrix (name server, master, slave processes; the project's client) and peers")
             from bench import matrix
@@ -581,7 +630,8 @@ def main(argv: list[str] | None = None) -> int:
                  "settings": settings.__dict__, "targets": TARGETS, "argv": sys.argv[1:] if argv is None else argv,
                  "total_s": time.perf_counter() - t_start},
         "limits": L, "kernels": K, "store": S, "network": N, "network_peers": NP,
-        "network_vs_redis": network_vs_redis(N, NP), "ha": H, "dledger": D, "matrix": M,
+        "network_vs_redis": network_vs_redis(N, NP), "ha": H, "dledger": D, "controller": C,
+        "matrix": M,
     }
     figs["targets"] = evaluate(figs)
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S") + ("-quick" if quick else "")

@@ -39,7 +39,8 @@ def flatten(d, prefix: str = "", out: dict | None = None) -> dict:
 HEADLINE = {"msgs_per_s", "mb_per_s", "MBps", "records_per_s", "p50_us", "p99_us", "p999_us", "median_s",
             "throughput_ratio", "p50_ratio", "p99_ratio", "cpu_s_per_M_total_server", "server_cpu_s_per_M",
             "lag_p99_bytes", "memcpy_GiBps", "seq_durable_MBps", "loopback_GiBps", "loopback_rtt_p50_us",
-            "fdatasync_p50_us", "fdatasync_p99_us", "value", "x_memcpy_bench", "sync_vs_async", "sync_added_p50_us"}
+            "fdatasync_p50_us", "fdatasync_p99_us", "value", "x_memcpy_bench", "sync_vs_async", "sync_added_p50_us",
+            "outage_p50_s", "outage_max_s"}
 
 
 def moved(old: dict, new: dict, threshold_pct: float = 5.0, all_figures: bool = False) -> tuple[list, int, int]:
