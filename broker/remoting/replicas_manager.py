@@ -75,6 +75,7 @@ class ReplicasManager:
         self._leader = ""
         self._tasks: list[asyncio.Task] = []
         self._wake = asyncio.Event()
+        self._registered = asyncio.Event()  # the heartbeats start the moment we have an id
         self._switch_lock = asyncio.Lock()
         self._altering = False
         self._caught_up: dict[int, float] = {}
@@ -163,9 +164,13 @@ class ReplicasManager:
     async def _heartbeats(self) -> None:
         """BROKER_HEARTBEAT to every controller, oneway, on kept connections (RocketMQ's
         sendHeartbeatToController); it carries the epoch and log end the controller's elect policy
-        ranks candidates by."""
+        ranks candidates by. The first goes the moment this broker has registered, not a period
+        later: the controller takes a connection for this broker's heartbeat connection (its
+        closing: this process died, elect now) once it carried two heartbeats, and counts a broker
+        alive (a slave may join the SyncStateSet) from its first."""
         period = self.config.brokerHeartbeatInterval / 1000
         while True:
+            await self._registered.wait()
             if self.broker_id is not None:
                 t = self.store.table
                 ext = {"clusterName": self.config.brokerClusterName, "brokerName": self.config.brokerName,
@@ -223,6 +228,7 @@ class ReplicasManager:
             raise ControllerUnreachable(f"the controller refused the registration: {r.code} {r.remark}")
         self.broker_id = int(r.ext["brokerId"])
         self.scfg.controllerBrokerId = self.broker_id
+        self._registered.set()
         log.info("registered with controller %s: brokerId %d", self._leader, self.broker_id)
         self._learn_from(r)
 
