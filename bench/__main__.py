@@ -24,7 +24,7 @@ defaults and with heartBeatTimeIntervalMs=500 (about 3 minutes), 5c. controller 
 (bench/controller_bench.py): a two-broker group given its roles by three controllers,
 allAckInSyncStateSet=true (two copies per ack), its throughput through the same client cell as
 DLedger's, and the write outage over 10 kill -9s of the master with RocketMQ's default intervals and
-with short ones (about 1.5 minutes), 6. the mode matrix (bench/matrix.py): flushDiskType x {single master,
+with short ones (about 1 minute), 6. the mode matrix (bench/matrix.py): flushDiskType x {single master,
 ASYNC_MASTER + slave, SYNC_MASTER + slave} x body x in flight, name server / master / slave
 processes driven by broker.client, with CPU per process, replication lag and consume throughput,
 then the peers (bench/peers.py: Redis Streams, NATS JetStream) as ratios project/peer. The quick
