@@ -4,6 +4,7 @@ send checked afterwards with the history checker (tests/helpers/history.py)."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -230,5 +231,22 @@ def test_a_master_killed_soon_after_it_registered_is_replaced_at_once(tmp_path):
         took = time.monotonic() - t0
         print(f"master killed 3.5 s after starting; new master routed {took:.2f} s after the kill")
         assert took < 3.0, took  # not controllerHeartBeatTimeoutMills (10 s) + scanInactiveMasterInterval
+    finally:
+        g.stop()
+
+
+def test_a_broker_stopped_while_it_switches_roles_stops_cleanly(tmp_path):
+    """SIGTERM to the slave the moment its master stopped: it is switching to master (its store
+    restarting) and must finish or give up cleanly, not crash on a half-closed store."""
+    g = ControllerModeGroup(tmp_path, extra=ALL_ACK).start()
+    try:
+        m = g.master()
+        g.wait_in_sync(m, 2)
+        slave = next(b for b in g.brokers.values() if b is not m)
+        m.stop()
+        wait_for(lambda: "switching to master at master epoch 2" in slave.stderr(), 30, "the slave to start its switch")
+        slave.child.proc.send_signal(signal.SIGTERM)
+        assert slave.child.proc.wait(60) == 0, slave.stderr()[-3000:]
+        assert "Traceback" not in slave.stderr(), slave.stderr()[-3000:]
     finally:
         g.stop()

@@ -81,6 +81,8 @@ class ReplicasManager:
         self._caught_up: dict[int, float] = {}
         self._linked: frozenset[int] = frozenset()
         self._prev_wrote = 0
+        self._retry_join_at = 0.0
+        self._closing = False
         self._said: str | None = None
         self.last_contact = time.monotonic()  # the last answer from the controller leader
 
@@ -102,7 +104,12 @@ class ReplicasManager:
                        loop.create_task(self._check_sync_state_set_periodically())]
 
     async def close(self) -> None:
-        await cancel_and_wait(self._tasks)
+        """A switch under way finishes first (its store part takes under a second; one still
+        waiting for its master to serve gives up): a store stopped half-switched would be left
+        closed, or be closed twice."""
+        self._closing = True
+        async with self._switch_lock:
+            await cancel_and_wait(self._tasks)
         for c in self._conns.values():
             c.close()
         self._conns.clear()
@@ -287,6 +294,7 @@ class ReplicasManager:
         async with self._switch_lock:
             epoch = self.master_epoch
             t0 = time.monotonic()
+            log.info("controller mode: switching to %s at master epoch %d", role or "no role", epoch)
             if role == "slave":
                 cache, ha_addr = await self._master_epochs(master_addr, epoch)
             b = self.broker
@@ -357,7 +365,7 @@ class ReplicasManager:
                                                     f"newer than {epoch}: asking the controller again")
             except (OSError, asyncio.TimeoutError):
                 pass
-            if time.monotonic() > deadline or epoch != self.master_epoch:
+            if time.monotonic() > deadline or epoch != self.master_epoch or self._closing:
                 raise ControllerUnreachable(f"master {master_addr} does not serve epoch {epoch}")
             await asyncio.sleep(delay)  # the master finishes its own switch: no event reaches us from it
             delay = min(delay * 2, 0.5)
@@ -406,7 +414,8 @@ class ReplicasManager:
                 self._caught_up[bid] = now
         self._prev_wrote = wrote
         linked = frozenset(acks)
-        joining = any(b not in self.sync_state_set and self._caught_up.get(b) == now for b in linked)
+        joining = (any(b not in self.sync_state_set and self._caught_up.get(b) == now for b in linked)
+                   and now >= self._retry_join_at)
         if linked != self._linked or joining:
             self._linked = linked
             asyncio.get_running_loop().create_task(self.check_sync_state_set())
@@ -457,11 +466,15 @@ class ReplicasManager:
                          sorted(self.sync_state_set), self.sync_state_set_epoch)
             else:
                 log.warning("the controller refused the SyncStateSet %s: %d %s", sorted(new), r.code, r.remark)
+                # not at every wake again (each slave ack is one): a slave the controller does not
+                # count alive yet is asked for again after a pause, or by the periodic check
+                self._retry_join_at = time.monotonic() + min(1.0, self.config.checkSyncStateSetPeriod / 1000)
                 if r.code in (ccodes.CONTROLLER_FENCED_MASTER_EPOCH, ccodes.CONTROLLER_INVALID_MASTER,
                               ccodes.CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH):
                     self._wake.set()  # we may no longer be master: ask the controller
         except (ControllerUnreachable, OSError, ValueError, KeyError) as e:
             log.warning("could not change the SyncStateSet to %s: %s", sorted(new), e)
+            self._retry_join_at = time.monotonic() + min(1.0, self.config.checkSyncStateSetPeriod / 1000)
         finally:
             self._altering = False
             self._publish_isr(self.sync_state_set)

@@ -179,6 +179,9 @@ class MessageStore:
         try:
             await self._start()
         except BaseException:
+            # a start that failed or was cancelled (controller mode: a stop during a role switch)
+            # leaves the store closed, so that a close() after it has nothing left to stop
+            self._open = self._accepting = False
             await self._teardown()
             raise
 
