@@ -433,3 +433,24 @@ def test_a_queue_minimum_moves_to_its_first_kept_message_in_a_mostly_unwritten_f
     cq.correct_min(5000)  # every message gone: the queue starts at its end
     assert cq.min_offset == n
     cq.close()
+
+
+def test_a_queue_minimum_looks_past_a_file_the_cleaner_has_not_deleted_yet(tmp_path):
+    """The cleaner publishes the commit log's new minimum before it deletes the consume-queue files
+    wholly below it: a reader that corrects its queues in between still sees such a file, and must
+    start the queue in the next one (it put the start at the next file's first entry, whose
+    message was gone: OFFSET_FOUND_NULL in test_forced_deletion_under_readers_on_a_small_filesystem
+    under load)."""
+    import numpy as np
+    from broker.store.consume_queue import CQ_UNIT, ConsumeQueue
+    cq = ConsumeQueue(str(tmp_path), "T", 0, 10 * CQ_UNIT, writable=True)  # 10 entries a file
+    n = 25
+    cq.put(np.arange(n, dtype=np.int64), np.arange(n, dtype=np.int64) * 100 + 100, np.full(n, 100, np.int32),
+           np.zeros(n, np.int64))
+    cq.correct_min(1450)  # entries 0..13 (messages 100..1400) gone: 14 is the first kept
+    assert cq.min_offset == 14
+    cq.correct_min(2000)  # the start moves within the second file
+    assert cq.min_offset == 19
+    cq.correct_min(9999)
+    assert cq.min_offset == n
+    cq.close()

@@ -121,19 +121,22 @@ class ConsumeQueue:
         so a consumer behind it is told to move (PULL_OFFSET_MOVED) instead of waiting on a hole."""
         for first in [f for f in self.files if not os.path.exists(self._path(f))]:
             del self.files[first]
-        if not self.files:
-            return
-        first = min(self.files)
-        arr = self.files[first]
-        idx = 0
-        if arr["size"][0]:
+        # The first entry at or above phys_min, file after file: the cleaner deletes the files
+        # wholly below it only after it has published the new minimum, so a file we still see
+        # may hold nothing that survives (the queue's start is then in a later one).
+        start = None
+        for first in sorted(self.files):
+            arr = self.files[first]
             # the search over the written entries only: the zeros after them are not sorted with
             # them, and a search over a file mostly unwritten (the usual 300 000-entry file) ended
             # past every entry, putting the queue's minimum at its end
             nz = np.flatnonzero(arr["size"] == 0)
             n = int(nz[0]) if len(nz) else len(arr)
-            idx = int(np.searchsorted(arr["offset"][:n].astype(np.int64), phys_min))
-        self.min_logic = max(self.min_logic, first + idx)
+            start = first + int(np.searchsorted(arr["offset"][:n].astype(np.int64), phys_min))
+            if start < first + len(arr):
+                break  # a surviving entry here, or the next one to be written
+        if start is not None:
+            self.min_logic = max(self.min_logic, start)
 
     def skip_unwritten_head(self, phys_min: int) -> None:
         """Read side, DLedger mode: a queue whose entries at its start were never written here (a
