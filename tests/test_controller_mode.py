@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 
 from broker.remoting import codes
 from tests.conftest import wait_for
@@ -116,16 +117,25 @@ def test_an_isolated_master_stops_acknowledging_and_its_tail_is_cut_when_it_retu
         g.stop()
 
 
+@contextmanager
+def _in_sync_group(tmp_path, extra: str = ALL_ACK):
+    """A started group whose master has its slave in the SyncStateSet: (group, master)."""
+    g = ControllerModeGroup(tmp_path, extra=extra).start()
+    try:
+        m = g.master()
+        g.wait_in_sync(m, 2)
+        yield g, m
+    finally:
+        g.stop()
+
+
 def _send_one(port: int):
     from tests.helpers.ha_cluster import send_all
     return send_all(port, TOPIC, [b"one"])[0]
 
 
 def test_fewer_in_sync_replicas_than_min_refuses_sends_until_the_slave_is_back(tmp_path):
-    g = ControllerModeGroup(tmp_path, extra=ALL_ACK + "minInSyncReplicas=2\n").start()
-    try:
-        m = g.master()
-        g.wait_in_sync(m, 2)
+    with _in_sync_group(tmp_path, ALL_ACK + "minInSyncReplicas=2\n") as (g, m):
         assert _send_one(m.port).code == codes.SUCCESS
         slave = next(b for b in g.brokers.values() if b is not m)
         slave.kill9()
@@ -138,15 +148,10 @@ def test_fewer_in_sync_replicas_than_min_refuses_sends_until_the_slave_is_back(t
         slave.start()
         g.wait_in_sync(m, 2)
         assert _send_one(m.port).code == codes.SUCCESS
-    finally:
-        g.stop()
 
 
 def test_the_controller_leader_killed_with_the_master_still_elects_a_new_master(tmp_path):
-    g = ControllerModeGroup(tmp_path, extra=ALL_ACK).start()
-    try:
-        m = g.master()
-        g.wait_in_sync(m, 2)
+    with _in_sync_group(tmp_path) as (g, m):
         assert _send_one(m.port).code == codes.SUCCESS
         leader = g.controllers.wait_leader()
         m.kill9()
@@ -164,35 +169,28 @@ def test_the_controller_leader_killed_with_the_master_still_elects_a_new_master(
             epochs = json.loads(r.stdout)["epochList"]
             assert [e["epoch"] for e in epochs] == [1, 2], epochs
             assert epochs[0]["endOffset"] == epochs[1]["startOffset"] > 0, epochs
-    finally:
-        g.stop()
 
 
 def test_ali_ons_produces_and_consumes_across_a_master_kill(tmp_path):
     """The unmodified npm client reaches the new master with no code change."""
     from tests.helpers.failover_clients import ali_ons_across_a_master_kill
-    g = ControllerModeGroup(tmp_path, extra=ALL_ACK).start()
-    try:
-        old = g.master()
-        g.wait_in_sync(old, 2)
+    with _in_sync_group(tmp_path) as (g, old):
 
         def kill():
             old.kill9()
             return g.master(exclude=old)
         new = ali_ons_across_a_master_kill(g.namesrv.addr, tmp_path, kill)
         assert g.role(new)["controllerRole"] == "master"
-    finally:
-        g.stop()
 
 
 def test_an_all_ack_send_is_answered_when_the_slave_acknowledges_it(tmp_path):
     """The slave's acknowledgement wakes the master's waiting puts at once (the SyncStateSet
     transfer is one of the store's wake listeners), not at the next metadata poll or change of the
-    set: one send at a time, each answered in milliseconds (~1 s each while it was not a listener)."""
-    g = ControllerModeGroup(tmp_path, extra=ALL_ACK).start()
-    try:
-        m = g.master()
-        g.wait_in_sync(m, 2)
+    set. With those a minute apart, a put that waited for them would end FLUSH_SLAVE_TIMEOUT after
+    syncFlushTimeout (5 s); each was answered after about 1 s, the poll's period, while the
+    transfer was not a listener."""
+    quiet = "syncBrokerMetadataPeriod=60000\ncheckSyncStateSetPeriod=60000\n"
+    with _in_sync_group(tmp_path, ALL_ACK + quiet) as (g, m):
         took = []
         for _ in range(11):
             t0 = time.monotonic()
@@ -200,9 +198,6 @@ def test_an_all_ack_send_is_answered_when_the_slave_acknowledges_it(tmp_path):
             took.append(time.monotonic() - t0)
             assert r.code == codes.SUCCESS, (r.code, r.remark)
         print("one send at a time, allAckInSyncStateSet:", [f"{t * 1e3:.0f} ms" for t in took])
-        assert max(took[1:]) < 0.3, took  # the first also creates the topic
-    finally:
-        g.stop()
 
 
 def test_a_master_killed_soon_after_it_registered_is_replaced_at_once(tmp_path):
@@ -238,15 +233,10 @@ def test_a_master_killed_soon_after_it_registered_is_replaced_at_once(tmp_path):
 def test_a_broker_stopped_while_it_switches_roles_stops_cleanly(tmp_path):
     """SIGTERM to the slave the moment its master stopped: it is switching to master (its store
     restarting) and must finish or give up cleanly, not crash on a half-closed store."""
-    g = ControllerModeGroup(tmp_path, extra=ALL_ACK).start()
-    try:
-        m = g.master()
-        g.wait_in_sync(m, 2)
+    with _in_sync_group(tmp_path) as (g, m):
         slave = next(b for b in g.brokers.values() if b is not m)
         m.stop()
         wait_for(lambda: "switching to master at master epoch 2" in slave.stderr(), 30, "the slave to start its switch")
         slave.child.proc.send_signal(signal.SIGTERM)
         assert slave.child.proc.wait(60) == 0, slave.stderr()[-3000:]
         assert "Traceback" not in slave.stderr(), slave.stderr()[-3000:]
-    finally:
-        g.stop()
