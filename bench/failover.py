@@ -139,6 +139,21 @@ class Group:
         """The master, once the group is whole again (by default: once there is one)."""
         return await self.master(admin, timeout)
 
+    @staticmethod
+    async def routed(admin, member: Member, timeout: float = 60.0) -> None:
+        """Until the name server routes clients to `member` as master: it says it is master a
+        moment before its registration reaches the name server, and a producer asking in between
+        finds no route for a topic it would create (RouteNotFound)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if member.addr in await admin.master_addrs():
+                    return
+            except Exception:  # noqa: BLE001 - no route yet: ask again
+                pass
+            await asyncio.sleep(0.05)
+        raise TimeoutError(f"the name server does not route to {member.addr} within {timeout} s")
+
 
 def store_host(offset_msg_id: str) -> str:
     """ip:port of the broker that stored a message, from its offsetMsgId (IPv4, port, offset in hex)."""
@@ -153,6 +168,7 @@ async def throughput_cell(namesrv: str, group: Group, seconds: float, topic: str
     from broker.client.producer import Producer
     async with Admin(namesrv) as admin:
         leader = await group.ready(admin)
+        await group.routed(admin, leader)
     body = os.urandom(BODY)
     producer = Producer(producer_group, namesrv)
     await producer.start()
