@@ -71,3 +71,22 @@ def test_truncation_cuts_the_tail_on_disk_and_the_queues_with_it(tmp_path):
         finally:
             await s.close()
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("props,key", [
+    ({"enableControllerMode": "true"}, "controllerAddr"),
+    ({"enableControllerMode": "true", "controllerAddr": "nohost"}, "controllerAddr"),
+    ({"enableControllerMode": "true", "controllerAddr": "127.0.0.1:1", "haAnnounceAddress": "x"}, "haAnnounceAddress"),
+    ({"enableControllerMode": "true", "controllerAddr": "127.0.0.1:1", "brokerHeartbeatInterval": "0"},
+     "brokerHeartbeatInterval"),
+    ({"enableControllerMode": "true", "controllerAddr": "127.0.0.1:1", "minInSyncReplicas": "0"}, "minInSyncReplicas"),
+    ({"enableControllerMode": "true", "controllerAddr": "127.0.0.1:1", "enableDLegerCommitLog": "true",
+      "dLegerGroup": "g", "dLegerPeers": "n0-127.0.0.1:1;n1-127.0.0.1:2;n2-127.0.0.1:3", "dLegerSelfId": "n0"},
+     "enableControllerMode"),
+])
+def test_bad_controller_mode_config_is_refused_naming_the_key(props, key):
+    from broker.remoting.broker_config import load_broker_config
+    from broker.store.errors import StoreConfigError
+    with pytest.raises(StoreConfigError) as e:
+        load_broker_config(props)
+    assert e.value.key == key, e.value

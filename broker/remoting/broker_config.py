@@ -96,6 +96,10 @@ class BrokerConfig:
                 host, _, port = addr.rpartition(":")
                 if not host or not port.isdigit() or not 0 < int(port) < 65536:
                     raise StoreConfigError("controllerAddr", f"{addr!r} is not host:port")
+            if self.haAnnounceAddress:
+                host, _, port = self.haAnnounceAddress.rpartition(":")
+                if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                    raise StoreConfigError("haAnnounceAddress", f"{self.haAnnounceAddress!r} is not host:port")
             for key in ("syncBrokerMetadataPeriod", "checkSyncStateSetPeriod", "brokerHeartbeatInterval",
                         "controllerHeartBeatTimeoutMills"):
                 if getattr(self, key) <= 0:

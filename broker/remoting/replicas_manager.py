@@ -81,6 +81,7 @@ class ReplicasManager:
         self._caught_up: dict[int, float] = {}
         self._linked: frozenset[int] = frozenset()
         self._prev_wrote = 0
+        self._epoch_start = 0  # where the epoch this broker leads begins in its log
         self._retry_join_at = 0.0
         self._closing = False
         self._said: str | None = None
@@ -295,6 +296,7 @@ class ReplicasManager:
             epoch = self.master_epoch
             t0 = time.monotonic()
             log.info("controller mode: switching to %s at master epoch %d", role or "no role", epoch)
+            cache, ha_addr = None, ""
             if role == "slave":
                 cache, ha_addr = await self._master_epochs(master_addr, epoch)
             b = self.broker
@@ -302,35 +304,29 @@ class ReplicasManager:
             log_end = self.store.table.load(Slot.WROTE) if self.store.table is not None else 0
             await self.store.close()
             ep = EpochFile(self.scfg.storePathRootDir).load()
-            self.scfg.controllerMasterEpoch = epoch
-            if role == "master":
-                ep.append(epoch, log_end, log_end)
-                self.scfg.haMasterAddress = ""
-                self.store.isr_members = self.sync_state_set | {self.broker_id}
-                self._caught_up.clear()
-                self._linked, self._prev_wrote = frozenset(), log_end
-                self.store.set_role("SYNC_MASTER")
-            elif role == "slave":
+            if role == "slave":
                 master_entries = [EpochEntry(e["epoch"], e["startOffset"]) for e in cache["epochList"]]
                 cut = truncation_point(ep.entries, log_end, master_entries, int(cache["maxOffset"]))
                 if cut is None:
                     log.error("this broker's log and master %s's have no epoch in common (ours %s, its %s): it "
                               "cannot follow; wipe its store to rebuild it from the master", master_addr,
                               ep.entries, master_entries)
-                    role, ha_addr = None, ""
-                elif cut < log_end:
-                    log.warning("log diverged from master %s's at %d (ours ends at %d): cutting the tail",
-                                master_addr, cut, log_end)
-                    truncate_commit_log(self.scfg, cut)
-                if role == "slave":
+                    role = None
+                else:
+                    if cut < log_end:
+                        log.warning("log diverged from master %s's at %d (ours ends at %d): cutting the tail",
+                                    master_addr, cut, log_end)
+                        truncate_commit_log(self.scfg, cut)
                     ep.replace(master_entries)
-                self.scfg.haMasterAddress = ha_addr
-                self.store.set_role("SLAVE")
-            else:
-                self.scfg.haMasterAddress = ""
-                self.store.set_role("SLAVE")
-            if role != "slave":
-                self.scfg.controllerMasterEpoch = epoch if role == "master" else 0
+            if role == "master":
+                ep.append(epoch, log_end, log_end)
+                self._epoch_start = ep.entries[-1].startOffset
+                self.store.isr_members = self.sync_state_set | {self.broker_id}
+                self._caught_up.clear()
+                self._linked, self._prev_wrote = frozenset(), log_end
+            self.scfg.haMasterAddress = ha_addr if role == "slave" else ""
+            self.scfg.controllerMasterEpoch = epoch if role is not None else 0
+            self.store.set_role("SYNC_MASTER" if role == "master" else "SLAVE")
             await self.store.start()
             self.role, self.serving_epoch = role, epoch
             self.following = master_addr if role == "slave" else ""
@@ -441,8 +437,7 @@ class ReplicasManager:
             if b in acks and recent and wrote - acks[b] < self.scfg.haMaxGapNotInSync:
                 keep.add(b)
         # a slave joins once it has caught up with the log, this epoch's start included
-        start = EpochFile(self.scfg.storePathRootDir).load().entries[-1].startOffset
-        join = {b for b, ack in acks.items() if b not in self.sync_state_set and ack >= start
+        join = {b for b, ack in acks.items() if b not in self.sync_state_set and ack >= self._epoch_start
                 and now - self._caught_up.get(b, -1e18) < 1.0}
         new = frozenset(keep | join)
         if new == self.sync_state_set | {self.broker_id}:

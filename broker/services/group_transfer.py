@@ -30,12 +30,16 @@ class GroupTransferService:
         else:
             self.waiters.add(end, resolve, arg)
 
+    def confirmed(self) -> int:
+        """The offset the slaves hold as this mode counts them: the best one's."""
+        return self.table.load(Slot.ACKED)
+
     def on_wake(self) -> None:
         if self.waiters:
-            self.waiters.complete(self.table.load(Slot.ACKED))
+            self.waiters.complete(self.confirmed())
 
     def close(self) -> None:
-        self.waiters.complete(self.table.load(Slot.ACKED))
+        self.waiters.complete(self.confirmed())
         self.waiters.expire(force=True)
         self.waiters.close()
 
@@ -78,12 +82,3 @@ class SyncStateSetTransfer(GroupTransferService):
             resolve(arg, PutStatus.PUT_OK)
         else:
             self.waiters.add(end, resolve, arg)
-
-    def on_wake(self) -> None:
-        if self.waiters:
-            self.waiters.complete(self.confirmed())
-
-    def close(self) -> None:
-        self.waiters.complete(self.confirmed())
-        self.waiters.expire(force=True)
-        self.waiters.close()
