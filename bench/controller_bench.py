@@ -24,10 +24,8 @@ ones. The controllers' own Raft timings are DLedger's defaults (no controller is
 """
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -212,23 +210,16 @@ async def run_all(seconds: float, kills: int, workdir: str, progress=print, conf
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seconds", type=float, default=5.0)
-    ap.add_argument("--kills", type=int, default=10)
-    ap.add_argument("--workdir", default=None)
-    ap.add_argument("--configs", default=",".join(CONFIGS),
-                    help=f"comma-separated, of {', '.join(CONFIGS)}; the first is also the throughput cell's")
-    args = ap.parse_args(argv)
+    def more(ap):
+        ap.add_argument("--configs", default=",".join(CONFIGS),
+                        help=f"comma-separated, of {', '.join(CONFIGS)}; the first is also the throughput cell's")
+    ap, args = failover.cli(__doc__, argv, more)
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
     unknown = [c for c in configs if c not in CONFIGS]
     if unknown or not configs:
         ap.error(f"unknown config(s) {unknown}; known: {', '.join(CONFIGS)}")
-    workdir = tempfile.mkdtemp(prefix="controller-bench-", dir=args.workdir)
-    try:
-        asyncio.run(run_all(args.seconds, args.kills, workdir, configs=configs))
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    return 0
+    return failover.run_in_workdir("controller-bench-", args.workdir,
+                                   lambda workdir: run_all(args.seconds, args.kills, workdir, configs=configs))
 
 
 if __name__ == "__main__":

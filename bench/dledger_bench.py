@@ -16,11 +16,7 @@
 """
 from __future__ import annotations
 
-import argparse
-import asyncio
-import shutil
 import sys
-import tempfile
 
 from bench import failover
 from bench.failover import Member
@@ -78,17 +74,9 @@ async def run_all(seconds: float, kills: int, workdir: str, progress=print) -> d
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seconds", type=float, default=5.0)
-    ap.add_argument("--kills", type=int, default=10)
-    ap.add_argument("--workdir", default=None)
-    args = ap.parse_args(argv)
-    workdir = tempfile.mkdtemp(prefix="dledger-bench-", dir=args.workdir)
-    try:
-        asyncio.run(run_all(args.seconds, args.kills, workdir))
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    return 0
+    _, args = failover.cli(__doc__, argv)
+    return failover.run_in_workdir("dledger-bench-", args.workdir,
+                                   lambda workdir: run_all(args.seconds, args.kills, workdir))
 
 
 if __name__ == "__main__":

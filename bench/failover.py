@@ -20,6 +20,7 @@ project's client, and the write outage a client sees after kill -9s of the maste
 """
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import shutil
@@ -253,3 +254,25 @@ def outage_line(o: dict) -> str:
 def throughput_line(t: dict) -> str:
     return (f"{t['msgs_per_s']:,.0f} msgs/s, p50 {t['p50_us']:,.0f} us, p99 {t['p99_us']:,.0f} us; "
             "CPU-us/msg " + ", ".join(f"{k} {v:.1f}" for k, v in t["cpu_us_per_msg"].items()))
+
+
+def cli(doc: str, argv: list[str] | None, more=None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
+    """The failover benches' command line: --seconds (throughput cell), --kills, --workdir; `more(ap)`
+    adds a bench's own arguments."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--kills", type=int, default=10)
+    ap.add_argument("--workdir", default=None)
+    if more is not None:
+        more(ap)
+    return ap, ap.parse_args(argv)
+
+
+def run_in_workdir(prefix: str, parent: str | None, run) -> int:
+    """asyncio.run(run(workdir)) in a fresh directory under `parent`, removed afterwards."""
+    workdir = tempfile.mkdtemp(prefix=prefix, dir=parent)
+    try:
+        asyncio.run(run(workdir))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 0
