@@ -84,6 +84,7 @@ class ReplicasManager:
         self._epoch_start = 0  # where the epoch this broker leads begins in its log
         self._retry_join_at = 0.0
         self._closing = False
+        self._register_pending = False
         self._said: str | None = None
         self.last_contact = time.monotonic()  # the last answer from the controller leader
 
@@ -128,7 +129,10 @@ class ReplicasManager:
         if self.role is None:
             return False
         if self.role == "master":
-            return (time.monotonic() - self.last_contact) * 1000 < self.config.controllerHeartBeatTimeoutMills
+            if (time.monotonic() - self.last_contact) * 1000 < self.config.controllerHeartBeatTimeoutMills:
+                return True
+            self._register_pending = True  # registered once the controller answers again
+            return False
         return True
 
     # -- talking to the controllers ------------------------------------------------------------------
@@ -255,6 +259,9 @@ class ReplicasManager:
                 else:
                     await self._sync_metadata()
                 await self._act()
+                if self._register_pending:
+                    self._register_pending = False
+                    self.broker.register_soon()
                 if self._said:
                     log.info("controller reached again")
                 self._said = None
@@ -266,6 +273,10 @@ class ReplicasManager:
                 log.exception("controller mode: following the controller failed")
             # woken by a notification, else the periodic check (a lost notification, a retry)
             wait = period if self._said is None and self.role is not None else min(period, 1.0)
+            if self.role == "master":
+                # a master hears from the controller well within controllerHeartBeatTimeoutMills,
+                # or it stops registering as master (routable)
+                wait = min(wait, self.config.controllerHeartBeatTimeoutMills / 3000)
             try:
                 await asyncio.wait_for(self._wake.wait(), wait)
             except asyncio.TimeoutError:
