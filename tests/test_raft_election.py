@@ -8,6 +8,7 @@ defaults, scaled down).
 from __future__ import annotations
 
 import asyncio
+import socket
 import os
 import time
 
@@ -388,6 +389,44 @@ def test_a_dead_leader_is_replaced_without_waiting_out_the_heartbeat_leak(tmp_pa
             at_most_one_leader_per_term(rest, seen)
             members = rest
         finally:
+            for m in members:
+                await m.stop()
+    asyncio.run(main())
+
+
+def test_a_leader_whose_links_close_before_its_listener_is_found_gone(tmp_path):
+    """A process killed with -9 closes its sockets one by one: a follower can see the heartbeat
+    link close while the process's listening socket still exists, and its probe's connect then
+    lands in that socket's backlog, to be reset a moment later when the exit closes it. That
+    connect is no sign of life: a new leader well before 6 s of missed heartbeats."""
+    async def main():
+        members = [await Member(tmp_path / f"m{i}", c).start()
+                   for i, c in enumerate(group_configs(3, heartBeatTimeIntervalMs=2000, minVoteIntervalMs=300,
+                                                       maxVoteIntervalMs=1000))]
+        dying = None
+        try:
+            await until(lambda: settled(members), 30, "a leader followed by all")
+            old = settled(members)
+            rest = [m for m in members if m is not old]
+            await until(lambda: all(m.elector.last_leader_hb > 0 for m in rest), 10, "heartbeats")
+            old_term = old.state.term
+            await old.elector.stop()
+            await old.server.close()
+            # the exiting process's listener: accepts nothing, and is closed 50 ms after its links
+            dying = socket.socket()
+            dying.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            dying.bind((old.config.self_peer.host, old.config.self_peer.port))
+            dying.listen(16)
+            t0 = time.monotonic()
+            old.clients.close()  # the heartbeat links close first
+            asyncio.get_running_loop().call_later(0.05, dying.close)
+            await until(lambda: settled(rest), 3, "a new leader well before 6 s of missed heartbeats")
+            assert time.monotonic() - t0 < 3
+            assert settled(rest).state.term > old_term
+            members = rest
+        finally:
+            if dying is not None:
+                dying.close()
             for m in members:
                 await m.stop()
     asyncio.run(main())

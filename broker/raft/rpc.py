@@ -28,6 +28,10 @@ from broker.remoting.command import RemotingCommand
 from broker.remoting.connection import Handler, RemotingConnection, RemotingServer, connect
 
 log = logging.getLogger("raft")
+# How long a connect to a leader's peer port that succeeded is held to tell a live server (quiet)
+# from an exiting process's listener (resets it), and how often the port is asked in all.
+LISTENER_GRACE = 0.2
+PORT_PROBES = 3
 
 
 class PeerClients:
@@ -155,16 +159,44 @@ class ElectionServer:
             return
         term = st.term
         peer = self.config.peers[leader_id]
-        try:
-            async with asyncio.timeout(self.config.heartBeatTimeIntervalMs / 1000):
-                _, writer = await asyncio.open_connection(peer.host, peer.port)
-            writer.close()
-            return  # something listens there: the leader lives, its heartbeats decide
-        except ConnectionRefusedError:
-            pass  # nothing listens on the leader's peer port: its process is gone
-        except (OSError, TimeoutError):
-            return  # unreachable is no proof of death (a partition): the heartbeat timeout decides
-        self.elector.leader_gone(term, leader_id)
+        if await self._port_refuses(peer):
+            self.elector.leader_gone(term, leader_id)
+        else:
+            log.info("[%s] the heartbeat link of leader %s closed but its peer port %s:%d is not refusing: "
+                     "its heartbeats decide", st.self_id, leader_id, peer.host, peer.port)
+
+    async def _port_refuses(self, peer) -> bool:
+        """Whether nothing listens on a peer port: proof that the process is gone.
+
+        A process killed with -9 closes its sockets one by one as it exits, so the heartbeat
+        link's close can arrive while its listening socket still exists: a connect then lands in
+        that socket's backlog and is reset a moment later, when the exit closes the listener.
+        Taken as a sign of life, that connect would make the follower wait out maxHeartBeatLeak
+        (6 s at DLedger's defaults). So a connect that succeeds is
+        held for LISTENER_GRACE: a live server accepts it and stays quiet; an exiting one resets
+        it, and the port is asked again. Unreachable (a timeout, another error) is no proof of
+        death (a partition): the heartbeat timeout decides then."""
+        timeout = self.config.heartBeatTimeIntervalMs / 1000
+        for _ in range(PORT_PROBES):
+            try:
+                async with asyncio.timeout(timeout):
+                    reader, writer = await asyncio.open_connection(peer.host, peer.port)
+            except ConnectionRefusedError:
+                return True
+            except (OSError, TimeoutError) as e:
+                log.info("peer port %s:%d unreachable (%r): no proof that its process is gone", peer.host,
+                         peer.port, e)
+                return False
+            try:
+                async with asyncio.timeout(LISTENER_GRACE):
+                    await reader.read(1)  # b"" or a reset: the listener went away with us in its backlog
+            except TimeoutError:
+                return False  # accepted and quiet: the process lives, its heartbeats decide
+            except OSError:
+                pass
+            finally:
+                writer.close()
+        return False
 
     def handle(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand | None:
         if cmd.is_oneway:
