@@ -102,7 +102,8 @@ def test_commit_delivers_once_and_rollback_never_and_neither_is_visible_before(t
             async with TransactionProducer("txg", listener, c.namesrv) as p, PullConsumer("cg", c.namesrv) as pc:
                 listener.look = lambda: delivered(pc, "TX1")
                 r = await p.send_message_in_transaction(Message("TX1", b"commit-me", tags="T"), COMMIT)
-                assert r.status == SEND_OK and r.local_transaction_state == COMMIT and r.transaction_id == r.send_result.msg_id
+                assert r.status == SEND_OK and r.local_transaction_state == COMMIT
+                assert r.transaction_id == r.send_result.msg_id
                 r2 = await p.send_message_in_transaction(Message("TX1", b"roll-me-back"), ROLLBACK)
                 assert r2.local_transaction_state == ROLLBACK
                 # while each local transaction ran its half message was stored, and no consumer saw it
@@ -339,3 +340,26 @@ def test_bad_transaction_key_names_it(key):
     with pytest.raises(StoreConfigError) as e:
         load_broker_config({key: "0"})
     assert key in str(e.value)
+
+
+def test_check_body_is_the_stored_record_with_the_real_topic_and_queue(tmp_path):
+    """CHECK_TRANSACTION_STATE's body is the half message as MessageDecoder.encode writes it:
+    unchanged it is the stored record byte for byte; with the real topic it decodes to it."""
+    from broker.remoting.transaction.transactional_message_bridge import encode_message_ext
+    from broker.store.message import decode_message
+
+    async def go():
+        async with Broker(tmp_path) as b:
+            # no trailing separator: properties are re-encoded without one
+            r = await b.send_v2("Enc", b"body bytes", queue_id=3, extra_props="UNIQ_KEY\x01U9")
+            phys = int(r.ext["msgId"][16:], 16)
+            raw = bytes(b.controller.store.record_view(phys))
+            m = decode_message(raw)
+            assert encode_message_ext(raw, "Enc", 3, 0, phys, m.properties) == raw
+            props = {**m.properties, "REAL_TOPIC": "Real"}
+            out = decode_message(encode_message_ext(raw, "RealTopicName", 2, 7, 9999, props))
+            assert (out.topic, out.queue_id, out.queue_offset, out.physical_offset, out.body, out.properties) == \
+                ("RealTopicName", 2, 7, 9999, b"body bytes", props)
+            assert (out.born_host, out.store_timestamp, out.body_crc) == (m.born_host, m.store_timestamp, m.body_crc)
+
+    asyncio.run(go())

@@ -19,23 +19,24 @@ from broker.remoting.transaction import (HALF_TOPIC, OP_TOPIC, REMOVE_TAG, SYS_G
 
 log = logging.getLogger("transaction")
 
-_FIXED = struct.Struct(">iIIiiqqiq")  # total, magic, bodyCRC, queueId, flag, queueOffset, physOffset, sysFlag, bornTs
-_MAGIC = 0xDAA320A7  # MESSAGE_MAGIC_CODE
+_V6_BORN, _V6_STORE = 0x10, 0x20  # MessageSysFlag.BORNHOST_V6_FLAG, STOREHOSTADDRESS_V6_FLAG
 
 
-def encode_message_ext(msg: StoredMessage, topic: str, queue_id: int, properties: dict) -> bytes:
-    """The message as MessageDecoder.encode writes a MessageExt (the stored record's layout), with
-    another topic, queue and properties: the body of CHECK_TRANSACTION_STATE, which a producer
-    reads as the message it sent."""
-    born, store = host_bytes(msg.born_host), host_bytes(msg.store_host)
+def encode_message_ext(record, topic: str, queue_id: int, queue_offset: int, physical_offset: int,
+                       properties: dict) -> bytes:
+    """A stored record as MessageDecoder.encode writes a MessageExt (the same layout), with
+    another topic, queue, offsets and properties: the body of CHECK_TRANSACTION_STATE, which a
+    producer reads as the message it sent. Everything else (hosts, times, body) is the record's."""
+    mv = memoryview(record)
+    sys_flag = int.from_bytes(mv[36:40], "big")
+    body_at = 48 + (20 if sys_flag & _V6_BORN else 8) + 8 + (20 if sys_flag & _V6_STORE else 8) + 4 + 8
+    body_end = body_at + 4 + int.from_bytes(mv[body_at:body_at + 4], "big")
     tb, pb = topic.encode(), encode_properties(properties)
-    total = _FIXED.size + len(born) + 8 + len(store) + 4 + 8 + 4 + len(msg.body) + 1 + len(tb) + 2 + len(pb)
-    return b"".join((
-        _FIXED.pack(total, _MAGIC, msg.body_crc, queue_id, msg.flag, msg.queue_offset, msg.physical_offset,
-                    msg.sys_flag, msg.born_timestamp),
-        born, msg.store_timestamp.to_bytes(8, "big", signed=True), store,
-        struct.pack(">iqi", msg.reconsume_times, 0, len(msg.body)), msg.body,
-        bytes((len(tb),)), tb, struct.pack(">h", len(pb)), pb))
+    head = bytearray(mv[:body_end])
+    struct.pack_into(">i", head, 0, body_end + 1 + len(tb) + 2 + len(pb))  # TOTALSIZE
+    struct.pack_into(">i", head, 12, queue_id)
+    struct.pack_into(">qq", head, 20, queue_offset, physical_offset)
+    return b"".join((head, bytes((len(tb),)), tb, struct.pack(">h", len(pb)), pb))
 
 
 def _decode(topic: str, queue_offset: int, view) -> StoredMessage | None:

@@ -17,7 +17,6 @@ log's only writer.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
 
@@ -66,7 +65,14 @@ class TransactionalMessageCheckService:
             self._task = None
 
     async def _run(self) -> None:
-        await self.service.load()
+        while True:
+            try:
+                await self.service.load()
+                break
+            except (StoreError, ServiceUnavailable) as e:
+                log.error("transaction state not read back (%s): END_TRANSACTION waits; again in %gs", e,
+                          self.interval)
+                await asyncio.sleep(self.interval)
         while True:
             await asyncio.sleep(self.interval)
             try:
@@ -140,7 +146,11 @@ class TransactionalMessageCheckService:
         except ValueError:
             queue_id = 0
         # the message as the producer sent it (its real topic and queue), at the copy's offsets
-        seen = dataclasses.replace(msg, queue_offset=copy.queue_offset, physical_offset=copy.physical_offset)
-        body = encode_message_ext(seen, props.get(REAL_TOPIC, ""), queue_id, props)
+        record = self.bridge.store.record_view(msg.physical_offset)
+        try:
+            body = encode_message_ext(record, props.get(REAL_TOPIC, ""), queue_id, copy.queue_offset,
+                                      copy.physical_offset, props)
+        finally:
+            record.release()
         conn.oneway(RemotingCommand.request(codes.CHECK_TRANSACTION_STATE, ext, body, oneway=True))
         self.checks_sent += 1

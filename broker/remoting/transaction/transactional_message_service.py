@@ -83,8 +83,9 @@ class TransactionalMessageService:
             return (f"the transaction of half message {original} (queue offset {queue_offset}) was already "
                     f"committed or rolled back; nothing stored")
         if original < self.floor:
-            return (f"half message {original} (queue offset {queue_offset}) is no longer pending: its transaction "
-                    f"was committed or rolled back, or it was discarded after transactionCheckMax checks; nothing stored")
+            return (f"half message {original} (queue offset {queue_offset}) is no longer pending: its "
+                    f"transaction was committed or rolled back, or it was discarded after transactionCheckMax "
+                    f"checks; nothing stored")
         return None
 
     def record_end(self, queue_offset: int, original: int) -> None:
