@@ -363,3 +363,16 @@ def test_check_body_is_the_stored_record_with_the_real_topic_and_queue(tmp_path)
             assert (out.born_host, out.store_timestamp, out.body_crc) == (m.born_host, m.store_timestamp, m.body_crc)
 
     asyncio.run(go())
+
+
+def test_reject_transaction_message_refuses_half_messages(tmp_path):
+    async def go():
+        async with Broker(tmp_path, broker_kw={"rejectTransactionMessage": True}) as b:
+            r = await b.call(codes.SEND_MESSAGE_V2, {"a": "pg", "b": "Rej", "c": "TBW102", "d": 4, "e": 0, "f": 4,
+                                                     "g": int(time.time() * 1000), "h": 0,
+                                                     "i": "TRAN_MSG\x01true\x02PGROUP\x01pg", "j": 0}, b"x")
+            assert r.code == codes.NO_PERMISSION and "transaction message is forbidden" in r.remark
+            assert b.controller.store.max_offset(HALF_TOPIC, 0) == 0
+            assert (await b.send_v2("Rej", b"plain")).code == codes.SUCCESS  # plain sends are not affected
+
+    asyncio.run(go())
