@@ -112,7 +112,9 @@ def test_commit_delivers_once_and_rollback_never_and_neither_is_visible_before(t
                 halves = stored(c.broker, HALF_TOPIC)
                 assert [h.body for h in halves] == [b"commit-me", b"roll-me-back"]
                 assert all(h.properties["REAL_TOPIC"] == "TX1" and h.properties["PGROUP"] == "txg"
-                           and h.sys_flag & 0xC == 0 for h in halves)
+                           and h.properties["TRAN_MSG"] == "true" and h.sys_flag & 0xC == 0 for h in halves)
+                assert [h.properties["REAL_QID"] for h in halves] == [str(x.send_result.queue.queue_id)
+                                                                      for x in (r, r2)]
                 # each transaction ended with an op naming its half message's queue offset
                 await until(lambda: sorted(int(o.body) for o in stored(c.broker, OP_TOPIC)) == [0, 1],
                             what="two ops")
