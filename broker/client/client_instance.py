@@ -17,6 +17,7 @@ from typing import Protocol
 import msgspec
 
 from broker.client.errors import BrokerUnreachable, ResponseError, RouteNotFound
+from broker.client.message import MessageDecodeError, decode_messages
 from broker.client.route import RouteCache, TopicRoute, parse_route
 from broker.remoting import codes
 from broker.remoting.command import RemotingCommand
@@ -65,6 +66,9 @@ class MQClientInstance:
         self.routes = RouteCache(self._fetch_route)
         self.producer_groups: set[str] = set()
         self.consumers: dict[str, ConsumerMember] = {}
+        # producer group -> what answers the broker's CHECK_TRANSACTION_STATE for it (a
+        # TransactionProducer): check(request, connection) -> awaitable | None
+        self.transaction_checkers: dict[str, object] = {}
         self._heartbeat_task: asyncio.Task | None = None
         self._started = 0  # producers and consumers using this instance
 
@@ -140,9 +144,26 @@ class MQClientInstance:
             if consumer is not None:
                 consumer.rebalance_soon()
             return None
+        if cmd.code == codes.CHECK_TRANSACTION_STATE:
+            return self._check_transaction(cmd, conn)
         if cmd.is_oneway:
             return None
         return cmd.response(codes.REQUEST_CODE_NOT_SUPPORTED, remark=f"client does not serve code {cmd.code}")
+
+    def _check_transaction(self, cmd: RemotingCommand, conn: ClientChannel):
+        """ClientRemotingProcessor.checkTransactionState: the body is the half message; its PGROUP
+        names the producer whose check listener answers (on this connection)."""
+        try:
+            [msg] = decode_messages(bytes(cmd.body))  # a copy: the receive buffer is reused
+        except (MessageDecodeError, ValueError) as e:
+            log.warning("CHECK_TRANSACTION_STATE from %s with an unreadable message: %s", conn.peer, e)
+            return None
+        checker = self.transaction_checkers.get(msg.properties.get("PGROUP", ""))
+        if checker is None:
+            log.warning("CHECK_TRANSACTION_STATE for group %r, which no producer here is of",
+                        msg.properties.get("PGROUP"))
+            return None
+        return checker.check(cmd, msg, conn)
 
     # -- name servers ------------------------------------------------------------------------------
     async def namesrv_request(self, cmd_factory, timeout: float = NAMESRV_TIMEOUT) -> RemotingCommand:

@@ -68,6 +68,13 @@ class BrokerConfig:
     # the HA address a master tells its slaves to connect to, when they reach it through a NAT or
     # a proxy (not a RocketMQ key); "" = brokerIP1:haListenPort
     haAnnounceAddress: str = ""
+    # transactional messages (broker.remoting.transaction): a half message still undecided
+    # transactionTimeOut ms after its birth is checked with a producer of its group, once every
+    # transactionCheckInterval ms, at most transactionCheckMax times, then discarded
+    transactionTimeOut: int = 6_000
+    transactionCheckMax: int = 15
+    transactionCheckInterval: int = 60_000
+    rejectTransactionMessage: bool = False  # half messages refused NO_PERMISSION
 
     def __post_init__(self) -> None:
         if not 0 <= self.metricsPort < 65536:
@@ -79,7 +86,8 @@ class BrokerConfig:
             raise StoreConfigError("brokerId", f"{self.brokerId} must not be negative")
         if not 0 < self.defaultTopicQueueNums <= 1024:
             raise StoreConfigError("defaultTopicQueueNums", f"{self.defaultTopicQueueNums} must be 1..1024")
-        for key in ("registerNameServerPeriod", "brokerSuspendMaxTimeMillis", "channelExpiredTimeout"):
+        for key in ("registerNameServerPeriod", "brokerSuspendMaxTimeMillis", "channelExpiredTimeout",
+                    "transactionTimeOut", "transactionCheckMax", "transactionCheckInterval"):
             if getattr(self, key) <= 0:
                 raise StoreConfigError(key, f"{getattr(self, key)} must be positive")
         for addr in self.namesrv_addrs:

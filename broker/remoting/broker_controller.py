@@ -18,6 +18,7 @@ from broker.remoting.consumer_manager import ConsumerManager
 from broker.remoting.consumer_processor import ConsumerProcessor
 from broker.remoting.metrics import BrokerMetrics
 from broker.remoting.pull_hold import PullHoldService
+from broker.remoting.producer_manager import ProducerManager
 from broker.remoting.pull_processor import PullMessageProcessor
 from broker.remoting.schedule_service import ScheduleMessageService
 from broker.remoting.send_fast_path import FastSendPath
@@ -25,6 +26,10 @@ from broker.remoting.send_processor import SendMessageProcessor
 from broker.remoting.slave_synchronize import FIRST_DELAY, PERIOD, SlaveSynchronize
 from broker.remoting.refusals import BadRequest, response_code
 from broker.remoting.topic_manager import TopicManager
+from broker.remoting.transaction.end_transaction_processor import EndTransactionProcessor
+from broker.remoting.transaction.transactional_message_bridge import TransactionalMessageBridge
+from broker.remoting.transaction.transactional_message_check_service import TransactionalMessageCheckService
+from broker.remoting.transaction.transactional_message_service import TransactionalMessageService
 from broker.services.message_store import MessageStore
 from broker.store.config import MessageStoreConfig
 from broker.store.errors import StoreConfigError
@@ -66,6 +71,8 @@ class BrokerController:
             self.store = MessageStore(store_config)
         self.topics: TopicManager | None = None
         self.consumers = ConsumerManager(config.channelExpiredTimeout / 1000)
+        self.producers = ProducerManager(config.channelExpiredTimeout / 1000)
+        self.transaction_check: TransactionalMessageCheckService | None = None
         self.holds = PullHoldService()
         self.server: RemotingServer | None = None
         self.acl: PlainAccessValidator | None = None
@@ -118,10 +125,16 @@ class BrokerController:
             self.schedule = ScheduleMessageService(self.store, self.topics, self.config.messageDelayLevel,
                                                    on_delivered=self.holds.notify)
             store, topics, schedule, holds = self.store, self.topics, self.schedule, self.holds
-            for proc in (SendMessageProcessor(store, topics, schedule, holds, self.config.maxReconsumeTimes),
+            bridge = TransactionalMessageBridge(store, topics)
+            transactions = TransactionalMessageService(bridge)
+            self.transaction_check = TransactionalMessageCheckService(transactions, self.producers, self.config,
+                                                                      self.store_config.fileReservedTime)
+            for proc in (SendMessageProcessor(store, topics, schedule, holds, self.config.maxReconsumeTimes, bridge,
+                                              self.config.rejectTransactionMessage),
                          PullMessageProcessor(store, topics, self.consumers, holds, self.config),
                          ConsumerProcessor(store, topics, self.consumers, holds, schedule,
-                                           self.config.maxReconsumeTimes),
+                                           self.config.maxReconsumeTimes, self.producers),
+                         EndTransactionProcessor(store, topics, schedule, holds, transactions),
                          AdminProcessor(store, topics, schedule, self.metrics.runtime_table)):
                 self.handlers.update(proc.handlers())
             if self.dledger is None:
@@ -135,8 +148,10 @@ class BrokerController:
             self.server = RemotingServer(self.handle, self.host, self.store_config.listenPort,
                                          idle_timeout=self.config.serverChannelMaxIdleTimeSeconds, fast=self.fast)
             self.server.on_close.append(self.consumers.connection_closed)
+            self.server.on_close.append(self.producers.connection_closed)
             await self.server.start()
             self.schedule.start(deliver=not self.store.is_slave)
+            self.transaction_check.set_checking(not self.store.is_slave)
             self._serving = True  # from here a DLedger role switch re-registers and moves deliveries
         except BaseException:
             await self.store.close()
@@ -150,6 +165,7 @@ class BrokerController:
         self.register_soon()
         self._every(self.config.registerNameServerPeriod / 1000, self.register_soon)
         self._every(10.0, self.consumers.scan_expired)
+        self._every(10.0, self.producers.scan_expired)
         self._every(self.store_config.flushConsumerOffsetInterval / 1000, self.schedule.persist_soon)
         if self.acl is not None:
             self._every(5.0, self.acl.reload_if_changed)
@@ -189,6 +205,8 @@ class BrokerController:
             await self.server.close()
         if self.schedule is not None:
             await self.schedule.close()
+        if self.transaction_check is not None:
+            await self.transaction_check.close()
         await self.store.close()
 
     # -- requests --------------------------------------------------------------------------------
@@ -292,6 +310,7 @@ class BrokerController:
                  self.config.brokerId)
         if self._serving:  # before that, start() delivers as the role says and registers once it listens
             self.schedule.set_delivering(master)
+            self.transaction_check.set_checking(master)
             self.register_soon()
 
     # -- controller mode ---------------------------------------------------------------------------
@@ -311,6 +330,8 @@ class BrokerController:
         self.holds.notify_all()
         if self.schedule is not None:
             self.schedule.set_delivering(False)
+        if self.transaction_check is not None:
+            self.transaction_check.set_checking(False)
         if self.slave_sync is not None:
             self.slave_sync.master_addr = None
             self.slave_sync.close()
@@ -324,6 +345,8 @@ class BrokerController:
         self.topics.learn(self.store.queue_counts())
         if self.schedule is not None:
             self.schedule.set_delivering(role == "master")
+        if self.transaction_check is not None:
+            self.transaction_check.set_checking(role == "master")
         self.config.brokerId = 0 if role == "master" else (self.replicas.broker_id or 0)
         if self.slave_sync is not None and role == "slave":
             self.slave_sync.master_addr = master_addr

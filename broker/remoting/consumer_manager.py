@@ -1,4 +1,5 @@
-"""ConsumerManager: who is in which consumer group (from heartbeats), for rebalancing.
+"""ConsumerManager: who is in which consumer group (from heartbeats), for rebalancing (the
+producer groups are broker.remoting.producer_manager's).
 
 A client is keyed by its clientID within a group and tied to the connection its heartbeat came
 on: the connection closing or 120 s of silence removes it, as RocketMQ's ClientHousekeepingService.
@@ -27,7 +28,6 @@ class ConsumerGroupInfo:
 class ConsumerManager:
     def __init__(self, expire_after: float = 120.0):
         self.groups: dict[str, ConsumerGroupInfo] = {}
-        self.producers: dict[str, dict[str, tuple[object, float]]] = {}
         self.expire_after = expire_after
 
     def heartbeat(self, data: dict, conn, now: float | None = None) -> list[str]:
@@ -51,23 +51,17 @@ class ConsumerManager:
             for sd in cd.get("subscriptionDataSet") or []:
                 if sd.get("topic"):
                     g.subscriptions[sd["topic"]] = sd
-        for pd in data.get("producerDataSet") or []:
-            name = pd.get("groupName")
-            if name:
-                self.producers.setdefault(name, {})[client_id] = (conn, now)
         if conn is not None:
             conn.attrs.setdefault("client_ids", set()).add(client_id)
         return changed
 
-    def unregister(self, client_id: str, consumer_group: str | None, producer_group: str | None) -> None:
+    def unregister(self, client_id: str, consumer_group: str | None) -> None:
         if consumer_group and consumer_group in self.groups:
             g = self.groups[consumer_group]
             if g.clients.pop(client_id, None) is not None:
                 log.info("consumer %s left group %s", client_id, consumer_group)
             if not g.clients:
                 del self.groups[consumer_group]
-        if producer_group and producer_group in self.producers:
-            self.producers[producer_group].pop(client_id, None)
 
     def connection_closed(self, conn) -> None:
         for name in list(self.groups):
@@ -77,9 +71,6 @@ class ConsumerManager:
                 log.info("consumer %s left group %s (connection closed)", cid, name)
             if not g.clients:
                 del self.groups[name]
-        for clients in self.producers.values():
-            for cid in [c for c, (cn, _) in clients.items() if cn is conn]:
-                del clients[cid]
 
     def scan_expired(self, now: float | None = None) -> None:
         now = time.monotonic() if now is None else now

@@ -75,10 +75,11 @@ def _mq_keys(body: dict) -> list:
 
 
 class ConsumerProcessor:
-    def __init__(self, store, topics, consumers, holds, schedule, max_reconsume_times: int):
+    def __init__(self, store, topics, consumers, holds, schedule, max_reconsume_times: int, producers=None):
         self.store = store
         self.topics = topics
         self.consumers = consumers
+        self.producers = producers  # ProducerManager: the groups a transaction check can ask
         self.holds = holds
         self.schedule = schedule
         self.max_reconsume_times = max_reconsume_times
@@ -101,6 +102,8 @@ class ConsumerProcessor:
             if cd.get("groupName"):
                 check_topic_name(RETRY_PREFIX + cd["groupName"])
         changed = self.consumers.heartbeat(data, conn)
+        if self.producers is not None:
+            self.producers.heartbeat(data, conn)
         for cd in data.get("consumerDataSet") or []:
             if cd.get("groupName"):
                 self.topics.get_or_create(RETRY_PREFIX + cd["groupName"])  # as RocketMQ does on heartbeat
@@ -121,7 +124,9 @@ class ConsumerProcessor:
 
     def unregister(self, cmd: RemotingCommand, conn):
         h = decode(UnregisterClientRequestHeader, cmd.ext)
-        self.consumers.unregister(h.clientID, h.consumerGroup, h.producerGroup)
+        self.consumers.unregister(h.clientID, h.consumerGroup)
+        if self.producers is not None and h.producerGroup:
+            self.producers.unregister(h.clientID, h.producerGroup)
         if h.consumerGroup:
             self._notify_ids_changed(h.consumerGroup, conn)
         return cmd.response(codes.SUCCESS)

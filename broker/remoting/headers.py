@@ -215,3 +215,13 @@ class CreateTopicRequestHeader(_Header):
 
 class ViewMessageRequestHeader(_Header):
     offset: Int64
+
+
+class EndTransactionRequestHeader(_Header):
+    producerGroup: str
+    tranStateTableOffset: Int64
+    commitLogOffset: Int64
+    commitOrRollback: Int32  # 8 commit, 12 rollback, 0 unknown (MessageSysFlag's transaction types)
+    msgId: str
+    fromTransactionCheck: bool = False
+    transactionId: str = ""

@@ -19,6 +19,7 @@ from broker.kernels.codec import MAX_TOPIC_LEN
 from broker.kernels.send_path import ParkedReplies, SendConn, SendPipeline
 from broker.remoting.send_processor import STATUS_CODES, born_host_of
 from broker.remoting.topic_manager import DLQ_PREFIX, PERM_WRITE, RETRY_PREFIX, SCHEDULE_TOPIC
+from broker.remoting.transaction import SYSTEM_TOPICS
 from broker.store.results import PutStatus
 
 REGION = b"DefaultRegion"  # BrokerConfig.regionId
@@ -27,7 +28,8 @@ TRACE_ON = b"true"  # BrokerConfig.traceOn
 
 def routable(name: str, cfg) -> bool:
     return (bool(cfg.perm & PERM_WRITE) and cfg.writeQueueNums > 0 and not name.startswith(RETRY_PREFIX)
-            and not name.startswith(DLQ_PREFIX) and name != SCHEDULE_TOPIC and 0 < len(name.encode()) <= MAX_TOPIC_LEN)
+            and not name.startswith(DLQ_PREFIX) and name != SCHEDULE_TOPIC and name not in SYSTEM_TOPICS
+            and 0 < len(name.encode()) <= MAX_TOPIC_LEN)
 
 
 class FastSendPath:

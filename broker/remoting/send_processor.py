@@ -18,6 +18,7 @@ from broker.remoting.headers import SendMessageRequestHeader, SendMessageRequest
 from broker.remoting.message_batch import decode_batch
 from broker.remoting.refusals import BadRequest, NoPermission, TopicNotExist
 from broker.remoting.topic_manager import DLQ_PREFIX, PERM_WRITE, RETRY_PREFIX
+from broker.remoting.transaction import PROPERTY_TRANSACTION_PREPARED, SYSTEM_TOPICS, TRANSACTION_TYPE_MASK, is_half
 from broker.store.errors import MessageIllegal
 from broker.store.message import decode_properties, encode_properties
 from broker.store.results import PutStatus
@@ -35,6 +36,9 @@ STATUS_CODES = {PutStatus.PUT_OK: codes.SUCCESS, PutStatus.FLUSH_DISK_TIMEOUT: c
 STATUS_REMARKS = {PutStatus.SERVICE_NOT_AVAILABLE: "service not available now",
                   PutStatus.OS_PAGECACHE_BUSY: "[PC_SYNCHRONIZED]broker busy, start flow control for a while",
                   PutStatus.UNKNOWN_ERROR: "UNKNOWN_ERROR"}
+
+
+_TRAN_MSG = PROPERTY_TRANSACTION_PREPARED + "\x01"
 
 
 def born_host_of(conn) -> bytes:
@@ -55,12 +59,15 @@ def send_header(cmd: RemotingCommand) -> SendMessageRequestHeader | SendMessageR
 
 
 class SendMessageProcessor:
-    def __init__(self, store, topics, schedule, holds, max_reconsume_times: int):
+    def __init__(self, store, topics, schedule, holds, max_reconsume_times: int, transactions=None,
+                 reject_transactions: bool = False):
         self.store = store
         self.topics = topics
         self.schedule = schedule
         self.holds = holds
         self.max_reconsume_times = max_reconsume_times
+        self.transactions = transactions  # TransactionalMessageBridge: where half messages go
+        self.reject_transactions = reject_transactions  # rejectTransactionMessage
 
     def handlers(self) -> dict:
         return {codes.SEND_MESSAGE: self.send, codes.SEND_MESSAGE_V2: self.send, codes.SEND_BATCH_MESSAGE: self.send_batch}
@@ -69,6 +76,8 @@ class SendMessageProcessor:
         """The topic and queue a send goes to (msgCheck and handleRetryAndDLQ of RocketMQ's
         SendMessageProcessor), or a refusal."""
         topic = h.topic
+        if topic in SYSTEM_TOPICS:  # TopicValidator.isNotAllowedSendTopic: the broker's own
+            raise NoPermission(f"Sending message to topic[{topic}] is forbidden.")
         cfg = self.topics.get_or_create(topic, h.defaultTopicQueueNums or None)
         if cfg is None:
             raise TopicNotExist(f"topic[{topic}] not exist, apply first please! (autoCreateTopicEnable=false)")
@@ -97,6 +106,11 @@ class SendMessageProcessor:
         props_bytes = properties.encode()
         level = 0
         props = None
+        # a half message (the send kernel hands every transaction type here; TRAN_MSG alone too)
+        if (h.sysFlag & TRANSACTION_TYPE_MASK or _TRAN_MSG in properties) and self.transactions is not None:
+            props = decode_properties(props_bytes)
+            if is_half(h.sysFlag, props):
+                return self._send_half(cmd, conn, h, topic, queue_id, props)
         if "DELAY\x01" in properties and not topic.startswith(DLQ_PREFIX):
             # a producer-set delay level: kept in the schedule topic until due (CommitLog.putMessage)
             props = decode_properties(props_bytes)
@@ -111,6 +125,20 @@ class SendMessageProcessor:
             self.schedule.arrived(level)
         else:
             self.holds.notify(topic, queue_id, result.end_offset)
+        ext = {"msgId": result.msg_id, "queueId": queue_id, "queueOffset": result.queue_offset, **REPLY_EXT}
+        if flushed is None:
+            return cmd.response(codes.SUCCESS, ext)
+        return self._after_flush(cmd, ext, flushed)
+
+    def _send_half(self, cmd: RemotingCommand, conn, h, topic: str, queue_id: int, props: dict):
+        """A half message into the half topic (TransactionalMessageBridge.put_half); the reply
+        names the queue asked for and the half message's queue offset and offsetMsgId, which the
+        producer's END_TRANSACTION gives back (RocketMQ's reply to a half message)."""
+        if self.reject_transactions:
+            raise NoPermission(f"the broker[{self.store.config.brokerIP1}] sending transaction message is forbidden")
+        result, flushed = self.transactions.put_half(
+            topic, queue_id, cmd.body, props, flag=h.flag, sys_flag=h.sysFlag, born_timestamp=h.bornTimestamp,
+            born_host=born_host_of(conn), reconsume_times=h.reconsumeTimes)
         ext = {"msgId": result.msg_id, "queueId": queue_id, "queueOffset": result.queue_offset, **REPLY_EXT}
         if flushed is None:
             return cmd.response(codes.SUCCESS, ext)

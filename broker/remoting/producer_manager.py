@@ -1,0 +1,61 @@
+"""ProducerManager: which connections the producers of each group are on (from heartbeats'
+producerDataSet), so that the broker can ask one of them about a transaction
+(CHECK_TRANSACTION_STATE). A producer leaves its group by UNREGISTER_CLIENT, by its connection
+closing, or after channelExpiredTimeout of silence, as RocketMQ's ClientHousekeepingService."""
+from __future__ import annotations
+
+import logging
+import random
+import time
+
+log = logging.getLogger("producers")
+
+
+class ProducerManager:
+    def __init__(self, expire_after: float = 120.0):
+        self.groups: dict[str, dict[str, tuple[object, float]]] = {}  # group -> clientID -> (connection, last beat)
+        self.expire_after = expire_after
+
+    def heartbeat(self, data: dict, conn, now: float | None = None) -> None:
+        now = time.monotonic() if now is None else now
+        client_id = str(data.get("clientID") or "")
+        for pd in data.get("producerDataSet") or []:
+            name = pd.get("groupName")
+            if name:
+                clients = self.groups.setdefault(name, {})
+                if client_id not in clients:
+                    log.info("producer %s joined group %s", client_id, name)
+                clients[client_id] = (conn, now)
+
+    def unregister(self, client_id: str, group: str | None) -> None:
+        clients = self.groups.get(group or "")
+        if clients is not None and clients.pop(client_id, None) is not None:
+            log.info("producer %s left group %s", client_id, group)
+            if not clients:
+                del self.groups[group]
+
+    def connection_closed(self, conn) -> None:
+        for name in list(self.groups):
+            clients = self.groups[name]
+            for cid in [c for c, (cn, _) in clients.items() if cn is conn]:
+                del clients[cid]
+                log.info("producer %s left group %s (connection closed)", cid, name)
+            if not clients:
+                del self.groups[name]
+
+    def scan_expired(self, now: float | None = None) -> None:
+        now = time.monotonic() if now is None else now
+        for name in list(self.groups):
+            clients = self.groups[name]
+            for cid in [c for c, (_, t) in clients.items() if now - t > self.expire_after]:
+                del clients[cid]
+                log.warning("producer %s of group %s silent for %.0fs: removed", cid, name, self.expire_after)
+            if not clients:
+                del self.groups[name]
+
+    def available_channel(self, group: str):
+        """A live connection of one of the group's producers, picked at random as RocketMQ's
+        getAvailableChannel spreads checks; None when the group has none."""
+        live = [cn for cn, _ in (self.groups.get(group) or {}).values()
+                if cn is not None and getattr(cn, "transport", None) is not None]
+        return random.choice(live) if live else None
