@@ -121,7 +121,8 @@ class BrokerController:
             for proc in (SendMessageProcessor(store, topics, schedule, holds, self.config.maxReconsumeTimes),
                          PullMessageProcessor(store, topics, self.consumers, holds, self.config),
                          ConsumerProcessor(store, topics, self.consumers, holds, schedule,
-                                           self.config.maxReconsumeTimes),
+                                           self.config.maxReconsumeTimes,
+                                           self.config.rebalanceLockMaxLiveTime / 1000),
                          AdminProcessor(store, topics, schedule, self.metrics.runtime_table)):
                 self.handlers.update(proc.handlers())
             if self.dledger is None:
