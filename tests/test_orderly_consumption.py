@@ -219,6 +219,8 @@ def test_the_cpp_orderly_consumer_locks_its_queues_and_consumes_each_in_order(cl
             got = c.wait(lambda g: len({m["body"] for m in g}) == 30 * QUEUES, 90, "every message")
             # it consumed under its broker locks (LOCK_BATCH_MQ): no one else of the group gets them
             assert cluster.lock_batch(group, "intruder", topic, range(QUEUES)) == set()
+        # its shutdown unlocked them (UNLOCK_BATCH_MQ), well inside the broker's 60 s expiry
+        assert cluster.lock_batch(group, "intruder", topic, range(QUEUES)) == set(range(QUEUES))
     finally:
         stream.close()
     for q in range(QUEUES):

@@ -98,6 +98,10 @@ class PushConsumer:
             raise ClientError("instance_name names a client instance: give it to the MQClientInstance passed")
         if max_reconsume_times < -1:
             raise ClientError(f"max_reconsume_times {max_reconsume_times} must be -1 (the default) or more")
+        for name, value in (("lock_interval", lock_interval), ("lock_max_live_time", lock_max_live_time),
+                            ("suspend_current_queue_time_millis", suspend_current_queue_time_millis)):
+            if value <= 0:
+                raise ClientError(f"{name} {value} must be positive")
         self.group = group
         self.client = client or MQClientInstance(namesrv_addr, instance_name=instance_name)
         self.orderly = orderly
