@@ -20,6 +20,7 @@ from broker.client.message import Message
 from broker.client.route import MessageQueue
 from broker.client.sync import SyncProducer
 from tests.conftest import wait_for
+from tests.helpers.raw_wire import BrokerLog
 from tests.helpers.real_clients import Cluster, Consumer
 
 QUEUES = 4
@@ -130,6 +131,7 @@ def check_queue_order(log: ConsumedLog, rounds: int, repeats_allowed: bool) -> d
 def test_a_member_joining_mid_stream_takes_its_queues_after_the_last_holder_commits(cluster, tmp_path):
     topic, group = _unique("Orderly"), _unique("cg-orderly")
     stream, log = Stream(cluster, topic), ConsumedLog(tmp_path / "consumed.log")
+    broker_log = BrokerLog(cluster.root / "broker.err")
     try:
         for _ in range(10):
             stream.round()
@@ -152,6 +154,7 @@ def test_a_member_joining_mid_stream_takes_its_queues_after_the_last_holder_comm
     assert moved == log.holders("b") and len(moved) == 2
     for q in moved:  # a held it first, then b carried on from exactly where a stopped
         assert taken[q][0][0] == "a" and {n for n, _ in taken[q]} == {"a", "b"}
+    assert f"in group {group} expired" not in broker_log.text()  # handed over by unlocking, not by expiry
 
 
 def test_a_member_killed_mid_stream_is_taken_over_after_its_locks_expire_in_order(tmp_path):
@@ -164,6 +167,7 @@ def test_a_member_killed_mid_stream_is_taken_over_after_its_locks_expire_in_orde
                 with py_orderly(cluster, tmp_path, topic, group, "b", log.path, **FAST_LOCK_CLIENT) as b:
                     keep_pace(stream, log, lambda: log.holders("b") == {2, 3} and stream.rounds > 60,
                               "b consuming queues 2 and 3")
+                    broker_log = BrokerLog(tmp_path / "cluster" / "broker.err")
                     a.child.kill_group()  # SIGKILL: no commit, no unlock; a's locks on 0 and 1 just age
                     killed_at = {q: max(s for n, qq, s, _, ok in log.read() if n == "a" and qq == q and ok)
                                  for q in (0, 1)}
@@ -174,6 +178,9 @@ def test_a_member_killed_mid_stream_is_taken_over_after_its_locks_expire_in_orde
                         stream.round()
                     wait_for(lambda: log.consumed() == stream.rounds * QUEUES, 60, "every message consumed")
                     assert b.child.proc.poll() is None
+                    for q in (0, 1):  # b got them only once the broker let a's locks expire
+                        broker_log.wait(rf"lock of \('{topic}', {q}\) in group {group} expired from \S+@a: "
+                                        rf"now \S+@b's", 5)
         finally:
             stream.close()
         taken = check_queue_order(log, stream.rounds, repeats_allowed=True)
