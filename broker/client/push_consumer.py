@@ -174,6 +174,7 @@ class PushConsumer:
             self.running = False
             for mq in list(self._workers):
                 self._workers.pop(mq).cancel()
+            self._pqs.clear()
             self.client.consumers.pop(self.group, None)
             await self.client.shutdown()
             raise
