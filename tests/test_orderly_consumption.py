@@ -19,6 +19,8 @@ import pytest
 from broker.client.message import Message
 from broker.client.route import MessageQueue
 from broker.client.sync import SyncProducer
+from broker.remoting.broker_config import load_broker_config
+from broker.store.errors import StoreConfigError
 from tests.conftest import wait_for
 from tests.helpers.raw_wire import BrokerLog
 from tests.helpers.real_clients import Cluster, Consumer
@@ -233,3 +235,11 @@ def test_the_cpp_orderly_consumer_locks_its_queues_and_consumes_each_in_order(cl
     for q in range(QUEUES):
         seqs = [int(m["body"].split(":")[1]) for m in got if m["queueId"] == q]
         assert seqs == list(range(30)), f"queue {q}: {seqs}"
+
+
+def test_rebalance_lock_max_live_time_is_read_from_broker_conf_and_validated():
+    assert load_broker_config({})[0].rebalanceLockMaxLiveTime == 60_000  # RocketMQ's default
+    assert load_broker_config({"rebalanceLockMaxLiveTime": "3000"})[0].rebalanceLockMaxLiveTime == 3000
+    for bad, why in (("0", "must be positive"), ("1m", "is not an integer")):
+        with pytest.raises(StoreConfigError, match=f"rebalanceLockMaxLiveTime.*{why}"):
+            load_broker_config({"rebalanceLockMaxLiveTime": bad})
