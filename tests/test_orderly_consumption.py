@@ -94,8 +94,9 @@ class ConsumedLog:
         return {q for n, q, _, _, ok in self.read() if ok and n == name}
 
 
-def py_orderly(cluster: Cluster, tmp: Path, topic: str, group: str, name: str, log: Path, **kw) -> Consumer:
-    return Consumer("py", cluster, tmp, topic, group, name, orderly=True, log=str(log), kw=kw)
+def py_orderly(cluster: Cluster, tmp: Path, topic: str, group: str, name: str, log: Path, work_ms: int = 0,
+               **kw) -> Consumer:
+    return Consumer("py", cluster, tmp, topic, group, name, orderly=True, log=str(log), workMs=work_ms, kw=kw)
 
 
 def keep_pace(stream: Stream, log: ConsumedLog, until, what: str, max_rounds: int = 1500) -> None:
@@ -137,10 +138,14 @@ def test_a_member_joining_mid_stream_takes_its_queues_after_the_last_holder_comm
     try:
         for _ in range(10):
             stream.round()
-        with py_orderly(cluster, tmp_path, topic, group, "a", log.path, rebalance_interval=1.0):
+        # a's listener logs each message, then holds it 50 ms: the rebalance meets it with a message
+        # in hand, which it must let finish (had it cut it off, b would log that message again)
+        with py_orderly(cluster, tmp_path, topic, group, "a", log.path, work_ms=50, rebalance_interval=1.0):
             # while holding all four queues, a's locks keep anyone else of the group out
             keep_pace(stream, log, lambda: len(log.holders("a")) == QUEUES, "a consuming all four queues")
             assert cluster.lock_batch(group, "intruder", topic, range(QUEUES)) == set()
+            for _ in range(40):  # 2 s of work per queue: a is busy as b joins
+                stream.round()
             with py_orderly(cluster, tmp_path, topic, group, "b", log.path, rebalance_interval=1.0):
                 keep_pace(stream, log, lambda: len(log.holders("b")) == 2, "b consuming its two queues")
                 for _ in range(10):

@@ -13,8 +13,9 @@ in). Both are written before the listener answers, so a delivery whose offset wa
 committed shows up again after a kill.
 
 Options: nameSrv, group, topic, expression, instanceName, orderly, messageModel, offsetDir, log,
-fail ({"<body>": n}: that message fails while its reconsume_times < n; n < 0: always), and
-PushConsumer keywords in `kw` (lock_interval, lock_max_live_time, persist_interval, ...).
+fail ({"<body>": n}: that message fails while its reconsume_times < n; n < 0: always), workMs
+(the listener holds each message that long after logging it, awaiting), and PushConsumer
+keywords in `kw` (lock_interval, lock_max_live_time, persist_interval, ...).
 """
 from __future__ import annotations
 
@@ -40,7 +41,9 @@ async def consume(opt: dict) -> None:
                       local_offset_store_dir=opt.get("offsetDir"), **(opt.get("kw") or {}))
     pc.subscribe(opt["topic"], opt.get("expression") or "*")
 
-    def listener(msgs):
+    work = opt.get("workMs", 0) / 1000
+
+    async def listener(msgs):
         [m] = msgs
         body = m.body.decode()
         times = fail.get(body, 0)
@@ -49,6 +52,8 @@ async def consume(opt: dict) -> None:
             os.write(fd, f"{name} {m.queue_id} {body} {m.reconsume_times} {'ok' if ok else 'fail'}\n".encode())
         say({"topic": m.topic, "body": body, "queueId": m.queue_id, "queueOffset": m.queue_offset,
              "reconsumeTimes": m.reconsume_times, "ok": ok})
+        if work:  # the message is in hand for a while: a rebalance must wait for it, not cut it off
+            await asyncio.sleep(work)
         return ok
 
     pc.register(listener)
