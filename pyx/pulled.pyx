@@ -303,6 +303,12 @@ cdef class MessageExt:
     def reconsume_times(self):
         return self._r.reconsume_times
 
+    @reconsume_times.setter
+    def reconsume_times(self, int32_t value):
+        # an orderly consumer counts a message's suspensions on the message itself, as Java's
+        # ConsumeMessageOrderlyService does with setReconsumeTimes: the listener sees the count
+        self._r.reconsume_times = value
+
     @property
     def born_timestamp(self):
         return self._r.born_ts

@@ -127,3 +127,27 @@ async def send_back(client: MQClientInstance, addr: str, group: str, msg: Messag
         "originTopic": msg.topic, "unitMode": False, "maxReconsumeTimes": max_reconsume_times}), 5)
     if r.code != codes.SUCCESS:
         raise ResponseError(r.code, r.remark, f"send back {msg.msg_id} of {group}")
+
+
+def _mq_set(mqs) -> list[dict]:
+    return [{"topic": mq.topic, "brokerName": mq.broker_name, "queueId": mq.queue_id} for mq in sorted(mqs)]
+
+
+async def lock_batch_mq(client: MQClientInstance, addr: str, group: str, mqs, timeout: float = 1.0) -> set[MessageQueue]:
+    """LOCK_BATCH_MQ (41): lock queues of `group` to this client; the queues the broker granted
+    (those another live client holds are left out)."""
+    body = msgspec.json.encode({"consumerGroup": group, "clientId": client.client_id, "mqSet": _mq_set(mqs)})
+    r = await client.invoke(addr, RemotingCommand.request(codes.LOCK_BATCH_MQ, {}, body), timeout)
+    if r.code != codes.SUCCESS:
+        raise ResponseError(r.code, r.remark, f"lock queues of {group} on {addr}")
+    granted = (msgspec.json.decode(r.body).get("lockOKMQSet") or []) if r.body else []
+    return {MessageQueue(m["topic"], m["brokerName"], int(m["queueId"])) for m in granted}
+
+
+async def unlock_batch_mq(client: MQClientInstance, addr: str, group: str, mqs, timeout: float = 1.0) -> None:
+    """UNLOCK_BATCH_MQ (42): release queues this client locked, so another member takes them now
+    rather than after the broker's lock expiry."""
+    body = msgspec.json.encode({"consumerGroup": group, "clientId": client.client_id, "mqSet": _mq_set(mqs)})
+    r = await client.invoke(addr, RemotingCommand.request(codes.UNLOCK_BATCH_MQ, {}, body), timeout)
+    if r.code != codes.SUCCESS:
+        raise ResponseError(r.code, r.remark, f"unlock queues of {group} on {addr}")

@@ -54,12 +54,18 @@ class ConsumerMember(Protocol):
 
 
 class MQClientInstance:
-    def __init__(self, namesrv_addr: str | None = None, heartbeat_interval: float = HEARTBEAT_INTERVAL):
+    def __init__(self, namesrv_addr: str | None = None, heartbeat_interval: float = HEARTBEAT_INTERVAL,
+                 instance_name: str | None = None):
         self.namesrv_addrs = parse_namesrv_addr(namesrv_addr)
         n = next(_instances)
         # "ip@pid" as Java's default instance name makes it; a second instance in one process
-        # (two consumers of one group in a test) needs its own id or the broker sees one member
-        self.client_id = f"{_local_ip()}@{os.getpid()}" + (f"#{n}" if n else "")
+        # (two consumers of one group in a test) needs its own id or the broker sees one member.
+        # A named instance keeps its id across restarts ("ip@name"), which is what finds a
+        # broadcasting consumer's local offsets again.
+        if instance_name:
+            self.client_id = f"{_local_ip()}@{instance_name}"
+        else:
+            self.client_id = f"{_local_ip()}@{os.getpid()}" + (f"#{n}" if n else "")
         self.heartbeat_interval = heartbeat_interval
         self.conns: dict[str, ClientChannel] = {}
         self._locks: dict[str, asyncio.Lock] = {}

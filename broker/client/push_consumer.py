@@ -10,6 +10,19 @@ queue moves to another member and on shutdown.
 A message the listener fails (False or an exception) goes back to the broker (CONSUMER_SEND_MSG_BACK)
 to come again later through %RETRY%<group>, which this consumer subscribes to itself; if the broker
 cannot take it back it is re-published to %RETRY%<group>, and if that fails too it is retried here.
+
+Orderly (orderly=True, MessageListenerOrderly): each queue's messages reach the listener one at a
+time in queue order, and a message the listener fails is not sent back but suspended and offered
+again in place (SUSPEND_CURRENT_QUEUE_A_MOMENT, after suspend_current_queue_time_millis), its
+reconsume_times counting up; past max_reconsume_times (unlimited unless set, as Java's -1) it is
+re-published to %RETRY%<group> with that count, which the broker turns into %DLQ%<group>, and the
+queue moves on. In clustering mode a queue is consumed only while this client holds its broker
+lock (broker.client.rebalance_lock); a queue lost in a rebalance finishes the message in hand,
+commits its offset and is unlocked, so the next holder starts exactly after it.
+
+Broadcasting (message_model="BROADCASTING"): every member takes every queue, failed messages are
+dropped (as Java's concurrent listener does there), and the offsets are the member's own, in a
+local file (broker.client.local_offset_store) instead of the broker.
 """
 from __future__ import annotations
 
@@ -22,8 +35,13 @@ from typing import Awaitable, Callable
 from broker.client import api
 from broker.client.client_instance import MQClientInstance
 from broker.client.errors import ClientError, RouteNotFound
-from broker.client.message import (PROPERTY_MAX_RECONSUME_TIMES, PROPERTY_RETRY_TOPIC, Message, MessageExt)
+from broker.client.local_offset_store import LocalFileOffsetStore
+from broker.client.message import (PROPERTY_MAX_RECONSUME_TIMES, PROPERTY_ORIGIN_MESSAGE_ID, PROPERTY_RETRY_TOPIC,
+                                   Message, MessageExt)
+from broker.client.offset_store import OffsetStore, RemoteBrokerOffsetStore
+from broker.client.process_queue import REBALANCE_LOCK_INTERVAL, REBALANCE_LOCK_MAX_LIVE_TIME, ProcessQueue
 from broker.client.producer import PROPERTY_RECONSUME_TIME, RETRY_PREFIX, Producer
+from broker.client.rebalance_lock import RebalanceLock
 from broker.client.route import MessageQueue
 from broker.kernels.codec import java_string_hash
 from broker.remoting import codes
@@ -32,11 +50,23 @@ log = logging.getLogger("client.consumer")
 
 Listener = Callable[[list[MessageExt]], "bool | Awaitable[bool]"]
 
+CLUSTERING, BROADCASTING = "CLUSTERING", "BROADCASTING"  # MessageModel
 REBALANCE_INTERVAL = 20.0
 PERSIST_INTERVAL = 5.0
 SUSPEND_MILLIS = 15_000
 PULL_DELAY_ON_EXCEPTION = 1.0  # Java waits 3 s; a test broker restarting is back sooner
 INNER_PRODUCER_GROUP = "CLIENT_INNER_PRODUCER"
+MAX_RECONSUME_TIMES_CONCURRENTLY = 16  # what -1 means for a concurrent listener; an orderly one: unlimited
+SUSPEND_CURRENT_QUEUE_TIME_MILLIS = 1000
+REBALANCE_LATER = 0.5  # s: a queue whose lock was refused is asked for again this soon (rebalanceLater(500))
+LOCK_RETRY_DELAY = 3.0  # s: a worker whose lock lapsed asks again this often (submitConsumeRequestLater 3000)
+UNLOCK_DELAY = 20.0  # s: longest wait for the message in hand of a queue taken away (unlockDelayTimeMills)
+
+
+class ConsumeOrderlyStatus:
+    """What an orderly listener returns (a bool does as well: True is SUCCESS)."""
+    SUCCESS = True
+    SUSPEND_CURRENT_QUEUE_A_MOMENT = False
 
 
 def allocate_averagely(client_id: str, cids: list[str], mqs: list[MessageQueue]) -> list[MessageQueue]:
@@ -54,22 +84,48 @@ def allocate_averagely(client_id: str, cids: list[str], mqs: list[MessageQueue])
 
 
 class PushConsumer:
-    def __init__(self, group: str, namesrv_addr: str | None = None, max_reconsume_times: int = 16,
+    def __init__(self, group: str, namesrv_addr: str | None = None, max_reconsume_times: int = -1,
                  consume_from_first: bool = False, client: MQClientInstance | None = None, pull_batch_size: int = 32,
                  rebalance_interval: float = REBALANCE_INTERVAL, persist_interval: float = PERSIST_INTERVAL,
-                 suspend_ms: int = SUSPEND_MILLIS):
+                 suspend_ms: int = SUSPEND_MILLIS, orderly: bool = False, message_model: str = CLUSTERING,
+                 instance_name: str | None = None, local_offset_store_dir: str | None = None,
+                 suspend_current_queue_time_millis: int = SUSPEND_CURRENT_QUEUE_TIME_MILLIS,
+                 lock_interval: float = REBALANCE_LOCK_INTERVAL,
+                 lock_max_live_time: float = REBALANCE_LOCK_MAX_LIVE_TIME):
+        if message_model not in (CLUSTERING, BROADCASTING):
+            raise ClientError(f"message_model {message_model!r} is neither {CLUSTERING} nor {BROADCASTING}")
+        if client is not None and instance_name:
+            raise ClientError("instance_name names a client instance: give it to the MQClientInstance passed")
+        if max_reconsume_times < -1:
+            raise ClientError(f"max_reconsume_times {max_reconsume_times} must be -1 (the default) or more")
+        for name, value in (("lock_interval", lock_interval), ("lock_max_live_time", lock_max_live_time),
+                            ("suspend_current_queue_time_millis", suspend_current_queue_time_millis)):
+            if value <= 0:
+                raise ClientError(f"{name} {value} must be positive")
         self.group = group
-        self.client = client or MQClientInstance(namesrv_addr)
+        self.client = client or MQClientInstance(namesrv_addr, instance_name=instance_name)
+        self.orderly = orderly
+        self.message_model = message_model
+        if max_reconsume_times == -1:  # DefaultMQPushConsumer's -1: 16, or no limit for an orderly listener
+            max_reconsume_times = 2**31 - 1 if orderly else MAX_RECONSUME_TIMES_CONCURRENTLY
         self.max_reconsume_times = max_reconsume_times
         self.consume_from_first = consume_from_first
         self.pull_batch_size = pull_batch_size
         self.rebalance_interval = rebalance_interval
         self.persist_interval = persist_interval
         self.suspend_ms = suspend_ms
+        self.suspend_current_queue_time_millis = suspend_current_queue_time_millis
+        self.lock_max_live_time = lock_max_live_time
         self.subscriptions: dict[str, str] = {}
         self.listener: Listener | None = None
-        self.offsets: dict[MessageQueue, int] = {}  # next offset to consume, per held queue
-        self._committed: dict[MessageQueue, int] = {}
+        self.offset_store: OffsetStore = (
+            LocalFileOffsetStore(self.client.client_id, group, local_offset_store_dir)
+            if message_model == BROADCASTING else RemoteBrokerOffsetStore(self.client, group, self._addr))
+        self.offsets = self.offset_store.table  # next offset to consume, per held queue
+        # only a clustering group shares queues among members; a broadcasting one has no one to exclude
+        self._locks = RebalanceLock(self.client, group, self._addr, lock_interval) \
+            if orderly and message_model == CLUSTERING else None
+        self._pqs: dict[MessageQueue, ProcessQueue] = {}
         self._workers: dict[MessageQueue, asyncio.Task] = {}
         self._tasks: list[asyncio.Task] = []
         self._wakeup: asyncio.Event | None = None
@@ -83,7 +139,8 @@ class PushConsumer:
         self.subscriptions[topic] = sub_expression or "*"
 
     def register(self, listener: Listener) -> None:
-        """listener(messages) → True when consumed; False or an exception: deliver again later."""
+        """listener(messages) → True when consumed; False, None or an exception: deliver again
+        later (concurrently: through %RETRY%; orderly: in place, after a pause)."""
         self.listener = listener
 
     @property
@@ -95,7 +152,9 @@ class PushConsumer:
             raise ClientError("register a listener before starting the consumer")
         if not self.subscriptions:
             raise ClientError("subscribe to a topic before starting the consumer")
-        self.subscriptions.setdefault(RETRY_PREFIX + self.group, "*")
+        self.offset_store.load()  # a broadcasting member's unreadable offsets file: refused before anything runs
+        if self.message_model == CLUSTERING:  # a broadcasting member does not retry (copySubscription)
+            self.subscriptions.setdefault(RETRY_PREFIX + self.group, "*")
         self._sub_version = int(time.time() * 1000)
         self._wakeup = asyncio.Event()
         self._rebalance_lock = asyncio.Lock()
@@ -115,10 +174,13 @@ class PushConsumer:
             self.running = False
             for mq in list(self._workers):
                 self._workers.pop(mq).cancel()
+            self._pqs.clear()
             self.client.consumers.pop(self.group, None)
             await self.client.shutdown()
             raise
         self._tasks = [asyncio.ensure_future(self._rebalance_loop()), asyncio.ensure_future(self._persist_loop())]
+        if self._locks is not None:
+            self._tasks.append(asyncio.ensure_future(self._locks.run(self._pqs)))
 
     async def shutdown(self) -> None:
         if not self.running:
@@ -129,6 +191,7 @@ class PushConsumer:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         for mq in list(self._workers):
             await self._stop_worker(mq)
+        await self.offset_store.persist_all()  # a queue whose removal the shutdown interrupted
         self.client.consumers.pop(self.group, None)
         await self.client.unregister(consumer_group=self.group)
         await self.client.shutdown()
@@ -148,7 +211,7 @@ class PushConsumer:
             subs.append({"topic": topic, "subString": expr, "tagsSet": tags,
                          "codeSet": [java_string_hash(t.encode()) for t in tags], "subVersion": self._sub_version,
                          "classFilterMode": False, "expressionType": "TAG"})
-        return {"groupName": self.group, "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
+        return {"groupName": self.group, "consumeType": "CONSUME_PASSIVELY", "messageModel": self.message_model,
                 "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET" if self.consume_from_first
                 else "CONSUME_FROM_LAST_OFFSET", "subscriptionDataSet": subs, "unitMode": False}
 
@@ -185,24 +248,48 @@ class PushConsumer:
                 addrs = sorted(route.broker_addrs().values())
                 if not queues or not addrs:
                     continue
+                if self.message_model == BROADCASTING:
+                    wanted.update(queues)
+                    continue
                 cids = sorted(await api.consumer_ids(self.client, addrs[0], self.group))
                 wanted.update(allocate_averagely(self.client.client_id, cids, queues))
             for mq in [mq for mq in self._workers if mq not in wanted]:
                 await self._stop_worker(mq)
+            refused = False
             for mq in sorted(wanted - set(self._workers)):
-                if self.running:
-                    self._workers[mq] = asyncio.ensure_future(self._pull_loop(mq))
+                if not self.running:
+                    break
+                pq = ProcessQueue()
+                if self._locks is not None and not await self._locks.lock(mq, pq):
+                    refused = True  # its last holder has not let go yet: ask again shortly
+                    continue
+                self._pqs[mq] = pq
+                self._workers[mq] = asyncio.ensure_future(self._pull_loop(mq, pq))
+            if refused and self.running:
+                asyncio.get_running_loop().call_later(REBALANCE_LATER, self.rebalance_soon)
             if wanted:
-                log.debug("%s: %s holds %s", self.group, self.client.client_id, sorted(map(str, wanted)))
+                log.debug("%s: %s holds %s", self.group, self.client.client_id, sorted(map(str, self._workers)))
 
     async def _stop_worker(self, mq: MessageQueue) -> None:
-        """Stop pulling a queue and commit what was consumed of it, before another member takes it."""
-        task = self._workers.pop(mq)
-        task.cancel()
+        """Stop pulling a queue and commit what was consumed of it, before another member takes it.
+        An orderly consumer first lets the message in hand finish and unlocks the queue last, so
+        the next holder starts right after that message (RebalancePushImpl.removeUnnecessaryMessageQueue)."""
+        task, pq = self._workers.pop(mq), self._pqs.pop(mq)
+        pq.dropped = True
+        try:
+            if self._locks is not None:
+                try:
+                    await asyncio.wait_for(pq.consume_lock.acquire(), UNLOCK_DELAY)
+                except asyncio.TimeoutError:
+                    log.warning("%s: the listener still holds a message of %s after %g s; letting the queue go",
+                                self.group, mq, UNLOCK_DELAY)
+        finally:  # a shutdown cancelling this wait leaves no worker behind
+            task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-        await self._commit(mq)
-        self.offsets.pop(mq, None)
-        self._committed.pop(mq, None)
+        await self.offset_store.persist(mq)
+        self.offset_store.remove(mq)
+        if self._locks is not None:
+            await self._locks.unlock(mq)
 
     # -- offsets -----------------------------------------------------------------------------------
     async def _addr(self, mq: MessageQueue) -> str:
@@ -214,29 +301,18 @@ class PushConsumer:
         return addr
 
     async def _initial_offset(self, mq: MessageQueue) -> int:
-        """The committed offset; with none: a retry topic from 0, else from the first message
+        """The persisted offset; with none: a retry topic from 0, else from the first message
         (consume_from_first) or from the end (CONSUME_FROM_LAST_OFFSET)."""
-        addr = await self._addr(mq)
-        last = await api.query_consumer_offset(self.client, addr, self.group, mq)
+        last = await self.offset_store.read_store(mq)
         if last >= 0:
             return last
         if mq.topic.startswith(RETRY_PREFIX):
             return 0
         code = codes.GET_MIN_OFFSET if self.consume_from_first else codes.GET_MAX_OFFSET
-        return await api.queue_offset(self.client, addr, mq, code)
-
-    async def _commit(self, mq: MessageQueue) -> None:
-        offset = self.offsets.get(mq)
-        if offset is None or self._committed.get(mq) == offset:
-            return
-        try:
-            await api.update_consumer_offset(self.client, await self._addr(mq), self.group, mq, offset)
-            self._committed[mq] = offset
-        except ClientError as e:
-            log.warning("%s: commit of %s at %d failed: %s", self.group, mq, offset, e)
+        return await api.queue_offset(self.client, await self._addr(mq), mq, code)
 
     async def persist_offsets(self) -> None:
-        await asyncio.gather(*(self._commit(mq) for mq in list(self.offsets)))
+        await self.offset_store.persist_all()
 
     async def _persist_loop(self) -> None:
         while True:
@@ -244,47 +320,90 @@ class PushConsumer:
             await self.persist_offsets()
 
     # -- pulling and consuming ---------------------------------------------------------------------
-    async def _pull_loop(self, mq: MessageQueue) -> None:
+    async def _pull_loop(self, mq: MessageQueue, pq: ProcessQueue) -> None:
         expr = self.subscriptions.get(mq.topic, "*")
         offset = None
-        while True:
+        while not pq.dropped:
+            if self._locks is not None and not pq.may_consume(self.lock_max_live_time):
+                # the lock lapsed (refused at renewal, or not renewed in time): pull nothing until it is ours
+                if not await self._locks.lock(mq, pq):
+                    await asyncio.sleep(LOCK_RETRY_DELAY)
+                    continue
             try:
-                if offset is None:
+                if offset is None:  # read after the lock was granted: the last holder has committed by then
                     offset = await self._initial_offset(mq)
-                    self.offsets[mq] = offset
+                    self.offset_store.update(mq, offset)
                 res = await api.pull(self.client, await self._addr(mq), self.group, mq, offset, self.pull_batch_size,
-                                     expr, self.suspend_ms, commit_offset=self._committed.get(mq, -1))
+                                     expr, self.suspend_ms, commit_offset=self.offset_store.pull_commit_offset(mq))
             except ClientError as e:
                 log.warning("%s: pull of %s failed: %s", self.group, mq, e)
                 await asyncio.sleep(PULL_DELAY_ON_EXCEPTION)
                 continue
             if res.status == api.FOUND:
+                consumed = True
                 for msg in res.messages:
-                    await self._consume(mq, msg)
-                    self.offsets[mq] = msg.queue_offset + 1
+                    if not await self._consume(mq, pq, msg):
+                        consumed = False
+                        break
+                if not consumed:  # an orderly queue lost its lock mid-batch: go on from the message not consumed
+                    offset = self.offset_store.read_memory(mq)
+                    continue
             offset = res.next_begin_offset
-            self.offsets[mq] = offset  # past messages the tag filter dropped, too
+            self.offset_store.update(mq, offset)  # past messages the tag filter dropped, too
             if res.status == api.OFFSET_ILLEGAL:
                 log.warning("%s: offset of %s moved to %d", self.group, mq, offset)
-                await self._commit(mq)
+                await self.offset_store.persist(mq)
 
-    async def _consume(self, mq: MessageQueue, msg: MessageExt) -> None:
+    async def _listen(self, msg: MessageExt) -> bool:
+        """The listener's verdict on one message: True consumed; False, None or an exception: not."""
+        try:
+            result = self.listener([msg])
+            if inspect.isawaitable(result):
+                result = await result
+            return bool(result)  # None counts as "later", as Java's null status
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("%s: listener failed on %s", self.group, msg.msg_id)
+            return False
+
+    async def _consume(self, mq: MessageQueue, pq: ProcessQueue, msg: MessageExt) -> bool:
+        """Hand one message to the listener until it is done with; False when the queue may no
+        longer be consumed here (orderly: dropped, or its lock lost) and the message was not."""
         if mq.topic.startswith(RETRY_PREFIX) and msg.retry_topic:
             msg.topic = msg.retry_topic  # the listener sees the topic it subscribed to, as in Java
-        while True:
-            try:
-                result = self.listener([msg])
-                if inspect.isawaitable(result):
-                    result = await result
-                ok = bool(result)  # None counts as "later", as Java's null ConsumeConcurrentlyStatus
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("%s: listener failed on %s", self.group, msg.msg_id)
-                ok = False
-            if ok or await self._send_back(mq, msg):
-                return
+        if self.orderly:
+            return await self._consume_orderly(mq, pq, msg)
+        while not await self._listen(msg):
+            if self.message_model == BROADCASTING:
+                log.warning("%s: broadcasting, %s failed: dropped", self.group, msg.msg_id)
+                break
+            if await self._send_back(mq, msg):
+                break
             await asyncio.sleep(PULL_DELAY_ON_EXCEPTION)  # nowhere to put it back: consume again here
+        self.offset_store.update(mq, msg.queue_offset + 1)
+        return True
+
+    async def _consume_orderly(self, mq: MessageQueue, pq: ProcessQueue, msg: MessageExt) -> bool:
+        """ConsumeMessageOrderlyService: the message again and again in place until the listener
+        takes it (or, past max_reconsume_times, it is on its way to the DLQ); never the next one
+        before it."""
+        while True:
+            if pq.dropped:
+                return False
+            if self._locks is not None and not pq.may_consume(self.lock_max_live_time):
+                return False  # the pull loop asks for the lock again before anything more
+            async with pq.consume_lock:  # a rebalance taking the queue waits for this message
+                if pq.dropped:
+                    return False
+                ok = await self._listen(msg)
+                if not ok and msg.reconsume_times >= self.max_reconsume_times:
+                    ok = await self._republish(msg)
+                if ok:
+                    self.offset_store.update(mq, msg.queue_offset + 1)
+                    return True
+            msg.reconsume_times += 1  # SUSPEND_CURRENT_QUEUE_A_MOMENT
+            await asyncio.sleep(self.suspend_current_queue_time_millis / 1000)
 
     async def _send_back(self, mq: MessageQueue, msg: MessageExt) -> bool:
         try:
@@ -292,8 +411,15 @@ class PushConsumer:
             return True
         except ClientError as e:
             log.warning("%s: send back of %s failed (%s); re-publishing to the retry topic", self.group, msg.msg_id, e)
+        return await self._republish(msg)
+
+    async def _republish(self, msg: MessageExt) -> bool:
+        """Send a failed message to %RETRY%<group> as a producer would (sendMessageBack's fallback,
+        and an orderly consumer's way to the DLQ): the broker sends it to %DLQ%<group> instead
+        once its reconsume count is past the maximum given with it."""
         props = dict(msg.properties)
         props.setdefault(PROPERTY_RETRY_TOPIC, msg.topic)
+        props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, msg.uniq_key or msg.msg_id)
         props[PROPERTY_RECONSUME_TIME] = str(msg.reconsume_times + 1)
         props[PROPERTY_MAX_RECONSUME_TIMES] = str(self.max_reconsume_times)
         retry = Message(RETRY_PREFIX + self.group, msg.body, properties=props, delay_level=3 + msg.reconsume_times,

@@ -11,6 +11,7 @@ import threading
 
 from broker.client.message import Message
 from broker.client.producer import Producer, SendResult
+from broker.client.route import MessageQueue
 
 
 class _LoopThread:
@@ -40,8 +41,8 @@ class SyncProducer:
         await p.start()
         return p
 
-    def send(self, msg: Message, timeout: float = 3.0) -> SendResult:
-        return self._lt.call(self._producer.send(msg, timeout))
+    def send(self, msg: Message, timeout: float = 3.0, queue: MessageQueue | None = None) -> SendResult:
+        return self._lt.call(self._producer.send(msg, timeout, queue))
 
     def send_batch(self, msgs: list[Message], timeout: float = 3.0) -> SendResult:
         return self._lt.call(self._producer.send_batch(msgs, timeout))

@@ -52,6 +52,9 @@ class BrokerConfig:
     maxReconsumeTimes: int = 16  # a subscription group's retryMaxTimes
     messageDelayLevel: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
     channelExpiredTimeout: int = 120_000  # a client silent this long leaves its groups
+    # ms an orderly consumer's queue lock lasts after its last renewal (Java's system property
+    # rocketmq.broker.rebalance.lockMaxLiveTime): a killed consumer's queues wait this long
+    rebalanceLockMaxLiveTime: int = 60_000
     metricsPort: int = 0  # Prometheus /metrics on brokerIP1:metricsPort; 0 = off
     # NettyServerConfig's: a client connection with no read and no write for this long is closed
     # (clients heartbeat every 30 s, so only dead or idle hostile peers are); 0 = never
@@ -87,7 +90,8 @@ class BrokerConfig:
         if not 0 < self.defaultTopicQueueNums <= 1024:
             raise StoreConfigError("defaultTopicQueueNums", f"{self.defaultTopicQueueNums} must be 1..1024")
         for key in ("registerNameServerPeriod", "brokerSuspendMaxTimeMillis", "channelExpiredTimeout",
-                    "transactionTimeOut", "transactionCheckMax", "transactionCheckInterval"):
+                    "transactionTimeOut", "transactionCheckMax", "transactionCheckInterval",
+                    "rebalanceLockMaxLiveTime"):
             if getattr(self, key) <= 0:
                 raise StoreConfigError(key, f"{getattr(self, key)} must be positive")
         for addr in self.namesrv_addrs:

@@ -133,7 +133,8 @@ class BrokerController:
                                               self.config.rejectTransactionMessage),
                          PullMessageProcessor(store, topics, self.consumers, holds, self.config),
                          ConsumerProcessor(store, topics, self.consumers, holds, schedule,
-                                           self.config.maxReconsumeTimes, self.producers),
+                                           self.config.maxReconsumeTimes, self.producers,
+                                           self.config.rebalanceLockMaxLiveTime / 1000),
                          EndTransactionProcessor(store, topics, schedule, holds, transactions),
                          AdminProcessor(store, topics, schedule, self.metrics.runtime_table)):
                 self.handlers.update(proc.handlers())

@@ -3,7 +3,6 @@ SendMessageProcessor.consumerSendMsgBack): heartbeats, member lists, offsets, se
 from __future__ import annotations
 
 import logging
-import time
 
 import msgspec
 
@@ -12,6 +11,7 @@ from broker.remoting.command import CommandError, RemotingCommand
 from broker.remoting.headers import (ConsumerSendMsgBackRequestHeader, GetConsumerListByGroupRequestHeader,
                                      QueryConsumerOffsetRequestHeader, QueueHeader, SearchOffsetRequestHeader,
                                      UnregisterClientRequestHeader, UpdateConsumerOffsetRequestHeader, decode)
+from broker.remoting.rebalance_lock_manager import REBALANCE_LOCK_MAX_LIVE_TIME, RebalanceLockManager
 from broker.remoting.refusals import BadRequest, NotFound
 from broker.remoting.topic_manager import DLQ_PREFIX, RETRY_PREFIX, check_topic_name
 from broker.store.errors import StoreError
@@ -75,7 +75,8 @@ def _mq_keys(body: dict) -> list:
 
 
 class ConsumerProcessor:
-    def __init__(self, store, topics, consumers, holds, schedule, max_reconsume_times: int, producers=None):
+    def __init__(self, store, topics, consumers, holds, schedule, max_reconsume_times: int, producers=None,
+                 lock_max_live_time: float = REBALANCE_LOCK_MAX_LIVE_TIME):
         self.store = store
         self.topics = topics
         self.consumers = consumers
@@ -83,7 +84,7 @@ class ConsumerProcessor:
         self.holds = holds
         self.schedule = schedule
         self.max_reconsume_times = max_reconsume_times
-        self.locks: dict[tuple[str, str, int], tuple[str, float]] = {}  # (group, topic, queue) -> (client, at)
+        self.locks = RebalanceLockManager(lock_max_live_time)
 
     def handlers(self) -> dict:
         return {codes.HEART_BEAT: self.heartbeat, codes.UNREGISTER_CLIENT: self.unregister,
@@ -230,24 +231,15 @@ class ConsumerProcessor:
 
     # -- orderly consumption -----------------------------------------------------------------------
     def lock(self, cmd: RemotingCommand, conn):
-        """LOCK_BATCH_MQ: a queue is locked to one client of a group for 60 s (RebalanceLockManager)."""
+        """LOCK_BATCH_MQ: the queues of the body's mqSet now locked to its clientId (lockOKMQSet)."""
         body = _json_body(cmd, "lock")
         group, client = str(body.get("consumerGroup", "")), str(body.get("clientId", ""))
-        now = time.monotonic()
-        ok = []
-        for topic, queue_id, mq in _mq_keys(body):
-            key = (group, topic, queue_id)
-            holder = self.locks.get(key)
-            if holder is None or holder[0] == client or now - holder[1] > 60:
-                self.locks[key] = (client, now)
-                ok.append(mq)
-        return cmd.response(codes.SUCCESS, body=msgspec.json.encode({"lockOKMQSet": ok}))
+        entries = {(topic, queue_id): mq for topic, queue_id, mq in _mq_keys(body)}
+        granted = self.locks.try_lock_batch(group, list(entries), client)
+        return cmd.response(codes.SUCCESS, body=msgspec.json.encode({"lockOKMQSet": [entries[k] for k in granted]}))
 
     def unlock(self, cmd: RemotingCommand, conn):
         body = _json_body(cmd, "unlock")
         group, client = str(body.get("consumerGroup", "")), str(body.get("clientId", ""))
-        for topic, queue_id, _ in _mq_keys(body):
-            key = (group, topic, queue_id)
-            if self.locks.get(key, ("",))[0] == client:
-                del self.locks[key]
+        self.locks.unlock_batch(group, [(topic, queue_id) for topic, queue_id, _ in _mq_keys(body)], client)
         return cmd.response(codes.SUCCESS)

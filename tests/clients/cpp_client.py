@@ -7,7 +7,9 @@ librocketmq.so), unmodified, for tests/test_real_clients.py. Runs in its own ven
                                             then shutdown() (commits offsets) and {"closed": true}
 
 Options as ons.js: nameSrv, group, topic, expression, instanceName, accessKey, secretKey,
-messages [{tags, keys, props, body | size}], fail "always" | "once" (raise on a first delivery).
+messages [{tags, keys, props, body | size}], fail "always" | "once" (raise on a first delivery);
+for consume also orderly (MessageListenerOrderly: the client locks its queues at the broker) and
+messageModel "BROADCASTING" (offsets in $HOME/.rocketmq_offsets).
 """
 import json
 import signal
@@ -15,6 +17,7 @@ import sys
 import threading
 
 from rocketmq.client import Message, Producer, PushConsumer
+from rocketmq.ffi import MessageModel
 
 lock = threading.Lock()
 
@@ -56,7 +59,8 @@ def _text(v):
 
 
 def consume(opt):
-    consumer = PushConsumer(opt["group"])
+    consumer = PushConsumer(opt["group"], orderly=bool(opt.get("orderly")),
+                            message_model=MessageModel[opt.get("messageModel") or "CLUSTERING"])
     consumer.set_namesrv_addr(opt["nameSrv"])
     consumer.set_instance_name(opt.get("instanceName") or f"cpp-{id(consumer)}")
     if opt.get("accessKey"):

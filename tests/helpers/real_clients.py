@@ -38,6 +38,8 @@ def check_installed() -> None:
 
 
 def _argv(kind: str, cmd: str, opt: dict) -> list[str]:
+    if kind == "py":  # the project's own client, driven the same way (consume only)
+        return [sys.executable, "-m", "tests.helpers.order_consumer", cmd, json.dumps(opt)]
     check_installed()
     if kind == "ons":
         return ["node", str(CLIENTS / "ons.js"), cmd, json.dumps(opt)]
@@ -114,6 +116,23 @@ class Cluster:
             ext["Signature"] = sign(ext, body, self.access[1])
         return asyncio.run(_request(self.port, code, ext, body))
 
+    def create_topic(self, topic: str, queues: int = 4) -> None:
+        """UPDATE_AND_CREATE_TOPIC on the broker, then wait for the name server's route."""
+        r = self.call(codes.UPDATE_AND_CREATE_TOPIC, {
+            "topic": topic, "defaultTopic": "TBW102", "readQueueNums": queues, "writeQueueNums": queues, "perm": 6,
+            "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": "false"})
+        assert r.code == codes.SUCCESS, (r.code, r.remark)
+        self.wait_route(topic)
+
+    def lock_batch(self, group: str, client_id: str, topic: str, queues, unlock: bool = False) -> set[int]:
+        """LOCK_BATCH_MQ (UNLOCK_BATCH_MQ with `unlock`) of queues of `topic` as `client_id`; the
+        queue ids the broker granted."""
+        body = msgspec.json.encode({"consumerGroup": group, "clientId": client_id, "mqSet": [
+            {"topic": topic, "brokerName": "broker-a", "queueId": q} for q in queues]})
+        r = self.call(codes.UNLOCK_BATCH_MQ if unlock else codes.LOCK_BATCH_MQ, {}, body)
+        assert r.code == codes.SUCCESS, (r.code, r.remark)
+        return set() if unlock else {mq["queueId"] for mq in msgspec.json.decode(bytes(r.body))["lockOKMQSet"]}
+
     def max_offset(self, topic: str, queue_id: int) -> int:
         r = self.call(codes.GET_MAX_OFFSET, {"topic": topic, "queueId": queue_id})
         return int(r.ext["offset"]) if r.code == codes.SUCCESS else 0
@@ -164,7 +183,8 @@ def produce(kind: str, cluster: Cluster, topic: str, messages: list[dict], tmp: 
 
 
 class Consumer:
-    """A push consumer in its own process; `got` holds its deliveries as they arrive."""
+    """A push consumer in its own process (kind "ons", "cpp", or "py": the project's own client,
+    tests/helpers/order_consumer.py); `got` holds its deliveries as they arrive."""
 
     def __init__(self, kind: str, cluster: Cluster, tmp: Path, topic: str, group: str, name: str, **opt):
         opt.update(nameSrv=cluster.namesrv, group=group, topic=topic, instanceName=name)
