@@ -196,6 +196,31 @@ def test_a_member_killed_mid_stream_is_taken_over_after_its_locks_expire_in_orde
             assert names[-1] == "b" and "a" in names and names.index("b") > names.index("a")
 
 
+def test_a_killed_members_group_is_told_at_once_and_takes_its_queues_without_waiting_for_a_rebalance(
+        cluster, tmp_path):
+    """A member's connection closing makes the broker send NOTIFY_CONSUMER_IDS_CHANGED to the rest
+    of its group, as RocketMQ's ClientHousekeepingService does: the survivor rebalances now, not at
+    its next timer (20 s in the Java client, 300 s here), so the dead member's queues are consumed
+    again at once (concurrent consumption: no locks to wait for)."""
+    topic, group = _unique("NotifyOnClose"), _unique("cg-notify-close")
+    stream, log = Stream(cluster, topic), ConsumedLog(tmp_path / "consumed.log")
+    slow_timer = {"rebalance_interval": 300.0, "persist_interval": 0.5}
+    try:
+        with Consumer("py", cluster, tmp_path, topic, group, "a", log=str(log.path), kw=slow_timer) as a:
+            keep_pace(stream, log, lambda: len(log.holders("a")) == QUEUES, "a consuming all four queues")
+            # b's heartbeat made the broker tell a (that path existed before): a keeps 0 and 1
+            with Consumer("py", cluster, tmp_path, topic, group, "b", log=str(log.path), kw=slow_timer):
+                keep_pace(stream, log, lambda: log.holders("b") == {2, 3} and stream.rounds > 20,
+                          "b consuming queues 2 and 3")
+                a.child.kill_group()  # SIGKILL: its connection closes, no UNREGISTER_CLIENT
+                keep_pace(stream, log, lambda: {0, 1} <= log.holders("b"), "b consuming a's queues 0 and 1")
+                for _ in range(5):
+                    stream.round()
+                wait_for(lambda: log.consumed() == stream.rounds * QUEUES, 60, "every message consumed")
+    finally:
+        stream.close()
+
+
 def test_a_failing_message_is_retried_in_place_and_past_max_reconsume_times_goes_to_the_dlq(cluster, tmp_path):
     topic, group = _unique("OrderlyFail"), _unique("cg-orderly-fail")
     stream, log = Stream(cluster, topic), ConsumedLog(tmp_path / "consumed.log")

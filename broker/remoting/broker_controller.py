@@ -73,6 +73,7 @@ class BrokerController:
         self.consumers = ConsumerManager(config.channelExpiredTimeout / 1000)
         self.producers = ProducerManager(config.channelExpiredTimeout / 1000)
         self.transaction_check: TransactionalMessageCheckService | None = None
+        self.consumer_processor: ConsumerProcessor | None = None
         self.holds = PullHoldService()
         self.server: RemotingServer | None = None
         self.acl: PlainAccessValidator | None = None
@@ -129,12 +130,13 @@ class BrokerController:
             transactions = TransactionalMessageService(bridge)
             self.transaction_check = TransactionalMessageCheckService(transactions, self.producers, self.config,
                                                                       self.store_config.fileReservedTime)
+            self.consumer_processor = ConsumerProcessor(store, topics, self.consumers, holds, schedule,
+                                                        self.config.maxReconsumeTimes, self.producers,
+                                                        self.config.rebalanceLockMaxLiveTime / 1000)
             for proc in (SendMessageProcessor(store, topics, schedule, holds, self.config.maxReconsumeTimes, bridge,
                                               self.config.rejectTransactionMessage),
                          PullMessageProcessor(store, topics, self.consumers, holds, self.config),
-                         ConsumerProcessor(store, topics, self.consumers, holds, schedule,
-                                           self.config.maxReconsumeTimes, self.producers,
-                                           self.config.rebalanceLockMaxLiveTime / 1000),
+                         self.consumer_processor,
                          EndTransactionProcessor(store, topics, schedule, holds, transactions),
                          AdminProcessor(store, topics, schedule, self.metrics.runtime_table)):
                 self.handlers.update(proc.handlers())
@@ -148,7 +150,7 @@ class BrokerController:
             # the send kernel appends to the ordinary commit log only, a DLedger one is later work
             self.server = RemotingServer(self.handle, self.host, self.store_config.listenPort,
                                          idle_timeout=self.config.serverChannelMaxIdleTimeSeconds, fast=self.fast)
-            self.server.on_close.append(self.consumers.connection_closed)
+            self.server.on_close.append(self.consumer_processor.connection_closed)
             self.server.on_close.append(self.producers.connection_closed)
             await self.server.start()
             self.schedule.start(deliver=not self.store.is_slave)
@@ -165,7 +167,7 @@ class BrokerController:
             self.replicas.start()
         self.register_soon()
         self._every(self.config.registerNameServerPeriod / 1000, self.register_soon)
-        self._every(10.0, self.consumers.scan_expired)
+        self._every(10.0, self.consumer_processor.scan_expired)
         self._every(10.0, self.producers.scan_expired)
         self._every(self.store_config.flushConsumerOffsetInterval / 1000, self.schedule.persist_soon)
         if self.acl is not None:

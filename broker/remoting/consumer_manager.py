@@ -63,24 +63,38 @@ class ConsumerManager:
             if not g.clients:
                 del self.groups[consumer_group]
 
-    def connection_closed(self, conn) -> None:
+    def connection_closed(self, conn) -> list[str]:
+        """Forget the clients of a closed connection; returns the groups that still have members
+        and lost some (they are told to rebalance)."""
+        changed = []
         for name in list(self.groups):
             g = self.groups[name]
-            for cid in [c for c, (cn, _) in g.clients.items() if cn is conn]:
+            gone = [c for c, (cn, _) in g.clients.items() if cn is conn]
+            for cid in gone:
                 del g.clients[cid]
                 log.info("consumer %s left group %s (connection closed)", cid, name)
             if not g.clients:
                 del self.groups[name]
+            elif gone:
+                changed.append(name)
+        return changed
 
-    def scan_expired(self, now: float | None = None) -> None:
+    def scan_expired(self, now: float | None = None) -> list[str]:
+        """Forget clients silent for expire_after; returns the groups that still have members and
+        lost some."""
         now = time.monotonic() if now is None else now
+        changed = []
         for name in list(self.groups):
             g = self.groups[name]
-            for cid in [c for c, (_, t) in g.clients.items() if now - t > self.expire_after]:
+            gone = [c for c, (_, t) in g.clients.items() if now - t > self.expire_after]
+            for cid in gone:
                 del g.clients[cid]
                 log.warning("consumer %s of group %s silent for %.0fs: removed", cid, name, self.expire_after)
             if not g.clients:
                 del self.groups[name]
+            elif gone:
+                changed.append(name)
+        return changed
 
     def client_ids(self, group: str) -> list[str]:
         g = self.groups.get(group)

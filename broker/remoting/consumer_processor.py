@@ -123,6 +123,18 @@ class ConsumerProcessor:
                 conn.oneway(RemotingCommand.request(codes.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group},
                                                     oneway=True))
 
+    def connection_closed(self, conn) -> None:
+        """A member's connection closed (a consumer killed or gone): the rest of its group is told
+        at once, as RocketMQ's ClientHousekeepingService does, instead of finding out at its next
+        rebalance (20 s in the Java client), while the queues the member held are not consumed."""
+        for group in self.consumers.connection_closed(conn):
+            self._notify_ids_changed(group, conn)
+
+    def scan_expired(self) -> None:
+        """Members silent for channelExpiredTimeout are dropped and the rest of their group told."""
+        for group in self.consumers.scan_expired():
+            self._notify_ids_changed(group, None)
+
     def unregister(self, cmd: RemotingCommand, conn):
         h = decode(UnregisterClientRequestHeader, cmd.ext)
         self.consumers.unregister(h.clientID, h.consumerGroup)
