@@ -3,11 +3,15 @@
 Every 20 s, on start and when the broker says the group changed (NOTIFY_CONSUMER_IDS_CHANGED),
 the subscribed topics' queues are shared out among the group's members (AllocateMessageQueue-
 Averagely over the sorted member ids and queues). Each queue this member holds gets one task that
-long-polls it and hands the messages, one at a time and in queue order, to the listener; so the
-queue's consumed offset is simply "after the last message handled", committed every 5 s, when the
-queue moves to another member and on shutdown.
+long-polls it and hands the messages, in queue order, to the listener: one at a time, or up to
+`consume_message_batch_max_size` (RocketMQ's consumeMessageBatchMaxSize, default 1) from one pull
+in one call; so the queue's consumed offset is simply "after the last batch handled", committed
+every 5 s, when the queue moves to another member and on shutdown.
 
-A message the listener fails (False or an exception) goes back to the broker (CONSUMER_SEND_MSG_BACK)
+The listener answers for the whole list (True; False, None or an exception: all of them again
+later) or, an extension of Java's ackIndex, per message: a list of as many booleans as messages,
+so one failure in a batch sends back that message alone.
+A message the listener fails goes back to the broker (CONSUMER_SEND_MSG_BACK)
 to come again later through %RETRY%<group>, which this consumer subscribes to itself; if the broker
 cannot take it back it is re-published to %RETRY%<group>, and if that fails too it is retried here.
 """
@@ -30,13 +34,14 @@ from broker.remoting import codes
 
 log = logging.getLogger("client.consumer")
 
-Listener = Callable[[list[MessageExt]], "bool | Awaitable[bool]"]
+Listener = Callable[[list[MessageExt]], "bool | list[bool] | Awaitable[bool | list[bool]]"]
 
 REBALANCE_INTERVAL = 20.0
 PERSIST_INTERVAL = 5.0
 SUSPEND_MILLIS = 15_000
 PULL_DELAY_ON_EXCEPTION = 1.0  # Java waits 3 s; a test broker restarting is back sooner
 INNER_PRODUCER_GROUP = "CLIENT_INNER_PRODUCER"
+MAX_CONSUME_BATCH = 1024  # DefaultMQPushConsumer's checkConfig bound of consumeMessageBatchMaxSize
 
 
 def allocate_averagely(client_id: str, cids: list[str], mqs: list[MessageQueue]) -> list[MessageQueue]:
@@ -57,12 +62,16 @@ class PushConsumer:
     def __init__(self, group: str, namesrv_addr: str | None = None, max_reconsume_times: int = 16,
                  consume_from_first: bool = False, client: MQClientInstance | None = None, pull_batch_size: int = 32,
                  rebalance_interval: float = REBALANCE_INTERVAL, persist_interval: float = PERSIST_INTERVAL,
-                 suspend_ms: int = SUSPEND_MILLIS):
+                 suspend_ms: int = SUSPEND_MILLIS, consume_message_batch_max_size: int = 1):
+        if not 1 <= consume_message_batch_max_size <= MAX_CONSUME_BATCH:
+            raise ClientError(f"consumeMessageBatchMaxSize {consume_message_batch_max_size} out of range "
+                              f"[1, {MAX_CONSUME_BATCH}]")
         self.group = group
         self.client = client or MQClientInstance(namesrv_addr)
         self.max_reconsume_times = max_reconsume_times
         self.consume_from_first = consume_from_first
         self.pull_batch_size = pull_batch_size
+        self.consume_message_batch_max_size = consume_message_batch_max_size
         self.rebalance_interval = rebalance_interval
         self.persist_interval = persist_interval
         self.suspend_ms = suspend_ms
@@ -83,7 +92,8 @@ class PushConsumer:
         self.subscriptions[topic] = sub_expression or "*"
 
     def register(self, listener: Listener) -> None:
-        """listener(messages) → True when consumed; False or an exception: deliver again later."""
+        """listener(messages) → True when consumed; False or an exception: deliver again later; or a
+        list of one such answer per message."""
         self.listener = listener
 
     @property
@@ -259,32 +269,37 @@ class PushConsumer:
                 await asyncio.sleep(PULL_DELAY_ON_EXCEPTION)
                 continue
             if res.status == api.FOUND:
-                for msg in res.messages:
-                    await self._consume(mq, msg)
-                    self.offsets[mq] = msg.queue_offset + 1
+                msgs, step = res.messages, self.consume_message_batch_max_size
+                for i in range(0, len(msgs), step):
+                    batch = msgs[i:i + step]
+                    await self._consume(mq, batch)
+                    self.offsets[mq] = batch[-1].queue_offset + 1
             offset = res.next_begin_offset
             self.offsets[mq] = offset  # past messages the tag filter dropped, too
             if res.status == api.OFFSET_ILLEGAL:
                 log.warning("%s: offset of %s moved to %d", self.group, mq, offset)
                 await self._commit(mq)
 
-    async def _consume(self, mq: MessageQueue, msg: MessageExt) -> None:
-        if mq.topic.startswith(RETRY_PREFIX) and msg.retry_topic:
-            msg.topic = msg.retry_topic  # the listener sees the topic it subscribed to, as in Java
+    async def _consume(self, mq: MessageQueue, msgs: list[MessageExt]) -> None:
+        if mq.topic.startswith(RETRY_PREFIX):
+            for msg in msgs:
+                if msg.retry_topic:
+                    msg.topic = msg.retry_topic  # the listener sees the topic it subscribed to, as in Java
         while True:
             try:
-                result = self.listener([msg])
+                result = self.listener(msgs)
                 if inspect.isawaitable(result):
                     result = await result
-                ok = bool(result)  # None counts as "later", as Java's null ConsumeConcurrentlyStatus
+                oks = _statuses(result, len(msgs))
             except asyncio.CancelledError:
                 raise
             except Exception:
-                log.exception("%s: listener failed on %s", self.group, msg.msg_id)
-                ok = False
-            if ok or await self._send_back(mq, msg):
+                log.exception("%s: listener failed on %s", self.group, ", ".join(m.msg_id for m in msgs))
+                oks = [False] * len(msgs)
+            msgs = [m for m, ok in zip(msgs, oks) if not ok and not await self._send_back(mq, m)]
+            if not msgs:
                 return
-            await asyncio.sleep(PULL_DELAY_ON_EXCEPTION)  # nowhere to put it back: consume again here
+            await asyncio.sleep(PULL_DELAY_ON_EXCEPTION)  # nowhere to put them back: consume them again here
 
     async def _send_back(self, mq: MessageQueue, msg: MessageExt) -> bool:
         try:
@@ -304,3 +319,13 @@ class PushConsumer:
         except ClientError as e:
             log.warning("%s: re-publishing %s failed: %s", self.group, msg.msg_id, e)
             return False
+
+
+def _statuses(result, n: int) -> list[bool]:
+    """The listener's answer as one boolean per message. None counts as "later", as Java's null
+    ConsumeConcurrentlyStatus."""
+    if isinstance(result, (list, tuple)):
+        if len(result) != n:
+            raise ClientError(f"listener answered {len(result)} statuses for {n} messages")
+        return [bool(r) for r in result]
+    return [bool(result)] * n
