@@ -452,7 +452,8 @@ def markdown(figs: dict) -> str:
         for r in R["consume"]:
             redis = "" if r["redis"] is None else (" + Redis" if r["redis"] else ", no Redis")
             batch = f", batch {r['batch_size']}" if r.get("batch_size") else ""
-            row(f"{r['consumer']} consumer, {r['store']}{redis}{batch}", f"{r['msgs_per_s']:,.0f} msgs/s",
+            row(f"{r['consumer']} consumer, {r['store']}{redis}{batch}",
+                f"{r['msgs_per_s']:,.0f} msgs/s; consumer CPU {r['cpu_us_per_msg']:.1f} us/msg",
                 f"plain PushConsumer, same run: {plain:,.0f} msgs/s", f"{r['vs_plain']:.3f}x plain")
         for r in R["outbox"]:
             row(f"OutboxProducer.send, {r['store']}, {r['in_flight']} in flight", f"{r['msgs_per_s']:,.0f} msgs/s")
@@ -645,7 +646,7 @@ def main(argv: list[str] | None = None) -> int:
             step("reliable", "broker.reliable: the idempotent consumer (PostgreSQL, SQLite, with and without Redis) "
                              "beside the plain PushConsumer, and the outbox")
             from bench import reliable_bench
-            R = reliable_bench.run(20_000 if quick else 100_000, progress=lambda x: say("  " + x))
+            R = reliable_bench.run(40_000 if quick else 100_000, progress=lambda x: say("  " + x))
 
         if "matrix" in steps:
             step("matrix", "mode matrix (name server, master, slave processes; the project's client) and peers")

@@ -11,7 +11,7 @@ written in one transaction (so each handler's confirmation updates a real row); 
 starts and the clock runs until it has processed every message. The handler does no business
 work: what is measured is the machinery (Redis SET NX, the claim, the stub check and confirmation,
 the commit, the Redis "done"), one transaction per batch of `--batch` messages (the consumer's
-default, 32), 8 queues consumed in parallel. Run as a section of `python -m bench --only reliable`.
+default, 64), 8 queues consumed in parallel. Run as a section of `python -m bench --only reliable`.
 
 A second table: OutboxProducer.send (stub transaction, send, send bookkeeping) with 32 sends in
 flight.

@@ -254,31 +254,46 @@ class PushConsumer:
             await self.persist_offsets()
 
     # -- pulling and consuming ---------------------------------------------------------------------
+    async def _pull(self, mq: MessageQueue, offset: int, expr: str) -> api.PullResult:
+        return await api.pull(self.client, await self._addr(mq), self.group, mq, offset, self.pull_batch_size, expr,
+                              self.suspend_ms, commit_offset=self._committed.get(mq, -1))
+
     async def _pull_loop(self, mq: MessageQueue) -> None:
         expr = self.subscriptions.get(mq.topic, "*")
         offset = None
-        while True:
-            try:
-                if offset is None:
-                    offset = await self._initial_offset(mq)
-                    self.offsets[mq] = offset
-                res = await api.pull(self.client, await self._addr(mq), self.group, mq, offset, self.pull_batch_size,
-                                     expr, self.suspend_ms, commit_offset=self._committed.get(mq, -1))
-            except ClientError as e:
-                log.warning("%s: pull of %s failed: %s", self.group, mq, e)
-                await asyncio.sleep(PULL_DELAY_ON_EXCEPTION)
-                continue
-            if res.status == api.FOUND:
-                msgs, step = res.messages, self.consume_message_batch_max_size
-                for i in range(0, len(msgs), step):
-                    batch = msgs[i:i + step]
-                    await self._consume(mq, batch)
-                    self.offsets[mq] = batch[-1].queue_offset + 1
-            offset = res.next_begin_offset
-            self.offsets[mq] = offset  # past messages the tag filter dropped, too
-            if res.status == api.OFFSET_ILLEGAL:
-                log.warning("%s: offset of %s moved to %d", self.group, mq, offset)
-                await self._commit(mq)
+        ahead: asyncio.Future | None = None  # the next pull, in flight while a result is consumed
+        try:
+            while True:
+                try:
+                    if offset is None:
+                        offset = await self._initial_offset(mq)
+                        self.offsets[mq] = offset
+                    if ahead is None:
+                        ahead = asyncio.ensure_future(self._pull(mq, offset, expr))
+                    pulled, ahead = ahead, None
+                    res = await pulled
+                except ClientError as e:
+                    log.warning("%s: pull of %s failed: %s", self.group, mq, e)
+                    await asyncio.sleep(PULL_DELAY_ON_EXCEPTION)
+                    continue
+                if res.status == api.FOUND:
+                    # as Java's pull service runs ahead of its consume threads: the listener's time
+                    # (a database transaction, say) and the next pull's round trip overlap
+                    ahead = asyncio.ensure_future(self._pull(mq, res.next_begin_offset, expr))
+                    msgs, step = res.messages, self.consume_message_batch_max_size
+                    for i in range(0, len(msgs), step):
+                        batch = msgs[i:i + step]
+                        await self._consume(mq, batch)
+                        self.offsets[mq] = batch[-1].queue_offset + 1
+                offset = res.next_begin_offset
+                self.offsets[mq] = offset  # past messages the tag filter dropped, too
+                if res.status == api.OFFSET_ILLEGAL:
+                    log.warning("%s: offset of %s moved to %d", self.group, mq, offset)
+                    await self._commit(mq)
+        finally:
+            if ahead is not None:
+                ahead.cancel()
+                await asyncio.gather(ahead, return_exceptions=True)
 
     async def _consume(self, mq: MessageQueue, msgs: list[MessageExt]) -> None:
         if mq.topic.startswith(RETRY_PREFIX):

@@ -15,7 +15,7 @@ For each delivery:
    acknowledge. Failure (an exception, or False returned): roll back, delete our Redis key,
    RECONSUME_LATER, so the broker's %RETRY% path (and the DLQ after maxReconsumeTimes) applies.
 
-Batches (`batch_size`, default 32: the PushConsumer's consumeMessageBatchMaxSize is set to it and
+Batches (`batch_size`, default 64: the PushConsumer's consumeMessageBatchMaxSize is set to it and
 a pull's messages come in lists of that many): one Redis round trip for the batch's SET NXs, one
 transaction for the batch with one statement claiming every message, then each handler after a
 savepoint of its own (sent with the handler's first statement: a handler writing nothing costs no
@@ -56,7 +56,11 @@ PROCESSED, DUPLICATE, IN_PROGRESS, SKIPPED_VOIDED = "processed", "duplicate", "i
 COUNTERS = ("received", "processed", "duplicates_redis", "duplicates_db", "in_progress_elsewhere", "skipped_voided",
             "failures", "dead_lettered", "confirmed_stubs", "without_reliable_id", "redis_errors", "batches",
             "batches_split", "log_rows_cleaned")
-DEFAULT_BATCH_SIZE = 32  # the PushConsumer's pull batch: a pull's messages make one transaction
+# Messages per transaction. Past 64, a batch whose handlers all write would overflow PostgreSQL's
+# cache of a transaction's subtransactions (PGPROC_MAX_CACHED_SUBXIDS = 64: one per savepoint),
+# which slows every other session's snapshots; up to it, the batch's commit and round trips are
+# shared by 64 messages.
+DEFAULT_BATCH_SIZE = 64
 
 
 class _Unisolated(Exception):
@@ -76,8 +80,8 @@ class IdempotentConsumer:
       (stable across the broker's redeliveries, not across a producer's own resends).
     on_confirmed(rid, msg): after the commit of a handler's success.
     on_dead_letter(rid, msg, error): the handler failed a delivery the broker will move to the DLQ.
-    batch_size: messages per transaction (sets the consumer's consume_message_batch_max_size); 1:
-      one transaction per message.
+    batch_size: messages per transaction (sets the consumer's consume_message_batch_max_size, and
+      raises its pull_batch_size to it); 1: one transaction per message.
     log_retention_ms, log_clean_interval_ms, log_clean_batch: this group's message log rows older
       than the retention are deleted every interval, that many per transaction (log_cleaner.py);
       log_retention_ms=None keeps them forever.
@@ -104,6 +108,8 @@ class IdempotentConsumer:
         self.metrics = Counters(COUNTERS, "reliable_consumer", self.group, metrics_registry)
         self._tasks: set[asyncio.Future] = set()
         consumer.consume_message_batch_max_size = _batch_size(batch_size)
+        # a batch is cut from one pull's messages: pull at least that many
+        consumer.pull_batch_size = max(consumer.pull_batch_size, batch_size)
         self.log_cleaner = None if log_retention_ms is None else log_cleaner.CleanMessageLogService(
             self.store, self.group, log_retention_ms, log_clean_interval_ms, log_clean_batch,
             on_deleted=lambda n: self.metrics.inc("log_rows_cleaned", n))
@@ -201,7 +207,7 @@ class IdempotentConsumer:
         now = now_ms()
         info = MessageInfo(msg.topic, msg.broker_name, msg.queue_id, msg.queue_offset, msg.uniq_key or msg.msg_id,
                            msg.reconsume_times)
-        async with self.store.transaction() as s:
+        async with self.store.transaction(begin_with_first_statement=True) as s:
             claim, status = await self.store.begin_message(s, self.group, rid, info, now, self.confirm)
             if claim == DONE:
                 s.set_rollback_only()
@@ -302,7 +308,7 @@ class IdempotentConsumer:
         now = now_ms()
         outcomes: dict[int, str | Exception] = {}
         confirmed = 0
-        async with self.store.transaction() as s:
+        async with self.store.transaction(begin_with_first_statement=True) as s:
             claims = await self.store.begin_messages(
                 s, self.group, [(rid, MessageInfo(msg.topic, msg.broker_name, msg.queue_id, msg.queue_offset,
                                                   msg.uniq_key or msg.msg_id, msg.reconsume_times))

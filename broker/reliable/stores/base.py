@@ -179,9 +179,10 @@ class Store(abc.ABC):
     async def _close(self) -> None: ...
 
     @abc.abstractmethod
-    def transaction(self) -> contextlib.AbstractAsyncContextManager[Session]:
+    def transaction(self, begin_with_first_statement: bool = False) -> contextlib.AbstractAsyncContextManager[Session]:
         """A transaction: committed when the block ends, rolled back on an exception (cancellation
-        included) or after `set_rollback_only()`."""
+        included) or after `set_rollback_only()`. `begin_with_first_statement`: the backend may
+        hold BEGIN back to send it with the first statement (`raw` is then refused before one)."""
 
     @abc.abstractmethod
     def ddl(self) -> list[str]: ...

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from broker.reliable.errors import StoreUnavailable, StoreURLError
+from broker.reliable.errors import ReliableError, StoreUnavailable, StoreURLError
 from broker.reliable.stores.base import BUSY, CLAIMED, DONE, MessageInfo, Session, Store
 from broker.reliable.stub import CONFIRMED, MANUAL, UNCONFIRMED
 
@@ -42,13 +42,16 @@ def _pg_sql(sql: str) -> str:
 class PgSession(Session):
     dialect = "postgresql"
 
-    def __init__(self, conn):
+    def __init__(self, conn, begin_pending: bool = False):
         super().__init__()
         self._conn = conn
         self._cur = conn.cursor()  # one cursor for the transaction's statements: cheaper than one each
+        self._begin_pending = begin_pending  # BEGIN goes out with the first statement
 
     @property
     def raw(self):
+        if self._begin_pending:  # statements on it would run outside the transaction
+            raise ReliableError("session.raw before the transaction's first statement (it has not begun)")
         self._raw_handed_out()
         return self._conn
 
@@ -60,11 +63,25 @@ class PgSession(Session):
         await self._cur.execute(f"ROLLBACK TO SAVEPOINT {name}")
 
     async def _exec(self, sql: str, params):
+        if self._begin_pending:
+            return await self._begin_with(sql, params)
         if self._pending_savepoint is not None:
             await self._cur.execute(self._establish())
         if params:
             return await self._cur.execute(_pg_sql(sql), params)
         return await self._cur.execute(sql)
+
+    async def _begin_with(self, sql: str, params):
+        """BEGIN and the first statement in one round trip (libpq's pipeline mode): a round trip
+        is what a batch's transaction waits for most on a busy machine, not the statements' CPU."""
+        self._begin_pending = False
+        async with self._conn.pipeline():
+            await self._cur.execute("BEGIN")
+            if params:
+                await self._cur.execute(_pg_sql(sql), params)
+            else:
+                await self._cur.execute(sql)
+        return self._cur
 
     async def execute(self, sql: str, params=()) -> int:
         return (await self._exec(sql, params)).rowcount
@@ -73,6 +90,9 @@ class PgSession(Session):
         return await (await self._exec(sql, params)).fetchall()
 
     async def run(self, fn: Callable[[Any], Any]) -> Any:
+        if self._begin_pending:
+            self._begin_pending = False
+            await self._cur.execute("BEGIN")
         if self._pending_savepoint is not None:
             await self._cur.execute(self._establish())
         r = fn(self._conn)
@@ -154,30 +174,35 @@ class PostgresStore(Store):
         await self._pool.close()
 
     @contextlib.asynccontextmanager
-    async def transaction(self) -> AsyncIterator[PgSession]:
+    async def transaction(self, begin_with_first_statement: bool = False) -> AsyncIterator[PgSession]:
+        """`begin_with_first_statement`: BEGIN is sent with the block's first statement (one round
+        trip less); the session's `raw` is refused until a statement has run."""
         if self._pool is None:
             raise StoreUnavailable(f"{self.conninfo}: store is not open")
         try:
             conn = await self._pool.get()
         except psycopg.OperationalError as e:
             raise StoreUnavailable(f"postgresql: {e}") from e
-        s = PgSession(conn)
+        s = PgSession(conn, begin_with_first_statement)
         committed = False
         try:
             try:
-                await conn.execute("BEGIN")
+                if not begin_with_first_statement:
+                    await s._cur.execute("BEGIN")
                 yield s
             except BaseException:
                 # cancelled again meanwhile: the pool closes the connection, the server rolls back
                 with contextlib.suppress(Exception):
                     await conn.execute("ROLLBACK")
                 raise
-            if s._rollback_only or conn.info.transaction_status == pq.TransactionStatus.INERROR:
-                await conn.execute("ROLLBACK")
+            if s._begin_pending:  # no statement ran: nothing began
+                committed = not s._rollback_only
+            elif s._rollback_only or conn.info.transaction_status == pq.TransactionStatus.INERROR:
+                await s._cur.execute("ROLLBACK")
                 if not s._rollback_only:  # COMMIT would answer ROLLBACK without an error
                     raise StoreUnavailable("transaction aborted by an earlier error (rolled back)")
             else:
-                await conn.execute("COMMIT")
+                await s._cur.execute("COMMIT")
                 committed = True
         except psycopg.OperationalError as e:
             raise StoreUnavailable(f"postgresql: {e}") from e

@@ -146,7 +146,8 @@ class SqliteStore(Store):
             self._conn.execute("ROLLBACK")
 
     @contextlib.asynccontextmanager
-    async def transaction(self) -> AsyncIterator[SqliteSession]:
+    async def transaction(self, begin_with_first_statement: bool = False) -> AsyncIterator[SqliteSession]:
+        # always so here: the first statement carries BEGIN IMMEDIATE in its hop to the thread
         if self._conn is None:
             raise StoreUnavailable(f"sqlite {self.path}: store is not open")
         committed = False
