@@ -31,7 +31,6 @@ from broker.reliable.errors import StoreURLError
 log = logging.getLogger("reliable.dedup")
 
 ACQUIRED, DONE, TAKEN, UNKNOWN = "acquired", "done", "taken", "unknown"
-DONE_VALUE = b"D"
 _STATES = {ord("A"): ACQUIRED, ord("D"): DONE, ord("T"): TAKEN}
 
 # The batch's keys travel in one argument (their bytes end to end, and their lengths), not as KEYS:
