@@ -4,8 +4,8 @@ milestones' targets marked met or missed.
 
     python -m bench                     # quick subset (make bench), < 5 minutes on the 2-core VMs
     python -m bench --full              # everything: whole matrix, 3 repeats, both peers, full-size cells
-    python -m bench --only matrix,peers # some sections (kernels, store, network, ha, dledger, controller, matrix,
-                                        # peers)
+    python -m bench --only matrix,peers # some sections (kernels, store, network, ha, dledger, controller,
+                                        # reliable, matrix, peers)
     python -m bench --compare OLD.json  # after the run, what moved (figure, old, new, % change)
     python -m bench --compare OLD.json NEW.json   # compare two results files, no run
     python -m bench --out DIR           # results (JSON + Markdown + PNG plots); default bench/results/
@@ -24,7 +24,9 @@ defaults and with heartBeatTimeIntervalMs=500 (about 3 minutes), 5c. controller 
 (bench/controller_bench.py): a two-broker group given its roles by three controllers,
 allAckInSyncStateSet=true (two copies per ack), its throughput through the same client cell as
 DLedger's, and the write outage over 10 kill -9s of the master with RocketMQ's default intervals and
-with short ones (about 1 minute), 6. the mode matrix (bench/matrix.py): flushDiskType x {single master,
+with short ones (about 1 minute), 5d. broker.reliable (bench/reliable_bench.py): the idempotent consumer
+on durable PostgreSQL and on SQLite, with and without Redis, beside the plain PushConsumer of the
+same run, and the outbox's sends (about 1 minute), 6. the mode matrix (bench/matrix.py): flushDiskType x {single master,
 ASYNC_MASTER + slave, SYNC_MASTER + slave} x body x in flight, name server / master / slave
 processes driven by broker.client, with CPU per process, replication lag and consume throughput,
 then the peers (bench/peers.py: Redis Streams, NATS JetStream) as ratios project/peer. The quick
@@ -72,6 +74,10 @@ TARGETS = {
     # controller mode (issue 18): the write outage after a kill -9 of the master, every kill, with
     # scanInactiveMasterInterval and the heartbeats at RocketMQ's defaults or lower
     "controller_outage_s": 3.0,          # at most
+    # broker.reliable (issue 19): the idempotent consumer on durable PostgreSQL, beside the plain
+    # PushConsumer of the same run
+    "reliable_pg_msgs_per_s": 20_000,
+    "reliable_pg_vs_plain": 0.3,
 }
 
 
@@ -217,6 +223,14 @@ def evaluate(figs: dict) -> list[dict]:
             TARGETS["ha_sync_added_p50_us"], "us", higher=False)
         add("fresh slave catch-up >= 1 GB/s", max(c["MBps"] for c in H["catch_up"]), TARGETS["ha_catch_up_MBps"],
             "MB/s")
+    R = figs.get("reliable") or {}
+    for r in R.get("consume", []):
+        if r["consumer"] == "idempotent" and r["store"] == "postgresql":
+            where = f"reliable postgresql redis={'yes' if r['redis'] else 'no'}"
+            add(f"idempotent consumer on PostgreSQL >= 20,000 msgs/s ({where})", r["msgs_per_s"],
+                TARGETS["reliable_pg_msgs_per_s"], "msgs/s", where=where)
+            add(f"idempotent consumer on PostgreSQL >= 0.3x the plain PushConsumer ({where})", r["vs_plain"],
+                TARGETS["reliable_pg_vs_plain"], "x", where=where)
     C = figs.get("controller") or {}
     for name, o in (C.get("outage") or {}).items():
         add(f"controller mode: write outage after kill -9 of the master <= 3 s, every one of {o['kills']} kills "
@@ -429,6 +443,21 @@ def markdown(figs: dict) -> str:
             row(f"write outage after kill -9 of the leader ({name}), last SEND_OK to the next",
                 _outage_cell(o), "goal <= 5 s with DLedger's defaults", _from_kill(o))
 
+    R = figs.get("reliable") or {}
+    if R:
+        row(f"**broker.reliable** (bench/reliable_bench.py: name server and broker processes, real Redis and "
+            f"durable PostgreSQL; {R['messages']:,} messages of {R['body']} B, {R['queues']} queues per cell)",
+            "", "", "")
+        plain = R["consume"][0]["msgs_per_s"]
+        for r in R["consume"]:
+            redis = "" if r["redis"] is None else (" + Redis" if r["redis"] else ", no Redis")
+            batch = f", batch {r['batch_size']}" if r.get("batch_size") else ""
+            row(f"{r['consumer']} consumer, {r['store']}{redis}{batch}",
+                f"{r['msgs_per_s']:,.0f} msgs/s; consumer CPU {r['cpu_us_per_msg']:.1f} us/msg",
+                f"plain PushConsumer, same run: {plain:,.0f} msgs/s", f"{r['vs_plain']:.3f}x plain")
+        for r in R["outbox"]:
+            row(f"OutboxProducer.send, {r['store']}, {r['in_flight']} in flight", f"{r['msgs_per_s']:,.0f} msgs/s")
+
     C = figs.get("controller") or {}
     if C:
         row("**Controller mode** (two `broker serve` brokers with enableControllerMode=true and three `broker "
@@ -475,7 +504,7 @@ def markdown(figs: dict) -> str:
 
 # ------------------------------------------------------------------------------------------ main
 
-SECTIONS = ("kernels", "store", "network", "ha", "dledger", "controller", "matrix", "peers")
+SECTIONS = ("kernels", "store", "network", "ha", "dledger", "controller", "reliable", "matrix", "peers")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -539,7 +568,8 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         runner, loop_name = asyncio.run, "asyncio"
     settings = store_bench.Settings.make(quick)
-    steps = ["limits"] + [x for x in ("kernels", "store", "network", "ha", "dledger", "controller") if x in only] \
+    steps = ["limits"] + [x for x in ("kernels", "store", "network", "ha", "dledger", "controller", "reliable")
+                          if x in only] \
         + (["matrix"] if only & {"matrix", "peers"} else [])
     n = len(steps)
 
@@ -556,6 +586,7 @@ def main(argv: list[str] | None = None) -> int:
     H: dict = {}
     D: dict = {}
     C: dict = {}
+    R: dict = {}
     M: dict = {}
     try:
         step("limits", "machine limits")
@@ -611,6 +642,12 @@ def main(argv: list[str] | None = None) -> int:
             from bench import controller_bench
             C = runner(controller_bench.run_all(secs, 10, workdir, progress=say))
 
+        if "reliable" in only:
+            step("reliable", "broker.reliable: the idempotent consumer (PostgreSQL, SQLite, with and without Redis) "
+                             "beside the plain PushConsumer, and the outbox")
+            from bench import reliable_bench
+            R = reliable_bench.run(40_000 if quick else 100_000, progress=lambda x: say("  " + x))
+
         if "matrix" in steps:
             step("matrix", "mode matrix (name server, master, slave processes; the project's client) and peers")
             from bench import matrix
@@ -631,7 +668,7 @@ def main(argv: list[str] | None = None) -> int:
                  "total_s": time.perf_counter() - t_start},
         "limits": L, "kernels": K, "store": S, "network": N, "network_peers": NP,
         "network_vs_redis": network_vs_redis(N, NP), "ha": H, "dledger": D, "controller": C,
-        "matrix": M,
+        "reliable": R, "matrix": M,
     }
     figs["targets"] = evaluate(figs)
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S") + ("-quick" if quick else "")

@@ -9,7 +9,7 @@ import zlib
 import pytest
 
 from broker.client.admin import Admin
-from broker.client.errors import BrokerUnreachable
+from broker.client.errors import BrokerUnreachable, ClientError
 from broker.client.message import Message
 from broker.client.producer import SEND_OK, Producer
 from broker.client.pull_consumer import PullConsumer
@@ -175,6 +175,45 @@ def test_push_consumer_consumes_all_and_failures_come_back_through_retry(tmp_pat
             # redelivered once, through %RETRY%cg5, with the original topic and tags restored
             assert again == [(b"m7", 1, "T5", "TagA"), (b"m8", 1, "T5", "TagA")]
             assert c.broker.store.max_offset("%RETRY%cg5", 0) == 2
+    asyncio.run(go())
+
+
+def test_push_consumer_batches_and_per_message_answers_send_back_only_the_failed(tmp_path):
+    """consumeMessageBatchMaxSize: a pull's messages reach the listener in lists of at most that
+    many; a list of answers fails only the messages answered False."""
+    async def go():
+        async with Cluster(tmp_path, messageDelayLevel=LEVELS) as c:
+            await c.create_topic("T5B", 1)
+            sizes: list[int] = []
+            got: list = []
+            all_in = asyncio.Event()
+
+            def listener(msgs):
+                sizes.append(len(msgs))
+                got.extend((m.body, m.reconsume_times) for m in msgs)
+                if len(got) >= 21:
+                    all_in.set()
+                return [not (m.reconsume_times == 0 and m.body == b"m5") for m in msgs]
+
+            consumer = PushConsumer("cg5b", c.namesrv, consume_from_first=True, suspend_ms=SUSPEND_MS,
+                                    consume_message_batch_max_size=8)
+            consumer.subscribe("T5B", "*")
+            consumer.register(listener)
+            async with Producer("pg", c.namesrv) as p:
+                for i in range(20):  # all queued before the consumer starts: one pull
+                    await p.send(Message("T5B", f"m{i}".encode()))
+                await consumer.start()
+                try:
+                    await asyncio.wait_for(all_in.wait(), 15)
+                finally:
+                    await consumer.shutdown()
+            assert sizes[:3] == [8, 8, 4]
+            assert sorted(b for b, n in got if n == 0) == sorted(f"m{i}".encode() for i in range(20))
+            assert [(b, n) for b, n in got if n > 0] == [(b"m5", 1)]  # its batch's others were not sent back
+            assert c.broker.store.max_offset("%RETRY%cg5b", 0) == 1
+            for bad in (0, 1025):
+                with pytest.raises(ClientError, match="consumeMessageBatchMaxSize"):
+                    PushConsumer("cg5c", c.namesrv, consume_message_batch_max_size=bad)
     asyncio.run(go())
 
 

@@ -412,13 +412,13 @@ def test_three_copies_and_a_rebalance_mid_handler_process_each_message_once(back
                 await outbox.producer.send(stub.message())
                 await outbox.producer.send(stub.message())
 
-        # A lets 8 handlers through, then blocks every later one until it is cancelled
-        passed, cancelled = [0], [0]
+        # A (batches of 4) lets handlers through until it has committed 8 messages, then blocks
+        # every later one (mid-batch: the batch's earlier handlers ran) until it is cancelled
+        cancelled = [0]
         blocked = asyncio.Event()
 
         async def gate(msg):
-            if passed[0] < 8:
-                passed[0] += 1
+            if a.metrics["processed"] < 8:
                 return
             blocked.set()
             try:
@@ -428,12 +428,12 @@ def test_three_copies_and_a_rebalance_mid_handler_process_each_message_once(back
                 raise
 
         a = IdempotentConsumer(push_consumer(cluster, cgroup, topic, persist_interval=3600),
-                               effect_handler("a", before=gate), backend.store_url, backend.redis_url)
+                               effect_handler("a", before=gate), backend.store_url, backend.redis_url, batch_size=4)
         b = IdempotentConsumer(push_consumer(cluster, cgroup, topic), effect_handler("b"), backend.store_url,
                                backend.redis_url)
         await a.start()
         try:
-            await until(lambda: blocked.is_set() and a.metrics["processed"] == 8,
+            await until(lambda: blocked.is_set() and a.metrics["processed"] >= 8,
                         what="A blocked in a handler after its first commits")
             await b.start()  # rebalance: half of A's queues move to B while A is mid-handler
             t = {MessageQueue(topic, "broker-a", i) for i in range(4)}

@@ -3,11 +3,15 @@
 Every 20 s, on start and when the broker says the group changed (NOTIFY_CONSUMER_IDS_CHANGED),
 the subscribed topics' queues are shared out among the group's members (AllocateMessageQueue-
 Averagely over the sorted member ids and queues). Each queue this member holds gets one task that
-long-polls it and hands the messages, one at a time and in queue order, to the listener; so the
-queue's consumed offset is simply "after the last message handled", committed every 5 s, when the
-queue moves to another member and on shutdown.
+long-polls it and hands the messages, in queue order, to the listener: one at a time, or up to
+`consume_message_batch_max_size` (RocketMQ's consumeMessageBatchMaxSize, default 1) from one pull
+in one call; so the queue's consumed offset is simply "after the last batch handled", committed
+every 5 s, when the queue moves to another member and on shutdown.
 
-A message the listener fails (False or an exception) goes back to the broker (CONSUMER_SEND_MSG_BACK)
+The listener answers for the whole list (True; False, None or an exception: all of them again
+later) or, an extension of Java's ackIndex, per message: a list of as many booleans as messages,
+so one failure in a batch sends back that message alone.
+A message the listener fails goes back to the broker (CONSUMER_SEND_MSG_BACK)
 to come again later through %RETRY%<group>, which this consumer subscribes to itself; if the broker
 cannot take it back it is re-published to %RETRY%<group>, and if that fails too it is retried here.
 
@@ -48,7 +52,7 @@ from broker.remoting import codes
 
 log = logging.getLogger("client.consumer")
 
-Listener = Callable[[list[MessageExt]], "bool | Awaitable[bool]"]
+Listener = Callable[[list[MessageExt]], "bool | list[bool] | Awaitable[bool | list[bool]]"]
 
 CLUSTERING, BROADCASTING = "CLUSTERING", "BROADCASTING"  # MessageModel
 REBALANCE_INTERVAL = 20.0
@@ -56,6 +60,7 @@ PERSIST_INTERVAL = 5.0
 SUSPEND_MILLIS = 15_000
 PULL_DELAY_ON_EXCEPTION = 1.0  # Java waits 3 s; a test broker restarting is back sooner
 INNER_PRODUCER_GROUP = "CLIENT_INNER_PRODUCER"
+MAX_CONSUME_BATCH = 1024  # DefaultMQPushConsumer's checkConfig bound of consumeMessageBatchMaxSize
 MAX_RECONSUME_TIMES_CONCURRENTLY = 16  # what -1 means for a concurrent listener; an orderly one: unlimited
 SUSPEND_CURRENT_QUEUE_TIME_MILLIS = 1000
 REBALANCE_LATER = 0.5  # s: a queue whose lock was refused is asked for again this soon (rebalanceLater(500))
@@ -91,7 +96,8 @@ class PushConsumer:
                  instance_name: str | None = None, local_offset_store_dir: str | None = None,
                  suspend_current_queue_time_millis: int = SUSPEND_CURRENT_QUEUE_TIME_MILLIS,
                  lock_interval: float = REBALANCE_LOCK_INTERVAL,
-                 lock_max_live_time: float = REBALANCE_LOCK_MAX_LIVE_TIME):
+                 lock_max_live_time: float = REBALANCE_LOCK_MAX_LIVE_TIME,
+                 consume_message_batch_max_size: int = 1):
         if message_model not in (CLUSTERING, BROADCASTING):
             raise ClientError(f"message_model {message_model!r} is neither {CLUSTERING} nor {BROADCASTING}")
         if client is not None and instance_name:
@@ -102,6 +108,9 @@ class PushConsumer:
                             ("suspend_current_queue_time_millis", suspend_current_queue_time_millis)):
             if value <= 0:
                 raise ClientError(f"{name} {value} must be positive")
+        if not 1 <= consume_message_batch_max_size <= MAX_CONSUME_BATCH:
+            raise ClientError(f"consumeMessageBatchMaxSize {consume_message_batch_max_size} out of range "
+                              f"[1, {MAX_CONSUME_BATCH}]")
         self.group = group
         self.client = client or MQClientInstance(namesrv_addr, instance_name=instance_name)
         self.orderly = orderly
@@ -111,6 +120,7 @@ class PushConsumer:
         self.max_reconsume_times = max_reconsume_times
         self.consume_from_first = consume_from_first
         self.pull_batch_size = pull_batch_size
+        self.consume_message_batch_max_size = consume_message_batch_max_size
         self.rebalance_interval = rebalance_interval
         self.persist_interval = persist_interval
         self.suspend_ms = suspend_ms
@@ -140,7 +150,8 @@ class PushConsumer:
 
     def register(self, listener: Listener) -> None:
         """listener(messages) → True when consumed; False, None or an exception: deliver again
-        later (concurrently: through %RETRY%; orderly: in place, after a pause)."""
+        later (concurrently: through %RETRY%; orderly: in place, after a pause); or, concurrently,
+        a list of one such answer per message."""
         self.listener = listener
 
     @property
@@ -320,74 +331,103 @@ class PushConsumer:
             await self.persist_offsets()
 
     # -- pulling and consuming ---------------------------------------------------------------------
+    async def _pull(self, mq: MessageQueue, offset: int, expr: str) -> api.PullResult:
+        return await api.pull(self.client, await self._addr(mq), self.group, mq, offset, self.pull_batch_size, expr,
+                              self.suspend_ms, commit_offset=self.offset_store.pull_commit_offset(mq))
+
     async def _pull_loop(self, mq: MessageQueue, pq: ProcessQueue) -> None:
         expr = self.subscriptions.get(mq.topic, "*")
         offset = None
-        while not pq.dropped:
-            if self._locks is not None and not pq.may_consume(self.lock_max_live_time):
-                # the lock lapsed (refused at renewal, or not renewed in time): pull nothing until it is ours
-                if not await self._locks.lock(mq, pq):
-                    await asyncio.sleep(LOCK_RETRY_DELAY)
-                    continue
-            try:
-                if offset is None:  # read after the lock was granted: the last holder has committed by then
-                    offset = await self._initial_offset(mq)
-                    self.offset_store.update(mq, offset)
-                res = await api.pull(self.client, await self._addr(mq), self.group, mq, offset, self.pull_batch_size,
-                                     expr, self.suspend_ms, commit_offset=self.offset_store.pull_commit_offset(mq))
-            except ClientError as e:
-                log.warning("%s: pull of %s failed: %s", self.group, mq, e)
-                await asyncio.sleep(PULL_DELAY_ON_EXCEPTION)
-                continue
-            if res.status == api.FOUND:
-                consumed = True
-                for msg in res.messages:
-                    if not await self._consume(mq, pq, msg):
-                        consumed = False
-                        break
-                if not consumed:  # an orderly queue lost its lock mid-batch: go on from the message not consumed
-                    offset = self.offset_store.read_memory(mq)
-                    continue
-            offset = res.next_begin_offset
-            self.offset_store.update(mq, offset)  # past messages the tag filter dropped, too
-            if res.status == api.OFFSET_ILLEGAL:
-                log.warning("%s: offset of %s moved to %d", self.group, mq, offset)
-                await self.offset_store.persist(mq)
-
-    async def _listen(self, msg: MessageExt) -> bool:
-        """The listener's verdict on one message: True consumed; False, None or an exception: not."""
+        ahead: asyncio.Future | None = None  # the next pull, in flight while a result is consumed
         try:
-            result = self.listener([msg])
+            while not pq.dropped:
+                if self._locks is not None and not pq.may_consume(self.lock_max_live_time):
+                    # the lock lapsed (refused at renewal, or not renewed in time): pull nothing until it is ours
+                    if not await self._locks.lock(mq, pq):
+                        await asyncio.sleep(LOCK_RETRY_DELAY)
+                        continue
+                try:
+                    if offset is None:  # read after the lock was granted: the last holder has committed by then
+                        offset = await self._initial_offset(mq)
+                        self.offset_store.update(mq, offset)
+                    if ahead is None:
+                        ahead = asyncio.ensure_future(self._pull(mq, offset, expr))
+                    pulled, ahead = ahead, None
+                    res = await pulled
+                except ClientError as e:
+                    log.warning("%s: pull of %s failed: %s", self.group, mq, e)
+                    await asyncio.sleep(PULL_DELAY_ON_EXCEPTION)
+                    continue
+                if res.status == api.FOUND:
+                    if not self.orderly:
+                        # as Java's pull service runs ahead of its consume threads: the listener's time
+                        # (a database transaction, say) and the next pull's round trip overlap. Not for
+                        # an orderly queue, which may stop mid-result when its lock is lost.
+                        ahead = asyncio.ensure_future(self._pull(mq, res.next_begin_offset, expr))
+                    if not await self._consume_all(mq, pq, res.messages):
+                        # an orderly queue lost its lock mid-batch: go on from the message not consumed
+                        offset = self.offset_store.read_memory(mq)
+                        continue
+                offset = res.next_begin_offset
+                self.offset_store.update(mq, offset)  # past messages the tag filter dropped, too
+                if res.status == api.OFFSET_ILLEGAL:
+                    log.warning("%s: offset of %s moved to %d", self.group, mq, offset)
+                    await self.offset_store.persist(mq)
+        finally:
+            if ahead is not None:
+                ahead.cancel()
+                await asyncio.gather(ahead, return_exceptions=True)
+
+    async def _consume_all(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]) -> bool:
+        """One pull's messages, in queue order: orderly one at a time, else in batches of
+        consume_message_batch_max_size. False when an orderly queue may no longer be consumed here."""
+        if mq.topic.startswith(RETRY_PREFIX):
+            for msg in msgs:
+                if msg.retry_topic:
+                    msg.topic = msg.retry_topic  # the listener sees the topic it subscribed to, as in Java
+        if self.orderly:
+            for msg in msgs:
+                if not await self._consume_orderly(mq, pq, msg):
+                    return False
+            return True
+        step = self.consume_message_batch_max_size
+        for i in range(0, len(msgs), step):
+            batch = msgs[i:i + step]
+            await self._consume(mq, batch)
+            self.offset_store.update(mq, batch[-1].queue_offset + 1)
+        return True
+
+    async def _listen(self, msgs: list[MessageExt]) -> list[bool]:
+        """The listener's verdict, one per message: True consumed; False, None or an exception: not."""
+        try:
+            result = self.listener(msgs)
             if inspect.isawaitable(result):
                 result = await result
-            return bool(result)  # None counts as "later", as Java's null status
+            return _statuses(result, len(msgs))
         except asyncio.CancelledError:
             raise
         except Exception:
-            log.exception("%s: listener failed on %s", self.group, msg.msg_id)
-            return False
+            log.exception("%s: listener failed on %s", self.group, ", ".join(m.msg_id for m in msgs))
+            return [False] * len(msgs)
 
-    async def _consume(self, mq: MessageQueue, pq: ProcessQueue, msg: MessageExt) -> bool:
-        """Hand one message to the listener until it is done with; False when the queue may no
-        longer be consumed here (orderly: dropped, or its lock lost) and the message was not."""
-        if mq.topic.startswith(RETRY_PREFIX) and msg.retry_topic:
-            msg.topic = msg.retry_topic  # the listener sees the topic it subscribed to, as in Java
-        if self.orderly:
-            return await self._consume_orderly(mq, pq, msg)
-        while not await self._listen(msg):
+    async def _consume(self, mq: MessageQueue, msgs: list[MessageExt]) -> None:
+        """A concurrent listener's batch until every message is consumed or on its way back."""
+        while True:
+            failed = [m for m, ok in zip(msgs, await self._listen(msgs)) if not ok]
             if self.message_model == BROADCASTING:
-                log.warning("%s: broadcasting, %s failed: dropped", self.group, msg.msg_id)
-                break
-            if await self._send_back(mq, msg):
-                break
-            await asyncio.sleep(PULL_DELAY_ON_EXCEPTION)  # nowhere to put it back: consume again here
-        self.offset_store.update(mq, msg.queue_offset + 1)
-        return True
+                for m in failed:
+                    log.warning("%s: broadcasting, %s failed: dropped", self.group, m.msg_id)
+                return
+            msgs = [m for m in failed if not await self._send_back(mq, m)]
+            if not msgs:
+                return
+            await asyncio.sleep(PULL_DELAY_ON_EXCEPTION)  # nowhere to put them back: consume them again here
 
     async def _consume_orderly(self, mq: MessageQueue, pq: ProcessQueue, msg: MessageExt) -> bool:
         """ConsumeMessageOrderlyService: the message again and again in place until the listener
         takes it (or, past max_reconsume_times, it is on its way to the DLQ); never the next one
-        before it."""
+        before it. False when the queue may no longer be consumed here (dropped, or its lock lost)
+        and the message was not."""
         while True:
             if pq.dropped:
                 return False
@@ -396,7 +436,7 @@ class PushConsumer:
             async with pq.consume_lock:  # a rebalance taking the queue waits for this message
                 if pq.dropped:
                     return False
-                ok = await self._listen(msg)
+                [ok] = await self._listen([msg])
                 if not ok and msg.reconsume_times >= self.max_reconsume_times:
                     ok = await self._republish(msg)
                 if ok:
@@ -430,3 +470,13 @@ class PushConsumer:
         except ClientError as e:
             log.warning("%s: re-publishing %s failed: %s", self.group, msg.msg_id, e)
             return False
+
+
+def _statuses(result, n: int) -> list[bool]:
+    """The listener's answer as one boolean per message. None counts as "later", as Java's null
+    ConsumeConcurrentlyStatus."""
+    if isinstance(result, (list, tuple)):
+        if len(result) != n:
+            raise ClientError(f"listener answered {len(result)} statuses for {n} messages")
+        return [bool(r) for r in result]
+    return [bool(result)] * n

@@ -11,12 +11,13 @@ from broker.reliable.errors import (HandlerFailed, IllegalTransition, ReliableEr
                                     StubNotFound)
 from broker.reliable.idempotent import IdempotentConsumer
 from broker.reliable.ids import PROPERTY_RELIABLE_ID, new_id, reliable_id
+from broker.reliable.log_cleaner import CleanMessageLogService
 from broker.reliable.outbox import OutboxProducer, Sent
 from broker.reliable.resend import ResendWorker
 from broker.reliable.stores import Session, Store, open_store
 from broker.reliable.stub import CONFIRMED, MANUAL, UNCONFIRMED, VOIDED, Stub
 
-__all__ = ["CONFIRMED", "MANUAL", "PROPERTY_RELIABLE_ID", "UNCONFIRMED", "VOIDED", "HandlerFailed",
-           "IdempotentConsumer", "IllegalTransition", "OutboxProducer", "RedisGuard", "ReliableError",
+__all__ = ["CONFIRMED", "MANUAL", "PROPERTY_RELIABLE_ID", "UNCONFIRMED", "VOIDED", "CleanMessageLogService",
+           "HandlerFailed", "IdempotentConsumer", "IllegalTransition", "OutboxProducer", "RedisGuard", "ReliableError",
            "ResendWorker", "Sent", "Session", "Store", "StoreURLError", "StoreUnavailable", "Stub", "StubNotFound",
            "new_id", "open_store", "reliable_id"]

@@ -7,7 +7,10 @@
     python -m tests.helpers.reliable_child consumer OPTIONS_JSON
         an idempotent consumer that never commits offsets; prints "done <id>" after each handler
         commit, and blocks after the commit of the `block_after`-th message (before its ack), so
-        the test can kill it after the handler and before the acknowledgement.
+        the test can kill it after the handler and before the acknowledgement. With
+        `block_in_handler` k it prints "handled <id>" after each handler's insert and blocks in the
+        k-th handler instead: killed there, it dies mid-batch, earlier handlers of the batch run
+        and not committed. `batch_size` is the consumer's (default: the library's).
 """
 from __future__ import annotations
 
@@ -52,9 +55,15 @@ async def consumer(opt: dict) -> None:
     done: list[str] = []
     forever = asyncio.Event()
 
+    handled: list[str] = []
+
     async def handler(msg, session):
-        await session.execute("INSERT INTO effects (rid, worker) VALUES (?, ?)",
-                              (msg.properties["RELIABLE_ID"], "child"))
+        rid = msg.properties["RELIABLE_ID"]
+        await session.execute("INSERT INTO effects (rid, worker) VALUES (?, ?)", (rid, "child"))
+        handled.append(rid)
+        say(f"handled {rid}")
+        if len(handled) == opt.get("block_in_handler"):
+            await forever.wait()  # mid-batch: the test kills us here
 
     async def on_confirmed(rid, msg):
         done.append(rid)
@@ -64,7 +73,8 @@ async def consumer(opt: dict) -> None:
 
     pc = PushConsumer(opt["group"], opt["namesrv"], consume_from_first=True, persist_interval=3600)
     pc.subscribe(opt["topic"])
-    ic = IdempotentConsumer(pc, handler, opt["store"], opt.get("redis"), on_confirmed=on_confirmed)
+    kw = {"batch_size": opt["batch_size"]} if "batch_size" in opt else {}
+    ic = IdempotentConsumer(pc, handler, opt["store"], opt.get("redis"), on_confirmed=on_confirmed, **kw)
     async with ic:
         say("ready")
         await forever.wait()

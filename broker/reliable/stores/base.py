@@ -52,6 +52,51 @@ class Session(abc.ABC):
         self._after_commit: list[Callable] = []
         self._after_rollback: list[Callable] = []
         self._rollback_only = False
+        # A batch's savepoint for the next handler: established only by its first statement (most
+        # handlers of a duplicate-heavy or light workload write nothing: no round trip for them).
+        self._pending_savepoint: str | None = None
+        self._savepoint: str | None = None  # the pending one, once established
+        self._raw_used = False  # `raw` was handed out while a savepoint was pending: it may not cover
+
+    def savepoint(self, name: str) -> None:
+        """What the handler does from now on can be undone alone by `rollback_to_savepoint()`. Lazy:
+        the SAVEPOINT goes to the database with the first statement after it."""
+        self._pending_savepoint, self._savepoint, self._raw_used = name, None, False
+
+    def end_savepoint(self) -> None:
+        """The handler's work stands: nothing to establish for it any more."""
+        self._pending_savepoint = self._savepoint = None
+
+    def _establish(self) -> str | None:
+        """The SAVEPOINT statement to run before the next one (then counted established), or None."""
+        name, self._pending_savepoint = self._pending_savepoint, None
+        if name is not None:
+            self._savepoint = name
+            return f"SAVEPOINT {name}"
+        return None
+
+    def _raw_handed_out(self) -> None:
+        if self._pending_savepoint is not None:
+            self._raw_used = True
+
+    async def rollback_to_savepoint(self) -> bool:
+        """Undo what was done since `savepoint()`. False when that cannot be guaranteed (the
+        handler wrote through `raw` before any statement established the savepoint): the caller
+        must give up the whole transaction."""
+        name, self._pending_savepoint = self._savepoint, None
+        self._savepoint = None
+        if name is None:
+            return not self._raw_used
+        await self._rollback_to(name)
+        return True
+
+    @abc.abstractmethod
+    async def _rollback_to(self, name: str) -> None: ...
+
+    @property
+    def in_error(self) -> bool:
+        """The transaction is aborted (PostgreSQL after a failed statement): only a rollback helps."""
+        return False
 
     @property
     @abc.abstractmethod
@@ -134,9 +179,10 @@ class Store(abc.ABC):
     async def _close(self) -> None: ...
 
     @abc.abstractmethod
-    def transaction(self) -> contextlib.AbstractAsyncContextManager[Session]:
+    def transaction(self, begin_with_first_statement: bool = False) -> contextlib.AbstractAsyncContextManager[Session]:
         """A transaction: committed when the block ends, rolled back on an exception (cancellation
-        included) or after `set_rollback_only()`."""
+        included) or after `set_rollback_only()`. `begin_with_first_statement`: the backend may
+        hold BEGIN back to send it with the first statement (`raw` is then refused before one)."""
 
     @abc.abstractmethod
     def ddl(self) -> list[str]: ...
@@ -151,6 +197,22 @@ class Store(abc.ABC):
         a failed handler rolls the confirmation back with everything else; and it keeps the stub's
         row locked until the commit, so a resend worker cannot hand it to manual handling meanwhile.
         Returns (claim, the stub's status before; None without `confirm` or without a stub here)."""
+
+    async def begin_messages(self, s: Session, group: str, items: list[tuple[str, MessageInfo]], now: int,
+                             confirm: bool) -> list[tuple[str, str | None]]:
+        """`begin_message` for each (rid, info) of a batch (distinct rids), in `s`; backends do it in
+        one statement or one hop. A BUSY claim leaves nothing behind and the transaction usable."""
+        return [await self.begin_message(s, group, rid, info, now, confirm) for rid, info in items]
+
+    async def withdraw_message(self, s: Session, group: str, rid: str, status: str | None) -> None:
+        """Undo a claim of `s` whose handler failed (or whose stub is voided), the rest of the
+        batch going on: the log row goes, and a stub the claim confirmed gets back `status`, the one
+        it had. Within the claiming transaction this is the same as never having claimed: nobody
+        else saw either write, and a claimer waiting on the row gets it when we commit."""
+        await s.execute(f"DELETE FROM {self.log_table} WHERE grp = ? AND id = ?", (group, rid))
+        if status in (UNCONFIRMED, MANUAL):
+            await s.execute(f"UPDATE {self.stub_table} SET status = ?, confirmed_at = NULL WHERE id = ? AND status = ?",
+                            (status, rid, CONFIRMED))
 
     async def claim_message(self, s: Session, group: str, rid: str, info: MessageInfo, now: int) -> str:
         return (await self.begin_message(s, group, rid, info, now, False))[0]
@@ -234,11 +296,21 @@ class Store(abc.ABC):
         async with self.transaction() as s:
             return await s.fetchone(f"SELECT 1 FROM {self.log_table} WHERE grp = ? AND id = ?", (group, rid)) is not None
 
-    async def purge_log(self, older_than_ms: int) -> int:
-        """Drop log rows older than this (epoch ms). A duplicate arriving after its row is gone
-        would be processed again: keep rows longer than any resend or redelivery can come."""
+    async def purge_log(self, older_than_ms: int, limit: int | None = None, group: str | None = None) -> int:
+        """Drop log rows older than this (epoch ms), of one consumer group when given, at most
+        `limit` of them (the oldest) when given, in one short transaction. A duplicate arriving
+        after its row is gone would be processed again: keep rows longer than any resend or
+        redelivery can come."""
+        where, params = "created_at < ?", [older_than_ms]
+        if group is not None:
+            where += " AND grp = ?"
+            params.append(group)
         async with self.transaction() as s:
-            return await s.execute(f"DELETE FROM {self.log_table} WHERE created_at < ?", (older_than_ms,))
+            if limit is None:
+                return await s.execute(f"DELETE FROM {self.log_table} WHERE {where}", params)
+            # the (created_at) index finds the oldest rows; the primary key deletes them
+            return await s.execute(f"DELETE FROM {self.log_table} WHERE (grp, id) IN (SELECT grp, id FROM "
+                                   f"{self.log_table} WHERE {where} ORDER BY created_at LIMIT ?)", (*params, limit))
 
     def _log_insert(self) -> str:
         return (f"INSERT INTO {self.log_table} (grp, id, topic, broker_name, queue_id, queue_offset, msg_id, "

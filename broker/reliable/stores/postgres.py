@@ -14,11 +14,12 @@ import asyncio
 import contextlib
 import functools
 import hashlib
+import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from broker.reliable.errors import StoreUnavailable, StoreURLError
+from broker.reliable.errors import ReliableError, StoreUnavailable, StoreURLError
 from broker.reliable.stores.base import BUSY, CLAIMED, DONE, MessageInfo, Session, Store
 from broker.reliable.stub import CONFIRMED, MANUAL, UNCONFIRMED
 
@@ -41,19 +42,46 @@ def _pg_sql(sql: str) -> str:
 class PgSession(Session):
     dialect = "postgresql"
 
-    def __init__(self, conn):
+    def __init__(self, conn, begin_pending: bool = False):
         super().__init__()
         self._conn = conn
         self._cur = conn.cursor()  # one cursor for the transaction's statements: cheaper than one each
+        self._begin_pending = begin_pending  # BEGIN goes out with the first statement
 
     @property
     def raw(self):
+        if self._begin_pending:  # statements on it would run outside the transaction
+            raise ReliableError("session.raw before the transaction's first statement (it has not begun)")
+        self._raw_handed_out()
         return self._conn
 
+    @property
+    def in_error(self) -> bool:
+        return self._conn.info.transaction_status == pq.TransactionStatus.INERROR
+
+    async def _rollback_to(self, name: str) -> None:
+        await self._cur.execute(f"ROLLBACK TO SAVEPOINT {name}")
+
     async def _exec(self, sql: str, params):
+        if self._begin_pending:
+            return await self._begin_with(sql, params)
+        if self._pending_savepoint is not None:
+            await self._cur.execute(self._establish())
         if params:
             return await self._cur.execute(_pg_sql(sql), params)
         return await self._cur.execute(sql)
+
+    async def _begin_with(self, sql: str, params):
+        """BEGIN and the first statement in one round trip (libpq's pipeline mode): a round trip
+        is what a batch's transaction waits for most on a busy machine, not the statements' CPU."""
+        self._begin_pending = False
+        async with self._conn.pipeline():
+            await self._cur.execute("BEGIN")
+            if params:
+                await self._cur.execute(_pg_sql(sql), params)
+            else:
+                await self._cur.execute(sql)
+        return self._cur
 
     async def execute(self, sql: str, params=()) -> int:
         return (await self._exec(sql, params)).rowcount
@@ -62,6 +90,11 @@ class PgSession(Session):
         return await (await self._exec(sql, params)).fetchall()
 
     async def run(self, fn: Callable[[Any], Any]) -> Any:
+        if self._begin_pending:
+            self._begin_pending = False
+            await self._cur.execute("BEGIN")
+        if self._pending_savepoint is not None:
+            await self._cur.execute(self._establish())
         r = fn(self._conn)
         return await r if asyncio.iscoroutine(r) else r
 
@@ -141,30 +174,35 @@ class PostgresStore(Store):
         await self._pool.close()
 
     @contextlib.asynccontextmanager
-    async def transaction(self) -> AsyncIterator[PgSession]:
+    async def transaction(self, begin_with_first_statement: bool = False) -> AsyncIterator[PgSession]:
+        """`begin_with_first_statement`: BEGIN is sent with the block's first statement (one round
+        trip less); the session's `raw` is refused until a statement has run."""
         if self._pool is None:
             raise StoreUnavailable(f"{self.conninfo}: store is not open")
         try:
             conn = await self._pool.get()
         except psycopg.OperationalError as e:
             raise StoreUnavailable(f"postgresql: {e}") from e
-        s = PgSession(conn)
+        s = PgSession(conn, begin_with_first_statement)
         committed = False
         try:
             try:
-                await conn.execute("BEGIN")
+                if not begin_with_first_statement:
+                    await s._cur.execute("BEGIN")
                 yield s
             except BaseException:
                 # cancelled again meanwhile: the pool closes the connection, the server rolls back
                 with contextlib.suppress(Exception):
                     await conn.execute("ROLLBACK")
                 raise
-            if s._rollback_only or conn.info.transaction_status == pq.TransactionStatus.INERROR:
-                await conn.execute("ROLLBACK")
+            if s._begin_pending:  # no statement ran: nothing began
+                committed = not s._rollback_only
+            elif s._rollback_only or conn.info.transaction_status == pq.TransactionStatus.INERROR:
+                await s._cur.execute("ROLLBACK")
                 if not s._rollback_only:  # COMMIT would answer ROLLBACK without an error
                     raise StoreUnavailable("transaction aborted by an earlier error (rolled back)")
             else:
-                await conn.execute("COMMIT")
+                await s._cur.execute("COMMIT")
                 committed = True
         except psycopg.OperationalError as e:
             raise StoreUnavailable(f"postgresql: {e}") from e
@@ -189,9 +227,59 @@ class PostgresStore(Store):
                    WHERE id = ? AND status IN ('{UNCONFIRMED}', '{MANUAL}') AND ? AND EXISTS (SELECT 1 FROM ins))
             SELECT (SELECT got FROM lk), (SELECT count(*) FROM ins), (SELECT status FROM st)"""
 
+    def _begin_many_sql(self) -> str:
+        """`_begin_sql` for a batch, its messages in one JSON array parameter (psycopg dumps one
+        string much faster than eight arrays): one round trip, a row per message in order with the
+        lock's answer, whether the log row went in, and the stub's status before."""
+        return f"""
+            WITH m AS (SELECT e->>0 AS id, (e->>1)::bigint AS k, e->>2 AS topic, e->>3 AS broker_name,
+                              (e->>4)::int AS queue_id, (e->>5)::bigint AS queue_offset, e->>6 AS msg_id,
+                              (e->>7)::int AS reconsume_times, ord
+                       FROM json_array_elements(?::json) WITH ORDINALITY AS t(e, ord)),
+            lk AS MATERIALIZED (SELECT m.*, pg_try_advisory_xact_lock(m.k) AS got FROM m),
+            ins AS (INSERT INTO {self.log_table} (grp, id, topic, broker_name, queue_id, queue_offset, msg_id,
+                                                  reconsume_times, created_at)
+                    SELECT ?, id, topic, broker_name, queue_id, queue_offset, msg_id, reconsume_times, ?
+                    FROM lk WHERE got
+                    ON CONFLICT (grp, id) DO NOTHING RETURNING id),
+            st AS (SELECT id, status FROM {self.stub_table} WHERE ? AND id IN (SELECT id FROM m)),
+            up AS (UPDATE {self.stub_table} SET status = '{CONFIRMED}', confirmed_at = ?, updated_at = ?
+                   WHERE ? AND id IN (SELECT id FROM ins) AND status IN ('{UNCONFIRMED}', '{MANUAL}'))
+            SELECT lk.got, ins.id IS NOT NULL, st.status FROM lk LEFT JOIN ins ON ins.id = lk.id
+            LEFT JOIN st ON st.id = lk.id ORDER BY lk.ord"""
+
+    @staticmethod
+    def _lock_key(group: str, rid: str) -> int:
+        return int.from_bytes(hashlib.blake2b(f"{group}\0{rid}".encode(), digest_size=8).digest(), "big", signed=True)
+
+    async def begin_messages(self, s: PgSession, group: str, items: list[tuple[str, MessageInfo]], now: int,
+                             confirm: bool) -> list[tuple[str, str | None]]:
+        if len(items) == 1:
+            return [await self.begin_message(s, group, items[0][0], items[0][1], now, confirm)]
+        batch = json.dumps([(rid, self._lock_key(group, rid), i.topic, i.broker_name, i.queue_id, i.queue_offset,
+                             i.msg_id, i.reconsume_times) for rid, i in items])
+        rows = await s.fetchall(self._begin_many_sql(), (batch, group, now, confirm, now, now, confirm))
+        out = []
+        for (rid, info), (got, inserted, status) in zip(items, rows):
+            if got:
+                out.append((CLAIMED, status if confirm else None) if inserted else (DONE, None))
+                continue
+            # in flight elsewhere: the slow path, in a savepoint of its own so that a lock wait
+            # given up (or a deadlock between two batches claiming in different orders) undoes
+            # this claim alone
+            await s.execute("SAVEPOINT claim")
+            try:
+                claim = await self._claim_waiting(s, group, rid, info, now, confirm)
+            except (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected):
+                await s.execute("ROLLBACK TO SAVEPOINT claim")
+                claim = (BUSY, None)
+            await s.execute("RELEASE SAVEPOINT claim")
+            out.append(claim)
+        return out
+
     async def begin_message(self, s: PgSession, group: str, rid: str, info: MessageInfo, now: int,
                             confirm: bool) -> tuple[str, str | None]:
-        key = int.from_bytes(hashlib.blake2b(f"{group}\0{rid}".encode(), digest_size=8).digest(), "big", signed=True)
+        key = self._lock_key(group, rid)
         got, inserted, status = await s.fetchone(
             self._begin_sql(), (key, *self._log_params(group, rid, info, now), rid, now, now, rid, confirm))
         if got:
@@ -201,14 +289,19 @@ class PostgresStore(Store):
                 return DONE, None
             return CLAIMED, status if confirm else None
         # Someone holds the advisory lock: a delivery of the same message in flight (or, once in
-        # 2**64, another message whose key hashes alike). Decide on the row itself: wait for that
-        # transaction's outcome up to lock_wait_ms; past it, BUSY.
-        await s.execute(f"SET LOCAL lock_timeout = '{self.lock_wait_ms}ms'")
+        # 2**64, another message whose key hashes alike). Decide on the row itself.
         try:
-            n = await s.execute(self._log_insert(), self._log_params(group, rid, info, now))
+            return await self._claim_waiting(s, group, rid, info, now, confirm)
         except psycopg.errors.LockNotAvailable:
             s.set_rollback_only()  # the transaction is aborted; the caller runs nothing more in it
             return BUSY, None
+
+    async def _claim_waiting(self, s: PgSession, group: str, rid: str, info: MessageInfo, now: int,
+                             confirm: bool) -> tuple[str, str | None]:
+        """Insert the log row waiting for the transaction that holds it, up to lock_wait_ms (past
+        it, psycopg's LockNotAvailable): its rollback leaves the row to us, its commit means DONE."""
+        await s.execute(f"SET LOCAL lock_timeout = '{self.lock_wait_ms}ms'")
+        n = await s.execute(self._log_insert(), self._log_params(group, rid, info, now))
         await s.execute("SET LOCAL lock_timeout TO DEFAULT")  # the handler's statements wait as usual
         if n != 1:
             return DONE, None

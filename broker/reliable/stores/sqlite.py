@@ -45,6 +45,7 @@ class SqliteSession(Session):
 
     @property
     def raw(self) -> sqlite3.Connection:
+        self._raw_handed_out()
         return self._store._conn
 
     def _begin(self) -> sqlite3.Connection:  # in the database thread
@@ -54,14 +55,24 @@ class SqliteSession(Session):
             self._begun = True
         return conn
 
+    def _begin_statement(self) -> sqlite3.Connection:  # in the database thread: a handler's statement
+        conn = self._begin()
+        savepoint = self._establish()  # in the same hop as the statement it comes before
+        if savepoint is not None:
+            conn.execute(savepoint)
+        return conn
+
+    async def _rollback_to(self, name: str) -> None:
+        await self._store._call(lambda: self._store._conn.execute(f"ROLLBACK TO SAVEPOINT {name}"))
+
     async def execute(self, sql: str, params=()) -> int:
-        return await self._store._call(lambda: self._begin().execute(sql, params).rowcount)
+        return await self._store._call(lambda: self._begin_statement().execute(sql, params).rowcount)
 
     async def fetchall(self, sql: str, params=()) -> list[tuple]:
-        return await self._store._call(lambda: self._begin().execute(sql, params).fetchall())
+        return await self._store._call(lambda: self._begin_statement().execute(sql, params).fetchall())
 
     async def run(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
-        return await self._store._call(lambda: fn(self._begin()))
+        return await self._store._call(lambda: fn(self._begin_statement()))
 
 
 class SqliteStore(Store):
@@ -135,7 +146,8 @@ class SqliteStore(Store):
             self._conn.execute("ROLLBACK")
 
     @contextlib.asynccontextmanager
-    async def transaction(self) -> AsyncIterator[SqliteSession]:
+    async def transaction(self, begin_with_first_statement: bool = False) -> AsyncIterator[SqliteSession]:
+        # always so here: the first statement carries BEGIN IMMEDIATE in its hop to the thread
         if self._conn is None:
             raise StoreUnavailable(f"sqlite {self.path}: store is not open")
         committed = False
@@ -168,20 +180,28 @@ class SqliteStore(Store):
 
     async def begin_message(self, s: SqliteSession, group: str, rid: str, info: MessageInfo, now: int,
                             confirm: bool) -> tuple[str, str | None]:
-        # the transaction holds SQLite's write lock: no other claim of this row can be in flight,
-        # so there is no BUSY here. One hop to the database thread for all of it.
-        insert, params = self._log_insert(), self._log_params(group, rid, info, now)
-        select, update = f"SELECT status FROM {self.stub_table} WHERE id = ?", self._confirm_sql()
+        return (await self.begin_messages(s, group, [(rid, info)], now, confirm))[0]
+
+    async def begin_messages(self, s: SqliteSession, group: str, items: list[tuple[str, MessageInfo]], now: int,
+                             confirm: bool) -> list[tuple[str, str | None]]:
+        # the transaction holds SQLite's write lock: no other claim of these rows can be in flight,
+        # so there is no BUSY here. One hop to the database thread for all of them.
+        insert, select, update = self._log_insert(), f"SELECT status FROM {self.stub_table} WHERE id = ?", \
+            self._confirm_sql()
 
         def work():
             conn = s._begin()
-            if conn.execute(insert, params).rowcount != 1:
-                return DONE, None
-            if not confirm:
-                return CLAIMED, None
-            row = conn.execute(select, (rid,)).fetchone()
-            if row is not None and row[0] in (UNCONFIRMED, MANUAL):
-                conn.execute(update, (now, now, rid))
-            return CLAIMED, row[0] if row else None
+            out = []
+            for rid, info in items:
+                if conn.execute(insert, self._log_params(group, rid, info, now)).rowcount != 1:
+                    out.append((DONE, None))
+                    continue
+                if not confirm:
+                    out.append((CLAIMED, None))
+                    continue
+                row = conn.execute(select, (rid,)).fetchone()
+                if row is not None and row[0] in (UNCONFIRMED, MANUAL):
+                    conn.execute(update, (now, now, rid))
+                out.append((CLAIMED, row[0] if row else None))
+            return out
         return await self._call(work)
-
