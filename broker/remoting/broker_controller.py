@@ -11,6 +11,7 @@ from broker.remoting import codes
 from broker.raft.config import DLedgerConfig
 from broker.remoting.acl import AclError, PlainAccessValidator
 from broker.remoting.admin_processor import AdminProcessor
+from broker.remoting.query_processor import QueryMessageProcessor
 from broker.remoting.broker_config import BrokerConfig
 from broker.remoting.command import RemotingCommand
 from broker.remoting.connection import RemotingServer, connect
@@ -122,7 +123,8 @@ class BrokerController:
                          PullMessageProcessor(store, topics, self.consumers, holds, self.config),
                          ConsumerProcessor(store, topics, self.consumers, holds, schedule,
                                            self.config.maxReconsumeTimes),
-                         AdminProcessor(store, topics, schedule, self.metrics.runtime_table)):
+                         AdminProcessor(store, topics, schedule, self.metrics.runtime_table),
+                         QueryMessageProcessor(store)):
                 self.handlers.update(proc.handlers())
             if self.dledger is None:
                 self.fast = FastSendPath(store, topics, holds, self.acl is not None)

@@ -215,3 +215,12 @@ class CreateTopicRequestHeader(_Header):
 
 class ViewMessageRequestHeader(_Header):
     offset: Int64
+
+
+class QueryMessageRequestHeader(_Header):
+    """QUERY_MESSAGE (QueryMessageRequestHeader.java: every field required)."""
+    topic: str
+    key: str
+    maxNum: Int32
+    beginTimestamp: Int64
+    endTimestamp: Int64
