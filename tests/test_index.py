@@ -315,3 +315,37 @@ def test_index_file_cut_short_by_a_crash_is_named_and_rebuilt(tmp_path):
                     [m] = await a.message_by_id(s.msg_id, topic)
                     assert bytes(m.body) == b"b%d" % i
         asyncio.run(check())
+
+
+def test_dledger_mode_indexes_committed_messages_on_every_member(tmp_path):
+    """DLedger mode's own reput builds the index too (records at entry pos + 48), on the leader and
+    the followers alike; a query through the name server's route finds them by key and by id."""
+    from tests.helpers.dledger_checks import TOPIC, wait_caught_up
+    from tests.helpers.dledger_cluster import DLedgerGroup
+
+    g = DLedgerGroup(tmp_path, extra="maxHashSlotNum=16\nmaxIndexNum=50\n")
+    try:
+        g.start()
+        leader = g.leader()
+        g.wait_master(TOPIC)
+
+        async def send():
+            async with Producer("dl-pg", g.namesrv.addr) as p:
+                return [await p.send(Message(TOPIC, b"dl %d" % i, keys=[f"dl-{i}", "dl-all"])) for i in range(60)]
+        sent = asyncio.run(send())
+        wait_caught_up(g.brokers.values(), leader)
+
+        async def check():
+            async with Admin(g.namesrv.addr) as a:
+                for i in (0, 31, 59):
+                    [m] = await a.query_message(TOPIC, f"dl-{i}")
+                    assert bytes(m.body) == b"dl %d" % i and m.msg_id == sent[i].offset_msg_id
+                    [m] = await a.message_by_id(sent[i].msg_id, TOPIC)
+                    assert m.msg_id == sent[i].offset_msg_id
+                assert len(await a.query_message(TOPIC, "dl-all", max_num=64)) == 60
+        asyncio.run(check())
+        for b in g.brokers.values():  # every member's files hold every key (120 keys, 49 a file)
+            files = read_index(str(b.store), 16, 50)
+            assert sum(f["count"] - 1 for f in files) == 120, b.name
+    finally:
+        g.stop()
