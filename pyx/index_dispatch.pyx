@@ -27,6 +27,7 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t, INT32_MA
 from broker.kernels.codec cimport DispatchEntry, MappedBuffer, Scanner, java_hash_ptr
 from bytesex cimport get_be32, get_be64, put_be32, put_be64
 
+DEF PENDING = 32
 DEF HEADER = 40
 DEF SLOT = 4
 DEF ENTRY = 20
@@ -39,6 +40,21 @@ INDEX_ENTRY_SIZE = ENTRY
 DEF TX_MASK = 0xC
 DEF TX_PREPARED = 0x4
 DEF TX_ROLLBACK = 0xC
+
+
+cdef extern from *:
+    """
+    static inline void prefetch_rw(const void *p) { __builtin_prefetch(p, 1, 0); }
+    """
+    void prefetch_rw(const void *p) nogil
+
+
+cdef struct Pending:
+    uint32_t hash
+    int64_t phys
+    int64_t ts
+    Py_ssize_t entry
+    int32_t ordinal
 
 
 def index_file_size(int64_t slots, int64_t num) -> int:
@@ -71,6 +87,8 @@ cdef class IndexDispatcher:
     cdef int64_t _resume_phys       # record cut short by a full file (-1: none) ...
     cdef int32_t _resume_key        # ... and the ordinal of its first key not yet indexed
     cdef readonly int64_t keys_indexed
+    cdef Pending _pending[PENDING]  # keys hashed, their slots prefetched, not yet put
+    cdef int _npending
 
     def __cinit__(self):
         self._p = NULL
@@ -193,21 +211,47 @@ cdef class IndexDispatcher:
             h = h * 31 + k[j]
         return h
 
+    cdef inline void _queue(self, uint32_t h, DispatchEntry *e, Py_ssize_t i, int32_t ordinal) noexcept:
+        cdef Pending *q = &self._pending[self._npending]
+        cdef int32_t kh = <int32_t> h
+        if kh < 0:
+            kh = -kh if kh != -2147483648 else 0
+        q.hash, q.phys, q.ts, q.entry, q.ordinal = h, e.phys_offset, e.store_ts, i, ordinal
+        # the slot is a cache miss (a random 4 bytes of 20 MB by default): asked for now, read when
+        # the queue is drained, so the misses of PENDING keys overlap
+        prefetch_rw(self._p + HEADER + (kh % self._slots) * SLOT)
+        self._npending += 1
+
+    cdef Py_ssize_t _drain(self) noexcept:
+        """Put the queued keys in order; -1, or the queue position of the first that found the file full."""
+        cdef int n = self._npending, j
+        self._npending = 0
+        for j in range(n):
+            if self._count >= self._num:
+                return j
+            self._put(self._pending[j].hash, self._pending[j].phys, self._pending[j].ts)
+        return -1
+
     def dispatch(self, Scanner scanner not None, MappedBuffer buf not None, Py_ssize_t start, Py_ssize_t end) -> int:
         """Index the keys of the entries [start, end) of the scanner's last scan of `buf`; returns
         the index of the first entry not wholly indexed (end when all were): the file is full,
-        register the next one and call again from there."""
+        register the next one and call again from there.
+
+        Keys are hashed into a small queue whose slots are prefetched, and put in order when it is
+        full: the same writes in the same order as putting each at once. A record found already
+        indexed is so whatever the queue holds (the queue only holds records before it)."""
         if self._p == NULL:
             raise ValueError("no index file registered")
         if start < 0 or end > scanner._cap or start > end:
             raise ValueError(f"entries [{start}, {end}) outside a scan of {scanner._cap}")
         cdef DispatchEntry *e
-        cdef Py_ssize_t i, a, b, kend
+        cdef Py_ssize_t i, a, b, kend, cut
         cdef int32_t ordinal, skip
         cdef uint32_t prefix
         cdef int tx
         cdef const uint8_t *base = buf.ptr
         cdef Py_ssize_t size = buf.size
+        self._npending = 0
         for i in range(start, end):
             e = &scanner._out[i]
             if e.uniq_pos < 0 and e.keys_pos < 0:
@@ -217,6 +261,7 @@ cdef class IndexDispatcher:
                 continue
             if e.phys_offset == self._resume_phys:
                 skip = self._resume_key
+                self._resume_phys = -1
             else:
                 # already indexed (a re-dispatch after recovery starts before the index's end)
                 if e.phys_offset < self._end_phy or (e.phys_offset == self._end_phy
@@ -224,14 +269,23 @@ cdef class IndexDispatcher:
                     continue
                 skip = 0
             if (e.uniq_pos >= 0 and e.uniq_pos + e.uniq_len > size) or (e.keys_pos >= 0 and e.keys_pos + e.keys_len > size):
+                self._npending = 0
                 raise ValueError(f"keys of the record at {e.phys_offset} outside the buffer of {size} bytes")
+            if self._npending + 1 + e.keys_len // 2 + 1 > PENDING:
+                cut = self._drain()
+                if cut >= 0:
+                    return self._cut_at(cut)
+            if self._npending + 1 + e.keys_len // 2 + 1 > PENDING:
+                # more keys than the queue holds: this record's keys go one by one
+                cut = self._index_record(scanner, e, i, base, skip)
+                if cut >= 0:
+                    return cut
+                continue
             prefix = <uint32_t> self._topic_prefix(scanner, e.topic_idx)
             ordinal = 0
             if e.uniq_pos >= 0 and e.uniq_len > 0:
                 if ordinal >= skip:
-                    if self._count >= self._num:
-                        return self._cut(i, e.phys_offset, ordinal)
-                    self._put(self._hash(prefix, base + e.uniq_pos, e.uniq_len), e.phys_offset, e.store_ts)
+                    self._queue(self._hash(prefix, base + e.uniq_pos, e.uniq_len), e, i, ordinal)
                 ordinal += 1
             if e.keys_pos >= 0:
                 a = e.keys_pos
@@ -242,14 +296,44 @@ cdef class IndexDispatcher:
                         b += 1
                     if b > a:
                         if ordinal >= skip:
-                            if self._count >= self._num:
-                                return self._cut(i, e.phys_offset, ordinal)
-                            self._put(self._hash(prefix, base + a, b - a), e.phys_offset, e.store_ts)
+                            self._queue(self._hash(prefix, base + a, b - a), e, i, ordinal)
                         ordinal += 1
                     a = b + 1
-            if e.phys_offset == self._resume_phys:
-                self._resume_phys = -1
+        cut = self._drain()
+        if cut >= 0:
+            return self._cut_at(cut)
         return end
+
+    cdef Py_ssize_t _index_record(self, Scanner scanner, DispatchEntry *e, Py_ssize_t i, const uint8_t *base,
+                                  int32_t skip) except? -2:
+        """A record with more keys than the queue holds, put key by key; -1, or `i` when cut."""
+        cdef Py_ssize_t a, b, kend
+        cdef int32_t ordinal = 0
+        cdef uint32_t prefix = <uint32_t> self._topic_prefix(scanner, e.topic_idx)
+        if e.uniq_pos >= 0 and e.uniq_len > 0:
+            if ordinal >= skip:
+                if self._count >= self._num:
+                    return self._cut(i, e.phys_offset, ordinal)
+                self._put(self._hash(prefix, base + e.uniq_pos, e.uniq_len), e.phys_offset, e.store_ts)
+            ordinal += 1
+        if e.keys_pos >= 0:
+            a = e.keys_pos
+            kend = a + e.keys_len
+            while a < kend:
+                b = a
+                while b < kend and base[b] != 32:
+                    b += 1
+                if b > a:
+                    if ordinal >= skip:
+                        if self._count >= self._num:
+                            return self._cut(i, e.phys_offset, ordinal)
+                        self._put(self._hash(prefix, base + a, b - a), e.phys_offset, e.store_ts)
+                    ordinal += 1
+                a = b + 1
+        return -1
+
+    cdef Py_ssize_t _cut_at(self, Py_ssize_t j) noexcept:
+        return self._cut(self._pending[j].entry, self._pending[j].phys, self._pending[j].ordinal)
 
     cdef Py_ssize_t _cut(self, Py_ssize_t i, int64_t phys, int32_t ordinal) noexcept:
         # by offset, not entry number: the rest may come in a later scan (after a failed file creation)

@@ -18,7 +18,8 @@ from tests.twins.index_dispatch_twin import IndexDispatcher as Twin
 from tests.twins.index_dispatch_twin import index_key_hash, java_hash
 
 HOST = bytes(8)
-key = st.text(alphabet=st.sampled_from(list("ab ") + ["é", "中", "😀"]), max_size=6)
+key = st.one_of(st.text(alphabet=st.sampled_from(list("ab ") + ["é", "中", "😀"]), max_size=6),
+                st.text(alphabet="ab ", min_size=60, max_size=140))  # more keys than the kernel queues at once
 record = st.tuples(st.sampled_from([b"A", b"Topic-B", "Tö".encode()]), st.one_of(st.none(), key),
                    st.one_of(st.none(), key), st.sampled_from([0, 0, 0x4, 0x8, 0xC]), st.integers(-3000, 5000))
 
@@ -58,7 +59,7 @@ def _run(kind, d, dispatch, slots, num, files, count):
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(record, min_size=1, max_size=50), st.integers(1, 7), st.integers(2, 9))
 def test_index_same_bytes_as_the_twin(records, slots, num):
-    buf = bytearray(64 * 1024)
+    buf = bytearray(256 * 1024)
     pos, ts = 0, 1_700_000_000_000
     for i, (topic, uniq, keys, sys_flag, dt) in enumerate(records):
         ts += dt
