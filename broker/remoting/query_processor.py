@@ -35,8 +35,7 @@ class QueryMessageProcessor:
         ext = {"indexLastUpdateTimestamp": str(res.index_last_update_timestamp),
                "indexLastUpdatePhyoffset": str(res.index_last_update_phyoffset)}
         if not res.messages:
-            r = cmd.response(codes.QUERY_NOT_FOUND, ext, remark="can not find message, maybe time range not correct")
-            return r
+            return cmd.response(codes.QUERY_NOT_FOUND, ext, remark="can not find message, maybe time range not correct")
         return cmd.response(codes.SUCCESS, ext, body=res.messages)
 
     def view_message(self, cmd: RemotingCommand, conn):
