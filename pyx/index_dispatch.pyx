@@ -245,9 +245,8 @@ cdef class IndexDispatcher:
         if start < 0 or end > scanner._cap or start > end:
             raise ValueError(f"entries [{start}, {end}) outside a scan of {scanner._cap}")
         cdef DispatchEntry *e
-        cdef Py_ssize_t i, a, b, kend, cut
-        cdef int32_t ordinal, skip
-        cdef uint32_t prefix
+        cdef Py_ssize_t i, cut, most
+        cdef int32_t skip
         cdef int tx
         cdef const uint8_t *base = buf.ptr
         cdef Py_ssize_t size = buf.size
@@ -271,66 +270,57 @@ cdef class IndexDispatcher:
             if (e.uniq_pos >= 0 and e.uniq_pos + e.uniq_len > size) or (e.keys_pos >= 0 and e.keys_pos + e.keys_len > size):
                 self._npending = 0
                 raise ValueError(f"keys of the record at {e.phys_offset} outside the buffer of {size} bytes")
-            if self._npending + 1 + e.keys_len // 2 + 1 > PENDING:
+            most = 1 + e.keys_len // 2 + 1  # UNIQ_KEY + at most one token per two bytes of KEYS
+            if self._npending + most > PENDING:
                 cut = self._drain()
                 if cut >= 0:
                     return self._cut_at(cut)
-            if self._npending + 1 + e.keys_len // 2 + 1 > PENDING:
-                # more keys than the queue holds: this record's keys go one by one
-                cut = self._index_record(scanner, e, i, base, skip)
-                if cut >= 0:
-                    return cut
-                continue
-            prefix = <uint32_t> self._topic_prefix(scanner, e.topic_idx)
-            ordinal = 0
-            if e.uniq_pos >= 0 and e.uniq_len > 0:
-                if ordinal >= skip:
-                    self._queue(self._hash(prefix, base + e.uniq_pos, e.uniq_len), e, i, ordinal)
-                ordinal += 1
-            if e.keys_pos >= 0:
-                a = e.keys_pos
-                kend = a + e.keys_len
-                while a < kend:
-                    b = a
-                    while b < kend and base[b] != 32:  # KEY_SEPARATOR " "
-                        b += 1
-                    if b > a:
-                        if ordinal >= skip:
-                            self._queue(self._hash(prefix, base + a, b - a), e, i, ordinal)
-                        ordinal += 1
-                    a = b + 1
+            # a record with more keys than the queue holds has them put one by one
+            cut = self._keys(scanner, e, i, base, skip, most > PENDING)
+            if cut >= 0:
+                return cut
         cut = self._drain()
         if cut >= 0:
             return self._cut_at(cut)
         return end
 
-    cdef Py_ssize_t _index_record(self, Scanner scanner, DispatchEntry *e, Py_ssize_t i, const uint8_t *base,
-                                  int32_t skip) except? -2:
-        """A record with more keys than the queue holds, put key by key; -1, or `i` when cut."""
+    cdef Py_ssize_t _keys(self, Scanner scanner, DispatchEntry *e, Py_ssize_t i, const uint8_t *base, int32_t skip,
+                          bint direct) except? -2:
+        """The record's keys from the `skip`th on (UNIQ_KEY, then each non-empty KEYS token): queued,
+        or with `direct` put at once; -1, or `i` when the file filled up before one of them."""
         cdef Py_ssize_t a, b, kend
         cdef int32_t ordinal = 0
         cdef uint32_t prefix = <uint32_t> self._topic_prefix(scanner, e.topic_idx)
         if e.uniq_pos >= 0 and e.uniq_len > 0:
-            if ordinal >= skip:
-                if self._count >= self._num:
-                    return self._cut(i, e.phys_offset, ordinal)
-                self._put(self._hash(prefix, base + e.uniq_pos, e.uniq_len), e.phys_offset, e.store_ts)
+            if self._key(prefix, base + e.uniq_pos, e.uniq_len, e, i, ordinal, skip, direct) < 0:
+                return i
             ordinal += 1
         if e.keys_pos >= 0:
             a = e.keys_pos
             kend = a + e.keys_len
             while a < kend:
                 b = a
-                while b < kend and base[b] != 32:
+                while b < kend and base[b] != 32:  # KEY_SEPARATOR " "
                     b += 1
                 if b > a:
-                    if ordinal >= skip:
-                        if self._count >= self._num:
-                            return self._cut(i, e.phys_offset, ordinal)
-                        self._put(self._hash(prefix, base + a, b - a), e.phys_offset, e.store_ts)
+                    if self._key(prefix, base + a, b - a, e, i, ordinal, skip, direct) < 0:
+                        return i
                     ordinal += 1
                 a = b + 1
         return -1
+
+    cdef inline int _key(self, uint32_t prefix, const uint8_t *k, Py_ssize_t n, DispatchEntry *e, Py_ssize_t i,
+                         int32_t ordinal, int32_t skip, bint direct) except? -2:
+        if ordinal < skip:
+            return 0
+        if not direct:
+            self._queue(self._hash(prefix, k, n), e, i, ordinal)
+        elif self._count >= self._num:
+            self._cut(i, e.phys_offset, ordinal)
+            return -1
+        else:
+            self._put(self._hash(prefix, k, n), e.phys_offset, e.store_ts)
+        return 0
 
     cdef Py_ssize_t _cut_at(self, Py_ssize_t j) noexcept:
         return self._cut(self._pending[j].entry, self._pending[j].phys, self._pending[j].ordinal)
