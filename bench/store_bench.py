@@ -357,6 +357,7 @@ def reput_kernel(commitlog_dir: str, end: int, cq_dir: str, index_root: str | No
             dispatcher.dispatch(scanner, c, buf)
             n += c
         start, n = pos, 0
+        keys0 = index.kernel.keys_indexed if index is not None else 0
         t_scan = t_disp = 0.0
         pc = time.perf_counter
         t0 = pc()
@@ -373,7 +374,7 @@ def reput_kernel(commitlog_dir: str, end: int, cq_dir: str, index_root: str | No
                 break
         elapsed = pc() - t0
         cq_files = sum(len(q.files) for q in cqs.queues.values())
-        keys = index.kernel.keys_indexed if index is not None else 0
+        keys = index.kernel.keys_indexed - keys0 if index is not None else 0
         if index is not None:
             index.close()
         cqs.flush()
