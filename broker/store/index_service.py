@@ -75,10 +75,11 @@ class IndexService:
         self.dir = paths.index_dir(config.storePathRootDir)
         self.slots, self.num = config.maxHashSlotNum, config.maxIndexNum
         self.files: list[IndexFile] = []
+        self._unreadable: set[str] = set()  # said once each, not at every query
 
     def refresh(self) -> None:
         """Follow the directory: files the reput made since, files the cleaner deleted."""
-        names = index_names(self.dir)
+        names = [n for n in index_names(self.dir) if n not in self._unreadable]
         if [f.name for f in self.files] == names:
             return
         have = {f.name: f for f in self.files}
@@ -88,8 +89,11 @@ class IndexService:
             if f is None:
                 try:
                     f = IndexFile(os.path.join(self.dir, name), self.slots, self.num)
-                except (FileNotFoundError, CorruptStoreError) as e:  # deleted meanwhile, or made elsewhere
+                except FileNotFoundError:  # deleted meanwhile
+                    continue
+                except CorruptStoreError as e:  # recovery deletes it at the next start
                     log.error("index file %s not readable: %s", name, e)
+                    self._unreadable.add(name)
                     continue
             files.append(f)
         for f in have.values():
