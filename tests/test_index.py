@@ -170,6 +170,47 @@ def test_cleaner_deletes_index_files_with_their_segments(tmp_path):
     assert len(after) < len(before) and after[-1] == before[-1]
 
 
+def test_an_index_file_that_cannot_be_made_holds_dispatch_and_resumes(small_fs):
+    """The disk fills (under diskSpaceWarningLevelRatio) before the next index file is needed: its
+    slots (6 MB here) cannot be reserved. The reput holds, as for a consume-queue file, rather
+    than die (or take a SIGBUS later writing into a file with no blocks); the broker refuses
+    writes; once space is back the index goes on and every key is found."""
+    import errno as _errno
+    from broker.services.message_store import PutStatus
+    from broker.store.errors import ServiceUnavailable
+
+    async def main():
+        cfg = MessageStoreConfig(storePathRootDir=str(small_fs / "s"), mappedFileSizeCommitLog=1 << 20,
+                                 cleanResourceInterval=100, cleanFileForciblyEnable=False,
+                                 maxHashSlotNum=1_500_000, maxIndexNum=10)
+        async with MessageStore(cfg) as s:
+            first = await s.put("A", 0, b"a", {"KEYS": "key-0"})
+            await s.wait_dispatched(first.end_offset, 10)
+            ahead = s.commit_log.queue._ahead
+            if ahead is not None:
+                ahead.join()
+            st = os.statvfs(small_fs)
+            with open(small_fs / "ballast", "wb") as f:  # leave 5 MiB: less than one file's slots
+                f.write(b"\0" * (st.f_bavail * st.f_frsize - (5 << 20)))
+            for i in range(1, 12):  # the first file holds 9 keys: the 10th needs the next file
+                r = await s.put("A", 0, b"m%d" % i, {"KEYS": f"key-{i}"})
+                assert r.status is PutStatus.PUT_OK
+            await s.wait_condition(lambda: s.flags.dispatch_blocked == _errno.ENOSPC, 10)
+            assert not s.flags.disk_full
+            with pytest.raises(ServiceUnavailable, match="No space left"):
+                await s.put("A", 0, b"refused")
+            assert not [n for n in os.listdir(cfg.index_dir) if n.endswith(".tmp")]
+            os.unlink(small_fs / "ballast")
+            await s.wait_condition(lambda: not s.flags.dispatch_blocked, 10)
+            after = await s.put("A", 0, b"after", {"KEYS": "key-after"})
+            await s.wait_dispatched(after.end_offset, 10)
+            for i in range(12):
+                assert len(s.query_message("A", f"key-{i}", 32, 0, LONG_MAX).messages) == 1, i
+            assert len(s.query_message("A", "key-after", 32, 0, LONG_MAX).messages) == 1
+            assert s.services["reput"].restarts == 0
+    asyncio.run(main())
+
+
 # -- real processes ---------------------------------------------------------------------------------
 def _cli(cluster: Cluster, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "broker.cli", "admin", "query", "--namesrv", cluster.namesrv, *args],

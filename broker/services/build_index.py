@@ -56,8 +56,11 @@ class BuildIndex:
         """Index the keys of the scanner's `count` records, scanned from `buf`."""
         if self.current is None:
             self._open_last()
+        # at most one UNIQ_KEY and one KEYS token per two bytes of KEYS per record
+        most = count + int((scanner.entries["keys_len"][:count] // 2 + 1).sum())
         i = 0
         while True:
+            self.current.reserve_entries(self.kernel.index_count, most)
             i = self.kernel.dispatch(scanner, buf, i, count)
             if i >= count:
                 return

@@ -21,12 +21,13 @@ import numpy as np
 from broker.kernels.codec import MappedBuffer, java_string_hash
 from broker.kernels.index_dispatch import HASH_SLOT_SIZE, INDEX_ENTRY_SIZE, INDEX_HEADER_SIZE, index_file_size
 from broker.store.errors import CorruptStoreError
-from broker.store.mapped_file import create_segment_file
+from broker.store.mapped_file import create_segment_file, reserve_blocks
 
 HEADER = struct.Struct(">qqqqii")
 _ENTRY = struct.Struct(">iqii")
 _SLOT = struct.Struct(">i")
 INT_MAX = 2**31 - 1
+RESERVE_CHUNK = 4 << 20  # entries' blocks reserved ahead of the writer this much at a time
 
 
 def file_name(ms: int) -> str:
@@ -70,6 +71,7 @@ class IndexFile:
         self.slots, self.num, self.size = slots, num, size
         self.mm = np.memmap(path, dtype=np.uint8, mode="r+" if writable else "r", shape=(size,))
         self.buf = MappedBuffer(self.mm, writable) if writable else None
+        self.reserved = 0  # bytes from the start known to have blocks (writer side)
 
     @classmethod
     def create(cls, directory: str, slots: int, num: int, end_phy: int, end_ts: int) -> "IndexFile":
@@ -80,16 +82,32 @@ class IndexFile:
         while names and file_name(ms) <= names[-1]:
             ms += 1  # two files in one millisecond, or a clock that went back: names must stay in order
         path = os.path.join(directory, file_name(ms))
-        # sparse, as RocketMQ's: reserving 420 MB (the default size) up front would take a small
-        # disk at once, while the entries of a full disk's last messages need a few pages (and the
-        # broker refuses writes from diskSpaceWarningLevelRatio on)
-        create_segment_file(path, index_file_size(slots, num), sparse=True)
+        # the header and slots reserved (20 MB by default), the entries as they come (reserve_entries):
+        # all 420 MB up front would take a small disk at once; none, and a store through the map
+        # on a full disk would be a SIGBUS instead of an error naming the file
+        create_segment_file(path, index_file_size(slots, num), reserve=INDEX_HEADER_SIZE + slots * HASH_SLOT_SIZE)
         f = cls(path, slots, num, writable=True)
         if end_phy > 0:
             struct.pack_into(">qq", f.mm, 16, end_phy, end_phy)
         if end_ts > 0:
             struct.pack_into(">qq", f.mm, 0, end_ts, end_ts)
         return f
+
+    def reserve_entries(self, index_count: int, more: int) -> None:
+        """Blocks for `more` entries after the first `index_count` (and everything before them),
+        reserved RESERVE_CHUNK at a time: OSError (ENOSPC) here, naming the file."""
+        need = min(self.size, INDEX_HEADER_SIZE + self.slots * HASH_SLOT_SIZE + (index_count + more) * INDEX_ENTRY_SIZE)
+        if need <= self.reserved:
+            return
+        upto = min(self.size, -(-need // RESERVE_CHUNK) * RESERVE_CHUNK)
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            reserve_blocks(fd, self.reserved, upto - self.reserved)
+        except OSError as e:
+            raise OSError(e.errno, f"{e.strerror} (reserving index entries)", self.path) from e
+        finally:
+            os.close(fd)
+        self.reserved = upto
 
     def header(self) -> IndexHeader:
         h = HEADER.unpack_from(self.mm, 0)
