@@ -15,8 +15,8 @@ changes against the ordinary store, and why:
 - Queue ends are those of the consume queues on every member (what the reput wrote), as on a
   slave: nothing appended is visible before it is committed and dispatched.
 - Consume queues and the message index are rebuilt from the committed entries at every start
-  (their directories are emptied first): entries beyond a crashed member's recovered log, or a torn consume-queue tail, can then
-  never be served; the cost is one pass over the log at start.
+  (their directories are emptied first): entries beyond a crashed member's recovered log, or a
+  torn consume-queue tail, can then never be served; the cost is one pass over the log at start.
 - No flush or HA service: DLedger writes its files back itself (its flusher), replication is
   DLedger's. The cleaner is DLedger's variant (broker.raft.dledger_clean): expired data files
   go, oldest first, never beyond what is committed, dispatched, written back and still needed by

@@ -11,7 +11,6 @@ from broker.remoting import codes
 from broker.raft.config import DLedgerConfig
 from broker.remoting.acl import AclError, PlainAccessValidator
 from broker.remoting.admin_processor import AdminProcessor
-from broker.remoting.query_processor import QueryMessageProcessor
 from broker.remoting.broker_config import BrokerConfig
 from broker.remoting.command import RemotingCommand
 from broker.remoting.connection import RemotingServer, connect
@@ -20,6 +19,7 @@ from broker.remoting.consumer_processor import ConsumerProcessor
 from broker.remoting.metrics import BrokerMetrics
 from broker.remoting.pull_hold import PullHoldService
 from broker.remoting.pull_processor import PullMessageProcessor
+from broker.remoting.query_processor import QueryMessageProcessor
 from broker.remoting.schedule_service import ScheduleMessageService
 from broker.remoting.send_fast_path import FastSendPath
 from broker.remoting.send_processor import SendMessageProcessor

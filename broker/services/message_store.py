@@ -42,8 +42,8 @@ from broker.store.config import SYNC_FLUSH, MessageStoreConfig
 from broker.store.config_files import WRITER, ConsumerOffsetTable, TopicConfigTable
 from broker.store.consume_queue import ConsumeQueueStore
 from broker.store.durable import fsync_dir
-from broker.store.index_service import recover_index
 from broker.store.errors import InSyncReplicasNotEnough, MessageIllegal, ServiceUnavailable, StoreConfigError
+from broker.store.index_service import recover_index
 from broker.store.message import StoredMessage, encode_properties
 from broker.store.offset_table import Slot, create_table
 from broker.store.recovery import RecoveryResult, recover
