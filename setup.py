@@ -27,6 +27,7 @@ KERNELS = {
     "client_codec": (["pyx/client_codec.pyx"], ["z"]),
     "pulled": (["pyx/pulled.pyx"], []),
     "queue_read": (["pyx/queue_read.pyx"], []),
+    "index_dispatch": (["pyx/index_dispatch.pyx"], []),
 }
 
 flags = ["-O3", "-Wall", "-Wno-unused-function", "-Wno-unreachable-code"]

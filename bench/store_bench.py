@@ -23,6 +23,7 @@ import numpy as np
 from broker.kernels.codec import SCAN_BLANK, SCAN_END, MappedBuffer, Scanner
 from broker.services.message_store import MessageStore, PutStatus
 from broker.services.reput_service import BATCH as REPUT_BATCH
+from broker.services.build_index import BuildIndex
 from broker.services.reput_service import Dispatcher
 from broker.store.config import ASYNC_FLUSH, SYNC_FLUSH, MessageStoreConfig
 from broker.store.consume_queue import ConsumeQueueStore
@@ -271,26 +272,38 @@ async def put_batch_sync(store: MessageStore, body_len: int, seconds: float, bat
 
 # ------------------------------------------------------------------------------------------ reput
 
-async def reput_end_to_end(store: MessageStore, records: int, body_len: int, batch: int) -> dict:
+KEYED_POOL = 64  # batches of distinct keyed properties cycled through by the keyed cells
+
+
+def keyed_props(batch: int, pool: int = KEYED_POOL) -> list[list[bytes]]:
+    """Per-message properties as a producer with keys sends them: TAGS, a KEYS token of its own
+    and a 32-hex UNIQ_KEY (two index entries per record); `pool` batches of distinct ones."""
+    return [[b"TAGS\x01TagA\x02KEYS\x01order-%08d\x02UNIQ_KEY\x01%032X" % (n, n * 2654435761)
+             for n in range(b * batch, (b + 1) * batch)] for b in range(pool)]
+
+
+async def reput_end_to_end(store: MessageStore, records: int, body_len: int, batch: int, keyed: bool = False) -> dict:
     """put_batch `records` records, then wait for the reput service to have dispatched them all:
-    records/s from the first write to the last dispatch (the service works while we write)."""
+    records/s from the first write to the last dispatch (the service works while we write).
+    keyed: each record carries its own KEYS and UNIQ_KEY (see keyed_props)."""
     from broker.store.offset_table import Slot
 
     body = os.urandom(body_len)
     bodies = [body] * batch
     calls = records // batch
+    props = keyed_props(batch) if keyed else [PROPS]
     t = store.table
     d0 = t.load(Slot.DISPATCHED)
     t0 = time.perf_counter()
     end = 0
-    for _ in range(calls):
-        end = (await store.put_batch(TOPIC, 0, bodies, PROPS)).end_offset
+    for c in range(calls):
+        end = (await store.put_batch(TOPIC, 0, bodies, props[c % len(props)])).end_offset
     tw = time.perf_counter()
     dw = t.load(Slot.DISPATCHED)
     await store.wait_dispatched(end, 300)
     td = time.perf_counter()
     n = calls * batch
-    rec = record_size(body_len)
+    rec = record_size(body_len, props=props[0][0] if keyed else PROPS)
     left = (end - max(dw, d0)) // rec
     return {
         "records": n, "record_bytes": rec, "write_s": tw - t0, "dispatch_done_s": td - t0,
@@ -303,9 +316,13 @@ async def reput_end_to_end(store: MessageStore, records: int, body_len: int, bat
     }
 
 
-def reput_kernel(commitlog_dir: str, end: int, cq_dir: str) -> dict:
+def reput_kernel(commitlog_dir: str, end: int, cq_dir: str, index_root: str | None = None,
+                 untimed_records: int = 0) -> dict:
     """The reput service's loop over a pre-written segment, in-process: Scanner.scan (no CRC,
-    8192 records per call) + Dispatcher.dispatch into fresh consume queues. Also the scan alone."""
+    8192 records per call) + Dispatcher.dispatch into fresh consume queues, and with `index_root`
+    into a fresh index too (default-size index files, 5M slots). Also the scan alone.
+    untimed_records: dispatched first, off the clock (an index file already in use: its pages
+    mapped, most of its 5M slots touched, as the reput's file is but for its first minutes)."""
     path = os.path.join(commitlog_dir, offset_to_name(0))
     mm = np.memmap(path, dtype=np.uint8, mode="r", shape=(SEGMENT,))
     buf = MappedBuffer(mm, False)
@@ -330,8 +347,17 @@ def reput_kernel(commitlog_dir: str, end: int, cq_dir: str) -> dict:
         os.makedirs(cq_dir, exist_ok=True)
         cqs = ConsumeQueueStore(cq_dir, MessageStoreConfig.mappedFileSizeConsumeQueue, writable=True)
         cqs.load()
-        dispatcher = Dispatcher(cqs)
+        index = None
+        if index_root is not None:
+            index = BuildIndex(MessageStoreConfig(storePathRootDir=index_root))
+        dispatcher = Dispatcher(cqs, index=index)
         pos = n = 0
+        while n < untimed_records:
+            c, pos, status = scanner.scan(buf, pos, end, 0, False, min(REPUT_BATCH, untimed_records - n))
+            dispatcher.dispatch(scanner, c, buf)
+            n += c
+        start, n = pos, 0
+        keys0 = index.kernel.keys_indexed if index is not None else 0
         t_scan = t_disp = 0.0
         pc = time.perf_counter
         t0 = pc()
@@ -340,7 +366,7 @@ def reput_kernel(commitlog_dir: str, end: int, cq_dir: str) -> dict:
             c, pos, status = scanner.scan(buf, pos, end, 0, False)
             b = pc()
             if c:
-                dispatcher.dispatch(scanner, c)
+                dispatcher.dispatch(scanner, c, buf)
             t_disp += pc() - b
             t_scan += b - a
             n += c
@@ -348,19 +374,23 @@ def reput_kernel(commitlog_dir: str, end: int, cq_dir: str) -> dict:
                 break
         elapsed = pc() - t0
         cq_files = sum(len(q.files) for q in cqs.queues.values())
+        keys = index.kernel.keys_indexed - keys0 if index is not None else 0
+        if index is not None:
+            index.close()
         cqs.flush()
         cqs.close()
     finally:
         buf.release()
         del mm
     return {
-        "records": n, "bytes": end, "elapsed_s": elapsed,
+        "records": n, "bytes": end - start, "elapsed_s": elapsed,
         "records_per_s": n / elapsed,
         "scan_s": t_scan, "dispatch_s": t_disp,
         "scan_share_pct": 100 * t_scan / elapsed,
         "scan_only_records_per_s": n_scan / scan_best,
         "scan_only_GBps": end / scan_best / 1e9,
         "cq_files_created": cq_files,
+        "index_keys": keys,
     }
 
 
@@ -414,6 +444,32 @@ async def run_all(workdir: str, settings: Settings, progress) -> dict:
         done(f"reput kernel scan+dispatch {_size(s.reput_body)}", f, 0.0)
     finally:
         bs.remove()
+
+    # 5. the same with the message index: records with their own KEYS and UNIQ_KEY (two index
+    # entries each), the reput service without and with the index, then the kernel path over the
+    # written segment without and with it (default-size index files)
+    for enabled in (False, True):
+        bs = BenchStore(workdir, ASYNC_FLUSH, messageIndexEnable=enabled)
+        bs.keep = enabled
+        try:
+            async with bs as store:
+                f = await reput_end_to_end(store, s.reput_records, s.reput_body, s.batch, keyed=True)
+                commitlog_dir = store.config.commitlog_dir
+                wrote = store.commit_log.wrote
+            done(f"reput service end-to-end keyed, index {'on' if enabled else 'off'} {_size(s.reput_body)}", f,
+                 bs.setup_s)
+            if enabled:
+                f = await asyncio.to_thread(reput_kernel, commitlog_dir, wrote, os.path.join(bs.dir, "bench-cq"))
+                done(f"reput kernel scan+dispatch keyed, no index {_size(s.reput_body)}", f, 0.0)
+                f = await asyncio.to_thread(reput_kernel, commitlog_dir, wrote, os.path.join(bs.dir, "bench-cq2"),
+                                            os.path.join(bs.dir, "bench-index"))
+                done(f"reput kernel scan+dispatch+index keyed, fresh index {_size(s.reput_body)}", f, 0.0)
+                f = await asyncio.to_thread(reput_kernel, commitlog_dir, wrote, os.path.join(bs.dir, "bench-cq3"),
+                                            os.path.join(bs.dir, "bench-index2"), s.reput_records // 2)
+                done(f"reput kernel scan+dispatch+index keyed, index in use (second half) {_size(s.reput_body)}", f,
+                     0.0)
+        finally:
+            bs.remove()
     return out
 
 

@@ -103,6 +103,11 @@ def test_permissions_per_topic_and_group_defaults_and_admin(tmp_path):
             assert (await _signed(b, codes.PULL_MESSAGE, pull)).code == codes.SUCCESS
             r = await _signed(b, codes.PULL_MESSAGE, dict(pull, consumerGroup="blocked"))  # groupPerms DENY
             assert r.code == codes.NO_PERMISSION and "group blocked" in r.remark
+            # QUERY_MESSAGE reads a topic's messages: SUB on it, as a pull
+            query = {"topic": "Orders", "key": "k", "maxNum": 32, "beginTimestamp": 0, "endTimestamp": 2**63 - 1}
+            assert (await _signed(b, codes.QUERY_MESSAGE, query)).code == codes.QUERY_NOT_FOUND
+            r = await _signed(b, codes.QUERY_MESSAGE, dict(query, topic="Other"))
+            assert r.code == codes.NO_PERMISSION and "topic Other" in r.remark
             hb = _heartbeat("c1", "blocked", "Orders")
             assert (await _signed(b, codes.HEART_BEAT, {}, hb)).code == codes.NO_PERMISSION
             assert (await _signed(b, codes.HEART_BEAT, {}, _heartbeat("c1", "g", "Orders"))).code == codes.SUCCESS

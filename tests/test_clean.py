@@ -372,8 +372,10 @@ def test_deletion_under_a_slave_reading_the_oldest_segment(small_fs, tmp_path):
     streaming from an open descriptor: nothing crashes, the slave holds only whole records
     identical to the master's, and a slave left behind the new minimum is told so by name."""
     from tests.helpers.ha_cluster import Broker, Proxy, send_all
+    # an index file's slots (maxHashSlotNum x 4 bytes, reserved when it is made) sized for 48 MiB too
     clean = ("cleanResourceInterval=100\ndeleteCommitLogFilesInterval=0\ndiskMaxUsedSpaceRatio=95\n"
-             "diskSpaceCleanForciblyRatio=60\ndiskSpaceWarningLevelRatio=98\nwarmMapedFileEnable=false\n")
+             "diskSpaceCleanForciblyRatio=60\ndiskSpaceWarningLevelRatio=98\nwarmMapedFileEnable=false\n"
+             "maxHashSlotNum=100000\n")
     master = Broker(small_fs, "master", "127.0.0.1:9", "ASYNC_MASTER", 0, clean).start()
     proxy = Proxy(master.ha_port)
     slave = None

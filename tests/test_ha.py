@@ -187,7 +187,8 @@ def test_a_slave_ahead_of_its_master_is_refused_and_reported(tmp_path, ns, broke
 def test_view_message_by_id_on_a_slave_finds_segments_the_ha_client_made(tmp_path, ns, brokers):
     """VIEW_MESSAGE_BY_ID (33) on a slave for a message in a segment its broker process has not
     mapped yet (the HA client made it): the stored record, not an internal error; an offset
-    outside the log or inside a record is a clear error naming it."""
+    outside the log or inside a record is a clear error naming it. The slave's reput indexed the
+    messages too: QUERY_MESSAGE (12) by key finds them there."""
     master = Broker(tmp_path, "master", ns.addr, "ASYNC_MASTER", 0).start()
     brokers.append(master)
     slave = Broker(tmp_path, "slave", ns.addr, "SLAVE", 1, f"haMasterAddress=127.0.0.1:{master.ha_port}\n").start()
@@ -202,6 +203,9 @@ def test_view_message_by_id_on_a_slave_finds_segments_the_ha_client_made(tmp_pat
         assert r.code == codes.SUCCESS, r.remark
         msg = decode_message(bytes(r.body), 0)
         assert bytes(msg.body) == bodies[i] and msg.physical_offset == phys
+        q = call(slave.port, codes.QUERY_MESSAGE, {"topic": "ViewTopic", "key": f"k{i}", "maxNum": 32,
+                                                    "beginTimestamp": 0, "endTimestamp": 2**63 - 1})
+        assert q.code == codes.SUCCESS and decode_message(bytes(q.body), 0).physical_offset == phys, q.remark
     for bad in (end + 100, 1, -5):
         r = call(slave.port, codes.VIEW_MESSAGE_BY_ID, {"offset": bad})
         assert r.code == codes.SYSTEM_ERROR and str(bad) in r.remark and "internal error" not in r.remark, r.remark

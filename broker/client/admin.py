@@ -1,7 +1,9 @@
-"""Admin (a small DefaultMQAdminExt): topics, routes, clusters, consumer lag, broker runtime info."""
+"""Admin (a small DefaultMQAdminExt): topics, routes, clusters, consumer lag, broker runtime info,
+messages by key or id (MQAdminImpl.queryMessage / viewMessage)."""
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 from dataclasses import dataclass
 
 import msgspec
@@ -9,6 +11,7 @@ import msgspec
 from broker.client import api
 from broker.client.client_instance import MQClientInstance
 from broker.client.errors import ClientError, ResponseError
+from broker.client.message import MessageExt, decode_messages
 from broker.client.route import MASTER_ID, MessageQueue, TopicRoute
 from broker.remoting import codes
 from broker.remoting.command import RemotingCommand
@@ -23,6 +26,26 @@ class QueueLag:
     @property
     def lag(self) -> int:
         return self.max_offset - max(self.committed, 0)
+
+
+UNIQUE_MSG_QUERY_FLAG = "_UNIQUE_KEY_QUERY"  # MixAll: QUERY_MESSAGE's key is a client msgId
+LONG_MAX = 2**63 - 1
+
+
+def decode_offset_msg_id(msg_id: str) -> tuple[str, int]:
+    """MessageDecoder.decodeMessageId: an offsetMsgId is the hex of the store host (IPv4 4 bytes or
+    IPv6 16, then the port as an int) and the commit-log offset (8 bytes): (host:port, offset)."""
+    if len(msg_id) not in (32, 56):
+        raise ClientError(f"{msg_id!r} is not an offsetMsgId (32 or 56 hex digits)")
+    try:
+        raw = bytes.fromhex(msg_id)
+    except ValueError:
+        raise ClientError(f"{msg_id!r} is not an offsetMsgId (not hex)") from None
+    n = 4 if len(raw) == 16 else 16
+    ip = ipaddress.ip_address(raw[:n])
+    port = int.from_bytes(raw[n:n + 4], "big")
+    host = str(ip) if n == 4 else f"[{ip}]"
+    return f"{host}:{port}", int.from_bytes(raw[n + 4:], "big")
 
 
 class Admin:
@@ -101,3 +124,67 @@ class Admin:
         if r.code != codes.SUCCESS:
             raise ResponseError(r.code, r.remark, f"runtime info of {broker_addr}")
         return dict(msgspec.json.decode(r.body).get("table") or {})
+
+    # -- messages ----------------------------------------------------------------------------------
+    async def query_message(self, topic: str, key: str, max_num: int = 32, begin: int = 0, end: int = LONG_MAX,
+                            unique: bool = False) -> list[MessageExt]:
+        """QUERY_MESSAGE (12) on every broker of the topic's route: the messages of `topic` with
+        `key` among their KEYS (or, `unique`, whose client msgId is `key`), stored within
+        [begin, end] ms, oldest first. The index may hold other keys of the same hash: the
+        messages are checked here, as MQAdminImpl checks them."""
+        if max_num <= 0:
+            raise ClientError(f"maxNum {max_num} must be at least 1")
+        route = await self.route(topic)
+        ext = {"topic": topic, "key": key, "maxNum": max_num, "beginTimestamp": begin, "endTimestamp": end}
+        if unique:
+            ext[UNIQUE_MSG_QUERY_FLAG] = "true"
+
+        async def one(bd) -> list[MessageExt]:
+            addrs = bd.brokerAddrs
+            addr = addrs.get(MASTER_ID) or next(iter(addrs.values()), None)
+            if addr is None:
+                return []
+            r = await self.client.invoke(addr, RemotingCommand.request(codes.QUERY_MESSAGE, ext), 10)
+            if r.code == codes.QUERY_NOT_FOUND:
+                return []
+            if r.code != codes.SUCCESS:
+                raise ResponseError(r.code, r.remark, f"query {topic}#{key} on {addr}")
+            return decode_messages(r.body, bd.brokerName)
+
+        found = [m for ms in await asyncio.gather(*(one(bd) for bd in route.brokerDatas)) for m in ms]
+        if unique:
+            found = [m for m in found if m.topic == topic and m.uniq_key == key]
+        else:
+            found = [m for m in found if m.topic == topic and key in (m.keys or "").split(" ")]
+        return sorted(found, key=lambda m: (m.store_timestamp, m.commit_log_offset))
+
+    async def view_message(self, offset_msg_id: str) -> MessageExt:
+        """VIEW_MESSAGE_BY_ID (33): the message an offsetMsgId names, from the broker it names."""
+        addr, offset = decode_offset_msg_id(offset_msg_id)
+        r = await self.client.invoke(addr, RemotingCommand.request(codes.VIEW_MESSAGE_BY_ID, {"offset": offset}), 10)
+        if r.code != codes.SUCCESS:
+            raise ResponseError(r.code, r.remark, f"view message {offset_msg_id} on {addr}")
+        msgs = decode_messages(r.body)
+        if len(msgs) != 1:
+            raise ClientError(f"view message {offset_msg_id} on {addr}: the answer holds {len(msgs)} messages")
+        return msgs[0]
+
+    async def message_by_id(self, msg_id: str, topic: str | None = None) -> list[MessageExt]:
+        """A message by either id (DefaultMQAdminExt.viewMessage(topic, msgId)): an offsetMsgId of a
+        broker the name servers know is viewed there; otherwise the id is taken as a client msgId
+        (UNIQ_KEY) and looked up through the index of `topic` (a message sent again keeps its
+        msgId, hence a list)."""
+        try:
+            addr, _ = decode_offset_msg_id(msg_id)
+        except ClientError:
+            addr = None
+        if addr is not None and addr in await self._broker_addrs():
+            return [await self.view_message(msg_id)]
+        if topic is None:
+            raise ClientError(f"{msg_id} is not the offsetMsgId of a broker the name servers know: give its topic "
+                              "to look it up as a client msgId (UNIQ_KEY)")
+        return await self.query_message(topic, msg_id, unique=True)
+
+    async def _broker_addrs(self) -> set[str]:
+        table = (await self.cluster_info()).get("brokerAddrTable", {})
+        return {a for bd in table.values() for a in (bd.get("brokerAddrs") or {}).values()}

@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 
-from broker.client.admin import Admin
+from broker.client.admin import LONG_MAX, Admin
 from broker.client.errors import ClientError
 from broker.client.message import Message, MessageExt
 from broker.client.producer import Producer
@@ -78,6 +78,17 @@ def add_commands(sub) -> None:
     cl = with_namesrv(asub.add_parser("clean", help="delete expired commit-log files now (deleteExpiredCommitLog)"))
     cl.add_argument("--broker", help="broker address (default: every master)")
     cl.set_defaults(client_cmd=_clean)
+    q = with_namesrv(asub.add_parser("query", help="messages by key (--key, --topic) or by id (--id: an offsetMsgId, "
+                                                   "or a client msgId with --topic), one JSON line each"))
+    which = q.add_mutually_exclusive_group(required=True)
+    which.add_argument("--key", help="a key the messages were sent with (KEYS)")
+    which.add_argument("--id", help="an offsetMsgId, or a client msgId (UNIQ_KEY; needs --topic)")
+    q.add_argument("--topic", help="the messages' topic (needed with --key and for a client msgId)")
+    q.add_argument("--begin", type=int, default=0, metavar="MS", help="stored at or after (epoch ms; default 0)")
+    q.add_argument("--end", type=int, default=LONG_MAX, metavar="MS", help="stored at or before (epoch ms; default: no end)")
+    q.add_argument("--max", type=int, default=32, help="at most this many per broker (default 32; the broker caps "
+                                                       "it at maxMsgsNumBatch)")
+    q.set_defaults(client_cmd=_query)
     ct = asub.add_parser("controller", help="the controller's view (controller mode): its Raft group and leader, "
                                             "and per broker group the master, epochs and SyncStateSet as JSON "
                                             "(mqadmin getControllerMetaData, getSyncStateSet)")
@@ -235,6 +246,23 @@ async def _clean(args) -> int:
         for addr in await _brokers(admin, args):
             await admin.delete_expired(addr)
             print(f"{addr}: expired files are being deleted")
+    return 0
+
+
+async def _query(args) -> int:
+    if args.key is not None and not args.topic:
+        raise ClientError("--key needs --topic")
+    async with Admin(args.namesrv) as admin:
+        if args.key is not None:
+            msgs = await admin.query_message(args.topic, args.key, args.max, args.begin, args.end)
+        else:
+            msgs = await admin.message_by_id(args.id, args.topic)
+    for m in msgs:
+        print(message_json(m), flush=True)
+    if not msgs:
+        print(f"broker admin: no message {'with key ' + args.key if args.key is not None else args.id}"
+              f"{' in ' + args.topic if args.topic else ''}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -14,9 +14,9 @@ changes against the ordinary store, and why:
   below the divided offset the commit log written before DLedger mode, if there is one.
 - Queue ends are those of the consume queues on every member (what the reput wrote), as on a
   slave: nothing appended is visible before it is committed and dispatched.
-- Consume queues are rebuilt from the committed entries at every start (the directory is emptied
-  first): entries beyond a crashed member's recovered log, or a torn consume-queue tail, can then
-  never be served; the cost is one pass over the log at start.
+- Consume queues and the message index are rebuilt from the committed entries at every start
+  (their directories are emptied first): entries beyond a crashed member's recovered log, or a
+  torn consume-queue tail, can then never be served; the cost is one pass over the log at start.
 - No flush or HA service: DLedger writes its files back itself (its flusher), replication is
   DLedger's. The cleaner is DLedger's variant (broker.raft.dledger_clean): expired data files
   go, oldest first, never beyond what is committed, dispatched, written back and still needed by
@@ -145,6 +145,7 @@ class DLedgerMessageStore(MessageStore):
         cfg = self.config
         # consume queues are rebuilt from the committed entries (see the module's doc)
         shutil.rmtree(cfg.consumequeue_dir, ignore_errors=True)
+        shutil.rmtree(cfg.index_dir, ignore_errors=True)  # and so is the message index, with them
         for d in (cfg.consumequeue_dir, cfg.config_dir):
             os.makedirs(d, exist_ok=True)
         self.consumer_offsets.load()

@@ -180,6 +180,8 @@ def resources(cmd: RemotingCommand) -> dict[str, int]:
         need[topic] = SUB if topic.startswith(RETRY_PREFIX) else PUB
     elif c == codes.CONSUMER_SEND_MSG_BACK:
         need[_group(e.get("group", ""))] = SUB
+    elif c == codes.QUERY_MESSAGE:  # reading a topic's messages by key, as a consumer reads them
+        need[ext_string(e.get("topic", ""))] = SUB
     elif c == codes.PULL_MESSAGE:
         need[ext_string(e.get("topic", ""))] = SUB
         need[_group(e.get("consumerGroup", ""))] = SUB

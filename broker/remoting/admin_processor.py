@@ -1,11 +1,11 @@
-"""AdminBrokerProcessor: topic creation, topic config, message view by id, runtime info."""
+"""AdminBrokerProcessor: topic creation, topic config, offsets tables, runtime info, clean."""
 from __future__ import annotations
 
 import msgspec
 
 from broker.remoting import codes
 from broker.remoting.command import RemotingCommand
-from broker.remoting.headers import CreateTopicRequestHeader, ViewMessageRequestHeader, decode
+from broker.remoting.headers import CreateTopicRequestHeader, decode
 from broker.remoting.topic_manager import TopicError
 from broker.store.config_files import TopicConfig
 
@@ -19,7 +19,7 @@ class AdminProcessor:
 
     def handlers(self) -> dict:
         return {codes.UPDATE_AND_CREATE_TOPIC: self.create_topic, codes.GET_ALL_TOPIC_CONFIG: self.all_topics,
-                codes.VIEW_MESSAGE_BY_ID: self.view_message, codes.GET_BROKER_RUNTIME_INFO: self.runtime_info,
+                codes.GET_BROKER_RUNTIME_INFO: self.runtime_info,
                 codes.GET_ALL_CONSUMER_OFFSET: self.all_consumer_offsets,
                 codes.GET_ALL_DELAY_OFFSET: self.all_delay_offsets,
                 codes.DELETE_EXPIRED_COMMITLOG: self.delete_expired}
@@ -49,13 +49,6 @@ class AdminProcessor:
         """`broker admin clean` / mqadmin deleteExpiredCommitLog: expired files go now."""
         self.store.request_clean()
         return cmd.response(codes.SUCCESS)
-
-    def view_message(self, cmd: RemotingCommand, conn):
-        """The stored record at a physical offset (the offset half of an offsetMsgId)."""
-        phys = decode(ViewMessageRequestHeader, cmd.ext).offset
-        view = self.store.record_view(phys)  # StoreError: SYSTEM_ERROR naming the offset
-        self.store.lookup(phys)  # the record must decode whole, not just have a size word
-        return cmd.response(codes.SUCCESS, body=view)
 
     def runtime_info(self, cmd: RemotingCommand, conn):
         table = self.runtime_table()

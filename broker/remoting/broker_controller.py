@@ -20,6 +20,7 @@ from broker.remoting.metrics import BrokerMetrics
 from broker.remoting.pull_hold import PullHoldService
 from broker.remoting.producer_manager import ProducerManager
 from broker.remoting.pull_processor import PullMessageProcessor
+from broker.remoting.query_processor import QueryMessageProcessor
 from broker.remoting.schedule_service import ScheduleMessageService
 from broker.remoting.send_fast_path import FastSendPath
 from broker.remoting.send_processor import SendMessageProcessor
@@ -138,7 +139,8 @@ class BrokerController:
                          PullMessageProcessor(store, topics, self.consumers, holds, self.config),
                          self.consumer_processor,
                          EndTransactionProcessor(store, topics, schedule, holds, transactions),
-                         AdminProcessor(store, topics, schedule, self.metrics.runtime_table)):
+                         AdminProcessor(store, topics, schedule, self.metrics.runtime_table),
+                         QueryMessageProcessor(store)):
                 self.handlers.update(proc.handlers())
             if self.dledger is None:
                 self.fast = FastSendPath(store, topics, holds, self.acl is not None)

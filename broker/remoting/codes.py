@@ -4,6 +4,7 @@ from __future__ import annotations
 # -- requests ----------------------------------------------------------------------------------
 SEND_MESSAGE = 10
 PULL_MESSAGE = 11
+QUERY_MESSAGE = 12
 QUERY_CONSUMER_OFFSET = 14
 UPDATE_CONSUMER_OFFSET = 15
 UPDATE_AND_CREATE_TOPIC = 17

@@ -225,3 +225,12 @@ class EndTransactionRequestHeader(_Header):
     msgId: str
     fromTransactionCheck: bool = False
     transactionId: str = ""
+
+
+class QueryMessageRequestHeader(_Header):
+    """QUERY_MESSAGE (QueryMessageRequestHeader.java: every field required)."""
+    topic: str
+    key: str
+    maxNum: Int32
+    beginTimestamp: Int64
+    endTimestamp: Int64

@@ -5,7 +5,7 @@ CleanPolicy whether to delete, publishes the disk usage and the DISK_FULL flag t
 writes on, and deletes commit-log segments oldest first: never the one being written, never one
 not yet flushed and dispatched, stopping at the first that is not expired, at most
 deleteFileBatchMax per pass with deleteCommitLogFilesInterval between files. Then consume-queue
-files wholly below the new minimum go too, and MIN_OFFSET moves in the offset table.
+and index files wholly below the new minimum go too, and MIN_OFFSET moves in the offset table.
 
 Deletion is unlink(2): a process still mapping a segment (a pull being sent, an HA transfer from
 an open descriptor) keeps reading valid pages until it lets go, so no reader ever faults on a
@@ -21,6 +21,7 @@ from broker.services.process import enter_service, notify, run_service
 from broker.store.clean_policy import CleanPolicy, filesystem_usage
 from broker.store.consume_queue import CQ_UNIT
 from broker.store.durable import fsync_dir
+from broker.store.index_service import delete_expired
 from broker.store.offset_table import Slot, open_table
 
 log = logging.getLogger("clean")
@@ -67,6 +68,7 @@ class CleanService:
         deleted = self.delete_commit_log(d.forcibly, d.reason)
         if deleted:
             self.delete_consume_queues(t.load(Slot.MIN_OFFSET))
+            self.delete_index_files(t.load(Slot.MIN_OFFSET))
         return deleted
 
     def delete_commit_log(self, forcibly: bool, reason: str) -> list[int]:
@@ -127,6 +129,13 @@ class CleanService:
                     log.info("deleted consume-queue files of %s/%s below commit-log offset %d", topic, qid, min_offset)
                     self._pause(self.config.deleteConsumeQueueFilesInterval)
         return count
+
+    def delete_index_files(self, min_offset: int) -> list[str]:
+        """Index files whose every entry points below the commit log's minimum (never the last)."""
+        gone = delete_expired(self.config, min_offset)
+        if gone:
+            log.info("deleted index files %s below commit-log offset %d", ", ".join(gone), min_offset)
+        return gone
 
     def run(self) -> None:
         t = self.table

@@ -30,6 +30,7 @@ from broker.services.group_commit import GroupCommitService
 from broker.services.group_transfer import GroupTransferService, SyncStateSetTransfer
 from broker.services.notifier import Notifier
 from broker.services.offset_waiters import Resolve, resolve_future
+from broker.services.query_message import MessageQuery, QueryMessageResult
 from broker.services.queue_reader import QueueReader
 from broker.services.running_flags import RunningFlags
 from broker.services.service_specs import specs_for
@@ -42,6 +43,7 @@ from broker.store.config_files import WRITER, ConsumerOffsetTable, TopicConfigTa
 from broker.store.consume_queue import ConsumeQueueStore
 from broker.store.durable import fsync_dir
 from broker.store.errors import InSyncReplicasNotEnough, MessageIllegal, ServiceUnavailable, StoreConfigError
+from broker.store.index_service import recover_index
 from broker.store.message import StoredMessage, encode_properties
 from broker.store.offset_table import Slot, create_table
 from broker.store.recovery import RecoveryResult, recover
@@ -116,6 +118,7 @@ class MessageStore:
         self.group_transfer: GroupTransferService | None = None
         self.dispatch: DispatchWaiters | None = None
         self.reader = QueueReader(self)
+        self.queries = MessageQuery(self)
         self.on_new_queues: list = []  # called when the reput starts writing a queue (queue_counts)
         self._lock_fd = -1
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -202,6 +205,10 @@ class MessageStore:
         t0 = time.monotonic()
         res = self.recovery = recover(self.commit_log, writer_cqs, self.ckpt, clean, cfg.checkCRCOnRecover)
         writer_cqs.close()  # from here on only the reput service writes consume queues
+        if cfg.messageIndexEnable:
+            rebuild = recover_index(cfg, self.ckpt.get("indexMsgTimestamp"), res.clean)
+            if rebuild is not None:  # the reput re-indexes what was deleted (and rewrites the same CQ entries)
+                res.dispatch_from = max(min(res.dispatch_from, rebuild), self.commit_log.min_offset)
         log.info("store %s recovered (%s) in %.3fs: commit log [%d, %d)", self.root,
                  "clean stop" if res.clean else "after a crash", time.monotonic() - t0,
                  self.commit_log.min_offset, res.max_offset)
@@ -343,6 +350,7 @@ class MessageStore:
         if self.notifier is not None:
             self.notifier.close()
             self.notifier = None
+        self.queries.close()
         for part in (self.cqs, self.commit_log, self.ckpt, self.table):
             if part is not None:
                 part.close()
@@ -642,6 +650,10 @@ class MessageStore:
 
     def queue_counts(self) -> dict[str, int]:
         return self.reader.queue_counts()
+
+    def query_message(self, topic: str, key: str, max_num: int, begin: int, end: int) -> QueryMessageResult:
+        """QUERY_MESSAGE: the stored records indexed under `key` of `topic`, stored within [begin, end]."""
+        return self.queries.query(topic, key, max_num, begin, end)
 
     @property
     def get_msgs(self) -> int:

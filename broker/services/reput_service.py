@@ -16,6 +16,7 @@ import numpy as np
 
 from broker.kernels.codec import SCAN_BLANK, SCAN_END, MappedBuffer, Scanner
 from broker.kernels.cq_dispatch import CqDispatcher
+from broker.services.build_index import BuildIndex
 from broker.services.process import enter_service, notify, run_service
 from broker.store import paths
 from broker.store.checkpoint import StoreCheckpoint
@@ -28,26 +29,31 @@ BATCH = 8192
 
 
 class Dispatcher:
-    """Writes scanned records' entries into their consume queues (reused by tests and tools).
+    """Writes scanned records' entries into their consume queues and the index (reused by tests and tools).
 
     The entries go in one kernel pass (CqDispatcher) straight into the mapped files; the pass
     comes back here only when a queue needs its next file (or its first), which is made and
     registered, and the pass goes on. `on_new_queue` is called the first time a queue is written
     by this dispatcher."""
 
-    def __init__(self, cqs: ConsumeQueueStore, on_new_queue=None):
+    def __init__(self, cqs: ConsumeQueueStore, on_new_queue=None, index: BuildIndex | None = None):
         self.cqs = cqs
+        self.index = index
         self.kernel = CqDispatcher()
         self._queues: dict[int, ConsumeQueue] = {}
         self._on_new_queue = on_new_queue
 
-    def dispatch(self, scanner: Scanner, count: int) -> None:
+    def dispatch(self, scanner: Scanner, count: int, buf: MappedBuffer | None = None) -> None:
+        """The consume-queue entries of the scanner's `count` records, then (with an index and the
+        scanned buffer `buf`) their index entries."""
         i = 0
         while True:
             i = self.kernel.dispatch(scanner, i, count)
             if i >= count:
-                return
+                break
             self._open_file(scanner, self.kernel.missing_key, self.kernel.missing_offset)
+        if self.index is not None and buf is not None:
+            self.index.dispatch(scanner, buf, count)
 
     def _open_file(self, scanner: Scanner, key: int, offset: int) -> None:
         cq = self._queues.get(key)
@@ -84,7 +90,8 @@ class ReputService:
         self.scanner = Scanner(BATCH)
         # A slave learns its topics from here: it holds no config for a topic until its master's
         # is copied, and a topic made seconds before the master died never would be.
-        self.dispatcher = Dispatcher(self.cqs, on_new_queue=self._announce_queue)
+        self.dispatcher = Dispatcher(self.cqs, on_new_queue=self._announce_queue,
+                                     index=BuildIndex(config) if config.messageIndexEnable else None)
         self.notify_fd = notify_fd
         self.last_store_ts = 0
         self._retry_wait = 0.0
@@ -144,7 +151,7 @@ class ReputService:
             end = min(wrote, mf.end) - mf.base
             count, nxt, status = self.scanner.scan(mf.buf, dispatched - mf.base, end, mf.base, False)
             if count:
-                self.dispatcher.dispatch(self.scanner, count)
+                self.dispatcher.dispatch(self.scanner, count, mf.buf)
                 self.last_store_ts = self.dispatcher.last_store_ts
             dispatched = mf.base + nxt
             if status == SCAN_BLANK:
@@ -164,6 +171,8 @@ class ReputService:
     def flush_queues(self, dispatched: int) -> None:
         self.dispatcher.mark_dirty()
         self.cqs.flush()
+        if self.dispatcher.index is not None:
+            self.dispatcher.index.flush(self.ckpt)
         self.ckpt.set(cqFlushedOffset=dispatched, logicsMsgTimestamp=self.last_store_ts)
         self.ckpt.flush()
 

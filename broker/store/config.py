@@ -71,6 +71,16 @@ class MessageStoreConfig:
     deleteConsumeQueueFilesInterval: int = 100
     destroyMapedFileIntervalForcibly: int = 120_000
     deleteFileBatchMax: int = 10
+    # The message index (IndexService; files of 40 + maxHashSlotNum x 4 + maxIndexNum x 20 bytes in
+    # index/), built by the reput for QUERY_MESSAGE. maxMsgsNumBatch caps a query's maxNum;
+    # defaultQueryMaxNum is a unique-key (client msgId) query's. messageIndexSafe is accepted as
+    # RocketMQ's key, but recovery here always rebuilds what a crash lost (index_service).
+    messageIndexEnable: bool = True
+    maxHashSlotNum: int = 5_000_000
+    maxIndexNum: int = 5_000_000 * 4
+    messageIndexSafe: bool = False
+    maxMsgsNumBatch: int = 64
+    defaultQueryMaxNum: int = 32
     # DLedger mode (RocketMQ keeps these in MessageStoreConfig too): read from broker.conf with
     # the other DLedger keys (broker.raft.config.DLedgerConfig) and copied here, because the store
     # and its service processes need them: the log then lives in dledger-<selfId>/data.
@@ -109,6 +119,10 @@ class MessageStoreConfig:
     @property
     def config_dir(self) -> str:
         return paths.config_dir(self.storePathRootDir)
+
+    @property
+    def index_dir(self) -> str:
+        return paths.index_dir(self.storePathRootDir)
 
     @property
     def dledger_data_dir(self) -> str:
@@ -178,6 +192,18 @@ class MessageStoreConfig:
         # RocketMQ's slave reads into a 4 MiB buffer: a frame much larger never completes there
         if not 0 < self.haTransferBatchSize <= 64 * 1024 * 1024:
             raise StoreConfigError("haTransferBatchSize", f"{self.haTransferBatchSize} is outside 1..64 MiB")
+        # Index files: a slot count below 1 divides by zero, an entry count below 2 makes every
+        # new file full at once (indexCount starts at 1), and RocketMQ sizes a file as an int
+        if self.maxHashSlotNum < 1:
+            raise StoreConfigError("maxHashSlotNum", f"{self.maxHashSlotNum} must be at least 1")
+        if self.maxIndexNum < 2:
+            raise StoreConfigError("maxIndexNum", f"{self.maxIndexNum} must be at least 2")
+        if 40 + self.maxHashSlotNum * 4 + self.maxIndexNum * 20 > 2**31 - 1:
+            raise StoreConfigError("maxIndexNum", f"index files of {self.maxHashSlotNum} slots and {self.maxIndexNum} "
+                                                  "entries exceed 2 GiB (RocketMQ sizes them as an int)")
+        for key in ("maxMsgsNumBatch", "defaultQueryMaxNum"):
+            if getattr(self, key) < 1:  # every query would find nothing
+                raise StoreConfigError(key, f"{getattr(self, key)} must be at least 1")
         # The disk watermarks, clamped as RocketMQ's CleanCommitLogService and getters clamp them;
         # 4.x's -Drocketmq.broker.diskSpace...=0.90 fraction form is read as a percentage.
         for key, lo, hi in (("diskSpaceCleanForciblyRatio", 30, 85), ("diskSpaceWarningLevelRatio", 35, 90),

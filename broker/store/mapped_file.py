@@ -25,9 +25,12 @@ WARM_CHUNK_SYNC_FLUSH = 16 << 10
 WARM_CHUNK_ASYNC_FLUSH = 2 << 20
 
 
-def create_segment_file(path: str, size: int, warm: bool = True, warm_chunk: int = WARM_CHUNK_ASYNC_FLUSH) -> None:
+def create_segment_file(path: str, size: int, warm: bool = True, warm_chunk: int = WARM_CHUNK_ASYNC_FLUSH,
+                        reserve: int | None = None) -> None:
     """Create a full-size segment atomically: a temp file is sized, warmed (zeros written), fsynced
-    and renamed, so a crash never leaves a short or half-made segment under its final name."""
+    and renamed, so a crash never leaves a short or half-made segment under its final name.
+    reserve: not warmed, only its first `reserve` bytes reserved (an index file: its writer
+    reserves the rest as it goes, see broker.services.build_index)."""
     # Asked before a byte is written: a segment that cannot fit fails at once, naming the room it
     # lacks, instead of filling the disk to the brim and freeing it again. Each such try moved the
     # disk usage the cleaner publishes, which is what wakes the reput to try again: on a full
@@ -35,25 +38,22 @@ def create_segment_file(path: str, size: int, warm: bool = True, warm_chunk: int
     # full mid-try, flapped the broker's DISK_FULL.
     st = os.statvfs(os.path.dirname(path) or ".")
     free = st.f_bavail * st.f_frsize
-    if free < size:
+    need = size if reserve is None else reserve
+    if free < need:
         raise OSError(errno.ENOSPC, f"No space left on device (creating a {size}-byte segment, {free} bytes free)",
                       path)
     tmp = path + ".tmp"
     fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         os.ftruncate(fd, size)
-        if warm:
+        if warm and reserve is None:
             # not RocketMQ's touch through a map: that leaves 2 MiB folios (see warm_file)
             warm_file(fd, 0, size, warm_chunk)
-        else:
+        elif need:
             # Blocks reserved, not written: a full disk fails here, naming the file, instead of as
             # a SIGBUS on a later store through a map; and pwrite into reserved blocks runs at
             # 4.2 GB/s against 0.6 GB/s into a sparse file (ext4, this machine).
-            try:
-                os.posix_fallocate(fd, 0, size)
-            except OSError as e:
-                if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
-                    raise
+            reserve_blocks(fd, 0, need)
         os.fsync(fd)
     except BaseException as e:
         # A half-warmed temp file would hold the very space whose lack made this fail: every
@@ -69,6 +69,15 @@ def create_segment_file(path: str, size: int, warm: bool = True, warm_chunk: int
     os.close(fd)
     os.rename(tmp, path)
     fsync_dir(os.path.dirname(path))
+
+
+def reserve_blocks(fd: int, offset: int, length: int) -> None:
+    """posix_fallocate where the filesystem has it (ENOSPC raised; elsewhere nothing reserved)."""
+    try:
+        os.posix_fallocate(fd, offset, length)
+    except OSError as e:
+        if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+            raise
 
 
 # Torn tails are zeroed in chunks of this size; a clean chunk ends the search (see zero_torn_tail).

@@ -2,6 +2,7 @@
 
     <root>/commitlog/<20-digit offset>           the commit log's segments
     <root>/consumequeue/<topic>/<queueId>/...    consume queues
+    <root>/index/<yyyyMMddHHmmssSSS>             the message index (IndexFile)
     <root>/config/topics.json, consumerOffset.json, delayOffset.json
     <root>/checkpoint, abort, lock               as RocketMQ names them
     <root>/runtime/offset_table, ha_master       ours: shared memory and the slave's master address
@@ -17,6 +18,11 @@ def commitlog_dir(root: str) -> str:
 
 def consumequeue_dir(root: str) -> str:
     return os.path.join(root, "consumequeue")
+
+
+def index_dir(root: str) -> str:
+    """The message index's files, named by creation time (yyyyMMddHHmmssSSS)."""
+    return os.path.join(root, "index")
 
 
 def config_dir(root: str) -> str:
