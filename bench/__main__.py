@@ -462,8 +462,13 @@ def markdown(figs: dict) -> str:
         for r in R["consume"]:
             redis = "" if r["redis"] is None else (" + Redis" if r["redis"] else ", no Redis")
             batch = f", batch {r['batch_size']}" if r.get("batch_size") else ""
+            o = r.get("other_cpu_us_per_msg") or {}
+            every = (f"; every process {r['total_cpu_us_per_msg']:.1f} us/msg (broker "
+                     f"{o.get('broker', 0) + o.get('namesrv', 0):.1f}, PostgreSQL {o.get('postgresql', 0):.1f}, "
+                     f"Redis {o.get('redis', 0):.1f}): CPU ceiling of {os.cpu_count()} cores "
+                     f"{r['cpu_ceiling_msgs_per_s']:,.0f} msgs/s") if r.get("cpu_ceiling_msgs_per_s") else ""
             row(f"{r['consumer']} consumer, {r['store']}{redis}{batch}",
-                f"{r['msgs_per_s']:,.0f} msgs/s; consumer CPU {r['cpu_us_per_msg']:.1f} us/msg",
+                f"{r['msgs_per_s']:,.0f} msgs/s; consumer CPU {r['cpu_us_per_msg']:.1f} us/msg{every}",
                 f"plain PushConsumer, same run: {plain:,.0f} msgs/s", f"{r['vs_plain']:.3f}x plain")
         for r in R["outbox"]:
             row(f"OutboxProducer.send, {r['store']}, {r['in_flight']} in flight", f"{r['msgs_per_s']:,.0f} msgs/s")

@@ -28,6 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.proc_cpu import ProcessTree
 from broker.client.admin import Admin
 from broker.client.errors import ClientError
 from broker.client.message import Message
@@ -75,8 +76,20 @@ async def _produce(namesrv: str, topic: str, n: int, body: bytes, store_url: str
                                                  for rid in batch], 10) for batch in batches[i:i + 8]))
 
 
+class OtherCpu:
+    """CPU seconds of the processes a consumer makes work, apart from its own: the broker (and its
+    services) with the name server, PostgreSQL (the postmaster and every backend) and Redis."""
+
+    def __init__(self, roots: dict[str, int]):
+        self.trees = {label: ProcessTree(pid) for label, pid in roots.items()}
+
+    def snapshot(self) -> dict[str, float]:
+        return {label: sum(cpu for _, cpu in t.snapshot().values()) for label, t in self.trees.items()}
+
+
 async def _consume_cell(namesrv: str, kind: str, store_url: str | None, redis_url: str | None, n: int,
-                        body: bytes, tag: str, batch_size: int = DEFAULT_BATCH_SIZE) -> dict:
+                        body: bytes, tag: str, batch_size: int = DEFAULT_BATCH_SIZE,
+                        others: OtherCpu | None = None) -> dict:
     topic, group = f"RB_{tag}", f"rbcg_{tag}"
     await _topic(namesrv, topic)
     await _produce(namesrv, topic, n, body, store_url)
@@ -101,17 +114,27 @@ async def _consume_cell(namesrv: str, kind: str, store_url: str | None, redis_ur
             if count[0] >= n:
                 done.set()
         runner = IdempotentConsumer(pc, handler, store_url, redis_url, batch_size=batch_size, on_confirmed=committed)
+    o0 = others.snapshot() if others is not None else {}
     t0, c0 = time.perf_counter(), time.process_time()
     await runner.start()
     try:
         await asyncio.wait_for(done.wait(), 600)
         elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
+        o1 = others.snapshot() if others is not None else {}
     finally:
         await runner.shutdown()
     # the consumer's own CPU per message (this process: the client, redis-py, psycopg), the figure
     # that holds still when other work on the machine makes the wall clock jump
     out = {"messages": n, "seconds": round(elapsed, 3), "msgs_per_s": round(n / elapsed),
            "cpu_us_per_msg": round(cpu / n * 1e6, 1)}
+    # and what every process on the path spent per message: the sum says how many messages a
+    # second this machine's cores could carry at best (the CPU ceiling), whatever the wall clock did
+    per = {label: round((o1[label] - o0[label]) / n * 1e6, 1) for label in o1}
+    if per:
+        out["other_cpu_us_per_msg"] = per
+        total = cpu / n * 1e6 + sum(per.values())
+        out["total_cpu_us_per_msg"] = round(total, 1)
+        out["cpu_ceiling_msgs_per_s"] = round(os.cpu_count() / total * 1e6) if total > 0 else None
     if kind != "plain":
         m = runner.metrics.snapshot()
         out["processed"], out["confirmed_stubs"] = m["processed"], m["confirmed_stubs"]
@@ -156,6 +179,8 @@ def run(n: int = 20_000, body_size: int = 1024, outbox_n: int = 2_000, batch_siz
         servers.append(redis)
         pg = PostgresServer(durable=True)
         servers.append(pg)
+        others = OtherCpu({"broker": cluster.procs[1].proc.pid, "namesrv": cluster.procs[0].proc.pid,
+                           "postgresql": pg.proc.pid, "redis": redis.proc.pid})
         results: dict = {"messages": n, "body": body_size, "queues": QUEUES, "consume": [], "outbox": []}
         for i, (kind, db, with_redis) in enumerate(CELLS):
             url = None
@@ -165,7 +190,7 @@ def run(n: int = 20_000, body_size: int = 1024, outbox_n: int = 2_000, batch_siz
                 url = f"sqlite:///{root / f'cell{i}.db'}"
             tag = f"{i}_{kind}_{db}_{'redis' if with_redis else 'nored'}"
             r = asyncio.run(_consume_cell(cluster.namesrv, kind, url, redis.url if with_redis else None, n, body, tag,
-                                          batch_size))
+                                          batch_size, others))
             r.update(consumer=kind, store=db or "-", redis=with_redis if kind != "plain" else None)
             results["consume"].append(r)
             progress(f"{kind:<10} {db or '-':<10} redis={'yes' if with_redis else 'no ':<3} {r['msgs_per_s']:>8} msgs/s")
@@ -184,14 +209,22 @@ def run(n: int = 20_000, body_size: int = 1024, outbox_n: int = 2_000, batch_siz
         shutil.rmtree(root, ignore_errors=True)
 
 
+def _thousands(x) -> str:
+    return "-" if x is None else f"{x:,}"
+
+
 def markdown(results: dict) -> str:
     lines = [(f"Consume: {results['messages']:,} messages of {results['body']} B, {results['queues']} queues, "
               "one transaction per batch (durable PostgreSQL, SQLite WAL synchronous=FULL)"), "",
-             "| consumer | store | Redis | msgs/s | seconds | vs plain |", "|---|---|---|---:|---:|---:|"]
+             "| consumer | store | Redis | msgs/s | seconds | vs plain | CPU-us/msg: consumer, broker, PostgreSQL, "
+             "Redis, all | CPU ceiling msgs/s |", "|---|---|---|---:|---:|---:|---|---:|"]
     for r in results["consume"]:
         redis = "-" if r["redis"] is None else ("yes" if r["redis"] else "no")
+        o = r.get("other_cpu_us_per_msg") or {}
+        cpu = (f"{r['cpu_us_per_msg']}, {o.get('broker', 0) + o.get('namesrv', 0):.1f}, {o.get('postgresql', 0)}, "
+               f"{o.get('redis', 0)}, **{r.get('total_cpu_us_per_msg', '-')}**")
         lines.append(f"| {r['consumer']} | {r['store']} | {redis} | {r['msgs_per_s']:,} | {r['seconds']:.2f} | "
-                     f"{r['vs_plain']:.3f} |")
+                     f"{r['vs_plain']:.3f} | {cpu} | {_thousands(r.get('cpu_ceiling_msgs_per_s'))} |")
     lines += ["", "| OutboxProducer.send | in flight | msgs/s | seconds |", "|---|---:|---:|---:|"]
     for r in results["outbox"]:
         lines.append(f"| {r['store']} | {r['in_flight']} | {r['msgs_per_s']:,} | {r['seconds']:.2f} |")

@@ -44,9 +44,12 @@ CELLS = [(f, m) for m in MODES for f in
          ("kill-broker", "kill-flush", "kill-reput", "kill-cleaner", "pause-master", "power-cut")] + \
         [(f, "SYNC_MASTER") for f in ("kill-ha-write", "kill-ha-read", "ha-cut", "ha-stall")] + \
         [("disk-full", m) for m in ("ASYNC_FLUSH", "SYNC_FLUSH")]
+# The index file's slots (maxHashSlotNum x 4 B, 20 MB by default) are reserved when it is made, and
+# its entries 4 MiB ahead: sized here for the disk-full cells' 48 MiB filesystem, which the defaults
+# would fill on their own.
 QUICK = ("syncFlushTimeout=1500\nhaSendHeartbeatInterval=300\nhaHousekeepingInterval=2000\n"
          "cleanResourceInterval=200\ncleanFileForciblyEnable=false\ndiskMaxUsedSpaceRatio=99\n"
-         "fileReservedTime=10000\nflushIntervalCommitLog=200\n")
+         "fileReservedTime=10000\nflushIntervalCommitLog=200\nmaxHashSlotNum=100000\nmaxIndexNum=400000\n")
 
 _rows: list[tuple[str, str, dict]] = []
 

@@ -364,22 +364,33 @@ def test_a_restarted_follower_that_had_stood_as_candidate_does_not_depose_the_le
     asyncio.run(main())
 
 
+async def settled_with_watched_links(tmp_path):
+    """Three members at DLedger's 2 s heartbeats, settled: (members, leader, followers), every
+    follower having had a heartbeat from the leader (its link is watched)."""
+    members = [await Member(tmp_path / f"m{i}", c).start()
+               for i, c in enumerate(group_configs(3, heartBeatTimeIntervalMs=2000, minVoteIntervalMs=300,
+                                                   maxVoteIntervalMs=1000))]
+    try:
+        await until(lambda: settled(members), 30, "a leader followed by all")
+        lead = settled(members)
+        rest = [m for m in members if m is not lead]
+        await until(lambda: all(m.elector.last_leader_hb > 0 for m in rest), 10, "heartbeats")
+    except BaseException:
+        for m in members:
+            await m.stop()
+        raise
+    return members, lead, rest
+
+
 def test_a_dead_leader_is_replaced_without_waiting_out_the_heartbeat_leak(tmp_path):
     """DLedger's defaults (2 s heartbeats, 3 missed) make the followers wait 6 s for a leader
     that is gone. Here its heartbeat links close and its peer port refuses connections (the
     process is gone), so they stand at once: a new leader within 3 s, where the leak alone would
     take 6. Nothing else changes: the new term is the next one, one leader per term."""
     async def main():
-        members = [await Member(tmp_path / f"m{i}", c).start()
-                   for i, c in enumerate(group_configs(3, heartBeatTimeIntervalMs=2000, minVoteIntervalMs=300,
-                                                       maxVoteIntervalMs=1000))]
+        members, old, rest = await settled_with_watched_links(tmp_path)
         seen: dict[int, str] = {}
         try:
-            await until(lambda: settled(members), 30, "a leader followed by all")
-            old = settled(members)
-            rest = [m for m in members if m is not old]
-            # every follower has had a heartbeat from it (its link is watched)
-            await until(lambda: all(m.elector.last_leader_hb > 0 for m in rest), 10, "heartbeats")
             old_term = old.state.term
             t0 = time.monotonic()
             await old.stop()  # its server closes: the port refuses, its links close
@@ -400,15 +411,9 @@ def test_a_leader_whose_links_close_before_its_listener_is_found_gone(tmp_path):
     lands in that socket's backlog, to be reset a moment later when the exit closes it. That
     connect is no sign of life: a new leader well before 6 s of missed heartbeats."""
     async def main():
-        members = [await Member(tmp_path / f"m{i}", c).start()
-                   for i, c in enumerate(group_configs(3, heartBeatTimeIntervalMs=2000, minVoteIntervalMs=300,
-                                                       maxVoteIntervalMs=1000))]
+        members, old, rest = await settled_with_watched_links(tmp_path)
         dying = None
         try:
-            await until(lambda: settled(members), 30, "a leader followed by all")
-            old = settled(members)
-            rest = [m for m in members if m is not old]
-            await until(lambda: all(m.elector.last_leader_hb > 0 for m in rest), 10, "heartbeats")
             old_term = old.state.term
             await old.elector.stop()
             await old.server.close()
