@@ -78,6 +78,8 @@ class BrokerConfig:
     transactionCheckMax: int = 15
     transactionCheckInterval: int = 60_000
     rejectTransactionMessage: bool = False  # half messages refused NO_PERMISSION
+    # pop consumption (broker.remoting.pop): queues of rmq_sys_REVIVE_LOG_<brokerClusterName>
+    reviveQueueNum: int = 8
 
     def __post_init__(self) -> None:
         if not 0 <= self.metricsPort < 65536:
@@ -91,7 +93,7 @@ class BrokerConfig:
             raise StoreConfigError("defaultTopicQueueNums", f"{self.defaultTopicQueueNums} must be 1..1024")
         for key in ("registerNameServerPeriod", "brokerSuspendMaxTimeMillis", "channelExpiredTimeout",
                     "transactionTimeOut", "transactionCheckMax", "transactionCheckInterval",
-                    "rebalanceLockMaxLiveTime"):
+                    "rebalanceLockMaxLiveTime", "reviveQueueNum"):
             if getattr(self, key) <= 0:
                 raise StoreConfigError(key, f"{getattr(self, key)} must be positive")
         for addr in self.namesrv_addrs:

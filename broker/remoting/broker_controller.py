@@ -18,6 +18,7 @@ from broker.remoting.consumer_manager import ConsumerManager
 from broker.remoting.consumer_processor import ConsumerProcessor
 from broker.remoting.metrics import BrokerMetrics
 from broker.remoting.pull_hold import PullHoldService
+from broker.remoting.pop.pop_service import PopService
 from broker.remoting.producer_manager import ProducerManager
 from broker.remoting.pull_processor import PullMessageProcessor
 from broker.remoting.query_processor import QueryMessageProcessor
@@ -79,6 +80,7 @@ class BrokerController:
         self.server: RemotingServer | None = None
         self.acl: PlainAccessValidator | None = None
         self.schedule: ScheduleMessageService | None = None
+        self.pop: PopService | None = None
         if config.aclEnable:  # before the store starts: a bad ACL file refuses to start, naming it
             self.acl = PlainAccessValidator(config.acl_file)
         self.handlers: dict = {}
@@ -142,6 +144,10 @@ class BrokerController:
                          AdminProcessor(store, topics, schedule, self.metrics.runtime_table),
                          QueryMessageProcessor(store)):
                 self.handlers.update(proc.handlers())
+            self.pop = PopService(store, topics, holds, self.config)
+            if not store.is_slave and self.dledger is None and self.replicas is None:
+                await self.pop.start()  # before serving: the pop offsets are recovered from the revive log
+                self.handlers.update(self.pop.handlers())
             if self.dledger is None:
                 self.fast = FastSendPath(store, topics, holds, self.acl is not None)
                 topics.on_change.append(self.fast.sync_routes)
@@ -172,6 +178,7 @@ class BrokerController:
         self._every(10.0, self.consumer_processor.scan_expired)
         self._every(10.0, self.producers.scan_expired)
         self._every(self.store_config.flushConsumerOffsetInterval / 1000, self.schedule.persist_soon)
+        self._every(self.store_config.flushConsumerOffsetInterval / 1000, self.pop.persist_soon)
         if self.acl is not None:
             self._every(5.0, self.acl.reload_if_changed)
         if self.slave_sync is not None:
@@ -212,6 +219,8 @@ class BrokerController:
             await self.schedule.close()
         if self.transaction_check is not None:
             await self.transaction_check.close()
+        if self.pop is not None:
+            await self.pop.close()
         await self.store.close()
 
     # -- requests --------------------------------------------------------------------------------

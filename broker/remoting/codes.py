@@ -34,6 +34,11 @@ GET_BROKER_CLUSTER_INFO = 106
 GET_ALL_TOPIC_LIST_FROM_NAMESERVER = 206
 SEND_MESSAGE_V2 = 310
 SEND_BATCH_MESSAGE = 320
+# pop consumption (RocketMQ 5): broker.remoting.pop
+POP_MESSAGE = 200050
+ACK_MESSAGE = 200051
+CHANGE_MESSAGE_INVISIBLETIME = 200053
+BATCH_ACK_MESSAGE = 200151
 
 # -- responses ---------------------------------------------------------------------------------
 SUCCESS = 0
@@ -52,7 +57,11 @@ PULL_RETRY_IMMEDIATELY = 20
 PULL_OFFSET_MOVED = 21
 QUERY_NOT_FOUND = 22
 SUBSCRIPTION_PARSE_FAILED = 23
+SUBSCRIPTION_GROUP_NOT_EXIST = 26
 INVALID_PARAMETER = 29
+NO_MESSAGE = 208
+POLLING_FULL = 209
+POLLING_TIMEOUT = 210
 
 # -- header flag bits ----------------------------------------------------------------------------
 FLAG_RESPONSE = 1

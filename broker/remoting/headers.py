@@ -234,3 +234,39 @@ class QueryMessageRequestHeader(_Header):
     maxNum: Int32
     beginTimestamp: Int64
     endTimestamp: Int64
+
+
+class PopMessageRequestHeader(_Header):
+    """POP_MESSAGE (PopMessageRequestHeader.java). queueId -1: every queue of the topic; initMode
+    0 (MIN) starts a group with no offset at the queue's first message, 1 (MAX) at its last."""
+    consumerGroup: str
+    topic: str
+    queueId: Int32
+    maxMsgNums: Int32
+    invisibleTime: Int64
+    pollTime: Int64
+    bornTime: Int64
+    initMode: Int32
+    expType: str = "TAG"
+    exp: str = ""
+    order: bool = False
+    attemptId: str = ""
+
+
+class AckMessageRequestHeader(_Header):
+    """ACK_MESSAGE (AckMessageRequestHeader.java): extraInfo is the popped message's POP_CK."""
+    consumerGroup: str
+    topic: str
+    queueId: Int32
+    extraInfo: str
+    offset: Int64
+
+
+class ChangeInvisibleTimeRequestHeader(_Header):
+    """CHANGE_MESSAGE_INVISIBLETIME (ChangeInvisibleTimeRequestHeader.java)."""
+    consumerGroup: str
+    topic: str
+    queueId: Int32
+    extraInfo: str
+    offset: Int64
+    invisibleTime: Int64

@@ -1,0 +1,102 @@
+"""Pop consumption from the client side (RocketMQ's MQClientAPIImpl.popMessageAsync, ackMessageAsync,
+changeInvisibleTimeAsync): the broker keeps the consume state, the client holds receipt handles.
+
+`pop` returns the messages with each one's handle in its POP_CK property (built from the
+response's offset infos as processPopResponse builds it) and its topic set to the topic asked
+for (a message redelivered through the pop retry topic is stored there). `ack` and
+`change_invisible_time` take a message's handle; the topic they send is the one the handle says
+it was popped from (the topic itself or %RETRY%<group>_<topic>).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from broker.client.client_instance import MQClientInstance
+from broker.client.errors import ResponseError
+from broker.client.message import MessageExt, decode_messages
+from broker.remoting import codes
+from broker.remoting.command import RemotingCommand
+from broker.remoting.pop import extra_info as ei
+
+PROPERTY_POP_CK = "POP_CK"
+PROPERTY_FIRST_POP_TIME = "1ST_POP_TIME"
+FOUND, NO_NEW_MSG = "FOUND", "POLLING_NOT_FOUND"
+
+
+@dataclass
+class PopResult:
+    status: str
+    messages: list[MessageExt] = field(default_factory=list)
+    pop_time: int = 0
+    invisible_time: int = 0
+    rest_num: int = 0
+
+
+def handle_of(msg: MessageExt) -> str:
+    return msg.properties[PROPERTY_POP_CK]
+
+
+async def pop(client: MQClientInstance, addr: str, broker_name: str, group: str, topic: str,
+              invisible_time_ms: int, max_nums: int = 32, queue_id: int = -1, poll_ms: int = 0,
+              expression: str = "*", order: bool = False, init_mode: int = 0, attempt_id: str = "",
+              timeout: float | None = None) -> PopResult:
+    """POP_MESSAGE (200050)."""
+    ext = {"consumerGroup": group, "topic": topic, "queueId": queue_id, "maxMsgNums": max_nums,
+           "invisibleTime": invisible_time_ms, "pollTime": poll_ms, "bornTime": int(time.time() * 1000),
+           "initMode": init_mode, "expType": "TAG", "exp": expression, "order": order}
+    if attempt_id:
+        ext["attemptId"] = attempt_id
+    r = await client.invoke(addr, RemotingCommand.request(codes.POP_MESSAGE, ext),
+                            timeout if timeout is not None else poll_ms / 1000 + 10)
+    if r.code in (codes.POLLING_TIMEOUT, codes.PULL_NOT_FOUND, codes.POLLING_FULL):
+        return PopResult(NO_NEW_MSG, rest_num=r.get_int("restNum", 0))
+    if r.code != codes.SUCCESS:
+        raise ResponseError(r.code, r.remark, f"pop {topic} for {group} from {addr}")
+    res = PopResult(FOUND, decode_messages(r.body, broker_name), r.get_int("popTime"), r.get_int("invisibleTime"),
+                    r.get_int("restNum", 0))
+    revive_qid = r.get_int("reviveQid")
+    starts = ei.parse_start_offset_info(r.ext.get("startOffsetInfo"))
+    counts = ei.parse_order_count_info(r.ext.get("orderCountInfo")) if order else {}
+    for m in res.messages:
+        props = m.properties
+        if PROPERTY_POP_CK not in props:
+            qkey = ei.queue_key(m.topic, m.queue_id)
+            props[PROPERTY_POP_CK] = ei.build(starts[qkey], res.pop_time, res.invisible_time, revive_qid, m.topic,
+                                              broker_name, m.queue_id, m.queue_offset)
+            n = counts.get(ei.queue_offset_key(m.topic, m.queue_id, m.queue_offset), counts.get(qkey))
+            if n:
+                m.reconsume_times = n
+        props.setdefault(PROPERTY_FIRST_POP_TIME, str(res.pop_time))
+        m.topic = topic
+    return res
+
+
+def _target(group: str, topic: str, handle: str) -> tuple[str, ei.ExtraInfo]:
+    info = ei.parse(handle)
+    return ei.real_topic(topic, group, info.retry), info
+
+
+async def ack(client: MQClientInstance, addr: str, group: str, topic: str, handle: str) -> None:
+    """ACK_MESSAGE (200051) of one popped message; ResponseError(NO_MESSAGE) when the broker has
+    it in flight under no such handle (its invisible time passed, or it was acked)."""
+    real, info = _target(group, topic, handle)
+    r = await client.invoke(addr, RemotingCommand.request(codes.ACK_MESSAGE, {
+        "consumerGroup": group, "topic": real, "queueId": info.queue_id, "extraInfo": handle,
+        "offset": info.queue_offset}), 5)
+    if r.code != codes.SUCCESS:
+        raise ResponseError(r.code, r.remark, f"ack {real}@{info.queue_id}:{info.queue_offset} of {group}")
+
+
+async def change_invisible_time(client: MQClientInstance, addr: str, group: str, topic: str, handle: str,
+                                invisible_time_ms: int) -> str:
+    """CHANGE_MESSAGE_INVISIBLETIME (200053): the message is invisible for `invisible_time_ms`
+    from now; returns its new handle (the old one no longer acks it)."""
+    real, info = _target(group, topic, handle)
+    r = await client.invoke(addr, RemotingCommand.request(codes.CHANGE_MESSAGE_INVISIBLETIME, {
+        "consumerGroup": group, "topic": real, "queueId": info.queue_id, "extraInfo": handle,
+        "offset": info.queue_offset, "invisibleTime": invisible_time_ms}), 5)
+    if r.code != codes.SUCCESS:
+        raise ResponseError(r.code, r.remark, f"change invisible time of {real}@{info.queue_id}:{info.queue_offset}")
+    return ei.build(info.queue_offset, r.get_int("popTime"), r.get_int("invisibleTime"), r.get_int("reviveQid"),
+                    real, info.broker_name, info.queue_id, info.queue_offset)

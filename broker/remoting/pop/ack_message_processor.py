@@ -1,0 +1,77 @@
+"""AckMessageProcessor: ACK_MESSAGE (200051). A popped message is acked by its receipt handle (the
+extraInfo) and queue offset: the ack is written to the revive log and the message is never
+redelivered. An orderly pop's ack (reviveQid 999) moves the group's offset past the batch's acked
+head instead. A handle that names nothing in flight is answered NO_MESSAGE and acks nothing."""
+from __future__ import annotations
+
+from broker.remoting import codes
+from broker.remoting.command import RemotingCommand
+from broker.remoting.headers import AckMessageRequestHeader, decode
+from broker.remoting.pop import extra_info as ei
+from broker.remoting.pop.pop_revive_service import NotInFlight
+from broker.remoting.refusals import Refusal, TopicNotExist
+
+
+class MessageIllegal(Refusal):
+    response_code = codes.MESSAGE_ILLEGAL
+
+
+def checked_handle(store, topics, topic: str, queue_id: int, offset: int, extra_info: str) -> ei.ExtraInfo:
+    """The request's topic, queue and offset checked against the store, and its extraInfo parsed
+    and checked against them (AckMessageProcessor's and ChangeInvisibleTimeProcessor's checks)."""
+    cfg = topics.get(topic)
+    if cfg is None:
+        raise TopicNotExist(f"topic[{topic}] not exist, apply first please!")
+    if not 0 <= queue_id < cfg.readQueueNums:
+        raise MessageIllegal(f"queueId[{queue_id}] is illegal, topic:[{topic}] "
+                             f"topicConfig.readQueueNums:[{cfg.readQueueNums}]")
+    lo, hi = store.min_offset(topic, queue_id), store.max_offset(topic, queue_id)
+    if not lo <= offset < hi:
+        raise NotInFlight(f"offset is illegal, key:{topic}@{queue_id}, commit:{offset}, store:{lo}~{hi}")
+    info = ei.parse(extra_info)
+    if info.queue_id != queue_id or (info.queue_offset is not None and info.queue_offset != offset):
+        raise ei.ExtraInfoError(f"extraInfo names queue {info.queue_id} offset {info.queue_offset}, the request "
+                                f"queue {queue_id} offset {offset}")
+    if info.retry != ei.retry_flag(topic):
+        raise ei.ExtraInfoError(f"extraInfo retry flag {info.retry} does not fit topic {topic}")
+    return info
+
+
+class AckMessageProcessor:
+    def __init__(self, store, topics, holds, revive, order_info):
+        self.store = store
+        self.topics = topics
+        self.holds = holds
+        self.revive = revive
+        self.order_info = order_info
+
+    def handlers(self) -> dict:
+        return {codes.ACK_MESSAGE: self.ack}
+
+    def ack(self, cmd: RemotingCommand, conn):
+        h = decode(AckMessageRequestHeader, cmd.ext)
+        info = checked_handle(self.store, self.topics, h.topic, h.queueId, h.offset, h.extraInfo)
+        if info.is_order:
+            self._ack_orderly(h, info)
+        else:
+            ck, i = self.revive.find(h.consumerGroup, h.topic, h.queueId, info.ck_offset, info.pop_time, h.offset,
+                                     info.revive_qid)
+            self.revive.ack(ck, i)
+        return cmd.response(codes.SUCCESS)
+
+    def _ack_orderly(self, h, info: ei.ExtraInfo) -> None:
+        offsets = self.store.consumer_offsets
+        if h.offset < offsets.query(h.consumerGroup, h.topic, h.queueId):
+            return  # acked already (RocketMQ answers success)
+        nxt = self.order_info.commit_and_next(h.topic, h.consumerGroup, h.queueId, h.offset, info.pop_time)
+        if nxt == -2:
+            raise NotInFlight(f"the batch of {h.topic}@{h.queueId} popped at {info.pop_time} is no longer out "
+                              f"(its invisible time passed and it was popped again)")
+        if nxt < 0:
+            raise NotInFlight(f"offset {h.offset} of {h.topic}@{h.queueId} is not in the orderly batch out for "
+                              f"{h.consumerGroup}")
+        if nxt > offsets.query(h.consumerGroup, h.topic, h.queueId):
+            offsets.commit(h.consumerGroup, h.topic, h.queueId, nxt)
+        info_now = self.order_info.get(h.topic, h.consumerGroup, h.queueId)
+        if info_now is not None and info_now.all_acked():
+            self.holds.notify(h.topic, h.queueId, -1)  # the queue opens: a held orderly pop looks again

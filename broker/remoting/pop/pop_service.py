@@ -1,0 +1,40 @@
+"""The pop consumption parts wired together: the revive service, the orderly-pop table and the
+three processors (POP_MESSAGE, ACK_MESSAGE, CHANGE_MESSAGE_INVISIBLETIME), one object for the
+BrokerController to start, register and close. Pop runs on a plain master (not a slave, and not yet
+in DLedger or controller mode, whose role changes would have to move the revive service)."""
+from __future__ import annotations
+
+from broker.remoting.pop.ack_message_processor import AckMessageProcessor
+from broker.remoting.pop.change_invisible_time_processor import ChangeInvisibleTimeProcessor
+from broker.remoting.pop.consumer_order_info_manager import ConsumerOrderInfoManager
+from broker.remoting.pop.pop_message_processor import PopMessageProcessor
+from broker.remoting.pop.pop_revive_service import PopReviveService
+
+
+class PopService:
+    def __init__(self, store, topics, holds, config):
+        self.order_info = ConsumerOrderInfoManager(store.config.config_dir)
+        self.revive = PopReviveService(store, topics, config.brokerClusterName, config.brokerName,
+                                       config.reviveQueueNum, config.maxReconsumeTimes, on_put=holds.notify)
+        self.processors = (
+            PopMessageProcessor(store, topics, holds, self.revive, self.order_info, config.longPollingEnable,
+                                config.brokerSuspendMaxTimeMillis),
+            AckMessageProcessor(store, topics, holds, self.revive, self.order_info),
+            ChangeInvisibleTimeProcessor(store, topics, self.revive, self.order_info))
+
+    async def start(self) -> None:
+        self.order_info.load()
+        await self.revive.start()
+
+    def handlers(self) -> dict:
+        out = {}
+        for p in self.processors:
+            out.update(p.handlers())
+        return out
+
+    def persist_soon(self) -> None:
+        self.order_info.persist_soon()
+
+    async def close(self) -> None:
+        await self.revive.close()
+        self.order_info.persist()
