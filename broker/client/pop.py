@@ -100,3 +100,30 @@ async def change_invisible_time(client: MQClientInstance, addr: str, group: str,
         raise ResponseError(r.code, r.remark, f"change invisible time of {real}@{info.queue_id}:{info.queue_offset}")
     return ei.build(info.queue_offset, r.get_int("popTime"), r.get_int("invisibleTime"), r.get_int("reviveQid"),
                     real, info.broker_name, info.queue_id, info.queue_offset)
+
+
+class SimpleConsumer:
+    """A pop consumer of one topic on one broker (RocketMQ 5's SimpleConsumer, without routes):
+    receive, then ack or change the invisible time of each message by its handle."""
+
+    def __init__(self, client: MQClientInstance, addr: str, group: str, topic: str, broker_name: str = "broker-a",
+                 expression: str = "*"):
+        self.client, self.addr, self.group, self.topic = client, addr, group, topic
+        self.broker_name, self.expression = broker_name, expression
+
+    async def receive(self, invisible_ms: int, max_nums: int = 32, poll_ms: int = 0, queue_id: int = -1,
+                      order: bool = False) -> list[MessageExt]:
+        r = await pop(self.client, self.addr, self.broker_name, self.group, self.topic, invisible_ms, max_nums,
+                      queue_id, poll_ms, self.expression, order)
+        return r.messages
+
+    async def ack(self, msg_or_handle) -> None:
+        h = msg_or_handle if isinstance(msg_or_handle, str) else handle_of(msg_or_handle)
+        await ack(self.client, self.addr, self.group, self.topic, h)
+
+    async def change_invisible_time(self, msg_or_handle, invisible_ms: int) -> str:
+        h = msg_or_handle if isinstance(msg_or_handle, str) else handle_of(msg_or_handle)
+        new = await change_invisible_time(self.client, self.addr, self.group, self.topic, h, invisible_ms)
+        if not isinstance(msg_or_handle, str):
+            msg_or_handle.properties[PROPERTY_POP_CK] = new
+        return new

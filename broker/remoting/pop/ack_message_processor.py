@@ -1,15 +1,27 @@
-"""AckMessageProcessor: ACK_MESSAGE (200051). A popped message is acked by its receipt handle (the
-extraInfo) and queue offset: the ack is written to the revive log and the message is never
-redelivered. An orderly pop's ack (reviveQid 999) moves the group's offset past the batch's acked
-head instead. A handle that names nothing in flight is answered NO_MESSAGE and acks nothing."""
+"""AckMessageProcessor: ACK_MESSAGE (200051) and BATCH_ACK_MESSAGE (200151). A popped message is
+acked by its receipt handle (the extraInfo) and queue offset: the ack is written to the revive log
+and the message is never redelivered. An orderly pop's ack (reviveQid 999) moves the group's offset
+past the batch's acked head instead. A handle that names nothing in flight is answered NO_MESSAGE
+and acks nothing.
+
+BATCH_ACK_MESSAGE's body is BatchAckMessageRequestBody's JSON: {"brokerName", "acks": [{"c": group,
+"t": topic, "r": retry flag, "so": checkpoint offset, "q": queueId, "rq": reviveQid, "pt": popTime,
+"it": invisibleTime, "b": base64 of java.util.BitSet.toByteArray(), bit i acking offset so + i}]}.
+Every ack that names a message in flight is made; the others are named in a NO_MESSAGE answer.
+"""
 from __future__ import annotations
+
+import base64
+import binascii
+
+import msgspec
 
 from broker.remoting import codes
 from broker.remoting.command import RemotingCommand
 from broker.remoting.headers import AckMessageRequestHeader, decode
 from broker.remoting.pop import extra_info as ei
 from broker.remoting.pop.pop_revive_service import NotInFlight
-from broker.remoting.refusals import Refusal, TopicNotExist
+from broker.remoting.refusals import BadRequest, Refusal, TopicNotExist
 
 
 class MessageIllegal(Refusal):
@@ -46,7 +58,7 @@ class AckMessageProcessor:
         self.order_info = order_info
 
     def handlers(self) -> dict:
-        return {codes.ACK_MESSAGE: self.ack}
+        return {codes.ACK_MESSAGE: self.ack, codes.BATCH_ACK_MESSAGE: self.batch_ack}
 
     def ack(self, cmd: RemotingCommand, conn):
         h = decode(AckMessageRequestHeader, cmd.ext)
@@ -57,6 +69,24 @@ class AckMessageProcessor:
             ck, i = self.revive.find(h.consumerGroup, h.topic, h.queueId, info.ck_offset, info.pop_time, h.offset,
                                      info.revive_qid)
             self.revive.ack(ck, i)
+        return cmd.response(codes.SUCCESS)
+
+    def batch_ack(self, cmd: RemotingCommand, conn):
+        failed = []
+        for group, topic, queue_id, ck_offset, rq, pop_time, offsets in _batch_acks(bytes(cmd.body or b"")):
+            for offset in offsets:
+                try:
+                    handle = ei.SEP.join(map(str, (ck_offset, pop_time, 0, rq, ei.retry_flag(topic), "", queue_id,
+                                                   offset)))
+                    info = checked_handle(self.store, self.topics, topic, queue_id, offset, handle)
+                    if info.is_order:
+                        self._ack_orderly(_OrderAck(group, topic, queue_id, offset), info)
+                    else:
+                        self.revive.ack(*self.revive.find(group, topic, queue_id, ck_offset, pop_time, offset, rq))
+                except Refusal as e:
+                    failed.append(f"{topic}@{queue_id}:{offset} ({e})")
+        if failed:
+            return cmd.response(codes.NO_MESSAGE, remark=f"not acked: {'; '.join(failed)[:2000]}")
         return cmd.response(codes.SUCCESS)
 
     def _ack_orderly(self, h, info: ei.ExtraInfo) -> None:
@@ -75,3 +105,33 @@ class AckMessageProcessor:
         info_now = self.order_info.get(h.topic, h.consumerGroup, h.queueId)
         if info_now is not None and info_now.all_acked():
             self.holds.notify(h.topic, h.queueId, -1)  # the queue opens: a held orderly pop looks again
+
+
+class _OrderAck:
+    __slots__ = ("consumerGroup", "topic", "queueId", "offset")
+
+    def __init__(self, group, topic, queue_id, offset):
+        self.consumerGroup, self.topic, self.queueId, self.offset = group, topic, queue_id, offset
+
+
+def _batch_acks(body: bytes):
+    """(group, real topic, queueId, checkpoint offset, reviveQid, popTime, [offsets]) of each BatchAck."""
+    try:
+        data = msgspec.json.decode(body) if body else None
+    except (msgspec.DecodeError, RecursionError) as e:
+        raise BadRequest(f"batch ack body is not JSON: {e}") from None
+    acks = data.get("acks") if isinstance(data, dict) else None
+    if not isinstance(acks, list) or not acks or not all(isinstance(a, dict) for a in acks):
+        raise BadRequest("batch ack body has no list of acks")
+    out = []
+    for i, a in enumerate(acks):
+        try:
+            group, so, q, rq, pt = str(a["c"]), int(a["so"]), int(a["q"]), int(a["rq"]), int(a["pt"])
+            topic = ei.real_topic(str(a["t"]), group, str(a.get("r", "0")))
+            bits = int.from_bytes(base64.b64decode(a.get("b") or "", validate=True), "little")
+        except (KeyError, TypeError, ValueError, binascii.Error) as e:
+            raise BadRequest(f"acks[{i}] is malformed: {e!r}") from None
+        if bits.bit_length() > 1024:
+            raise BadRequest(f"acks[{i}] acks more than 1024 offsets")
+        out.append((group, topic, q, so, rq, pt, [so + j for j in range(bits.bit_length()) if bits >> j & 1]))
+    return out
