@@ -182,8 +182,15 @@ def resources(cmd: RemotingCommand) -> dict[str, int]:
         need[_group(e.get("group", ""))] = SUB
     elif c == codes.QUERY_MESSAGE:  # reading a topic's messages by key, as a consumer reads them
         need[ext_string(e.get("topic", ""))] = SUB
-    elif c == codes.PULL_MESSAGE:
+    elif c in (codes.PULL_MESSAGE, codes.POP_MESSAGE):
         need[ext_string(e.get("topic", ""))] = SUB
+        need[_group(e.get("consumerGroup", ""))] = SUB
+    elif c in (codes.ACK_MESSAGE, codes.CHANGE_MESSAGE_INVISIBLETIME):
+        # a message redelivered through %RETRY%<group>_<topic> is acked there: the group's
+        # permission covers it, as its own retry topic's does
+        topic = ext_string(e.get("topic", ""))
+        if not topic.startswith(RETRY_PREFIX):
+            need[topic] = SUB
         need[_group(e.get("consumerGroup", ""))] = SUB
     elif c in (codes.QUERY_CONSUMER_OFFSET, codes.UPDATE_CONSUMER_OFFSET):
         need[_group(e.get("consumerGroup", ""))] = SUB
@@ -191,6 +198,13 @@ def resources(cmd: RemotingCommand) -> dict[str, int]:
     elif c in (codes.UNREGISTER_CLIENT, codes.GET_CONSUMER_LIST_BY_GROUP):
         if e.get("consumerGroup"):
             need[_group(e["consumerGroup"])] = SUB
+    elif c == codes.BATCH_ACK_MESSAGE:
+        try:
+            for a in msgspec.json.decode(bytes(cmd.body or b"{}")).get("acks") or []:
+                need[ext_string(a.get("t", ""))] = SUB
+                need[_group(a.get("c", ""))] = SUB
+        except (msgspec.DecodeError, AttributeError, TypeError):
+            raise AclError("batch ack body is not BatchAckMessageRequestBody JSON") from None
     elif c == codes.HEART_BEAT and cmd.body:
         try:
             hb = msgspec.json.decode(bytes(cmd.body))
