@@ -312,6 +312,22 @@ def test_kill9_loses_no_unacked_message_and_brings_back_no_acked_one(tmp_path):
                 await c.ack(m)
             acked.extend(_bodies(msgs[:5]))
             unacked.extend(_bodies(msgs[5:]))
+            # revived, then consumed from the retry topic and acked: not revived again after the crash
+            await _send(client, addr, "PopCrash", "kr")
+            await _receive_until(c, 1, invisible_ms=300)
+            [again] = await _receive_until(c, 1, invisible_ms=60_000)
+            assert _bodies([again]) == ["kr"] and again.reconsume_times == 1
+            await c.ack(again)
+            # orderly: the first batch acked, the second half acked
+            for i in range(4):
+                await _send(client, addr, "PopCrashFifo", f"o{i}", queue_id=0)
+            f = P.SimpleConsumer(client, addr, "PopCrashFifoG", "PopCrashFifo")
+            first = await _receive_until(f, 2, invisible_ms=3000, order=True, queue_id=0)
+            for m in first:
+                await f.ack(m)
+            second = await _receive_until(f, 2, invisible_ms=3000, order=True, queue_id=0)
+            assert _bodies(first + second) == ["o0", "o1", "o2", "o3"]
+            await f.ack(second[0])
         _run(before, b)
         b.kill9()
         offsets = b.store / "config" / "consumerOffset.json"
@@ -330,6 +346,13 @@ def test_kill9_loses_no_unacked_message_and_brings_back_no_acked_one(tmp_path):
             assert _bodies([new]) == ["k-new"]  # the pop offsets were recovered: k0..k7 are not popped again
             await c.ack(new)
             assert await c.receive(1000, poll_ms=3000) == []  # past the old invisible time: no acked one
+            f = P.SimpleConsumer(client, addr, "PopCrashFifoG", "PopCrashFifo")
+            # the batch out at the crash is still out (blocked) until its invisible time ends, then
+            # comes back from its first unacked message; the acked ones never do
+            [o3] = await _receive_until(f, 1, invisible_ms=60_000, order=True, queue_id=0)
+            assert _bodies([o3]) == ["o3"] and o3.reconsume_times == 1
+            await f.ack(o3)
+            assert await f.receive(1000, poll_ms=1500, order=True) == []
         _run(after, b)
         b.stop()
         b.start()  # a clean restart: still nothing comes back

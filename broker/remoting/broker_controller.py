@@ -178,7 +178,6 @@ class BrokerController:
         self._every(10.0, self.consumer_processor.scan_expired)
         self._every(10.0, self.producers.scan_expired)
         self._every(self.store_config.flushConsumerOffsetInterval / 1000, self.schedule.persist_soon)
-        self._every(self.store_config.flushConsumerOffsetInterval / 1000, self.pop.persist_soon)
         if self.acl is not None:
             self._every(5.0, self.acl.reload_if_changed)
         if self.slave_sync is not None:

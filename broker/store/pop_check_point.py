@@ -7,6 +7,9 @@ import json
 from dataclasses import dataclass, field
 
 CK_TAG, ACK_TAG = "ck", "ack"
+# an orderly pop's batch and its acks (ours: RocketMQ keeps them in consumerOrderInfo.json, which
+# a kill -9 leaves up to flushConsumerOffsetInterval behind; a RocketMQ revive service skips them)
+ORDER_CK_TAG, ORDER_ACK_TAG = "oCk", "oAck"
 
 
 class CheckPointFormatError(ValueError):

@@ -100,8 +100,6 @@ class AckMessageProcessor:
         if nxt < 0:
             raise NotInFlight(f"offset {h.offset} of {h.topic}@{h.queueId} is not in the orderly batch out for "
                               f"{h.consumerGroup}")
-        if nxt > offsets.query(h.consumerGroup, h.topic, h.queueId):
-            offsets.commit(h.consumerGroup, h.topic, h.queueId, nxt)
         info_now = self.order_info.get(h.topic, h.consumerGroup, h.queueId)
         if info_now is not None and info_now.all_acked():
             self.holds.notify(h.topic, h.queueId, -1)  # the queue opens: a held orderly pop looks again

@@ -1,24 +1,24 @@
 """ConsumerOrderInfoManager: orderly pop (order=true). A queue's messages go out one batch at a
-time: the group's offset stays at the batch's first message until every message of it is acked,
-and the queue is blocked while the batch is invisible. A batch not acked in time is popped again
-from its first unacked message, each message's consumed count raised (RocketMQ
-returns it in orderCountInfo; the client makes it the reconsumeTimes).
+time: the group's offset stays at the batch's first unacked message until every message of it is
+acked, and the queue is blocked while the batch is invisible. A batch not acked in time is popped
+again from its first unacked message, each message's consumed count raised (returned in
+orderCountInfo; the client makes it the reconsumeTimes).
 
-RocketMQ writes no checkpoint for an orderly pop; the state is this table (consumerOrderInfo.json)
-and the group's offset. Both are persisted every flushConsumerOffsetInterval: after a kill -9 a
-batch acked within that interval may be delivered again (the offset is the only truth), never lost.
+RocketMQ writes no checkpoint for an orderly pop and keeps this table in consumerOrderInfo.json,
+written every few seconds, so a kill -9 may hand an acked batch out again. Here each batch ("oCk",
+a PopCheckPoint) and each ack ("oAck", an AckMsg) is a record of the revive log (revive queue 0),
+held live until its batch is fully acked or popped again; a start replays them (through the
+PopReviveService's reading of the log), so the table, the group's offset and the block survive a
+crash as the non-orderly checkpoints do.
 """
 from __future__ import annotations
 
-import json
-import logging
-import os
 import time
 from dataclasses import dataclass, field
 
-from broker.store.config_files import WRITER, read_with_backup, write_atomic
+from broker.store.pop_check_point import ORDER_ACK_TAG, ORDER_CK_TAG, AckMsg, PopCheckPoint
 
-log = logging.getLogger("pop")
+ORDER_RQ = 0  # the revive queue the orderly records go to (the handles say 999, RocketMQ's marker)
 
 
 @dataclass
@@ -28,6 +28,7 @@ class OrderInfo:
     offsets: list[int]
     acked: int = 0  # bit i: offsets[i] acked (commitOffsetBit)
     consumed: dict[int, int] = field(default_factory=dict)  # offset -> times delivered before
+    positions: list[int] = field(default_factory=list)  # its live records in the revive log
 
     def all_acked(self) -> bool:
         return self.acked == (1 << len(self.offsets)) - 1
@@ -39,52 +40,31 @@ class OrderInfo:
                 return off
         return self.offsets[-1] + 1
 
-    def to_dict(self) -> dict:
-        return {"popTime": self.pop_time, "invisibleTime": self.invisible_time, "offsetList": self.offsets,
-                "commitOffsetBit": self.acked, "offsetConsumedCount": {str(k): v for k, v in self.consumed.items()}}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "OrderInfo":
-        return cls(int(d["popTime"]), int(d["invisibleTime"]), [int(x) for x in d["offsetList"]],
-                   int(d.get("commitOffsetBit", 0)),
-                   {int(k): int(v) for k, v in (d.get("offsetConsumedCount") or {}).items()})
-
 
 class ConsumerOrderInfoManager:
-    def __init__(self, config_dir: str):
-        self.path = os.path.join(config_dir, "consumerOrderInfo.json")
-        self.table: dict[str, dict[int, OrderInfo]] = {}  # "topic@group" -> queueId -> OrderInfo
-        self._dirty = False
-
-    def load(self) -> None:
-        data = read_with_backup(self.path) or {}
-        for key, queues in (data.get("table") or {}).items():
-            try:
-                self.table[key] = {int(q): OrderInfo.from_dict(d) for q, d in queues.items()}
-            except (KeyError, TypeError, ValueError) as e:
-                log.error("%s: entry %s unreadable (%s); its queues start unblocked", self.path, key, e)
+    def __init__(self, store, revive_log):
+        self.store = store
+        self.log = revive_log
+        self.table: dict[tuple[str, str, int], OrderInfo] = {}  # (topic, group, queueId) -> the batch out
 
     def get(self, topic: str, group: str, queue_id: int) -> OrderInfo | None:
-        return self.table.get(f"{topic}@{group}", {}).get(queue_id)
+        return self.table.get((topic, group, queue_id))
 
     def check_block(self, topic: str, group: str, queue_id: int, now_ms: int) -> bool:
         """A batch of the queue is out, unacked and still invisible."""
         info = self.get(topic, group, queue_id)
         return info is not None and not info.all_acked() and now_ms < info.pop_time + info.invisible_time
 
+    # -- pop, ack, invisible time (each logged, then applied) ---------------------------------------
     def update(self, topic: str, group: str, queue_id: int, pop_time: int, invisible_time: int,
                offsets: list[int]) -> dict[int, int]:
         """A batch popped: each offset's count of earlier deliveries (0 for a first delivery)."""
-        old = self.get(topic, group, queue_id)
-        counts: dict[int, int] = {}
-        if old is not None:
-            for off in offsets:
-                if off in old.offsets:
-                    counts[off] = old.consumed.get(off, 0) + 1
-        self.table.setdefault(f"{topic}@{group}", {})[queue_id] = OrderInfo(pop_time, invisible_time, list(offsets),
-                                                                           0, counts)
-        self._dirty = True
-        return {off: counts.get(off, 0) for off in offsets}
+        ck = PopCheckPoint(offsets[0], pop_time, invisible_time, len(offsets), queue_id, topic, group,
+                           diffs=[o - offsets[0] for o in offsets])
+        pos = self.log.append(ORDER_RQ, ORDER_CK_TAG, f"{topic}@{queue_id}@{group}@{pop_time}@{ORDER_CK_TAG}",
+                              ck.to_json())
+        info = self._popped(ck, pos)
+        return {off: info.consumed.get(off, 0) for off in offsets}
 
     def commit_and_next(self, topic: str, group: str, queue_id: int, offset: int, pop_time: int) -> int:
         """Ack `offset` of the batch popped at `pop_time`: the group's next offset, -1 when the
@@ -94,38 +74,71 @@ class ConsumerOrderInfoManager:
             return -1
         if info.pop_time != pop_time:
             return -2
-        try:
-            i = info.offsets.index(offset)
-        except ValueError:
+        if offset not in info.offsets:
             return -1
-        info.acked |= 1 << i
-        self._dirty = True
-        return info.next_offset()
+        a = AckMsg(offset, info.offsets[0], group, topic, queue_id, pop_time)
+        self.log.append(ORDER_RQ, ORDER_ACK_TAG, f"{topic}@{queue_id}@{offset}@{group}@{pop_time}@{ORDER_ACK_TAG}",
+                        a.to_json())
+        return self._acked(a)
 
     def update_next_visible_time(self, topic: str, group: str, queue_id: int, pop_time: int,
                                  next_visible_ms: int) -> bool:
         info = self.get(topic, group, queue_id)
         if info is None or info.pop_time != pop_time:
             return False
-        info.invisible_time = next_visible_ms - info.pop_time
-        self._dirty = True
+        ck = PopCheckPoint(info.offsets[0], pop_time, next_visible_ms - pop_time, len(info.offsets), queue_id, topic,
+                           group, diffs=[o - info.offsets[0] for o in info.offsets])
+        pos = self.log.append(ORDER_RQ, ORDER_CK_TAG, f"{topic}@{queue_id}@{group}@{pop_time}@{ORDER_CK_TAG}",
+                              ck.to_json())
+        self._popped(ck, pos)
         return True
 
-    def _text(self) -> str:
-        return json.dumps({"table": {k: {str(q): i.to_dict() for q, i in v.items()} for k, v in self.table.items()}})
+    # -- applying records (live and at replay) --------------------------------------------------------
+    def _popped(self, ck: PopCheckPoint, pos: int) -> OrderInfo:
+        key = (ck.topic, ck.group, ck.queue_id)
+        offsets = ck.offsets()
+        old = self.table.get(key)
+        if old is not None and old.pop_time == ck.pop_time:  # the same batch, its invisible time changed
+            old.invisible_time = ck.invisible_time
+            old.positions.append(pos)
+            self.log.hold(ORDER_RQ, pos)
+            return old
+        counts = {}
+        if old is not None:
+            for off in offsets:
+                if off in old.offsets:
+                    counts[off] = old.consumed.get(off, 0) + 1
+            self._drop(old)
+        info = self.table[key] = OrderInfo(ck.pop_time, ck.invisible_time, offsets, 0, counts, [pos])
+        self.log.hold(ORDER_RQ, pos)
+        offsets_table = self.store.consumer_offsets  # the batch's first message: stays until acked
+        offsets_table.commit(ck.group, ck.topic, ck.queue_id, max(offsets[0], offsets_table.query(
+            ck.group, ck.topic, ck.queue_id)))
+        return info
 
-    def persist(self) -> None:
-        if self._dirty:
-            try:
-                write_atomic(self.path, self._text())
-                self._dirty = False
-            except OSError as e:
-                log.error("could not persist %s: %s", self.path, e)
+    def _acked(self, a: AckMsg) -> int:
+        info = self.get(a.topic, a.group, a.queue_id)
+        if info is None or info.pop_time != a.pop_time or a.ack_offset not in info.offsets:
+            return -1
+        info.acked |= 1 << info.offsets.index(a.ack_offset)
+        nxt = info.next_offset()
+        offsets = self.store.consumer_offsets
+        if nxt > offsets.query(a.group, a.topic, a.queue_id):
+            offsets.commit(a.group, a.topic, a.queue_id, nxt)
+        if info.all_acked():
+            self._drop(info)  # its offset is committed: its records are needed no more
+        return nxt
 
-    def persist_soon(self) -> None:
-        if self._dirty:
-            WRITER.submit(self.path, self._text())
-            self._dirty = False
+    def _drop(self, info: OrderInfo) -> None:
+        for pos in info.positions:
+            self.log.release(ORDER_RQ, pos)
+        info.positions = []
+
+    def replay_popped(self, ck: PopCheckPoint, rq: int, pos: int) -> None:
+        self._popped(ck, pos)
+
+    def replay_acked(self, a: AckMsg) -> None:
+        self._acked(a)
 
 
 def now_ms() -> int:

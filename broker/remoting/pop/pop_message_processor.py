@@ -161,7 +161,6 @@ class PopMessageProcessor:
             for off, n in counts.items():
                 popped.order_info.append(ei.order_count_entry(topic, f"qo{queue_id}%{off}", n))
             popped.order_info.append(ei.order_count_entry(topic, str(queue_id), min(counts.values())))
-            self.store.consumer_offsets.commit(group, topic, queue_id, offset)  # stays at the batch until acked
         else:
             ck = PopCheckPoint(offset, popped.pop_time, h.invisibleTime, len(offsets), queue_id, topic, group,
                                diffs=[o - offset for o in offsets])

@@ -28,6 +28,7 @@ import logging
 import time
 
 from broker.remoting.pop.extra_info import pop_retry_topic
+from broker.remoting.pop.revive_log import ReviveLog
 from broker.remoting.refusals import Refusal
 from broker.remoting import codes
 from broker.remoting.tasks import cancel_and_wait
@@ -35,13 +36,12 @@ from broker.remoting.topic_manager import DLQ_PREFIX, PERM_READ, PERM_WRITE, RET
 from broker.store.config_files import TopicConfig
 from broker.store.errors import ServiceUnavailable, StoreError
 from broker.store.message import decode_message, host_bytes
-from broker.store.pop_check_point import ACK_TAG, CK_TAG, AckMsg, CheckPointFormatError, PopCheckPoint
+from broker.store.pop_check_point import (ACK_TAG, CK_TAG, ORDER_ACK_TAG, ORDER_CK_TAG, AckMsg, CheckPointFormatError,
+                                          PopCheckPoint)
 from broker.store.results import GetStatus
 
 log = logging.getLogger("pop")
 
-REVIVE_TOPIC_PREFIX = "rmq_sys_REVIVE_LOG_"  # PopAckConstants.REVIVE_TOPIC
-REVIVE_GROUP = "CID_RMQ_SYS_REVIVE_GROUP"  # PopAckConstants.REVIVE_GROUP
 PROPERTY_FIRST_POP_TIME = "1ST_POP_TIME"
 
 
@@ -57,17 +57,18 @@ def _key(group: str, topic: str, queue_id: int, start_offset: int, pop_time: int
 
 
 class PopReviveService:
-    def __init__(self, store, topics, cluster_name: str, broker_name: str, revive_queue_num: int,
+    def __init__(self, store, topics, revive_log: ReviveLog, order_info, broker_name: str,
                  max_reconsume_times: int, on_put=None):
         self.store = store
         self.topics = topics
-        self.topic = REVIVE_TOPIC_PREFIX + cluster_name
+        self.log = revive_log
+        self.order_info = order_info  # ConsumerOrderInfoManager: its records are replayed here too
+        self.topic = revive_log.topic
         self.broker_name = broker_name
-        self.queue_num = revive_queue_num
+        self.queue_num = revive_log.queue_num
         self.max_reconsume_times = max_reconsume_times
         self.on_put = on_put  # (topic, queue_id, end_offset): wakes held pulls and pops
         self.inflight: dict[tuple, PopCheckPoint] = {}
-        self._by_revive_queue: list[dict[int, tuple]] = [{} for _ in range(revive_queue_num)]
         self._due: list[tuple[int, int, tuple]] = []  # (revive time, tie-break, key)
         self._seq = 0
         self._next_qid = 0
@@ -76,42 +77,37 @@ class PopReviveService:
 
     # -- start and recovery -------------------------------------------------------------------------
     async def start(self) -> None:
+        """Make the revive topic, replay the revive log (checkpoints, acks, orderly batches), then
+        revive as checkpoints come due."""
         cfg = self.topics.get(self.topic)
         if cfg is None or cfg.readQueueNums < self.queue_num:
             self.topics.create(TopicConfig(self.topic, self.queue_num, self.queue_num, PERM_READ | PERM_WRITE))
         await self.store.wait_dispatched(self.store.offsets()["wrote"])
+        self.log.replaying = True
         for rq in range(self.queue_num):
             self._recover(rq)
+        self.log.replayed()
         if self.inflight:
             log.info("pop: %d checkpoints in flight recovered from %s", len(self.inflight), self.topic)
         self._task = asyncio.ensure_future(self._run())
 
     def _recover(self, rq: int) -> None:
-        offset = max(self.store.consumer_offsets.query(REVIVE_GROUP, self.topic, rq), 0)
         acks: list[AckMsg] = []
-        while True:
-            r = self.store.get(self.topic, rq, offset, 256, 4 << 20)
+        for pos, tag, body in self.log.read(rq):
             try:
-                if r.status in (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY):
-                    offset = r.next_offset
-                    continue
-                if r.status != GetStatus.FOUND:
-                    break
-                for view, qo in zip(r.messages, r.queue_offsets):
-                    msg = decode_message(view)
-                    try:
-                        if msg.tags == CK_TAG:
-                            ck = PopCheckPoint.from_json(msg.body)
-                            ck.revive_offset = qo
-                            self._register(ck, rq)
-                            self._advance_pop_offset(ck)
-                        elif msg.tags == ACK_TAG:
-                            acks.append(AckMsg.from_json(msg.body))
-                    except CheckPointFormatError as e:
-                        log.error("revive queue %d offset %d: %s; skipped", rq, qo, e)
-                offset = r.next_offset
-            finally:
-                r.release()
+                if tag == CK_TAG:
+                    ck = PopCheckPoint.from_json(body)
+                    ck.revive_offset = pos
+                    self._register(ck, rq)
+                    self._advance_pop_offset(ck)
+                elif tag == ACK_TAG:
+                    acks.append(AckMsg.from_json(body))
+                elif tag == ORDER_CK_TAG:
+                    self.order_info.replay_popped(PopCheckPoint.from_json(body), rq, pos)
+                elif tag == ORDER_ACK_TAG:
+                    self.order_info.replay_acked(AckMsg.from_json(body))
+            except CheckPointFormatError as e:
+                log.error("revive queue %d offset %d: %s; skipped", rq, pos, e)
         for a in acks:  # an ack always follows its checkpoint; applied once all are known
             ck = self.inflight.get(_key(a.group, a.topic, a.queue_id, a.start_offset, a.pop_time))
             if ck is not None:
@@ -135,9 +131,6 @@ class PopReviveService:
         self._next_qid = (self._next_qid + 1) % self.queue_num
         return self._next_qid
 
-    def _append(self, rq: int, tag: str, uniq: str, body: bytes):
-        return self.store.append(self.topic, rq, body, {"TAGS": tag, "UNIQ_KEY": uniq}, wait=False)[0]
-
     def add_check_point(self, ck: PopCheckPoint, rq: int) -> None:
         """Write the checkpoint of a pop and hold it in flight (RocketMQ's appendCheckPoint)."""
         ck.broker_name = ck.broker_name or self.broker_name
@@ -145,7 +138,7 @@ class PopReviveService:
             ck.pop_time += 1  # a message's invisible time changed twice within a millisecond: keys stay unique
         uniq = "@".join(map(str, (ck.topic, ck.queue_id, ck.start_offset, ck.group, ck.pop_time, ck.broker_name,
                                   CK_TAG)))
-        ck.revive_offset = self._append(rq, CK_TAG, uniq, ck.to_json()).queue_offset
+        ck.revive_offset = self.log.append(rq, CK_TAG, uniq, ck.to_json())
         self._register(ck, rq)
 
     def _register(self, ck: PopCheckPoint, rq: int) -> None:
@@ -154,7 +147,7 @@ class PopReviveService:
             return
         ck.rq = rq
         self.inflight[key] = ck
-        self._by_revive_queue[rq][ck.revive_offset] = key
+        self.log.hold(rq, ck.revive_offset)
         self._seq += 1
         heapq.heappush(self._due, (ck.revive_time, self._seq, key))
         self._changed.set()
@@ -179,7 +172,7 @@ class PopReviveService:
             return
         a = AckMsg(ck.offsets()[index], ck.start_offset, ck.group, ck.topic, ck.queue_id, ck.pop_time, ck.broker_name)
         uniq = "@".join(map(str, (a.topic, a.queue_id, a.ack_offset, a.group, a.pop_time, a.broker_name, ACK_TAG)))
-        self._append(ck.rq, ACK_TAG, uniq, a.to_json())
+        self.log.append(ck.rq, ACK_TAG, uniq, a.to_json())
         self._ack_index(ck, index)
 
     def _ack_index(self, ck: PopCheckPoint, index: int) -> None:
@@ -189,16 +182,8 @@ class PopReviveService:
 
     def _finish(self, ck: PopCheckPoint) -> None:
         key = _key(ck.group, ck.topic, ck.queue_id, ck.start_offset, ck.pop_time)
-        if self.inflight.pop(key, None) is None:
-            return
-        live = self._by_revive_queue[ck.rq]
-        live.pop(ck.revive_offset, None)
-        # the revive offset: the oldest checkpoint still in flight, else the queue's end
-        if live:
-            new = min(live)
-        else:
-            new = max(self.store.max_offset(self.topic, ck.rq), ck.revive_offset + 1)
-        self.store.consumer_offsets.commit(REVIVE_GROUP, self.topic, ck.rq, new)
+        if self.inflight.pop(key, None) is not None:
+            self.log.release(ck.rq, ck.revive_offset)
 
     # -- revive -------------------------------------------------------------------------------------
     async def _run(self) -> None:
@@ -237,7 +222,9 @@ class PopReviveService:
                 r.release()
             if msg is not None and not self._put_retry(ck, msg):
                 return False
-            ck.bitmap |= 1 << i
+            # acked in the log as well: a restart before the revive offset passes this checkpoint
+            # does not re-store it again (its retry copy may have been consumed and acked by then)
+            self.ack(ck, i)
         self._finish(ck)
         return True
 

@@ -9,13 +9,15 @@ from broker.remoting.pop.change_invisible_time_processor import ChangeInvisibleT
 from broker.remoting.pop.consumer_order_info_manager import ConsumerOrderInfoManager
 from broker.remoting.pop.pop_message_processor import PopMessageProcessor
 from broker.remoting.pop.pop_revive_service import PopReviveService
+from broker.remoting.pop.revive_log import ReviveLog
 
 
 class PopService:
     def __init__(self, store, topics, holds, config):
-        self.order_info = ConsumerOrderInfoManager(store.config.config_dir)
-        self.revive = PopReviveService(store, topics, config.brokerClusterName, config.brokerName,
-                                       config.reviveQueueNum, config.maxReconsumeTimes, on_put=holds.notify)
+        self.log = ReviveLog(store, config.brokerClusterName, config.reviveQueueNum)
+        self.order_info = ConsumerOrderInfoManager(store, self.log)
+        self.revive = PopReviveService(store, topics, self.log, self.order_info, config.brokerName,
+                                       config.maxReconsumeTimes, on_put=holds.notify)
         self.processors = (
             PopMessageProcessor(store, topics, holds, self.revive, self.order_info, config.longPollingEnable,
                                 config.brokerSuspendMaxTimeMillis),
@@ -23,7 +25,6 @@ class PopService:
             ChangeInvisibleTimeProcessor(store, topics, self.revive, self.order_info))
 
     async def start(self) -> None:
-        self.order_info.load()
         await self.revive.start()
 
     def handlers(self) -> dict:
@@ -32,9 +33,5 @@ class PopService:
             out.update(p.handlers())
         return out
 
-    def persist_soon(self) -> None:
-        self.order_info.persist_soon()
-
     async def close(self) -> None:
         await self.revive.close()
-        self.order_info.persist()
