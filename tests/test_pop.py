@@ -15,14 +15,16 @@ import base64
 import time
 
 import msgspec
-
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from broker.client import pop as P
 from broker.client.client_instance import MQClientInstance
 from broker.client.errors import ResponseError
-from broker.client import pop as P
 from broker.remoting import codes
 from broker.remoting.command import RemotingCommand
+from broker.remoting.pop import extra_info as ei
 from tests.helpers.ha_cluster import Broker
 
 GROUP = "PopG"
@@ -363,3 +365,14 @@ def test_kill9_loses_no_unacked_message_and_brings_back_no_acked_one(tmp_path):
         _run(again, b)
     finally:
         b.stop()
+
+
+@given(ck=st.integers(0, 1 << 62), pt=st.integers(0, 1 << 62), it=st.integers(0, 1 << 40),
+       rq=st.integers(0, 999), retry=st.booleans(), qid=st.integers(0, 1023), qo=st.integers(0, 1 << 62))
+def test_receipt_handle_round_trips(ck, pt, it, rq, retry, qid, qo):
+    topic = "%RETRY%G_T" if retry else "T"
+    handle = ei.build(ck, pt, it, rq, topic, "broker-a", qid, qo)
+    info = ei.parse(handle + " 12345")  # a gRPC receipt handle's commit log offset is ignored
+    assert (info.ck_offset, info.pop_time, info.invisible_time, info.revive_qid, info.queue_id,
+            info.queue_offset) == (ck, pt, it, rq, qid, qo)
+    assert ei.real_topic("T", "G", info.retry) == topic
