@@ -15,10 +15,11 @@ offset of each revive queue (group CID_RMQ_SYS_REVIVE_GROUP: the position of its
 still in flight) beside the groups' pop offsets. Both are in one file, written as one snapshot, so
 a checkpoint before a persisted revive offset was done at the snapshot and its pop offset is in the
 same snapshot; every later checkpoint is read again at start, with its acks (which follow it in
-the same revive queue), and moves its group's pop offset past what it popped. So after a crash
-nothing popped and unacked is lost (it is revived after its invisible time) and nothing acked is
-delivered again; a checkpoint revived but not yet behind a persisted revive offset is revived
-again (at least once, as RocketMQ).
+the same revive queue), and moves its group's pop offset past what it popped. Each message the
+revive re-stores is then acked in the log too, so a restart does not re-store it again (its retry
+copy may have been consumed and acked by then). So after a crash nothing popped and unacked is
+lost (it is revived after its invisible time) and nothing acked is delivered again; only a message
+re-stored whose ack had not been written when the broker died is re-stored twice (at least once).
 """
 from __future__ import annotations
 
@@ -27,10 +28,10 @@ import heapq
 import logging
 import time
 
+from broker.remoting import codes
 from broker.remoting.pop.extra_info import pop_retry_topic
 from broker.remoting.pop.revive_log import ReviveLog
 from broker.remoting.refusals import Refusal
-from broker.remoting import codes
 from broker.remoting.tasks import cancel_and_wait
 from broker.remoting.topic_manager import DLQ_PREFIX, PERM_READ, PERM_WRITE, RETRY_PREFIX
 from broker.store.config_files import TopicConfig
@@ -143,7 +144,7 @@ class PopReviveService:
 
     def _register(self, ck: PopCheckPoint, rq: int) -> None:
         key = _key(ck.group, ck.topic, ck.queue_id, ck.start_offset, ck.pop_time)
-        if key in self.inflight:  # two pops of one queue in one millisecond start at different offsets
+        if key in self.inflight:  # a checkpoint written twice (never by this broker): the first holds
             return
         ck.rq = rq
         self.inflight[key] = ck
@@ -195,7 +196,12 @@ class PopReviveService:
                 ck = self.inflight.get(key)
                 if ck is None or ck.revive_time > now:
                     continue  # acked, or revived already
-                if not self._revive(ck):
+                try:
+                    done = self._revive(ck)
+                except (StoreError, ServiceUnavailable) as e:  # the revive log refused the ack
+                    log.warning("pop revive of %s: %s", key, e)
+                    done = False
+                if not done:
                     self._seq += 1
                     heapq.heappush(self._due, (now + 1000, self._seq, key))  # the store refused: again in 1 s
             wait = (self._due[0][0] - now) / 1000 if self._due else None
