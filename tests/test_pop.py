@@ -286,7 +286,9 @@ def test_bad_handles_and_requests_are_refused_and_ack_nothing(broker):
                              ({"invisibleTime": 0}, codes.INVALID_PARAMETER),
                              ({"queueId": 64}, codes.INVALID_PARAMETER),
                              ({"consumerGroup": "bad group!"}, codes.SYSTEM_ERROR),
-                             ({"maxMsgNums": "many"}, codes.SYSTEM_ERROR)):
+                             ({"maxMsgNums": "many"}, codes.SYSTEM_ERROR),
+                             ({"topic": "rmq_sys_REVIVE_LOG_DefaultCluster"}, codes.NO_PERMISSION),
+                             ({"consumerGroup": "CID_RMQ_SYS_REVIVE_GROUP"}, codes.NO_PERMISSION)):
             r = await client.invoke(addr, RemotingCommand.request(codes.POP_MESSAGE, {**pop, **change}), 5)
             assert r.code == want and r.remark, (change, r.code, r.remark)
         # none of it acked the message: it comes back after its invisible time

@@ -23,6 +23,7 @@ from broker.remoting.filter import tag_hashes_of
 from broker.remoting.headers import PopMessageRequestHeader, decode
 from broker.remoting.pop import extra_info as ei
 from broker.remoting.pop.consumer_order_info_manager import now_ms
+from broker.remoting.pop.revive_log import REVIVE_GROUP, REVIVE_TOPIC_PREFIX
 from broker.remoting.refusals import NoPermission, Refusal, TopicNotExist
 from broker.remoting.topic_manager import check_topic_name
 from broker.store.pop_check_point import PopCheckPoint
@@ -78,6 +79,8 @@ class PopMessageProcessor:
             raise InvalidParameter(f"maxMsgNums {h.maxMsgNums} must be 1..{MAX_POP_NUMS}")
         if h.invisibleTime <= 0:
             raise InvalidParameter(f"invisibleTime {h.invisibleTime} must be positive (ms)")
+        if h.topic.startswith(REVIVE_TOPIC_PREFIX) or h.consumerGroup == REVIVE_GROUP:
+            raise NoPermission(f"{h.topic} / {h.consumerGroup}: the revive log is the broker's own")
         cfg = self.topics.get(h.topic)
         if cfg is None:
             raise TopicNotExist(f"topic[{h.topic}] not exist, apply first please!")
@@ -205,3 +208,5 @@ class PopMessageProcessor:
             finally:
                 for t, q, f in futs:
                     holds.release(t, q, f)
+            if any(f.cancelled() for _, _, f in futs):
+                raise asyncio.CancelledError  # the broker is closing (PullHoldService.cancel_all)
