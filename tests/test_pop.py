@@ -192,9 +192,13 @@ def test_orderly_pop_hands_out_one_batch_per_queue_in_order(broker):
             await b.ack(second[0])
         for m in again:
             await a.ack(m)
-        third = await _receive_until(b, 2, invisible_ms=30_000, order=True)
+        third = await _receive_until(b, 2, invisible_ms=30_000, order=True, attempt_id="att-1")
         assert _bodies(third) == ["o4", "o5"]
-        for m in third:
+        # a receive retried with its attemptId (its answer was lost) gets the same batch, not a block
+        retried = await b.receive(30_000, max_nums=2, poll_ms=300, order=True, attempt_id="att-1")
+        assert _bodies(retried) == ["o4", "o5"] and [m.reconsume_times for m in retried] == [0, 0]
+        assert await a.receive(30_000, max_nums=2, poll_ms=300, order=True, attempt_id="att-2") == []
+        for m in retried:
             await b.ack(m)
     _run(go, broker)
 

@@ -112,9 +112,9 @@ class SimpleConsumer:
         self.broker_name, self.expression = broker_name, expression
 
     async def receive(self, invisible_ms: int, max_nums: int = 32, poll_ms: int = 0, queue_id: int = -1,
-                      order: bool = False) -> list[MessageExt]:
+                      order: bool = False, attempt_id: str = "") -> list[MessageExt]:
         r = await pop(self.client, self.addr, self.broker_name, self.group, self.topic, invisible_ms, max_nums,
-                      queue_id, poll_ms, self.expression, order)
+                      queue_id, poll_ms, self.expression, order, attempt_id=attempt_id)
         return r.messages
 
     async def ack(self, msg_or_handle) -> None:

@@ -30,6 +30,7 @@ class PopCheckPoint:
     bitmap: int = 0  # acked messages, by index into diffs (the JSON's "bm": always 0 when written)
     revive_offset: int = 0  # the ck message's offset in its revive queue (not in the JSON)
     rq: int = 0  # its revive queue (not in the JSON)
+    attempt_id: str = ""  # an orderly pop's attemptId ("aid", ours: only in orderly records)
 
     @property
     def revive_time(self) -> int:
@@ -53,16 +54,18 @@ class PopCheckPoint:
             return -1
 
     def to_json(self) -> bytes:
-        return json.dumps({"so": self.start_offset, "pt": self.pop_time, "it": self.invisible_time, "bm": 0,
-                           "n": self.num, "q": self.queue_id, "t": self.topic, "c": self.group, "ro": 0,
-                           "d": self.diffs, "bn": self.broker_name}, separators=(",", ":")).encode()
+        d = {"so": self.start_offset, "pt": self.pop_time, "it": self.invisible_time, "bm": 0, "n": self.num,
+             "q": self.queue_id, "t": self.topic, "c": self.group, "ro": 0, "d": self.diffs, "bn": self.broker_name}
+        if self.attempt_id:
+            d["aid"] = self.attempt_id
+        return json.dumps(d, separators=(",", ":")).encode()
 
     @classmethod
     def from_json(cls, body: bytes) -> "PopCheckPoint":
         try:
             d = json.loads(body)
             return cls(int(d["so"]), int(d["pt"]), int(d["it"]), int(d["n"]), int(d["q"]), str(d["t"]), str(d["c"]),
-                       str(d.get("bn") or ""), [int(x) for x in d.get("d") or []])
+                       str(d.get("bn") or ""), [int(x) for x in d.get("d") or []], attempt_id=str(d.get("aid") or ""))
         except (ValueError, KeyError, TypeError) as e:
             raise CheckPointFormatError(f"not a checkpoint: {e}") from None
 

@@ -29,6 +29,7 @@ class OrderInfo:
     acked: int = 0  # bit i: offsets[i] acked (commitOffsetBit)
     consumed: dict[int, int] = field(default_factory=dict)  # offset -> times delivered before
     positions: list[int] = field(default_factory=list)  # its live records in the revive log
+    attempt_id: str = ""  # the pop's attemptId: a receive retried with it gets this batch again
 
     def all_acked(self) -> bool:
         return self.acked == (1 << len(self.offsets)) - 1
@@ -50,17 +51,20 @@ class ConsumerOrderInfoManager:
     def get(self, topic: str, group: str, queue_id: int) -> OrderInfo | None:
         return self.table.get((topic, group, queue_id))
 
-    def check_block(self, topic: str, group: str, queue_id: int, now_ms: int) -> bool:
-        """A batch of the queue is out, unacked and still invisible."""
+    def check_block(self, topic: str, group: str, queue_id: int, now_ms: int, attempt_id: str = "") -> bool:
+        """A batch of the queue is out, unacked and still invisible, to another attempt than this
+        one (a client retrying a receive with the same attemptId is given the batch again)."""
         info = self.get(topic, group, queue_id)
-        return info is not None and not info.all_acked() and now_ms < info.pop_time + info.invisible_time
+        if info is None or info.all_acked() or (attempt_id and attempt_id == info.attempt_id):
+            return False
+        return now_ms < info.pop_time + info.invisible_time
 
     # -- pop, ack, invisible time (each logged, then applied) ---------------------------------------
     def update(self, topic: str, group: str, queue_id: int, pop_time: int, invisible_time: int,
-               offsets: list[int]) -> dict[int, int]:
+               offsets: list[int], attempt_id: str = "") -> dict[int, int]:
         """A batch popped: each offset's count of earlier deliveries (0 for a first delivery)."""
         ck = PopCheckPoint(offsets[0], pop_time, invisible_time, len(offsets), queue_id, topic, group,
-                           diffs=[o - offsets[0] for o in offsets])
+                           diffs=[o - offsets[0] for o in offsets], attempt_id=attempt_id)
         pos = self.log.append(ORDER_RQ, ORDER_CK_TAG, f"{topic}@{queue_id}@{group}@{pop_time}@{ORDER_CK_TAG}",
                               ck.to_json())
         info = self._popped(ck, pos)
@@ -87,7 +91,7 @@ class ConsumerOrderInfoManager:
         if info is None or info.pop_time != pop_time:
             return False
         ck = PopCheckPoint(info.offsets[0], pop_time, next_visible_ms - pop_time, len(info.offsets), queue_id, topic,
-                           group, diffs=[o - info.offsets[0] for o in info.offsets])
+                           group, diffs=[o - info.offsets[0] for o in info.offsets], attempt_id=info.attempt_id)
         pos = self.log.append(ORDER_RQ, ORDER_CK_TAG, f"{topic}@{queue_id}@{group}@{pop_time}@{ORDER_CK_TAG}",
                               ck.to_json())
         self._popped(ck, pos)
@@ -105,11 +109,13 @@ class ConsumerOrderInfoManager:
             return old
         counts = {}
         if old is not None:
+            # the same attempt retried is the same delivery; another one raises each count
+            again = 0 if ck.attempt_id and ck.attempt_id == old.attempt_id else 1
             for off in offsets:
                 if off in old.offsets:
-                    counts[off] = old.consumed.get(off, 0) + 1
+                    counts[off] = old.consumed.get(off, 0) + again
             self._drop(old)
-        info = self.table[key] = OrderInfo(ck.pop_time, ck.invisible_time, offsets, 0, counts, [pos])
+        info = self.table[key] = OrderInfo(ck.pop_time, ck.invisible_time, offsets, 0, counts, [pos], ck.attempt_id)
         self.log.hold(ORDER_RQ, pos)
         offsets_table = self.store.consumer_offsets  # the batch's first message: stays until acked
         offsets_table.commit(ck.group, ck.topic, ck.queue_id, max(offsets[0], offsets_table.query(

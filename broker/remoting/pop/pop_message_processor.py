@@ -144,7 +144,7 @@ class PopMessageProcessor:
             return
         if h.order:
             info = self.order_info.get(topic, group, queue_id)
-            if self.order_info.check_block(topic, group, queue_id, popped.pop_time):
+            if self.order_info.check_block(topic, group, queue_id, popped.pop_time, h.attemptId):
                 opens = info.pop_time + info.invisible_time
                 popped.blocked_until = min(popped.blocked_until or opens, opens)
                 return
@@ -160,7 +160,8 @@ class PopMessageProcessor:
             return
         offsets = list(r.queue_offsets)
         if h.order:
-            counts = self.order_info.update(topic, group, queue_id, popped.pop_time, h.invisibleTime, offsets)
+            counts = self.order_info.update(topic, group, queue_id, popped.pop_time, h.invisibleTime, offsets,
+                                            h.attemptId)
             for off, n in counts.items():
                 popped.order_info.append(ei.order_count_entry(topic, f"qo{queue_id}%{off}", n))
             popped.order_info.append(ei.order_count_entry(topic, str(queue_id), min(counts.values())))
