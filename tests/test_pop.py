@@ -302,6 +302,21 @@ def test_bad_handles_and_requests_are_refused_and_ack_nothing(broker):
     _run(go, broker)
 
 
+def test_ack_under_sync_flush_is_answered_once_flushed(tmp_path):
+    b = Broker(tmp_path, "sync", "", "ASYNC_MASTER", 0, extra="flushDiskType=SYNC_FLUSH\n")
+    b.start()
+    try:
+        async def go(client, addr):
+            await _send(client, addr, "PopSync", "s0")
+            c = P.SimpleConsumer(client, addr, GROUP, "PopSync")
+            [m] = await _receive_until(c, 1, invisible_ms=1000)
+            await c.ack(m)  # SUCCESS once the flush service covered the ack record
+            assert await c.receive(1000, poll_ms=2500) == []
+        _run(go, b)
+    finally:
+        b.stop()
+
+
 def test_kill9_loses_no_unacked_message_and_brings_back_no_acked_one(tmp_path):
     # consumerOffset.json is not written between start and the kill: the pop offsets and the
     # revive offsets come back from the revive log alone

@@ -22,6 +22,7 @@ from broker.remoting.headers import AckMessageRequestHeader, decode
 from broker.remoting.pop import extra_info as ei
 from broker.remoting.pop.pop_revive_service import NotInFlight
 from broker.remoting.refusals import BadRequest, Refusal, TopicNotExist
+from broker.remoting.send_processor import SendMessageProcessor
 
 
 class MessageIllegal(Refusal):
@@ -68,7 +69,9 @@ class AckMessageProcessor:
         else:
             ck, i = self.revive.find(h.consumerGroup, h.topic, h.queueId, info.ck_offset, info.pop_time, h.offset,
                                      info.revive_qid)
-            self.revive.ack(ck, i)
+            flushed = self.revive.ack(ck, i, wait=True)
+            if flushed is not None:  # SYNC_FLUSH: answered once the ack record is flushed, as a send is
+                return SendMessageProcessor._after_flush(cmd, {}, flushed)
         return cmd.response(codes.SUCCESS)
 
     def batch_ack(self, cmd: RemotingCommand, conn):

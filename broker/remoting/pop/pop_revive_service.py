@@ -167,14 +167,16 @@ class PopReviveService:
                               f"(it popped {ck.offsets()})")
         return ck, i
 
-    def ack(self, ck: PopCheckPoint, index: int) -> None:
-        """Write the ack and mark the message (a second ack of it is a no-op)."""
+    def ack(self, ck: PopCheckPoint, index: int, wait: bool = False):
+        """Write the ack and mark the message (a second ack of it is a no-op). With wait, the
+        future of the ack record's put status under SYNC_FLUSH / SYNC_MASTER (else None)."""
         if ck.bitmap >> index & 1:
-            return
+            return None
         a = AckMsg(ck.offsets()[index], ck.start_offset, ck.group, ck.topic, ck.queue_id, ck.pop_time, ck.broker_name)
         uniq = "@".join(map(str, (a.topic, a.queue_id, a.ack_offset, a.group, a.pop_time, a.broker_name, ACK_TAG)))
-        self.log.append(ck.rq, ACK_TAG, uniq, a.to_json())
+        _, flushed = self.log.append_durable(ck.rq, ACK_TAG, uniq, a.to_json(), wait)
         self._ack_index(ck, index)
+        return flushed
 
     def _ack_index(self, ck: PopCheckPoint, index: int) -> None:
         ck.bitmap |= 1 << index

@@ -28,8 +28,13 @@ class ReviveLog:
 
     def append(self, rq: int, tag: str, uniq: str, body: bytes) -> int:
         """Append a record; its position in the revive queue."""
-        result, _ = self.store.append(self.topic, rq, body, {"TAGS": tag, "UNIQ_KEY": uniq}, wait=False)
-        return result.queue_offset
+        return self.append_durable(rq, tag, uniq, body, False)[0]
+
+    def append_durable(self, rq: int, tag: str, uniq: str, body: bytes, wait: bool = True):
+        """Append a record; its position and, under SYNC_FLUSH / SYNC_MASTER, the future of its
+        final put status (an ack is answered once it is as durable as a sent message)."""
+        result, flushed = self.store.append(self.topic, rq, body, {"TAGS": tag, "UNIQ_KEY": uniq}, wait=wait)
+        return result.queue_offset, flushed
 
     def hold(self, rq: int, pos: int) -> None:
         self._live[rq].add(pos)
