@@ -63,6 +63,21 @@ async def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _proxy(args: argparse.Namespace) -> int:
+    """`broker proxy -c proxy.conf`: the gRPC front, finding brokers through namesrvAddr."""
+    from broker.proxy.config import load_proxy_config
+    from broker.proxy.startup import run
+
+    try:
+        config, unknown = load_proxy_config(args.config, {"namesrvAddr": args.namesrv_addr} if args.namesrv_addr else None)
+    except StoreError as e:
+        print(f"broker proxy: {e}", file=sys.stderr)
+        return 2
+    for key in unknown:
+        log.warning("%s: unknown key in %s, ignored", key, args.config)
+    return run(config)
+
+
 def _host_port(text: str) -> tuple[str, int]:
     host, _, port = text.rpartition(":")
     if not host or not port.isdigit() or not 0 <= int(port) < 65536:
@@ -226,6 +241,10 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("controller", help="run a controller: elects the master of each broker group (RocketMQ 5)")
     c.add_argument("-c", "--config", required=True, help="controller.conf (RocketMQ's keys: controllerDLegerGroup, "
                    "controllerDLegerPeers, controllerDLegerSelfId, controllerStorePath, ...)")
+    x = sub.add_parser("proxy", help="run the gRPC front for RocketMQ 5.x clients (RocketMQ 5's proxy, cluster mode)")
+    x.add_argument("-c", "--config", help="proxy.conf (RocketMQ's ProxyConfig keys: namesrvAddr, grpcServerPort, "
+                   "maxMessageSize, ...)")
+    x.add_argument("-n", "--namesrv-addr", help="namesrvAddr (over the file's)")
     r = sub.add_parser("run", help="run a name server and a broker registered with it (make run)")
     r.add_argument("--store-root", default="./data", help="the broker's storePathRootDir (default ./data)")
     r.add_argument("--namesrv-listen", type=_host_port, default=("127.0.0.1", 9876), metavar="HOST:PORT",
@@ -240,6 +259,8 @@ def main(argv: list[str] | None = None) -> int:
         return client_cli.run(args)
     logging.basicConfig(level=os.environ.get("BROKER_LOG_LEVEL", "INFO"),
                         format="%(asctime)s %(name)s[%(process)d] %(levelname)s %(message)s")
+    if args.cmd == "proxy":  # grpc.aio keeps to asyncio's own loop
+        return _proxy(args)
     try:
         import uvloop
         runner = uvloop.run
