@@ -4,17 +4,24 @@ real broker, and comes out of 4.x consumers (the project's PushConsumer and npm 
 tag, keys, properties and message id intact; bad requests get a v2 Status saying why."""
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import time
+from pathlib import Path
 
 import grpc
 import pytest
 
+from broker.proxy.config import ProxyConfig
 from broker.proxy.protocol import definition_pb2 as pb
 from broker.proxy.protocol import service_pb2 as spb
 from broker.proxy.protocol import service_pb2_grpc as rpc
+from broker.remoting.broker_config import load_broker_config
+from broker.store.errors import StoreConfigError
 from tests.helpers.grpc_front import GrpcFront, py5_argv, py5_produce
-from tests.helpers.procs import Child
+from tests.conftest import free_port
+from tests.helpers.procs import Child, group_members
 from tests.helpers.real_clients import Cluster, Consumer
 from tests.test_transaction import TX_CONF
 
@@ -208,3 +215,63 @@ def test_bad_requests_and_unserved_rpcs_are_answered_at_once(front, stub):
     assert r.status.code == pb.Code.OK and len(r.message_queues) == 4
     assert {q.permission for q in r.message_queues} == {pb.READ_WRITE}
     assert r.message_queues[0].broker.endpoints.addresses[0].port == front.port
+
+
+def _front_pids(cluster) -> list[int]:
+    broker = cluster.procs[1]
+    out = []
+    for pid in group_members(broker.pgid):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except FileNotFoundError:
+            continue
+        if b"broker.proxy.startup" in cmd:
+            out.append(pid)
+    return out
+
+
+def test_local_mode_front_is_a_supervised_child_of_the_broker(tmp_path):
+    """grpcServerPort in broker.conf: the broker starts the front as its child; killed with -9, it is
+    started again and serves again."""
+    port = free_port()
+    with Cluster(tmp_path / "cluster", f"grpcServerPort={port}\n") as cluster:
+        broker = cluster.procs[1]
+        broker.wait_lines(lambda ls: any("grpc proxy listening" in line and "started by broker broker-a" in line
+                                         for line in ls), 60, "the broker's front to listen")
+        cluster.create_topic("GrpcLocal")
+        endpoints = f"127.0.0.1:{port}"
+        [a] = py5_produce(endpoints, "GrpcLocal", [{"body": "one", "tag": "L"}])
+        [first] = _front_pids(cluster)
+        os.kill(first, signal.SIGKILL)
+        broker.wait_lines(lambda ls: sum("grpc proxy listening" in line for line in ls) >= 2, 60,
+                          "the front to be restarted")
+        assert first not in _front_pids(cluster) and len(_front_pids(cluster)) == 1
+        [b] = py5_produce(endpoints, "GrpcLocal", [{"body": "two", "tag": "L"}])
+        with Consumer("py", cluster, tmp_path, "GrpcLocal", "local-py", "local-py") as py:
+            got = _wait_all(py, 2, "both messages")
+        assert sorted((d["body"], d["props"]["UNIQ_KEY"]) for d in got) == [("one", a["messageId"]),
+                                                                              ("two", b["messageId"])]
+
+
+@pytest.mark.parametrize("props, key", [
+    ({"grpcServerPort": "70000"}, "grpcServerPort"),
+    ({"grpcServerPort": "x"}, "grpcServerPort"),
+    ({"namesrvAddr": " "}, "namesrvAddr"),
+    ({"maxMessageGroupSize": "0"}, "maxMessageGroupSize"),
+    ({"messageDelayLevel": "1s 5x"}, "messageDelayLevel"),
+])
+def test_bad_proxy_config_is_refused_naming_the_key(props, key):
+    with pytest.raises(StoreConfigError) as e:
+        ProxyConfig.from_properties(props)
+    assert e.value.key == key
+
+
+def test_broker_grpc_server_port_is_checked():
+    with pytest.raises(StoreConfigError) as e:
+        load_broker_config({"grpcServerPort": "8081"})  # no name server to find brokers through
+    assert e.value.key == "grpcServerPort"
+    with pytest.raises(StoreConfigError) as e:
+        load_broker_config({"grpcServerPort": "-1", "namesrvAddr": "127.0.0.1:9876"})
+    assert e.value.key == "grpcServerPort"
+    broker, _, unknown = load_broker_config({"grpcServerPort": "8081", "namesrvAddr": "127.0.0.1:9876"})
+    assert broker.grpcServerPort == 8081 and not unknown
