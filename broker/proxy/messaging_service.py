@@ -55,7 +55,7 @@ class MessagingService(rpc.MessagingServiceServicer):
         self.sender = SendMessageActivity(producer, config)
         self.transactions = EndTransactionActivity(client)
         self.relay = TransactionCheckRelay(client, self.channels)
-        self.consumers = ConsumerActivity()
+        self.consumers = ConsumerActivity(client)
         self._tasks: set[asyncio.Task] = set()
 
     # -- unary RPCs ----------------------------------------------------------------------------------
