@@ -19,7 +19,7 @@ from broker.proxy.protocol import service_pb2 as spb
 from broker.proxy.protocol import service_pb2_grpc as rpc
 from broker.remoting.broker_config import load_broker_config
 from broker.store.errors import StoreConfigError
-from tests.helpers.grpc_front import GrpcFront, py5_argv, py5_produce
+from tests.helpers.grpc_front import GrpcFront, py5, py5_argv, py5_produce
 from tests.conftest import free_port
 from tests.helpers.procs import Child, group_members
 from tests.helpers.real_clients import Cluster, Consumer
@@ -154,6 +154,33 @@ def test_unknown_transaction_is_checked_back_through_telemetry(front, tmp_path):
         producer.wait_lines(lambda ls: '{"done": true}' in ls, 60, "the producer to stop")
     finally:
         producer.kill_group()
+
+
+def _has_pop() -> bool:
+    try:
+        import broker.client.pop  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _has_pop(), reason="the broker's pop consumption (branch i20-pop) is not merged yet")
+def test_simple_consumer_receives_changes_invisible_time_and_acks(front):
+    """SimpleConsumer through the front: ReceiveMessage pops, ChangeInvisibleDuration and AckMessage
+    by receipt handle; acked messages are not received again."""
+    topic = "GrpcPop"
+    front.cluster.create_topic(topic)
+    sent = [{"tag": "P", "keys": [f"k{i}"], "props": {"i": str(i)}, "body": f"pop-{i}"} for i in range(5)]
+    receipts = py5_produce(front.endpoints, topic, sent)
+    got = py5("receive", front.endpoints, topic, group="pop-5x", count=5, changeInvisible=True,
+              expression="P", rounds=10)
+    assert sorted(d["body"] for d in got) == [m["body"] for m in sent], got
+    assert {d["messageId"] for d in got} == {r["messageId"] for r in receipts}
+    for d in got:
+        i = int(d["body"].split("-")[1])
+        assert d["tag"] == "P" and d["keys"] == [f"k{i}"] and d["props"]["i"] == str(i)
+        assert d["deliveryAttempt"] == 1 and not d["corrupted"]
+    assert py5("receive", front.endpoints, topic, group="pop-5x", count=1, rounds=2) == []
 
 
 @pytest.fixture

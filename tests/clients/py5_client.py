@@ -3,6 +3,9 @@ for tests/test_grpc_front.py. Runs in its own venv (.venv-rocketmq5): its packag
 `rocketmq`, as the 4.x one is.
 
     python py5_client.py produce '<json>'   one JSON line per send (receipt or error), then {"done": true}
+    python py5_client.py receive '<json>'   SimpleConsumer: receive until `count` messages were acked (or
+                                            `rounds` receives came back empty), one JSON line per message,
+                                            then {"done": true}
 
 Options: endpoints (the front's host:port), topic, mode "sync" | "async", messages [{tag, keys,
 props, body, group (FIFO message group), delaySeconds}], transaction "commit" | "rollback" |
@@ -15,8 +18,8 @@ import sys
 import threading
 import time
 
-from rocketmq import (ClientConfiguration, Credentials, Message, Producer, TransactionChecker,
-                      TransactionResolution)
+from rocketmq import (ClientConfiguration, Credentials, FilterExpression, Message, Producer, SimpleConsumer,
+                      TransactionChecker, TransactionResolution)
 
 lock = threading.Lock()
 checked = threading.Semaphore(0)
@@ -103,6 +106,34 @@ def produce(opt):
     out({"done": True})
 
 
+def receive(opt):
+    """Options: endpoints, topic, group, count, expression, invisibleSeconds, awaitSeconds, rounds,
+    changeInvisible (change each message's invisible time once before acking it)."""
+    config = ClientConfiguration(opt["endpoints"], Credentials(), request_timeout=10)
+    consumer = SimpleConsumer(config, opt["group"], {opt["topic"]: FilterExpression(opt.get("expression", "*"))},
+                              await_duration=opt.get("awaitSeconds", 2))
+    consumer.startup()
+    try:
+        acked, empty = 0, 0
+        while acked < opt["count"] and empty < opt.get("rounds", 10):
+            try:
+                msgs = consumer.receive(32, opt.get("invisibleSeconds", 15))
+            except Exception as e:
+                out({"error": f"{type(e).__name__}: {e}"})
+                break
+            empty = 0 if msgs else empty + 1
+            for m in msgs:
+                if opt.get("changeInvisible"):
+                    consumer.change_invisible_duration(m, opt.get("invisibleSeconds", 15))
+                consumer.ack(m)
+                acked += 1
+                out({"body": m.body.decode(), "tag": m.tag, "keys": sorted(m.keys or ()), "props": dict(m.properties),
+                     "messageId": m.message_id, "deliveryAttempt": m.delivery_attempt, "corrupted": m.corrupted})
+    finally:
+        consumer.shutdown()
+    out({"done": True})
+
+
 if __name__ == "__main__":
     cmd, opt = sys.argv[1], json.loads(sys.argv[2])
-    {"produce": produce}[cmd](opt)
+    {"produce": produce, "receive": receive}[cmd](opt)

@@ -45,11 +45,16 @@ def py5_argv(cmd: str, opt: dict) -> list[str]:
     return [str(PY5_PYTHON), str(CLIENTS / "py5_client.py"), cmd, json.dumps(opt)]
 
 
-def py5_produce(endpoints: str, topic: str, messages: list[dict], **opt) -> list[dict]:
-    """Run the 5.x producer to the end; its receipts (or {"error": ...}) in order."""
-    opt.update(endpoints=endpoints, topic=topic, messages=messages)
-    p = subprocess.run(py5_argv("produce", opt), capture_output=True, text=True, timeout=180, cwd=str(CLIENTS))
+def py5(cmd: str, endpoints: str, topic: str, **opt) -> list[dict]:
+    """Run the 5.x client's `cmd` (produce, receive) to the end; its JSON lines but the last {"done"}."""
+    opt.update(endpoints=endpoints, topic=topic)
+    p = subprocess.run(py5_argv(cmd, opt), capture_output=True, text=True, timeout=180, cwd=str(CLIENTS))
     lines = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
     assert p.returncode == 0 and lines and lines[-1] == {"done": True}, \
-        f"5.x producer: rc={p.returncode}\n{p.stdout}\n{p.stderr[-3000:]}"
+        f"5.x {cmd}: rc={p.returncode}\n{p.stdout}\n{p.stderr[-3000:]}"
     return lines[:-1]
+
+
+def py5_produce(endpoints: str, topic: str, messages: list[dict], **opt) -> list[dict]:
+    """The 5.x producer's receipts (or {"error": ...}), in the order of `messages`."""
+    return py5("produce", endpoints, topic, messages=messages, **opt)
