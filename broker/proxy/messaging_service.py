@@ -56,7 +56,6 @@ class MessagingService(rpc.MessagingServiceServicer):
         self.transactions = EndTransactionActivity(client)
         self.relay = TransactionCheckRelay(client, self.channels)
         self.consumers = ConsumerActivity(client)
-        self._tasks: set[asyncio.Task] = set()
 
     # -- unary RPCs ----------------------------------------------------------------------------------
     @_answered(spb.QueryRouteResponse)
