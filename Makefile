@@ -5,7 +5,7 @@ VPY     := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 KERNELS := $(wildcard pyx/*.pyx pyx/*.pxd pyx/*.h)
 
-.PHONY: run install clients testdeps test spark-example bench fuzz clean
+.PHONY: run install clients testdeps test spark-example bench fuzz clean protocol
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -51,7 +51,28 @@ $(RQ_VENV)/.installed:
 	$(RQ_VENV)/bin/pip install -q rocketmq==0.4.4
 	touch $@
 
-clients: $(ONS) $(RQ_VENV)/.installed
+# The 5.x Python client (gRPC, through the front `broker proxy`): a venv of its own too.
+RQ5_VENV := .venv-rocketmq5
+
+$(RQ5_VENV)/.installed:
+	$(PY) -m venv $(RQ5_VENV)
+	$(RQ5_VENV)/bin/pip install -q rocketmq-python-client==5.1.2
+	touch $@
+
+clients: $(ONS) $(RQ_VENV)/.installed $(RQ5_VENV)/.installed
+
+# The gRPC front's stubs (broker/proxy/protocol/*_pb2*.py, committed) regenerated from the vendored
+# .proto files of apache/rocketmq-apis (proto/apache/rocketmq/v2): grpcio-tools, then the generated
+# `from apache.rocketmq.v2 import` made package-relative.
+GRPC_TOOLS := grpcio-tools==1.85.1
+PROTOS     := proto/apache/rocketmq/v2/definition.proto proto/apache/rocketmq/v2/service.proto
+
+protocol: $(STAMP)
+	$(VPY) -m pip install -q $(GRPC_TOOLS)
+	rm -rf build/proto && mkdir -p build/proto
+	$(VPY) -m grpc_tools.protoc -Iproto --python_out=build/proto --grpc_python_out=build/proto $(PROTOS)
+	for f in build/proto/apache/rocketmq/v2/definition_pb2.py build/proto/apache/rocketmq/v2/service_pb2*.py; do \
+	  sed 's/^from apache\.rocketmq\.v2 import/from broker.proxy.protocol import/' $$f > broker/proxy/protocol/$$(basename $$f); done
 
 # What only the tests need: PySpark (issue 8), redis-py and psycopg (issue 9), atheris (issue 7),
 # and the real Redis and PostgreSQL servers the tests start on loopback, from Debian when missing.
@@ -117,4 +138,4 @@ fuzz: install testdeps build-fuzz/.built build-asan/.built
 	$(VPY) tools/fuzz/run.py --seconds $(FUZZ_SECONDS)
 
 clean:
-	rm -rf build build-fuzz build-asan $(VENV) $(RQ_VENV) tests/clients/node_modules *.egg-info broker/kernels/*.so pyx/*.c
+	rm -rf build build-fuzz build-asan $(VENV) $(RQ_VENV) $(RQ5_VENV) tests/clients/node_modules *.egg-info broker/kernels/*.so pyx/*.c

@@ -94,6 +94,11 @@ class NetResult:
             cpu += f"; loadgen {self.extra['loadgen_cpu_us_per_msg']:.2f} CPU-us/msg"
         if self.extra.get("errors"):
             cpu += f"; {self.extra['errors']} errors {self.extra['error_codes']}"
+        if "front_cpu_us_per_msg" in self.extra:
+            cpu += f"; gRPC front {self.extra['front_cpu_us_per_msg']:.1f} CPU-us/msg"
+        for key, what in (("vs_client_send", "client send"), ("vs_loadgen_send", "loadgen send")):
+            if key in self.extra:
+                cpu += f"; {100 * self.extra[key]:.0f} % of the remoting {what}"
         return (f"{self.name}: {self.msgs_per_s:,.0f} msgs/s ({self.mb_per_s:,.1f} MB/s), p50 {self.pct_us(0.5):,.0f} us"
                 f" p99 {self.pct_us(0.99):,.0f} us; {cpu}")
 
@@ -442,8 +447,14 @@ def loadgen_cell(cell: str, broker: "BrokerProcess", seconds: float) -> NetResul
                "cpu_us_per_msg_by_process": per})
 
 
+async def _grpc_send(namesrv_addr: str, seconds: float, on_start=_nothing) -> NetResult:
+    from bench.grpc_bench import bench_grpc_send  # grpc imported only when the cell runs
+    return await bench_grpc_send(namesrv_addr, seconds, on_start=on_start)
+
+
 RAW_CELLS = LOADGEN_CELLS
-CLIENT_CELLS = {"client_send": bench_client_send, "client_batch": bench_client_batch, "client_pull": bench_client_pull}
+CLIENT_CELLS = {"client_send": bench_client_send, "client_batch": bench_client_batch, "client_pull": bench_client_pull,
+                "grpc_send": _grpc_send}
 DEFAULT_CELLS = [*RAW_CELLS, *CLIENT_CELLS]
 
 
@@ -472,7 +483,13 @@ async def run_flush_mode(flush: str, seconds: float, cells: list[str], workdir: 
                 r = await CLIENT_CELLS[cell](ns.addr, seconds, on_start=on_start)
                 r.broker_cpu_s = b.cpu_seconds() - c0
                 r.extra = {"driver": "the project's client (broker.client), in the bench process",
-                           "cpu_us_per_msg_by_process": cpu_us_per_msg(snap0, tree.snapshot(), r.msgs)}
+                           "cpu_us_per_msg_by_process": cpu_us_per_msg(snap0, tree.snapshot(), r.msgs), **r.extra}
+                if cell == "grpc_send":  # the front's goal: half the remoting path's rate, same broker
+                    for key, prefix in (("vs_client_send", "client send 1 KiB x64"),
+                                        ("vs_loadgen_send", "send 1 KiB x64 in flight")):
+                        base = next((x for x in out if x.name.startswith(f"{flush} {prefix}")), None)
+                        if base is not None:
+                            r.extra[key] = r.msgs_per_s / base.msgs_per_s
             r.name = f"{flush} {r.name}"
             progress(r.line())
             out.append(r)

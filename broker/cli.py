@@ -40,6 +40,11 @@ async def _serve(args: argparse.Namespace) -> int:
     gc.collect()
     gc.freeze()
     gc.set_threshold(10_000, 50, 100)
+    front = None
+    if broker_config.grpcServerPort:  # local mode: the gRPC front as a supervised child
+        from broker.proxy.local_mode import LocalGrpcFront
+        front = LocalGrpcFront(broker_config, store_config.brokerIP1)
+        front.start()
     store = controller.store
     print(f"broker {broker_config.brokerName} listening on {controller.addr}; store {store_config.storePathRootDir} "
           f"({store_config.flushDiskType}); name servers {broker_config.namesrv_addrs or 'none'}", flush=True)
@@ -58,9 +63,26 @@ async def _serve(args: argparse.Namespace) -> int:
             log.info("status: %s", controller.metrics.status_line(last, now - at))
             last, at = controller.metrics.snapshot(), now
     print("stopping: waiting for flush and reput to finish", flush=True)
+    if front is not None:
+        await front.stop()
     await controller.close()
     print("stopped cleanly", flush=True)
     return 0
+
+
+def _proxy(args: argparse.Namespace) -> int:
+    """`broker proxy -c proxy.conf`: the gRPC front, finding brokers through namesrvAddr."""
+    from broker.proxy.config import load_proxy_config
+    from broker.proxy.startup import run
+
+    try:
+        config, unknown = load_proxy_config(args.config, {"namesrvAddr": args.namesrv_addr} if args.namesrv_addr else None)
+    except StoreError as e:
+        print(f"broker proxy: {e}", file=sys.stderr)
+        return 2
+    for key in unknown:
+        log.warning("%s: unknown key in %s, ignored", key, args.config)
+    return run(config)
 
 
 def _host_port(text: str) -> tuple[str, int]:
@@ -144,7 +166,8 @@ async def _run(args: argparse.Namespace) -> int:
 
     # `serve` takes its settings from a broker.conf: the two that tie it to this name server
     with tempfile.NamedTemporaryFile("w", prefix="broker-run-", suffix=".conf", delete=False) as conf:
-        conf.write(f"namesrvAddr={namesrv_addr}\nlistenPort={args.listen_port}\nbrokerIP1={args.broker_ip}\n")
+        conf.write(f"namesrvAddr={namesrv_addr}\nlistenPort={args.listen_port}\nbrokerIP1={args.broker_ip}\n"
+                   f"grpcServerPort={args.grpc_port}\n")
     me = [sys.executable, "-m", "broker.cli"]
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -226,11 +249,17 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("controller", help="run a controller: elects the master of each broker group (RocketMQ 5)")
     c.add_argument("-c", "--config", required=True, help="controller.conf (RocketMQ's keys: controllerDLegerGroup, "
                    "controllerDLegerPeers, controllerDLegerSelfId, controllerStorePath, ...)")
+    x = sub.add_parser("proxy", help="run the gRPC front for RocketMQ 5.x clients (RocketMQ 5's proxy, cluster mode)")
+    x.add_argument("-c", "--config", help="proxy.conf (RocketMQ's ProxyConfig keys: namesrvAddr, grpcServerPort, "
+                   "maxMessageSize, ...)")
+    x.add_argument("-n", "--namesrv-addr", help="namesrvAddr (over the file's)")
     r = sub.add_parser("run", help="run a name server and a broker registered with it (make run)")
     r.add_argument("--store-root", default="./data", help="the broker's storePathRootDir (default ./data)")
     r.add_argument("--namesrv-listen", type=_host_port, default=("127.0.0.1", 9876), metavar="HOST:PORT",
                    help="the name server's address (default 127.0.0.1:9876)")
     r.add_argument("--listen-port", type=int, default=10911, help="the broker's listenPort (default 10911)")
+    r.add_argument("--grpc-port", type=int, default=8081,
+                   help="grpcServerPort: the gRPC front for 5.x clients, a child of the broker (default 8081; 0: none)")
     r.add_argument("--broker-ip", default="127.0.0.1", help="brokerIP1: the address clients are routed to")
     r.add_argument("--status-interval", type=float, default=0.0, metavar="SECONDS",
                    help="the broker logs a one-line status every SECONDS; 0 (default): never")
@@ -240,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
         return client_cli.run(args)
     logging.basicConfig(level=os.environ.get("BROKER_LOG_LEVEL", "INFO"),
                         format="%(asctime)s %(name)s[%(process)d] %(levelname)s %(message)s")
+    if args.cmd == "proxy":  # grpc.aio keeps to asyncio's own loop
+        return _proxy(args)
     try:
         import uvloop
         runner = uvloop.run

@@ -34,7 +34,7 @@ def cluster(tmp_path_factory):
     namesrv = f"127.0.0.1:{ns_port}"
     with open(root / "run.log", "wb") as log:
         proc = subprocess.Popen([sys.executable, "-m", "broker.cli", "run", "--store-root", str(root / "store"),
-                                 "--namesrv-listen", namesrv, "--listen-port", str(broker_port)],
+                                 "--namesrv-listen", namesrv, "--listen-port", str(broker_port), "--grpc-port", "0"],
                                 stdout=log, stderr=subprocess.STDOUT, cwd=str(REPO))
         try:
             # the broker's registration shows as TBW102 in the name server's topic list
@@ -141,7 +141,7 @@ def test_status_interval_logs_one_line_with_units(tmp_path):
     ns = f"127.0.0.1:{free_port()}"
     with open(tmp_path / "run.log", "wb") as log:
         proc = subprocess.Popen([sys.executable, "-m", "broker.cli", "run", "--store-root", str(tmp_path / "store"),
-                                 "--namesrv-listen", ns, "--listen-port", str(free_port()), "--status-interval", "0.2"],
+                                 "--namesrv-listen", ns, "--listen-port", str(free_port()), "--grpc-port", "0", "--status-interval", "0.2"],
                                 stdout=log, stderr=subprocess.STDOUT, cwd=str(REPO))
     try:
         wait_until(lambda: "TBW102" in cli("admin", "topic", "list", namesrv=ns).stdout, 20, "the broker to register")

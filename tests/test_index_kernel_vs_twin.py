@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from broker.kernels.codec import MappedBuffer, Scanner, encode_record, java_string_hash
 from broker.kernels.index_dispatch import IndexDispatcher, index_file_size
 from tests.twins.index_dispatch_twin import IndexDispatcher as Twin
-from tests.twins.index_dispatch_twin import index_key_hash, java_hash
+from tests.twins.index_dispatch_twin import dispatch_all, index_key_hash, java_hash, new_index_file
 
 HOST = bytes(8)
 key = st.one_of(st.text(alphabet=st.sampled_from(list("ab ") + ["é", "中", "😀"]), max_size=6),
@@ -34,28 +34,6 @@ def _props(uniq, keys) -> bytes:
     return b"\x02".join(parts)
 
 
-def _new_file(kind, slots, num, prev):
-    size = index_file_size(slots, num)
-    f = np.zeros(size, np.uint8) if kind == "kernel" else bytearray(size)
-    if prev is not None:  # IndexFile(..., endPhyOffset, endTimestamp): a new file starts where the last ended
-        end_ts, end_phy = struct.unpack_from(">qxxxxxxxxq", bytes(prev[:32]), 8)
-        if end_phy > 0:
-            struct.pack_into(">qq", f, 16, end_phy, end_phy)
-        if end_ts > 0:
-            struct.pack_into(">qq", f, 0, end_ts, end_ts)
-    return f
-
-
-def _run(kind, d, dispatch, slots, num, files, count):
-    i = 0
-    while True:
-        i = dispatch(i, count)
-        if i >= count:
-            return
-        files.append(_new_file(kind, slots, num, files[-1]))
-        d.register(MappedBuffer(files[-1], True) if kind == "kernel" else files[-1], slots, num)
-
-
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(record, min_size=1, max_size=50), st.integers(1, 7), st.integers(2, 9))
 def test_index_same_bytes_as_the_twin(records, slots, num):
@@ -71,13 +49,13 @@ def test_index_same_bytes_as_the_twin(records, slots, num):
     assert count == len(records)
     entries = scanner.entries[:count]
     k, t = IndexDispatcher(), Twin()
-    files_k = [_new_file("kernel", slots, num, None)]
-    files_t = [_new_file("twin", slots, num, None)]
+    files_k = [new_index_file("kernel", slots, num, None)]
+    files_t = [new_index_file("twin", slots, num, None)]
     k.register(MappedBuffer(files_k[0], True), slots, num)
     t.register(files_t[0], slots, num)
     for _ in range(2):  # the second pass is a re-dispatch of what is indexed already
-        _run("kernel", k, lambda a, b: k.dispatch(scanner, mb, a, b), slots, num, files_k, count)
-        _run("twin", t, lambda a, b: t.dispatch(entries, scanner.topics, bytes(buf), a, b), slots, num, files_t, count)
+        dispatch_all("kernel", k, lambda a, b: k.dispatch(scanner, mb, a, b), slots, num, files_k, count)
+        dispatch_all("twin", t, lambda a, b: t.dispatch(entries, scanner.topics, bytes(buf), a, b), slots, num, files_t, count)
         assert [bytes(f) for f in files_k] == [bytes(f) for f in files_t]
         assert k.keys_indexed == t.keys_indexed
     indexable = sum(1 for _, u, ks, sf, _ in records if sf & 0xC not in (0x4, 0xC)

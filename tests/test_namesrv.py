@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 
+import grpc
 import msgspec
 import pytest
 
@@ -202,9 +203,10 @@ def test_a_killed_broker_leaves_the_routes_when_its_connection_closes(tmp_path):
 
 
 def test_broker_run_starts_both_and_stops_both_on_sigterm(tmp_path):
-    ns_port, broker_port = free_port(), free_port()
+    ns_port, broker_port, grpc_port = free_port(), free_port(), free_port()
     proc = subprocess.Popen([sys.executable, "-m", "broker.cli", "run", "--store-root", str(tmp_path / "data"),
-                             "--namesrv-listen", f"127.0.0.1:{ns_port}", "--listen-port", str(broker_port)],
+                             "--namesrv-listen", f"127.0.0.1:{ns_port}", "--listen-port", str(broker_port),
+                             "--grpc-port", str(grpc_port)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         async def routed():
@@ -220,10 +222,14 @@ def test_broker_run_starts_both_and_stops_both_on_sigterm(tmp_path):
                 await asyncio.sleep(0.05)  # another process's socket: nothing to wait on but retries
         route = asyncio.run(routed())
         assert route["brokerDatas"][0]["brokerAddrs"] == {"0": f"127.0.0.1:{broker_port}"}
+        with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:  # the front answers too
+            grpc.channel_ready_future(channel).result(timeout=60)
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=30)
         assert proc.returncode == 0, out
         assert "stopped cleanly" in out and "name server stopped" in out
+        # the broker's gRPC front (local mode) started with it and stopped before it
+        assert f"grpc proxy listening on 127.0.0.1:{grpc_port}" in out and "grpc proxy stopped" in out
         assert (tmp_path / "data" / "commitlog").is_dir()
     finally:
         if proc.poll() is None:

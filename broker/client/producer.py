@@ -118,6 +118,11 @@ class Producer:
             raise RouteNotFound(topic, "no writable queue on a master")
         return route, queues
 
+    async def write_queues(self, topic: str) -> list[MessageQueue]:
+        """The topic's writable queues, in the order queue selection indexes them (a front picks
+        a FIFO group's queue by index)."""
+        return (await self._queues(topic))[1]
+
     def _select(self, topic: str, queues: list[MessageQueue], avoid: str | None) -> MessageQueue:
         rr = self._rr.get(topic)
         if rr is None:

@@ -39,7 +39,7 @@ class LocalTransactionState(str, Enum):
 
 
 # END_TRANSACTION's commitOrRollback: MessageSysFlag's transaction types
-_END_TYPE = {LocalTransactionState.COMMIT_MESSAGE: 0x8, LocalTransactionState.ROLLBACK_MESSAGE: 0xC,
+END_TYPE = {LocalTransactionState.COMMIT_MESSAGE: 0x8, LocalTransactionState.ROLLBACK_MESSAGE: 0xC,
              LocalTransactionState.UNKNOW: 0}
 
 
@@ -66,6 +66,14 @@ def offset_of(offset_msg_id: str) -> int:
         return int(offset_msg_id[-16:], 16)
     except ValueError:
         raise ClientError(f"offsetMsgId {offset_msg_id!r} names no commit-log offset") from None
+
+
+def prepared_body(msg: Message, body_flag: tuple[bytes, int]) -> tuple[bytes, int]:
+    """A half message (TRAN_MSG=true) carries the PREPARED type in its sysFlag (sendKernelImpl)."""
+    body, sys_flag = body_flag
+    if msg.properties.get(PROPERTY_TRANSACTION_PREPARED) == "true":
+        sys_flag |= TRANSACTION_PREPARED_TYPE
+    return body, sys_flag
 
 
 async def _outcome(fn, *args) -> tuple[LocalTransactionState, BaseException | None]:
@@ -111,10 +119,7 @@ class TransactionProducer(Producer):
         await super().shutdown()
 
     def _body(self, msg: Message) -> tuple[bytes, int]:
-        body, sys_flag = super()._body(msg)
-        if msg.properties.get(PROPERTY_TRANSACTION_PREPARED) == "true":
-            sys_flag |= TRANSACTION_PREPARED_TYPE  # sendKernelImpl
-        return body, sys_flag
+        return prepared_body(msg, super()._body(msg))
 
     async def send_message_in_transaction(self, msg: Message, arg: Any = None,
                                           timeout: float = 3.0) -> TransactionSendResult:
@@ -142,7 +147,7 @@ class TransactionProducer(Producer):
                         r.msg_id)
             return
         ext = {"producerGroup": self.group, "tranStateTableOffset": str(r.queue_offset),
-               "commitLogOffset": str(offset_of(r.offset_msg_id)), "commitOrRollback": str(_END_TYPE[state]),
+               "commitLogOffset": str(offset_of(r.offset_msg_id)), "commitOrRollback": str(END_TYPE[state]),
                "fromTransactionCheck": "false", "msgId": r.msg_id, "transactionId": r.msg_id}
         cmd = RemotingCommand.request(codes.END_TRANSACTION, ext, oneway=True)
         if err is not None:
@@ -165,7 +170,7 @@ class TransactionProducer(Producer):
         state, err = await _outcome(self.listener.check_local_transaction, msg)
         uniq = msg.properties.get("UNIQ_KEY") or msg.msg_id
         header = {"producerGroup": self.group, "tranStateTableOffset": ext["tranStateTableOffset"],
-                  "commitLogOffset": ext["commitLogOffset"], "commitOrRollback": str(_END_TYPE[state]),
+                  "commitLogOffset": ext["commitLogOffset"], "commitOrRollback": str(END_TYPE[state]),
                   "fromTransactionCheck": "true", "msgId": uniq, "transactionId": ext["transactionId"] or uniq}
         cmd = RemotingCommand.request(codes.END_TRANSACTION, header, oneway=True)
         if err is not None:

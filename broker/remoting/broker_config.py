@@ -80,10 +80,18 @@ class BrokerConfig:
     rejectTransactionMessage: bool = False  # half messages refused NO_PERMISSION
     # pop consumption (broker.remoting.pop): queues of rmq_sys_REVIVE_LOG_<brokerClusterName>
     reviveQueueNum: int = 8
+    # the gRPC front for 5.x clients (broker.proxy) started as this broker's supervised child on
+    # this port (RocketMQ 5's local mode; the key is ProxyConfig's); 0 = none
+    grpcServerPort: int = 0
 
     def __post_init__(self) -> None:
         if not 0 <= self.metricsPort < 65536:
             raise StoreConfigError("metricsPort", f"{self.metricsPort} is not a port (0 = off)")
+        if not 0 <= self.grpcServerPort < 65536:
+            raise StoreConfigError("grpcServerPort", f"{self.grpcServerPort} is not a port (0 = no gRPC front)")
+        if self.grpcServerPort and not self.namesrv_addrs:
+            raise StoreConfigError("grpcServerPort", "the gRPC front finds brokers through the name server: "
+                                   "namesrvAddr must be set too")
         if not 0 <= self.serverChannelMaxIdleTimeSeconds:
             raise StoreConfigError("serverChannelMaxIdleTimeSeconds",
                                    f"{self.serverChannelMaxIdleTimeSeconds} must not be negative (0 = never)")

@@ -51,7 +51,8 @@ async def consume(opt: dict) -> None:
         if fd is not None:
             os.write(fd, f"{name} {m.queue_id} {body} {m.reconsume_times} {'ok' if ok else 'fail'}\n".encode())
         say({"topic": m.topic, "body": body, "queueId": m.queue_id, "queueOffset": m.queue_offset,
-             "reconsumeTimes": m.reconsume_times, "ok": ok})
+             "reconsumeTimes": m.reconsume_times, "ok": ok, "tags": m.tags, "keys": m.keys, "props": m.properties,
+             "msgId": m.uniq_key or m.msg_id})
         if work:  # the message is in hand for a while: a rebalance must wait for it, not cut it off
             await asyncio.sleep(work)
         return ok

@@ -105,3 +105,32 @@ class IndexDispatcher:
             if phys == self.resume[0]:
                 self.resume = (-1, 0)
         return end
+
+
+# -- running a dispatcher over index files that fill up (the hypothesis test and the fuzz check) ----
+def new_index_file(kind: str, slots: int, num: int, prev=None):
+    """An empty index file (a numpy array for the kernel, a bytearray for the twin) starting where
+    `prev` ended, as IndexFile(..., endPhyOffset, endTimestamp) makes the next one."""
+    import numpy as np
+    from broker.kernels.index_dispatch import index_file_size
+    size = index_file_size(slots, num)
+    f = np.zeros(size, np.uint8) if kind == "kernel" else bytearray(size)
+    if prev is not None:
+        end_ts, end_phy = struct.unpack_from(">qxxxxxxxxq", bytes(prev[:32]), 8)
+        if end_phy > 0:
+            struct.pack_into(">qq", f, 16, end_phy, end_phy)
+        if end_ts > 0:
+            struct.pack_into(">qq", f, 0, end_ts, end_ts)
+    return f
+
+
+def dispatch_all(kind: str, d, dispatch, slots: int, num: int, files: list, count: int) -> None:
+    """dispatch(start, end) until every record is done, registering a new file each time one fills."""
+    from broker.kernels.codec import MappedBuffer
+    i = 0
+    while True:
+        i = dispatch(i, count)
+        if i >= count:
+            return
+        files.append(new_index_file(kind, slots, num, files[-1]))
+        d.register(MappedBuffer(files[-1], True) if kind == "kernel" else files[-1], slots, num)

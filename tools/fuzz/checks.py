@@ -15,6 +15,7 @@ import sys
 from broker.kernels import client_codec as KCC
 from broker.kernels import codec as KC
 from broker.kernels import ha as KH
+from broker.kernels import index_dispatch as KI
 from broker.kernels import header as KHD
 from broker.kernels import pulled as KP
 from broker.kernels import remoting as KR
@@ -24,6 +25,7 @@ from broker.store.message import decode_message, decode_properties
 from tests.twins import client_codec_twin as TCC
 from tests.twins import codec_twin as TC
 from tests.twins import ha_twin as TH
+from tests.twins import index_dispatch_twin as TI
 from tests.twins import header_twin as THD
 from tests.twins import pulled_twin as TP
 from tests.twins import remoting_twin as TR
@@ -151,6 +153,36 @@ def check_properties(data: bytes) -> None:
         raise Mismatch(f"decode_properties {decoded!r} != {ref!r} for {props[:80]!r}")
     if krecs[0]["keys"].decode("utf-8", "replace") != decoded.get("KEYS", ""):
         raise Mismatch(f"KEYS {decoded.get('KEYS')!r} (Python) != {krecs[0]['keys']!r} (kernel)")
+
+
+# -- index: the index kernel on records whose KEYS / UNIQ_KEY are any bytes (not only UTF-8) -------
+def check_index(data: bytes) -> None:
+    if len(data) < 2:
+        return
+    slots, num = data[0] % 7 + 1, data[1] % 9 + 2  # small files: a record's keys cut across two
+    props = data[2:2 + 32767]
+    size = TC.record_length(1, 5, len(props))
+    buf = bytearray(size * 2)
+    pos = 0
+    for i in range(2):  # the same keys twice: chains through the slots
+        kind, n = _outcome(KC.encode_record, buf, pos, 500 + pos, i, 1_700_000_000_000 + 1000 * i, b"Topic", 0,
+                           b"x", props, 0, 0, 0, HOST, HOST)
+        if kind != "ok":
+            return  # properties the encoder refuses (check_properties compares that refusal)
+        pos += n
+    scanner = KC.Scanner(4)
+    mb = KC.MappedBuffer(buf, False)
+    count = scanner.scan(mb, 0, pos, 500, False)[0]
+    entries = scanner.entries[:count]
+    k, t = KI.IndexDispatcher(), TI.IndexDispatcher()
+    files_k, files_t = [TI.new_index_file("kernel", slots, num)], [TI.new_index_file("twin", slots, num)]
+    k.register(KC.MappedBuffer(files_k[0], True), slots, num)
+    t.register(files_t[0], slots, num)
+    TI.dispatch_all("kernel", k, lambda a, b: k.dispatch(scanner, mb, a, b), slots, num, files_k, count)
+    TI.dispatch_all("twin", t, lambda a, b: t.dispatch(entries, scanner.topics, bytes(buf), a, b), slots, num,
+                    files_t, count)
+    if [bytes(f) for f in files_k] != [bytes(f) for f in files_t] or k.keys_indexed != t.keys_indexed:
+        raise Mismatch(f"index files differ for properties {props[:80]!r}")
 
 
 # -- HA: the slave's dispatchReadRequest, the master's report reader, the record boundary ---------
@@ -416,6 +448,7 @@ CHECKS = {
     "frames": check_frames,
     "scan": check_scan,
     "properties": check_properties,
+    "index": check_index,
     "ha": check_ha,
     "headers": check_headers,
     "send": check_send,

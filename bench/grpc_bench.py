@@ -1,0 +1,118 @@
+"""The gRPC front's send cell: `broker proxy` (broker.proxy, the front for RocketMQ 5.x clients) in
+its own process beside the network section's name server and broker, driven by a grpc.aio client
+of this project (the v2 stubs of broker.proxy.protocol: SendMessage of one 1 KiB message per call,
+64 calls in flight, one HTTP/2 channel), beside the remoting cells of the same broker.
+
+The driver is our own rather than the official 5.x Python client: that client sends through a
+thread pool with one blocking future per message, and would measure itself more than the front.
+The driver runs on asyncio's own loop in a thread of the bench process (grpc.aio does not run on
+uvloop, which runs the rest of the section). The front's CPU per message is reported beside the
+broker's processes'.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import subprocess
+import sys
+import time
+
+from bench.network_bench import BODY, CLIENT_TOPIC, NetResult, _free_port, _nothing, _stop, _wait_for_line
+
+
+class FrontProcess:
+    """`broker proxy` on a free loopback port, finding the broker through `namesrv_addr`."""
+
+    def __init__(self, namesrv_addr: str, workdir: str):
+        self.port = _free_port()
+        self.endpoints = f"127.0.0.1:{self.port}"
+        self.conf = os.path.join(workdir, f"proxy-{self.port}.conf")
+        with open(self.conf, "w") as f:
+            f.write(f"namesrvAddr={namesrv_addr}\ngrpcServerPort={self.port}\nbindAddress=127.0.0.1\n")
+        self.proc: subprocess.Popen | None = None
+
+    def __enter__(self) -> "FrontProcess":
+        env = dict(os.environ, BROKER_LOG_LEVEL="WARNING")
+        self.proc = subprocess.Popen([sys.executable, "-m", "broker.cli", "proxy", "-c", self.conf],
+                                     stdout=subprocess.PIPE, env=env, text=True)
+        try:
+            _wait_for_line(self.proc, "grpc proxy listening", "the gRPC front")
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def cpu_seconds(self) -> float:
+        import psutil
+        t = psutil.Process(self.proc.pid).cpu_times()
+        return t.user + t.system
+
+    def __exit__(self, *exc) -> None:
+        _stop(self.proc)
+        os.unlink(self.conf)
+
+
+async def _grpc_loop(endpoints: str, in_flight: int, warmup: float, seconds: float, on_start) -> tuple[int, list, float]:
+    import grpc
+
+    from broker.proxy.protocol import definition_pb2 as pb
+    from broker.proxy.protocol import service_pb2 as spb
+    from broker.proxy.protocol import service_pb2_grpc as rpc
+
+    body = os.urandom(BODY)
+    ids = itertools.count()
+    prefix = os.urandom(8).hex().upper()
+    md = (("x-mq-client-id", f"bench@{os.getpid()}"),)
+
+    def request() -> spb.SendMessageRequest:
+        sp = pb.SystemProperties(tag="bench", keys=["k"], message_id=f"{prefix}{next(ids):016X}",
+                                 message_type=pb.NORMAL, body_encoding=pb.IDENTITY)
+        return spb.SendMessageRequest(messages=[pb.Message(topic=pb.Resource(name=CLIENT_TOPIC), body=body,
+                                                           system_properties=sp)])
+
+    async with grpc.aio.insecure_channel(endpoints) as channel:
+        stub = rpc.MessagingServiceStub(channel)
+
+        async def run(secs: float, lat: list) -> int:
+            stop = time.perf_counter() + secs
+            count = 0
+
+            async def worker() -> None:
+                nonlocal count
+                while time.perf_counter() < stop:
+                    t0 = time.perf_counter_ns()
+                    r = await stub.SendMessage(request(), metadata=md, timeout=10)
+                    lat.append(time.perf_counter_ns() - t0)
+                    if r.status.code != pb.Code.OK:
+                        raise RuntimeError(f"SendMessage answered {pb.Code.Name(r.status.code)}: {r.status.message}")
+                    count += 1
+            await asyncio.gather(*(worker() for _ in range(in_flight)))
+            return count
+
+        await run(warmup, [])  # the route, the broker connection, the segment
+        on_start()
+        lat: list[int] = []
+        t0 = time.perf_counter()
+        n = await run(seconds, lat)
+        return n, lat, time.perf_counter() - t0
+
+
+async def bench_grpc_send(namesrv_addr: str, seconds: float, in_flight: int = 64, on_start=_nothing,
+                          workdir: str | None = None) -> NetResult:
+    import tempfile
+    workdir = workdir or tempfile.gettempdir()
+    with FrontProcess(namesrv_addr, workdir) as front:
+        c0 = [0.0]
+
+        def started() -> None:
+            c0[0] = front.cpu_seconds()
+            on_start()
+
+        loop = asyncio.get_running_loop()
+        n, lat, dt = await loop.run_in_executor(None, lambda: asyncio.run(
+            _grpc_loop(front.endpoints, in_flight, min(1.0, seconds / 4), seconds, started)))
+        front_cpu = front.cpu_seconds() - c0[0]
+    return NetResult(f"grpc send 1 KiB x{in_flight} in flight (through the front)", n, dt, n * BODY, lat,
+                     extra={"driver": "grpc.aio SendMessage (broker.proxy.protocol stubs), in the bench process",
+                            "front_cpu_us_per_msg": 1e6 * front_cpu / n if n else float("nan")})

@@ -1,0 +1,65 @@
+"""ProxyConfig: the gRPC front's settings, with RocketMQ 5's ProxyConfig keys and defaults.
+
+RocketMQ reads them from rmq-proxy.json; `broker proxy -c proxy.conf` reads the same keys from a
+properties file, like every other config of this project. A bad value refuses to start, naming
+the key; a key not read here is logged.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from broker.remoting.broker_config import parse_delay_levels
+from broker.store.errors import StoreConfigError
+
+DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+
+
+@dataclass
+class ProxyConfig:
+    namesrvAddr: str = "127.0.0.1:9876"
+    grpcServerPort: int = 8081
+    bindAddress: str = "0.0.0.0"  # not a ProxyConfig key (the Java proxy binds every address)
+    maxMessageSize: int = 4 * 1024 * 1024  # body limit; 0 or less: none
+    maxUserPropertySize: int = 16 * 1024
+    userPropertyMaxNum: int = 128
+    maxMessageGroupSize: int = 64
+    maxDelayTimeMills: int = 24 * 3600 * 1000
+    maxTransactionRecoverySecond: int = 3600
+    grpcShutdownTimeSeconds: int = 30
+    # the broker's delay levels: this broker has no timer wheel, so a 5.x delivery timestamp is
+    # carried as the first level not shorter than the wait (the Java proxy's useDelayLevel=true)
+    messageDelayLevel: str = DEFAULT_DELAY_LEVELS
+    # the broker that started this front as its child (local mode): logged, nothing more
+    parentBroker: str = ""
+
+    @classmethod
+    def from_properties(cls, props: dict[str, str]) -> tuple["ProxyConfig", list[str]]:
+        """(config, the keys it does not read)."""
+        from broker.store.config import _convert
+        types = {f.name: f.type for f in dataclasses.fields(cls)}
+        values = {k: _convert(k, v, types[k]) for k, v in props.items() if k in types}
+        config = cls(**values)
+        config.validate()
+        return config, [k for k in props if k not in types]
+
+    def validate(self) -> None:
+        if not 0 < self.grpcServerPort < 65536:
+            raise StoreConfigError("grpcServerPort", f"{self.grpcServerPort} is not a port")
+        if not self.namesrvAddr.strip():
+            raise StoreConfigError("namesrvAddr", "is empty: the front finds brokers through a name server")
+        for key in ("maxMessageGroupSize", "userPropertyMaxNum", "maxUserPropertySize", "maxDelayTimeMills"):
+            if getattr(self, key) <= 0:
+                raise StoreConfigError(key, f"{getattr(self, key)} must be positive")
+        self.delay_levels_ms  # names messageDelayLevel when malformed
+
+    @property
+    def delay_levels_ms(self) -> list[int]:
+        return parse_delay_levels(self.messageDelayLevel)
+
+
+def load_proxy_config(path: str | None, overrides: dict[str, str] | None = None) -> tuple[ProxyConfig, list[str]]:
+    from broker.conf import read_properties
+    props = read_properties(path) if path else {}
+    props.update(overrides or {})
+    return ProxyConfig.from_properties(props)

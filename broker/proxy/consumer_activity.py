@@ -1,0 +1,169 @@
+"""The consumer RPCs over the broker's pop consumption (RocketMQ 5's ReceiveMessageActivity,
+AckMessageActivity, ChangeInvisibleDurationActivity): ReceiveMessage pops (POP_MESSAGE 200050) from
+the broker the request's queue names and streams Status OK, each message with its receipt handle
+(the broker's extraInfo, POP_CK), then the delivery timestamp, or a lone MESSAGE_NOT_FOUND;
+AckMessage (ACK_MESSAGE 200051) and ChangeInvisibleDuration (CHANGE_MESSAGE_INVISIBLETIME 200053)
+go to the broker the handle names.
+
+The pop requests are the project client's (broker.client.pop, which comes with the broker's pop
+consumption); without it each RPC answers NOT_IMPLEMENTED saying so, at once, never a hang.
+ForwardMessageToDeadLetterQueue is not served yet (NOT_IMPLEMENTED).
+"""
+from __future__ import annotations
+
+import time
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from broker.client.client_instance import MQClientInstance
+from broker.client.errors import ResponseError
+from broker.proxy.converter import to_proto
+from broker.proxy.protocol import definition_pb2 as pb
+from broker.proxy.protocol import service_pb2 as spb
+from broker.proxy.route_activity import validate_topic
+from broker.proxy.status import Code, ProxyError, from_client_error, status
+from broker.remoting import codes
+
+try:  # the broker's pop consumption and its client side (branch i20-pop)
+    from broker.client import pop as _pop
+    from broker.remoting.pop import extra_info as _extra_info
+except ImportError:  # pragma: no cover - exercised until pop lands
+    _pop = _extra_info = None
+
+POP_MISSING = "{} is not implemented yet: the broker does not serve pop consumption (POP_MESSAGE) yet"
+MIN_INVISIBLE_MS, MAX_INVISIBLE_MS = 10_000, 12 * 3600 * 1000  # ProxyConfig's minInvisibleTimeMillsForRecv, max
+MAX_POLLING_MS = 20_000  # ProxyConfig.grpcClientConsumerMaxLongPollingTimeoutMillis
+CONSUME_INIT_MODE_MAX = 1  # ConsumeInitMode.MAX: a new group starts at the queue's end, as the Java proxy's
+
+
+def not_implemented(rpc: str):
+    return status(Code.NOT_IMPLEMENTED, POP_MISSING.format(rpc))
+
+
+def _ms(duration) -> int:
+    return duration.seconds * 1000 + duration.nanos // 1_000_000
+
+
+def _group(resource: pb.Resource) -> str:
+    name = resource.name
+    if not name or len(name) > 255 or not all(c.isalnum() or c in "%|-_" for c in name):
+        raise ProxyError(Code.ILLEGAL_CONSUMER_GROUP, f"consumer group {name!r} is empty, too long or holds characters "
+                                                      f"other than letters, digits, '%', '|', '-' and '_'")
+    return name
+
+
+class ConsumerActivity:
+    def __init__(self, client: MQClientInstance | None = None):
+        self.client = client
+
+    async def _broker_addr(self, topic: str, broker_name: str) -> str:
+        route = await self.client.routes.get(topic)
+        addr = route.master_addr(broker_name)
+        if addr is None:
+            raise ProxyError(Code.NOT_FOUND, f"broker {broker_name} of topic {topic} has no master")
+        return addr
+
+    async def receive_message(self, request: spb.ReceiveMessageRequest, context):
+        if _pop is None or self.client is None:
+            yield spb.ReceiveMessageResponse(status=not_implemented("ReceiveMessage"))
+            return
+        try:
+            group, topic = _group(request.group), validate_topic(request.message_queue.topic)
+            expr = request.filter_expression
+            if expr.type == pb.SQL:
+                raise ProxyError(Code.ILLEGAL_FILTER_EXPRESSION, "SQL92 filters are not supported by this broker")
+            invisible = _ms(request.invisible_duration) if request.HasField("invisible_duration") else 30_000
+            if not MIN_INVISIBLE_MS <= invisible <= MAX_INVISIBLE_MS:
+                raise ProxyError(Code.ILLEGAL_INVISIBLE_TIME, f"the invisible time must be within "
+                                                              f"{MIN_INVISIBLE_MS} and {MAX_INVISIBLE_MS} ms")
+            if request.batch_size <= 0 or request.batch_size > 32:
+                raise ProxyError(Code.BAD_REQUEST, f"batch size {request.batch_size} must be within 1 and 32")
+            poll = min(_ms(request.long_polling_timeout), MAX_POLLING_MS) if request.HasField(
+                "long_polling_timeout") else MAX_POLLING_MS
+            broker = request.message_queue.broker.name
+            addr = await self._broker_addr(topic, broker)
+            r = await _pop.pop(self.client, addr, broker, group, topic, invisible, request.batch_size,
+                               poll_ms=max(0, poll), expression=expr.expression or "*", init_mode=CONSUME_INIT_MODE_MAX)
+        except ProxyError as e:
+            yield spb.ReceiveMessageResponse(status=status(e.code, e.message))
+            return
+        except ResponseError as e:
+            if e.code == codes.REQUEST_CODE_NOT_SUPPORTED:
+                yield spb.ReceiveMessageResponse(status=not_implemented("ReceiveMessage"))
+            else:
+                yield spb.ReceiveMessageResponse(status=status(*from_client_error(e)))
+            return
+        except Exception as e:  # noqa: BLE001
+            yield spb.ReceiveMessageResponse(status=status(*from_client_error(e)))
+            return
+        if not r.messages:
+            yield spb.ReceiveMessageResponse(status=status(Code.MESSAGE_NOT_FOUND, "no new message"))
+            return
+        yield spb.ReceiveMessageResponse(status=status())
+        for m in r.messages:
+            msg = to_proto(m, topic)
+            sp = msg.system_properties
+            sp.receipt_handle = _pop.handle_of(m)
+            sp.delivery_attempt = m.reconsume_times + 1
+            sp.invisible_duration.FromMilliseconds(invisible)
+            yield spb.ReceiveMessageResponse(message=msg)
+        now = Timestamp()
+        now.FromMilliseconds(int(time.time() * 1000))
+        yield spb.ReceiveMessageResponse(delivery_timestamp=now)
+
+    async def ack_message(self, request: spb.AckMessageRequest, context) -> spb.AckMessageResponse:
+        if _pop is None or self.client is None:
+            return spb.AckMessageResponse(status=not_implemented("AckMessage"))
+        group, topic = _group(request.group), validate_topic(request.topic)
+        if not request.entries:
+            raise ProxyError(Code.BAD_REQUEST, "no receipt handle to ack")
+        out = []
+        for entry in request.entries:
+            try:
+                info = self._handle(entry.receipt_handle)
+                addr = await self._broker_addr(topic, info.broker_name)
+                await _pop.ack(self.client, addr, group, topic, entry.receipt_handle)
+                st = status()
+            except ProxyError as e:
+                st = status(e.code, e.message)
+            except ResponseError as e:
+                st = (status(Code.INVALID_RECEIPT_HANDLE, f"the receipt handle is expired or acked: {e}")
+                      if e.code == codes.NO_MESSAGE else not_implemented("AckMessage")
+                      if e.code == codes.REQUEST_CODE_NOT_SUPPORTED else status(*from_client_error(e)))
+            except Exception as e:  # noqa: BLE001
+                st = status(*from_client_error(e))
+            out.append(spb.AckMessageResultEntry(message_id=entry.message_id, receipt_handle=entry.receipt_handle,
+                                                 status=st))
+        codes_ = {e.status.code for e in out}
+        top = status(Code.MULTIPLE_RESULTS) if len(codes_) > 1 else status(out[0].status.code, out[0].status.message)
+        return spb.AckMessageResponse(status=top, entries=out)
+
+    async def change_invisible_duration(self, request, context) -> spb.ChangeInvisibleDurationResponse:
+        if _pop is None or self.client is None:
+            return spb.ChangeInvisibleDurationResponse(status=not_implemented("ChangeInvisibleDuration"))
+        group, topic = _group(request.group), validate_topic(request.topic)
+        invisible = _ms(request.invisible_duration)
+        if not 0 < invisible <= MAX_INVISIBLE_MS:
+            raise ProxyError(Code.ILLEGAL_INVISIBLE_TIME, f"the invisible time must be within 1 and {MAX_INVISIBLE_MS} ms")
+        info = self._handle(request.receipt_handle)
+        addr = await self._broker_addr(topic, info.broker_name)
+        try:
+            handle = await _pop.change_invisible_time(self.client, addr, group, topic, request.receipt_handle,
+                                                      invisible)
+        except ResponseError as e:
+            if e.code == codes.NO_MESSAGE:
+                raise ProxyError(Code.INVALID_RECEIPT_HANDLE, f"the receipt handle is expired or acked: {e}") from None
+            raise
+        return spb.ChangeInvisibleDurationResponse(status=status(), receipt_handle=handle)
+
+    async def forward_to_dlq(self, request, context) -> spb.ForwardMessageToDeadLetterQueueResponse:
+        return spb.ForwardMessageToDeadLetterQueueResponse(status=status(
+            Code.NOT_IMPLEMENTED, "ForwardMessageToDeadLetterQueue is not implemented yet: the broker moves a message "
+                                  "to %DLQ% itself after maxReconsumeTimes pops"))
+
+    @staticmethod
+    def _handle(text: str):
+        try:
+            return _extra_info.parse(text)
+        except ValueError as e:
+            raise ProxyError(Code.INVALID_RECEIPT_HANDLE, f"receipt handle {text!r}: {e}") from None

@@ -1,0 +1,37 @@
+"""Local mode: a broker with grpcServerPort in its broker.conf runs the gRPC front as a supervised
+child process (broker.services.supervisor.ServiceProcess: restarted if it dies, dies with the
+broker), so the broker's own event loop stays remoting-only and one code path (broker.proxy.startup)
+serves both modes. The child reaches brokers through the broker's name servers, as in cluster mode;
+its delay levels are the broker's."""
+from __future__ import annotations
+
+import asyncio
+import os
+
+from broker.proxy.config import ProxyConfig
+from broker.services.supervisor import ServiceProcess
+
+
+class LocalGrpcFront:
+    def __init__(self, broker_config, host: str):
+        self.config = ProxyConfig(namesrvAddr=";".join(broker_config.namesrv_addrs),
+                                  grpcServerPort=broker_config.grpcServerPort, bindAddress=host,
+                                  messageDelayLevel=broker_config.messageDelayLevel,
+                                  parentBroker=broker_config.brokerName)
+        self.config.validate()
+        self.process: ServiceProcess | None = None
+        self._fd = -1
+
+    def start(self) -> None:
+        # the supervisor's wake-up for who waits on a service's state: nothing here does
+        self._fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self.process = ServiceProcess("grpc front", "broker.proxy.startup", self.config, self._fd,
+                                      asyncio.get_running_loop())
+        self.process.start()
+
+    async def stop(self) -> None:
+        if self.process is not None:
+            await self.process.stop(self.config.grpcShutdownTimeSeconds + 5)
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1

@@ -1,0 +1,181 @@
+"""MessagingService (apache.rocketmq.v2): the gRPC servicer, dispatching each RPC to its activity
+(RocketMQ's GrpcMessagingApplication). A refused request (ProxyError) is answered with its Code
+and message in the response's Status; an unexpected failure is logged and answered
+INTERNAL_SERVER_ERROR: a bad request never ends the process, nor leaves a call hanging."""
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+
+from broker.client.client_instance import MQClientInstance
+from broker.proxy.config import ProxyConfig
+from broker.proxy.consumer_activity import ConsumerActivity
+from broker.proxy.grpc_channel_manager import GrpcChannelManager
+from broker.proxy.protocol import definition_pb2 as pb
+from broker.proxy.protocol import service_pb2 as spb
+from broker.proxy.protocol import service_pb2_grpc as rpc
+from broker.proxy.route_activity import RouteActivity
+from broker.proxy.send_activity import ProxyProducer, SendMessageActivity
+from broker.proxy.status import Code, ProxyError, status
+from broker.proxy.transaction_activity import EndTransactionActivity, TransactionCheckRelay
+
+log = logging.getLogger("proxy")
+
+
+def _answered(response_type):
+    """The RPC's ProxyError (or any failure) as a response of `response_type` with that Status."""
+    def wrap(fn):
+        @functools.wraps(fn)
+        async def call(self, request, context):
+            try:
+                return await fn(self, request, context)
+            except ProxyError as e:
+                return response_type(status=status(e.code, e.message))
+            except Exception as e:  # noqa: BLE001 - answered, logged, never a dead call
+                log.exception("%s failed", fn.__name__)
+                return response_type(status=status(Code.INTERNAL_SERVER_ERROR, f"{type(e).__name__}: {e}"))
+        return call
+    return wrap
+
+
+def client_id_of(context) -> str:
+    for key, value in context.invocation_metadata() or ():
+        if key == "x-mq-client-id":
+            return value
+    return ""
+
+
+class MessagingService(rpc.MessagingServiceServicer):
+    def __init__(self, config: ProxyConfig, client: MQClientInstance, producer: ProxyProducer):
+        self.config = config
+        self.client = client
+        self.channels = GrpcChannelManager()
+        self.routes = RouteActivity(client)
+        self.sender = SendMessageActivity(producer, config)
+        self.transactions = EndTransactionActivity(client)
+        self.relay = TransactionCheckRelay(client, self.channels)
+        self.consumers = ConsumerActivity(client)
+
+    # -- unary RPCs ----------------------------------------------------------------------------------
+    @_answered(spb.QueryRouteResponse)
+    async def QueryRoute(self, request, context):
+        return await self.routes.query_route(request, context)
+
+    @_answered(spb.QueryAssignmentResponse)
+    async def QueryAssignment(self, request, context):
+        return await self.routes.query_assignment(request, context)
+
+    @_answered(spb.HeartbeatResponse)
+    async def Heartbeat(self, request, context):
+        if not client_id_of(context):
+            raise ProxyError(Code.CLIENT_ID_REQUIRED, "x-mq-client-id metadata is missing")
+        return spb.HeartbeatResponse(status=status())
+
+    @_answered(spb.SendMessageResponse)
+    async def SendMessage(self, request, context):
+        return await self.sender.send_message(request, context)
+
+    @_answered(spb.EndTransactionResponse)
+    async def EndTransaction(self, request, context):
+        return await self.transactions.end_transaction(request, context)
+
+    @_answered(spb.NotifyClientTerminationResponse)
+    async def NotifyClientTermination(self, request, context):
+        self.channels.drop(client_id_of(context))
+        return spb.NotifyClientTerminationResponse(status=status())
+
+    @_answered(spb.AckMessageResponse)
+    async def AckMessage(self, request, context):
+        return await self.consumers.ack_message(request, context)
+
+    @_answered(spb.ChangeInvisibleDurationResponse)
+    async def ChangeInvisibleDuration(self, request, context):
+        return await self.consumers.change_invisible_duration(request, context)
+
+    @_answered(spb.ForwardMessageToDeadLetterQueueResponse)
+    async def ForwardMessageToDeadLetterQueue(self, request, context):
+        return await self.consumers.forward_to_dlq(request, context)
+
+    # -- what this front does not serve: a Status saying so, at once ---------------------------------
+    @_answered(spb.UpdateOffsetResponse)
+    async def UpdateOffset(self, request, context):
+        raise ProxyError(Code.NOT_IMPLEMENTED, "UpdateOffset is not implemented by this front")
+
+    @_answered(spb.GetOffsetResponse)
+    async def GetOffset(self, request, context):
+        raise ProxyError(Code.NOT_IMPLEMENTED, "GetOffset is not implemented by this front")
+
+    @_answered(spb.QueryOffsetResponse)
+    async def QueryOffset(self, request, context):
+        raise ProxyError(Code.NOT_IMPLEMENTED, "QueryOffset is not implemented by this front")
+
+    @_answered(spb.RecallMessageResponse)
+    async def RecallMessage(self, request, context):
+        raise ProxyError(Code.NOT_IMPLEMENTED, "RecallMessage is not implemented: the broker has no timer wheel")
+
+    @_answered(spb.SyncLiteSubscriptionResponse)
+    async def SyncLiteSubscription(self, request, context):
+        raise ProxyError(Code.NOT_IMPLEMENTED, "lite topics are not implemented by this front")
+
+    async def PullMessage(self, request, context):
+        yield spb.PullMessageResponse(status=status(Code.NOT_IMPLEMENTED, "PullMessage is not implemented by this front"))
+
+    async def ReceiveMessage(self, request, context):
+        async for response in self.consumers.receive_message(request, context):
+            yield response
+
+    # -- Telemetry -----------------------------------------------------------------------------------
+    async def Telemetry(self, request_iterator, context):
+        client_id = client_id_of(context)
+        if not client_id:
+            yield spb.TelemetryCommand(status=status(Code.CLIENT_ID_REQUIRED, "x-mq-client-id metadata is missing"))
+            return
+        ch = self.channels.open(client_id)
+        reader = asyncio.ensure_future(self._read_telemetry(request_iterator, ch))
+        try:
+            while True:
+                get = asyncio.ensure_future(ch.out.get())
+                done, _ = await asyncio.wait((get, reader), return_when=asyncio.FIRST_COMPLETED)
+                if get not in done:  # the client closed its side
+                    get.cancel()
+                    break
+                yield get.result()
+        finally:
+            reader.cancel()
+            self.channels.close(ch)
+
+    async def _read_telemetry(self, request_iterator, ch) -> None:
+        async for command in request_iterator:
+            which = command.WhichOneof("command")
+            if which != "settings":
+                continue  # thread stack traces, verify results: nothing asked them of the client
+            ch.settings = command.settings
+            ch.write(spb.TelemetryCommand(status=status(), settings=self._reply_settings(command.settings)))
+            if command.settings.client_type in (pb.PRODUCER,):
+                await self._publishers_changed(ch.publishing_topics)
+
+    def _reply_settings(self, settings: pb.Settings) -> pb.Settings:
+        """The client's own Settings back, with the front's limits: a producer takes max_body_size
+        and validate_message_type from the reply (and would send nothing with a 0 limit)."""
+        out = pb.Settings()
+        out.CopyFrom(settings)
+        if settings.HasField("publishing"):
+            out.publishing.max_body_size = self.config.maxMessageSize if self.config.maxMessageSize > 0 else 1 << 30
+            out.publishing.validate_message_type = True
+        return out
+
+    async def _publishers_changed(self, topics: set[str]) -> None:
+        """Become the broker's producer of each topic (its PGROUP), so that the broker's checks of
+        its half messages reach this front; heartbeat at once so a check can come before the 30 s beat."""
+        new = [t for t in topics if t not in self.client.producer_groups]
+        if not new:
+            return
+        for topic in new:
+            self.client.producer_groups.add(topic)
+            self.client.transaction_checkers[topic] = self.relay
+            try:
+                await self.client.routes.get(topic)
+            except Exception as e:  # noqa: BLE001 - the first send will fetch it again
+                log.info("no route of %s yet (%s)", topic, e)
+        await self.client.send_heartbeat()

@@ -1,0 +1,69 @@
+"""SendMessageActivity: SendMessage, each v2 Message stored through the project's remoting
+Producer. A FIFO message's group picks its queue (queue_selector); a transactional message goes
+as a half message (TRAN_MSG, PREPARED sysFlag) and its SendResultEntry carries a transaction id
+that names where the half message lies, which EndTransaction reads back (transaction_activity)."""
+from __future__ import annotations
+
+import asyncio
+
+from broker.client.producer import FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT, SEND_OK, SLAVE_NOT_AVAILABLE, Producer
+from broker.client.transaction_producer import offset_of, prepared_body
+from broker.proxy.config import ProxyConfig
+from broker.proxy.converter import TRAN_MSG, to_remoting
+from broker.proxy.protocol import service_pb2 as spb
+from broker.proxy.queue_selector import queue_index_for_group
+from broker.proxy.route_activity import validate_topic
+from broker.proxy.status import Code, ProxyError, from_client_error, status
+from broker.proxy.transaction_id import TransactionId
+
+_STATUS_CODE = {SEND_OK: Code.OK, FLUSH_DISK_TIMEOUT: Code.MASTER_PERSISTENCE_TIMEOUT,
+                FLUSH_SLAVE_TIMEOUT: Code.SLAVE_PERSISTENCE_TIMEOUT, SLAVE_NOT_AVAILABLE: Code.HA_NOT_AVAILABLE}
+
+
+class ProxyProducer(Producer):
+    """The front's remoting producer: half messages get the PREPARED type, as a TransactionProducer's."""
+
+    def _body(self, msg):
+        return prepared_body(msg, super()._body(msg))
+
+
+class SendMessageActivity:
+    def __init__(self, producer: ProxyProducer, config: ProxyConfig):
+        self.producer = producer
+        self.config = config
+
+    async def send_message(self, request: spb.SendMessageRequest, context) -> spb.SendMessageResponse:
+        if not request.messages:
+            raise ProxyError(Code.MESSAGE_CORRUPTED, "no message to send")
+        topic = validate_topic(request.messages[0].topic)
+        msgs = [to_remoting(m, topic, self.config) for m in request.messages]
+        queue = None
+        group = request.messages[0].system_properties.message_group if len(msgs) == 1 else ""
+        if group:
+            try:
+                queues = await self.producer.write_queues(topic)
+            except Exception as e:  # noqa: BLE001 - no route: answered as a Status
+                return spb.SendMessageResponse(status=status(*from_client_error(e)))
+            queue = queues[queue_index_for_group(group, len(queues))]
+        entries = await asyncio.gather(*(self._send_one(m, pm.system_properties.message_id, queue)
+                                         for m, pm in zip(msgs, request.messages)))
+        codes = {e.status.code for e in entries}
+        top = status(Code.MULTIPLE_RESULTS) if len(codes) > 1 else status(entries[0].status.code,
+                                                                            entries[0].status.message)
+        return spb.SendMessageResponse(status=top, entries=entries)
+
+    async def _send_one(self, msg, message_id: str, queue) -> spb.SendResultEntry:
+        try:
+            r = await self.producer.send(msg, queue=queue)
+        except Exception as e:  # noqa: BLE001 - each message's failure is its own entry
+            return spb.SendResultEntry(status=status(*from_client_error(e)), message_id=message_id)
+        code = _STATUS_CODE.get(r.status, Code.INTERNAL_SERVER_ERROR)
+        if code != Code.OK:
+            return spb.SendResultEntry(status=status(code, f"send message failed, sendStatus={r.status}"),
+                                       message_id=message_id)
+        tid = ""
+        if msg.properties.get(TRAN_MSG) == "true":
+            route = self.producer.client.routes.peek(r.queue.topic) or await self.producer.client.routes.get(r.queue.topic)
+            addr = route.master_addr(r.queue.broker_name) or ""
+            tid = str(TransactionId(addr, offset_of(r.offset_msg_id), r.queue_offset))
+        return spb.SendResultEntry(status=status(), message_id=r.msg_id, transaction_id=tid, offset=r.queue_offset)

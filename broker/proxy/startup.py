@@ -1,0 +1,84 @@
+"""The gRPC front's process: `broker proxy -c proxy.conf` (cluster mode: brokers found through
+namesrvAddr), or `python -m broker.proxy.startup --config JSON --parent PID` as a broker's
+supervised child (local mode, grpcServerPort in broker.conf: ServiceProcess starts it so and
+restarts it if it dies). grpc.aio runs on the default asyncio loop, with the remoting client
+(MQClientInstance, the front's Producer) on the same loop."""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import signal
+import sys
+
+log = logging.getLogger("proxy")
+
+PRODUCER_GROUP = "PROXY_SEND_GROUP"  # the send header's group; checks go by each message's PGROUP
+
+
+async def serve(config, stop: asyncio.Event, ready=None) -> None:
+    import grpc
+
+    from broker.client.client_instance import MQClientInstance
+    from broker.proxy.messaging_service import MessagingService
+    from broker.proxy.protocol import service_pb2_grpc as rpc
+    from broker.proxy.send_activity import ProxyProducer
+
+    client = MQClientInstance(config.namesrvAddr)
+    producer = ProxyProducer(PRODUCER_GROUP, client=client)
+    await producer.start()
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", 130 * 1024 * 1024)])
+    rpc.add_MessagingServiceServicer_to_server(MessagingService(config, client, producer), server)
+    addr = f"{config.bindAddress}:{config.grpcServerPort}"
+    if server.add_insecure_port(addr) == 0:
+        raise OSError(f"cannot listen on {addr}")
+    await server.start()
+    print(f"grpc proxy listening on {addr}; name servers {config.namesrvAddr}"
+          + (f"; started by broker {config.parentBroker}" if config.parentBroker else ""), flush=True)
+    if ready is not None:
+        ready()
+    try:
+        await stop.wait()
+    finally:
+        await server.stop(config.grpcShutdownTimeSeconds)
+        await producer.shutdown()
+    print("grpc proxy stopped", flush=True)
+
+
+def run(config) -> int:
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await serve(config, stop)
+    try:
+        asyncio.run(main())
+    except OSError as e:
+        print(f"broker proxy: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def main() -> int:
+    """Local mode: started by a broker's supervisor (broker.services.supervisor.ServiceProcess)."""
+    import ctypes
+    import os
+
+    from broker.proxy.config import ProxyConfig
+    from broker.services.process import PR_SET_PDEATHSIG, service_args
+
+    args = service_args("proxy")
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != args.parent:  # the broker died before prctl took effect
+        return 1
+    logging.basicConfig(level=os.environ.get("BROKER_LOG_LEVEL", "INFO"),
+                        format="%(asctime)s proxy[%(process)d] %(levelname)s %(message)s")
+    fields = {f.name for f in dataclasses.fields(ProxyConfig)}
+    config = ProxyConfig(**{k: v for k, v in json.loads(args.config).items() if k in fields})
+    return run(config)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""Drives the real PyPI client `rocketmq-python-client` 5.1.2 (gRPC, apache.rocketmq.v2), unmodified,
+for tests/test_grpc_front.py. Runs in its own venv (.venv-rocketmq5): its package is named
+`rocketmq`, as the 4.x one is.
+
+    python py5_client.py produce '<json>'   one JSON line per send (receipt or error), then {"done": true}
+    python py5_client.py receive '<json>'   SimpleConsumer: receive until `count` messages were acked (or
+                                            `rounds` receives came back empty), one JSON line per message,
+                                            then {"done": true}
+
+Options: endpoints (the front's host:port), topic, mode "sync" | "async", messages [{tag, keys,
+props, body, group (FIFO message group), delaySeconds}], transaction "commit" | "rollback" |
+"unknown" (each message a half message of its own transaction, ended so; "unknown" leaves it to
+the broker's check), checker "commit" | "rollback" (what the check-back answers), checks N (stay
+until the checker answered N times, printing {"checked": message_id, "topic", "tag"} each time).
+"""
+import json
+import sys
+import threading
+import time
+
+from rocketmq import (ClientConfiguration, Credentials, FilterExpression, Message, Producer, SimpleConsumer,
+                      TransactionChecker, TransactionResolution)
+
+lock = threading.Lock()
+checked = threading.Semaphore(0)
+
+
+def out(obj):
+    with lock:
+        sys.stdout.write(json.dumps(obj) + "\n")
+        sys.stdout.flush()
+
+
+class Checker(TransactionChecker):
+    def __init__(self, answer):
+        self.answer = answer
+
+    def check(self, message):
+        out({"checked": message.message_id, "topic": message.topic, "tag": message.tag})
+        checked.release()
+        return TransactionResolution.COMMIT if self.answer == "commit" else TransactionResolution.ROLLBACK
+
+
+def build(opt, m):
+    msg = Message()
+    msg.topic = opt["topic"]
+    msg.body = m.get("body", "x").encode()
+    if m.get("tag"):
+        msg.tag = m["tag"]
+    for key in m.get("keys") or ():  # the setter adds one key per assignment
+        msg.keys = key
+    for k, v in (m.get("props") or {}).items():
+        msg.add_property(k, v)
+    if m.get("group"):
+        msg.message_group = m["group"]
+    if m.get("delaySeconds"):
+        # documented in ms, but 5.1.2 copies the value into the Timestamp's `seconds` field: seconds
+        # is what reaches a server as the right time (deliverAtMs sends the documented ms)
+        msg.delivery_timestamp = int(time.time()) + int(m["delaySeconds"])
+    if m.get("deliverAtMs"):
+        msg.delivery_timestamp = int(m["deliverAtMs"])
+    return msg
+
+
+def receipt(r):
+    return {"messageId": r.message_id, "transactionId": r.transaction_id, "offset": r.offset}
+
+
+def produce(opt):
+    config = ClientConfiguration(opt["endpoints"], Credentials(), request_timeout=10)
+    checker = Checker(opt.get("checker", "commit")) if opt.get("transaction") or opt.get("checker") else None
+    producer = Producer(config, (opt["topic"],), checker)
+    producer.startup()
+    try:
+        futures = []
+        for m in opt["messages"]:
+            msg = build(opt, m)
+            try:
+                if opt.get("transaction"):
+                    tx = producer.begin_transaction()
+                    r = producer.send(msg, tx)
+                    if opt["transaction"] == "commit":
+                        tx.commit()
+                    elif opt["transaction"] == "rollback":
+                        tx.rollback()
+                    out(receipt(r))
+                elif opt.get("mode") == "async":
+                    futures.append(producer.send_async(msg))
+                else:
+                    out(receipt(producer.send(msg)))
+            except Exception as e:  # the client's own exception types: the test reads the text
+                out({"error": f"{type(e).__name__}: {e}"})
+        for f in futures:
+            try:
+                out(receipt(f.result(timeout=30)))
+            except Exception as e:
+                out({"error": f"{type(e).__name__}: {e}"})
+        for _ in range(opt.get("checks", 0)):
+            if not checked.acquire(timeout=60):
+                out({"error": "no transaction check within 60 s"})
+                break
+        if opt.get("checks"):  # the checker's EndTransaction leaves on the client's thread: the test
+            sys.stdin.read()   # closes stdin once a consumer saw its effect
+    finally:
+        producer.shutdown()
+    out({"done": True})
+
+
+def receive(opt):
+    """Options: endpoints, topic, group, count, expression, invisibleSeconds, awaitSeconds, rounds,
+    changeInvisible (change each message's invisible time once before acking it)."""
+    config = ClientConfiguration(opt["endpoints"], Credentials(), request_timeout=10)
+    consumer = SimpleConsumer(config, opt["group"], {opt["topic"]: FilterExpression(opt.get("expression", "*"))},
+                              await_duration=opt.get("awaitSeconds", 2))
+    consumer.startup()
+    try:
+        acked, empty = 0, 0
+        while acked < opt["count"] and empty < opt.get("rounds", 10):
+            try:
+                msgs = consumer.receive(32, opt.get("invisibleSeconds", 15))
+            except Exception as e:
+                out({"error": f"{type(e).__name__}: {e}"})
+                break
+            empty = 0 if msgs else empty + 1
+            for m in msgs:
+                if opt.get("changeInvisible"):
+                    consumer.change_invisible_duration(m, opt.get("invisibleSeconds", 15))
+                consumer.ack(m)
+                acked += 1
+                out({"body": m.body.decode(), "tag": m.tag, "keys": sorted(m.keys or ()), "props": dict(m.properties),
+                     "messageId": m.message_id, "deliveryAttempt": m.delivery_attempt, "corrupted": m.corrupted})
+    finally:
+        consumer.shutdown()
+    out({"done": True})
+
+
+if __name__ == "__main__":
+    cmd, opt = sys.argv[1], json.loads(sys.argv[2])
+    {"produce": produce, "receive": receive}[cmd](opt)
