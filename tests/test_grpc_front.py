@@ -156,15 +156,6 @@ def test_unknown_transaction_is_checked_back_through_telemetry(front, tmp_path):
         producer.kill_group()
 
 
-def _has_pop() -> bool:
-    try:
-        import broker.client.pop  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-@pytest.mark.skipif(not _has_pop(), reason="the broker's pop consumption (branch i20-pop) is not merged yet")
 def test_simple_consumer_receives_changes_invisible_time_and_acks(front):
     """SimpleConsumer through the front: ReceiveMessage pops, ChangeInvisibleDuration and AckMessage
     by receipt handle; acked messages are not received again."""
@@ -229,19 +220,16 @@ def test_bad_requests_and_unserved_rpcs_are_answered_at_once(front, stub):
     assert r.status.code == pb.Code.INVALID_TRANSACTION_ID, r
     r = stub.Heartbeat(spb.HeartbeatRequest(), timeout=30)  # no client id
     assert r.status.code == pb.Code.CLIENT_ID_REQUIRED, r
-    # the consumer RPCs: bad input refused (with pop), or NOT_IMPLEMENTED saying why (before it)
-    pop = _has_pop()
+    # the consumer RPCs: bad input refused
     [r] = list(stub.ReceiveMessage(spb.ReceiveMessageRequest(group=pb.Resource(name="g")), metadata=MD, timeout=30))
-    assert (r.status.code == pb.Code.ILLEGAL_TOPIC if pop else
-            r.status.code == pb.Code.NOT_IMPLEMENTED and "pop" in r.status.message), r
+    assert r.status.code == pb.Code.ILLEGAL_TOPIC, r
     for call, req in ((stub.AckMessage, spb.AckMessageRequest()),
                       (stub.ChangeInvisibleDuration, spb.ChangeInvisibleDurationRequest())):
         r = call(req, metadata=MD, timeout=30)
-        assert r.status.code == (pb.Code.ILLEGAL_CONSUMER_GROUP if pop else pb.Code.NOT_IMPLEMENTED), r
+        assert r.status.code == pb.Code.ILLEGAL_CONSUMER_GROUP, r
     r = stub.AckMessage(spb.AckMessageRequest(group=pb.Resource(name="g"), topic=pb.Resource(name="GrpcBad"), entries=[
         spb.AckMessageEntry(message_id="m", receipt_handle="not a handle")]), metadata=MD, timeout=30)
-    assert (r.entries[0].status.code == pb.Code.INVALID_RECEIPT_HANDLE if pop else
-            r.status.code == pb.Code.NOT_IMPLEMENTED), r
+    assert r.entries[0].status.code == pb.Code.INVALID_RECEIPT_HANDLE, r
     for call, req in ((stub.UpdateOffset, spb.UpdateOffsetRequest()),
                       (stub.ForwardMessageToDeadLetterQueue, spb.ForwardMessageToDeadLetterQueueRequest())):
         r = call(req, metadata=MD, timeout=30)

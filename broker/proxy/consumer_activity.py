@@ -5,9 +5,8 @@ the broker the request's queue names and streams Status OK, each message with it
 AckMessage (ACK_MESSAGE 200051) and ChangeInvisibleDuration (CHANGE_MESSAGE_INVISIBLETIME 200053)
 go to the broker the handle names.
 
-The pop requests are the project client's (broker.client.pop, which comes with the broker's pop
-consumption); without it each RPC answers NOT_IMPLEMENTED saying so, at once, never a hang.
-ForwardMessageToDeadLetterQueue is not served yet (NOT_IMPLEMENTED).
+The pop requests are the project client's (broker.client.pop). ForwardMessageToDeadLetterQueue is
+not served yet (NOT_IMPLEMENTED, at once).
 """
 from __future__ import annotations
 
@@ -24,20 +23,18 @@ from broker.proxy.route_activity import validate_topic
 from broker.proxy.status import Code, ProxyError, from_client_error, status
 from broker.remoting import codes
 
-try:  # the broker's pop consumption and its client side (branch i20-pop)
-    from broker.client import pop as _pop
-    from broker.remoting.pop import extra_info as _extra_info
-except ImportError:  # pragma: no cover - exercised until pop lands
-    _pop = _extra_info = None
+from broker.client import pop as _pop
+from broker.remoting.pop import extra_info as _extra_info
 
-POP_MISSING = "{} is not implemented yet: the broker does not serve pop consumption (POP_MESSAGE) yet"
 MIN_INVISIBLE_MS, MAX_INVISIBLE_MS = 10_000, 12 * 3600 * 1000  # ProxyConfig's minInvisibleTimeMillsForRecv, max
 MAX_POLLING_MS = 20_000  # ProxyConfig.grpcClientConsumerMaxLongPollingTimeoutMillis
 CONSUME_INIT_MODE_MAX = 1  # ConsumeInitMode.MAX: a new group starts at the queue's end, as the Java proxy's
 
 
 def not_implemented(rpc: str):
-    return status(Code.NOT_IMPLEMENTED, POP_MISSING.format(rpc))
+    """A broker that answers the pop codes REQUEST_CODE_NOT_SUPPORTED (pop runs on a plain master
+    only, not on a slave nor in DLedger or controller mode yet)."""
+    return status(Code.NOT_IMPLEMENTED, f"{rpc}: the broker does not serve pop consumption (POP_MESSAGE) in its mode")
 
 
 def _ms(duration) -> int:
@@ -53,7 +50,7 @@ def _group(resource: pb.Resource) -> str:
 
 
 class ConsumerActivity:
-    def __init__(self, client: MQClientInstance | None = None):
+    def __init__(self, client: MQClientInstance):
         self.client = client
 
     async def _broker_addr(self, topic: str, broker_name: str) -> str:
@@ -64,9 +61,6 @@ class ConsumerActivity:
         return addr
 
     async def receive_message(self, request: spb.ReceiveMessageRequest, context):
-        if _pop is None or self.client is None:
-            yield spb.ReceiveMessageResponse(status=not_implemented("ReceiveMessage"))
-            return
         try:
             group, topic = _group(request.group), validate_topic(request.message_queue.topic)
             expr = request.filter_expression
@@ -112,8 +106,6 @@ class ConsumerActivity:
         yield spb.ReceiveMessageResponse(delivery_timestamp=now)
 
     async def ack_message(self, request: spb.AckMessageRequest, context) -> spb.AckMessageResponse:
-        if _pop is None or self.client is None:
-            return spb.AckMessageResponse(status=not_implemented("AckMessage"))
         group, topic = _group(request.group), validate_topic(request.topic)
         if not request.entries:
             raise ProxyError(Code.BAD_REQUEST, "no receipt handle to ack")
@@ -139,8 +131,6 @@ class ConsumerActivity:
         return spb.AckMessageResponse(status=top, entries=out)
 
     async def change_invisible_duration(self, request, context) -> spb.ChangeInvisibleDurationResponse:
-        if _pop is None or self.client is None:
-            return spb.ChangeInvisibleDurationResponse(status=not_implemented("ChangeInvisibleDuration"))
         group, topic = _group(request.group), validate_topic(request.topic)
         invisible = _ms(request.invisible_duration)
         if not 0 < invisible <= MAX_INVISIBLE_MS:
