@@ -15,13 +15,12 @@ import asyncio
 import itertools
 import os
 import subprocess
-import sys
 import time
 
-from bench.network_bench import BODY, CLIENT_TOPIC, NetResult, _free_port, _nothing, _stop, _wait_for_line
+from bench.network_bench import BODY, CLIENT_TOPIC, CliProcess, NetResult, _free_port, _nothing
 
 
-class FrontProcess:
+class FrontProcess(CliProcess):
     """`broker proxy` on a free loopback port, finding the broker through `namesrv_addr`."""
 
     def __init__(self, namesrv_addr: str, workdir: str):
@@ -33,23 +32,11 @@ class FrontProcess:
         self.proc: subprocess.Popen | None = None
 
     def __enter__(self) -> "FrontProcess":
-        env = dict(os.environ, BROKER_LOG_LEVEL="WARNING")
-        self.proc = subprocess.Popen([sys.executable, "-m", "broker.cli", "proxy", "-c", self.conf],
-                                     stdout=subprocess.PIPE, env=env, text=True)
-        try:
-            _wait_for_line(self.proc, "grpc proxy listening", "the gRPC front")
-        except BaseException:
-            self.__exit__()
-            raise
+        self._start(["proxy", "-c", self.conf], "grpc proxy listening", "the gRPC front")
         return self
 
-    def cpu_seconds(self) -> float:
-        import psutil
-        t = psutil.Process(self.proc.pid).cpu_times()
-        return t.user + t.system
-
     def __exit__(self, *exc) -> None:
-        _stop(self.proc)
+        super().__exit__()
         os.unlink(self.conf)
 
 

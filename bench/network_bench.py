@@ -152,7 +152,32 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-class BrokerProcess:
+class CliProcess:
+    """A `python -m broker.cli ...` child of a bench cell: started, waited for until it prints its
+    ready line, its CPU read, stopped (SIGTERM, then waited for)."""
+
+    proc: subprocess.Popen | None = None
+
+    def _start(self, args: list[str], ready: str, what: str) -> None:
+        env = dict(os.environ, BROKER_LOG_LEVEL="WARNING")
+        self.proc = subprocess.Popen([sys.executable, "-m", "broker.cli", *args], stdout=subprocess.PIPE, env=env,
+                                     text=True)
+        try:
+            _wait_for_line(self.proc, ready, what)
+        except BaseException:
+            self.__exit__()
+            raise
+
+    def cpu_seconds(self) -> float:
+        import psutil
+        t = psutil.Process(self.proc.pid).cpu_times()
+        return t.user + t.system
+
+    def __exit__(self, *exc) -> None:
+        _stop(self.proc)
+
+
+class BrokerProcess(CliProcess):
     """`broker serve` in a fresh store directory; stopped (SIGTERM, then waited for) on exit."""
 
     def __init__(self, flush: str, workdir: str, namesrv_addr: str = ""):
@@ -169,23 +194,11 @@ class BrokerProcess:
         return f"127.0.0.1:{self.port}"
 
     def __enter__(self) -> "BrokerProcess":
-        env = dict(os.environ, BROKER_LOG_LEVEL="WARNING")
-        self.proc = subprocess.Popen([sys.executable, "-m", "broker.cli", "serve", "-c", self.conf,
-                                      "--status-interval", "3600"], stdout=subprocess.PIPE, env=env, text=True)
-        try:
-            _wait_for_line(self.proc, "listening on", "broker")
-        except BaseException:
-            self.__exit__()
-            raise
+        self._start(["serve", "-c", self.conf, "--status-interval", "3600"], "listening on", "broker")
         return self
 
-    def cpu_seconds(self) -> float:
-        import psutil
-        t = psutil.Process(self.proc.pid).cpu_times()
-        return t.user + t.system
-
     def __exit__(self, *exc) -> None:
-        _stop(self.proc)
+        super().__exit__()
         import shutil
         shutil.rmtree(self.root, ignore_errors=True)
 
