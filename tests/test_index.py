@@ -228,8 +228,7 @@ def cluster(tmp_path):
 
 def test_real_clients_query_by_key_and_by_both_ids(cluster, tmp_path):
     topic = "IndexTopic"
-    cluster.call(codes.UPDATE_AND_CREATE_TOPIC, {"topic": topic, "readQueueNums": 4, "writeQueueNums": 4})
-    cluster.wait_route(topic)
+    cluster.create_topic(topic, 4)
     # both real clients set KEYS (space-joined); ali-ons's msgId is the broker's offsetMsgId (it sets
     # no UNIQ_KEY), the C++ client's is its UNIQ_KEY
     ons = produce("ons", cluster, topic, [{"keys": [f"ons-{i}", "ons-all"], "body": f"ons body {i}"}
@@ -318,8 +317,7 @@ def test_index_file_cut_short_by_a_crash_is_named_and_rebuilt(tmp_path):
     c = Cluster(tmp_path / "c", "maxHashSlotNum=16\nmaxIndexNum=30\nflushIntervalConsumeQueue=100\n")
     with c:
         topic = "CrashIndex"
-        c.call(codes.UPDATE_AND_CREATE_TOPIC, {"topic": topic, "readQueueNums": 2, "writeQueueNums": 2})
-        c.wait_route(topic)
+        c.create_topic(topic, 2)
 
         async def send():
             async with Producer("crash-pg", c.namesrv) as p:
@@ -399,8 +397,7 @@ def test_index_entries_not_flushed_before_a_crash_are_rebuilt(tmp_path):
     c = Cluster(tmp_path / "c", "maxHashSlotNum=16\nmaxIndexNum=30\nflushIntervalConsumeQueue=600000\n")
     with c:
         topic = "UnflushedIndex"
-        c.call(codes.UPDATE_AND_CREATE_TOPIC, {"topic": topic, "readQueueNums": 2, "writeQueueNums": 2})
-        c.wait_route(topic)
+        c.create_topic(topic, 2)
 
         async def send():
             async with Producer("unflushed-pg", c.namesrv) as p:

@@ -240,8 +240,7 @@ def test_undecided_half_messages_are_checked_transaction_check_max_times_then_di
     the group answers: ali-ons' has closed), renews each transactionCheckMax times, then discards
     it with a log line; no consumer ever gets one."""
     with ProcessCluster(tmp_path, TX_CONF + "transactionCheckMax=2\n") as c:
-        c.call(codes.UPDATE_AND_CREATE_TOPIC, {"topic": "TXONS", "readQueueNums": 4, "writeQueueNums": 4, "perm": 6})
-        c.wait_route("TXONS")
+        c.create_topic("TXONS", 4)
         msgs = [{"tags": "T", "keys": [f"k{i}"], "props": {"TRAN_MSG": "true"}, "body": f"half-{i}"} for i in range(3)]
         results = produce("ons", c, "TXONS", msgs, tmp_path / "ons")
         assert [r.get("status") for r in results] == ["SEND_OK"] * 3, results
@@ -259,8 +258,7 @@ def test_undecided_half_messages_are_checked_transaction_check_max_times_then_di
 def test_broker_kill_9_with_undecided_half_messages_checks_them_after_restart_delivering_each_once(tmp_path):
     n = 6
     with ProcessCluster(tmp_path, "transactionCheckInterval=200\ntransactionTimeOut=60000\n") as c:
-        c.call(codes.UPDATE_AND_CREATE_TOPIC, {"topic": "TXK", "readQueueNums": 4, "writeQueueNums": 4, "perm": 6})
-        c.wait_route("TXK")
+        c.create_topic("TXK", 4)
 
         async def before():
             async with TransactionProducer("txg", Listener(), c.namesrv) as p:
