@@ -423,3 +423,30 @@ def test_index_entries_not_flushed_before_a_crash_are_rebuilt(tmp_path):
                     [m] = await a.query_message(topic, f"u{i}")
                     assert m.msg_id == s.offset_msg_id
         asyncio.run(check())
+
+
+def test_a_corrupt_chain_or_slot_ends_the_walk_instead_of_cycling_or_reading_past_the_file(tmp_path):
+    """A bit flip (no crash leaves these, but a disk can) must not hang QUERY_MESSAGE in a cycle of
+    previous-index links, nor raise out of a read past the file's end: the walk keeps what it found
+    and stops."""
+    from broker.store.index_file import HASH_SLOT_SIZE, INDEX_ENTRY_SIZE, INDEX_HEADER_SIZE, IndexFile
+    slots, num = 4, 8
+    f = IndexFile.create(str(tmp_path), slots, num, 0, 0)
+    try:
+        entries = INDEX_HEADER_SIZE + slots * HASH_SLOT_SIZE
+        key_hash = 5  # slot 1
+        struct.pack_into(">qqqqii", f.mm, 0, 1_000_000, 1_000_000, 0, 0, slots, 3)  # entries 1 and 2 written
+        struct.pack_into(">iqii", f.mm, entries + 1 * INDEX_ENTRY_SIZE, key_hash, 100, 0, 2)  # 1 -> 2: not older
+        struct.pack_into(">iqii", f.mm, entries + 2 * INDEX_ENTRY_SIZE, key_hash, 200, 0, 1)  # 2 -> 1: a cycle
+        struct.pack_into(">i", f.mm, INDEX_HEADER_SIZE + (key_hash % slots) * HASH_SLOT_SIZE, 2)
+        out: list[int] = []
+        f.select_phy_offsets(out, key_hash, 1000, 0, 2_000_000, f.header())
+        assert out == [200, 100]
+        # a slot and an index count past the file's entries
+        struct.pack_into(">qqqqii", f.mm, 0, 1_000_000, 1_000_000, 0, 0, slots, 1 << 30)
+        struct.pack_into(">i", f.mm, INDEX_HEADER_SIZE + (key_hash % slots) * HASH_SLOT_SIZE, 1 << 29)
+        out = []
+        f.select_phy_offsets(out, key_hash, 1000, 0, 2_000_000, f.header())
+        assert out == []
+    finally:
+        f.close()

@@ -18,8 +18,7 @@ from __future__ import annotations
 from broker.kernels.codec import MAX_TOPIC_LEN
 from broker.kernels.send_path import ParkedReplies, SendConn, SendPipeline
 from broker.remoting.send_processor import STATUS_CODES, born_host_of
-from broker.remoting.topic_manager import DLQ_PREFIX, PERM_WRITE, RETRY_PREFIX, SCHEDULE_TOPIC
-from broker.remoting.transaction import SYSTEM_TOPICS
+from broker.remoting.topic_manager import DLQ_PREFIX, PERM_WRITE, RETRY_PREFIX, not_sendable
 from broker.store.results import PutStatus
 
 REGION = b"DefaultRegion"  # BrokerConfig.regionId
@@ -28,7 +27,7 @@ TRACE_ON = b"true"  # BrokerConfig.traceOn
 
 def routable(name: str, cfg) -> bool:
     return (bool(cfg.perm & PERM_WRITE) and cfg.writeQueueNums > 0 and not name.startswith(RETRY_PREFIX)
-            and not name.startswith(DLQ_PREFIX) and name != SCHEDULE_TOPIC and name not in SYSTEM_TOPICS
+            and not name.startswith(DLQ_PREFIX) and not not_sendable(name)
             and 0 < len(name.encode()) <= MAX_TOPIC_LEN)
 
 

@@ -17,8 +17,8 @@ from broker.remoting.command import RemotingCommand
 from broker.remoting.headers import SendMessageRequestHeader, SendMessageRequestHeaderV2, decode
 from broker.remoting.message_batch import decode_batch
 from broker.remoting.refusals import BadRequest, NoPermission, TopicNotExist
-from broker.remoting.topic_manager import DLQ_PREFIX, PERM_WRITE, RETRY_PREFIX
-from broker.remoting.transaction import PROPERTY_TRANSACTION_PREPARED, SYSTEM_TOPICS, TRANSACTION_TYPE_MASK, is_half
+from broker.remoting.topic_manager import DLQ_PREFIX, PERM_WRITE, RETRY_PREFIX, not_sendable
+from broker.remoting.transaction import PROPERTY_TRANSACTION_PREPARED, TRANSACTION_TYPE_MASK, is_half
 from broker.store.errors import MessageIllegal
 from broker.store.message import decode_properties, encode_properties
 from broker.store.results import PutStatus
@@ -76,7 +76,7 @@ class SendMessageProcessor:
         """The topic and queue a send goes to (msgCheck and handleRetryAndDLQ of RocketMQ's
         SendMessageProcessor), or a refusal."""
         topic = h.topic
-        if topic in SYSTEM_TOPICS:  # TopicValidator.isNotAllowedSendTopic: the broker's own
+        if not_sendable(topic):  # TopicValidator.isNotAllowedSendTopic: the broker's own
             raise NoPermission(f"Sending message to topic[{topic}] is forbidden.")
         cfg = self.topics.get_or_create(topic, h.defaultTopicQueueNums or None)
         if cfg is None:
@@ -113,7 +113,7 @@ class SendMessageProcessor:
                 return self._send_half(cmd, conn, h, topic, queue_id, props)
         if "DELAY\x01" in properties and not topic.startswith(DLQ_PREFIX):
             # a producer-set delay level: kept in the schedule topic until due (CommitLog.putMessage)
-            props = decode_properties(props_bytes)
+            props = props or decode_properties(props_bytes)
             level = self.schedule.level_of(props)
             if level:
                 topic, queue_id, props = self.schedule.divert(topic, queue_id, props, level)

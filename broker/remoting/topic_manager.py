@@ -6,6 +6,7 @@ from typing import Callable
 
 from broker.kernels.codec import MAX_TOPIC_LEN
 from broker.remoting.refusals import BadRequest
+from broker.remoting.transaction import CHECK_MAX_TIME_TOPIC, HALF_TOPIC, OP_TOPIC
 from broker.store.config_files import TopicConfig, TopicConfigTable
 
 log = logging.getLogger("topics")
@@ -15,6 +16,14 @@ DLQ_PREFIX = "%DLQ%"
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 DEFAULT_TOPIC = "TBW102"
 PERM_READ, PERM_WRITE, PERM_INHERIT = 4, 2, 1
+# TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET, and its SYSTEM_TOPIC_PREFIX (the pop revive log,
+# rmq_sys_REVIVE_LOG_<cluster>): the broker's own topics, which it writes itself and no client sends to
+NOT_ALLOWED_SEND_TOPICS = frozenset((SCHEDULE_TOPIC, HALF_TOPIC, OP_TOPIC, CHECK_MAX_TIME_TOPIC))
+SYSTEM_TOPIC_PREFIX = "rmq_sys_"
+
+
+def not_sendable(topic: str) -> bool:
+    return topic in NOT_ALLOWED_SEND_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX)
 
 
 class TopicError(BadRequest):

@@ -122,9 +122,11 @@ class IndexFile:
         """IndexFile.selectPhyOffset: walk the key's bucket from its newest entry back, keeping the
         entries of this hash stored within [begin, end]; stop at the chain's end or before `begin`."""
         mm = self.mm
-        count = h.index_count
+        # entries 1 .. count-1 are written; a header or slot a corruption left larger than the file
+        # holds must not read past it
+        count = min(h.index_count, self.num)
         slot = _SLOT.unpack_from(mm, INDEX_HEADER_SIZE + (key_hash % self.slots) * HASH_SLOT_SIZE)[0]
-        if slot <= 0 or slot > count or count <= 1:
+        if slot <= 0 or slot >= count:
             return
         entries = INDEX_HEADER_SIZE + self.slots * HASH_SLOT_SIZE
         nxt = slot
@@ -135,7 +137,9 @@ class IndexFile:
             t = h.begin_timestamp + diff * 1000
             if kh == key_hash and begin <= t <= end:
                 out.append(phys)
-            if prev <= 0 or prev > count or prev == nxt or t < begin:
+            # an entry's previous is always an older (smaller) one: anything else is a corrupt chain,
+            # which must end the walk rather than cycle in it
+            if prev <= 0 or prev >= nxt or t < begin:
                 break
             nxt = prev
 

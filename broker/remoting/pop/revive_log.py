@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import logging
 
-from broker.store.message import decode_message
-from broker.store.results import GetStatus
+from broker.remoting.system_topic_reader import read_messages
 
 log = logging.getLogger("pop")
 
@@ -57,21 +56,9 @@ class ReviveLog:
             offsets.commit(REVIVE_GROUP, self.topic, rq, new)
 
     def read(self, rq: int):
-        """(position, tag, body) of each record of the queue from its revive offset on."""
+        """(position, tag, body) of each record of the queue from its revive offset on; a hole or an
+        unreadable record is stepped over (logged), never the end of the replay."""
         offset = max(self.store.consumer_offsets.query(REVIVE_GROUP, self.topic, rq), 0)
-        while True:
-            r = self.store.get(self.topic, rq, offset, 256, 4 << 20)
-            try:
-                if r.status in (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY):
-                    log.warning("revive queue %d: offset %d outside [%d, %d]; reading from %d", rq, offset,
-                                r.min_offset, r.max_offset, r.next_offset)
-                    offset = r.next_offset
-                    continue
-                if r.status != GetStatus.FOUND:
-                    return
-                records = [(qo, decode_message(view)) for view, qo in zip(r.messages, r.queue_offsets)]
-                offset = r.next_offset
-            finally:
-                r.release()
-            for qo, msg in records:
+        for qo, msg in read_messages(self.store, self.topic, rq, offset, 256, 4 << 20):
+            if msg is not None:
                 yield qo, msg.tags, msg.body

@@ -9,11 +9,10 @@ import time
 from typing import Iterator
 
 from broker.remoting.schedule_service import REAL_QID, REAL_TOPIC
+from broker.remoting.system_topic_reader import read_messages
 from broker.remoting.topic_manager import PERM_READ, PERM_WRITE
-from broker.services.message_store import GetStatus
 from broker.store.config_files import TopicConfig
-from broker.store.errors import StoreError
-from broker.store.message import StoredMessage, decode_message, encode_properties, host_bytes
+from broker.store.message import StoredMessage, encode_properties, host_bytes
 from broker.remoting.transaction import (HALF_TOPIC, OP_TOPIC, REMOVE_TAG, SYS_GROUP, TRANSACTION_NOT_TYPE,
                                          reset_transaction_value)
 
@@ -37,14 +36,6 @@ def encode_message_ext(record, topic: str, queue_id: int, queue_offset: int, phy
     struct.pack_into(">i", head, 12, queue_id)
     struct.pack_into(">qq", head, 20, queue_offset, physical_offset)
     return b"".join((head, bytes((len(tb),)), tb, struct.pack(">h", len(pb)), pb))
-
-
-def _decode(topic: str, queue_offset: int, view) -> StoredMessage | None:
-    try:
-        return decode_message(view)
-    except StoreError as e:
-        log.error("%s: entry %d is no readable record (%s); stepped over", topic, queue_offset, e)
-        return None
 
 
 class TransactionalMessageBridge:
@@ -104,27 +95,6 @@ class TransactionalMessageBridge:
 
     # -- reads -------------------------------------------------------------------------------------
     def read(self, topic: str, offset: int, batch: int = 32) -> Iterator[tuple[int, StoredMessage | None]]:
-        """(queue offset, message) from `offset` to the queue's dispatched end; a hole (an entry
-        whose record is gone or unreadable) gives None for its message, so the caller steps over."""
-        while True:
-            r = self.store.get(topic, 0, offset, max_msgs=batch)
-            try:
-                if r.status in (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY):
-                    if r.next_offset <= offset:
-                        return
-                    log.warning("%s: offset %d outside [%d, %d], moving to %d", topic, offset, r.min_offset,
-                                r.max_offset, r.next_offset)
-                    offset = r.next_offset
-                    continue
-                if r.status == GetStatus.OFFSET_FOUND_NULL:
-                    yield offset, None
-                    offset += 1
-                    continue
-                if r.status != GetStatus.FOUND:
-                    return
-                msgs = [(qo, _decode(topic, qo, view)) for view, qo in zip(r.messages, r.queue_offsets)]
-            finally:
-                r.release()
-            for qo, m in msgs:
-                yield qo, m
-            offset = msgs[-1][0] + 1
+        """(queue offset, message) of queue 0 from `offset` to its dispatched end; a hole gives None
+        for its message, so the caller steps over."""
+        return read_messages(self.store, topic, 0, offset, batch)
