@@ -31,6 +31,10 @@ async def _serve(args: argparse.Namespace) -> int:
     from broker.remoting.broker_controller import BrokerController  # after config errors are reported
 
     dledger = load_dledger_config(props) if store_config.enableDLegerCommitLog else None
+    front = None
+    if broker_config.grpcServerPort:  # local mode: the gRPC front as a supervised child
+        from broker.proxy.local_mode import LocalGrpcFront
+        front = LocalGrpcFront(broker_config, store_config.brokerIP1)  # refuses a port taken, naming the key
     controller = BrokerController(broker_config, store_config, host=store_config.brokerIP1, dledger=dledger)
     await controller.start()
     # What start-up made (modules, tables, maps) lives as long as the broker: out of the collector's
@@ -40,10 +44,7 @@ async def _serve(args: argparse.Namespace) -> int:
     gc.collect()
     gc.freeze()
     gc.set_threshold(10_000, 50, 100)
-    front = None
-    if broker_config.grpcServerPort:  # local mode: the gRPC front as a supervised child
-        from broker.proxy.local_mode import LocalGrpcFront
-        front = LocalGrpcFront(broker_config, store_config.brokerIP1)
+    if front is not None:
         front.start()
     store = controller.store
     print(f"broker {broker_config.brokerName} listening on {controller.addr}; store {store_config.storePathRootDir} "
@@ -77,7 +78,7 @@ def _proxy(args: argparse.Namespace) -> int:
 
     try:
         config, unknown = load_proxy_config(args.config, {"namesrvAddr": args.namesrv_addr} if args.namesrv_addr else None)
-    except StoreError as e:
+    except (StoreError, OSError) as e:
         print(f"broker proxy: {e}", file=sys.stderr)
         return 2
     for key in unknown:

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -303,3 +305,23 @@ def test_broker_grpc_server_port_is_checked():
     assert e.value.key == "grpcServerPort"
     broker, _, unknown = load_broker_config({"grpcServerPort": "8081", "namesrvAddr": "127.0.0.1:9876"})
     assert broker.grpcServerPort == 8081 and not unknown
+
+
+def test_a_taken_grpc_port_refuses_the_broker_and_a_missing_proxy_conf_the_front(tmp_path):
+    """A grpcServerPort another process holds would make the supervised front exit at every
+    restart, for ever: the broker refuses to start, naming the key. `broker proxy -c` with a file
+    that is not there says so in one line."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen(1)
+        port = held.getsockname()[1]
+        conf = tmp_path / "broker.conf"
+        conf.write_text(f"brokerIP1=127.0.0.1\nlistenPort={free_port()}\nstorePathRootDir={tmp_path}/store\n"
+                        f"namesrvAddr=127.0.0.1:9\ngrpcServerPort={port}\n")
+        r = subprocess.run([sys.executable, "-m", "broker.cli", "serve", "-c", str(conf)], capture_output=True,
+                           text=True, timeout=60)
+    assert r.returncode == 2 and "grpcServerPort" in r.stderr and str(port) in r.stderr, r.stderr
+    assert not (tmp_path / "store" / "commitlog").exists()  # refused before the store was touched
+    r = subprocess.run([sys.executable, "-m", "broker.cli", "proxy", "-c", str(tmp_path / "missing.conf")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "missing.conf" in r.stderr and "Traceback" not in r.stderr, r.stderr

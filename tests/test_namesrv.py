@@ -202,12 +202,16 @@ def test_a_killed_broker_leaves_the_routes_when_its_connection_closes(tmp_path):
     asyncio.run(main())
 
 
-def test_broker_run_starts_both_and_stops_both_on_sigterm(tmp_path):
+@pytest.mark.parametrize("stop", ["sigterm", "ctrl-c"])
+def test_broker_run_starts_both_and_stops_both_on_sigterm(tmp_path, stop):
+    """SIGTERM to `broker run`, or Ctrl-C (SIGINT to its whole process group, as a terminal sends
+    it, every child getting it too): either stops everything cleanly, and no child is restarted on
+    the way out."""
     ns_port, broker_port, grpc_port = free_port(), free_port(), free_port()
     proc = subprocess.Popen([sys.executable, "-m", "broker.cli", "run", "--store-root", str(tmp_path / "data"),
                              "--namesrv-listen", f"127.0.0.1:{ns_port}", "--listen-port", str(broker_port),
                              "--grpc-port", str(grpc_port)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         async def routed():
             deadline = time.monotonic() + 30
@@ -224,14 +228,18 @@ def test_broker_run_starts_both_and_stops_both_on_sigterm(tmp_path):
         assert route["brokerDatas"][0]["brokerAddrs"] == {"0": f"127.0.0.1:{broker_port}"}
         with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:  # the front answers too
             grpc.channel_ready_future(channel).result(timeout=60)
-        proc.send_signal(signal.SIGTERM)
+        if stop == "sigterm":
+            proc.send_signal(signal.SIGTERM)
+        else:
+            os.killpg(proc.pid, signal.SIGINT)
         out, _ = proc.communicate(timeout=30)
         assert proc.returncode == 0, out
         assert "stopped cleanly" in out and "name server stopped" in out
+        assert "restarting" not in out, out
         # the broker's gRPC front (local mode) started with it and stopped before it
         assert f"grpc proxy listening on 127.0.0.1:{grpc_port}" in out and "grpc proxy stopped" in out
         assert (tmp_path / "data" / "commitlog").is_dir()
     finally:
         if proc.poll() is None:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()

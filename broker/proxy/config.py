@@ -7,6 +7,7 @@ the key; a key not read here is logged.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 from broker.remoting.broker_config import parse_delay_levels
@@ -53,8 +54,8 @@ class ProxyConfig:
                 raise StoreConfigError(key, f"{getattr(self, key)} must be positive")
         self.delay_levels_ms  # names messageDelayLevel when malformed
 
-    @property
-    def delay_levels_ms(self) -> list[int]:
+    @functools.cached_property
+    def delay_levels_ms(self) -> list[int]:  # parsed once, not per delayed message
         return parse_delay_levels(self.messageDelayLevel)
 
 

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 
 from broker.proxy.config import ProxyConfig
 from broker.services.supervisor import ServiceProcess
+from broker.store.errors import StoreConfigError
 
 
 class LocalGrpcFront:
@@ -19,6 +21,15 @@ class LocalGrpcFront:
                                   messageDelayLevel=broker_config.messageDelayLevel,
                                   parentBroker=broker_config.brokerName)
         self.config.validate()
+        # a port another process holds would make the child exit at every restart, for ever: the
+        # broker refuses to start instead, naming the key
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((host, broker_config.grpcServerPort))
+            except OSError as e:
+                raise StoreConfigError("grpcServerPort", f"{host}:{broker_config.grpcServerPort} cannot be listened "
+                                                         f"on: {e.strerror}") from None
         self.process: ServiceProcess | None = None
         self._fd = -1
 

@@ -3,16 +3,9 @@ proxy's SendMessageQueueSelector: Guava's consistentHash of the group's String.h
 topic's write queues), so one group's messages stay in order on one queue."""
 from __future__ import annotations
 
+from broker.kernels.codec import java_string_hash
+
 _M64 = (1 << 64) - 1
-
-
-def java_string_hash(text: str) -> int:
-    """java.lang.String.hashCode, over UTF-16 code units, as a signed 32-bit int."""
-    h = 0
-    data = text.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h
 
 
 def consistent_hash(value: int, buckets: int) -> int:
@@ -32,4 +25,4 @@ def consistent_hash(value: int, buckets: int) -> int:
 
 
 def queue_index_for_group(message_group: str, queue_count: int) -> int:
-    return consistent_hash(java_string_hash(message_group), queue_count)
+    return consistent_hash(java_string_hash(message_group.encode()), queue_count)

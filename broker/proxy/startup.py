@@ -46,11 +46,11 @@ async def serve(config, stop: asyncio.Event, ready=None) -> None:
     print("grpc proxy stopped", flush=True)
 
 
-def run(config) -> int:
+def run(config, stop_signals=(signal.SIGINT, signal.SIGTERM)) -> int:
     async def main() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in stop_signals:
             loop.add_signal_handler(sig, stop.set)
         await serve(config, stop)
     try:
@@ -77,7 +77,10 @@ def main() -> int:
                         format="%(asctime)s proxy[%(process)d] %(levelname)s %(message)s")
     fields = {f.name for f in dataclasses.fields(ProxyConfig)}
     config = ProxyConfig(**{k: v for k, v in json.loads(args.config).items() if k in fields})
-    return run(config)
+    # Ctrl-C on `make run` reaches the whole process group: the broker stops this child with SIGTERM
+    # (a child stopping on its own SIGINT meanwhile would be restarted by the supervisor)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return run(config, (signal.SIGTERM,))
 
 
 if __name__ == "__main__":
