@@ -12,6 +12,7 @@ import asyncio
 
 import pytest
 
+from broker.client.admin import Admin
 from broker.client.message import Message
 from broker.client.producer import Producer
 from broker.reliable import CONFIRMED, CleanMessageLogService, IdempotentConsumer, OutboxProducer, open_store
@@ -26,8 +27,17 @@ HOUR_MS = 3_600_000
 
 
 async def send_all(cluster, store_url: str, group: str, topic: str, n: int) -> list[str]:
+    """n messages through the outbox, returned once the broker's queues hold them all: a SEND_OK is
+    in the commit log, the queue entry comes with the reput a moment later, and the batch tests
+    count on a consumer started now getting all n in its first pull (one batch)."""
     async with OutboxProducer(Producer(group, cluster.namesrv), store_url, resend=False) as outbox:
-        return [(await outbox.send(Message(topic, f"m{i}".encode()))).id for i in range(n)]
+        ids = [(await outbox.send(Message(topic, f"m{i}".encode()))).id for i in range(n)]
+    async with Admin(cluster.namesrv) as admin:
+        deadline = asyncio.get_running_loop().time() + 30
+        while sum(q.max_offset for q in await admin.consumer_offsets("send-all", topic)) < n:
+            assert asyncio.get_running_loop().time() < deadline, f"{topic}: {n} messages not all dispatched"
+            await asyncio.sleep(0.01)  # another process's reput: nothing to wait on but asking again
+    return ids
 
 
 async def send_copies(cluster, store_url: str, group: str, ids: list[str]) -> None:
