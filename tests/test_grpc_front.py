@@ -196,6 +196,7 @@ def _message(topic="GrpcBad", body=b"x", **sp) -> pb.Message:
 @pytest.mark.parametrize("request_, code", [
     (spb.SendMessageRequest(), pb.Code.MESSAGE_CORRUPTED),
     (spb.SendMessageRequest(messages=[_message(topic="bad topic!")]), pb.Code.ILLEGAL_TOPIC),
+    (spb.SendMessageRequest(messages=[_message(topic="主题")]), pb.Code.ILLEGAL_TOPIC),  # the broker's rule: ASCII
     (spb.SendMessageRequest(messages=[_message(body=b"")]), pb.Code.MESSAGE_BODY_EMPTY),
     (spb.SendMessageRequest(messages=[_message(message_id="")]), pb.Code.ILLEGAL_MESSAGE_ID),
     (spb.SendMessageRequest(messages=[_message(user={"UNIQ_KEY": "forged"})]), pb.Code.ILLEGAL_MESSAGE_PROPERTY_KEY),

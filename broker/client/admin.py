@@ -15,6 +15,7 @@ from broker.client.message import MessageExt, decode_messages
 from broker.client.route import MASTER_ID, MessageQueue, TopicRoute
 from broker.remoting import codes
 from broker.remoting.command import RemotingCommand
+from broker.remoting.headers import UNIQUE_MSG_QUERY_FLAG
 
 
 @dataclass
@@ -28,7 +29,6 @@ class QueueLag:
         return self.max_offset - max(self.committed, 0)
 
 
-UNIQUE_MSG_QUERY_FLAG = "_UNIQUE_KEY_QUERY"  # MixAll: QUERY_MESSAGE's key is a client msgId
 LONG_MAX = 2**63 - 1
 
 

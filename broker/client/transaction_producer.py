@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Protocol
 
+from broker.client.admin import decode_offset_msg_id
 from broker.client.client_instance import MQClientInstance
 from broker.client.errors import ClientError
 from broker.client.message import Message, MessageExt
@@ -61,11 +62,8 @@ class TransactionSendResult:
 
 
 def offset_of(offset_msg_id: str) -> int:
-    """The commit-log offset in an offsetMsgId (MessageDecoder.decodeMessageId: the last 16 hex)."""
-    try:
-        return int(offset_msg_id[-16:], 16)
-    except ValueError:
-        raise ClientError(f"offsetMsgId {offset_msg_id!r} names no commit-log offset") from None
+    """The commit-log offset in an offsetMsgId (ClientError when it is none)."""
+    return decode_offset_msg_id(offset_msg_id)[1]
 
 
 def prepared_body(msg: Message, body_flag: tuple[bytes, int]) -> tuple[bytes, int]:

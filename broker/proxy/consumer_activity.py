@@ -43,7 +43,7 @@ def _ms(duration) -> int:
 
 def _group(resource: pb.Resource) -> str:
     name = resource.name
-    if not name or len(name) > 255 or not all(c.isalnum() or c in "%|-_" for c in name):
+    if not name or len(name) > 255 or not all(c.isascii() and (c.isalnum() or c in "%|-_") for c in name):
         raise ProxyError(Code.ILLEGAL_CONSUMER_GROUP, f"consumer group {name!r} is empty, too long or holds characters "
                                                       f"other than letters, digits, '%', '|', '-' and '_'")
     return name

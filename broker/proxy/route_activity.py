@@ -8,17 +8,19 @@ from broker.client.route import PERM_READ, PERM_WRITE, TopicRoute
 from broker.proxy.protocol import definition_pb2 as pb
 from broker.proxy.protocol import service_pb2 as spb
 from broker.proxy.status import Code, ProxyError, from_client_error, status
+from broker.remoting.topic_manager import TopicError, check_topic_name
 
 # a topic accepts every message type: the broker keeps no topic message type to check against
 _ACCEPT = (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION)
 
 
 def validate_topic(resource: pb.Resource) -> str:
-    name = resource.name
-    if not name or len(name) > 127 or not all(c.isalnum() or c in "%|-_" for c in name):
-        raise ProxyError(Code.ILLEGAL_TOPIC, f"topic name {name!r} is empty, too long or holds characters other "
-                                             f"than letters, digits, '%', '|', '-' and '_'")
-    return name
+    """The broker's own rule (TopicValidator): a topic it would refuse is ILLEGAL_TOPIC here."""
+    try:
+        check_topic_name(resource.name)
+    except TopicError as e:
+        raise ProxyError(Code.ILLEGAL_TOPIC, str(e)) from None
+    return resource.name
 
 
 def message_queues(topic: str, route: TopicRoute, endpoints: pb.Endpoints) -> list[pb.MessageQueue]:

@@ -227,6 +227,9 @@ class EndTransactionRequestHeader(_Header):
     transactionId: str = ""
 
 
+UNIQUE_MSG_QUERY_FLAG = "_UNIQUE_KEY_QUERY"  # MixAll: in QUERY_MESSAGE's ext, the key is a client msgId (UNIQ_KEY)
+
+
 class QueryMessageRequestHeader(_Header):
     """QUERY_MESSAGE (QueryMessageRequestHeader.java: every field required)."""
     topic: str

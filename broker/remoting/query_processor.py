@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from broker.remoting import codes
 from broker.remoting.command import RemotingCommand
-from broker.remoting.headers import QueryMessageRequestHeader, ViewMessageRequestHeader, decode
+from broker.remoting.headers import UNIQUE_MSG_QUERY_FLAG, QueryMessageRequestHeader, ViewMessageRequestHeader, decode
 from broker.remoting.refusals import BadRequest, NotFound
 
-UNIQUE_MSG_QUERY_FLAG = "_UNIQUE_KEY_QUERY"  # MixAll: the key is a client msgId (UNIQ_KEY)
 
 
 class QueryMessageProcessor:

@@ -13,11 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from broker.remoting.refusals import BadRequest
+from broker.remoting.topic_manager import RETRY_PREFIX
 
 SEP = " "
 POP_ORDER_REVIVE_QUEUE = 999  # KeyBuilder.POP_ORDER_REVIVE_QUEUE
 NORMAL_TOPIC, RETRY_TOPIC, RETRY_TOPIC_V2 = "0", "1", "2"
-RETRY_PREFIX = "%RETRY%"
 
 
 class ExtraInfoError(BadRequest):
@@ -121,10 +121,6 @@ def _entries(info: str | None):
 
 def parse_start_offset_info(info: str | None) -> dict[str, int]:
     return {k: int(v) for k, v in _entries(info)}
-
-
-def parse_msg_offset_info(info: str | None) -> dict[str, list[int]]:
-    return {k: [int(x) for x in v.split(",")] for k, v in _entries(info)}
 
 
 def parse_order_count_info(info: str | None) -> dict[str, int]:

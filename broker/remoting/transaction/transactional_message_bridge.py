@@ -8,6 +8,7 @@ import struct
 import time
 from typing import Iterator
 
+from broker.kernels.codec import SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6
 from broker.remoting.schedule_service import REAL_QID, REAL_TOPIC
 from broker.remoting.system_topic_reader import read_messages
 from broker.remoting.topic_manager import PERM_READ, PERM_WRITE
@@ -18,7 +19,6 @@ from broker.remoting.transaction import (HALF_TOPIC, OP_TOPIC, REMOVE_TAG, SYS_G
 
 log = logging.getLogger("transaction")
 
-_V6_BORN, _V6_STORE = 0x10, 0x20  # MessageSysFlag.BORNHOST_V6_FLAG, STOREHOSTADDRESS_V6_FLAG
 
 
 def encode_message_ext(record, topic: str, queue_id: int, queue_offset: int, physical_offset: int,
@@ -28,7 +28,7 @@ def encode_message_ext(record, topic: str, queue_id: int, queue_offset: int, phy
     producer reads as the message it sent. Everything else (hosts, times, body) is the record's."""
     mv = memoryview(record)
     sys_flag = int.from_bytes(mv[36:40], "big")
-    body_at = 48 + (20 if sys_flag & _V6_BORN else 8) + 8 + (20 if sys_flag & _V6_STORE else 8) + 4 + 8
+    body_at = 48 + (20 if sys_flag & SYSFLAG_BORNHOST_V6 else 8) + 8 + (20 if sys_flag & SYSFLAG_STOREHOST_V6 else 8) + 4 + 8
     body_end = body_at + 4 + int.from_bytes(mv[body_at:body_at + 4], "big")
     tb, pb = topic.encode(), encode_properties(properties)
     head = bytearray(mv[:body_end])
