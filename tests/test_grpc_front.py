@@ -211,6 +211,21 @@ def test_bad_sends_are_answered_with_a_status(front, stub, request_, code):
     assert r.status.message
 
 
+def test_a_request_of_several_fifo_messages_keeps_each_group_on_one_queue_in_order(front, stub):
+    """One SendMessage with messages of two groups interleaved: each message goes to its own
+    group's queue, and each group's messages are stored in the request's order."""
+    topic = "GrpcFifoMany"
+    front.cluster.create_topic(topic)
+    msgs = [_message(topic, f"{g}-{i}".encode(), message_group=g, message_id=f"{n:032X}")
+            for n, (i, g) in enumerate((i, g) for i in range(4) for g in ("ga", "gb"))]
+    r = stub.SendMessage(spb.SendMessageRequest(messages=msgs), metadata=MD, timeout=60)
+    assert r.status.code == pb.Code.OK and len(r.entries) == 8, r
+    by_queue = {q: [m.body.decode() for m in front.cluster.records(topic, q)] for q in range(4)}
+    for g in ("ga", "gb"):
+        [held] = [bodies for bodies in by_queue.values() if any(b.startswith(g) for b in bodies)]
+        assert [b for b in held if b.startswith(g)] == [f"{g}-{i}" for i in range(4)], by_queue
+
+
 def test_bad_requests_and_unserved_rpcs_are_answered_at_once(front, stub):
     # (an unknown but well-formed topic is routed: the name server's autoCreateTopicEnable)
     r = stub.QueryRoute(spb.QueryRouteRequest(topic=pb.Resource(name="no such/topic"), endpoints=pb.Endpoints(

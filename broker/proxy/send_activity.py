@@ -37,16 +37,22 @@ class SendMessageActivity:
             raise ProxyError(Code.MESSAGE_CORRUPTED, "no message to send")
         topic = validate_topic(request.messages[0].topic)
         msgs = [to_remoting(m, topic, self.config) for m in request.messages]
-        queue = None
-        group = request.messages[0].system_properties.message_group if len(msgs) == 1 else ""
-        if group:
+        groups = [m.system_properties.message_group for m in request.messages]
+        queues = None
+        if any(groups):
             try:
                 queues = await self.producer.write_queues(topic)
             except Exception as e:  # noqa: BLE001 - no route: answered as a Status
                 return spb.SendMessageResponse(status=status(*from_client_error(e)))
-            queue = queues[queue_index_for_group(group, len(queues))]
-        entries = await asyncio.gather(*(self._send_one(m, pm.system_properties.message_id, queue)
-                                         for m, pm in zip(msgs, request.messages)))
+        sends = [(m, pm.system_properties.message_id,
+                  queues[queue_index_for_group(g, len(queues))] if g else None)
+                 for m, pm, g in zip(msgs, request.messages, groups)]
+        if len(sends) == 1 or queues is not None:
+            # each FIFO message on its own group's queue, in the request's order: sends in flight
+            # together could be stored in another order
+            entries = [await self._send_one(*one) for one in sends]
+        else:
+            entries = await asyncio.gather(*(self._send_one(*one) for one in sends))
         codes = {e.status.code for e in entries}
         top = status(Code.MULTIPLE_RESULTS) if len(codes) > 1 else status(entries[0].status.code,
                                                                             entries[0].status.message)
