@@ -321,6 +321,14 @@ def test_broker_grpc_server_port_is_checked():
     assert e.value.key == "grpcServerPort"
     broker, _, unknown = load_broker_config({"grpcServerPort": "8081", "namesrvAddr": "127.0.0.1:9876"})
     assert broker.grpcServerPort == 8081 and not unknown
+    # grpcListenPort, the name for it, is read as grpcServerPort; two different values are refused
+    broker, _, unknown = load_broker_config({"grpcListenPort": "8082", "namesrvAddr": "127.0.0.1:9876"})
+    assert broker.grpcServerPort == 8082 and not unknown
+    broker, _, _ = load_broker_config({"grpcListenPort": "8082", "grpcServerPort": "8082", "namesrvAddr": "h:1"})
+    assert broker.grpcServerPort == 8082
+    with pytest.raises(StoreConfigError) as e:
+        load_broker_config({"grpcListenPort": "8082", "grpcServerPort": "8081", "namesrvAddr": "127.0.0.1:9876"})
+    assert e.value.key == "grpcListenPort"
 
 
 def test_a_taken_grpc_port_refuses_the_broker_and_a_missing_proxy_conf_the_front(tmp_path):

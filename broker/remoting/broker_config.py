@@ -148,6 +148,7 @@ def load_broker_config(props: dict[str, str]) -> tuple[BrokerConfig, MessageStor
     DLedger mode's keys are read and checked here (a bad dLegerPeers is refused naming it); the
     whole DLedgerConfig is `load_dledger_config`'s, and the store config carries the two keys its
     service processes need (the mode and the member's id)."""
+    props = _grpc_port_alias(props)
     broker_fields = {f.name: f for f in dataclasses.fields(BrokerConfig)}
     dledger_keys = set(DLedgerConfig.keys())
     dledger = load_dledger_config(props)
@@ -162,6 +163,21 @@ def load_broker_config(props: dict[str, str]) -> tuple[BrokerConfig, MessageStor
         raise StoreConfigError("enableControllerMode", "controller mode and DLedger mode (enableDLegerCommitLog) "
                                "are two answers to the same question; choose one")
     return broker, store, unknown
+
+
+def _grpc_port_alias(props: dict[str, str]) -> dict[str, str]:
+    """`grpcListenPort` is read as `grpcServerPort`, the key RocketMQ 5's ProxyConfig names the
+    port with: operators write either, and two different values are refused rather than one
+    silently winning."""
+    if "grpcListenPort" not in props:
+        return props
+    props = dict(props)
+    alias = props.pop("grpcListenPort")
+    if props.get("grpcServerPort", alias).strip() != alias.strip():
+        raise StoreConfigError("grpcListenPort", f"{alias} differs from grpcServerPort={props['grpcServerPort']}; "
+                               "both name the gRPC front's port: keep one")
+    props["grpcServerPort"] = alias
+    return props
 
 
 def load_dledger_config(props: dict[str, str]) -> DLedgerConfig:
