@@ -11,6 +11,7 @@ import sys
 
 from broker.client import cli as client_cli
 from broker.conf import read_properties
+from broker.remoting.acl import default_acl_file
 from broker.remoting.broker_config import load_broker_config, load_dledger_config
 from broker.store.errors import StoreError
 
@@ -21,10 +22,8 @@ async def _serve(args: argparse.Namespace) -> int:
     props = read_properties(args.config) if args.config else {}
     if args.store_root:
         props["storePathRootDir"] = os.path.abspath(args.store_root)
-    if args.config and not props.get("aclFile"):
-        beside = os.path.join(os.path.dirname(os.path.abspath(args.config)), "plain_acl.yml")
-        if os.path.exists(beside) or not os.environ.get("ROCKETMQ_HOME"):
-            props["aclFile"] = beside  # RocketMQ's conf/ holds both files
+    if not props.get("aclFile"):
+        props["aclFile"] = default_acl_file(args.config)
     broker_config, store_config, unknown = load_broker_config(props)
     for key in unknown:
         log.warning("%s: unknown key in %s, ignored", key, args.config)

@@ -33,6 +33,11 @@ class ProxyConfig:
     messageDelayLevel: str = DEFAULT_DELAY_LEVELS
     # the broker that started this front as its child (local mode): logged, nothing more
     parentBroker: str = ""
+    # ACL (broker.proxy.grpc_acl): 5.x clients' signed calls checked against a plain_acl.yml, as
+    # RocketMQ 5.1's proxy does with enableACL; aclFile (not a ProxyConfig key, the broker's) names
+    # it, default plain_acl.yml beside proxy.conf, else $ROCKETMQ_HOME/conf/plain_acl.yml
+    enableACL: bool = False
+    aclFile: str = ""
 
     @classmethod
     def from_properties(cls, props: dict[str, str]) -> tuple["ProxyConfig", list[str]]:
@@ -53,6 +58,14 @@ class ProxyConfig:
             if getattr(self, key) <= 0:
                 raise StoreConfigError(key, f"{getattr(self, key)} must be positive")
         self.delay_levels_ms  # names messageDelayLevel when malformed
+        if self.enableACL:
+            from broker.remoting.acl import load_plain_acl
+            if not self.aclFile:
+                raise StoreConfigError("aclFile", "enableACL=true needs the plain_acl.yml to check clients against")
+            try:
+                load_plain_acl(self.aclFile)
+            except StoreConfigError as e:
+                raise StoreConfigError("enableACL", f"{self.aclFile}: {e}") from None
 
     @functools.cached_property
     def delay_levels_ms(self) -> list[int]:  # parsed once, not per delayed message
@@ -61,6 +74,8 @@ class ProxyConfig:
 
 def load_proxy_config(path: str | None, overrides: dict[str, str] | None = None) -> tuple[ProxyConfig, list[str]]:
     from broker.conf import read_properties
+    from broker.remoting.acl import default_acl_file
     props = read_properties(path) if path else {}
     props.update(overrides or {})
+    props.setdefault("aclFile", default_acl_file(path))
     return ProxyConfig.from_properties(props)

@@ -19,7 +19,8 @@ class LocalGrpcFront:
         self.config = ProxyConfig(namesrvAddr=";".join(broker_config.namesrv_addrs),
                                   grpcServerPort=broker_config.grpcServerPort, bindAddress=host,
                                   messageDelayLevel=broker_config.messageDelayLevel,
-                                  parentBroker=broker_config.brokerName)
+                                  parentBroker=broker_config.brokerName,
+                                  enableACL=broker_config.aclEnable, aclFile=broker_config.acl_file)
         self.config.validate()
         # a port another process holds would make the child exit at every restart, for ever: the
         # broker refuses to start instead, naming the key

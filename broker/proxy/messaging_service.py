@@ -11,6 +11,7 @@ import logging
 from broker.client.client_instance import MQClientInstance
 from broker.proxy.config import ProxyConfig
 from broker.proxy.consumer_activity import ConsumerActivity
+from broker.proxy.grpc_acl import GrpcAccessValidator
 from broker.proxy.grpc_channel_manager import GrpcChannelManager
 from broker.proxy.protocol import definition_pb2 as pb
 from broker.proxy.protocol import service_pb2 as spb
@@ -29,6 +30,8 @@ def _answered(response_type):
         @functools.wraps(fn)
         async def call(self, request, context):
             try:
+                if self.acl is not None:
+                    self.acl.check(request, context)
                 return await fn(self, request, context)
             except ProxyError as e:
                 return response_type(status=status(e.code, e.message))
@@ -56,6 +59,7 @@ class MessagingService(rpc.MessagingServiceServicer):
         self.transactions = EndTransactionActivity(client)
         self.relay = TransactionCheckRelay(client, self.channels)
         self.consumers = ConsumerActivity(client)
+        self.acl = GrpcAccessValidator(config.aclFile) if config.enableACL else None
 
     # -- unary RPCs ----------------------------------------------------------------------------------
     @_answered(spb.QueryRouteResponse)
@@ -122,6 +126,12 @@ class MessagingService(rpc.MessagingServiceServicer):
         yield spb.PullMessageResponse(status=status(Code.NOT_IMPLEMENTED, "PullMessage is not implemented by this front"))
 
     async def ReceiveMessage(self, request, context):
+        if self.acl is not None:
+            try:
+                self.acl.check(request, context)
+            except ProxyError as e:
+                yield spb.ReceiveMessageResponse(status=status(e.code, e.message))
+                return
         async for response in self.consumers.receive_message(request, context):
             yield response
 
@@ -132,24 +142,32 @@ class MessagingService(rpc.MessagingServiceServicer):
             yield spb.TelemetryCommand(status=status(Code.CLIENT_ID_REQUIRED, "x-mq-client-id metadata is missing"))
             return
         ch = self.channels.open(client_id)
-        reader = asyncio.ensure_future(self._read_telemetry(request_iterator, ch))
+        reader = asyncio.ensure_future(self._read_telemetry(request_iterator, ch, context))
         try:
             while True:
                 get = asyncio.ensure_future(ch.out.get())
                 done, _ = await asyncio.wait((get, reader), return_when=asyncio.FIRST_COMPLETED)
-                if get not in done:  # the client closed its side
+                if get not in done:  # the client closed its side, or a refused command ended it
                     get.cancel()
+                    while not ch.out.empty():  # what was written before the end (a refusal's status)
+                        yield ch.out.get_nowait()
                     break
                 yield get.result()
         finally:
             reader.cancel()
             self.channels.close(ch)
 
-    async def _read_telemetry(self, request_iterator, ch) -> None:
+    async def _read_telemetry(self, request_iterator, ch, context) -> None:
         async for command in request_iterator:
             which = command.WhichOneof("command")
             if which != "settings":
                 continue  # thread stack traces, verify results: nothing asked them of the client
+            if self.acl is not None:
+                try:
+                    self.acl.check(command, context)
+                except ProxyError as e:  # the stream ends with the refusal, as the Java proxy's
+                    ch.write(spb.TelemetryCommand(status=status(e.code, e.message)))
+                    return
             ch.settings = command.settings
             ch.write(spb.TelemetryCommand(status=status(), settings=self._reply_settings(command.settings)))
             if command.settings.client_type in (pb.PRODUCER,):

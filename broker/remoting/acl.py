@@ -41,6 +41,17 @@ ADMIN_CODES = frozenset({codes.UPDATE_AND_CREATE_TOPIC, 25, 215, 200, 207})  # c
 ACCESS_KEY, SIGNATURE, SECURITY_TOKEN = "AccessKey", "Signature", "SecurityToken"
 
 
+def default_acl_file(config_path: str | None) -> str:
+    """Where plain_acl.yml is when no aclFile names it: RocketMQ's conf/ holds it beside broker.conf
+    (and proxy.conf), else $ROCKETMQ_HOME/conf, else the working directory."""
+    if config_path:
+        beside = os.path.join(os.path.dirname(os.path.abspath(config_path)), "plain_acl.yml")
+        if os.path.exists(beside) or not os.environ.get("ROCKETMQ_HOME"):
+            return beside
+    home = os.environ.get("ROCKETMQ_HOME")
+    return os.path.join(home, "conf", "plain_acl.yml") if home else os.path.abspath("plain_acl.yml")
+
+
 class AclError(Exception):
     """A request the ACL refuses; the message is the remark the client sees."""
 
@@ -247,23 +258,36 @@ class PlainAccessValidator:
 
     def validate(self, cmd: RemotingCommand, peer_host: str) -> None:
         """Raise AclError when the request may not run."""
-        if any(w.matches(peer_host) for w in self.global_white):
-            return
         ak = cmd.ext.get(ACCESS_KEY)
-        if not ak:
-            raise AclError("No accessKey is configured")
-        acc = self.accounts.get(ext_string(ak))
+        acc = self.authenticate(ext_string(ak) if ak else "", peer_host,
+                                lambda a: hmac.compare_digest(ext_string(cmd.ext.get(SIGNATURE) or ""),
+                                                              sign(cmd.ext, cmd.body, a.secret_key)))
         if acc is None:
-            raise AclError(f"No acl config for {ext_string(ak)}")
-        if acc.white is not None and acc.white.matches(peer_host):
             return
-        got = cmd.ext.get(SIGNATURE)
-        if not got or not hmac.compare_digest(ext_string(got), sign(cmd.ext, cmd.body, acc.secret_key)):
-            raise AclError("Check signature failed for accessKey=" + acc.access_key)
         if cmd.code in ADMIN_CODES and not acc.admin:
             raise AclError(f"Need admin permission for request code={cmd.code}, but accessKey={acc.access_key} "
                            "is not")
-        need = resources(cmd)
+        self.authorize(acc, resources(cmd))
+
+    def authenticate(self, access_key: str, peer_host: str, signed) -> PlainAccount | None:
+        """The account a request acts as, or None for a white-listed peer that needs no check;
+        `signed(account)` says whether the request's signature is that account's. Shared by
+        remoting and the gRPC front, which sign different content the same way."""
+        if any(w.matches(peer_host) for w in self.global_white):
+            return None
+        if not access_key:
+            raise AclError("No accessKey is configured")
+        acc = self.accounts.get(access_key)
+        if acc is None:
+            raise AclError(f"No acl config for {access_key}")
+        if acc.white is not None and acc.white.matches(peer_host):
+            return None
+        if not signed(acc):
+            raise AclError("Check signature failed for accessKey=" + acc.access_key)
+        return acc
+
+    def authorize(self, acc: PlainAccount, need: dict[str, int]) -> None:
+        """Every resource in `need` (topic, or %RETRY%<group>) must be allowed to `acc`."""
         if not need or (acc.admin and not acc.perms):
             return
         for res, perm in need.items():
@@ -273,5 +297,5 @@ class PlainAccessValidator:
                 owned = acc.default_group_perm if is_group else acc.default_topic_perm
             if not _allowed(perm, owned):
                 what = f"group {res[len(RETRY_PREFIX):]}" if is_group else f"topic {res}"
-                raise AclError(f"No permission for {what} (needs {'PUB' if perm == PUB else 'SUB'}), "
-                               f"accessKey={acc.access_key}")
+                needs = {PUB: "PUB", SUB: "SUB"}.get(perm, "PUB or SUB")
+                raise AclError(f"No permission for {what} (needs {needs}), accessKey={acc.access_key}")

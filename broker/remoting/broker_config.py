@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 
 from broker.raft.config import DLedgerConfig
+from broker.remoting.acl import default_acl_file
 from broker.store.config import MessageStoreConfig, _convert
 from broker.store.errors import StoreConfigError
 
@@ -131,10 +132,7 @@ class BrokerConfig:
 
     @property
     def acl_file(self) -> str:
-        if self.aclFile:
-            return self.aclFile
-        home = os.environ.get("ROCKETMQ_HOME")
-        return os.path.join(home, "conf", "plain_acl.yml") if home else os.path.abspath("plain_acl.yml")
+        return self.aclFile or default_acl_file(None)
 
     @property
     def namesrv_addrs(self) -> list[str]:

@@ -62,12 +62,17 @@ def build(opt, m):
     return msg
 
 
+def credentials(opt):
+    """accessKey/secretKey options: the client signs every call with them (ACL on the front)."""
+    return Credentials(opt.get("accessKey", ""), opt.get("secretKey", ""))
+
+
 def receipt(r):
     return {"messageId": r.message_id, "transactionId": r.transaction_id, "offset": r.offset}
 
 
 def produce(opt):
-    config = ClientConfiguration(opt["endpoints"], Credentials(), request_timeout=10)
+    config = ClientConfiguration(opt["endpoints"], credentials(opt), request_timeout=10)
     checker = Checker(opt.get("checker", "commit")) if opt.get("transaction") or opt.get("checker") else None
     producer = Producer(config, (opt["topic"],), checker)
     producer.startup()
@@ -109,7 +114,7 @@ def produce(opt):
 def receive(opt):
     """Options: endpoints, topic, group, count, expression, invisibleSeconds, awaitSeconds, rounds,
     changeInvisible (change each message's invisible time once before acking it)."""
-    config = ClientConfiguration(opt["endpoints"], Credentials(), request_timeout=10)
+    config = ClientConfiguration(opt["endpoints"], credentials(opt), request_timeout=10)
     consumer = SimpleConsumer(config, opt["group"], {opt["topic"]: FilterExpression(opt.get("expression", "*"))},
                               await_duration=opt.get("awaitSeconds", 2))
     consumer.startup()
