@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -349,3 +350,28 @@ def test_a_taken_grpc_port_refuses_the_broker_and_a_missing_proxy_conf_the_front
     r = subprocess.run([sys.executable, "-m", "broker.cli", "proxy", "-c", str(tmp_path / "missing.conf")],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "missing.conf" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_a_stopping_front_ends_idle_telemetry_streams_instead_of_waiting_its_grace(front, tmp_path):
+    """A 5.x client keeps its Telemetry stream open for as long as it runs: SIGTERM ends those
+    streams at once, so the front stops without sitting out grpcShutdownTimeSeconds (30 s)."""
+    second = GrpcFront(front.cluster, tmp_path)
+    try:
+        channel = grpc.insecure_channel(second.endpoints)
+        stop_sending = threading.Event()
+
+        def commands():  # the client's side of the stream: one Settings, then open until the end
+            yield spb.TelemetryCommand(settings=pb.Settings(client_type=pb.PRODUCER, publishing=pb.Publishing(
+                topics=[pb.Resource(name="GrpcStop")])))
+            stop_sending.wait(120)
+
+        stream = rpc.MessagingServiceStub(channel).Telemetry(commands(), metadata=MD, timeout=120)
+        assert next(stream).status.code == pb.Code.OK  # the Settings reply: the stream is open
+        os.kill(second.child.proc.pid, signal.SIGTERM)
+        assert list(stream) == []  # ended by the front, with no error
+        assert second.child.proc.wait(timeout=20) == 0
+        assert any("grpc proxy stopped" in line for line in second.child.lines)
+        stop_sending.set()
+        channel.close()
+    finally:
+        second.close()

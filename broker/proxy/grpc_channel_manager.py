@@ -43,6 +43,12 @@ class GrpcChannelManager:
         if self.channels.get(channel.client_id) is channel:
             del self.channels[channel.client_id]
 
+    def end_all(self) -> None:
+        """Shutdown: every Telemetry stream ends now (a None on its queue), so the server's grace
+        period waits for calls in progress, not for idle streams that would last it out."""
+        for ch in self.channels.values():
+            ch.out.put_nowait(None)
+
     def drop(self, client_id: str) -> None:
         self.channels.pop(client_id, None)
 

@@ -152,7 +152,10 @@ class MessagingService(rpc.MessagingServiceServicer):
                     while not ch.out.empty():  # what was written before the end (a refusal's status)
                         yield ch.out.get_nowait()
                     break
-                yield get.result()
+                command = get.result()
+                if command is None:  # the front is stopping (GrpcChannelManager.end_all)
+                    break
+                yield command
         finally:
             reader.cancel()
             self.channels.close(ch)

@@ -29,7 +29,8 @@ async def serve(config, stop: asyncio.Event, ready=None) -> None:
     producer = ProxyProducer(PRODUCER_GROUP, client=client)
     await producer.start()
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", 130 * 1024 * 1024)])
-    rpc.add_MessagingServiceServicer_to_server(MessagingService(config, client, producer), server)
+    service = MessagingService(config, client, producer)
+    rpc.add_MessagingServiceServicer_to_server(service, server)
     addr = f"{config.bindAddress}:{config.grpcServerPort}"
     if server.add_insecure_port(addr) == 0:
         raise OSError(f"cannot listen on {addr}")
@@ -41,6 +42,7 @@ async def serve(config, stop: asyncio.Event, ready=None) -> None:
     try:
         await stop.wait()
     finally:
+        service.channels.end_all()
         await server.stop(config.grpcShutdownTimeSeconds)
         await producer.shutdown()
     print("grpc proxy stopped", flush=True)
