@@ -73,6 +73,7 @@ cdef class Scanner:
 
 cpdef int64_t java_string_hash(const uint8_t[::1] s) except? -1
 cdef int64_t java_hash_ptr(const uint8_t *p, Py_ssize_t n) except? -1
+cdef int64_t java_hash_from(uint32_t seed, const uint8_t *p, Py_ssize_t n) except? -1
 cpdef uint32_t crc32(const uint8_t[::1] data) noexcept
 
 

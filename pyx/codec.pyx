@@ -146,7 +146,13 @@ def crc32_in_hardware() -> bool:
 
 cdef int64_t java_hash_ptr(const uint8_t *p, Py_ssize_t n) except? -1:
     """Java String.hashCode of UTF-8 bytes: over UTF-16 code units, int32 wrap-around."""
-    cdef uint32_t h = 0
+    return java_hash_from(0, p, n)
+
+
+cdef int64_t java_hash_from(uint32_t seed, const uint8_t *p, Py_ssize_t n) except? -1:
+    """Java's hash of a string whose hash is `seed`, with the UTF-8 bytes `p` appended to it:
+    the index's "topic#key" hashes carry on from the topic prefix's hash."""
+    cdef uint32_t h = seed
     cdef Py_ssize_t i = 0
     cdef uint32_t c, cp
     cdef int extra
@@ -168,16 +174,16 @@ cdef int64_t java_hash_ptr(const uint8_t *p, Py_ssize_t n) except? -1:
             extra = 1
             cp = c & 0x1F
         else:
-            return _java_hash_slow(p, n)
+            return _java_hash_slow(seed, p, n)
         if i + extra >= n:
-            return _java_hash_slow(p, n)
+            return _java_hash_slow(seed, p, n)
         for k in range(1, extra + 1):
             if (p[i + k] & 0xC0) != 0x80:
-                return _java_hash_slow(p, n)
+                return _java_hash_slow(seed, p, n)
             cp = (cp << 6) | (p[i + k] & 0x3F)
         if (extra == 2 and (cp < 0x800 or (cp >= 0xD800 and cp <= 0xDFFF))) or \
            (extra == 3 and (cp < 0x10000 or cp > 0x10FFFF)):
-            return _java_hash_slow(p, n)
+            return _java_hash_slow(seed, p, n)
         if cp >= 0x10000:
             cp -= 0x10000
             h = h * 31 + (0xD800 + (cp >> 10))
@@ -188,11 +194,11 @@ cdef int64_t java_hash_ptr(const uint8_t *p, Py_ssize_t n) except? -1:
     return <int64_t> <int32_t> h
 
 
-cdef int64_t _java_hash_slow(const uint8_t *p, Py_ssize_t n) except? -1:
+cdef int64_t _java_hash_slow(uint32_t seed, const uint8_t *p, Py_ssize_t n) except? -1:
     units = PyBytes_FromStringAndSize(<char *> p, n).decode("utf-8", "replace").encode("utf-16-le")
     cdef const uint8_t *u = <const uint8_t *> PyBytes_AS_STRING(units)
     cdef Py_ssize_t m = PyBytes_GET_SIZE(units)
-    cdef uint32_t h = 0
+    cdef uint32_t h = seed
     cdef Py_ssize_t i
     for i in range(0, m, 2):
         h = h * 31 + (u[i] | (<uint32_t> u[i + 1] << 8))

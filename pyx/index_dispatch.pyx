@@ -24,7 +24,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from cpython.mem cimport PyMem_Free, PyMem_Realloc
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t, INT32_MAX
 
-from broker.kernels.codec cimport DispatchEntry, MappedBuffer, Scanner, java_hash_ptr
+from broker.kernels.codec cimport DispatchEntry, MappedBuffer, Scanner, java_hash_from, java_hash_ptr
 from bytesex cimport get_be32, get_be64, put_be32, put_be64
 
 DEF PENDING = 32
@@ -60,18 +60,6 @@ cdef struct Pending:
 def index_file_size(int64_t slots, int64_t num) -> int:
     """Bytes of an index file: header + slots + entries (IndexFile.fileTotalSize)."""
     return HEADER + slots * SLOT + num * ENTRY
-
-
-cdef uint32_t _slow_key_hash(uint32_t prefix, const uint8_t *p, Py_ssize_t n) except? 0xFFFFFFFF:
-    """The prefix's hash carried on over a key with non-ASCII bytes: decoded as Java decodes the
-    properties (malformed sequences replaced), then over its UTF-16 code units."""
-    units = PyBytes_FromStringAndSize(<char *> p, n).decode("utf-8", "replace").encode("utf-16-le")
-    cdef const uint8_t *u = <const uint8_t *> PyBytes_AS_STRING(units)
-    cdef Py_ssize_t i, m = PyBytes_GET_SIZE(units)
-    cdef uint32_t h = prefix
-    for i in range(0, m, 2):
-        h = h * 31 + (u[i] | (<uint32_t> u[i + 1] << 8))
-    return h
 
 
 @cython.final
@@ -207,7 +195,7 @@ cdef class IndexDispatcher:
         cdef Py_ssize_t j
         for j in range(n):
             if k[j] >= 0x80:
-                return _slow_key_hash(prefix, k, n)
+                return <uint32_t> java_hash_from(prefix, k, n)  # UTF-16 units, as Java hashes
             h = h * 31 + k[j]
         return h
 
