@@ -200,9 +200,16 @@ class PushConsumer:
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        for mq in list(self._workers):
-            await self._stop_worker(mq)
-        await self.offset_store.persist_all()  # a queue whose removal the shutdown interrupted
+        # every queue stops at once (each finishing its message in hand), then one persist_all
+        # commits them all: a broadcasting consumer's file is written once, not once per queue
+        held = list(self._workers)
+        await asyncio.gather(*(self._stop_worker(mq, commit=False) for mq in held))
+        await self.offset_store.persist_all()
+        for mq in held:
+            self.offset_store.remove(mq)
+        if self._locks is not None:
+            for mq in held:
+                await self._locks.unlock(mq)
         self.client.consumers.pop(self.group, None)
         await self.client.unregister(consumer_group=self.group)
         await self.client.shutdown()
@@ -281,10 +288,11 @@ class PushConsumer:
             if wanted:
                 log.debug("%s: %s holds %s", self.group, self.client.client_id, sorted(map(str, self._workers)))
 
-    async def _stop_worker(self, mq: MessageQueue) -> None:
+    async def _stop_worker(self, mq: MessageQueue, commit: bool = True) -> None:
         """Stop pulling a queue and commit what was consumed of it, before another member takes it.
         An orderly consumer first lets the message in hand finish and unlocks the queue last, so
-        the next holder starts right after that message (RebalancePushImpl.removeUnnecessaryMessageQueue)."""
+        the next holder starts right after that message (RebalancePushImpl.removeUnnecessaryMessageQueue).
+        commit=False (shutdown) leaves the commit and the unlock to the caller."""
         task, pq = self._workers.pop(mq), self._pqs.pop(mq)
         pq.dropped = True
         try:
@@ -297,6 +305,8 @@ class PushConsumer:
         finally:  # a shutdown cancelling this wait leaves no worker behind
             task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+        if not commit:
+            return
         await self.offset_store.persist(mq)
         self.offset_store.remove(mq)
         if self._locks is not None:
