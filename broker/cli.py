@@ -44,7 +44,7 @@ async def _serve(args: argparse.Namespace) -> int:
     gc.freeze()
     gc.set_threshold(10_000, 50, 100)
     if front is not None:
-        front.start()
+        front.start(controller.acl)
     store = controller.store
     print(f"broker {broker_config.brokerName} listening on {controller.addr}; store {store_config.storePathRootDir} "
           f"({store_config.flushDiskType}); name servers {broker_config.namesrv_addrs or 'none'}", flush=True)

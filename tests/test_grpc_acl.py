@@ -6,6 +6,7 @@ from __future__ import annotations
 import hmac
 from datetime import datetime, timezone
 from hashlib import sha1
+from pathlib import Path
 
 import grpc
 import pytest
@@ -15,7 +16,8 @@ from broker.proxy.protocol import definition_pb2 as pb
 from broker.proxy.protocol import service_pb2 as spb
 from broker.proxy.protocol import service_pb2_grpc as rpc
 from broker.store.errors import StoreConfigError
-from tests.conftest import wait_for
+from tests.conftest import free_port, wait_for
+from tests.helpers.procs import group_members
 from tests.helpers.grpc_front import GrpcFront, py5, py5_produce
 from tests.helpers.real_clients import Cluster
 
@@ -35,7 +37,11 @@ accounts:
     defaultGroupPerm: DENY
     topicPerms: [AclOk=SUB]
     groupPerms: [acl-group=SUB]
+  - accessKey: admin5
+    secretKey: admin-secret
+    admin: true
 """
+ADMIN = ("admin5", "admin-secret")
 
 
 @pytest.fixture(scope="module")
@@ -155,3 +161,64 @@ def test_enable_acl_without_a_readable_file_is_refused_naming_the_key(tmp_path):
     with pytest.raises(StoreConfigError) as e:
         ProxyConfig(enableACL=True, aclFile=str(bad)).validate()
     assert e.value.key == "enableACL" and "at least 6" in str(e.value)
+
+
+def test_a_broker_with_acl_runs_its_local_front_with_acl_and_an_account_of_its_own(tmp_path):
+    """aclEnable and grpcServerPort in broker.conf: the front checks 5.x clients against the broker's
+    plain_acl.yml, and reaches the broker, whose ACL refuses unsigned requests, with an admin
+    account the broker made for it at start (in neither the file nor the front's command line)."""
+    acl = tmp_path / "plain_acl.yml"
+    acl.write_text(ACL_YML)
+    port = free_port()
+    with Cluster(tmp_path / "cluster", f"aclEnable=true\naclFile={acl}\ngrpcServerPort={port}\n", access=ADMIN) as c:
+        broker = c.procs[1]
+        broker.wait_lines(lambda ls: any("grpc proxy listening" in line for line in ls), 60, "the local front")
+        c.create_topic("AclOk")
+        endpoints = f"127.0.0.1:{port}"
+        sent = py5_produce(endpoints, "AclOk", [{"body": f"l{i}"} for i in range(3)], accessKey=PRODUCER[0],
+                           secretKey=PRODUCER[1])
+        assert all("messageId" in r for r in sent), sent
+        got = py5("receive", endpoints, "AclOk", group="acl-group", count=3, accessKey=CONSUMER[0],
+                  secretKey=CONSUMER[1])
+        assert sorted(d["body"] for d in got) == ["l0", "l1", "l2"]
+        refused = py5_produce(endpoints, "AclOk", [{"body": "no"}], accessKey=CONSUMER[0], secretKey=CONSUMER[1])
+        assert "No permission for topic AclOk" in refused[0].get("error", ""), refused
+        front_pid = next(p for p in group_members(broker.pgid)
+                         if b"broker.proxy.startup" in Path(f"/proc/{p}/cmdline").read_bytes())
+        assert b"local-front-" not in Path(f"/proc/{front_pid}/cmdline").read_bytes()
+        assert "local-front-" not in acl.read_text()
+
+
+def test_cluster_mode_signs_with_tools_yml_when_asked(tmp_path):
+    acl = tmp_path / "plain_acl.yml"
+    acl.write_text(ACL_YML)
+    with Cluster(tmp_path / "cluster", f"aclEnable=true\naclFile={acl}\n", access=ADMIN) as c:
+        c.create_topic("AclOk")
+        (tmp_path / "plain").mkdir()
+        unsigned = GrpcFront(c, tmp_path / "plain")  # the broker refuses what the front sends unsigned
+        try:
+            [r] = py5_produce(unsigned.endpoints, "AclOk", [{"body": "x"}])
+            assert "FORBIDDEN" in r.get("error", "") or "No accessKey" in r.get("error", ""), r
+        finally:
+            unsigned.close()
+        root = tmp_path / "signed"
+        root.mkdir()
+        (root / "tools.yml").write_text(f"accessKey: {ADMIN[0]}\nsecretKey: {ADMIN[1]}\n")
+        front = GrpcFront(c, root, extra_conf="enableAclRpcHookForClusterMode=true\n")
+        try:
+            sent = py5_produce(front.endpoints, "AclOk", [{"body": "signed"}])
+            assert "messageId" in sent[0], sent
+            got = py5("receive", front.endpoints, "AclOk", group="any-group", count=1)
+            assert [d["body"] for d in got] == ["signed"]
+        finally:
+            front.close()
+
+
+def test_enable_acl_rpc_hook_without_tools_yml_is_refused_naming_the_key(tmp_path):
+    with pytest.raises(StoreConfigError) as e:
+        ProxyConfig(enableAclRpcHookForClusterMode=True, aclToolsFile=str(tmp_path / "tools.yml")).validate()
+    assert e.value.key.startswith("enableAclRpcHookForClusterMode") and "does not exist" in str(e.value)
+    (tmp_path / "tools.yml").write_text("accessKey: onlyme\n")
+    with pytest.raises(StoreConfigError) as e:
+        ProxyConfig(enableAclRpcHookForClusterMode=True, aclToolsFile=str(tmp_path / "tools.yml")).validate()
+    assert "secretKey" in str(e.value)

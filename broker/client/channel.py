@@ -54,6 +54,7 @@ class ClientChannel(RequestHandling, asyncio.BufferedProtocol):
         self.handler = handler
         self.reader = ReplyReader(max_frame)
         self.out = WriteBuffer()  # requests rendered this loop turn
+        self.signer = None  # an AclClientRPCHook: requests signed as they leave (broker.client.acl_hook)
         self.buf = bytearray(INITIAL_BUFFER)
         self.view = memoryview(self.buf)
         self.start = 0  # first unread byte
@@ -243,7 +244,10 @@ class ClientChannel(RequestHandling, asyncio.BufferedProtocol):
         if len(self.out) and self.transport is not None:
             data = self.out.getvalue()
             self.out.reset()
-            self.transport.write(data)
+            if self.signer is None:
+                self.transport.write(data)
+            else:
+                self.transport.writelines(self.signer.sign_frames(data))
 
     def fast_request(self, timeout: float) -> tuple[int, asyncio.Future]:
         """An opaque and the future its answer resolves (a Reply, or a RemotingCommand for a frame
@@ -315,7 +319,8 @@ class ClientChannel(RequestHandling, asyncio.BufferedProtocol):
             self.transport.close()
 
 
-async def open_channel(host: str, port: int, handler: Handler | None = None) -> ClientChannel:
+async def open_channel(host: str, port: int, handler: Handler | None = None, signer=None) -> ClientChannel:
     loop = asyncio.get_running_loop()
     _, channel = await loop.create_connection(lambda: ClientChannel(handler), host, port)
+    channel.signer = signer
     return channel

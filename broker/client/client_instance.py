@@ -21,6 +21,7 @@ from broker.client.message import MessageDecodeError, decode_messages
 from broker.client.route import RouteCache, TopicRoute, parse_route
 from broker.remoting import codes
 from broker.remoting.command import RemotingCommand
+from broker.client.acl_hook import AclClientRPCHook, SessionCredentials
 from broker.client.channel import ClientChannel, open_channel
 from broker.kernels.client_codec import Reply
 
@@ -55,8 +56,10 @@ class ConsumerMember(Protocol):
 
 class MQClientInstance:
     def __init__(self, namesrv_addr: str | None = None, heartbeat_interval: float = HEARTBEAT_INTERVAL,
-                 instance_name: str | None = None):
+                 instance_name: str | None = None, credentials: SessionCredentials | None = None):
         self.namesrv_addrs = parse_namesrv_addr(namesrv_addr)
+        # a broker with aclEnable: every request signed with these (AclClientRPCHook)
+        self.signer = AclClientRPCHook(credentials) if credentials is not None else None
         n = next(_instances)
         # "ip@pid" as Java's default instance name makes it; a second instance in one process
         # (two consumers of one group in a test) needs its own id or the broker sees one member.
@@ -95,7 +98,7 @@ class MQClientInstance:
                 return conn
             host, _, port = addr.rpartition(":")
             try:
-                conn = await asyncio.wait_for(open_channel(host, int(port), self._handle), CONNECT_TIMEOUT)
+                conn = await asyncio.wait_for(open_channel(host, int(port), self._handle, self.signer), CONNECT_TIMEOUT)
             except asyncio.TimeoutError:
                 raise BrokerUnreachable(addr, f"connect timed out after {CONNECT_TIMEOUT:g} s") from None
             except (OSError, ValueError) as e:

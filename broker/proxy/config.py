@@ -38,6 +38,10 @@ class ProxyConfig:
     # it, default plain_acl.yml beside proxy.conf, else $ROCKETMQ_HOME/conf/plain_acl.yml
     enableACL: bool = False
     aclFile: str = ""
+    # brokers with aclEnable: sign the front's requests with tools.yml's account (broker.proxy.
+    # inner_credentials); aclToolsFile (not a ProxyConfig key) names it, default beside proxy.conf
+    enableAclRpcHookForClusterMode: bool = False
+    aclToolsFile: str = ""
 
     @classmethod
     def from_properties(cls, props: dict[str, str]) -> tuple["ProxyConfig", list[str]]:
@@ -66,6 +70,9 @@ class ProxyConfig:
                 load_plain_acl(self.aclFile)
             except StoreConfigError as e:
                 raise StoreConfigError("enableACL", f"{self.aclFile}: {e}") from None
+        if self.enableAclRpcHookForClusterMode:
+            from broker.proxy.inner_credentials import load_tools_yml
+            load_tools_yml(self.aclToolsFile)  # names the key when the file is missing or incomplete
 
     @functools.cached_property
     def delay_levels_ms(self) -> list[int]:  # parsed once, not per delayed message
@@ -74,8 +81,10 @@ class ProxyConfig:
 
 def load_proxy_config(path: str | None, overrides: dict[str, str] | None = None) -> tuple[ProxyConfig, list[str]]:
     from broker.conf import read_properties
+    from broker.proxy.inner_credentials import default_tools_file
     from broker.remoting.acl import default_acl_file
     props = read_properties(path) if path else {}
     props.update(overrides or {})
     props.setdefault("aclFile", default_acl_file(path))
+    props.setdefault("aclToolsFile", default_tools_file(path))
     return ProxyConfig.from_properties(props)

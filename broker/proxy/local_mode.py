@@ -10,6 +10,7 @@ import os
 import socket
 
 from broker.proxy.config import ProxyConfig
+from broker.proxy.inner_credentials import make_local
 from broker.services.supervisor import ServiceProcess
 from broker.store.errors import StoreConfigError
 
@@ -34,11 +35,13 @@ class LocalGrpcFront:
         self.process: ServiceProcess | None = None
         self._fd = -1
 
-    def start(self) -> None:
+    def start(self, acl=None) -> None:
+        """`acl`: the broker's PlainAccessValidator when it has aclEnable; the front then signs its
+        requests with an account the broker makes for it (broker.proxy.inner_credentials)."""
         # the supervisor's wake-up for who waits on a service's state: nothing here does
         self._fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self.process = ServiceProcess("grpc front", "broker.proxy.startup", self.config, self._fd,
-                                      asyncio.get_running_loop())
+                                      asyncio.get_running_loop(), env=make_local(acl) if acl is not None else None)
         self.process.start()
 
     async def stop(self) -> None:

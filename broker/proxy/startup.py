@@ -25,7 +25,9 @@ async def serve(config, stop: asyncio.Event, ready=None) -> None:
     from broker.proxy.protocol import service_pb2_grpc as rpc
     from broker.proxy.send_activity import ProxyProducer
 
-    client = MQClientInstance(config.namesrvAddr)
+    from broker.proxy.inner_credentials import for_front
+
+    client = MQClientInstance(config.namesrvAddr, credentials=for_front(config))
     producer = ProxyProducer(PRODUCER_GROUP, client=client)
     await producer.start()
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", 130 * 1024 * 1024)])

@@ -242,6 +242,9 @@ class PlainAccessValidator:
         self.path = path
         self.accounts, self.global_white = load_plain_acl(path)
         self._mtime = os.stat(path).st_mtime_ns
+        # an admin account of this broker's own making, not in the file (its local gRPC front's:
+        # broker.proxy.local_mode); it outlives reloads of the file
+        self.inner: PlainAccount | None = None
 
     def reload_if_changed(self) -> None:
         """RocketMQ watches plain_acl.yml; an edit takes effect without a restart. A broken edit
@@ -278,6 +281,8 @@ class PlainAccessValidator:
         if not access_key:
             raise AclError("No accessKey is configured")
         acc = self.accounts.get(access_key)
+        if acc is None and self.inner is not None and access_key == self.inner.access_key:
+            acc = self.inner
         if acc is None:
             raise AclError(f"No acl config for {access_key}")
         if acc.white is not None and acc.white.matches(peer_host):

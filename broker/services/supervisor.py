@@ -26,8 +26,10 @@ def _service_env() -> dict[str, str]:
 class ServiceProcess:
     """One supervised service: `python -m <module>` with the store config, our pid and an eventfd."""
 
-    def __init__(self, name: str, module: str, config, notify_fd: int, loop: asyncio.AbstractEventLoop):
+    def __init__(self, name: str, module: str, config, notify_fd: int, loop: asyncio.AbstractEventLoop,
+                 env: dict[str, str] | None = None):
         self.name = name
+        self.env = env or {}  # what the child alone gets (a secret stays off its command line)
         self.module = module
         self.config = config
         self.notify_fd = notify_fd
@@ -48,7 +50,7 @@ class ServiceProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", self.module, "--config", cfg, "--parent", str(os.getpid()),
              "--notify-fd", str(self.notify_fd)],
-            pass_fds=(self.notify_fd,), stdin=subprocess.DEVNULL, env=_service_env())
+            pass_fds=(self.notify_fd,), stdin=subprocess.DEVNULL, env={**_service_env(), **self.env})
         self.exited.clear()
         self.pidfd = os.pidfd_open(self.proc.pid)
         self.loop.add_reader(self.pidfd, self._on_exit)
