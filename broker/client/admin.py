@@ -161,13 +161,7 @@ class Admin:
     async def view_message(self, offset_msg_id: str) -> MessageExt:
         """VIEW_MESSAGE_BY_ID (33): the message an offsetMsgId names, from the broker it names."""
         addr, offset = decode_offset_msg_id(offset_msg_id)
-        r = await self.client.invoke(addr, RemotingCommand.request(codes.VIEW_MESSAGE_BY_ID, {"offset": offset}), 10)
-        if r.code != codes.SUCCESS:
-            raise ResponseError(r.code, r.remark, f"view message {offset_msg_id} on {addr}")
-        msgs = decode_messages(r.body)
-        if len(msgs) != 1:
-            raise ClientError(f"view message {offset_msg_id} on {addr}: the answer holds {len(msgs)} messages")
-        return msgs[0]
+        return await api.view_message(self.client, addr, offset)
 
     async def message_by_id(self, msg_id: str, topic: str | None = None) -> list[MessageExt]:
         """A message by either id (DefaultMQAdminExt.viewMessage(topic, msgId)): an offsetMsgId of a

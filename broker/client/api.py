@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from broker.client.client_instance import MQClientInstance
-from broker.client.errors import ResponseError
+from broker.client.errors import ClientError, ResponseError
 from broker.client.message import MessageExt, decode_messages
 from broker.client.route import MessageQueue
 from broker.kernels.client_codec import Reply, render_pull
@@ -127,6 +127,17 @@ async def send_back(client: MQClientInstance, addr: str, group: str, msg: Messag
         "originTopic": msg.topic, "unitMode": False, "maxReconsumeTimes": max_reconsume_times}), 5)
     if r.code != codes.SUCCESS:
         raise ResponseError(r.code, r.remark, f"send back {msg.msg_id} of {group}")
+
+
+async def view_message(client: MQClientInstance, addr: str, offset: int) -> MessageExt:
+    """VIEW_MESSAGE_BY_ID (33): the message stored at a commit log offset of the broker at `addr`."""
+    r = await client.invoke(addr, RemotingCommand.request(codes.VIEW_MESSAGE_BY_ID, {"offset": offset}), 10)
+    if r.code != codes.SUCCESS:
+        raise ResponseError(r.code, r.remark, f"view message at {offset} on {addr}")
+    msgs = decode_messages(r.body)
+    if len(msgs) != 1:
+        raise ClientError(f"view message at {offset} on {addr}: the answer holds {len(msgs)} messages")
+    return msgs[0]
 
 
 def _mq_set(mqs) -> list[dict]:

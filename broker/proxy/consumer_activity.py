@@ -3,10 +3,11 @@ AckMessageActivity, ChangeInvisibleDurationActivity): ReceiveMessage pops (POP_M
 the broker the request's queue names and streams Status OK, each message with its receipt handle
 (the broker's extraInfo, POP_CK), then the delivery timestamp, or a lone MESSAGE_NOT_FOUND;
 AckMessage (ACK_MESSAGE 200051) and ChangeInvisibleDuration (CHANGE_MESSAGE_INVISIBLETIME 200053)
-go to the broker the handle names.
+go to the broker the handle names. The receipt handle a client is given is the broker's with the
+message's commit log offset appended (broker.proxy.receipt_handle), which
+ForwardMessageToDeadLetterQueue (broker.proxy.forward_dlq_activity) sends back by.
 
-The pop requests are the project client's (broker.client.pop). ForwardMessageToDeadLetterQueue is
-not served yet (NOT_IMPLEMENTED, at once).
+The pop requests are the project client's (broker.client.pop).
 """
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from broker.client.client_instance import MQClientInstance
 from broker.client.errors import ResponseError
+from broker.proxy import receipt_handle
 from broker.proxy.converter import to_proto
+from broker.proxy.forward_dlq_activity import ForwardMessageToDLQActivity
 from broker.proxy.protocol import definition_pb2 as pb
 from broker.proxy.protocol import service_pb2 as spb
 from broker.proxy.route_activity import validate_topic
@@ -24,7 +27,6 @@ from broker.proxy.status import Code, ProxyError, from_client_error, status
 from broker.remoting import codes
 
 from broker.client import pop as _pop
-from broker.remoting.pop import extra_info as _extra_info
 
 MIN_INVISIBLE_MS, MAX_INVISIBLE_MS = 10_000, 12 * 3600 * 1000  # ProxyConfig's minInvisibleTimeMillsForRecv, max
 MAX_POLLING_MS = 20_000  # ProxyConfig.grpcClientConsumerMaxLongPollingTimeoutMillis
@@ -52,6 +54,7 @@ def _group(resource: pb.Resource) -> str:
 class ConsumerActivity:
     def __init__(self, client: MQClientInstance):
         self.client = client
+        self.dlq = ForwardMessageToDLQActivity(client, self._broker_addr)
 
     async def _broker_addr(self, topic: str, broker_name: str) -> str:
         route = await self.client.routes.get(topic)
@@ -97,7 +100,7 @@ class ConsumerActivity:
         for m in r.messages:
             msg = to_proto(m, topic)
             sp = msg.system_properties
-            sp.receipt_handle = _pop.handle_of(m)
+            sp.receipt_handle = receipt_handle.encode(_pop.handle_of(m), m.commit_log_offset)
             sp.delivery_attempt = m.reconsume_times + 1
             sp.invisible_duration.FromMilliseconds(invisible)
             yield spb.ReceiveMessageResponse(message=msg)
@@ -144,16 +147,22 @@ class ConsumerActivity:
             if e.code == codes.NO_MESSAGE:
                 raise ProxyError(Code.INVALID_RECEIPT_HANDLE, f"the receipt handle is expired or acked: {e}") from None
             raise
+        try:  # the new handle keeps the commit log offset the old one carried
+            handle = receipt_handle.encode(handle, receipt_handle.commit_log_offset(request.receipt_handle))
+        except ProxyError:
+            pass  # an 8-field handle (not this front's): an 8-field one back
         return spb.ChangeInvisibleDurationResponse(status=status(), receipt_handle=handle)
 
     async def forward_to_dlq(self, request, context) -> spb.ForwardMessageToDeadLetterQueueResponse:
-        return spb.ForwardMessageToDeadLetterQueueResponse(status=status(
-            Code.NOT_IMPLEMENTED, "ForwardMessageToDeadLetterQueue is not implemented yet: the broker moves a message "
-                                  "to %DLQ% itself after maxReconsumeTimes pops"))
+        group, topic = _group(request.group), validate_topic(request.topic)
+        try:
+            return await self.dlq.forward(group, topic, request)
+        except ResponseError as e:
+            if e.code == codes.REQUEST_CODE_NOT_SUPPORTED:
+                return spb.ForwardMessageToDeadLetterQueueResponse(status=not_implemented(
+                    "ForwardMessageToDeadLetterQueue"))
+            raise ProxyError(*from_client_error(e)) from None
 
     @staticmethod
     def _handle(text: str):
-        try:
-            return _extra_info.parse(text)
-        except ValueError as e:
-            raise ProxyError(Code.INVALID_RECEIPT_HANDLE, f"receipt handle {text!r}: {e}") from None
+        return receipt_handle.decode(text)

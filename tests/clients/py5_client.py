@@ -6,6 +6,8 @@ for tests/test_grpc_front.py. Runs in its own venv (.venv-rocketmq5): its packag
     python py5_client.py receive '<json>'   SimpleConsumer: receive until `count` messages were acked (or
                                             `rounds` receives came back empty), one JSON line per message,
                                             then {"done": true}
+    python py5_client.py push '<json>'      PushConsumer: one JSON line per delivery to its listener, until
+                                            stdin closes; then shutdown and {"done": true}
 
 Options: endpoints (the front's host:port), topic, mode "sync" | "async", messages [{tag, keys,
 props, body, group (FIFO message group), delaySeconds}], transaction "commit" | "rollback" |
@@ -18,8 +20,8 @@ import sys
 import threading
 import time
 
-from rocketmq import (ClientConfiguration, Credentials, FilterExpression, Message, Producer, SimpleConsumer,
-                      TransactionChecker, TransactionResolution)
+from rocketmq import (ClientConfiguration, ConsumeResult, Credentials, FilterExpression, Message, MessageListener,
+                      Producer, PushConsumer, SimpleConsumer, TransactionChecker, TransactionResolution)
 
 lock = threading.Lock()
 checked = threading.Semaphore(0)
@@ -111,9 +113,15 @@ def produce(opt):
     out({"done": True})
 
 
+def shown(m):
+    return {"body": m.body.decode(), "tag": m.tag, "keys": sorted(m.keys or ()), "props": dict(m.properties),
+            "messageId": m.message_id, "deliveryAttempt": m.delivery_attempt, "corrupted": m.corrupted}
+
+
 def receive(opt):
     """Options: endpoints, topic, group, count, expression, invisibleSeconds, awaitSeconds, rounds,
-    changeInvisible (change each message's invisible time once before acking it)."""
+    changeInvisible (change each message's invisible time once before acking it), ackLimit (ack only
+    the first N messages received, print the others with "acked": false and leave them in flight)."""
     config = ClientConfiguration(opt["endpoints"], credentials(opt), request_timeout=10)
     consumer = SimpleConsumer(config, opt["group"], {opt["topic"]: FilterExpression(opt.get("expression", "*"))},
                               await_duration=opt.get("awaitSeconds", 2))
@@ -128,12 +136,43 @@ def receive(opt):
                 break
             empty = 0 if msgs else empty + 1
             for m in msgs:
+                if "ackLimit" in opt and acked >= opt["ackLimit"]:
+                    out(dict(shown(m), acked=False))
+                    continue
                 if opt.get("changeInvisible"):
                     consumer.change_invisible_duration(m, opt.get("invisibleSeconds", 15))
                 consumer.ack(m)
                 acked += 1
-                out({"body": m.body.decode(), "tag": m.tag, "keys": sorted(m.keys or ()), "props": dict(m.properties),
-                     "messageId": m.message_id, "deliveryAttempt": m.delivery_attempt, "corrupted": m.corrupted})
+                out(dict(shown(m), acked=True))
+            if "ackLimit" in opt and acked >= opt["ackLimit"] and not msgs:
+                break
+    finally:
+        consumer.shutdown()
+    out({"done": True})
+
+
+class Listener(MessageListener):
+    """fail: "always", or N (fail a message's deliveries up to attempt N, then succeed)."""
+
+    def __init__(self, fail):
+        self.fail = fail
+
+    def consume(self, message):
+        failing = self.fail == "always" or (isinstance(self.fail, int) and message.delivery_attempt <= self.fail)
+        out(dict(shown(message), result="FAILURE" if failing else "SUCCESS"))
+        return ConsumeResult.FAILURE if failing else ConsumeResult.SUCCESS
+
+
+def push(opt):
+    """Options: endpoints, topic, group, expression, fail ("always" | N | absent), threads."""
+    config = ClientConfiguration(opt["endpoints"], credentials(opt), request_timeout=10)
+    consumer = PushConsumer(config, opt["group"], Listener(opt.get("fail")),
+                            {opt["topic"]: FilterExpression(opt.get("expression", "*"))},
+                            consumption_thread_count=opt.get("threads", 4))
+    consumer.startup()
+    out({"ready": True})
+    try:
+        sys.stdin.read()  # the test closes stdin once it saw what it waited for
     finally:
         consumer.shutdown()
     out({"done": True})
@@ -141,4 +180,4 @@ def receive(opt):
 
 if __name__ == "__main__":
     cmd, opt = sys.argv[1], json.loads(sys.argv[2])
-    {"produce": produce, "receive": receive}[cmd](opt)
+    {"produce": produce, "receive": receive, "push": push}[cmd](opt)

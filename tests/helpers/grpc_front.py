@@ -58,3 +58,38 @@ def py5(cmd: str, endpoints: str, topic: str, **opt) -> list[dict]:
 def py5_produce(endpoints: str, topic: str, messages: list[dict], **opt) -> list[dict]:
     """The 5.x producer's receipts (or {"error": ...}), in the order of `messages`."""
     return py5("produce", endpoints, topic, messages=messages, **opt)
+
+
+class Py5Push:
+    """The 5.x PushConsumer (py5_client.py push) in its own process; `wait` reads the deliveries to
+    its listener ({"body", "messageId", "deliveryAttempt", "result", ...}) as they come."""
+
+    def __init__(self, endpoints: str, topic: str, group: str, tmp: Path, **opt):
+        opt.update(endpoints=endpoints, topic=topic, group=group)
+        self.child = Child(py5_argv("push", opt), tmp / f"py5-push-{group}.err", stdin=subprocess.PIPE)
+        try:
+            self.child.wait_lines(lambda ls: '{"ready": true}' in ls, 60, f"the 5.x PushConsumer of {group} to start")
+        except BaseException:
+            self.child.kill_group()
+            raise
+
+    def wait(self, predicate, timeout: float, what: str) -> list[dict]:
+        def check(lines):
+            got = [json.loads(line) for line in lines if line.startswith('{"body"')]
+            return got if predicate(got) else None
+        return self.child.wait_lines(check, timeout, what)
+
+    def close(self) -> None:
+        """Closes stdin: the driver shuts its consumer down and exits."""
+        try:
+            if self.child.proc.poll() is None:
+                self.child.proc.stdin.close()
+                self.child.wait_lines(lambda ls: '{"done": true}' in ls, 60, "the PushConsumer to shut down")
+        finally:
+            self.child.kill_group()
+
+    def __enter__(self) -> "Py5Push":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

