@@ -107,3 +107,57 @@ def test_forward_to_dlq_sends_back_then_acks_and_refuses_bad_handles(front, stub
     r = _forward(stub, topic, group, h0)
     assert r.status.code == pb.Code.INVALID_RECEIPT_HANDLE, r
     assert len(_dlq(front, group)) == 1
+
+
+def _successes(got: list[dict]) -> dict[str, dict]:
+    return {d["body"]: d for d in got if d["result"] == "SUCCESS"}
+
+
+def test_push_consumer_consumes_everything_and_a_failed_delivery_comes_back_with_its_attempt_raised(front, tmp_path):
+    """The listener fails every message's first delivery: the client changes its invisible time
+    (its backoff), the broker's revive redelivers it with delivery attempt 2, and it is acked."""
+    topic = "GrpcPush"
+    front.cluster.create_topic(topic)
+    sent = [{"body": f"p{i}", "tag": f"T{i % 2}", "keys": [f"k{i}"], "props": {"i": str(i)}} for i in range(8)]
+    receipts = py5_produce(front.endpoints, topic, sent)
+    with Py5Push(front.endpoints, topic, "GrpcPushG", tmp_path, fail=1) as push:
+        got = push.wait(lambda g: len(_successes(g)) == 8, 120, "every message consumed")
+    done = _successes(got)
+    assert sorted(done) == sorted(m["body"] for m in sent)
+    assert {d["messageId"] for d in done.values()} == {r["messageId"] for r in receipts}
+    for m in sent:
+        d = done[m["body"]]
+        assert d["deliveryAttempt"] == 2 and d["tag"] == m["tag"] and d["keys"] == m["keys"]
+        assert d["props"]["i"] == m["props"]["i"]
+        failed = [x for x in got if x["body"] == m["body"] and x["result"] == "FAILURE"]
+        assert [x["deliveryAttempt"] for x in failed] == [1] and failed[0]["messageId"] == d["messageId"]
+
+
+def test_a_message_not_acked_within_its_invisible_duration_is_received_again(front):
+    """A SimpleConsumer receives and does not ack; once its invisible duration passed the message
+    is received again with delivery attempt 2; acked then, it is not received a third time."""
+    topic, group = "GrpcInvisible", "GrpcInvisibleG"
+    front.cluster.create_topic(topic)
+    [r] = py5_produce(front.endpoints, topic, [{"body": "late", "tag": "I"}])
+    [first] = py5("receive", front.endpoints, topic, group=group, count=1, ackLimit=0, invisibleSeconds=10, rounds=10)
+    assert first["acked"] is False and first["deliveryAttempt"] == 1 and first["messageId"] == r["messageId"]
+    [again] = py5("receive", front.endpoints, topic, group=group, count=1, invisibleSeconds=10, rounds=15)
+    assert again["acked"] and again["deliveryAttempt"] == 2 and again["messageId"] == r["messageId"]
+    assert again["body"] == "late" and again["tag"] == "I"
+    # acked: a receive that outlives the invisible duration (rounds of 2 s long polls) gets nothing
+    assert py5("receive", front.endpoints, topic, group=group, count=1, invisibleSeconds=10, rounds=7) == []
+
+
+def test_a_push_consumer_that_always_fails_ends_in_the_dlq(front, tmp_path):
+    """maxReconsumeTimes=2: three deliveries, each failed; the broker's revive then puts the message
+    in %DLQ%<group>, where a 4.x pull finds it whole."""
+    topic, group = "GrpcPushDlq", "GrpcPushDlqG"
+    front.cluster.create_topic(topic)
+    [r] = py5_produce(front.endpoints, topic, [{"body": "doomed", "tag": "D", "keys": ["kd"], "props": {"p": "v"}}])
+    with Py5Push(front.endpoints, topic, group, tmp_path, fail="always") as push:
+        got = push.wait(lambda g: len(g) >= MAX_RECONSUME + 1, 120, "three failed deliveries")
+        [dead] = wait_for(lambda: _dlq(front, group), 60, "the message in the DLQ")
+    assert [d["deliveryAttempt"] for d in got] == [1, 2, 3]
+    assert {d["messageId"] for d in got} == {r["messageId"]}
+    assert dead.body == b"doomed" and dead.properties["UNIQ_KEY"] == r["messageId"]
+    assert dead.properties["TAGS"] == "D" and dead.properties["KEYS"] == "kd" and dead.properties["p"] == "v"
