@@ -24,7 +24,7 @@ from broker.store.config import MessageStoreConfig
 from broker.store.errors import StoreConfigError
 from broker.store.offset_table import Slot
 from tests.conftest import small_config, wait_for
-from tests.helpers.procs import REPO, Child
+from tests.helpers.procs import REPO
 from tests.helpers.real_clients import Cluster, produce
 from tests.test_clean import _service
 
@@ -337,8 +337,7 @@ def test_index_file_cut_short_by_a_crash_is_named_and_rebuilt(tmp_path):
         victim = d / names[2]
         with open(victim, "r+b") as f:
             f.truncate(os.path.getsize(victim) // 3)
-        c.procs[1] = Child([sys.executable, "-m", "broker.cli", "serve", "-c", str(c.conf)], c.root / "broker2.err")
-        c.procs[1].wait_lines(lambda ls: any("listening on" in line for line in ls), 60, "the broker to listen again")
+        c.restart_broker()
         wait_for(c.dispatched_all, 30, "the restarted reput")
         c.wait_route(topic)  # the name server dropped the killed broker's routes with its connection
         log_text = (c.root / "broker2.err").read_text()
@@ -407,8 +406,7 @@ def test_index_entries_not_flushed_before_a_crash_are_rebuilt(tmp_path):
         assert struct.unpack_from(">q", (c.root / "store" / "checkpoint").read_bytes(), 16)[0] == 0
         before = [f["data"] for f in read_index(str(c.root / "store"), 16, 30)]
         c.procs[1].kill_group()
-        c.procs[1] = Child([sys.executable, "-m", "broker.cli", "serve", "-c", str(c.conf)], c.root / "broker2.err")
-        c.procs[1].wait_lines(lambda ls: any("listening on" in line for line in ls), 60, "the broker to listen again")
+        c.restart_broker()
         wait_for(c.dispatched_all, 30, "the restarted reput")
         c.wait_route(topic)
         log_text = (c.root / "broker2.err").read_text()

@@ -87,6 +87,13 @@ class Cluster:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def restart_broker(self, stderr_name: str = "broker2.err") -> None:
+        """Start the broker again (after its group was killed) on the same conf and store; returns
+        once it listens."""
+        me = [sys.executable, "-m", "broker.cli"]
+        self.procs[1] = Child([*me, "serve", "-c", str(self.conf)], self.root / stderr_name)
+        self.procs[1].wait_lines(lambda ls: any("listening on" in line for line in ls), 60, "the broker to listen again")
+
     def close(self) -> None:
         for child in reversed(self.procs):  # the broker first: it unregisters on the way out
             if child.proc.poll() is None:
