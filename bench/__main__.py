@@ -630,7 +630,7 @@ def main(argv: list[str] | None = None) -> int:
             step("network", "network cells (broker process on loopback)")
             from bench import network_bench
             for flush, cells in (("ASYNC_FLUSH", ["send", "send256", "batch", "pull", "client_send",
-                                                  "client_batch", "client_pull", "grpc_send"]),
+                                                  "client_batch", "client_pull", "grpc_send", "grpc_receive"]),
                                  ("SYNC_FLUSH", ["send", "send256", "batch", "client_send", "client_batch"])):
                 for r in runner(network_bench.run_flush_mode(flush, secs, cells, workdir,
                                                              progress=lambda x: say("  " + x))):

@@ -391,6 +391,13 @@ async def bench_client_batch(namesrv_addr: str, seconds: float, in_flight: int =
     return NetResult(f"client batch of {per_batch} x 1 KiB x{in_flight} in flight", n, dt, n * BODY, lat)
 
 
+async def fill_client_topic(consumer, queues, namesrv_addr: str, seconds: float) -> None:
+    """An empty CLIENT_TOPIC filled by the client's batches for `seconds` (unclocked), so that a
+    consume cell run alone has something to read."""
+    if sum([await consumer.max_offset(mq) for mq in queues]) == 0:
+        await bench_client_batch(namesrv_addr, seconds)
+
+
 async def bench_client_pull(namesrv_addr: str, seconds: float, per_pull: int = 256, on_start=_nothing) -> NetResult:
     """PullConsumer.pull of every queue of CLIENT_TOPIC from offset 0 until caught up (or
     `seconds`), 4 queues at once; an empty topic is first filled by the client's batches (unclocked)."""
@@ -400,8 +407,7 @@ async def bench_client_pull(namesrv_addr: str, seconds: float, per_pull: int = 2
     await consumer.start()
     try:
         queues = await consumer.fetch_queues(CLIENT_TOPIC)
-        if sum([await consumer.max_offset(mq) for mq in queues]) == 0:
-            await bench_client_batch(namesrv_addr, seconds)
+        await fill_client_topic(consumer, queues, namesrv_addr, seconds)
         n = 0
         nbytes = 0
         lat: list[int] = []
@@ -465,9 +471,14 @@ async def _grpc_send(namesrv_addr: str, seconds: float, on_start=_nothing) -> Ne
     return await bench_grpc_send(namesrv_addr, seconds, on_start=on_start)
 
 
+async def _grpc_receive(namesrv_addr: str, seconds: float, on_start=_nothing) -> NetResult:
+    from bench.grpc_bench import bench_grpc_receive  # grpc imported only when the cell runs
+    return await bench_grpc_receive(namesrv_addr, seconds, on_start=on_start)
+
+
 RAW_CELLS = LOADGEN_CELLS
 CLIENT_CELLS = {"client_send": bench_client_send, "client_batch": bench_client_batch, "client_pull": bench_client_pull,
-                "grpc_send": _grpc_send}
+                "grpc_send": _grpc_send, "grpc_receive": _grpc_receive}
 DEFAULT_CELLS = [*RAW_CELLS, *CLIENT_CELLS]
 
 
@@ -497,9 +508,12 @@ async def run_flush_mode(flush: str, seconds: float, cells: list[str], workdir: 
                 r.broker_cpu_s = b.cpu_seconds() - c0
                 r.extra = {"driver": "the project's client (broker.client), in the bench process",
                            "cpu_us_per_msg_by_process": cpu_us_per_msg(snap0, tree.snapshot(), r.msgs), **r.extra}
-                if cell == "grpc_send":  # the front's goal: half the remoting path's rate, same broker
-                    for key, prefix in (("vs_client_send", "client send 1 KiB x64"),
-                                        ("vs_loadgen_send", "send 1 KiB x64 in flight")):
+                # the front's cells beside the remoting path's on the same broker (goal for sends: half)
+                bases = {"grpc_send": (("vs_client_send", "client send 1 KiB x64"),
+                                       ("vs_loadgen_send", "send 1 KiB x64 in flight")),
+                         "grpc_receive": (("vs_client_pull", "client pull"),)}
+                if cell in bases:
+                    for key, prefix in bases[cell]:
                         base = next((x for x in out if x.name.startswith(f"{flush} {prefix}")), None)
                         if base is not None:
                             r.extra[key] = r.msgs_per_s / base.msgs_per_s

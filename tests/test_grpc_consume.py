@@ -6,6 +6,8 @@ a broker kill -9 in the middle of consumption, and ali-ons (4.x) producing for a
 No sleeps: every wait is on a line a client prints or on the broker's state (wait_for)."""
 from __future__ import annotations
 
+import threading
+
 
 import grpc
 import pytest
@@ -203,3 +205,28 @@ def test_ali_ons_producer_to_5x_simple_consumer_keeps_tag_keys_properties_and_id
         d = by_body[m["body"]]
         assert d["tag"] == "OnsTag" and d["keys"] == sorted(m["keys"]) and d["props"]["color"] == m["props"]["color"]
         assert d["messageId"] == r["msgId"] and d["deliveryAttempt"] == 1 and not d["corrupted"]
+
+
+def test_a_consumer_is_told_the_fronts_long_polling_time_and_batch_size(front, stub):
+    """The Telemetry reply to a consumer's Settings carries the front's long polling time and batch
+    size (the Java proxy's mergeSubscriptionData): the 5.x PushConsumer long-polls for what the reply
+    says, and would give up on each receive the front holds after 0 + its request timeout."""
+    settings = pb.Settings(client_type=pb.PUSH_CONSUMER, subscription=pb.Subscription(
+        group=pb.Resource(name="GrpcSettingsG"), subscriptions=[pb.SubscriptionEntry(
+            topic=pb.Resource(name="GrpcSettings"), expression=pb.FilterExpression(type=pb.TAG, expression="*"))]))
+    closed = threading.Event()
+
+    def commands():  # the stream stays open until the reply was read, as a client's does
+        yield spb.TelemetryCommand(settings=settings)
+        closed.wait(30)
+
+    call = stub.Telemetry(commands(), metadata=MD, timeout=30)
+    try:
+        reply = next(call)
+    finally:
+        closed.set()
+        call.cancel()
+    assert reply.status.code == pb.Code.OK, reply
+    sub = reply.settings.subscription
+    assert sub.long_polling_timeout.ToMilliseconds() == 20_000 and sub.receive_batch_size == 32
+    assert sub.group.name == "GrpcSettingsG" and sub.subscriptions[0].topic.name == "GrpcSettings"

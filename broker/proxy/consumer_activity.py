@@ -30,6 +30,7 @@ from broker.client import pop as _pop
 
 MIN_INVISIBLE_MS, MAX_INVISIBLE_MS = 10_000, 12 * 3600 * 1000  # ProxyConfig's minInvisibleTimeMillsForRecv, max
 MAX_POLLING_MS = 20_000  # ProxyConfig.grpcClientConsumerMaxLongPollingTimeoutMillis
+RECEIVE_BATCH_SIZE = 32  # ProxyConfig.grpcClientConsumerLongPollingBatchSize
 CONSUME_INIT_MODE_MAX = 1  # ConsumeInitMode.MAX: a new group starts at the queue's end, as the Java proxy's
 
 
@@ -73,7 +74,7 @@ class ConsumerActivity:
             if not MIN_INVISIBLE_MS <= invisible <= MAX_INVISIBLE_MS:
                 raise ProxyError(Code.ILLEGAL_INVISIBLE_TIME, f"the invisible time must be within "
                                                               f"{MIN_INVISIBLE_MS} and {MAX_INVISIBLE_MS} ms")
-            if request.batch_size <= 0 or request.batch_size > 32:
+            if request.batch_size <= 0 or request.batch_size > RECEIVE_BATCH_SIZE:
                 raise ProxyError(Code.BAD_REQUEST, f"batch size {request.batch_size} must be within 1 and 32")
             poll = min(_ms(request.long_polling_timeout), MAX_POLLING_MS) if request.HasField(
                 "long_polling_timeout") else MAX_POLLING_MS

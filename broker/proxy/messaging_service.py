@@ -10,7 +10,7 @@ import logging
 
 from broker.client.client_instance import MQClientInstance
 from broker.proxy.config import ProxyConfig
-from broker.proxy.consumer_activity import ConsumerActivity
+from broker.proxy.consumer_activity import MAX_POLLING_MS, RECEIVE_BATCH_SIZE, ConsumerActivity
 from broker.proxy.grpc_acl import GrpcAccessValidator
 from broker.proxy.grpc_channel_manager import GrpcChannelManager
 from broker.proxy.protocol import definition_pb2 as pb
@@ -184,6 +184,12 @@ class MessagingService(rpc.MessagingServiceServicer):
         if settings.HasField("publishing"):
             out.publishing.max_body_size = self.config.maxMessageSize if self.config.maxMessageSize > 0 else 1 << 30
             out.publishing.validate_message_type = True
+        if settings.HasField("subscription"):
+            # as GrpcClientSettingsManager.mergeSubscriptionData: a PushConsumer long-polls for as long
+            # as the front holds a receive (it sends its own timeout only when it has one, and gives up
+            # on the call after that timeout + its request timeout: 0 + 10 s against the front's 20 s)
+            out.subscription.receive_batch_size = RECEIVE_BATCH_SIZE
+            out.subscription.long_polling_timeout.FromMilliseconds(MAX_POLLING_MS)
         return out
 
     async def _publishers_changed(self, topics: set[str]) -> None:
