@@ -96,9 +96,10 @@ class NetResult:
             cpu += f"; {self.extra['errors']} errors {self.extra['error_codes']}"
         if "front_cpu_us_per_msg" in self.extra:
             cpu += f"; gRPC front {self.extra['front_cpu_us_per_msg']:.1f} CPU-us/msg"
-        for key, what in (("vs_client_send", "client send"), ("vs_loadgen_send", "loadgen send")):
+        for key, what in (("vs_client_send", "client send"), ("vs_loadgen_send", "loadgen send"),
+                          ("vs_client_pull", "client pull")):
             if key in self.extra:
-                cpu += f"; {100 * self.extra[key]:.0f} % of the remoting {what}"
+                cpu += f"; {100 * self.extra[key]:.1f} % of the remoting {what}"
         return (f"{self.name}: {self.msgs_per_s:,.0f} msgs/s ({self.mb_per_s:,.1f} MB/s), p50 {self.pct_us(0.5):,.0f} us"
                 f" p99 {self.pct_us(0.99):,.0f} us; {cpu}")
 
