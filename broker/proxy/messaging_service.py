@@ -9,6 +9,7 @@ import functools
 import logging
 
 from broker.client.client_instance import MQClientInstance
+from broker.proxy.client_settings import reply_settings
 from broker.proxy.config import ProxyConfig
 from broker.proxy.consumer_activity import ConsumerActivity
 from broker.proxy.grpc_channel_manager import GrpcChannelManager
@@ -151,19 +152,9 @@ class MessagingService(rpc.MessagingServiceServicer):
             if which != "settings":
                 continue  # thread stack traces, verify results: nothing asked them of the client
             ch.settings = command.settings
-            ch.write(spb.TelemetryCommand(status=status(), settings=self._reply_settings(command.settings)))
+            ch.write(spb.TelemetryCommand(status=status(), settings=reply_settings(self.config, command.settings)))
             if command.settings.client_type in (pb.PRODUCER,):
                 await self._publishers_changed(ch.publishing_topics)
-
-    def _reply_settings(self, settings: pb.Settings) -> pb.Settings:
-        """The client's own Settings back, with the front's limits: a producer takes max_body_size
-        and validate_message_type from the reply (and would send nothing with a 0 limit)."""
-        out = pb.Settings()
-        out.CopyFrom(settings)
-        if settings.HasField("publishing"):
-            out.publishing.max_body_size = self.config.maxMessageSize if self.config.maxMessageSize > 0 else 1 << 30
-            out.publishing.validate_message_type = True
-        return out
 
     async def _publishers_changed(self, topics: set[str]) -> None:
         """Become the broker's producer of each topic (its PGROUP), so that the broker's checks of
