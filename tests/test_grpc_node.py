@@ -8,7 +8,12 @@ import sys
 import subprocess
 import time
 
+import grpc
 import pytest
+
+from broker.proxy.protocol import definition_pb2 as pb
+from broker.proxy.protocol import service_pb2 as spb
+from broker.proxy.protocol import service_pb2_grpc as rpc
 
 from tests.conftest import wait_for
 from tests.helpers.grpc_front import GrpcFront, node5, node5_argv
@@ -214,3 +219,67 @@ def test_kill9_during_consumption_loses_nothing_and_redelivers_only_the_unacked(
             assert node5("receive", front.endpoints, "NodeCrash", group="node-crash", count=1, rounds=3) == []
         finally:
             front.close()
+
+
+def test_settings_reply_carries_what_the_server_appoints(front):
+    """The Telemetry settings reply (GrpcClientSettingsManager): a producer gets the Java proxy's
+    exponential backoff (the Node client asserts one), a consumer its batch size, polling time and
+    the group's retry policy (16 retries, the delay levels), all a PushConsumer runs by."""
+    channel = grpc.insecure_channel(front.endpoints)
+    try:
+        stub = rpc.MessagingServiceStub(channel)
+        pub = pb.Settings(client_type=pb.PRODUCER, publishing=pb.Publishing(topics=[pb.Resource(name="NodeSet")]))
+        sub = pb.Settings(client_type=pb.PUSH_CONSUMER, subscription=pb.Subscription(group=pb.Resource(name="g")))
+        for settings in (pub, sub):
+            call = stub.Telemetry(iter([spb.TelemetryCommand(settings=settings)]),
+                                  metadata=(("x-mq-client-id", "settings-test"),), timeout=30)
+            reply = next(call)
+            call.cancel()
+            assert reply.status.code == pb.Code.OK, reply
+            if settings is pub:
+                backoff = reply.settings.backoff_policy
+                assert backoff.max_attempts == 3 and backoff.exponential_backoff.initial.ToMilliseconds() == 10
+                assert reply.settings.publishing.max_body_size == 4 * 1024 * 1024
+            else:
+                s = reply.settings.subscription
+                assert s.receive_batch_size == 32 and s.long_polling_timeout.ToMilliseconds() == 20_000
+                backoff = reply.settings.backoff_policy
+                assert backoff.max_attempts == 17
+                assert [d.ToMilliseconds() for d in backoff.customized_backoff.next] == [100] * 18  # FAST_DELAYS
+    finally:
+        channel.close()
+
+
+def test_change_invisible_duration_of_zero_makes_the_message_visible_at_once(front):
+    """The Java proxy's minimum for ChangeInvisibleDuration is 0 (a nack without backoff), not 1 ms."""
+    topic = "NodeNack"
+    front.cluster.create_topic(topic, queues=1)
+    _produce(front, topic, [{"body": "n"}])
+    channel = grpc.insecure_channel(front.endpoints)
+    try:
+        stub = rpc.MessagingServiceStub(channel)
+        md = (("x-mq-client-id", "nack-test"),)
+        route = stub.QueryRoute(spb.QueryRouteRequest(topic=pb.Resource(name=topic), endpoints=pb.Endpoints(
+            scheme=pb.IPv4, addresses=[pb.Address(host="127.0.0.1", port=front.port)])), metadata=md, timeout=30)
+
+        def receive() -> list:
+            req = spb.ReceiveMessageRequest(group=pb.Resource(name="node-nack"), message_queue=route.message_queues[0],
+                                            filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
+                                            batch_size=1)
+            req.invisible_duration.FromSeconds(60)
+            req.long_polling_timeout.FromSeconds(5)
+            return [r.message for r in stub.ReceiveMessage(req, metadata=md, timeout=30) if r.HasField("message")]
+
+        [m] = receive()
+        req = spb.ChangeInvisibleDurationRequest(group=pb.Resource(name="node-nack"), topic=pb.Resource(name=topic),
+                                                 receipt_handle=m.system_properties.receipt_handle,
+                                                 message_id=m.system_properties.message_id)
+        req.invisible_duration.FromMilliseconds(0)
+        r = stub.ChangeInvisibleDuration(req, metadata=md, timeout=30)
+        assert r.status.code == pb.Code.OK and r.receipt_handle, r
+        again = wait_for(receive, 30, "the nacked message back")  # not after the 60 s it was received for
+        assert [a.system_properties.message_id for a in again] == [m.system_properties.message_id]
+        assert again[0].system_properties.delivery_attempt == 2
+        assert again[0].system_properties.body_digest.type == pb.MD5 and not again[0].user_properties
+    finally:
+        channel.close()
