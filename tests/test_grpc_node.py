@@ -4,6 +4,7 @@ its SimpleConsumer receives, changes invisible times and acks, its PushConsumer 
 it leaves unacked comes back, also across a broker kill -9."""
 from __future__ import annotations
 
+import json
 import sys
 import subprocess
 import time
@@ -195,29 +196,37 @@ def test_push_consumer_failing_retries_then_the_broker_moves_it_to_the_dlq(front
 
 
 def test_kill9_during_consumption_loses_nothing_and_redelivers_only_the_unacked(tmp_path):
-    """Eight messages acked by the producer; the SimpleConsumer receives them all and acks five;
-    the broker is killed with -9 and started again: the three unacked come back (attempt 2), the
-    five acked never do."""
+    """Eight messages acked by the producer; the SimpleConsumer receives them all, acks five and
+    holds three when the broker is killed with -9; the broker is started again and the same
+    consumer goes on: the three come back (attempt 2), the five acked never do."""
     with Cluster(tmp_path / "cluster") as cluster:
         front = GrpcFront(cluster, tmp_path)
+        consumer = None
         try:
             cluster.create_topic("NodeCrash", queues=2)
             receipts = node5("produce", front.endpoints, "NodeCrash", messages=[{"body": f"c{i}"} for i in range(8)])
             assert all("messageId" in r for r in receipts), receipts
-            got = node5("receive", front.endpoints, "NodeCrash", group="node-crash", count=8, invisibleSeconds=10,
-                        ackFirst=5)
-            assert sorted(d["body"] for d in got) == [f"c{i}" for i in range(8)]
-            acked, unacked = {d["body"] for d in got[:5]}, {d["body"] for d in got[5:]}
-            broker = cluster.procs[1]
-            broker.kill_group()  # SIGKILL
+            opt = {"endpoints": front.endpoints, "topic": "NodeCrash", "group": "node-crash", "count": 11,
+                   "invisibleSeconds": 10, "rounds": 30, "pauseAfter": 8, "ackFirst": 5}
+            consumer = Child(node5_argv("receive", opt), tmp_path / "node5.err", stdin=subprocess.PIPE)
+            consumer.wait_lines(lambda ls: '{"paused":true}' in ls, 60, "the consumer to hold 8 messages")
+            cluster.procs[1].kill_group()  # SIGKILL, with three messages received and not acked
             cluster.procs[1] = Child([sys.executable, "-m", "broker.cli", "serve", "-c", str(cluster.conf)],
                                      tmp_path / "broker2.err")
             cluster.procs[1].wait_lines(lambda ls: any("listening on" in x for x in ls), 60, "the broker again")
-            back = node5("receive", front.endpoints, "NodeCrash", group="node-crash", count=3, rounds=30)
-            assert {d["body"] for d in back} == unacked and not unacked & acked
-            assert all(d["deliveryAttempt"] == 2 for d in back)
+            consumer.proc.stdin.write(b"go\n")
+            consumer.proc.stdin.flush()
+            consumer.wait_lines(lambda ls: '{"done":true}' in ls, 120, "the three unacked back")
+            got = [json.loads(x) for x in consumer.lines if x.startswith('{"topic"')]
+            first, back = got[:8], got[8:]
+            assert sorted(d["body"] for d in first) == [f"c{i}" for i in range(8)]
+            assert sorted(d["body"] for d in back) == sorted(d["body"] for d in first[5:])
+            assert [d["deliveryAttempt"] for d in got] == [1] * 8 + [2] * 3
+            assert {d["messageId"] for d in got} == {r["messageId"] for r in receipts}
             assert node5("receive", front.endpoints, "NodeCrash", group="node-crash", count=1, rounds=3) == []
         finally:
+            if consumer is not None:
+                consumer.kill_group()
             front.close()
 
 

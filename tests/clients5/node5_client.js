@@ -13,7 +13,9 @@
 //   own, ended so; "unknown" leaves it to the broker's check), checker "commit" | "rollback" (what the
 //   check-back answers), checks N (stay until N checks came, then until stdin closes).
 //   receive: count, invisibleSeconds, awaitSeconds, rounds, changeInvisible (change each message's
-//   invisible time once before acking), ackFirst N (ack only the first N messages handled).
+//   invisible time once before acking), pauseAfter N (after N messages print {"paused":true} and
+//   wait for a line on stdin), ackFirst N (of the messages before the pause, or of all, ack only the
+//   first N; the rest stay unacked).
 //   push: fail "always" (the listener answers FAILURE), consumeMs (the listener's time per message).
 const {
   Producer, SimpleConsumer, PushConsumer, ConsumeResult,
@@ -117,9 +119,15 @@ async function receive() {
     empty = msgs.length ? 0 : empty + 1;
     for (const m of msgs) {
       if (opt.changeInvisible) await consumer.changeInvisibleDuration(m, invisible);
-      if (opt.ackFirst === undefined || handled < opt.ackFirst) await consumer.ack(m);
+      const beforePause = opt.pauseAfter === undefined || handled < opt.pauseAfter;
+      if (opt.ackFirst === undefined || handled < opt.ackFirst || !beforePause) await consumer.ack(m);
       handled++;
       out(view(m));
+      if (handled === opt.pauseAfter) {
+        out({ paused: true });
+        await new Promise(resolve => { process.stdin.once('data', resolve); process.stdin.resume(); });
+        process.stdin.pause();
+      }
     }
   }
   await consumer.shutdown();
