@@ -19,7 +19,7 @@ from broker.proxy.protocol import service_pb2_grpc as rpc
 from tests.conftest import wait_for
 from tests.helpers.grpc_front import GrpcFront, node5, node5_argv
 from tests.helpers.procs import Child
-from tests.helpers.real_clients import Cluster, Consumer
+from tests.helpers.real_clients import Cluster, Consumer, produce
 from tests.test_transaction import TX_CONF
 
 pytestmark = pytest.mark.timeout(300)
@@ -154,6 +154,22 @@ def test_simple_consumer_receives_changes_invisible_time_and_acks(front):
         assert d["tag"] == "P" and d["keys"] == [f"k{i}"] and d["props"] == {"i": str(i)}
         assert d["deliveryAttempt"] == 1 and not d["corrupted"]
     assert node5("receive", front.endpoints, topic, group="node-pop", count=1, rounds=2) == []
+
+
+def test_ali_ons_producer_to_the_node_simple_consumer(front, tmp_path):
+    """The other way round: a 4.x producer (ali-ons, remoting) to the 5.x SimpleConsumer (gRPC),
+    tag, keys, properties and message id intact."""
+    topic = "NodeFromOns"
+    front.cluster.create_topic(topic)
+    sent = [{"tags": "O", "keys": [f"k{i}", f"kk{i}"], "props": {"n": str(i)}, "body": f"ons-{i}"} for i in range(4)]
+    receipts = produce("ons", front.cluster, topic, sent, tmp_path, group="node-ons-pg")
+    got = {d["body"]: d for d in node5("receive", front.endpoints, topic, group="node-from-ons", count=4)}
+    assert sorted(got) == [m["body"] for m in sent]
+    assert {d["messageId"] for d in got.values()} == {r["msgId"] for r in receipts}
+    for m in sent:
+        d = got[m["body"]]
+        assert d["tag"] == "O" and d["keys"] == sorted(m["keys"]) and d["props"] == m["props"]
+        assert d["deliveryAttempt"] == 1 and not d["corrupted"]
 
 
 def test_unacked_message_comes_back_with_its_delivery_attempt_raised(front):
