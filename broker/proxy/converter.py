@@ -17,7 +17,7 @@ from broker.proxy.protocol import definition_pb2 as pb
 from broker.proxy.status import Code, ProxyError
 
 # MessageConst names
-UNIQ_KEY, TAGS, KEYS, DELAY = "UNIQ_KEY", "TAGS", "KEYS", "DELAY"
+UNIQ_KEY, KEYS = "UNIQ_KEY", "KEYS"
 TRAN_MSG, PGROUP, CHECK_IMMUNITY = "TRAN_MSG", "PGROUP", "CHECK_IMMUNITY_TIME_IN_SECONDS"
 SHARDING_KEY, TRACE_CONTEXT, BORN_TIMESTAMP = "__SHARDINGKEY", "TRACE_CONTEXT", "BORN_TIMESTAMP"
 TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
