@@ -59,7 +59,14 @@ $(RQ5_VENV)/.installed:
 	$(RQ5_VENV)/bin/pip install -q rocketmq-python-client==5.1.2
 	touch $@
 
-clients: $(ONS) $(RQ_VENV)/.installed $(RQ5_VENV)/.installed
+# The 5.x Node.js client (npm rocketmq-client-nodejs, gRPC): a node_modules of its own, locked in tests/clients5.
+NODE5 := tests/clients5/node_modules/.installed
+
+$(NODE5): tests/clients5/package.json tests/clients5/package-lock.json .deps/node
+	cd tests/clients5 && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+clients: $(ONS) $(NODE5) $(RQ_VENV)/.installed $(RQ5_VENV)/.installed
 
 # The gRPC front's stubs (broker/proxy/protocol/*_pb2*.py, committed) regenerated from the vendored
 # .proto files of apache/rocketmq-apis (proto/apache/rocketmq/v2): grpcio-tools, then the generated
@@ -138,4 +145,4 @@ fuzz: install testdeps build-fuzz/.built build-asan/.built
 	$(VPY) tools/fuzz/run.py --seconds $(FUZZ_SECONDS)
 
 clean:
-	rm -rf build build-fuzz build-asan $(VENV) $(RQ_VENV) $(RQ5_VENV) tests/clients/node_modules *.egg-info broker/kernels/*.so pyx/*.c
+	rm -rf build build-fuzz build-asan $(VENV) $(RQ_VENV) $(RQ5_VENV) tests/clients/node_modules tests/clients5/node_modules *.egg-info broker/kernels/*.so pyx/*.c

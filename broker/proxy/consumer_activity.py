@@ -141,8 +141,10 @@ class ConsumerActivity:
     async def change_invisible_duration(self, request, context) -> spb.ChangeInvisibleDurationResponse:
         group, topic = _group(request.group), validate_topic(request.topic)
         invisible = _ms(request.invisible_duration)
-        if not 0 < invisible <= MAX_INVISIBLE_MS:
-            raise ProxyError(Code.ILLEGAL_INVISIBLE_TIME, f"the invisible time must be within 1 and {MAX_INVISIBLE_MS} ms")
+        # 0 is the Java proxy's minimum here: a client's nack without a backoff makes the message
+        # visible again at once (the Node.js client nacks so under a CUSTOMIZED retry policy)
+        if not 0 <= invisible <= MAX_INVISIBLE_MS:
+            raise ProxyError(Code.ILLEGAL_INVISIBLE_TIME, f"the invisible time must be within 0 and {MAX_INVISIBLE_MS} ms")
         info = self._handle(request.receipt_handle)
         addr = await self._broker_addr(topic, info.broker_name)
         try:

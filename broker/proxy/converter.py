@@ -5,6 +5,7 @@ with the same refusals), and a stored message (MessageExt) → the v2 Message a 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import time
 import zlib
 
@@ -16,7 +17,7 @@ from broker.proxy.protocol import definition_pb2 as pb
 from broker.proxy.status import Code, ProxyError
 
 # MessageConst names
-UNIQ_KEY, TAGS, KEYS, DELAY = "UNIQ_KEY", "TAGS", "KEYS", "DELAY"
+UNIQ_KEY, KEYS = "UNIQ_KEY", "KEYS"
 TRAN_MSG, PGROUP, CHECK_IMMUNITY = "TRAN_MSG", "PGROUP", "CHECK_IMMUNITY_TIME_IN_SECONDS"
 SHARDING_KEY, TRACE_CONTEXT, BORN_TIMESTAMP = "__SHARDINGKEY", "TRACE_CONTEXT", "BORN_TIMESTAMP"
 TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
@@ -134,11 +135,6 @@ def _ts(ms: int) -> Timestamp:
     return t
 
 
-_HIDDEN = frozenset((UNIQ_KEY, TAGS, KEYS, SHARDING_KEY, TRACE_CONTEXT, BORN_TIMESTAMP, "WAIT", DELAY, TRAN_MSG,
-                     PGROUP, "REAL_TOPIC", "REAL_QID", "TRAN_PREPARED_QUEUE_OFFSET", CHECK_IMMUNITY,
-                     TIMER_DELIVER_MS, "MSG_REGION", "TRACE_ON", "RECONSUME_TIME", "MAX_RECONSUME_TIMES"))
-
-
 def to_proto(msg: MessageExt, topic: str | None = None) -> pb.Message:
     """A stored message as a 5.x client sees it: user properties apart from the system ones."""
     props = msg.properties
@@ -165,8 +161,13 @@ def to_proto(msg: MessageExt, topic: str | None = None) -> pb.Message:
         sp.message_type = pb.NORMAL
     if props.get(TRACE_CONTEXT):
         sp.trace_context = props[TRACE_CONTEXT]
-    sp.body_digest.type = pb.CRC32
+    # MD5, not the Java proxy's CRC32: the clients agree on MD5's text (upper-case hex) but not on
+    # CRC32's (the Node.js client 1.0.8 prints it in decimal, so it found every message corrupted
+    # and its PushConsumer nacked each one for ever)
     body = msg.body
-    sp.body_digest.checksum = f"{zlib.crc32(body) & 0xFFFFFFFF:08X}"
-    user = {k: v for k, v in props.items() if k not in _HIDDEN}
+    sp.body_digest.type = pb.MD5
+    sp.body_digest.checksum = hashlib.md5(body).hexdigest().upper()
+    # every system property stays out, as the Java proxy's buildMessage does: the pop's POP_CK and
+    # 1ST_POP_TIME are no user's
+    user = {k: v for k, v in props.items() if k not in SYSTEM_PROPERTIES}
     return pb.Message(topic=pb.Resource(name=topic or msg.topic), user_properties=user, system_properties=sp, body=body)

@@ -9,8 +9,9 @@ import functools
 import logging
 
 from broker.client.client_instance import MQClientInstance
+from broker.proxy.client_settings import reply_settings
 from broker.proxy.config import ProxyConfig
-from broker.proxy.consumer_activity import MAX_POLLING_MS, RECEIVE_BATCH_SIZE, ConsumerActivity
+from broker.proxy.consumer_activity import ConsumerActivity
 from broker.proxy.grpc_acl import GrpcAccessValidator
 from broker.proxy.grpc_channel_manager import GrpcChannelManager
 from broker.proxy.protocol import definition_pb2 as pb
@@ -172,25 +173,9 @@ class MessagingService(rpc.MessagingServiceServicer):
                     ch.write(spb.TelemetryCommand(status=status(e.code, e.message)))
                     return
             ch.settings = command.settings
-            ch.write(spb.TelemetryCommand(status=status(), settings=self._reply_settings(command.settings)))
+            ch.write(spb.TelemetryCommand(status=status(), settings=reply_settings(self.config, command.settings)))
             if command.settings.client_type in (pb.PRODUCER,):
                 await self._publishers_changed(ch.publishing_topics)
-
-    def _reply_settings(self, settings: pb.Settings) -> pb.Settings:
-        """The client's own Settings back, with the front's limits: a producer takes max_body_size
-        and validate_message_type from the reply (and would send nothing with a 0 limit)."""
-        out = pb.Settings()
-        out.CopyFrom(settings)
-        if settings.HasField("publishing"):
-            out.publishing.max_body_size = self.config.maxMessageSize if self.config.maxMessageSize > 0 else 1 << 30
-            out.publishing.validate_message_type = True
-        if settings.HasField("subscription"):
-            # as GrpcClientSettingsManager.mergeSubscriptionData: a PushConsumer long-polls for as long
-            # as the front holds a receive (it sends its own timeout only when it has one, and gives up
-            # on the call after that timeout + its request timeout: 0 + 10 s against the front's 20 s)
-            out.subscription.receive_batch_size = RECEIVE_BATCH_SIZE
-            out.subscription.long_polling_timeout.FromMilliseconds(MAX_POLLING_MS)
-        return out
 
     async def _publishers_changed(self, topics: set[str]) -> None:
         """Become the broker's producer of each topic (its PGROUP), so that the broker's checks of

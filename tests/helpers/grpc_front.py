@@ -1,6 +1,7 @@
-"""The gRPC front (`broker proxy`) beside a real name server and broker, and the real 5.x Python
-client (PyPI rocketmq-python-client 5.1.2 in .venv-rocketmq5) driven through
-tests/clients/py5_client.py, one JSON line per event."""
+"""The gRPC front (`broker proxy`) beside a real name server and broker, and the real 5.x clients
+driven as child processes, one JSON line per event: the Python one (PyPI rocketmq-python-client
+5.1.2 in .venv-rocketmq5) through tests/clients/py5_client.py, the Node.js one (npm
+rocketmq-client-nodejs 1.0.8 in tests/clients5/node_modules) through tests/clients5/node5_client.js."""
 from __future__ import annotations
 
 import json
@@ -13,10 +14,12 @@ from tests.helpers.procs import REPO, Child
 from tests.helpers.real_clients import CLIENTS, FAST_DELAYS, Cluster
 
 PY5_PYTHON = REPO / ".venv-rocketmq5" / "bin" / "python"
+CLIENTS5 = REPO / "tests" / "clients5"
+NODE5_MODULE = CLIENTS5 / "node_modules" / "rocketmq-client-nodejs"
 
 
-def check_installed() -> None:
-    assert PY5_PYTHON.exists(), f"{PY5_PYTHON} missing: run `make clients` (or `make test`)"
+def check_installed(path: Path = PY5_PYTHON) -> None:
+    assert path.exists(), f"{path} missing: run `make clients` (or `make test`)"
 
 
 class GrpcFront:
@@ -45,14 +48,30 @@ def py5_argv(cmd: str, opt: dict) -> list[str]:
     return [str(PY5_PYTHON), str(CLIENTS / "py5_client.py"), cmd, json.dumps(opt)]
 
 
-def py5(cmd: str, endpoints: str, topic: str, **opt) -> list[dict]:
-    """Run the 5.x client's `cmd` (produce, receive) to the end; its JSON lines but the last {"done"}."""
-    opt.update(endpoints=endpoints, topic=topic)
-    p = subprocess.run(py5_argv(cmd, opt), capture_output=True, text=True, timeout=180, cwd=str(CLIENTS))
+def node5_argv(cmd: str, opt: dict) -> list[str]:
+    check_installed(NODE5_MODULE)
+    return ["node", str(CLIENTS5 / "node5_client.js"), cmd, json.dumps(opt)]
+
+
+def run_client(argv: list[str], what: str) -> list[dict]:
+    """Run a client driver to the end; its JSON lines but the last {"done"}."""
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=180, cwd=str(Path(argv[1]).parent))
     lines = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
     assert p.returncode == 0 and lines and lines[-1] == {"done": True}, \
-        f"5.x {cmd}: rc={p.returncode}\n{p.stdout}\n{p.stderr[-3000:]}"
+        f"{what}: rc={p.returncode}\n{p.stdout}\n{p.stderr[-3000:]}"
     return lines[:-1]
+
+
+def py5(cmd: str, endpoints: str, topic: str, **opt) -> list[dict]:
+    """Run the 5.x Python client's `cmd` (produce, receive) to the end."""
+    opt.update(endpoints=endpoints, topic=topic)
+    return run_client(py5_argv(cmd, opt), f"5.x {cmd}")
+
+
+def node5(cmd: str, endpoints: str, topic: str, **opt) -> list[dict]:
+    """Run the 5.x Node.js client's `cmd` (produce, receive) to the end."""
+    opt.update(endpoints=endpoints, topic=topic)
+    return run_client(node5_argv(cmd, opt), f"node 5.x {cmd}")
 
 
 def py5_produce(endpoints: str, topic: str, messages: list[dict], **opt) -> list[dict]:

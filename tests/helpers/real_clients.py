@@ -40,6 +40,9 @@ def check_installed() -> None:
 def _argv(kind: str, cmd: str, opt: dict) -> list[str]:
     if kind == "py":  # the project's own client, driven the same way (consume only)
         return [sys.executable, "-m", "tests.helpers.order_consumer", cmd, json.dumps(opt)]
+    if kind == "node5":  # the 5.x Node.js client's PushConsumer, through the gRPC front at opt["endpoints"]
+        from tests.helpers.grpc_front import node5_argv
+        return node5_argv(cmd, opt)
     check_installed()
     if kind == "ons":
         return ["node", str(CLIENTS / "ons.js"), cmd, json.dumps(opt)]

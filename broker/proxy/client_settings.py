@@ -1,0 +1,45 @@
+"""The Settings the front answers a client's Telemetry settings with (RocketMQ's
+GrpcClientSettingsManager): the client's own, merged with what the server appoints. A client
+syncs its retry policy, batch size and polling time from the reply, and some clients fail on a
+reply without them (the Node.js client 1.0.8 asserts a producer's backoff_policy; its
+PushConsumer receives batches of receive_batch_size, 0 when unset, which is refused).
+"""
+from __future__ import annotations
+
+from broker.proxy.config import ProxyConfig
+# grpcClientConsumerLongPollingBatchSize, grpcClientConsumerMaxLongPollingTimeoutMillis: what a receive holds
+from broker.proxy.consumer_activity import MAX_POLLING_MS, RECEIVE_BATCH_SIZE
+from broker.proxy.protocol import definition_pb2 as pb
+
+# ProxyConfig's grpcClientProducer* defaults: a failed send is tried again 10 ms later, up to 3 times
+PRODUCER_MAX_ATTEMPTS = 3
+PRODUCER_BACKOFF_INITIAL_MS, PRODUCER_BACKOFF_MAX_MS, PRODUCER_BACKOFF_MULTIPLIER = 10, 1000, 2.0
+# a SubscriptionGroupConfig's retryMaxTimes default (the broker's maxReconsumeTimes): the broker
+# moves a message to %DLQ% after so many retries, so the client's last attempt is the one after them
+RETRY_MAX_TIMES = 16
+
+
+def reply_settings(config: ProxyConfig, settings: pb.Settings) -> pb.Settings:
+    out = pb.Settings()
+    out.CopyFrom(settings)
+    if settings.HasField("publishing"):
+        backoff = out.backoff_policy
+        backoff.Clear()
+        backoff.max_attempts = PRODUCER_MAX_ATTEMPTS
+        backoff.exponential_backoff.initial.FromMilliseconds(PRODUCER_BACKOFF_INITIAL_MS)
+        backoff.exponential_backoff.max.FromMilliseconds(PRODUCER_BACKOFF_MAX_MS)
+        backoff.exponential_backoff.multiplier = PRODUCER_BACKOFF_MULTIPLIER
+        out.publishing.max_body_size = config.maxMessageSize if config.maxMessageSize > 0 else 1 << 30
+        out.publishing.validate_message_type = True
+    elif settings.HasField("subscription"):
+        sub = out.subscription
+        sub.receive_batch_size = RECEIVE_BATCH_SIZE
+        sub.long_polling_timeout.FromMilliseconds(MAX_POLLING_MS)
+        sub.fifo = False  # the broker keeps no consumeMessageOrderly per group
+        backoff = out.backoff_policy
+        backoff.Clear()
+        backoff.max_attempts = RETRY_MAX_TIMES + 1
+        # a group's default retry policy (CUSTOMIZED): the delay levels, as a 4.x retry waits
+        for ms in config.delay_levels_ms:
+            backoff.customized_backoff.next.add().FromMilliseconds(ms)
+    return out
