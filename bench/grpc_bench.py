@@ -1,7 +1,10 @@
 """The gRPC front's send cell: `broker proxy` (broker.proxy, the front for RocketMQ 5.x clients) in
 its own process beside the network section's name server and broker, driven by a grpc.aio client
 of this project (the v2 stubs of broker.proxy.protocol: SendMessage of one 1 KiB message per call,
-64 calls in flight, one HTTP/2 channel), beside the remoting cells of the same broker.
+64 calls in flight, one HTTP/2 channel), beside the remoting cells of the same broker. Then the same driver runs as long against
+bench/grpc_floor.py, a bare grpc.aio server with the front's channel arguments answering
+SendMessage at once: grpcio's own floor on this machine in this run, printed beside the front's
+figures (the front cannot be cheaper per message than that floor).
 
 The driver is our own rather than the official 5.x Python client: that client sends through a
 thread pool with one blocking future per message, and would measure itself more than the front.
@@ -38,6 +41,32 @@ class FrontProcess(CliProcess):
     def __exit__(self, *exc) -> None:
         super().__exit__()
         os.unlink(self.conf)
+
+
+class FloorProcess(CliProcess):
+    """bench/grpc_floor.py on a free loopback port."""
+
+    module = "bench.grpc_floor"
+
+    def __init__(self):
+        self.port = _free_port()
+        self.endpoints = f"127.0.0.1:{self.port}"
+
+    def __enter__(self) -> "FloorProcess":
+        self._start([str(self.port)], "grpc floor listening", "the grpcio floor server")
+        return self
+
+
+def _drive(endpoints: str, in_flight: int, seconds: float, proc: CliProcess, on_start) -> tuple[int, list, float, float]:
+    """(calls, latencies, seconds, `proc`'s CPU seconds over the clock): the driver on its own loop."""
+    c0 = [0.0]
+
+    def started() -> None:
+        c0[0] = proc.cpu_seconds()
+        on_start()
+
+    n, lat, dt = asyncio.run(_grpc_loop(endpoints, in_flight, min(1.0, seconds / 4), seconds, started))
+    return n, lat, dt, proc.cpu_seconds() - c0[0]
 
 
 async def _grpc_loop(endpoints: str, in_flight: int, warmup: float, seconds: float, on_start) -> tuple[int, list, float]:
@@ -89,17 +118,15 @@ async def bench_grpc_send(namesrv_addr: str, seconds: float, in_flight: int = 64
                           workdir: str | None = None) -> NetResult:
     import tempfile
     workdir = workdir or tempfile.gettempdir()
+    loop = asyncio.get_running_loop()
     with FrontProcess(namesrv_addr, workdir) as front:
-        c0 = [0.0]
-
-        def started() -> None:
-            c0[0] = front.cpu_seconds()
-            on_start()
-
-        loop = asyncio.get_running_loop()
-        n, lat, dt = await loop.run_in_executor(None, lambda: asyncio.run(
-            _grpc_loop(front.endpoints, in_flight, min(1.0, seconds / 4), seconds, started)))
-        front_cpu = front.cpu_seconds() - c0[0]
+        n, lat, dt, front_cpu = await loop.run_in_executor(
+            None, _drive, front.endpoints, in_flight, seconds, front, on_start)
+    with FloorProcess() as floor:
+        fn, _, fdt, floor_cpu = await loop.run_in_executor(
+            None, _drive, floor.endpoints, in_flight, seconds, floor, _nothing)
     return NetResult(f"grpc send 1 KiB x{in_flight} in flight (through the front)", n, dt, n * BODY, lat,
                      extra={"driver": "grpc.aio SendMessage (broker.proxy.protocol stubs), in the bench process",
-                            "front_cpu_us_per_msg": 1e6 * front_cpu / n if n else float("nan")})
+                            "front_cpu_us_per_msg": 1e6 * front_cpu / n if n else float("nan"),
+                            "floor_calls_per_s": fn / fdt,
+                            "floor_cpu_us_per_call": 1e6 * floor_cpu / fn if fn else float("nan")})

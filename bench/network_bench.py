@@ -96,6 +96,10 @@ class NetResult:
             cpu += f"; {self.extra['errors']} errors {self.extra['error_codes']}"
         if "front_cpu_us_per_msg" in self.extra:
             cpu += f"; gRPC front {self.extra['front_cpu_us_per_msg']:.1f} CPU-us/msg"
+        if "floor_calls_per_s" in self.extra:
+            cpu += (f" (grpcio floor, a bare grpc.aio SendMessage server, same driver: "
+                    f"{self.extra['floor_calls_per_s']:,.0f} calls/s at {self.extra['floor_cpu_us_per_call']:.1f} "
+                    f"CPU-us/call)")
         for key, what in (("vs_client_send", "client send"), ("vs_loadgen_send", "loadgen send")):
             if key in self.extra:
                 cpu += f"; {100 * self.extra[key]:.0f} % of the remoting {what}"
@@ -157,10 +161,11 @@ class CliProcess:
     ready line, its CPU read, stopped (SIGTERM, then waited for)."""
 
     proc: subprocess.Popen | None = None
+    module = "broker.cli"
 
     def _start(self, args: list[str], ready: str, what: str) -> None:
         env = dict(os.environ, BROKER_LOG_LEVEL="WARNING")
-        self.proc = subprocess.Popen([sys.executable, "-m", "broker.cli", *args], stdout=subprocess.PIPE, env=env,
+        self.proc = subprocess.Popen([sys.executable, "-m", self.module, *args], stdout=subprocess.PIPE, env=env,
                                      text=True)
         try:
             _wait_for_line(self.proc, ready, what)

@@ -15,6 +15,11 @@ import sys
 log = logging.getLogger("proxy")
 
 PRODUCER_GROUP = "PROXY_SEND_GROUP"  # the send header's group; checks go by each message's PGROUP
+# the server's channel arguments, shared with bench/grpc_floor.py (the bare grpcio server the bench
+# measures beside the front). Measured and not kept (bench/grpc_bench.py): optimization_target
+# "throughput", bdp_probe off, max_concurrent_streams, a synchronous grpc.server: none cut the
+# CPU per SendMessage; the synchronous server bridged to this asyncio loop cost more than grpc.aio.
+SERVER_OPTIONS = (("grpc.max_receive_message_length", 130 * 1024 * 1024),)
 
 
 async def serve(config, stop: asyncio.Event, ready=None) -> None:
@@ -28,7 +33,7 @@ async def serve(config, stop: asyncio.Event, ready=None) -> None:
     client = MQClientInstance(config.namesrvAddr)
     producer = ProxyProducer(PRODUCER_GROUP, client=client)
     await producer.start()
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", 130 * 1024 * 1024)])
+    server = grpc.aio.server(options=SERVER_OPTIONS)
     rpc.add_MessagingServiceServicer_to_server(MessagingService(config, client, producer), server)
     addr = f"{config.bindAddress}:{config.grpcServerPort}"
     if server.add_insecure_port(addr) == 0:
