@@ -10,7 +10,8 @@ import dataclasses
 import functools
 from dataclasses import dataclass
 
-from broker.remoting.broker_config import parse_delay_levels
+from broker.proxy.tls import check_tls
+from broker.remoting.broker_config import parse_delay_levels, renamed_tls_keys
 from broker.store.errors import StoreConfigError
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
@@ -31,6 +32,11 @@ class ProxyConfig:
     # the broker's delay levels: this broker has no timer wheel, so a 5.x delivery timestamp is
     # carried as the first level not shorter than the wait (the Java proxy's useDelayLevel=true)
     messageDelayLevel: str = DEFAULT_DELAY_LEVELS
+    # TLS (broker.proxy.tls): tls.server.mode is TlsSystemConfig's, the three others ProxyConfig's
+    tlsMode: str = "disabled"
+    tlsTestModeEnable: bool = True
+    tlsKeyPath: str = ""
+    tlsCertPath: str = ""
     # the broker that started this front as its child (local mode): logged, nothing more
     parentBroker: str = ""
 
@@ -39,6 +45,7 @@ class ProxyConfig:
         """(config, the keys it does not read)."""
         from broker.store.config import _convert
         types = {f.name: f.type for f in dataclasses.fields(cls)}
+        props = renamed_tls_keys(props)
         values = {k: _convert(k, v, types[k]) for k, v in props.items() if k in types}
         config = cls(**values)
         config.validate()
@@ -53,6 +60,7 @@ class ProxyConfig:
             if getattr(self, key) <= 0:
                 raise StoreConfigError(key, f"{getattr(self, key)} must be positive")
         self.delay_levels_ms  # names messageDelayLevel when malformed
+        check_tls(self)
 
     @functools.cached_property
     def delay_levels_ms(self) -> list[int]:  # parsed once, not per delayed message

@@ -19,7 +19,9 @@ class LocalGrpcFront:
         self.config = ProxyConfig(namesrvAddr=";".join(broker_config.namesrv_addrs),
                                   grpcServerPort=broker_config.grpcServerPort, bindAddress=host,
                                   messageDelayLevel=broker_config.messageDelayLevel,
-                                  parentBroker=broker_config.brokerName)
+                                  parentBroker=broker_config.brokerName, tlsMode=broker_config.tlsMode,
+                                  tlsTestModeEnable=broker_config.tlsTestModeEnable,
+                                  tlsKeyPath=broker_config.tlsKeyPath, tlsCertPath=broker_config.tlsCertPath)
         self.config.validate()
         # a port another process holds would make the child exit at every restart, for ever: the
         # broker refuses to start instead, naming the key

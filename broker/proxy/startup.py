@@ -29,6 +29,9 @@ async def serve(config, stop: asyncio.Event, ready=None) -> None:
     from broker.proxy.messaging_service import MessagingService
     from broker.proxy.protocol import service_pb2_grpc as rpc
     from broker.proxy.send_activity import ProxyProducer
+    from broker.proxy.tls import server_credentials
+
+    credentials = server_credentials(config)  # before anything starts: a refused file names its key
 
     client = MQClientInstance(config.namesrvAddr)
     producer = ProxyProducer(PRODUCER_GROUP, client=client)
@@ -36,10 +39,13 @@ async def serve(config, stop: asyncio.Event, ready=None) -> None:
     server = grpc.aio.server(options=SERVER_OPTIONS)
     rpc.add_MessagingServiceServicer_to_server(MessagingService(config, client, producer), server)
     addr = f"{config.bindAddress}:{config.grpcServerPort}"
-    if server.add_insecure_port(addr) == 0:
+    bound = server.add_insecure_port(addr) if credentials is None else server.add_secure_port(addr, credentials)
+    if bound == 0:
         raise OSError(f"cannot listen on {addr}")
     await server.start()
-    print(f"grpc proxy listening on {addr}; name servers {config.namesrvAddr}"
+    tls = "" if credentials is None else (" (TLS, a self-signed test certificate)" if config.tlsTestModeEnable
+                                          else f" (TLS, {config.tlsCertPath})")
+    print(f"grpc proxy listening on {addr}{tls}; name servers {config.namesrvAddr}"
           + (f"; started by broker {config.parentBroker}" if config.parentBroker else ""), flush=True)
     if ready is not None:
         ready()
@@ -58,9 +64,10 @@ def run(config, stop_signals=(signal.SIGINT, signal.SIGTERM)) -> int:
         for sig in stop_signals:
             loop.add_signal_handler(sig, stop.set)
         await serve(config, stop)
+    from broker.store.errors import StoreError
     try:
         asyncio.run(main())
-    except OSError as e:
+    except (OSError, StoreError) as e:
         print(f"broker proxy: {e}", file=sys.stderr)
         return 2
     return 0

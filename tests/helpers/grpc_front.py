@@ -4,6 +4,7 @@ tests/clients/py5_client.py, one JSON line per event."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -45,10 +46,12 @@ def py5_argv(cmd: str, opt: dict) -> list[str]:
     return [str(PY5_PYTHON), str(CLIENTS / "py5_client.py"), cmd, json.dumps(opt)]
 
 
-def py5(cmd: str, endpoints: str, topic: str, **opt) -> list[dict]:
-    """Run the 5.x client's `cmd` (produce, receive) to the end; its JSON lines but the last {"done"}."""
+def py5(cmd: str, endpoints: str, topic: str, env: dict | None = None, **opt) -> list[dict]:
+    """Run the 5.x client's `cmd` (produce, receive) to the end; its JSON lines but the last {"done"}.
+    `env`: variables added to the client's environment."""
     opt.update(endpoints=endpoints, topic=topic)
-    p = subprocess.run(py5_argv(cmd, opt), capture_output=True, text=True, timeout=180, cwd=str(CLIENTS))
+    p = subprocess.run(py5_argv(cmd, opt), capture_output=True, text=True, timeout=180, cwd=str(CLIENTS),
+                       env=None if env is None else {**os.environ, **env})
     lines = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
     assert p.returncode == 0 and lines and lines[-1] == {"done": True}, \
         f"5.x {cmd}: rc={p.returncode}\n{p.stdout}\n{p.stderr[-3000:]}"
