@@ -26,12 +26,14 @@ from bench.network_bench import BODY, CLIENT_TOPIC, CliProcess, NetResult, _free
 class FrontProcess(CliProcess):
     """`broker proxy` on a free loopback port, finding the broker through `namesrv_addr`."""
 
-    def __init__(self, namesrv_addr: str, workdir: str):
+    def __init__(self, namesrv_addr: str, workdir: str, tls: bool = False):
         self.port = _free_port()
         self.endpoints = f"127.0.0.1:{self.port}"
         self.conf = os.path.join(workdir, f"proxy-{self.port}.conf")
         with open(self.conf, "w") as f:
             f.write(f"namesrvAddr={namesrv_addr}\ngrpcServerPort={self.port}\nbindAddress=127.0.0.1\n")
+            if tls:  # test mode: the front's own self-signed certificate, which the driver fetches and trusts
+                f.write("tls.server.mode=enforcing\n")
         self.proc: subprocess.Popen | None = None
 
     def __enter__(self) -> "FrontProcess":
@@ -57,7 +59,8 @@ class FloorProcess(CliProcess):
         return self
 
 
-def _drive(endpoints: str, in_flight: int, seconds: float, proc: CliProcess, on_start) -> tuple[int, list, float, float]:
+def _drive(endpoints: str, in_flight: int, seconds: float, proc: CliProcess, on_start,
+           tls: bool = False) -> tuple[int, list, float, float]:
     """(calls, latencies, seconds, `proc`'s CPU seconds over the clock): the driver on its own loop."""
     c0 = [0.0]
 
@@ -65,13 +68,22 @@ def _drive(endpoints: str, in_flight: int, seconds: float, proc: CliProcess, on_
         c0[0] = proc.cpu_seconds()
         on_start()
 
-    n, lat, dt = asyncio.run(_grpc_loop(endpoints, in_flight, min(1.0, seconds / 4), seconds, started))
+    n, lat, dt = asyncio.run(_grpc_loop(endpoints, in_flight, min(1.0, seconds / 4), seconds, started, tls))
     return n, lat, dt, proc.cpu_seconds() - c0[0]
 
 
-async def _grpc_loop(endpoints: str, in_flight: int, warmup: float, seconds: float, on_start) -> tuple[int, list, float]:
+def _channel(endpoints: str, tls: bool):
     import grpc
+    if not tls:
+        return grpc.aio.insecure_channel(endpoints)
+    import ssl
+    host, _, port = endpoints.rpartition(":")
+    root = ssl.get_server_certificate((host, int(port))).encode()  # the front's test-mode certificate
+    return grpc.aio.secure_channel(endpoints, grpc.ssl_channel_credentials(root_certificates=root))
 
+
+async def _grpc_loop(endpoints: str, in_flight: int, warmup: float, seconds: float, on_start,
+                     tls: bool = False) -> tuple[int, list, float]:
     from broker.proxy.protocol import definition_pb2 as pb
     from broker.proxy.protocol import service_pb2 as spb
     from broker.proxy.protocol import service_pb2_grpc as rpc
@@ -87,7 +99,7 @@ async def _grpc_loop(endpoints: str, in_flight: int, warmup: float, seconds: flo
         return spb.SendMessageRequest(messages=[pb.Message(topic=pb.Resource(name=CLIENT_TOPIC), body=body,
                                                            system_properties=sp)])
 
-    async with grpc.aio.insecure_channel(endpoints) as channel:
+    async with _channel(endpoints, tls) as channel:
         stub = rpc.MessagingServiceStub(channel)
 
         async def run(secs: float, lat: list) -> int:
@@ -115,18 +127,21 @@ async def _grpc_loop(endpoints: str, in_flight: int, warmup: float, seconds: flo
 
 
 async def bench_grpc_send(namesrv_addr: str, seconds: float, in_flight: int = 64, on_start=_nothing,
-                          workdir: str | None = None) -> NetResult:
+                          workdir: str | None = None, tls: bool = False) -> NetResult:
+    """`tls`: the front in TLS test mode (tls.server.mode=enforcing), the driver over TLS; the
+    floor, plaintext, is then not run (the plaintext cell prints it)."""
     import tempfile
     workdir = workdir or tempfile.gettempdir()
     loop = asyncio.get_running_loop()
-    with FrontProcess(namesrv_addr, workdir) as front:
+    with FrontProcess(namesrv_addr, workdir, tls) as front:
         n, lat, dt, front_cpu = await loop.run_in_executor(
-            None, _drive, front.endpoints, in_flight, seconds, front, on_start)
-    with FloorProcess() as floor:
-        fn, _, fdt, floor_cpu = await loop.run_in_executor(
-            None, _drive, floor.endpoints, in_flight, seconds, floor, _nothing)
-    return NetResult(f"grpc send 1 KiB x{in_flight} in flight (through the front)", n, dt, n * BODY, lat,
-                     extra={"driver": "grpc.aio SendMessage (broker.proxy.protocol stubs), in the bench process",
-                            "front_cpu_us_per_msg": 1e6 * front_cpu / n if n else float("nan"),
-                            "floor_calls_per_s": fn / fdt,
-                            "floor_cpu_us_per_call": 1e6 * floor_cpu / fn if fn else float("nan")})
+            None, _drive, front.endpoints, in_flight, seconds, front, on_start, tls)
+    extra = {"driver": "grpc.aio SendMessage (broker.proxy.protocol stubs), in the bench process",
+             "front_cpu_us_per_msg": 1e6 * front_cpu / n if n else float("nan")}
+    if not tls:
+        with FloorProcess() as floor:
+            fn, _, fdt, floor_cpu = await loop.run_in_executor(
+                None, _drive, floor.endpoints, in_flight, seconds, floor, _nothing)
+        extra.update(floor_calls_per_s=fn / fdt, floor_cpu_us_per_call=1e6 * floor_cpu / fn if fn else float("nan"))
+    return NetResult(f"grpc send 1 KiB x{in_flight} in flight (through the front{', TLS' if tls else ''})",
+                     n, dt, n * BODY, lat, extra=extra)
