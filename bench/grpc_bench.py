@@ -26,7 +26,7 @@ from bench.network_bench import BODY, CLIENT_TOPIC, CliProcess, NetResult, _free
 class FrontProcess(CliProcess):
     """`broker proxy` on a free loopback port, finding the broker through `namesrv_addr`."""
 
-    def __init__(self, namesrv_addr: str, workdir: str, tls: bool = False):
+    def __init__(self, namesrv_addr: str, workdir: str, tls: bool = False, extra_conf: str = ""):
         self.port = _free_port()
         self.endpoints = f"127.0.0.1:{self.port}"
         self.conf = os.path.join(workdir, f"proxy-{self.port}.conf")
@@ -34,6 +34,7 @@ class FrontProcess(CliProcess):
             f.write(f"namesrvAddr={namesrv_addr}\ngrpcServerPort={self.port}\nbindAddress=127.0.0.1\n")
             if tls:  # test mode: the front's own self-signed certificate, which the driver fetches and trusts
                 f.write("tls.server.mode=enforcing\n")
+            f.write(extra_conf)
         self.proc: subprocess.Popen | None = None
 
     def __enter__(self) -> "FrontProcess":
@@ -127,21 +128,22 @@ async def _grpc_loop(endpoints: str, in_flight: int, warmup: float, seconds: flo
 
 
 async def bench_grpc_send(namesrv_addr: str, seconds: float, in_flight: int = 64, on_start=_nothing,
-                          workdir: str | None = None, tls: bool = False) -> NetResult:
-    """`tls`: the front in TLS test mode (tls.server.mode=enforcing), the driver over TLS; the
-    floor, plaintext, is then not run (the plaintext cell prints it)."""
+                          workdir: str | None = None, tls: bool = False, coalesce_us: int = 0) -> NetResult:
+    """`tls`: the front in TLS test mode (tls.server.mode=enforcing), the driver over TLS;
+    `coalesce_us`: the front's remotingCoalesceMicros. The floor is run for the plain cell only."""
     import tempfile
     workdir = workdir or tempfile.gettempdir()
     loop = asyncio.get_running_loop()
-    with FrontProcess(namesrv_addr, workdir, tls) as front:
+    with FrontProcess(namesrv_addr, workdir, tls, f"remotingCoalesceMicros={coalesce_us}\n") as front:
         n, lat, dt, front_cpu = await loop.run_in_executor(
             None, _drive, front.endpoints, in_flight, seconds, front, on_start, tls)
     extra = {"driver": "grpc.aio SendMessage (broker.proxy.protocol stubs), in the bench process",
              "front_cpu_us_per_msg": 1e6 * front_cpu / n if n else float("nan")}
-    if not tls:
+    if not tls and not coalesce_us:
         with FloorProcess() as floor:
             fn, _, fdt, floor_cpu = await loop.run_in_executor(
                 None, _drive, floor.endpoints, in_flight, seconds, floor, _nothing)
         extra.update(floor_calls_per_s=fn / fdt, floor_cpu_us_per_call=1e6 * floor_cpu / fn if fn else float("nan"))
-    return NetResult(f"grpc send 1 KiB x{in_flight} in flight (through the front{', TLS' if tls else ''})",
+    how = (", TLS" if tls else "") + (f", remotingCoalesceMicros={coalesce_us}" if coalesce_us else "")
+    return NetResult(f"grpc send 1 KiB x{in_flight} in flight (through the front{how})",
                      n, dt, n * BODY, lat, extra=extra)

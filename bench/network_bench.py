@@ -475,9 +475,15 @@ async def _grpc_send_tls(namesrv_addr: str, seconds: float, on_start=_nothing) -
     return await bench_grpc_send(namesrv_addr, seconds, on_start=on_start, tls=True)
 
 
+async def _grpc_send_coalesce(namesrv_addr: str, seconds: float, on_start=_nothing) -> NetResult:
+    from bench.grpc_bench import bench_grpc_send
+    return await bench_grpc_send(namesrv_addr, seconds, on_start=on_start, coalesce_us=2000)
+
+
 RAW_CELLS = LOADGEN_CELLS
 CLIENT_CELLS = {"client_send": bench_client_send, "client_batch": bench_client_batch, "client_pull": bench_client_pull,
-                "grpc_send": _grpc_send, "grpc_send_tls": _grpc_send_tls}
+                "grpc_send": _grpc_send, "grpc_send_tls": _grpc_send_tls,
+                "grpc_send_coalesce": _grpc_send_coalesce}
 DEFAULT_CELLS = [*RAW_CELLS, *CLIENT_CELLS]
 
 

@@ -29,6 +29,11 @@ class ProxyConfig:
     maxDelayTimeMills: int = 24 * 3600 * 1000
     maxTransactionRecoverySecond: int = 3600
     grpcShutdownTimeSeconds: int = 30
+    # not a ProxyConfig key: µs a request to a broker waits, while others are in flight, for the
+    # next ones to share its write (broker.client.channel.ClientChannel.coalesce_delay). 0 (off):
+    # 2000 cut the front's CPU per send by ~20 % at 64 sends in flight, but added ~0.7 ms to the
+    # median at 8 in flight, and holds every send while a consumer long-polls (README)
+    remotingCoalesceMicros: int = 0
     # the broker's delay levels: this broker has no timer wheel, so a 5.x delivery timestamp is
     # carried as the first level not shorter than the wait (the Java proxy's useDelayLevel=true)
     messageDelayLevel: str = DEFAULT_DELAY_LEVELS
@@ -59,6 +64,8 @@ class ProxyConfig:
         for key in ("maxMessageGroupSize", "userPropertyMaxNum", "maxUserPropertySize", "maxDelayTimeMills"):
             if getattr(self, key) <= 0:
                 raise StoreConfigError(key, f"{getattr(self, key)} must be positive")
+        if not 0 <= self.remotingCoalesceMicros <= 100_000:
+            raise StoreConfigError("remotingCoalesceMicros", f"{self.remotingCoalesceMicros} is not 0..100000 µs")
         self.delay_levels_ms  # names messageDelayLevel when malformed
         check_tls(self)
 

@@ -25,6 +25,7 @@ SERVER_OPTIONS = (("grpc.max_receive_message_length", 130 * 1024 * 1024),)
 async def serve(config, stop: asyncio.Event, ready=None) -> None:
     import grpc
 
+    from broker.client.channel import ClientChannel
     from broker.client.client_instance import MQClientInstance
     from broker.proxy.messaging_service import MessagingService
     from broker.proxy.protocol import service_pb2_grpc as rpc
@@ -33,6 +34,7 @@ async def serve(config, stop: asyncio.Event, ready=None) -> None:
 
     credentials = server_credentials(config)  # before anything starts: a refused file names its key
 
+    ClientChannel.coalesce_delay = config.remotingCoalesceMicros / 1e6  # this process is the front alone
     client = MQClientInstance(config.namesrvAddr)
     producer = ProxyProducer(PRODUCER_GROUP, client=client)
     await producer.start()
