@@ -47,16 +47,17 @@ class FrontProcess(CliProcess):
 
 
 class FloorProcess(CliProcess):
-    """bench/grpc_floor.py on a free loopback port."""
+    """bench/grpc_floor.py on a free loopback port, in `mode` (aio, syncN, bridgeN)."""
 
     module = "bench.grpc_floor"
 
-    def __init__(self):
+    def __init__(self, mode: str = "aio"):
         self.port = _free_port()
         self.endpoints = f"127.0.0.1:{self.port}"
+        self.mode = mode
 
     def __enter__(self) -> "FloorProcess":
-        self._start([str(self.port)], "grpc floor listening", "the grpcio floor server")
+        self._start([str(self.port), self.mode], "grpc floor listening", "the grpcio floor server")
         return self
 
 
@@ -147,3 +148,22 @@ async def bench_grpc_send(namesrv_addr: str, seconds: float, in_flight: int = 64
     how = (", TLS" if tls else "") + (f", remotingCoalesceMicros={coalesce_us}" if coalesce_us else "")
     return NetResult(f"grpc send 1 KiB x{in_flight} in flight (through the front{how})",
                      n, dt, n * BODY, lat, extra=extra)
+
+
+def floors(modes: list[str], seconds: float, in_flight: int = 64) -> None:
+    """Each floor server mode driven as the cell drives the front: calls/s and server CPU-µs/call."""
+    for mode in modes:
+        with FloorProcess(mode) as floor:
+            n, _, dt, cpu = _drive(floor.endpoints, in_flight, seconds, floor, _nothing)
+        print(f"grpc floor {mode}: {n / dt:,.0f} calls/s, server {1e6 * cpu / n:.1f} CPU-us/call "
+              f"(load {os.getloadavg()[0]:.2f})", flush=True)
+
+
+if __name__ == "__main__":
+    import argparse
+    p = argparse.ArgumentParser(description="grpcio floor variants (bench/grpc_floor.py) under the grpc_send driver")
+    p.add_argument("cmd", choices=["floors"])
+    p.add_argument("modes", nargs="*", default=["aio", "sync8", "bridge8"])
+    p.add_argument("--seconds", type=float, default=3.0)
+    a = p.parse_args()
+    floors(a.modes, a.seconds)
