@@ -2,7 +2,10 @@
 own process beside the network section's name server and broker, driven by a grpc.aio client of
 this project (the v2 stubs of broker.proxy.protocol, one HTTP/2 channel), beside the remoting cells
 of the same broker:
-- grpc_send: SendMessage of one 1 KiB message per call, 64 calls in flight;
+- grpc_send: SendMessage of one 1 KiB message per call, 64 calls in flight. Then the same driver
+  runs as long against bench/grpc_floor.py, a bare grpc.aio server with the front's channel
+  arguments answering SendMessage at once: grpcio's own floor on this machine in this run, printed
+  beside the front's figures (the front cannot be cheaper per message than that floor);
 - grpc_receive: ReceiveMessage of up to 32 messages (pop, 30 s invisible) then one AckMessage of
   the batch's receipt handles, 4 such loops at once, from the start of the client cells' topic
   until caught up (a receive that finds nothing) or the clock ends; a fresh consumer group each
@@ -33,12 +36,15 @@ BROKER_NAME = "broker-a"  # BrokerProcess leaves brokerName at the broker's defa
 class FrontProcess(CliProcess):
     """`broker proxy` on a free loopback port, finding the broker through `namesrv_addr`."""
 
-    def __init__(self, namesrv_addr: str, workdir: str):
+    def __init__(self, namesrv_addr: str, workdir: str, tls: bool = False, extra_conf: str = ""):
         self.port = _free_port()
         self.endpoints = f"127.0.0.1:{self.port}"
         self.conf = os.path.join(workdir, f"proxy-{self.port}.conf")
         with open(self.conf, "w") as f:
             f.write(f"namesrvAddr={namesrv_addr}\ngrpcServerPort={self.port}\nbindAddress=127.0.0.1\n")
+            if tls:  # test mode: the front's own self-signed certificate, which the driver fetches and trusts
+                f.write("tls.server.mode=enforcing\n")
+            f.write(extra_conf)
         self.proc: subprocess.Popen | None = None
 
     def __enter__(self) -> "FrontProcess":
@@ -50,9 +56,54 @@ class FrontProcess(CliProcess):
         os.unlink(self.conf)
 
 
-async def _grpc_loop(endpoints: str, in_flight: int, warmup: float, seconds: float, on_start) -> tuple[int, list, float]:
-    import grpc
+class FloorProcess(CliProcess):
+    """bench/grpc_floor.py on a free loopback port, in `mode` (aio, syncN, bridgeN)."""
 
+    module = "bench.grpc_floor"
+
+    def __init__(self, mode: str = "aio"):
+        self.port = _free_port()
+        self.endpoints = f"127.0.0.1:{self.port}"
+        self.mode = mode
+
+    def __enter__(self) -> "FloorProcess":
+        self._start([str(self.port), self.mode], "grpc floor listening", "the grpcio floor server")
+        return self
+
+
+def _drive_with(proc: CliProcess, on_start, make_loop):
+    """(`make_loop(started)`'s result, `proc`'s CPU seconds over the clock): a driver on asyncio's
+    own loop, in this thread; `started` is called when the clock starts."""
+    c0 = [0.0]
+
+    def started() -> None:
+        c0[0] = proc.cpu_seconds()
+        on_start()
+
+    res = asyncio.run(make_loop(started))
+    return res, proc.cpu_seconds() - c0[0]
+
+
+def _drive(endpoints: str, in_flight: int, seconds: float, proc: CliProcess, on_start,
+           tls: bool = False) -> tuple[int, list, float, float]:
+    """(calls, latencies, seconds, `proc`'s CPU seconds over the clock) of the send driver."""
+    (n, lat, dt), cpu = _drive_with(proc, on_start, lambda started: _grpc_loop(
+        endpoints, in_flight, min(1.0, seconds / 4), seconds, started, tls))
+    return n, lat, dt, cpu
+
+
+def _channel(endpoints: str, tls: bool):
+    import grpc
+    if not tls:
+        return grpc.aio.insecure_channel(endpoints)
+    import ssl
+    host, _, port = endpoints.rpartition(":")
+    root = ssl.get_server_certificate((host, int(port))).encode()  # the front's test-mode certificate
+    return grpc.aio.secure_channel(endpoints, grpc.ssl_channel_credentials(root_certificates=root))
+
+
+async def _grpc_loop(endpoints: str, in_flight: int, warmup: float, seconds: float, on_start,
+                     tls: bool = False) -> tuple[int, list, float]:
     from broker.proxy.protocol import definition_pb2 as pb
     from broker.proxy.protocol import service_pb2 as spb
     from broker.proxy.protocol import service_pb2_grpc as rpc
@@ -68,7 +119,7 @@ async def _grpc_loop(endpoints: str, in_flight: int, warmup: float, seconds: flo
         return spb.SendMessageRequest(messages=[pb.Message(topic=pb.Resource(name=CLIENT_TOPIC), body=body,
                                                            system_properties=sp)])
 
-    async with grpc.aio.insecure_channel(endpoints) as channel:
+    async with _channel(endpoints, tls) as channel:
         stub = rpc.MessagingServiceStub(channel)
 
         async def run(secs: float, lat: list) -> int:
@@ -159,34 +210,26 @@ async def _receive_loop(endpoints: str, in_flight: int, warmup: float, seconds: 
         return n, lat, time.perf_counter() - t0, nbytes
 
 
-async def _through_front(namesrv_addr: str, seconds: float, loop_fn, on_start, workdir: str | None):
-    """`loop_fn(endpoints, started)` on asyncio's own loop in a thread, against a fresh front; its
-    result and the front's CPU seconds over the clock (from `started`)."""
+async def bench_grpc_send(namesrv_addr: str, seconds: float, in_flight: int = 64, on_start=_nothing,
+                          workdir: str | None = None, tls: bool = False, coalesce_us: int = 0) -> NetResult:
+    """`tls`: the front in TLS test mode (tls.server.mode=enforcing), the driver over TLS;
+    `coalesce_us`: the front's remotingCoalesceMicros. The floor is run for the plain cell only."""
     import tempfile
     workdir = workdir or tempfile.gettempdir()
-    with FrontProcess(namesrv_addr, workdir) as front:
-        c0 = [0.0]
-
-        def started() -> None:
-            c0[0] = front.cpu_seconds()
-            on_start()
-
-        loop = asyncio.get_running_loop()
-        res = await loop.run_in_executor(None, lambda: asyncio.run(loop_fn(front.endpoints, started)))
-        return res, front.cpu_seconds() - c0[0]
-
-
-def _per_msg(cpu_s: float, n: int) -> float:
-    return 1e6 * cpu_s / n if n else float("nan")
-
-
-async def bench_grpc_send(namesrv_addr: str, seconds: float, in_flight: int = 64, on_start=_nothing,
-                          workdir: str | None = None) -> NetResult:
-    (n, lat, dt), front_cpu = await _through_front(namesrv_addr, seconds, lambda ep, started: _grpc_loop(
-        ep, in_flight, min(1.0, seconds / 4), seconds, started), on_start, workdir)
-    return NetResult(f"grpc send 1 KiB x{in_flight} in flight (through the front)", n, dt, n * BODY, lat,
-                     extra={"driver": "ours: grpc.aio SendMessage (broker.proxy.protocol stubs), in the bench process",
-                            "front_cpu_us_per_msg": _per_msg(front_cpu, n)})
+    loop = asyncio.get_running_loop()
+    with FrontProcess(namesrv_addr, workdir, tls, f"remotingCoalesceMicros={coalesce_us}\n") as front:
+        n, lat, dt, front_cpu = await loop.run_in_executor(
+            None, _drive, front.endpoints, in_flight, seconds, front, on_start, tls)
+    extra = {"driver": "grpc.aio SendMessage (broker.proxy.protocol stubs), in the bench process",
+             "front_cpu_us_per_msg": 1e6 * front_cpu / n if n else float("nan")}
+    if not tls and not coalesce_us:
+        with FloorProcess() as floor:
+            fn, _, fdt, floor_cpu = await loop.run_in_executor(
+                None, _drive, floor.endpoints, in_flight, seconds, floor, _nothing)
+        extra.update(floor_calls_per_s=fn / fdt, floor_cpu_us_per_call=1e6 * floor_cpu / fn if fn else float("nan"))
+    how = (", TLS" if tls else "") + (f", remotingCoalesceMicros={coalesce_us}" if coalesce_us else "")
+    return NetResult(f"grpc send 1 KiB x{in_flight} in flight (through the front{how})",
+                     n, dt, n * BODY, lat, extra=extra)
 
 
 async def bench_grpc_receive(namesrv_addr: str, seconds: float, in_flight: int = 4, on_start=_nothing,
@@ -199,9 +242,32 @@ async def bench_grpc_receive(namesrv_addr: str, seconds: float, in_flight: int =
         await fill_client_topic(consumer, await consumer.fetch_queues(CLIENT_TOPIC), namesrv_addr, seconds)
     finally:
         await consumer.shutdown()
-    (n, lat, dt, nbytes), front_cpu = await _through_front(namesrv_addr, seconds, lambda ep, started: _receive_loop(
-        ep, in_flight, min(1.0, seconds / 4), seconds, started), on_start, workdir)
+    import tempfile
+    loop = asyncio.get_running_loop()
+    with FrontProcess(namesrv_addr, workdir or tempfile.gettempdir()) as front:
+        (n, lat, dt, nbytes), front_cpu = await loop.run_in_executor(
+            None, _drive_with, front, on_start, lambda started: _receive_loop(
+                front.endpoints, in_flight, min(1.0, seconds / 4), seconds, started))
     return NetResult(f"grpc receive+ack 32/receive, x{in_flight} (through the front, MB/s of bodies)", n, dt, nbytes,
                      lat, extra={"driver": "ours: grpc.aio ReceiveMessage + AckMessage of each batch "
                                            "(broker.proxy.protocol stubs), in the bench process",
-                                 "front_cpu_us_per_msg": _per_msg(front_cpu, n)})
+                                 "front_cpu_us_per_msg": 1e6 * front_cpu / n if n else float("nan")})
+
+
+def floors(modes: list[str], seconds: float, in_flight: int = 64) -> None:
+    """Each floor server mode driven as the cell drives the front: calls/s and server CPU-µs/call."""
+    for mode in modes:
+        with FloorProcess(mode) as floor:
+            n, _, dt, cpu = _drive(floor.endpoints, in_flight, seconds, floor, _nothing)
+        print(f"grpc floor {mode}: {n / dt:,.0f} calls/s, server {1e6 * cpu / n:.1f} CPU-us/call "
+              f"(load {os.getloadavg()[0]:.2f})", flush=True)
+
+
+if __name__ == "__main__":
+    import argparse
+    p = argparse.ArgumentParser(description="grpcio floor variants (bench/grpc_floor.py) under the grpc_send driver")
+    p.add_argument("cmd", choices=["floors"])
+    p.add_argument("modes", nargs="*", default=["aio", "sync8", "bridge8"])
+    p.add_argument("--seconds", type=float, default=3.0)
+    a = p.parse_args()
+    floors(a.modes, a.seconds)

@@ -96,6 +96,10 @@ class NetResult:
             cpu += f"; {self.extra['errors']} errors {self.extra['error_codes']}"
         if "front_cpu_us_per_msg" in self.extra:
             cpu += f"; gRPC front {self.extra['front_cpu_us_per_msg']:.1f} CPU-us/msg"
+        if "floor_calls_per_s" in self.extra:
+            cpu += (f" (grpcio floor, a bare grpc.aio SendMessage server, same driver: "
+                    f"{self.extra['floor_calls_per_s']:,.0f} calls/s at {self.extra['floor_cpu_us_per_call']:.1f} "
+                    f"CPU-us/call)")
         for key, what in (("vs_client_send", "client send"), ("vs_loadgen_send", "loadgen send"),
                           ("vs_client_pull", "client pull")):
             if key in self.extra:
@@ -158,10 +162,11 @@ class CliProcess:
     ready line, its CPU read, stopped (SIGTERM, then waited for)."""
 
     proc: subprocess.Popen | None = None
+    module = "broker.cli"
 
     def _start(self, args: list[str], ready: str, what: str) -> None:
         env = dict(os.environ, BROKER_LOG_LEVEL="WARNING")
-        self.proc = subprocess.Popen([sys.executable, "-m", "broker.cli", *args], stdout=subprocess.PIPE, env=env,
+        self.proc = subprocess.Popen([sys.executable, "-m", self.module, *args], stdout=subprocess.PIPE, env=env,
                                      text=True)
         try:
             _wait_for_line(self.proc, ready, what)
@@ -477,9 +482,20 @@ async def _grpc_receive(namesrv_addr: str, seconds: float, on_start=_nothing) ->
     return await bench_grpc_receive(namesrv_addr, seconds, on_start=on_start)
 
 
+async def _grpc_send_tls(namesrv_addr: str, seconds: float, on_start=_nothing) -> NetResult:
+    from bench.grpc_bench import bench_grpc_send
+    return await bench_grpc_send(namesrv_addr, seconds, on_start=on_start, tls=True)
+
+
+async def _grpc_send_coalesce(namesrv_addr: str, seconds: float, on_start=_nothing) -> NetResult:
+    from bench.grpc_bench import bench_grpc_send
+    return await bench_grpc_send(namesrv_addr, seconds, on_start=on_start, coalesce_us=2000)
+
+
 RAW_CELLS = LOADGEN_CELLS
 CLIENT_CELLS = {"client_send": bench_client_send, "client_batch": bench_client_batch, "client_pull": bench_client_pull,
-                "grpc_send": _grpc_send, "grpc_receive": _grpc_receive}
+                "grpc_send": _grpc_send, "grpc_receive": _grpc_receive, "grpc_send_tls": _grpc_send_tls,
+                "grpc_send_coalesce": _grpc_send_coalesce}
 DEFAULT_CELLS = [*RAW_CELLS, *CLIENT_CELLS]
 
 
@@ -513,11 +529,10 @@ async def run_flush_mode(flush: str, seconds: float, cells: list[str], workdir: 
                 bases = {"grpc_send": (("vs_client_send", "client send 1 KiB x64"),
                                        ("vs_loadgen_send", "send 1 KiB x64 in flight")),
                          "grpc_receive": (("vs_client_pull", "client pull"),)}
-                if cell in bases:
-                    for key, prefix in bases[cell]:
-                        base = next((x for x in out if x.name.startswith(f"{flush} {prefix}")), None)
-                        if base is not None:
-                            r.extra[key] = r.msgs_per_s / base.msgs_per_s
+                for key, prefix in bases.get("grpc_send" if cell.startswith("grpc_send") else cell, ()):
+                    base = next((x for x in out if x.name.startswith(f"{flush} {prefix}")), None)
+                    if base is not None:
+                        r.extra[key] = r.msgs_per_s / base.msgs_per_s
             r.name = f"{flush} {r.name}"
             progress(r.line())
             out.append(r)

@@ -49,6 +49,13 @@ Handler = Callable[[RemotingCommand, "ClientChannel"], "RemotingCommand | Awaita
 class ClientChannel(RequestHandling, asyncio.BufferedProtocol):
     _log = logging.getLogger("client.channel")
     _side = "client"
+    # Seconds a request waits, while others are in flight on the channel, for the requests of the
+    # next turns to leave in the same write; 0 (the default): written at the end of its loop turn.
+    # The gRPC front may set it (ProxyConfig.remotingCoalesceMicros): each 5.x send reaches it as
+    # a gRPC call of its own, handled in a loop turn of its own, so under load every request is a
+    # write of its own, and a read and a reply of its own at the broker. A request with no other
+    # in flight (a sequential caller) is never held; a long-polling pop in flight counts as one.
+    coalesce_delay = 0.0
 
     def __init__(self, handler: Handler | None = None, max_frame: int = MAX_FRAME):
         self.handler = handler
@@ -236,7 +243,13 @@ class ClientChannel(RequestHandling, asyncio.BufferedProtocol):
 
     def _kick(self) -> None:
         if not self._flush_soon:
-            self._flush_soon = True
+            self._schedule_flush()
+
+    def _schedule_flush(self) -> None:
+        self._flush_soon = True
+        if self.coalesce_delay and len(self.waiters) > 1:  # others in flight: a sequential caller is not held
+            self._loop.call_later(self.coalesce_delay, self._flush)
+        else:
             self._loop.call_soon(self._flush)
 
     def _flush(self) -> None:
@@ -262,8 +275,7 @@ class ClientChannel(RequestHandling, asyncio.BufferedProtocol):
         self.waiters[opaque] = fut
         self._watch(opaque, timeout)
         if not self._flush_soon:
-            self._flush_soon = True
-            self._loop.call_soon(self._flush)
+            self._schedule_flush()
         return opaque, fut
 
     def fast_oneway(self) -> int:

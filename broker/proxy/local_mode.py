@@ -21,7 +21,9 @@ class LocalGrpcFront:
                                   grpcServerPort=broker_config.grpcServerPort, bindAddress=host,
                                   messageDelayLevel=broker_config.messageDelayLevel,
                                   parentBroker=broker_config.brokerName,
-                                  enableACL=broker_config.aclEnable, aclFile=broker_config.acl_file)
+                                  enableACL=broker_config.aclEnable, aclFile=broker_config.acl_file,
+                                  tlsMode=broker_config.tlsMode, tlsTestModeEnable=broker_config.tlsTestModeEnable,
+                                  tlsKeyPath=broker_config.tlsKeyPath, tlsCertPath=broker_config.tlsCertPath)
         self.config.validate()
         # a port another process holds would make the child exit at every restart, for ever: the
         # broker refuses to start instead, naming the key

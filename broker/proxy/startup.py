@@ -15,29 +15,41 @@ import sys
 log = logging.getLogger("proxy")
 
 PRODUCER_GROUP = "PROXY_SEND_GROUP"  # the send header's group; checks go by each message's PGROUP
+# the server's channel arguments, shared with bench/grpc_floor.py (the bare grpcio server the bench
+# measures beside the front). Measured and not kept (bench/grpc_bench.py): optimization_target
+# "throughput", bdp_probe off, max_concurrent_streams, a synchronous grpc.server: none cut the
+# CPU per SendMessage; the synchronous server bridged to this asyncio loop cost more than grpc.aio.
+SERVER_OPTIONS = (("grpc.max_receive_message_length", 130 * 1024 * 1024),)
 
 
 async def serve(config, stop: asyncio.Event, ready=None) -> None:
     import grpc
 
+    from broker.client.channel import ClientChannel
     from broker.client.client_instance import MQClientInstance
     from broker.proxy.messaging_service import MessagingService
     from broker.proxy.protocol import service_pb2_grpc as rpc
     from broker.proxy.send_activity import ProxyProducer
-
     from broker.proxy.inner_credentials import for_front
+    from broker.proxy.tls import server_credentials
 
+    credentials = server_credentials(config)  # before anything starts: a refused file names its key
+
+    ClientChannel.coalesce_delay = config.remotingCoalesceMicros / 1e6  # this process is the front alone
     client = MQClientInstance(config.namesrvAddr, credentials=for_front(config))
     producer = ProxyProducer(PRODUCER_GROUP, client=client)
     await producer.start()
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", 130 * 1024 * 1024)])
+    server = grpc.aio.server(options=SERVER_OPTIONS)
     service = MessagingService(config, client, producer)
     rpc.add_MessagingServiceServicer_to_server(service, server)
     addr = f"{config.bindAddress}:{config.grpcServerPort}"
-    if server.add_insecure_port(addr) == 0:
+    bound = server.add_insecure_port(addr) if credentials is None else server.add_secure_port(addr, credentials)
+    if bound == 0:
         raise OSError(f"cannot listen on {addr}")
     await server.start()
-    print(f"grpc proxy listening on {addr}; name servers {config.namesrvAddr}"
+    tls = "" if credentials is None else (" (TLS, a self-signed test certificate)" if config.tlsTestModeEnable
+                                          else f" (TLS, {config.tlsCertPath})")
+    print(f"grpc proxy listening on {addr}{tls}; name servers {config.namesrvAddr}"
           + (f"; started by broker {config.parentBroker}" if config.parentBroker else ""), flush=True)
     if ready is not None:
         ready()
@@ -57,9 +69,10 @@ def run(config, stop_signals=(signal.SIGINT, signal.SIGTERM)) -> int:
         for sig in stop_signals:
             loop.add_signal_handler(sig, stop.set)
         await serve(config, stop)
+    from broker.store.errors import StoreError
     try:
         asyncio.run(main())
-    except OSError as e:
+    except (OSError, StoreError) as e:
         print(f"broker proxy: {e}", file=sys.stderr)
         return 2
     return 0

@@ -18,6 +18,25 @@ from broker.store.errors import StoreConfigError
 
 log = logging.getLogger("conf")
 
+# TlsSystemConfig's names (the Java broker's and proxy's -D properties, tls.config.file) of the gRPC
+# front's TLS settings, read in broker.conf and proxy.conf beside the proxy's own (broker.proxy.tls)
+TLS_SYSTEM_CONFIG_KEYS = {"tls.server.mode": "tlsMode", "tls.test.mode.enable": "tlsTestModeEnable",
+                          "tls.server.keyPath": "tlsKeyPath", "tls.server.certPath": "tlsCertPath"}
+
+
+def renamed_tls_keys(props: dict[str, str]) -> dict[str, str]:
+    """`props` with TlsSystemConfig's names under the fields' names; both names given differently:
+    refused naming the TlsSystemConfig one."""
+    out = dict(props)
+    for java, ours in TLS_SYSTEM_CONFIG_KEYS.items():
+        if java in out:
+            value = out.pop(java)
+            if ours in out and out[ours].strip() != value.strip():
+                raise StoreConfigError(java, f"{value!r} differs from {ours}={out[ours]!r}: one setting, two names")
+            out[ours] = value
+    return out
+
+
 _UNITS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
@@ -84,6 +103,11 @@ class BrokerConfig:
     # the gRPC front for 5.x clients (broker.proxy) started as this broker's supervised child on
     # this port (RocketMQ 5's local mode; the key is ProxyConfig's); 0 = none
     grpcServerPort: int = 0
+    # its TLS (broker.proxy.tls; checked by the front's config when grpcServerPort is set)
+    tlsMode: str = "disabled"  # tls.server.mode
+    tlsTestModeEnable: bool = True
+    tlsKeyPath: str = ""
+    tlsCertPath: str = ""
 
     def __post_init__(self) -> None:
         if not 0 <= self.metricsPort < 65536:
@@ -146,7 +170,7 @@ def load_broker_config(props: dict[str, str]) -> tuple[BrokerConfig, MessageStor
     DLedger mode's keys are read and checked here (a bad dLegerPeers is refused naming it); the
     whole DLedgerConfig is `load_dledger_config`'s, and the store config carries the two keys its
     service processes need (the mode and the member's id)."""
-    props = _grpc_port_alias(props)
+    props = renamed_tls_keys(_grpc_port_alias(props))
     broker_fields = {f.name: f for f in dataclasses.fields(BrokerConfig)}
     dledger_keys = set(DLedgerConfig.keys())
     dledger = load_dledger_config(props)

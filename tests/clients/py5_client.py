@@ -13,7 +13,9 @@ Options: endpoints (the front's host:port), topic, mode "sync" | "async", messag
 props, body, group (FIFO message group), delaySeconds}], transaction "commit" | "rollback" |
 "unknown" (each message a half message of its own transaction, ended so; "unknown" leaves it to
 the broker's check), checker "commit" | "rollback" (what the check-back answers), checks N (stay
-until the checker answered N times, printing {"checked": message_id, "topic", "tag"} each time).
+until the checker answered N times, printing {"checked": message_id, "topic", "tag"} each time),
+tls true (the client's own tls_enable: grpc.ssl_channel_credentials() with grpcio's default roots,
+which GRPC_DEFAULT_SSL_ROOTS_FILE_PATH in the environment replaces).
 """
 import json
 import sys
@@ -76,7 +78,7 @@ def receipt(r):
 def produce(opt):
     config = ClientConfiguration(opt["endpoints"], credentials(opt), request_timeout=10)
     checker = Checker(opt.get("checker", "commit")) if opt.get("transaction") or opt.get("checker") else None
-    producer = Producer(config, (opt["topic"],), checker)
+    producer = Producer(config, (opt["topic"],), checker, tls_enable=opt.get("tls", False))
     producer.startup()
     try:
         futures = []
@@ -124,7 +126,7 @@ def receive(opt):
     the first N messages received, print the others with "acked": false and leave them in flight)."""
     config = ClientConfiguration(opt["endpoints"], credentials(opt), request_timeout=10)
     consumer = SimpleConsumer(config, opt["group"], {opt["topic"]: FilterExpression(opt.get("expression", "*"))},
-                              await_duration=opt.get("awaitSeconds", 2))
+                              await_duration=opt.get("awaitSeconds", 2), tls_enable=opt.get("tls", False))
     consumer.startup()
     try:
         acked, empty = 0, 0

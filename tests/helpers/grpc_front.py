@@ -5,6 +5,7 @@ rocketmq-client-nodejs 1.0.8 in tests/clients5/node_modules) through tests/clien
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -53,19 +54,21 @@ def node5_argv(cmd: str, opt: dict) -> list[str]:
     return ["node", str(CLIENTS5 / "node5_client.js"), cmd, json.dumps(opt)]
 
 
-def run_client(argv: list[str], what: str) -> list[dict]:
-    """Run a client driver to the end; its JSON lines but the last {"done"}."""
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=180, cwd=str(Path(argv[1]).parent))
+def run_client(argv: list[str], what: str, env: dict | None = None) -> list[dict]:
+    """Run a client driver to the end; its JSON lines but the last {"done"}. `env`: variables added
+    to the client's environment."""
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=180, cwd=str(Path(argv[1]).parent),
+                       env=None if env is None else {**os.environ, **env})
     lines = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
     assert p.returncode == 0 and lines and lines[-1] == {"done": True}, \
         f"{what}: rc={p.returncode}\n{p.stdout}\n{p.stderr[-3000:]}"
     return lines[:-1]
 
 
-def py5(cmd: str, endpoints: str, topic: str, **opt) -> list[dict]:
+def py5(cmd: str, endpoints: str, topic: str, env: dict | None = None, **opt) -> list[dict]:
     """Run the 5.x Python client's `cmd` (produce, receive) to the end."""
     opt.update(endpoints=endpoints, topic=topic)
-    return run_client(py5_argv(cmd, opt), f"5.x {cmd}")
+    return run_client(py5_argv(cmd, opt), f"5.x {cmd}", env)
 
 
 def node5(cmd: str, endpoints: str, topic: str, **opt) -> list[dict]:
