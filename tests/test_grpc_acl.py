@@ -8,17 +8,15 @@ from datetime import datetime, timezone
 from hashlib import sha1
 from pathlib import Path
 
-import grpc
 import pytest
 
 from broker.proxy.config import ProxyConfig
 from broker.proxy.protocol import definition_pb2 as pb
 from broker.proxy.protocol import service_pb2 as spb
-from broker.proxy.protocol import service_pb2_grpc as rpc
 from broker.store.errors import StoreConfigError
 from tests.conftest import free_port, wait_for
 from tests.helpers.procs import group_members
-from tests.helpers.grpc_front import GrpcFront, py5, py5_produce
+from tests.helpers.grpc_front import GrpcFront, front_beside_cluster, py5, py5_produce, stub_of
 from tests.helpers.real_clients import Cluster
 
 pytestmark = pytest.mark.timeout(300)
@@ -49,22 +47,17 @@ def front(tmp_path_factory):
     root = tmp_path_factory.mktemp("grpc-acl")
     acl = root / "plain_acl.yml"
     acl.write_text(ACL_YML)
-    with Cluster(root / "cluster") as cluster:
+    with front_beside_cluster(root, front_conf=f"enableACL=true\naclFile={acl}\n") as f:
         for topic in ("AclOk", "AclSubOnly", "AclLater"):
-            cluster.create_topic(topic)
-        f = GrpcFront(cluster, root, extra_conf=f"enableACL=true\naclFile={acl}\n")
+            f.cluster.create_topic(topic)
         f.acl = acl
-        try:
-            yield f
-        finally:
-            f.close()
+        yield f
 
 
 @pytest.fixture
 def stub(front):
-    channel = grpc.insecure_channel(front.endpoints)
-    yield rpc.MessagingServiceStub(channel)
-    channel.close()
+    with stub_of(front) as s:
+        yield s
 
 
 def signed(account: tuple[str, str] | None, secret: str | None = None):

@@ -9,15 +9,13 @@ from __future__ import annotations
 import threading
 
 
-import grpc
 import pytest
 
 from broker.proxy.protocol import definition_pb2 as pb
 from broker.proxy.protocol import service_pb2 as spb
-from broker.proxy.protocol import service_pb2_grpc as rpc
 from tests.conftest import wait_for
-from tests.helpers.grpc_front import GrpcFront, Py5Push, py5, py5_produce
-from tests.helpers.real_clients import Cluster, produce
+from tests.helpers.grpc_front import Py5Push, front_beside_cluster, py5, py5_produce, stub_of
+from tests.helpers.real_clients import produce
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -27,20 +25,14 @@ MAX_RECONSUME = 2  # the broker's maxReconsumeTimes: a message gets 3 deliveries
 @pytest.fixture(scope="module")
 def front(tmp_path_factory):
     root = tmp_path_factory.mktemp("grpc-consume")
-    with Cluster(root / "cluster", f"maxReconsumeTimes={MAX_RECONSUME}\n") as cluster:
-        f = GrpcFront(cluster, root)
-        f.cluster = cluster
-        try:
-            yield f
-        finally:
-            f.close()
+    with front_beside_cluster(root, f"maxReconsumeTimes={MAX_RECONSUME}\n") as f:
+        yield f
 
 
 @pytest.fixture
 def stub(front):
-    channel = grpc.insecure_channel(front.endpoints)
-    yield rpc.MessagingServiceStub(channel)
-    channel.close()
+    with stub_of(front) as s:
+        yield s
 
 
 MD = (("x-mq-client-id", "test-consume-client"),)
@@ -166,28 +158,24 @@ def test_a_broker_kill_9_during_consumption_loses_nothing_and_brings_back_only_t
     flight; the broker is killed with -9 and started again: the 12 come back (delivery attempt 2),
     none of the 8 does."""
     topic, group, n, k = "GrpcCrash", "GrpcCrashG", 20, 8
-    with Cluster(tmp_path / "cluster", f"maxReconsumeTimes={MAX_RECONSUME}\n") as cluster:
-        f = GrpcFront(cluster, tmp_path)
-        try:
-            cluster.create_topic(topic)
-            receipts = py5_produce(f.endpoints, topic, [{"body": f"c{i}", "tag": "C"} for i in range(n)])
-            assert all("messageId" in r for r in receipts), receipts
-            first = py5("receive", f.endpoints, topic, group=group, count=n, ackLimit=k, invisibleSeconds=10, rounds=10)
-            acked = {d["body"] for d in first if d["acked"]}
-            held = {d["body"] for d in first if not d["acked"]}
-            assert len(acked) == k and acked | held == {f"c{i}" for i in range(n)} and not acked & held
-            cluster.procs[1].kill_group()  # SIGKILL, the broker's whole process group
-            cluster.restart_broker()
-            cluster.wait_route(topic)
-            again = py5("receive", f.endpoints, topic, group=group, count=n - k, invisibleSeconds=10, rounds=15)
-            assert sorted(d["body"] for d in again) == sorted(held)
-            assert {d["deliveryAttempt"] for d in again} == {2}
-            assert {d["messageId"] for d in first} | {d["messageId"] for d in again} == \
-                {r["messageId"] for r in receipts}
-            # and nothing acked comes back: a receive outliving the invisible duration gets nothing
-            assert py5("receive", f.endpoints, topic, group=group, count=1, invisibleSeconds=10, rounds=7) == []
-        finally:
-            f.close()
+    with front_beside_cluster(tmp_path, f"maxReconsumeTimes={MAX_RECONSUME}\n") as f:
+        f.cluster.create_topic(topic)
+        receipts = py5_produce(f.endpoints, topic, [{"body": f"c{i}", "tag": "C"} for i in range(n)])
+        assert all("messageId" in r for r in receipts), receipts
+        first = py5("receive", f.endpoints, topic, group=group, count=n, ackLimit=k, invisibleSeconds=10, rounds=10)
+        acked = {d["body"] for d in first if d["acked"]}
+        held = {d["body"] for d in first if not d["acked"]}
+        assert len(acked) == k and acked | held == {f"c{i}" for i in range(n)} and not acked & held
+        f.cluster.procs[1].kill_group()  # SIGKILL, the broker's whole process group
+        f.cluster.restart_broker()
+        f.cluster.wait_route(topic)
+        again = py5("receive", f.endpoints, topic, group=group, count=n - k, invisibleSeconds=10, rounds=15)
+        assert sorted(d["body"] for d in again) == sorted(held)
+        assert {d["deliveryAttempt"] for d in again} == {2}
+        assert {d["messageId"] for d in first} | {d["messageId"] for d in again} == \
+            {r["messageId"] for r in receipts}
+        # and nothing acked comes back: a receive outliving the invisible duration gets nothing
+        assert py5("receive", f.endpoints, topic, group=group, count=1, invisibleSeconds=10, rounds=7) == []
 
 
 def test_ali_ons_producer_to_5x_simple_consumer_keeps_tag_keys_properties_and_id(front, tmp_path):

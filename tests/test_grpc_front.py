@@ -22,7 +22,7 @@ from broker.proxy.protocol import service_pb2 as spb
 from broker.proxy.protocol import service_pb2_grpc as rpc
 from broker.remoting.broker_config import load_broker_config
 from broker.store.errors import StoreConfigError
-from tests.helpers.grpc_front import GrpcFront, py5, py5_argv, py5_produce
+from tests.helpers.grpc_front import GrpcFront, front_beside_cluster, py5, py5_argv, py5_produce, stub_of
 from tests.conftest import free_port
 from tests.helpers.procs import Child, group_members
 from tests.helpers.real_clients import Cluster, Consumer
@@ -34,13 +34,8 @@ pytestmark = pytest.mark.timeout(300)
 @pytest.fixture(scope="module")
 def front(tmp_path_factory):
     root = tmp_path_factory.mktemp("grpc")
-    with Cluster(root / "cluster", TX_CONF) as cluster:
-        f = GrpcFront(cluster, root)
-        f.cluster = cluster
-        try:
-            yield f
-        finally:
-            f.close()
+    with front_beside_cluster(root, TX_CONF) as f:
+        yield f
 
 
 def _consumers(front, tmp_path, topic):
@@ -179,9 +174,8 @@ def test_simple_consumer_receives_changes_invisible_time_and_acks(front):
 
 @pytest.fixture
 def stub(front):
-    channel = grpc.insecure_channel(front.endpoints)
-    yield rpc.MessagingServiceStub(channel)
-    channel.close()
+    with stub_of(front) as s:
+        yield s
 
 
 MD = (("x-mq-client-id", "test-client"),)

@@ -19,7 +19,7 @@ from broker.proxy.protocol import service_pb2 as spb
 from broker.proxy.protocol import service_pb2_grpc as rpc
 from broker.store.errors import StoreConfigError
 from tests.conftest import free_port
-from tests.helpers.grpc_front import GrpcFront, py5, py5_argv, py5_produce
+from tests.helpers.grpc_front import front_beside_cluster, py5, py5_produce
 from tests.helpers.real_clients import Cluster
 
 pytestmark = pytest.mark.timeout(300)
@@ -40,15 +40,11 @@ def make_certificate(d: Path) -> tuple[Path, Path]:
 def tls_front(tmp_path_factory):
     root = tmp_path_factory.mktemp("grpc-tls")
     cert, key = make_certificate(root)
-    with Cluster(root / "cluster") as cluster:
-        # TlsSystemConfig's names for the mode and the test mode, the proxy's for the files
-        f = GrpcFront(cluster, root, f"tls.server.mode=enforcing\ntls.test.mode.enable=false\n"
-                                     f"tlsCertPath={cert}\ntlsKeyPath={key}\n")
-        f.cluster, f.cert = cluster, cert
-        try:
-            yield f
-        finally:
-            f.close()
+    # TlsSystemConfig's names for the mode and the test mode, the proxy's for the files
+    with front_beside_cluster(root, front_conf=f"tls.server.mode=enforcing\ntls.test.mode.enable=false\n"
+                                               f"tlsCertPath={cert}\ntlsKeyPath={key}\n") as f:
+        f.cert = cert
+        yield f
 
 
 def test_the_5x_client_sends_and_receives_over_tls(tls_front):
@@ -92,14 +88,10 @@ def test_a_plaintext_client_is_refused_at_once(tls_front):
 def test_test_mode_serves_a_self_signed_certificate(tmp_path):
     """tls.server.mode=enforcing alone: tlsTestModeEnable is true by default, as the Java proxy's,
     and the front serves a certificate it made at start."""
-    with Cluster(tmp_path / "cluster") as cluster:
-        f = GrpcFront(cluster, tmp_path, "tls.server.mode=enforcing\n")
-        try:
-            assert "self-signed" in "".join(f.child.lines)
-            pem = ssl.get_server_certificate(("127.0.0.1", f.port))
-            assert pem.startswith("-----BEGIN CERTIFICATE-----")
-        finally:
-            f.close()
+    with front_beside_cluster(tmp_path, front_conf="tls.server.mode=enforcing\n") as f:
+        assert "self-signed" in "".join(f.child.lines)
+        pem = ssl.get_server_certificate(("127.0.0.1", f.port))
+        assert pem.startswith("-----BEGIN CERTIFICATE-----")
 
 
 @pytest.mark.parametrize("props, key", [

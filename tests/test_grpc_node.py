@@ -9,15 +9,13 @@ import sys
 import subprocess
 import time
 
-import grpc
 import pytest
 
 from broker.proxy.protocol import definition_pb2 as pb
 from broker.proxy.protocol import service_pb2 as spb
-from broker.proxy.protocol import service_pb2_grpc as rpc
 
 from tests.conftest import wait_for
-from tests.helpers.grpc_front import GrpcFront, node5, node5_argv
+from tests.helpers.grpc_front import GrpcFront, front_beside_cluster, node5, node5_argv, stub_of
 from tests.helpers.procs import Child
 from tests.helpers.real_clients import Cluster, Consumer, produce
 from tests.test_transaction import TX_CONF
@@ -28,13 +26,8 @@ pytestmark = pytest.mark.timeout(300)
 @pytest.fixture(scope="module")
 def front(tmp_path_factory):
     root = tmp_path_factory.mktemp("grpc-node")
-    with Cluster(root / "cluster", TX_CONF) as cluster:
-        f = GrpcFront(cluster, root)
-        f.cluster = cluster
-        try:
-            yield f
-        finally:
-            f.close()
+    with front_beside_cluster(root, TX_CONF) as f:
+        yield f
 
 
 def _py_consumer(front, tmp_path, topic: str, group: str) -> Consumer:
@@ -250,9 +243,7 @@ def test_settings_reply_carries_what_the_server_appoints(front):
     """The Telemetry settings reply (GrpcClientSettingsManager): a producer gets the Java proxy's
     exponential backoff (the Node client asserts one), a consumer its batch size, polling time and
     the group's retry policy (16 retries, the delay levels), all a PushConsumer runs by."""
-    channel = grpc.insecure_channel(front.endpoints)
-    try:
-        stub = rpc.MessagingServiceStub(channel)
+    with stub_of(front) as stub:
         pub = pb.Settings(client_type=pb.PRODUCER, publishing=pb.Publishing(topics=[pb.Resource(name="NodeSet")]))
         sub = pb.Settings(client_type=pb.PUSH_CONSUMER, subscription=pb.Subscription(group=pb.Resource(name="g")))
         for settings in (pub, sub):
@@ -271,8 +262,6 @@ def test_settings_reply_carries_what_the_server_appoints(front):
                 backoff = reply.settings.backoff_policy
                 assert backoff.max_attempts == 17
                 assert [d.ToMilliseconds() for d in backoff.customized_backoff.next] == [100] * 18  # FAST_DELAYS
-    finally:
-        channel.close()
 
 
 def test_change_invisible_duration_of_zero_makes_the_message_visible_at_once(front):
@@ -280,9 +269,7 @@ def test_change_invisible_duration_of_zero_makes_the_message_visible_at_once(fro
     topic = "NodeNack"
     front.cluster.create_topic(topic, queues=1)
     _produce(front, topic, [{"body": "n"}])
-    channel = grpc.insecure_channel(front.endpoints)
-    try:
-        stub = rpc.MessagingServiceStub(channel)
+    with stub_of(front) as stub:
         md = (("x-mq-client-id", "nack-test"),)
         route = stub.QueryRoute(spb.QueryRouteRequest(topic=pb.Resource(name=topic), endpoints=pb.Endpoints(
             scheme=pb.IPv4, addresses=[pb.Address(host="127.0.0.1", port=front.port)])), metadata=md, timeout=30)
@@ -306,5 +293,3 @@ def test_change_invisible_duration_of_zero_makes_the_message_visible_at_once(fro
         assert [a.system_properties.message_id for a in again] == [m.system_properties.message_id]
         assert again[0].system_properties.delivery_attempt == 2
         assert again[0].system_properties.body_digest.type == pb.MD5 and not again[0].user_properties
-    finally:
-        channel.close()

@@ -4,6 +4,7 @@ driven as child processes, one JSON line per event: the Python one (PyPI rocketm
 rocketmq-client-nodejs 1.0.8 in tests/clients5/node_modules) through tests/clients5/node5_client.js."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -42,6 +43,32 @@ class GrpcFront:
 
     def close(self) -> None:
         self.child.kill_group()
+
+
+@contextlib.contextmanager
+def front_beside_cluster(root: Path, broker_conf: str = "", front_conf: str = ""):
+    """A name server and broker (`broker_conf`) under root/cluster and a front (`front_conf`) in
+    cluster mode before them; the front's `cluster` is theirs. A module's shared fixture."""
+    with Cluster(root / "cluster", broker_conf) as cluster:
+        front = GrpcFront(cluster, root, front_conf)
+        front.cluster = cluster
+        try:
+            yield front
+        finally:
+            front.close()
+
+
+@contextlib.contextmanager
+def stub_of(front: GrpcFront):
+    """A MessagingService stub on a plaintext channel of its own to `front`."""
+    import grpc
+
+    from broker.proxy.protocol import service_pb2_grpc as rpc
+    channel = grpc.insecure_channel(front.endpoints)
+    try:
+        yield rpc.MessagingServiceStub(channel)
+    finally:
+        channel.close()
 
 
 def py5_argv(cmd: str, opt: dict) -> list[str]:
