@@ -125,6 +125,50 @@ class Admin:
             raise ResponseError(r.code, r.remark, f"runtime info of {broker_addr}")
         return dict(msgspec.json.decode(r.body).get("table") or {})
 
+    # -- subscription groups (mqadmin updateSubGroup / deleteSubGroup) -----------------------------
+    async def sub_group(self, broker_addr: str, group: str) -> dict | None:
+        """GET_SUBSCRIPTIONGROUP_CONFIG (352): the group's SubscriptionGroupConfig, None when the
+        broker has none."""
+        r = await self.client.invoke(broker_addr, RemotingCommand.request(codes.GET_SUBSCRIPTIONGROUP_CONFIG,
+                                                                          {"group": group}), 5)
+        if r.code == codes.SUBSCRIPTION_GROUP_NOT_EXIST:
+            return None
+        if r.code != codes.SUCCESS:
+            raise ResponseError(r.code, r.remark, f"subscription group {group} of {broker_addr}")
+        return msgspec.json.decode(r.body)
+
+    async def all_sub_groups(self, broker_addr: str) -> dict:
+        """GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201): {"subscriptionGroupTable": ..., "dataVersion": ...}."""
+        r = await self.client.invoke(broker_addr, RemotingCommand.request(codes.GET_ALL_SUBSCRIPTIONGROUP_CONFIG), 5)
+        if r.code != codes.SUCCESS:
+            raise ResponseError(r.code, r.remark, f"subscription groups of {broker_addr}")
+        return msgspec.json.decode(r.body)
+
+    async def update_sub_group(self, group: str, broker_addr: str | None = None, cluster: str | None = None,
+                               **fields) -> list[str]:
+        """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200) on one broker or every master (of `cluster`):
+        the group's config there with `fields` (SubscriptionGroupConfig's names, e.g.
+        consumeMessageOrderly=True, retryMaxTimes=3) changed; the others stay as they were.
+        Returns the addresses updated."""
+        addrs = [broker_addr] if broker_addr else await self.master_addrs(cluster)
+        if not addrs:
+            raise ClientError(f"no master broker{' in cluster ' + cluster if cluster else ''} to update {group} on")
+        for addr in addrs:
+            cfg = dict(await self.sub_group(addr, group) or {})
+            cfg.update(fields, groupName=group)
+            r = await self.client.invoke(addr, RemotingCommand.request(
+                codes.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=msgspec.json.encode(cfg)), 5)
+            if r.code != codes.SUCCESS:
+                raise ResponseError(r.code, r.remark, f"update subscription group {group} on {addr}")
+        return addrs
+
+    async def delete_sub_group(self, group: str, broker_addr: str) -> None:
+        """DELETE_SUBSCRIPTIONGROUP (207)."""
+        r = await self.client.invoke(broker_addr, RemotingCommand.request(codes.DELETE_SUBSCRIPTIONGROUP,
+                                                                          {"groupName": group}), 5)
+        if r.code != codes.SUCCESS:
+            raise ResponseError(r.code, r.remark, f"delete subscription group {group} on {broker_addr}")
+
     # -- messages ----------------------------------------------------------------------------------
     async def query_message(self, topic: str, key: str, max_num: int = 32, begin: int = 0, end: int = LONG_MAX,
                             unique: bool = False) -> list[MessageExt]:

@@ -89,6 +89,22 @@ def add_commands(sub) -> None:
     q.add_argument("--max", type=int, default=32, help="at most this many per broker (default 32; the broker caps "
                                                        "it at maxMsgsNumBatch)")
     q.set_defaults(client_cmd=_query)
+    sg = with_namesrv(asub.add_parser("updateSubGroup", help="create or update a subscription group (mqadmin "
+                                                            "updateSubGroup): FIFO (-o), retries (-r), consumeEnable (-s)"))
+    sg.add_argument("-g", "--groupName", required=True, help="consumer group name")
+    sg.add_argument("-b", "--brokerAddr", help="broker address (default: every master, or of -c)")
+    sg.add_argument("-c", "--clusterName")
+    for letter, name, what in (("-s", "consumeEnable", "consume enable"), ("-o", "consumeMessageOrderly", "FIFO group"),
+                               ("-m", "consumeFromMinEnable", "from min offset"),
+                               ("-d", "consumeBroadcastEnable", "broadcast"),
+                               ("-a", "notifyConsumerIdsChanged", "notify consumer ids changed")):
+        extra = ("-e",) if name == "consumeEnable" else ()  # -e: an alias of mqadmin's -s
+        sg.add_argument(letter, *extra, f"--{name}", type=_bool_arg, metavar="true|false", help=what)
+    sg.add_argument("-r", "--retryMaxTimes", type=int, help="retries before the dead-letter queue")
+    sg.add_argument("-q", "--retryQueueNums", type=int)
+    sg.add_argument("-i", "--brokerId", type=int, help="consume from (0: the master)")
+    sg.add_argument("-w", "--whichBrokerWhenConsumeSlowly", type=int)
+    sg.set_defaults(client_cmd=_update_sub_group)
     ct = asub.add_parser("controller", help="the controller's view (controller mode): its Raft group and leader, "
                                             "and per broker group the master, epochs and SyncStateSet as JSON "
                                             "(mqadmin getControllerMetaData, getSyncStateSet)")
@@ -263,6 +279,28 @@ async def _query(args) -> int:
         print(f"broker admin: no message {'with key ' + args.key if args.key is not None else args.id}"
               f"{' in ' + args.topic if args.topic else ''}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _bool_arg(text: str) -> bool:
+    if text.lower() not in ("true", "false"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not true or false")
+    return text.lower() == "true"
+
+
+_SUB_GROUP_FIELDS = {"consumeEnable": "consumeEnable", "consumeMessageOrderly": "consumeMessageOrderly",
+                     "consumeFromMinEnable": "consumeFromMinEnable", "consumeBroadcastEnable": "consumeBroadcastEnable",
+                     "notifyConsumerIdsChanged": "notifyConsumerIdsChangedEnable", "retryMaxTimes": "retryMaxTimes",
+                     "retryQueueNums": "retryQueueNums", "brokerId": "brokerId",
+                     "whichBrokerWhenConsumeSlowly": "whichBrokerWhenConsumeSlowly"}
+
+
+async def _update_sub_group(args) -> int:
+    fields = {key: getattr(args, opt) for opt, key in _SUB_GROUP_FIELDS.items() if getattr(args, opt) is not None}
+    async with Admin(args.namesrv) as admin:
+        for addr in await admin.update_sub_group(args.groupName, args.brokerAddr, args.clusterName, **fields):
+            cfg = await admin.sub_group(addr, args.groupName)
+            print(f"create subscription group to {addr} success.\n{json.dumps(cfg)}")
     return 0
 
 

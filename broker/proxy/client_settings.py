@@ -19,7 +19,9 @@ PRODUCER_BACKOFF_INITIAL_MS, PRODUCER_BACKOFF_MAX_MS, PRODUCER_BACKOFF_MULTIPLIE
 RETRY_MAX_TIMES = 16
 
 
-def reply_settings(config: ProxyConfig, settings: pb.Settings) -> pb.Settings:
+def reply_settings(config: ProxyConfig, settings: pb.Settings, group_config: dict | None = None) -> pb.Settings:
+    """`group_config`: a consumer group's SubscriptionGroupConfig on the broker (None: the defaults),
+    whose consumeMessageOrderly makes it FIFO and whose retryMaxTimes + 1 is its max attempts."""
     out = pb.Settings()
     out.CopyFrom(settings)
     if settings.HasField("publishing"):
@@ -35,10 +37,11 @@ def reply_settings(config: ProxyConfig, settings: pb.Settings) -> pb.Settings:
         sub = out.subscription
         sub.receive_batch_size = RECEIVE_BATCH_SIZE
         sub.long_polling_timeout.FromMilliseconds(MAX_POLLING_MS)
-        sub.fifo = False  # the broker keeps no consumeMessageOrderly per group
+        sub.fifo = bool(group_config and group_config.get("consumeMessageOrderly"))
         backoff = out.backoff_policy
         backoff.Clear()
-        backoff.max_attempts = RETRY_MAX_TIMES + 1
+        retry_max = group_config.get("retryMaxTimes") if group_config else None
+        backoff.max_attempts = (RETRY_MAX_TIMES if retry_max is None else retry_max) + 1
         # a group's default retry policy (CUSTOMIZED): the delay levels, as a 4.x retry waits
         for ms in config.delay_levels_ms:
             backoff.customized_backoff.next.add().FromMilliseconds(ms)

@@ -25,6 +25,7 @@ from broker.proxy.protocol import definition_pb2 as pb
 from broker.proxy.protocol import service_pb2 as spb
 from broker.proxy.route_activity import validate_topic
 from broker.proxy.status import Code, ProxyError, from_client_error, status
+from broker.proxy.subscription_groups import SubscriptionGroups, orderly
 from broker.remoting import codes
 
 from broker.client import pop as _pop
@@ -57,6 +58,7 @@ class ConsumerActivity:
     def __init__(self, client: MQClientInstance):
         self.client = client
         self.dlq = ForwardMessageToDLQActivity(client, self._broker_addr)
+        self.groups = SubscriptionGroups(client)
 
     async def _broker_addr(self, topic: str, broker_name: str) -> str:
         route = await self.client.routes.get(topic)
@@ -81,8 +83,12 @@ class ConsumerActivity:
                 "long_polling_timeout") else MAX_POLLING_MS
             broker = request.message_queue.broker.name
             addr = await self._broker_addr(topic, broker)
+            # a FIFO group (consumeMessageOrderly) pops in order: one batch of a queue out at a
+            # time; the client's attemptId lets a retried receive get the same batch again
+            order = orderly(await self.groups.get(addr, group))
             r = await _pop.pop(self.client, addr, broker, group, topic, invisible, request.batch_size,
-                               poll_ms=max(0, poll), expression=expr.expression or "*", init_mode=CONSUME_INIT_MODE_MAX)
+                               poll_ms=max(0, poll), expression=expr.expression or "*", init_mode=CONSUME_INIT_MODE_MAX,
+                               order=order, attempt_id=request.attempt_id if order else "")
         except ProxyError as e:
             yield spb.ReceiveMessageResponse(status=status(e.code, e.message))
             return

@@ -173,9 +173,17 @@ class MessagingService(rpc.MessagingServiceServicer):
                     ch.write(spb.TelemetryCommand(status=status(e.code, e.message)))
                     return
             ch.settings = command.settings
-            ch.write(spb.TelemetryCommand(status=status(), settings=reply_settings(self.config, command.settings)))
+            ch.write(spb.TelemetryCommand(status=status(), settings=reply_settings(
+                self.config, command.settings, await self._group_config(command.settings))))
             if command.settings.client_type in (pb.PRODUCER,):
                 await self._publishers_changed(ch.publishing_topics)
+
+    async def _group_config(self, settings: pb.Settings) -> dict | None:
+        """A consumer's group config on the broker of its first subscribed topic (FIFO, retries)."""
+        sub = settings.subscription if settings.HasField("subscription") else None
+        if sub is None or not sub.group.name or not sub.subscriptions:
+            return None
+        return await self.consumers.groups.of_topic(sub.group.name, sub.subscriptions[0].topic.name)
 
     async def _publishers_changed(self, topics: set[str]) -> None:
         """Become the broker's producer of each topic (its PGROUP), so that the broker's checks of

@@ -61,6 +61,8 @@ class BrokerConfig:
     brokerId: int = 0
     namesrvAddr: str = ""  # "host:port;host:port"; empty = NAMESRV_ADDR from the environment
     autoCreateTopicEnable: bool = True
+    # a consumer group unknown to subscriptionGroup.json is created on first use (pull, pop, send-back)
+    autoCreateSubscriptionGroup: bool = True
     defaultTopicQueueNums: int = 4
     aclEnable: bool = False
     # plain_acl.yml; empty = $ROCKETMQ_HOME/conf/plain_acl.yml, else the one beside broker.conf

@@ -26,6 +26,8 @@ from broker.remoting.schedule_service import ScheduleMessageService
 from broker.remoting.send_fast_path import FastSendPath
 from broker.remoting.send_processor import SendMessageProcessor
 from broker.remoting.slave_synchronize import FIRST_DELAY, PERIOD, SlaveSynchronize
+from broker.remoting.subscription_group_manager import SubscriptionGroupManager
+from broker.remoting.subscription_group_processor import SubscriptionGroupProcessor
 from broker.remoting.refusals import BadRequest, response_code
 from broker.remoting.topic_manager import TopicManager
 from broker.remoting.transaction.end_transaction_processor import EndTransactionProcessor
@@ -35,6 +37,7 @@ from broker.remoting.transaction.transactional_message_service import Transactio
 from broker.services.message_store import MessageStore
 from broker.store.config import MessageStoreConfig
 from broker.store.errors import StoreConfigError
+from broker.store.subscription_group_table import SubscriptionGroupTable
 
 log = logging.getLogger("broker")
 
@@ -72,6 +75,7 @@ class BrokerController:
         else:
             self.store = MessageStore(store_config)
         self.topics: TopicManager | None = None
+        self.groups: SubscriptionGroupManager | None = None
         self.consumers = ConsumerManager(config.channelExpiredTimeout / 1000)
         self.producers = ProducerManager(config.channelExpiredTimeout / 1000)
         self.transaction_check: TransactionalMessageCheckService | None = None
@@ -128,6 +132,10 @@ class BrokerController:
                 self.store.on_new_queues.append(lambda: self.topics.learn(self.store.queue_counts()))
             self.schedule = ScheduleMessageService(self.store, self.topics, self.config.messageDelayLevel,
                                                    on_delivered=self.holds.notify)
+            group_table = SubscriptionGroupTable(self.store_config.config_dir)
+            group_table.load()  # neither it nor its .bak parses: refuses to start, naming the file
+            self.groups = groups = SubscriptionGroupManager(group_table, self.config.autoCreateSubscriptionGroup,
+                                                            self.config.maxReconsumeTimes)
             store, topics, schedule, holds = self.store, self.topics, self.schedule, self.holds
             bridge = TransactionalMessageBridge(store, topics)
             transactions = TransactionalMessageService(bridge)
@@ -135,16 +143,16 @@ class BrokerController:
                                                                       self.store_config.fileReservedTime)
             self.consumer_processor = ConsumerProcessor(store, topics, self.consumers, holds, schedule,
                                                         self.config.maxReconsumeTimes, self.producers,
-                                                        self.config.rebalanceLockMaxLiveTime / 1000)
+                                                        self.config.rebalanceLockMaxLiveTime / 1000, groups=groups)
             for proc in (SendMessageProcessor(store, topics, schedule, holds, self.config.maxReconsumeTimes, bridge,
                                               self.config.rejectTransactionMessage),
-                         PullMessageProcessor(store, topics, self.consumers, holds, self.config),
+                         PullMessageProcessor(store, topics, self.consumers, holds, self.config, groups=groups),
                          self.consumer_processor,
                          EndTransactionProcessor(store, topics, schedule, holds, transactions),
                          AdminProcessor(store, topics, schedule, self.metrics.runtime_table),
-                         QueryMessageProcessor(store)):
+                         QueryMessageProcessor(store), SubscriptionGroupProcessor(groups)):
                 self.handlers.update(proc.handlers())
-            self.pop = PopService(store, topics, holds, self.config)
+            self.pop = PopService(store, topics, holds, self.config, groups=groups)
             if not store.is_slave and self.dledger is None and self.replicas is None:
                 await self.pop.start()  # before serving: the pop offsets are recovered from the revive log
                 self.handlers.update(self.pop.handlers())

@@ -76,7 +76,7 @@ def _mq_keys(body: dict) -> list:
 
 class ConsumerProcessor:
     def __init__(self, store, topics, consumers, holds, schedule, max_reconsume_times: int, producers=None,
-                 lock_max_live_time: float = REBALANCE_LOCK_MAX_LIVE_TIME):
+                 lock_max_live_time: float = REBALANCE_LOCK_MAX_LIVE_TIME, groups=None):
         self.store = store
         self.topics = topics
         self.consumers = consumers
@@ -84,6 +84,7 @@ class ConsumerProcessor:
         self.holds = holds
         self.schedule = schedule
         self.max_reconsume_times = max_reconsume_times
+        self.groups = groups  # SubscriptionGroupManager: a group's retryMaxTimes
         self.locks = RebalanceLockManager(lock_max_live_time)
 
     def handlers(self) -> dict:
@@ -209,7 +210,13 @@ class ConsumerProcessor:
         # as Java's: the first failure's id sticks through every retry; the request's originMsgId
         # (the client's idea of it) is not trusted over what the stored copy carries
         props["ORIGIN_MESSAGE_ID"] = props.get("ORIGIN_MESSAGE_ID") or msg.msg_id
-        max_times = h.maxReconsumeTimes if h.maxReconsumeTimes is not None else self.max_reconsume_times
+        if h.maxReconsumeTimes is not None:  # the client's own (RocketMQ: over the group's)
+            max_times = h.maxReconsumeTimes
+        elif self.groups is not None:
+            self.groups.find(group)  # created on first use, as RocketMQ's send-back does
+            max_times = self.groups.retry_max_times(group)
+        else:
+            max_times = self.max_reconsume_times
         if msg.reconsume_times >= max_times or delay_level < 0:
             topic = DLQ_PREFIX + group
             props.pop("DELAY", None)

@@ -26,7 +26,8 @@ _CODES = {GetStatus.FOUND: codes.SUCCESS, GetStatus.NO_MATCHED_MESSAGE: codes.PU
 
 
 class PullMessageProcessor:
-    def __init__(self, store, topics, consumers, holds, config):
+    def __init__(self, store, topics, consumers, holds, config, groups=None):
+        self.groups = groups  # SubscriptionGroupManager: consumeEnable
         self.store = store
         self.topics = topics
         self.consumers = consumers
@@ -41,6 +42,8 @@ class PullMessageProcessor:
         h = decode(PullMessageRequestHeader, cmd.ext)
         group, topic, queue_id, offset, sys_flag = h.consumerGroup, h.topic, h.queueId, h.queueOffset, h.sysFlag
         max_nums = max(1, min(h.maxMsgNums, 1024))
+        if self.groups is not None:  # before the topic, as RocketMQ checks
+            self.groups.check_consumable(group)
         cfg = self.topics.get(topic)
         if cfg is None:
             raise TopicNotExist(f"topic[{topic}] not exist, apply first please!")

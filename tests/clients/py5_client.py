@@ -154,21 +154,24 @@ def receive(opt):
 
 
 class Listener(MessageListener):
-    """fail: "always", or N (fail a message's deliveries up to attempt N, then succeed)."""
+    """fail: "always", or N (fail a message's deliveries up to attempt N, then succeed); failBodies:
+    fail every delivery of the messages with these bodies (and only those)."""
 
-    def __init__(self, fail):
+    def __init__(self, fail, fail_bodies=()):
         self.fail = fail
+        self.fail_bodies = set(fail_bodies)
 
     def consume(self, message):
-        failing = self.fail == "always" or (isinstance(self.fail, int) and message.delivery_attempt <= self.fail)
+        failing = self.fail == "always" or (isinstance(self.fail, int) and message.delivery_attempt <= self.fail) \
+            or message.body.decode() in self.fail_bodies
         out(dict(shown(message), result="FAILURE" if failing else "SUCCESS"))
         return ConsumeResult.FAILURE if failing else ConsumeResult.SUCCESS
 
 
 def push(opt):
-    """Options: endpoints, topic, group, expression, fail ("always" | N | absent), threads."""
+    """Options: endpoints, topic, group, expression, fail ("always" | N | absent), failBodies, threads."""
     config = ClientConfiguration(opt["endpoints"], credentials(opt), request_timeout=10)
-    consumer = PushConsumer(config, opt["group"], Listener(opt.get("fail")),
+    consumer = PushConsumer(config, opt["group"], Listener(opt.get("fail"), opt.get("failBodies", ())),
                             {opt["topic"]: FilterExpression(opt.get("expression", "*"))},
                             consumption_thread_count=opt.get("threads", 4))
     consumer.startup()

@@ -59,7 +59,9 @@ class _Popped:
 
 
 class PopMessageProcessor:
-    def __init__(self, store, topics, holds, revive, order_info, long_polling: bool, suspend_max_ms: int):
+    def __init__(self, store, topics, holds, revive, order_info, long_polling: bool, suspend_max_ms: int,
+                 groups=None):
+        self.groups = groups  # SubscriptionGroupManager: consumeEnable
         self.store = store
         self.topics = topics
         self.holds = holds
@@ -81,6 +83,8 @@ class PopMessageProcessor:
             raise InvalidParameter(f"invisibleTime {h.invisibleTime} must be positive (ms)")
         if h.topic.startswith(REVIVE_TOPIC_PREFIX) or h.consumerGroup == REVIVE_GROUP:
             raise NoPermission(f"{h.topic} / {h.consumerGroup}: the revive log is the broker's own")
+        if self.groups is not None:
+            self.groups.check_consumable(h.consumerGroup)
         cfg = self.topics.get(h.topic)
         if cfg is None:
             raise TopicNotExist(f"topic[{h.topic}] not exist, apply first please!")

@@ -59,7 +59,7 @@ def _key(group: str, topic: str, queue_id: int, start_offset: int, pop_time: int
 
 class PopReviveService:
     def __init__(self, store, topics, revive_log: ReviveLog, order_info, broker_name: str,
-                 max_reconsume_times: int, on_put=None):
+                 max_reconsume_times: int, on_put=None, groups=None):
         self.store = store
         self.topics = topics
         self.log = revive_log
@@ -68,6 +68,7 @@ class PopReviveService:
         self.broker_name = broker_name
         self.queue_num = revive_log.queue_num
         self.max_reconsume_times = max_reconsume_times
+        self.groups = groups  # SubscriptionGroupManager: a group's retryMaxTimes over the broker's
         self.on_put = on_put  # (topic, queue_id, end_offset): wakes held pulls and pops
         self.inflight: dict[tuple, PopCheckPoint] = {}
         self._due: list[tuple[int, int, tuple]] = []  # (revive time, tie-break, key)
@@ -240,7 +241,8 @@ class PopReviveService:
         props = dict(msg.properties)
         if msg.reconsume_times == 0 or PROPERTY_FIRST_POP_TIME not in props:
             props[PROPERTY_FIRST_POP_TIME] = str(ck.pop_time)
-        if msg.reconsume_times >= self.max_reconsume_times:
+        limit = self.groups.retry_max_times(ck.group) if self.groups is not None else self.max_reconsume_times
+        if msg.reconsume_times >= limit:
             topic = DLQ_PREFIX + ck.group  # retried maxReconsumeTimes times already (as a send-back)
         elif ck.topic.startswith(RETRY_PREFIX):
             topic = ck.topic

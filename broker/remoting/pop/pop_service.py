@@ -13,14 +13,14 @@ from broker.remoting.pop.revive_log import ReviveLog
 
 
 class PopService:
-    def __init__(self, store, topics, holds, config):
+    def __init__(self, store, topics, holds, config, groups=None):
         self.log = ReviveLog(store, config.brokerClusterName, config.reviveQueueNum)
         self.order_info = ConsumerOrderInfoManager(store, self.log)
         self.revive = PopReviveService(store, topics, self.log, self.order_info, config.brokerName,
-                                       config.maxReconsumeTimes, on_put=holds.notify)
+                                       config.maxReconsumeTimes, on_put=holds.notify, groups=groups)
         self.processors = (
             PopMessageProcessor(store, topics, holds, self.revive, self.order_info, config.longPollingEnable,
-                                config.brokerSuspendMaxTimeMillis),
+                                config.brokerSuspendMaxTimeMillis, groups=groups),
             AckMessageProcessor(store, topics, holds, self.revive, self.order_info),
             ChangeInvisibleTimeProcessor(store, topics, self.revive, self.order_info))
 

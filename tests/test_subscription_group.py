@@ -1,0 +1,239 @@
+"""Subscription groups (RocketMQ's SubscriptionGroupManager, config/subscriptionGroup.json) and what
+they change: `broker admin updateSubGroup` (mqadmin's letters) makes a FIFO group (-o true), which
+the gRPC front answers fifo=true and pops in order for, so the real 5.x clients get each message
+group in send order, one message at a time; a FIFO PushConsumer that keeps failing a message
+forwards it to %DLQ%<group> after retryMaxTimes + 1 attempts (-r) and the group then flows on;
+consumeEnable=false (-s false) refuses pulls and pops; the file survives a kill -9; bad input is
+refused naming the field.
+
+No sleeps: every wait is on a line a client prints or on the broker's state (wait_for)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from broker.proxy.protocol import definition_pb2 as pb
+from broker.proxy.protocol import service_pb2 as spb
+from broker.remoting import codes
+from tests.conftest import wait_for
+from tests.helpers.grpc_front import Py5Push, front_beside_cluster, py5_produce, stub_of
+from tests.helpers.procs import REPO
+from tests.helpers.real_clients import Cluster
+
+pytestmark = pytest.mark.timeout(300)
+
+MD = (("x-mq-client-id", "test-subgroup-client"),)
+
+
+@pytest.fixture(scope="module")
+def front(tmp_path_factory):
+    root = tmp_path_factory.mktemp("subgroup")
+    with front_beside_cluster(root) as f:
+        yield f
+
+
+@pytest.fixture
+def stub(front):
+    with stub_of(front) as s:
+        yield s
+
+
+def admin(namesrv: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "broker.cli", "admin", "updateSubGroup", "--namesrv", namesrv, *args],
+                          capture_output=True, text=True, timeout=60, cwd=str(REPO))
+
+
+def sub_group(cluster, group: str) -> dict | None:
+    r = cluster.call(codes.GET_SUBSCRIPTIONGROUP_CONFIG, {"group": group})
+    if r.code == codes.SUBSCRIPTION_GROUP_NOT_EXIST:
+        return None
+    assert r.code == codes.SUCCESS, (r.code, r.remark)
+    return json.loads(bytes(r.body))
+
+
+def make_group(cluster, group: str, *args: str) -> dict:
+    p = admin(cluster.namesrv, "-g", group, *args)
+    assert p.returncode == 0, p.stderr
+    return sub_group(cluster, group)
+
+
+def _receive(stub, topic: str, group: str, attempt: str, batch: int = 32, poll_s: int = 1) -> list[pb.Message]:
+    req = spb.ReceiveMessageRequest(
+        group=pb.Resource(name=group), batch_size=batch, attempt_id=attempt,
+        message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), broker=pb.Broker(name="broker-a")),
+        filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"))
+    req.invisible_duration.FromSeconds(30)
+    req.long_polling_timeout.FromSeconds(poll_s)
+    return [r.message for r in stub.ReceiveMessage(req, metadata=MD, timeout=60) if r.WhichOneof("content") == "message"]
+
+
+def _ack(stub, topic: str, group: str, m: pb.Message) -> None:
+    r = stub.AckMessage(spb.AckMessageRequest(
+        group=pb.Resource(name=group), topic=pb.Resource(name=topic),
+        entries=[spb.AckMessageEntry(message_id=m.system_properties.message_id,
+                                     receipt_handle=m.system_properties.receipt_handle)]), metadata=MD, timeout=30)
+    assert r.status.code == pb.Code.OK, r
+
+
+def _settings_reply(stub, topic: str, group: str) -> pb.Settings:
+    settings = pb.Settings(client_type=pb.PUSH_CONSUMER, subscription=pb.Subscription(
+        group=pb.Resource(name=group), subscriptions=[pb.SubscriptionEntry(
+            topic=pb.Resource(name=topic), expression=pb.FilterExpression(type=pb.TAG, expression="*"))]))
+    closed = threading.Event()
+
+    def commands():
+        yield spb.TelemetryCommand(settings=settings)
+        closed.wait(30)
+
+    call = stub.Telemetry(commands(), metadata=MD, timeout=30)
+    try:
+        reply = next(call)
+    finally:
+        closed.set()
+        call.cancel()
+    assert reply.status.code == pb.Code.OK, reply
+    return reply.settings
+
+
+def test_update_sub_group_makes_a_fifo_group_the_front_answers_fifo_with_its_max_attempts(front, stub):
+    topic, group = "SgSettings", "SgSettingsFifoG"
+    front.cluster.create_topic(topic)
+    plain = _settings_reply(stub, topic, "SgSettingsPlainG")  # unknown to the broker: RocketMQ's defaults
+    assert not plain.subscription.fifo and plain.backoff_policy.max_attempts == 17
+    cfg = make_group(front.cluster, group, "-o", "true", "-r", "4")
+    assert cfg["consumeMessageOrderly"] is True and cfg["retryMaxTimes"] == 4 and cfg["consumeEnable"] is True
+    reply = _settings_reply(stub, topic, group)
+    assert reply.subscription.fifo and reply.backoff_policy.max_attempts == 5
+    # updateSubGroup changes only the fields it is given
+    cfg = make_group(front.cluster, group, "-r", "3")
+    assert cfg["consumeMessageOrderly"] is True and cfg["retryMaxTimes"] == 3
+
+
+def test_a_fifo_groups_next_message_waits_until_the_one_before_is_acked(front, stub):
+    topic, group = "SgOrder", "SgOrderG"
+    front.cluster.create_topic(topic, queues=1)
+    make_group(front.cluster, group, "-o", "true")
+    sent = py5_produce(front.endpoints, topic, [{"body": f"o{i}", "group": "g1"} for i in range(3)])
+    assert all("messageId" in r for r in sent), sent
+    [first] = wait_for(lambda: _receive(stub, topic, group, "a1", batch=1), 30, "the first message")
+    assert first.body == b"o0"
+    # another receive while o0 is out and unacked: nothing of the queue (not o1)
+    assert _receive(stub, topic, group, "a2", batch=1) == []
+    # the same attemptId (a client retrying its receive) is given the same message again
+    [again] = _receive(stub, topic, group, "a1", batch=1)
+    assert again.body == b"o0"
+    _ack(stub, topic, group, again)
+    got = []
+    for i in range(2):
+        [m] = wait_for(lambda: _receive(stub, topic, group, f"b{i}", batch=1), 30, f"message o{i + 1}")
+        got.append(m.body)
+        _ack(stub, topic, group, m)
+    assert got == [b"o1", b"o2"]
+
+
+def test_a_fifo_push_consumer_gets_each_message_group_in_send_order(front, tmp_path):
+    topic, group = "SgPushOrder", "SgPushOrderG"
+    front.cluster.create_topic(topic)
+    make_group(front.cluster, group, "-o", "true")
+    msgs = [{"body": f"{g}-{i}", "group": g} for i in range(8) for g in ("A", "B", "C")]
+    sent = py5_produce(front.endpoints, topic, msgs)
+    assert all("messageId" in r for r in sent), sent
+    with Py5Push(front.endpoints, topic, group, tmp_path) as push:
+        got = push.wait(lambda g: len({d["body"] for d in g}) >= len(msgs), 120, "every message")
+    for g in ("A", "B", "C"):
+        bodies = [d["body"] for d in got if d["body"].startswith(g + "-")]
+        assert bodies == [f"{g}-{i}" for i in range(8)], bodies
+
+
+def test_a_fifo_push_consumer_forwards_a_failing_message_to_the_dlq_and_its_group_flows_on(front, tmp_path):
+    """retryMaxTimes 2: the listener fails "F-1" three times (retryMaxTimes + 1 attempts, the
+    client's own retries), the client forwards it to %DLQ%<group>, and F-2, F-3 follow it."""
+    topic, group = "SgPushDlq", "SgPushDlqG"
+    front.cluster.create_topic(topic, queues=1)
+    make_group(front.cluster, group, "-o", "true", "-r", "2")
+    sent = py5_produce(front.endpoints, topic, [{"body": f"F-{i}", "group": "F"} for i in range(4)])
+    doomed = sent[1]["messageId"]
+    with Py5Push(front.endpoints, topic, group, tmp_path, failBodies=["F-1"]) as push:
+        got = push.wait(lambda g: any(d["body"] == "F-3" for d in g), 120, "the messages after the failing one")
+        [dead] = wait_for(lambda: front.cluster.records(f"%DLQ%{group}", 0), 60, "F-1 in the DLQ")
+    assert [(d["body"], d["result"]) for d in got] == [
+        ("F-0", "SUCCESS"), ("F-1", "FAILURE"), ("F-1", "FAILURE"), ("F-1", "FAILURE"),
+        ("F-2", "SUCCESS"), ("F-3", "SUCCESS")]
+    assert dead.body == b"F-1" and dead.properties["UNIQ_KEY"] == doomed
+
+
+def test_consume_enable_false_refuses_pull_and_pop(front, stub):
+    topic, group = "SgDisabled", "SgDisabledG"
+    front.cluster.create_topic(topic)
+    make_group(front.cluster, group, "-s", "false")
+    r = front.cluster.call(codes.PULL_MESSAGE, {
+        "consumerGroup": group, "topic": topic, "queueId": 0, "queueOffset": 0, "maxMsgNums": 32, "sysFlag": 0,
+        "commitOffset": 0, "suspendTimeoutMillis": 0, "subscription": "*", "subVersion": 0})
+    assert (r.code, r.remark) == (codes.NO_PERMISSION, f"subscription group no permission, {group}")
+    r = front.cluster.call(codes.POP_MESSAGE, {
+        "consumerGroup": group, "topic": topic, "queueId": -1, "maxMsgNums": 1, "invisibleTime": 30000,
+        "pollTime": 0, "bornTime": 0, "initMode": 0, "expType": "TAG", "exp": "*", "order": "false"})
+    assert (r.code, r.remark) == (codes.NO_PERMISSION, f"subscription group no permission, {group}")
+    # through the front: the receive is refused with the broker's words, not an empty answer
+    req = spb.ReceiveMessageRequest(
+        group=pb.Resource(name=group), batch_size=1,
+        message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), broker=pb.Broker(name="broker-a")),
+        filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"))
+    req.invisible_duration.FromSeconds(30)
+    [resp] = list(stub.ReceiveMessage(req, metadata=MD, timeout=30))
+    assert resp.status.code != pb.Code.OK and "no permission" in resp.status.message
+    # enabled again: served
+    make_group(front.cluster, group, "-s", "true")
+    r = front.cluster.call(codes.PULL_MESSAGE, {
+        "consumerGroup": group, "topic": topic, "queueId": 0, "queueOffset": 0, "maxMsgNums": 32, "sysFlag": 0,
+        "commitOffset": 0, "suspendTimeoutMillis": 0, "subscription": "*", "subVersion": 0})
+    assert r.code != codes.NO_PERMISSION
+
+
+def test_bad_admin_input_is_refused_naming_the_field(front):
+    p = admin(front.cluster.namesrv, "-g", "SgBad", "-r", "-1")
+    assert p.returncode == 2 and "retryMaxTimes" in p.stderr, p.stderr
+    p = admin(front.cluster.namesrv, "-g", "SgBad", "-o", "maybe")
+    assert p.returncode == 2 and "consumeMessageOrderly" in p.stderr, p.stderr
+    p = admin(front.cluster.namesrv, "-g", "bad group!")
+    assert p.returncode == 2 and "groupName" in p.stderr, p.stderr
+    for body in (b"{not json", b'{"groupName": "SgBad", "consumeEnable": "yes"}', b"[1]"):
+        r = front.cluster.call(codes.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body)
+        assert r.code == codes.SYSTEM_ERROR and r.remark, (body, r.remark)
+    assert "consumeEnable" in r.remark or "SubscriptionGroupConfig" in r.remark
+    assert sub_group(front.cluster, "SgBad") is None  # nothing half-made
+
+
+def test_subscription_group_json_survives_a_kill_9_and_a_corrupt_one_refuses_to_start(tmp_path):
+    with Cluster(tmp_path / "c", "autoCreateSubscriptionGroup=false\n") as cluster:
+        make_group(cluster, "SgDurableG", "-o", "true", "-r", "5")
+        cluster.procs[1].kill_group()  # SIGKILL, right after the admin's answer
+        cluster.restart_broker()
+        cfg = sub_group(cluster, "SgDurableG")
+        assert cfg["consumeMessageOrderly"] is True and cfg["retryMaxTimes"] == 5
+        # autoCreateSubscriptionGroup=false: an unknown group is refused, not made
+        r = cluster.call(codes.PULL_MESSAGE, {
+            "consumerGroup": "SgUnknownG", "topic": "TBW102", "queueId": 0, "queueOffset": 0, "maxMsgNums": 1,
+            "sysFlag": 0, "commitOffset": 0, "suspendTimeoutMillis": 0, "subscription": "*", "subVersion": 0})
+        assert r.code == codes.SUBSCRIPTION_GROUP_NOT_EXIST and "SgUnknownG" in r.remark
+        path = tmp_path / "c" / "store" / "config" / "subscriptionGroup.json"
+        table = json.loads(path.read_text())["subscriptionGroupTable"]
+        assert table["SgDurableG"]["consumeMessageOrderly"] is True
+        cluster.procs[1].kill_group()
+        # a torn file: read from its .bak (written by the update before the last one)
+        make_bak = path.read_text()
+        (path.parent / "subscriptionGroup.json.bak").write_text(make_bak)
+        path.write_text(make_bak[: len(make_bak) // 2])
+        cluster.restart_broker("broker3.err")
+        assert sub_group(cluster, "SgDurableG")["retryMaxTimes"] == 5
+        cluster.procs[1].kill_group()
+        # neither parses: the broker refuses to start, naming the file
+        path.write_text("{torn")
+        (path.parent / "subscriptionGroup.json.bak").write_text("{torn too")
+        p = subprocess.run([sys.executable, "-m", "broker.cli", "serve", "-c", str(cluster.conf)],
+                           capture_output=True, text=True, timeout=60, cwd=str(REPO))
+        assert p.returncode != 0 and "subscriptionGroup.json" in p.stderr, p.stderr[-2000:]
