@@ -237,3 +237,25 @@ def test_subscription_group_json_survives_a_kill_9_and_a_corrupt_one_refuses_to_
         p = subprocess.run([sys.executable, "-m", "broker.cli", "serve", "-c", str(cluster.conf)],
                            capture_output=True, text=True, timeout=60, cwd=str(REPO))
         assert p.returncode != 0 and "subscriptionGroup.json" in p.stderr, p.stderr[-2000:]
+
+
+def test_a_fifo_node_push_consumer_keeps_group_order_and_forwards_a_failing_message_to_the_dlq(front, tmp_path):
+    """The Node.js client 1.0.8's FIFO PushConsumer (FifoConsumeService): a group in send order,
+    and "N-1", failed on every attempt, forwarded to %DLQ%<group> before N-2 comes. (This client
+    ignores a CUSTOMIZED retry policy, the one a group's Settings carry as the Java proxy's do, so
+    it retries as its own default policy says: the count is not asserted here, the Python one's is.)"""
+    from tests.helpers.real_clients import Consumer
+    topic, group = "SgNodeFifo", "SgNodeFifoG"
+    front.cluster.create_topic(topic, queues=1)
+    make_group(front.cluster, group, "-o", "true", "-r", "2")
+    sent = py5_produce(front.endpoints, topic, [{"body": f"N-{i}", "group": "N"} for i in range(4)])
+    doomed = sent[1]["messageId"]
+    with Consumer("node5", front.cluster, tmp_path, topic, group, group, endpoints=front.endpoints,
+                  failBodies=["N-1"]) as push:
+        got = push.wait(lambda g: any(d["body"] == "N-3" for d in g), 120, "the messages after the failing one")
+        [dead] = wait_for(lambda: front.cluster.records(f"%DLQ%{group}", 0), 60, "N-1 in the DLQ")
+    tries = sum(d["body"] == "N-1" for d in got)
+    assert tries >= 1 and [(d["body"], d["failing"]) for d in got] == [
+        ("N-0", False), *[("N-1", True)] * tries, ("N-2", False), ("N-3", False)]
+    assert all(d["group"] == "N" for d in got)
+    assert dead.body == b"N-1" and dead.properties["UNIQ_KEY"] == doomed

@@ -142,8 +142,10 @@ async function consume() {
     messageListener: {
       async consume(m) {
         if (opt.consumeMs) await sleep(opt.consumeMs);
-        out({ ...view(m), failing: opt.fail === 'always' });
-        return opt.fail === 'always' ? ConsumeResult.FAILURE : ConsumeResult.SUCCESS;
+        // failBodies: fail every delivery of these messages (and only these)
+        const failing = opt.fail === 'always' || (opt.failBodies || []).includes(m.body.toString());
+        out({ ...view(m), failing });
+        return failing ? ConsumeResult.FAILURE : ConsumeResult.SUCCESS;
       },
     } });
   await consumer.startup();
