@@ -259,3 +259,29 @@ def test_a_fifo_node_push_consumer_keeps_group_order_and_forwards_a_failing_mess
         ("N-0", False), *[("N-1", True)] * tries, ("N-2", False), ("N-3", False)]
     assert all(d["group"] == "N" for d in got)
     assert dead.body == b"N-1" and dead.properties["UNIQ_KEY"] == doomed
+
+
+def test_a_groups_retry_max_times_decides_send_back_and_the_pop_revive(front, tmp_path):
+    """retryMaxTimes of the group, not the broker's maxReconsumeTimes (16): a 4.x send-back of a
+    group with retryMaxTimes 0 goes straight to %DLQ%<group>; a 5.x PushConsumer (not FIFO) of a
+    group with retryMaxTimes 1 that always fails sees 2 deliveries, then the revive moves it."""
+    topic = "SgRetries"
+    front.cluster.create_topic(topic, queues=1)
+    make_group(front.cluster, "SgSendBackG", "-r", "0")
+    py5_produce(front.endpoints, topic, [{"body": "back"}])
+    [stored] = wait_for(lambda: front.cluster.records(topic, 0), 30, "the message stored")
+    r = front.cluster.call(codes.CONSUMER_SEND_MSG_BACK, {"offset": stored.physical_offset, "group": "SgSendBackG",
+                                                          "delayLevel": 0, "originMsgId": "", "originTopic": topic})
+    assert r.code == codes.SUCCESS, r.remark
+    [dead] = front.cluster.records("%DLQ%SgSendBackG", 0)
+    assert dead.body == b"back"
+    assert front.cluster.records("%RETRY%SgSendBackG", 0) == []
+
+    topic2, group = "SgRevive", "SgReviveG"
+    front.cluster.create_topic(topic2, queues=1)
+    make_group(front.cluster, group, "-r", "1")
+    [r] = py5_produce(front.endpoints, topic2, [{"body": "revived"}])
+    with Py5Push(front.endpoints, topic2, group, tmp_path, fail="always") as push:
+        got = push.wait(lambda g: len(g) >= 2, 120, "two failed deliveries")
+        [dead] = wait_for(lambda: front.cluster.records(f"%DLQ%{group}", 0), 60, "the message in the DLQ")
+    assert [d["deliveryAttempt"] for d in got[:2]] == [1, 2] and dead.properties["UNIQ_KEY"] == r["messageId"]
