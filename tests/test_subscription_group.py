@@ -285,3 +285,33 @@ def test_a_groups_retry_max_times_decides_send_back_and_the_pop_revive(front, tm
         got = push.wait(lambda g: len(g) >= 2, 120, "two failed deliveries")
         [dead] = wait_for(lambda: front.cluster.records(f"%DLQ%{group}", 0), 60, "the message in the DLQ")
     assert [d["deliveryAttempt"] for d in got[:2]] == [1, 2] and dead.properties["UNIQ_KEY"] == r["messageId"]
+
+
+def _nack_now(stub, topic: str, group: str, m: pb.Message) -> None:
+    """ChangeInvisibleDuration 0: the message is visible again at once (a nack)."""
+    req = spb.ChangeInvisibleDurationRequest(group=pb.Resource(name=group), topic=pb.Resource(name=topic),
+                                             receipt_handle=m.system_properties.receipt_handle,
+                                             message_id=m.system_properties.message_id)
+    req.invisible_duration.FromMilliseconds(0)
+    r = stub.ChangeInvisibleDuration(req, metadata=MD, timeout=30)
+    assert r.status.code == pb.Code.OK, r
+
+
+def test_a_fifo_message_past_its_max_attempts_goes_to_the_dlq_and_the_group_moves_on(front, stub):
+    """A SimpleConsumer of a FIFO group with retryMaxTimes 1 (2 attempts) nacks S-0 twice: the
+    third receive finds it past its max attempts, the front moves it to %DLQ%<group> (the Java
+    proxy's PopMessageResultFilterImpl) and S-1 comes instead, never S-0 again."""
+    topic, group = "SgSimpleDlq", "SgSimpleDlqG"
+    front.cluster.create_topic(topic, queues=1)
+    make_group(front.cluster, group, "-o", "true", "-r", "1")
+    sent = py5_produce(front.endpoints, topic, [{"body": f"S-{i}", "group": "S"} for i in range(2)])
+    attempts = []
+    for i in range(2):
+        [m] = wait_for(lambda: _receive(stub, topic, group, f"s{i}", batch=1), 30, f"delivery {i + 1} of S-0")
+        attempts.append((m.body, m.system_properties.delivery_attempt))
+        _nack_now(stub, topic, group, m)
+    assert attempts == [(b"S-0", 1), (b"S-0", 2)]
+    [m] = wait_for(lambda: _receive(stub, topic, group, "s-next", batch=1), 30, "S-1")
+    assert m.body == b"S-1" and m.system_properties.delivery_attempt == 1
+    [dead] = front.cluster.records(f"%DLQ%{group}", 0)
+    assert dead.body == b"S-0" and dead.properties["UNIQ_KEY"] == sent[0]["messageId"]

@@ -8,15 +8,12 @@ from __future__ import annotations
 
 from broker.proxy.config import ProxyConfig
 # grpcClientConsumerLongPollingBatchSize, grpcClientConsumerMaxLongPollingTimeoutMillis: what a receive holds
-from broker.proxy.consumer_activity import MAX_POLLING_MS, RECEIVE_BATCH_SIZE
+from broker.proxy.consumer_activity import MAX_POLLING_MS, RECEIVE_BATCH_SIZE, RETRY_MAX_TIMES
 from broker.proxy.protocol import definition_pb2 as pb
 
 # ProxyConfig's grpcClientProducer* defaults: a failed send is tried again 10 ms later, up to 3 times
 PRODUCER_MAX_ATTEMPTS = 3
 PRODUCER_BACKOFF_INITIAL_MS, PRODUCER_BACKOFF_MAX_MS, PRODUCER_BACKOFF_MULTIPLIER = 10, 1000, 2.0
-# a SubscriptionGroupConfig's retryMaxTimes default (the broker's maxReconsumeTimes): the broker
-# moves a message to %DLQ% after so many retries, so the client's last attempt is the one after them
-RETRY_MAX_TIMES = 16
 
 
 def reply_settings(config: ProxyConfig, settings: pb.Settings, group_config: dict | None = None) -> pb.Settings:

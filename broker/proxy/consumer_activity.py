@@ -12,10 +12,12 @@ The pop requests are the project client's (broker.client.pop).
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from broker.client import api
 from broker.client.client_instance import MQClientInstance
 from broker.client.errors import ResponseError
 from broker.proxy import receipt_handle
@@ -30,9 +32,15 @@ from broker.remoting import codes
 
 from broker.client import pop as _pop
 
+log = logging.getLogger("proxy")
+
 MIN_INVISIBLE_MS, MAX_INVISIBLE_MS = 10_000, 12 * 3600 * 1000  # ProxyConfig's minInvisibleTimeMillsForRecv, max
 MAX_POLLING_MS = 20_000  # ProxyConfig.grpcClientConsumerMaxLongPollingTimeoutMillis
 RECEIVE_BATCH_SIZE = 32  # ProxyConfig.grpcClientConsumerLongPollingBatchSize
+# a SubscriptionGroupConfig's retryMaxTimes default (the broker's maxReconsumeTimes), for a group the
+# broker has no config of: the broker moves a message to %DLQ% after so many retries, so the
+# client's last attempt is the one after them
+RETRY_MAX_TIMES = 16
 CONSUME_INIT_MODE_MAX = 1  # ConsumeInitMode.MAX: a new group starts at the queue's end, as the Java proxy's
 
 
@@ -85,10 +93,13 @@ class ConsumerActivity:
             addr = await self._broker_addr(topic, broker)
             # a FIFO group (consumeMessageOrderly) pops in order: one batch of a queue out at a
             # time; the client's attemptId lets a retried receive get the same batch again
-            order = orderly(await self.groups.get(addr, group))
+            group_config = await self.groups.get(addr, group)
+            order = orderly(group_config)
             r = await _pop.pop(self.client, addr, broker, group, topic, invisible, request.batch_size,
                                poll_ms=max(0, poll), expression=expr.expression or "*", init_mode=CONSUME_INIT_MODE_MAX,
                                order=order, attempt_id=request.attempt_id if order else "")
+            if order and r.messages:
+                r.messages = await self._past_max_attempts_to_dlq(addr, group, group_config, r.messages)
         except ProxyError as e:
             yield spb.ReceiveMessageResponse(status=status(e.code, e.message))
             return
@@ -115,6 +126,26 @@ class ConsumerActivity:
         now = Timestamp()
         now.FromMilliseconds(int(time.time() * 1000))
         yield spb.ReceiveMessageResponse(delivery_timestamp=now)
+
+    async def _past_max_attempts_to_dlq(self, addr: str, group: str, group_config: dict, messages: list) -> list:
+        """An orderly pop redelivers a batch not acked in time with its attempt raised, and the
+        broker's revive (which moves a message to %DLQ% past retryMaxTimes) plays no part: as the
+        Java proxy's PopMessageResultFilterImpl, a message past max attempts (retryMaxTimes + 1)
+        goes to %DLQ%<group> here (send-back with delayLevel -1, then acked) and is not delivered;
+        the group's next message is then free to come."""
+        max_attempts = group_config.get("retryMaxTimes", RETRY_MAX_TIMES) + 1
+        kept = []
+        for m in messages:
+            if m.reconsume_times + 1 <= max_attempts:
+                kept.append(m)
+                continue
+            try:
+                await api.send_back(self.client, addr, group, m, max_reconsume_times=0, delay_level=-1)
+                await _pop.ack(self.client, addr, group, m.topic, _pop.handle_of(m))
+            except Exception as e:  # noqa: BLE001 - delivered instead: the client may forward it itself
+                log.warning("could not move %s of %s past its max attempts to %%DLQ%%: %s", m.msg_id, group, e)
+                kept.append(m)
+        return kept
 
     async def ack_message(self, request: spb.AckMessageRequest, context) -> spb.AckMessageResponse:
         group, topic = _group(request.group), validate_topic(request.topic)
