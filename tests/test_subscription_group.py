@@ -220,6 +220,9 @@ def test_subscription_group_json_survives_a_kill_9_and_a_corrupt_one_refuses_to_
             "consumerGroup": "SgUnknownG", "topic": "TBW102", "queueId": 0, "queueOffset": 0, "maxMsgNums": 1,
             "sysFlag": 0, "commitOffset": 0, "suspendTimeoutMillis": 0, "subscription": "*", "subVersion": 0})
         assert r.code == codes.SUBSCRIPTION_GROUP_NOT_EXIST and "SgUnknownG" in r.remark
+        r = cluster.call(codes.CONSUMER_SEND_MSG_BACK, {"offset": 0, "group": "SgUnknownG", "delayLevel": 0})
+        assert r.code == codes.SUBSCRIPTION_GROUP_NOT_EXIST and "SgUnknownG" in r.remark
+        assert sub_group(cluster, "SgUnknownG") is None
         path = tmp_path / "c" / "store" / "config" / "subscriptionGroup.json"
         table = json.loads(path.read_text())["subscriptionGroupTable"]
         assert table["SgDurableG"]["consumeMessageOrderly"] is True

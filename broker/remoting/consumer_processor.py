@@ -14,6 +14,7 @@ from broker.remoting.headers import (ConsumerSendMsgBackRequestHeader, GetConsum
 from broker.remoting.rebalance_lock_manager import REBALANCE_LOCK_MAX_LIVE_TIME, RebalanceLockManager
 from broker.remoting.refusals import BadRequest, NotFound
 from broker.remoting.topic_manager import DLQ_PREFIX, RETRY_PREFIX, check_topic_name
+from broker.remoting.subscription_group_manager import SubscriptionGroupNotExist
 from broker.store.errors import StoreError
 from broker.store.message import host_bytes
 from broker.store.results import PutStatus
@@ -201,6 +202,8 @@ class ConsumerProcessor:
         %DLQ%<group> once it has been retried maxReconsumeTimes (or delayLevel < 0)."""
         h = decode(ConsumerSendMsgBackRequestHeader, cmd.ext)
         group, phys, delay_level = h.group, h.offset, h.delayLevel
+        if self.groups is not None and self.groups.find(group) is None:  # created on first use, or refused
+            raise SubscriptionGroupNotExist(f"subscription group not exist, {group}")
         try:
             msg = self.store.lookup(phys)
         except StoreError as e:
@@ -213,7 +216,6 @@ class ConsumerProcessor:
         if h.maxReconsumeTimes is not None:  # the client's own (RocketMQ: over the group's)
             max_times = h.maxReconsumeTimes
         elif self.groups is not None:
-            self.groups.find(group)  # created on first use, as RocketMQ's send-back does
             max_times = self.groups.retry_max_times(group)
         else:
             max_times = self.max_reconsume_times

@@ -9,6 +9,7 @@ groups into concurrent ones.
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -127,7 +128,6 @@ class SubscriptionGroupTable:
     async def written(self) -> None:
         """Until the background writer has written every change so far (an admin's update is
         answered once it is on disk, as RocketMQ persists it before answering)."""
-        import asyncio
         await asyncio.get_running_loop().run_in_executor(None, WRITER.drain)
 
     def persist(self) -> None:
