@@ -154,21 +154,25 @@ def receive(opt):
 
 
 class Listener(MessageListener):
-    """fail: "always", or N (fail a message's deliveries up to attempt N, then succeed)."""
+    """fail: "always", or N (fail a message's deliveries up to attempt N, then succeed); work:
+    seconds the listener spends on each message before answering (a slow listener)."""
 
-    def __init__(self, fail):
+    def __init__(self, fail, work=0):
         self.fail = fail
+        self.work = work
 
     def consume(self, message):
         failing = self.fail == "always" or (isinstance(self.fail, int) and message.delivery_attempt <= self.fail)
         out(dict(shown(message), result="FAILURE" if failing else "SUCCESS"))
+        time.sleep(self.work)  # the work itself, not a synchronization
         return ConsumeResult.FAILURE if failing else ConsumeResult.SUCCESS
 
 
 def push(opt):
-    """Options: endpoints, topic, group, expression, fail ("always" | N | absent), threads."""
+    """Options: endpoints, topic, group, expression, fail ("always" | N | absent), work (seconds per
+    message), threads."""
     config = ClientConfiguration(opt["endpoints"], credentials(opt), request_timeout=10)
-    consumer = PushConsumer(config, opt["group"], Listener(opt.get("fail")),
+    consumer = PushConsumer(config, opt["group"], Listener(opt.get("fail"), opt.get("work", 0)),
                             {opt["topic"]: FilterExpression(opt.get("expression", "*"))},
                             consumption_thread_count=opt.get("threads", 4))
     consumer.startup()
