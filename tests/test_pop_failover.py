@@ -118,6 +118,29 @@ def test_dledger_leader_serves_pop_and_a_new_leader_revives_after_kill9(tmp_path
         g.stop()
 
 
+def test_partitioned_dledger_leader_stops_reviving_and_the_majority_leader_revives(tmp_path):
+    """The leader loses its quorum while alive (Raft links cut, clients still reach it): it steps
+    down, refuses pop from then on, and never revives what it handed out (its revive stopped with
+    its role, its pop state dropped); the majority's leader revives it instead."""
+    g = DLedgerGroup(tmp_path, proxied=True).start()
+    try:
+        old = g.leader()
+        others = [b for b in g.brokers.values() if b is not old]
+        acked, unacked, handle = _pop_some_ack_some(old)
+        g.isolate(old, "cut")
+        new = g.leader(among=others, timeout=30)
+        wait_for(lambda: old.info()["brokerRole"] == "SLAVE", 30, "the old leader to step down")
+        _refuses_pop(old, handle)
+        _new_master_revives(new, unacked)
+        assert _revived_by(old) == [] and len(_revived_by(new)) == len(unacked)
+        assert "pop: not the master any more" in old.stderr()
+        g.heal()
+        g.wait_follows(old, new)
+        _refuses_pop(old)
+    finally:
+        g.stop()
+
+
 def test_controller_mode_master_serves_pop_and_a_new_master_revives_after_kill9(tmp_path):
     g = ControllerModeGroup(tmp_path, n=2).start()
     try:
