@@ -40,6 +40,7 @@ _NAMES = {codes.POP_MESSAGE: "POP_MESSAGE", codes.ACK_MESSAGE: "ACK_MESSAGE",
 class PopService:
     def __init__(self, store, topics, holds, config):
         self.store = store
+        self.holds = holds
         self.log = ReviveLog(store, config.brokerClusterName, config.reviveQueueNum)
         self.order_info = ConsumerOrderInfoManager(store, self.log)
         self.revive = PopReviveService(store, topics, self.log, self.order_info, config.brokerName,
@@ -72,6 +73,7 @@ class PopService:
                 self._take_over.cancel()
                 self._take_over = None
             self.revive.stop()
+            self.holds.notify_all()  # a held pop looks again now and is refused, not at its deadline
             log.info("pop: not the master any more; revive stopped, pop state left to the revive log")
 
     async def _replay(self) -> None:
