@@ -215,10 +215,23 @@ class PopMessageProcessor:
             if popped.blocked_until:  # an orderly batch's invisible time ends before the poll does
                 left = min(left, max((popped.blocked_until - now_ms()) / 1000, 0.001))
             futs = [(t, q, holds.hold(t, q)) for t, q in queues]
+            waits = [f for _, _, f in futs]
+            grew = None
+            if store.reads_dispatched_only:
+                # DLedger mode: a send's notify comes before its entry is committed and dispatched
+                # (the pop would look too early and sleep through it): every dispatch wakes the pop
+                # to look again, as PullMessageProcessor._hold_on_slave wakes a held pull
+                grew = asyncio.ensure_future(store.wait_dispatched(store.dispatched() + 1, left))
+                waits.append(grew)
             try:
-                await asyncio.wait([f for _, _, f in futs], timeout=left, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait(waits, timeout=left, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 for t, q, f in futs:
                     holds.release(t, q, f)
+                if grew is not None:
+                    if not grew.done():
+                        grew.cancel()
+                    elif not grew.cancelled():
+                        grew.exception()  # a timeout, retrieved: the deadline is checked above
             if any(f.cancelled() for _, _, f in futs):
                 raise asyncio.CancelledError  # the broker is closing (PullHoldService.cancel_all)
