@@ -39,8 +39,8 @@ CONSUME_INIT_MODE_MAX = 1  # ConsumeInitMode.MAX: a new group starts at the queu
 
 
 def not_implemented(rpc: str):
-    """A broker that answers the pop codes REQUEST_CODE_NOT_SUPPORTED (pop runs on a plain master
-    only, not on a slave nor in DLedger or controller mode yet)."""
+    """A broker that answers the pop codes REQUEST_CODE_NOT_SUPPORTED (a broker of another make, or
+    an older one of ours: pop is served wherever the broker takes writes)."""
     return status(Code.NOT_IMPLEMENTED, f"{rpc}: the broker does not serve pop consumption (POP_MESSAGE) in its mode")
 
 
