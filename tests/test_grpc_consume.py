@@ -14,7 +14,7 @@ import pytest
 from broker.proxy.protocol import definition_pb2 as pb
 from broker.proxy.protocol import service_pb2 as spb
 from tests.conftest import wait_for
-from tests.helpers.grpc_front import Py5Push, front_beside_cluster, py5, py5_produce, stub_of
+from tests.helpers.grpc_front import GrpcFront, Py5Push, front_beside_cluster, py5, py5_produce, stub_of
 from tests.helpers.real_clients import produce
 
 pytestmark = pytest.mark.timeout(300)
@@ -121,6 +121,31 @@ def test_push_consumer_consumes_everything_and_a_failed_delivery_comes_back_with
         assert d["props"]["i"] == m["props"]["i"]
         failed = [x for x in got if x["body"] == m["body"] and x["result"] == "FAILURE"]
         assert [x["deliveryAttempt"] for x in failed] == [1] and failed[0]["messageId"] == d["messageId"]
+
+
+def test_a_slow_push_listener_keeps_its_message_the_front_renews_the_invisible_time(front, tmp_path):
+    """A PushConsumer receives with auto_renew: the front pops for defaultInvisibleTimeMills (2 s
+    here) and renews it while the listener works (6 s on each message), so no message is delivered
+    a second time, and the ack the client sends with its first handle acks the renewed one."""
+    topic, group = "GrpcSlowPush", "GrpcSlowPushG"
+    front.cluster.create_topic(topic)
+    renewing = GrpcFront(front.cluster, tmp_path, "defaultInvisibleTimeMills=2000\nrenewAheadTimeMillis=1000\n"
+                                                  "renewSliceTimeMillis=2000\n")
+    try:
+        receipts = py5_produce(renewing.endpoints, topic, [{"body": f"s{i}"} for i in range(3)])
+        with Py5Push(renewing.endpoints, topic, group, tmp_path, work=6, threads=4) as push:
+            got = push.wait(lambda g: len(g) >= 3, 60, "each message delivered")
+            # each listener call outlives three of the front's invisible times; a revive would
+            # deliver the message again within them
+            with pytest.raises(AssertionError):
+                push.wait(lambda g: len(g) > 3, 10, "a second delivery")
+        assert sorted(d["body"] for d in got) == ["s0", "s1", "s2"]
+        assert {d["deliveryAttempt"] for d in got} == {1}
+        assert {d["messageId"] for d in got} == {r["messageId"] for r in receipts}
+        # acked with the handles the client held: nothing comes back after the invisible time
+        assert py5("receive", renewing.endpoints, topic, group=group, count=1, invisibleSeconds=10, rounds=3) == []
+    finally:
+        renewing.close()
 
 
 def test_a_message_not_acked_within_its_invisible_duration_is_received_again(front):

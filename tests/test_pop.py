@@ -20,12 +20,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from broker.client import pop as P
-from broker.client.client_instance import MQClientInstance
 from broker.client.errors import ResponseError
 from broker.remoting import codes
 from broker.remoting.command import RemotingCommand
 from broker.remoting.pop import extra_info as ei
 from tests.helpers.ha_cluster import Broker
+from tests.helpers.pop_client import bodies as _bodies, receive_until as _receive_until, run_with_client
 
 GROUP = "PopG"
 
@@ -53,27 +53,7 @@ async def _send(client, addr: str, topic: str, body: str, queue_id: int = 0) -> 
 
 
 def _run(coro_fn, b: Broker):
-    async def go():
-        client = MQClientInstance()
-        try:
-            await coro_fn(client, _addr(b))
-        finally:
-            await client.shutdown()
-    asyncio.run(go())
-
-
-def _bodies(msgs) -> list[str]:
-    return [bytes(m.body).decode() for m in msgs]
-
-
-async def _receive_until(c: P.SimpleConsumer, n: int, invisible_ms: int, poll_ms: int = 10_000, **kw) -> list:
-    """Pops until n messages came (each pop long-polled: answered by an append or a revive)."""
-    got = []
-    deadline = time.monotonic() + 60
-    while len(got) < n and time.monotonic() < deadline:
-        got += await c.receive(invisible_ms, max_nums=n - len(got), poll_ms=poll_ms, **kw)
-    assert len(got) == n, f"only {len(got)} of {n} messages came: {_bodies(got)}"
-    return got
+    run_with_client(coro_fn, _addr(b))
 
 
 def test_popped_message_is_invisible_until_acked_and_never_comes_back(broker):

@@ -29,6 +29,11 @@ class ProxyConfig:
     maxDelayTimeMills: int = 24 * 3600 * 1000
     maxTransactionRecoverySecond: int = 3600
     grpcShutdownTimeSeconds: int = 30
+    # a PushConsumer's messages (auto_renew): popped for defaultInvisibleTimeMills, and renewed by
+    # renewSliceTimeMillis renewAheadTimeMillis before that ends (broker.proxy.receipt_handle_manager)
+    defaultInvisibleTimeMills: int = 60_000
+    renewAheadTimeMillis: int = 10_000
+    renewSliceTimeMillis: int = 60_000
     # not a ProxyConfig key: µs a request to a broker waits, while others are in flight, for the
     # next ones to share its write (broker.client.channel.ClientChannel.coalesce_delay). 0 (off):
     # 2000 cut the front's CPU per send by ~20 % at 64 sends in flight, but added ~0.7 ms to the
@@ -70,12 +75,17 @@ class ProxyConfig:
             raise StoreConfigError("grpcServerPort", f"{self.grpcServerPort} is not a port")
         if not self.namesrvAddr.strip():
             raise StoreConfigError("namesrvAddr", "is empty: the front finds brokers through a name server")
-        for key in ("maxMessageGroupSize", "userPropertyMaxNum", "maxUserPropertySize", "maxDelayTimeMills"):
+        for key in ("maxMessageGroupSize", "userPropertyMaxNum", "maxUserPropertySize", "maxDelayTimeMills",
+                    "defaultInvisibleTimeMills", "renewAheadTimeMillis", "renewSliceTimeMillis"):
             if getattr(self, key) <= 0:
                 raise StoreConfigError(key, f"{getattr(self, key)} must be positive")
         if not 0 <= self.remotingCoalesceMicros <= 100_000:
             raise StoreConfigError("remotingCoalesceMicros", f"{self.remotingCoalesceMicros} is not 0..100000 µs")
         self.delay_levels_ms  # names messageDelayLevel when malformed
+        if self.renewAheadTimeMillis >= self.defaultInvisibleTimeMills or \
+                self.renewAheadTimeMillis >= self.renewSliceTimeMillis:
+            raise StoreConfigError("renewAheadTimeMillis", f"{self.renewAheadTimeMillis} must be shorter than "
+                                   "defaultInvisibleTimeMills and renewSliceTimeMillis (a renewal would come too late)")
         if self.enableACL:
             from broker.remoting.acl import load_plain_acl
             if not self.aclFile:

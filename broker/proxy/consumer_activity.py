@@ -21,10 +21,13 @@ from broker.client import api
 from broker.client.client_instance import MQClientInstance
 from broker.client.errors import ResponseError
 from broker.proxy import receipt_handle
+from broker.proxy.config import ProxyConfig
 from broker.proxy.converter import to_proto
 from broker.proxy.forward_dlq_activity import ForwardMessageToDLQActivity
+from broker.proxy.grpc_metadata import client_id_of
 from broker.proxy.protocol import definition_pb2 as pb
 from broker.proxy.protocol import service_pb2 as spb
+from broker.proxy.receipt_handle_manager import ReceiptHandleManager
 from broker.proxy.route_activity import validate_topic
 from broker.proxy.status import Code, ProxyError, from_client_error, status
 from broker.proxy.subscription_groups import SubscriptionGroups, orderly
@@ -45,8 +48,8 @@ CONSUME_INIT_MODE_MAX = 1  # ConsumeInitMode.MAX: a new group starts at the queu
 
 
 def not_implemented(rpc: str):
-    """A broker that answers the pop codes REQUEST_CODE_NOT_SUPPORTED (pop runs on a plain master
-    only, not on a slave nor in DLedger or controller mode yet)."""
+    """A broker that answers the pop codes REQUEST_CODE_NOT_SUPPORTED (a broker of another make, or
+    an older one of ours: pop is served wherever the broker takes writes)."""
     return status(Code.NOT_IMPLEMENTED, f"{rpc}: the broker does not serve pop consumption (POP_MESSAGE) in its mode")
 
 
@@ -63,10 +66,18 @@ def _group(resource: pb.Resource) -> str:
 
 
 class ConsumerActivity:
-    def __init__(self, client: MQClientInstance):
+    def __init__(self, client: MQClientInstance, config: ProxyConfig):
         self.client = client
+        self.config = config
         self.dlq = ForwardMessageToDLQActivity(client, self._broker_addr)
         self.groups = SubscriptionGroups(client)
+        self.renewals = ReceiptHandleManager(self._renew, config.renewAheadTimeMillis, config.renewSliceTimeMillis)
+
+    async def _renew(self, h, invisible_ms: int) -> str:
+        """A PushConsumer's message kept invisible another `invisible_ms` (ReceiptHandleManager)."""
+        addr = await self._broker_addr(h.topic, self._handle(h.current).broker_name)
+        handle = await _pop.change_invisible_time(self.client, addr, h.group, h.topic, h.current, invisible_ms)
+        return receipt_handle.encode(handle, receipt_handle.commit_log_offset(h.current))
 
     async def _broker_addr(self, topic: str, broker_name: str) -> str:
         route = await self.client.routes.get(topic)
@@ -81,8 +92,10 @@ class ConsumerActivity:
             expr = request.filter_expression
             if expr.type == pb.SQL:
                 raise ProxyError(Code.ILLEGAL_FILTER_EXPRESSION, "SQL92 filters are not supported by this broker")
-            invisible = _ms(request.invisible_duration) if request.HasField("invisible_duration") else 30_000
-            if not MIN_INVISIBLE_MS <= invisible <= MAX_INVISIBLE_MS:
+            # a PushConsumer (auto_renew) names no invisible time: the front's, renewed while it works
+            invisible = self.config.defaultInvisibleTimeMills if request.auto_renew else \
+                _ms(request.invisible_duration) if request.HasField("invisible_duration") else 30_000
+            if not request.auto_renew and not MIN_INVISIBLE_MS <= invisible <= MAX_INVISIBLE_MS:
                 raise ProxyError(Code.ILLEGAL_INVISIBLE_TIME, f"the invisible time must be within "
                                                               f"{MIN_INVISIBLE_MS} and {MAX_INVISIBLE_MS} ms")
             if request.batch_size <= 0 or request.batch_size > RECEIVE_BATCH_SIZE:
@@ -120,6 +133,8 @@ class ConsumerActivity:
             msg = to_proto(m, topic)
             sp = msg.system_properties
             sp.receipt_handle = receipt_handle.encode(_pop.handle_of(m), m.commit_log_offset)
+            if request.auto_renew:
+                self.renewals.add(client_id_of(context), group, topic, sp.receipt_handle, invisible)
             sp.delivery_attempt = m.reconsume_times + 1
             sp.invisible_duration.FromMilliseconds(invisible)
             yield spb.ReceiveMessageResponse(message=msg)
@@ -156,7 +171,7 @@ class ConsumerActivity:
             try:
                 info = self._handle(entry.receipt_handle)
                 addr = await self._broker_addr(topic, info.broker_name)
-                await _pop.ack(self.client, addr, group, topic, entry.receipt_handle)
+                await _pop.ack(self.client, addr, group, topic, await self.renewals.take(group, entry.receipt_handle))
                 st = status()
             except ProxyError as e:
                 st = status(e.code, e.message)
@@ -185,8 +200,8 @@ class ConsumerActivity:
         info = self._handle(request.receipt_handle)
         addr = await self._broker_addr(topic, info.broker_name)
         try:
-            handle = await _pop.change_invisible_time(self.client, addr, group, topic, request.receipt_handle,
-                                                      invisible)
+            handle = await _pop.change_invisible_time(self.client, addr, group, topic,
+                                                      await self.renewals.take(group, request.receipt_handle), invisible)
         except ResponseError as e:
             if e.code == codes.NO_MESSAGE:
                 raise ProxyError(Code.INVALID_RECEIPT_HANDLE, f"the receipt handle is expired or acked: {e}") from None
@@ -199,6 +214,12 @@ class ConsumerActivity:
 
     async def forward_to_dlq(self, request, context) -> spb.ForwardMessageToDeadLetterQueueResponse:
         group, topic = _group(request.group), validate_topic(request.topic)
+        current = await self.renewals.take(group, request.receipt_handle)
+        if current != request.receipt_handle:  # renewed by the front: the handle in force goes to the broker
+            renewed = spb.ForwardMessageToDeadLetterQueueRequest()
+            renewed.CopyFrom(request)
+            renewed.receipt_handle = current
+            request = renewed
         try:
             return await self.dlq.forward(group, topic, request)
         except ResponseError as e:

@@ -14,6 +14,7 @@ from broker.proxy.config import ProxyConfig
 from broker.proxy.consumer_activity import ConsumerActivity
 from broker.proxy.grpc_acl import GrpcAccessValidator
 from broker.proxy.grpc_channel_manager import GrpcChannelManager
+from broker.proxy.grpc_metadata import client_id_of
 from broker.proxy.protocol import definition_pb2 as pb
 from broker.proxy.protocol import service_pb2 as spb
 from broker.proxy.protocol import service_pb2_grpc as rpc
@@ -43,13 +44,6 @@ def _answered(response_type):
     return wrap
 
 
-def client_id_of(context) -> str:
-    for key, value in context.invocation_metadata() or ():
-        if key == "x-mq-client-id":
-            return value
-    return ""
-
-
 class MessagingService(rpc.MessagingServiceServicer):
     def __init__(self, config: ProxyConfig, client: MQClientInstance, producer: ProxyProducer):
         self.config = config
@@ -59,7 +53,7 @@ class MessagingService(rpc.MessagingServiceServicer):
         self.sender = SendMessageActivity(producer, config)
         self.transactions = EndTransactionActivity(client)
         self.relay = TransactionCheckRelay(client, self.channels)
-        self.consumers = ConsumerActivity(client)
+        self.consumers = ConsumerActivity(client, config)
         self.acl = GrpcAccessValidator(config.aclFile) if config.enableACL else None
 
     # -- unary RPCs ----------------------------------------------------------------------------------
@@ -88,6 +82,7 @@ class MessagingService(rpc.MessagingServiceServicer):
     @_answered(spb.NotifyClientTerminationResponse)
     async def NotifyClientTermination(self, request, context):
         self.channels.drop(client_id_of(context))
+        self.consumers.renewals.drop_client(client_id_of(context))  # its unacked messages come back
         return spb.NotifyClientTerminationResponse(status=status())
 
     @_answered(spb.AckMessageResponse)

@@ -58,6 +58,7 @@ async def serve(config, stop: asyncio.Event, ready=None) -> None:
     finally:
         service.channels.end_all()
         await server.stop(config.grpcShutdownTimeSeconds)
+        service.consumers.renewals.close()
         await producer.shutdown()
     print("grpc proxy stopped", flush=True)
 

@@ -152,10 +152,12 @@ class BrokerController:
                          AdminProcessor(store, topics, schedule, self.metrics.runtime_table),
                          QueryMessageProcessor(store), SubscriptionGroupProcessor(groups)):
                 self.handlers.update(proc.handlers())
+            # pop is served by whichever broker takes writes (PopService refuses it elsewhere); a
+            # DLedger leader or a controller-mode master starts it when its role says so
             self.pop = PopService(store, topics, holds, self.config, groups=groups)
+            self.handlers.update(self.pop.handlers())
             if not store.is_slave and self.dledger is None and self.replicas is None:
                 await self.pop.start()  # before serving: the pop offsets are recovered from the revive log
-                self.handlers.update(self.pop.handlers())
             if self.dledger is None:
                 self.fast = FastSendPath(store, topics, holds, self.acl is not None)
                 topics.on_change.append(self.fast.sync_routes)
@@ -171,6 +173,7 @@ class BrokerController:
             await self.server.start()
             self.schedule.start(deliver=not self.store.is_slave)
             self.transaction_check.set_checking(not self.store.is_slave)
+            self.pop.set_serving(not self.store.is_slave)
             self._serving = True  # from here a DLedger role switch re-registers and moves deliveries
         except BaseException:
             await self.store.close()
@@ -321,7 +324,8 @@ class BrokerController:
 
     def _on_dledger_role(self, master: bool) -> None:
         """DLedgerRoleChangeHandler switched this broker (RocketMQ's changeToMaster /
-        changeToSlave): its id, the schedule's deliveries, the slave's synchronization, and a
+        changeToSlave): its id, the schedule's deliveries, the transaction checks and pop's revive,
+        the slave's synchronization, and a
         registration with every name server now, so clients' routes move at once."""
         self.config.brokerId = 0 if master else dledger_follower_id(self.dledger)
         if self.slave_sync is not None:
@@ -332,6 +336,7 @@ class BrokerController:
         if self._serving:  # before that, start() delivers as the role says and registers once it listens
             self.schedule.set_delivering(master)
             self.transaction_check.set_checking(master)
+            self.pop.set_serving(master)
             self.register_soon()
 
     # -- controller mode ---------------------------------------------------------------------------
@@ -353,6 +358,8 @@ class BrokerController:
             self.schedule.set_delivering(False)
         if self.transaction_check is not None:
             self.transaction_check.set_checking(False)
+        if self.pop is not None:
+            self.pop.set_serving(False)
         if self.slave_sync is not None:
             self.slave_sync.master_addr = None
             self.slave_sync.close()
@@ -368,6 +375,8 @@ class BrokerController:
             self.schedule.set_delivering(role == "master")
         if self.transaction_check is not None:
             self.transaction_check.set_checking(role == "master")
+        if self.pop is not None:
+            self.pop.set_serving(role == "master")
         self.config.brokerId = 0 if role == "master" else (self.replicas.broker_id or 0)
         if self.slave_sync is not None and role == "slave":
             self.slave_sync.master_addr = master_addr

@@ -32,6 +32,9 @@ STATUS_CODES = {PutStatus.PUT_OK: codes.SUCCESS, PutStatus.FLUSH_DISK_TIMEOUT: c
                 PutStatus.SERVICE_NOT_AVAILABLE: codes.SERVICE_NOT_AVAILABLE,
                 # DLedger mode (RocketMQ's handlePutMessageResult): retryable by every client
                 PutStatus.OS_PAGECACHE_BUSY: codes.SYSTEM_ERROR, PutStatus.UNKNOWN_ERROR: codes.SYSTEM_ERROR}
+# a put answered with these is in this broker's log (a send so answered was stored)
+STORED_STATUSES = (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.FLUSH_SLAVE_TIMEOUT,
+                   PutStatus.SLAVE_NOT_AVAILABLE)
 # the remarks RocketMQ answers those with (a reply that is not SUCCESS carries one)
 STATUS_REMARKS = {PutStatus.SERVICE_NOT_AVAILABLE: "service not available now",
                   PutStatus.OS_PAGECACHE_BUSY: "[PC_SYNCHRONIZED]broker busy, start flow control for a while",

@@ -155,23 +155,27 @@ def receive(opt):
 
 class Listener(MessageListener):
     """fail: "always", or N (fail a message's deliveries up to attempt N, then succeed); failBodies:
-    fail every delivery of the messages with these bodies (and only those)."""
+    fail every delivery of the messages with these bodies (and only those); work: seconds the
+    listener spends on each message before answering (a slow listener)."""
 
-    def __init__(self, fail, fail_bodies=()):
+    def __init__(self, fail, fail_bodies=(), work=0):
         self.fail = fail
         self.fail_bodies = set(fail_bodies)
+        self.work = work
 
     def consume(self, message):
         failing = self.fail == "always" or (isinstance(self.fail, int) and message.delivery_attempt <= self.fail) \
             or message.body.decode() in self.fail_bodies
         out(dict(shown(message), result="FAILURE" if failing else "SUCCESS"))
+        time.sleep(self.work)  # the work itself, not a synchronization
         return ConsumeResult.FAILURE if failing else ConsumeResult.SUCCESS
 
 
 def push(opt):
-    """Options: endpoints, topic, group, expression, fail ("always" | N | absent), failBodies, threads."""
+    """Options: endpoints, topic, group, expression, fail ("always" | N | absent), failBodies, work
+    (seconds per message), threads."""
     config = ClientConfiguration(opt["endpoints"], credentials(opt), request_timeout=10)
-    consumer = PushConsumer(config, opt["group"], Listener(opt.get("fail"), opt.get("failBodies", ())),
+    consumer = PushConsumer(config, opt["group"], Listener(opt.get("fail"), opt.get("failBodies", ()), opt.get("work", 0)),
                             {opt["topic"]: FilterExpression(opt.get("expression", "*"))},
                             consumption_thread_count=opt.get("threads", 4))
     consumer.startup()

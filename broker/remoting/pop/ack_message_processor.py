@@ -2,7 +2,7 @@
 acked by its receipt handle (the extraInfo) and queue offset: the ack is written to the revive log
 and the message is never redelivered. An orderly pop's ack (reviveQid 999) moves the group's offset
 past the batch's acked head instead. A handle that names nothing in flight is answered NO_MESSAGE
-and acks nothing.
+and acks nothing. An answer waits until the records it wrote are durable (pop_role.reply_when_durable).
 
 BATCH_ACK_MESSAGE's body is BatchAckMessageRequestBody's JSON: {"brokerName", "acks": [{"c": group,
 "t": topic, "r": retry flag, "so": checkpoint offset, "q": queueId, "rq": reviveQid, "pt": popTime,
@@ -21,8 +21,8 @@ from broker.remoting.command import RemotingCommand
 from broker.remoting.headers import AckMessageRequestHeader, decode
 from broker.remoting.pop import extra_info as ei
 from broker.remoting.pop.pop_revive_service import NotInFlight
+from broker.remoting.pop.pop_role import reply_when_durable
 from broker.remoting.refusals import BadRequest, Refusal, TopicNotExist
-from broker.remoting.send_processor import SendMessageProcessor
 
 
 class MessageIllegal(Refusal):
@@ -64,18 +64,18 @@ class AckMessageProcessor:
     def ack(self, cmd: RemotingCommand, conn):
         h = decode(AckMessageRequestHeader, cmd.ext)
         info = checked_handle(self.store, self.topics, h.topic, h.queueId, h.offset, h.extraInfo)
+        mark = self.revive.log.appended
         if info.is_order:
             self._ack_orderly(h, info)
         else:
             ck, i = self.revive.find(h.consumerGroup, h.topic, h.queueId, info.ck_offset, info.pop_time, h.offset,
                                      info.revive_qid)
-            flushed = self.revive.ack(ck, i, wait=True)
-            if flushed is not None:  # SYNC_FLUSH: answered once the ack record is flushed, as a send is
-                return SendMessageProcessor._after_flush(cmd, {}, flushed)
-        return cmd.response(codes.SUCCESS)
+            self.revive.ack(ck, i)
+        return reply_when_durable(cmd, cmd.response(codes.SUCCESS), self.revive.log.durable_since(mark))
 
     def batch_ack(self, cmd: RemotingCommand, conn):
         failed = []
+        mark = self.revive.log.appended
         for group, topic, queue_id, ck_offset, rq, pop_time, offsets in _batch_acks(bytes(cmd.body or b"")):
             for offset in offsets:
                 try:
@@ -88,9 +88,9 @@ class AckMessageProcessor:
                         self.revive.ack(*self.revive.find(group, topic, queue_id, ck_offset, pop_time, offset, rq))
                 except Refusal as e:
                     failed.append(f"{topic}@{queue_id}:{offset} ({e})")
-        if failed:
-            return cmd.response(codes.NO_MESSAGE, remark=f"not acked: {'; '.join(failed)[:2000]}")
-        return cmd.response(codes.SUCCESS)
+        res = (cmd.response(codes.NO_MESSAGE, remark=f"not acked: {'; '.join(failed)[:2000]}") if failed
+               else cmd.response(codes.SUCCESS))  # (the acks not named in the remark were made)
+        return reply_when_durable(cmd, res, self.revive.log.durable_since(mark))
 
     def _ack_orderly(self, h, info: ei.ExtraInfo) -> None:
         offsets = self.store.consumer_offsets

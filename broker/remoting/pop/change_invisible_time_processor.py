@@ -1,7 +1,9 @@
 """ChangeInvisibleTimeProcessor: CHANGE_MESSAGE_INVISIBLETIME (200053). The message gets a
 checkpoint of its own (popTime now, the new invisible time) and its old one is acked, both in the
 revive log (appendCheckPointThenAckOrigin); the response's popTime / invisibleTime / reviveQid make
-its new handle. For an orderly batch the batch's invisible time moves."""
+its new handle. For an orderly batch the batch's invisible time moves. The answer waits until the
+records are durable (pop_role.reply_when_durable): the new handle must name a checkpoint a new
+master would replay."""
 from __future__ import annotations
 
 from broker.remoting import codes
@@ -11,6 +13,7 @@ from broker.remoting.pop.ack_message_processor import checked_handle
 from broker.remoting.pop.consumer_order_info_manager import now_ms
 from broker.remoting.pop.pop_message_processor import InvalidParameter
 from broker.remoting.pop.pop_revive_service import NotInFlight
+from broker.remoting.pop.pop_role import reply_when_durable
 from broker.store.pop_check_point import PopCheckPoint
 
 
@@ -29,6 +32,10 @@ class ChangeInvisibleTimeProcessor:
         if h.invisibleTime < 0:
             raise InvalidParameter(f"invisibleTime {h.invisibleTime} must not be negative (ms)")
         info = checked_handle(self.store, self.topics, h.topic, h.queueId, h.offset, h.extraInfo)
+        mark = self.revive.log.appended
+        return reply_when_durable(cmd, self._change(cmd, h, info), self.revive.log.durable_since(mark))
+
+    def _change(self, cmd: RemotingCommand, h, info) -> RemotingCommand:
         now = now_ms()
         if info.is_order:
             if h.offset < self.store.consumer_offsets.query(h.consumerGroup, h.topic, h.queueId) or \

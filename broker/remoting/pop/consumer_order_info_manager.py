@@ -48,6 +48,10 @@ class ConsumerOrderInfoManager:
         self.log = revive_log
         self.table: dict[tuple[str, str, int], OrderInfo] = {}  # (topic, group, queueId) -> the batch out
 
+    def reset(self) -> None:
+        """Forget every batch out (this broker stops being the master: the next one replays)."""
+        self.table.clear()
+
     def get(self, topic: str, group: str, queue_id: int) -> OrderInfo | None:
         return self.table.get((topic, group, queue_id))
 

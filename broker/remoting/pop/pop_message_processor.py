@@ -9,7 +9,9 @@ The response is RocketMQ's: the stored records as the body (views of the log, as
 popTime, invisibleTime, reviveQid, restNum, startOffsetInfo, msgOffsetInfo (and orderCountInfo)
 in the header, from which the client builds each message's receipt handle (extra_info).
 Nothing found: held up to pollTime (long polling, woken by an append to any queue it reads, as a
-held pull is), then POLLING_TIMEOUT.
+held pull is), then POLLING_TIMEOUT. Messages found are answered once the checkpoints written for
+them are durable (pop_role.reply_when_durable): in DLedger mode once a majority holds them, so a
+leader killed after answering leaves them to the next leader to revive.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from broker.remoting.filter import tag_hashes_of
 from broker.remoting.headers import PopMessageRequestHeader, decode
 from broker.remoting.pop import extra_info as ei
 from broker.remoting.pop.consumer_order_info_manager import now_ms
+from broker.remoting.pop.pop_role import NotMaster, not_master_remark, reply_when_durable
 from broker.remoting.pop.revive_log import REVIVE_GROUP, REVIVE_TOPIC_PREFIX
 from broker.remoting.refusals import NoPermission, Refusal, TopicNotExist
 from broker.remoting.topic_manager import check_topic_name
@@ -47,8 +50,9 @@ class SubscriptionParseFailed(Refusal):
 class _Popped:
     """What one POP_MESSAGE gathered across the queues it read."""
 
-    def __init__(self, pop_time: int, revive_qid: int):
+    def __init__(self, pop_time: int, revive_qid: int, mark: int):
         self.pop_time = pop_time
+        self.mark = mark  # the revive log's count of appends before this look (ReviveLog.durable_since)
         self.revive_qid = revive_qid
         self.views: list = []
         self.start_info: list[str] = []
@@ -75,8 +79,8 @@ class PopMessageProcessor:
 
     def pop(self, cmd: RemotingCommand, conn):
         h = decode(PopMessageRequestHeader, cmd.ext)
-        if self.store.is_slave:
-            raise NoPermission("pop is served by the master only (a slave does not write checkpoints)")
+        if not self.revive.serving:  # (PopService refuses first; this guards a direct call)
+            raise NotMaster(not_master_remark(self.store, "POP_MESSAGE"))
         if not 0 < h.maxMsgNums <= MAX_POP_NUMS:
             raise InvalidParameter(f"maxMsgNums {h.maxMsgNums} must be 1..{MAX_POP_NUMS}")
         if h.invisibleTime <= 0:
@@ -98,7 +102,7 @@ class PopMessageProcessor:
         queues = self._queues(h, cfg.readQueueNums)
         popped = self._pop_once(h, queues, tags)
         if popped.views or h.pollTime <= 0 or not self.long_polling:
-            return self._response(cmd, h, popped)
+            return self._reply(cmd, h, popped)
         deadline = time.monotonic() + min(h.pollTime, self.suspend_max_ms) / 1000
         return self._hold(cmd, h, queues, tags, deadline)
 
@@ -119,7 +123,7 @@ class PopMessageProcessor:
     # -- one look at the queues -------------------------------------------------------------------
     def _pop_once(self, h, queues, tags) -> _Popped:
         rq = ei.POP_ORDER_REVIVE_QUEUE if h.order else self.revive.next_revive_qid()
-        popped = _Popped(now_ms(), rq)
+        popped = _Popped(now_ms(), rq, self.revive.log.appended)
         for topic, queue_id in queues:
             if topic != h.topic and self.topics.get(topic) is None:
                 continue  # no retry topic yet: nothing was ever revived for this group
@@ -178,6 +182,10 @@ class PopMessageProcessor:
         popped.msg_info.append(ei.msg_offset_entry(topic, queue_id, offsets))
         popped.views.extend(r.messages)
 
+    def _reply(self, cmd, h, popped: _Popped):
+        """The response, once the records this pop wrote are durable (a future until then)."""
+        return reply_when_durable(cmd, self._response(cmd, h, popped), self.revive.log.durable_since(popped.mark))
+
     def _response(self, cmd, h, popped: _Popped) -> RemotingCommand:
         ext = {"popTime": popped.pop_time, "invisibleTime": h.invisibleTime, "reviveQid": popped.revive_qid,
                "restNum": popped.rest, "startOffsetInfo": ";".join(popped.start_info),
@@ -201,17 +209,33 @@ class PopMessageProcessor:
                     await store.wait_dispatched(end, max(deadline - time.monotonic(), 1.0))
                 except asyncio.TimeoutError:
                     pass
+            if not self.revive.serving:  # no longer the master while held: nothing was written
+                return cmd.response(codes.SLAVE_NOT_AVAILABLE, remark=not_master_remark(self.store, "POP_MESSAGE"))
             popped = self._pop_once(h, queues, tags)
             left = deadline - time.monotonic()
             if popped.views or left <= 0:
-                return self._response(cmd, h, popped)
+                reply = self._reply(cmd, h, popped)
+                return reply if isinstance(reply, RemotingCommand) else await reply
             if popped.blocked_until:  # an orderly batch's invisible time ends before the poll does
                 left = min(left, max((popped.blocked_until - now_ms()) / 1000, 0.001))
             futs = [(t, q, holds.hold(t, q)) for t, q in queues]
+            waits = [f for _, _, f in futs]
+            grew = None
+            if store.reads_dispatched_only:
+                # DLedger mode: a send's notify comes before its entry is committed and dispatched
+                # (the pop would look too early and sleep through it): every dispatch wakes the pop
+                # to look again, as PullMessageProcessor._hold_on_slave wakes a held pull
+                grew = asyncio.ensure_future(store.wait_dispatched(store.dispatched() + 1, left))
+                waits.append(grew)
             try:
-                await asyncio.wait([f for _, _, f in futs], timeout=left, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait(waits, timeout=left, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 for t, q, f in futs:
                     holds.release(t, q, f)
+                if grew is not None:
+                    if not grew.done():
+                        grew.cancel()
+                    elif not grew.cancelled():
+                        grew.exception()  # a timeout, retrieved: the deadline is checked above
             if any(f.cancelled() for _, _, f in futs):
                 raise asyncio.CancelledError  # the broker is closing (PullHoldService.cancel_all)

@@ -20,6 +20,13 @@ revive re-stores is then acked in the log too, so a restart does not re-store it
 copy may have been consumed and acked by then). So after a crash nothing popped and unacked is
 lost (it is revived after its invisible time) and nothing acked is delivered again; only a message
 re-stored whose ack had not been written when the broker died is re-stored twice (at least once).
+
+It runs on the broker that takes writes only (RocketMQ's shouldRunPopRevive, brokerId 0), and
+follows the role as the transaction check service does (PopService.set_serving): a broker that
+stops being the master stops reviving and forgets what it held (`stop`); one that becomes the
+master (a new DLedger leader, a controller-mode slave switched to master) replays the revive log
+it replicated, from the revive offsets it copied from the old master (SlaveSynchronize), and
+revives what the old master's consumers left unacked.
 """
 from __future__ import annotations
 
@@ -78,9 +85,15 @@ class PopReviveService:
         self._task: asyncio.Task | None = None
 
     # -- start and recovery -------------------------------------------------------------------------
+    @property
+    def serving(self) -> bool:
+        """Reviving as the master (started and not stopped, and the store still takes writes)."""
+        return self._task is not None and not self.store.is_slave
+
     async def start(self) -> None:
         """Make the revive topic, replay the revive log (checkpoints, acks, orderly batches), then
         revive as checkpoints come due."""
+        self.stop()
         cfg = self.topics.get(self.topic)
         if cfg is None or cfg.readQueueNums < self.queue_num:
             self.topics.create(TopicConfig(self.topic, self.queue_num, self.queue_num, PERM_READ | PERM_WRITE))
@@ -123,6 +136,17 @@ class PopReviveService:
         if offsets.query(ck.group, ck.topic, ck.queue_id) < end:
             offsets.commit(ck.group, ck.topic, ck.queue_id, end)
 
+    def stop(self) -> None:
+        """No longer the master: stop reviving and forget every checkpoint and orderly batch held
+        (the log holds them; the next master replays it)."""
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+        self.inflight.clear()
+        self._due.clear()
+        self.log.reset()
+        self.order_info.reset()
+
     async def close(self) -> None:
         if self._task is not None:
             await cancel_and_wait([self._task])
@@ -140,7 +164,7 @@ class PopReviveService:
             ck.pop_time += 1  # a message's invisible time changed twice within a millisecond: keys stay unique
         uniq = "@".join(map(str, (ck.topic, ck.queue_id, ck.start_offset, ck.group, ck.pop_time, ck.broker_name,
                                   CK_TAG)))
-        ck.revive_offset = self.log.append(rq, CK_TAG, uniq, ck.to_json())
+        ck.revive_offset = self.log.append(rq, CK_TAG, uniq, ck.to_json())  # its put kept for durable_since
         self._register(ck, rq)
 
     def _register(self, ck: PopCheckPoint, rq: int) -> None:
@@ -168,16 +192,15 @@ class PopReviveService:
                               f"(it popped {ck.offsets()})")
         return ck, i
 
-    def ack(self, ck: PopCheckPoint, index: int, wait: bool = False):
-        """Write the ack and mark the message (a second ack of it is a no-op). With wait, the
-        future of the ack record's put status under SYNC_FLUSH / SYNC_MASTER (else None)."""
+    def ack(self, ck: PopCheckPoint, index: int, wait: bool = True) -> None:
+        """Write the ack and mark the message (a second ack of it is a no-op). With wait (a
+        client's ack) the record's put is kept for ReviveLog.durable_since."""
         if ck.bitmap >> index & 1:
-            return None
+            return
         a = AckMsg(ck.offsets()[index], ck.start_offset, ck.group, ck.topic, ck.queue_id, ck.pop_time, ck.broker_name)
         uniq = "@".join(map(str, (a.topic, a.queue_id, a.ack_offset, a.group, a.pop_time, a.broker_name, ACK_TAG)))
-        _, flushed = self.log.append_durable(ck.rq, ACK_TAG, uniq, a.to_json(), wait)
+        self.log.append(ck.rq, ACK_TAG, uniq, a.to_json(), wait)
         self._ack_index(ck, index)
-        return flushed
 
     def _ack_index(self, ck: PopCheckPoint, index: int) -> None:
         ck.bitmap |= 1 << index
@@ -233,7 +256,7 @@ class PopReviveService:
                 return False
             # acked in the log as well: a restart before the revive offset passes this checkpoint
             # does not re-store it again (its retry copy may have been consumed and acked by then)
-            self.ack(ck, i)
+            self.ack(ck, i, wait=False)
         self._finish(ck)
         return True
 

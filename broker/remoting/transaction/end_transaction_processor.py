@@ -18,18 +18,17 @@ from broker.remoting.command import RemotingCommand
 from broker.remoting.headers import EndTransactionRequestHeader, decode
 from broker.remoting.refusals import BadRequest
 from broker.remoting.schedule_service import REAL_QID, REAL_TOPIC
+from broker.remoting.send_processor import STORED_STATUSES
 from broker.remoting.transaction import (HALF_TOPIC, PROPERTY_PRODUCER_GROUP, PROPERTY_TRANSACTION_PREPARED,
                                          TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE, TRANSACTION_ROLLBACK_TYPE,
                                          reset_transaction_value)
 from broker.remoting.transaction.transactional_message_service import original_of
 from broker.store.errors import StoreError
 from broker.store.message import encode_properties, host_bytes
-from broker.store.results import PutStatus
 
 log = logging.getLogger("transaction")
 
 # sendFinalMessage: stored, if not yet as durable as asked
-_STORED = (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.FLUSH_SLAVE_TIMEOUT, PutStatus.SLAVE_NOT_AVAILABLE)
 
 
 class EndTransactionProcessor:
@@ -132,6 +131,6 @@ class EndTransactionProcessor:
     @staticmethod
     async def _after_flush(cmd: RemotingCommand, flushed):
         status = await flushed
-        if status in _STORED:
+        if status in STORED_STATUSES:
             return cmd.response(codes.SUCCESS)
         return cmd.response(codes.SYSTEM_ERROR, remark=status.name)
