@@ -6,7 +6,6 @@ a broker kill -9 in the middle of consumption, and ali-ons (4.x) producing for a
 No sleeps: every wait is on a line a client prints or on the broker's state (wait_for)."""
 from __future__ import annotations
 
-import threading
 
 
 import pytest
@@ -14,7 +13,8 @@ import pytest
 from broker.proxy.protocol import definition_pb2 as pb
 from broker.proxy.protocol import service_pb2 as spb
 from tests.conftest import wait_for
-from tests.helpers.grpc_front import GrpcFront, Py5Push, front_beside_cluster, py5, py5_produce, stub_of
+from tests.helpers.grpc_front import (GrpcFront, Py5Push, consumer_settings_reply, front_beside_cluster, py5, py5_produce,
+                                      stub_of)
 from tests.helpers.real_clients import produce
 
 pytestmark = pytest.mark.timeout(300)
@@ -224,22 +224,6 @@ def test_a_consumer_is_told_the_fronts_long_polling_time_and_batch_size(front, s
     """The Telemetry reply to a consumer's Settings carries the front's long polling time and batch
     size (the Java proxy's mergeSubscriptionData): the 5.x PushConsumer long-polls for what the reply
     says, and would give up on each receive the front holds after 0 + its request timeout."""
-    settings = pb.Settings(client_type=pb.PUSH_CONSUMER, subscription=pb.Subscription(
-        group=pb.Resource(name="GrpcSettingsG"), subscriptions=[pb.SubscriptionEntry(
-            topic=pb.Resource(name="GrpcSettings"), expression=pb.FilterExpression(type=pb.TAG, expression="*"))]))
-    closed = threading.Event()
-
-    def commands():  # the stream stays open until the reply was read, as a client's does
-        yield spb.TelemetryCommand(settings=settings)
-        closed.wait(30)
-
-    call = stub.Telemetry(commands(), metadata=MD, timeout=30)
-    try:
-        reply = next(call)
-    finally:
-        closed.set()
-        call.cancel()
-    assert reply.status.code == pb.Code.OK, reply
-    sub = reply.settings.subscription
+    sub = consumer_settings_reply(stub, "GrpcSettings", "GrpcSettingsG").subscription
     assert sub.long_polling_timeout.ToMilliseconds() == 20_000 and sub.receive_batch_size == 32
     assert sub.group.name == "GrpcSettingsG" and sub.subscriptions[0].topic.name == "GrpcSettings"

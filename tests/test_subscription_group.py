@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 
 import pytest
 
@@ -20,7 +19,7 @@ from broker.proxy.protocol import definition_pb2 as pb
 from broker.proxy.protocol import service_pb2 as spb
 from broker.remoting import codes
 from tests.conftest import wait_for
-from tests.helpers.grpc_front import Py5Push, front_beside_cluster, py5_produce, stub_of
+from tests.helpers.grpc_front import Py5Push, consumer_settings_reply, front_beside_cluster, py5_produce, stub_of
 from tests.helpers.procs import REPO
 from tests.helpers.real_clients import Cluster
 
@@ -79,34 +78,14 @@ def _ack(stub, topic: str, group: str, m: pb.Message) -> None:
     assert r.status.code == pb.Code.OK, r
 
 
-def _settings_reply(stub, topic: str, group: str) -> pb.Settings:
-    settings = pb.Settings(client_type=pb.PUSH_CONSUMER, subscription=pb.Subscription(
-        group=pb.Resource(name=group), subscriptions=[pb.SubscriptionEntry(
-            topic=pb.Resource(name=topic), expression=pb.FilterExpression(type=pb.TAG, expression="*"))]))
-    closed = threading.Event()
-
-    def commands():
-        yield spb.TelemetryCommand(settings=settings)
-        closed.wait(30)
-
-    call = stub.Telemetry(commands(), metadata=MD, timeout=30)
-    try:
-        reply = next(call)
-    finally:
-        closed.set()
-        call.cancel()
-    assert reply.status.code == pb.Code.OK, reply
-    return reply.settings
-
-
 def test_update_sub_group_makes_a_fifo_group_the_front_answers_fifo_with_its_max_attempts(front, stub):
     topic, group = "SgSettings", "SgSettingsFifoG"
     front.cluster.create_topic(topic)
-    plain = _settings_reply(stub, topic, "SgSettingsPlainG")  # unknown to the broker: RocketMQ's defaults
+    plain = consumer_settings_reply(stub, topic, "SgSettingsPlainG")  # unknown to the broker: RocketMQ's defaults
     assert not plain.subscription.fifo and plain.backoff_policy.max_attempts == 17
     cfg = make_group(front.cluster, group, "-o", "true", "-r", "4")
     assert cfg["consumeMessageOrderly"] is True and cfg["retryMaxTimes"] == 4 and cfg["consumeEnable"] is True
-    reply = _settings_reply(stub, topic, group)
+    reply = consumer_settings_reply(stub, topic, group)
     assert reply.subscription.fifo and reply.backoff_policy.max_attempts == 5
     # updateSubGroup changes only the fields it is given
     cfg = make_group(front.cluster, group, "-r", "3")

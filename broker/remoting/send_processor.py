@@ -61,6 +61,25 @@ def send_header(cmd: RemotingCommand) -> SendMessageRequestHeader | SendMessageR
     return decode(SendMessageRequestHeader if cmd.code == codes.SEND_MESSAGE else SendMessageRequestHeaderV2, cmd.ext)
 
 
+def reply_when_put(put: asyncio.Future, answer) -> asyncio.Future:
+    """A future of `answer(status, why)` once the put future `put` is done (`why`: its remark, if
+    any): chained to it, where a coroutine would cost a task per request; a cancelled or failed
+    put cancels or fails the reply."""
+    reply = put.get_loop().create_future()
+
+    def done(f: asyncio.Future) -> None:
+        if reply.done():
+            return
+        if f.cancelled():
+            reply.cancel()
+        elif f.exception() is not None:
+            reply.set_exception(f.exception())
+        else:
+            reply.set_result(answer(f.result(), getattr(f, "remark", None)))
+    put.add_done_callback(done)
+    return reply
+
+
 class SendMessageProcessor:
     def __init__(self, store, topics, schedule, holds, max_reconsume_times: int, transactions=None,
                  reject_transactions: bool = False):
@@ -172,23 +191,10 @@ class SendMessageProcessor:
 
     @staticmethod
     def _after_flush(cmd: RemotingCommand, ext: dict, flushed: asyncio.Future) -> asyncio.Future:
-        """The reply once the flush covered the message: a future chained to the flush's (a
-        coroutine would cost a task per SYNC_FLUSH send)."""
-        reply = flushed.get_loop().create_future()
-
-        def done(f: asyncio.Future) -> None:
-            if reply.done():
-                return
-            if f.cancelled():
-                reply.cancel()
-            elif f.exception() is not None:
-                reply.set_exception(f.exception())
-            else:
-                status = f.result()
-                remark = STATUS_REMARKS.get(status)
-                why = getattr(f, "remark", None)  # a PutFuture's reason, after RocketMQ's words
-                if why:
-                    remark = f"{remark}: {why}" if remark else why
-                reply.set_result(cmd.response(STATUS_CODES[status], ext, remark=remark))
-        flushed.add_done_callback(done)
-        return reply
+        """The reply once the flush covered the message."""
+        def answer(status, why):  # why: a PutFuture's reason, after RocketMQ's words
+            remark = STATUS_REMARKS.get(status)
+            if why:
+                remark = f"{remark}: {why}" if remark else why
+            return cmd.response(STATUS_CODES[status], ext, remark=remark)
+        return reply_when_put(flushed, answer)

@@ -142,3 +142,29 @@ class Py5Push:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def consumer_settings_reply(stub, topic: str, group: str):
+    """The Settings the front answers a PushConsumer of `group` on `topic` with, on a Telemetry
+    stream kept open until the reply was read (as a client's is)."""
+    import threading
+
+    from broker.proxy.protocol import definition_pb2 as pb
+    from broker.proxy.protocol import service_pb2 as spb
+    settings = pb.Settings(client_type=pb.PUSH_CONSUMER, subscription=pb.Subscription(
+        group=pb.Resource(name=group), subscriptions=[pb.SubscriptionEntry(
+            topic=pb.Resource(name=topic), expression=pb.FilterExpression(type=pb.TAG, expression="*"))]))
+    closed = threading.Event()
+
+    def commands():
+        yield spb.TelemetryCommand(settings=settings)
+        closed.wait(30)
+
+    call = stub.Telemetry(commands(), metadata=(("x-mq-client-id", f"settings-{group}"),), timeout=30)
+    try:
+        reply = next(call)
+    finally:
+        closed.set()
+        call.cancel()
+    assert reply.status.code == pb.Code.OK, reply
+    return reply.settings

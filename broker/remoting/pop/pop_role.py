@@ -19,7 +19,7 @@ import asyncio
 from broker.remoting import codes
 from broker.remoting.command import RemotingCommand
 from broker.remoting.refusals import Refusal
-from broker.remoting.send_processor import STATUS_CODES, STATUS_REMARKS, STORED_STATUSES
+from broker.remoting.send_processor import STATUS_CODES, STATUS_REMARKS, STORED_STATUSES, reply_when_put
 
 
 class NotMaster(Refusal):
@@ -37,23 +37,12 @@ def reply_when_durable(cmd: RemotingCommand, response: RemotingCommand, put) -> 
     """`response` once the put future `put` says its records are kept (at once when `put` is None)."""
     if put is None:
         return response
-    reply = put.get_loop().create_future()
 
-    def done(f: asyncio.Future) -> None:
-        if reply.done():
-            return
-        if f.cancelled():
-            reply.cancel()
-        elif f.exception() is not None:
-            reply.set_exception(f.exception())
-        elif f.result() in STORED_STATUSES:
-            reply.set_result(response)
-        else:
-            status = f.result()
-            why = getattr(f, "remark", None)
-            remark = STATUS_REMARKS.get(status) or status.name
-            reply.set_result(cmd.response(STATUS_CODES.get(status, codes.SYSTEM_ERROR),
-                                          remark=f"{remark}: the revive log did not keep this request's record"
-                                                 f"{f' ({why})' if why else ''}; retry"))
-    put.add_done_callback(done)
-    return reply
+    def answer(status, why):
+        if status in STORED_STATUSES:
+            return response
+        remark = STATUS_REMARKS.get(status) or status.name
+        return cmd.response(STATUS_CODES.get(status, codes.SYSTEM_ERROR),
+                            remark=f"{remark}: the revive log did not keep this request's record"
+                                   f"{f' ({why})' if why else ''}; retry")
+    return reply_when_put(put, answer)
