@@ -46,12 +46,13 @@ class ReceiptHandleManager:
         self.ahead_ms, self.slice_ms = ahead_ms, slice_ms
         self.handles: dict[tuple[str, str], MessageReceiptHandle] = {}  # (group, original) ->
         self._timer: asyncio.TimerHandle | None = None
+        self._timer_due_ms = 0  # when the timer fires (ms since the epoch)
         self._tasks: set[asyncio.Task] = set()
 
     def add(self, client_id: str, group: str, topic: str, handle: str, invisible_ms: int) -> None:
-        self.handles[(group, handle)] = MessageReceiptHandle(client_id, group, topic, handle, handle,
-                                                             _now_ms() + invisible_ms)
-        self._arm()
+        h = self.handles[(group, handle)] = MessageReceiptHandle(client_id, group, topic, handle, handle,
+                                                                 _now_ms() + invisible_ms)
+        self._arm_at(h.expires_ms - self.ahead_ms)  # O(1) per message: handles come due in the order added
 
     async def take(self, group: str, handle: str) -> str:
         """The handle in force for the client's `handle`, which is renewed no more (the client acks,
@@ -81,13 +82,23 @@ class ReceiptHandleManager:
 
     # -- renewing ----------------------------------------------------------------------------------
     def _arm(self) -> None:
-        due = min((h.expires_ms - self.ahead_ms for h in self.handles.values() if h.renewing is None), default=None)
+        """The timer at the earliest due handle not being renewed (after a round of renewals)."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        due = min((h.expires_ms - self.ahead_ms for h in self.handles.values() if h.renewing is None), default=None)
         if due is not None:
-            loop = asyncio.get_running_loop()
-            self._timer = loop.call_at(loop.time() + max(0, due - _now_ms()) / 1000, self._renew_due)
+            self._arm_at(due)
+
+    def _arm_at(self, due_ms: int) -> None:
+        """The timer at `due_ms`, unless it is set to fire earlier already."""
+        if self._timer is not None:
+            if self._timer_due_ms <= due_ms:
+                return
+            self._timer.cancel()
+        loop = asyncio.get_running_loop()
+        self._timer_due_ms = due_ms
+        self._timer = loop.call_at(loop.time() + max(0, due_ms - _now_ms()) / 1000, self._renew_due)
 
     def _renew_due(self) -> None:
         self._timer = None
@@ -119,5 +130,5 @@ class ReceiptHandleManager:
                 del self.handles[key]
         finally:
             h.renewing = None
-            if self.handles:
-                self._arm()
+            if self.handles.get(key) is h:  # still held: its next renewal comes due
+                self._arm_at(h.expires_ms - self.ahead_ms)
