@@ -11,8 +11,8 @@ import sys
 
 from broker.client import cli as client_cli
 from broker.conf import read_properties
-from broker.remoting.acl import default_acl_file
-from broker.remoting.broker_config import load_broker_config, load_dledger_config
+from broker.server.plain_access_validator import default_acl_file
+from broker.server.broker_config import load_broker_config, load_dledger_config
 from broker.store.errors import StoreError
 
 log = logging.getLogger("broker")
@@ -27,7 +27,7 @@ async def _serve(args: argparse.Namespace) -> int:
     broker_config, store_config, unknown = load_broker_config(props)
     for key in unknown:
         log.warning("%s: unknown key in %s, ignored", key, args.config)
-    from broker.remoting.broker_controller import BrokerController  # after config errors are reported
+    from broker.server.broker_controller import BrokerController  # after config errors are reported
 
     dledger = load_dledger_config(props) if store_config.enableDLegerCommitLog else None
     front = None

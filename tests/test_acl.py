@@ -12,9 +12,10 @@ import time
 import pytest
 
 from broker.remoting import codes
-from broker.remoting.acl import PlainAccessValidator, sign
-from broker.remoting.broker_config import BrokerConfig
-from broker.remoting.broker_controller import BrokerController
+from broker.common.acl_signature import sign
+from broker.server.plain_access_validator import PlainAccessValidator
+from broker.server.broker_config import BrokerConfig
+from broker.server.broker_controller import BrokerController
 from broker.store.errors import StoreConfigError
 from tests.conftest import free_port
 from tests.helpers.procs import async_wait_until as until

@@ -10,8 +10,8 @@ import msgspec
 import pytest
 
 from broker.remoting import codes
-from broker.remoting.broker_config import BrokerConfig
-from broker.remoting.broker_controller import BrokerController
+from broker.server.broker_config import BrokerConfig
+from broker.server.broker_controller import BrokerController
 from broker.remoting.command import RemotingCommand
 from broker.remoting.connection import connect
 from broker.store.config import SYNC_FLUSH, MessageStoreConfig

@@ -107,7 +107,7 @@ def test_file_reserved_time_zero_expires_every_segment_but_the_active_one(tmp_pa
 
 def test_a_broker_conf_with_rocketmq_values_starts(tmp_path):
     """A broker.conf an operator runs RocketMQ with (values RocketMQ clamps or rounds) starts."""
-    from broker.remoting.broker_config import load_broker_config
+    from broker.server.broker_config import load_broker_config
     props = {"storePathRootDir": str(tmp_path / "s"), "fileReservedTime": "0", "diskMaxUsedSpaceRatio": "99",
              "mappedFileSizeCommitLog": str(SEG + 7), "mappedFileSizeConsumeQueue": "1000", "deleteWhen": "04;25"}
     _, cfg, unknown = load_broker_config(props)

@@ -16,8 +16,8 @@ from broker.client.pull_consumer import PullConsumer
 from broker.client.push_consumer import PushConsumer, allocate_averagely
 from broker.client.route import MessageQueue
 from broker.namesrv.server import NamesrvConfig, NamesrvController
-from broker.remoting.broker_config import BrokerConfig
-from broker.remoting.broker_controller import BrokerController
+from broker.server.broker_config import BrokerConfig
+from broker.server.broker_controller import BrokerController
 from tests.conftest import free_port, small_config
 from tests.helpers.procs import async_wait_until as until
 

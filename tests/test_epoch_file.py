@@ -85,7 +85,7 @@ def test_truncation_cuts_the_tail_on_disk_and_the_queues_with_it(tmp_path):
      "enableControllerMode"),
 ])
 def test_bad_controller_mode_config_is_refused_naming_the_key(props, key):
-    from broker.remoting.broker_config import load_broker_config
+    from broker.server.broker_config import load_broker_config
     from broker.store.errors import StoreConfigError
     with pytest.raises(StoreConfigError) as e:
         load_broker_config(props)

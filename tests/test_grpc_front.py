@@ -20,7 +20,7 @@ from broker.proxy.config import ProxyConfig
 from broker.proxy.protocol import definition_pb2 as pb
 from broker.proxy.protocol import service_pb2 as spb
 from broker.proxy.protocol import service_pb2_grpc as rpc
-from broker.remoting.broker_config import load_broker_config
+from broker.server.broker_config import load_broker_config
 from broker.store.errors import StoreConfigError
 from tests.helpers.grpc_front import GrpcFront, front_beside_cluster, py5, py5_argv, py5_produce, stub_of
 from tests.conftest import free_port

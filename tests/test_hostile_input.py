@@ -40,7 +40,7 @@ import psutil
 import pytest
 
 from broker.remoting import codes
-from broker.remoting.broker_config import load_broker_config
+from broker.server.broker_config import load_broker_config
 from broker.store.errors import StoreConfigError
 from tests.helpers.procs import wait_until
 from tests.helpers.raw_wire import BrokerLog, RawConn, bodies, frame, header, pull, send_message

@@ -17,8 +17,8 @@ import pytest
 from broker.namesrv.route_info import RouteError, RouteInfoManager, TopicQueues
 from broker.namesrv.server import NamesrvConfig, NamesrvController
 from broker.remoting import codes
-from broker.remoting.broker_config import BrokerConfig
-from broker.remoting.broker_controller import BrokerController
+from broker.server.broker_config import BrokerConfig
+from broker.server.broker_controller import BrokerController
 from broker.remoting.command import RemotingCommand
 from broker.remoting.connection import connect
 from broker.store.config import MessageStoreConfig

@@ -19,7 +19,7 @@ import pytest
 from broker.client.message import Message
 from broker.client.route import MessageQueue
 from broker.client.sync import SyncProducer
-from broker.remoting.broker_config import load_broker_config
+from broker.server.broker_config import load_broker_config
 from broker.store.errors import StoreConfigError
 from tests.conftest import wait_for
 from tests.helpers.raw_wire import BrokerLog

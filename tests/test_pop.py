@@ -23,7 +23,7 @@ from broker.client import pop as P
 from broker.client.errors import ResponseError
 from broker.remoting import codes
 from broker.remoting.command import RemotingCommand
-from broker.remoting.pop import extra_info as ei
+from broker.common import extra_info as ei
 from tests.helpers.ha_cluster import Broker
 from tests.helpers.pop_client import bodies as _bodies, receive_until as _receive_until, run_with_client
 

@@ -550,7 +550,7 @@ def test_bad_requests_are_refused_and_never_move_the_term(tmp_path):
 
 
 def test_broker_conf_checks_dledger_keys_and_takes_the_mode():
-    from broker.remoting.broker_config import load_broker_config, load_dledger_config
+    from broker.server.broker_config import load_broker_config, load_dledger_config
     keys = {"brokerName": "RaftNode00", "enableDLegerCommitLog": "true", "dLegerGroup": "RaftNode00",
             "dLegerPeers": PEERS3, "dLegerSelfId": "n0"}
     with pytest.raises(StoreConfigError) as e:

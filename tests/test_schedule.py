@@ -10,7 +10,7 @@ import time
 import pytest
 
 from broker.remoting import codes
-from broker.remoting.broker_config import load_broker_config
+from broker.server.broker_config import load_broker_config
 from broker.store.errors import StoreConfigError
 from tests.test_broker_remoting import Broker, _records
 

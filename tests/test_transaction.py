@@ -19,8 +19,8 @@ from broker.client.producer import SEND_OK
 from broker.client.pull_consumer import PullConsumer
 from broker.client.transaction_producer import LocalTransactionState, TransactionProducer, offset_of
 from broker.remoting import codes
-from broker.remoting.broker_config import load_broker_config
-from broker.remoting.transaction import HALF_TOPIC, OP_TOPIC
+from broker.server.broker_config import load_broker_config
+from broker.server.transaction import HALF_TOPIC, OP_TOPIC
 from broker.store.errors import StoreConfigError
 from tests.conftest import wait_for
 from tests.helpers.procs import Child
@@ -346,7 +346,7 @@ def test_bad_transaction_key_names_it(key):
 def test_check_body_is_the_stored_record_with_the_real_topic_and_queue(tmp_path):
     """CHECK_TRANSACTION_STATE's body is the half message as MessageDecoder.encode writes it:
     unchanged it is the stored record byte for byte; with the real topic it decodes to it."""
-    from broker.remoting.transaction.transactional_message_bridge import encode_message_ext
+    from broker.server.transaction.transactional_message_bridge import encode_message_ext
     from broker.store.message import decode_message
 
     async def go():

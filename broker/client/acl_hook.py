@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from broker.kernels.remoting import FrameError
-from broker.remoting.acl import ACCESS_KEY, SIGNATURE, sign
+from broker.common.acl_signature import ACCESS_KEY, SIGNATURE, sign
 from broker.remoting.codes import FLAG_RESPONSE
 from broker.remoting.command import RemotingCommand
 

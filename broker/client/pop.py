@@ -17,7 +17,7 @@ from broker.client.errors import ResponseError
 from broker.client.message import MessageExt, decode_messages
 from broker.remoting import codes
 from broker.remoting.command import RemotingCommand
-from broker.remoting.pop import extra_info as ei
+from broker.common import extra_info as ei
 
 PROPERTY_POP_CK = "POP_CK"
 PROPERTY_FIRST_POP_TIME = "1ST_POP_TIME"

@@ -11,7 +11,7 @@ import functools
 from dataclasses import dataclass
 
 from broker.proxy.tls import check_tls
-from broker.remoting.broker_config import parse_delay_levels, renamed_tls_keys
+from broker.server.broker_config import parse_delay_levels, renamed_tls_keys
 from broker.store.errors import StoreConfigError
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
@@ -87,7 +87,7 @@ class ProxyConfig:
             raise StoreConfigError("renewAheadTimeMillis", f"{self.renewAheadTimeMillis} must be shorter than "
                                    "defaultInvisibleTimeMills and renewSliceTimeMillis (a renewal would come too late)")
         if self.enableACL:
-            from broker.remoting.acl import load_plain_acl
+            from broker.server.plain_access_validator import load_plain_acl
             if not self.aclFile:
                 raise StoreConfigError("aclFile", "enableACL=true needs the plain_acl.yml to check clients against")
             try:
@@ -107,7 +107,7 @@ class ProxyConfig:
 def load_proxy_config(path: str | None, overrides: dict[str, str] | None = None) -> tuple[ProxyConfig, list[str]]:
     from broker.conf import read_properties
     from broker.proxy.inner_credentials import default_tools_file
-    from broker.remoting.acl import default_acl_file
+    from broker.server.plain_access_validator import default_acl_file
     props = read_properties(path) if path else {}
     props.update(overrides or {})
     props.setdefault("aclFile", default_acl_file(path))

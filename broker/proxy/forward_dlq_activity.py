@@ -24,7 +24,7 @@ from broker.proxy import receipt_handle
 from broker.proxy.protocol import service_pb2 as spb
 from broker.proxy.status import Code, ProxyError, status
 from broker.remoting import codes
-from broker.remoting.pop import extra_info as _extra_info
+from broker.common import extra_info as _extra_info
 
 log = logging.getLogger("proxy")
 

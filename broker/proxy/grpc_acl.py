@@ -4,7 +4,7 @@ A 5.x client signs every call in its metadata (the clients' Signature.metadata):
     authorization: MQv2-HMAC-SHA1 Credential=<accessKey>, SignedHeaders=x-mq-date-time, Signature=<hex>
     x-mq-date-time: 20261126T201500Z
 where Signature = hex(HMAC-SHA1(secretKey, x-mq-date-time)). The account, the white lists and the
-permissions are the remoting ACL's (broker.remoting.acl.PlainAccessValidator), and what each RPC
+permissions are the remoting ACL's (broker.server.plain_access_validator.PlainAccessValidator), and what each RPC
 touches is what RocketMQ 5.1's PlainAccessResource.parse(GeneratedMessageV3, ...) names: a send
 needs PUB on its topic, a receive/ack/forward SUB on the topic and the group, a route ANY.
 A refused call is answered with UNAUTHORIZED (who are you) or FORBIDDEN (not allowed) in its
@@ -20,8 +20,8 @@ from hashlib import sha1
 from broker.proxy.protocol import definition_pb2 as pb
 from broker.proxy.protocol import service_pb2 as spb
 from broker.proxy.status import Code, ProxyError
-from broker.remoting.acl import ANY, PUB, SUB, AclError, PlainAccessValidator
-from broker.remoting.topic_manager import RETRY_PREFIX
+from broker.server.plain_access_validator import ANY, PUB, SUB, AclError, PlainAccessValidator
+from broker.common.topic_validator import RETRY_PREFIX
 
 _AUTHORIZATION = re.compile(r"\s*MQv2-HMAC-SHA1\s+Credential=([^,\s]+),\s*SignedHeaders=([^,\s]+),\s*Signature=([0-9a-fA-F]+)\s*")
 _RELOAD_EVERY = 1.0  # s between looks at plain_acl.yml's mtime (an edit applies without a restart)

@@ -61,7 +61,7 @@ def for_front(config) -> SessionCredentials | None:
 def make_local(validator) -> dict[str, str]:
     """A fresh admin account in the broker's `validator` for its local front; the child's
     environment that carries it."""
-    from broker.remoting.acl import PlainAccount
+    from broker.server.plain_access_validator import PlainAccount
 
     account = PlainAccount(f"local-front-{secrets.token_hex(6)}", secrets.token_urlsafe(32), admin=True)
     validator.inner = account

@@ -1,13 +1,13 @@
 """ReceiptHandle (the Java proxy's common.consumer.ReceiptHandle): what a 5.x consumer holds for a
 message it received. It is the broker's extraInfo (the POP_CK handle, 8 fields) with the message's
 commit log offset appended as a 9th field, as the Java proxy encodes it. The broker reads the first
-8 fields and ignores the 9th (broker.remoting.pop.extra_info.parse), so the same string acks and
+8 fields and ignores the 9th (broker.common.extra_info.parse), so the same string acks and
 changes the invisible time; the front needs the offset to send the message to %DLQ%<group>
 (CONSUMER_SEND_MSG_BACK names a message by its commit log offset)."""
 from __future__ import annotations
 
 from broker.proxy.status import Code, ProxyError
-from broker.remoting.pop import extra_info as _extra_info
+from broker.common import extra_info as _extra_info
 
 
 def encode(extra_info: str, commit_log_offset: int) -> str:

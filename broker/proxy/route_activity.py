@@ -8,7 +8,7 @@ from broker.client.route import PERM_READ, PERM_WRITE, TopicRoute
 from broker.proxy.protocol import definition_pb2 as pb
 from broker.proxy.protocol import service_pb2 as spb
 from broker.proxy.status import Code, ProxyError, from_client_error, status
-from broker.remoting.topic_manager import TopicError, check_topic_name
+from broker.common.topic_validator import TopicError, check_topic_name
 
 # a topic accepts every message type: the broker keeps no topic message type to check against
 _ACCEPT = (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION)

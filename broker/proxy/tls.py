@@ -1,7 +1,7 @@
 """TLS on the gRPC front, optional as on RocketMQ 5's proxy. The keys are the proxy's
 (ProxyConfig tlsTestModeEnable, tlsKeyPath, tlsCertPath) and TlsSystemConfig's tls.server.mode;
 broker.conf and proxy.conf also take TlsSystemConfig's names of the three (tls.test.mode.enable,
-tls.server.keyPath, tls.server.certPath: broker.remoting.broker_config.TLS_SYSTEM_CONFIG_KEYS).
+tls.server.keyPath, tls.server.certPath: broker.server.broker_config.TLS_SYSTEM_CONFIG_KEYS).
 
 tls.server.mode: "disabled" (this front's default: plaintext) or "enforcing" (TLS only). The Java
 proxy's default, "permissive", sniffs each connection and serves TLS and plaintext on one port;

@@ -52,7 +52,7 @@ class RemotingConnection(RequestHandling, asyncio.BufferedProtocol):
     def __init__(self, handler: Handler | None = None, on_close: Callable | None = None,
                  max_frame: int = MAX_FRAME, idle_timeout: float = 0, backpressure: bool = False, fast=None):
         self.handler = handler
-        # the broker's send path in a kernel (broker.remoting.send_fast_path): each read goes
+        # the broker's send path in a kernel (broker.server.processor.send_fast_path): each read goes
         # through it first, and what it hands back goes to the handler in frame order
         self.fast = fast
         self.send_conn = None

@@ -2,7 +2,7 @@
 
 Kept apart from broker.remoting.codes (one number, 2000, means different things in the two), and
 free of imports: the controller's state machine (broker.controller.replicas_info) refuses with
-them, and a broker in controller mode (broker.remoting.replicas_manager) speaks them."""
+them, and a broker in controller mode (broker.server.controller.replicas_manager) speaks them."""
 
 # requests
 BROKER_HEARTBEAT = 904

@@ -60,7 +60,7 @@ class SyncStateSetTransfer(GroupTransferService):
 
     def set_members(self, members) -> None:
         """The set a put needs acknowledgements from (while the set changes, the union of the old
-        and the new: broker.remoting.replicas_manager)."""
+        and the new: broker.server.controller.replicas_manager)."""
         self.members = frozenset(members) | {self.master_id}
         self.on_wake()
 

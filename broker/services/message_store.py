@@ -137,7 +137,7 @@ class MessageStore:
         self.consumer_offsets = ConsumerOffsetTable(config.config_dir)
         self.topic_config = TopicConfigTable(config.config_dir)
         self._persist_timer: asyncio.TimerHandle | None = None
-        # controller mode (broker.remoting.replicas_manager): the SyncStateSet puts need, and why
+        # controller mode (broker.server.controller.replicas_manager): the SyncStateSet puts need, and why
         # puts are refused while it is smaller than minInSyncReplicas
         self.isr_members: frozenset[int] = frozenset()
         self.isr_refusal: str | None = None

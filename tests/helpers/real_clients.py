@@ -14,7 +14,7 @@ from pathlib import Path
 import msgspec
 
 from broker.remoting import codes
-from broker.remoting.acl import sign
+from broker.common.acl_signature import sign
 from broker.remoting.command import RemotingCommand
 from broker.remoting.connection import connect
 from broker.store.message import decode_message

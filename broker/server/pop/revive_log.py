@@ -1,0 +1,85 @@
+"""The revive topic (rmq_sys_REVIVE_LOG_<brokerClusterName>) as the pop state's log: records are
+appended to one of its reviveQueueNum queues; each record still needed after a crash is held
+live by its position; the revive offset of a queue (the consumer offset of CID_RMQ_SYS_REVIVE_GROUP
+on it, in consumerOffset.json) is its oldest live position, or its end when none is. A start reads
+every queue again from its revive offset (`read`).
+
+A request that wrote records is answered once the last of them is as durable as a sent message
+(`durable_since`): under SYNC_FLUSH once flushed, under SYNC_MASTER once a slave has it, in
+DLedger mode once a majority of the group holds it. Records commit in the order they are
+appended, so the last put's future covers every earlier one. Only then may a new master (a new
+DLedger leader, a controller-mode slave switched to master) be counted on to replay them."""
+from __future__ import annotations
+
+import logging
+
+from broker.server.system_topic_reader import read_messages
+
+log = logging.getLogger("pop")
+
+REVIVE_TOPIC_PREFIX = "rmq_sys_REVIVE_LOG_"  # PopAckConstants.REVIVE_TOPIC
+REVIVE_GROUP = "CID_RMQ_SYS_REVIVE_GROUP"  # PopAckConstants.REVIVE_GROUP
+
+
+class ReviveLog:
+    def __init__(self, store, cluster_name: str, queue_num: int):
+        self.store = store
+        self.topic = REVIVE_TOPIC_PREFIX + cluster_name
+        self.queue_num = queue_num
+        self._live: list[set[int]] = [set() for _ in range(queue_num)]
+        # while the log is replayed the live sets are incomplete (records not read yet): the revive
+        # offsets are committed once, after the replay
+        self.replaying = False
+        self.appended = 0  # records appended so far (a request's mark for durable_since)
+        self.last_put = None  # the future of the last record's put status, if the store gives one
+
+    def append(self, rq: int, tag: str, uniq: str, body: bytes, wait: bool = True) -> int:
+        """Append a record; its position in the revive queue. With wait (a client's request), its
+        put's future is kept for durable_since; the revive service's own records pass wait=False."""
+        result, fut = self.store.append(self.topic, rq, body, {"TAGS": tag, "UNIQ_KEY": uniq}, wait=wait)
+        self.appended += 1
+        self.last_put = fut
+        return result.queue_offset
+
+    def durable_since(self, mark: int):
+        """The future that covers every record appended since `appended` was `mark`, or None (none
+        appended, or the store answers puts at once: ASYNC_FLUSH on an ASYNC_MASTER)."""
+        return self.last_put if self.appended != mark else None
+
+    def reset(self) -> None:
+        """Forget the live positions (this broker stops being the master: the next one replays)."""
+        self._live = [set() for _ in range(self.queue_num)]
+        self.replaying = False
+
+    def hold(self, rq: int, pos: int) -> None:
+        self._live[rq].add(pos)
+
+    def release(self, rq: int, pos: int) -> None:
+        self._live[rq].discard(pos)
+        if not self.replaying:
+            self._commit(rq)
+
+    def replayed(self) -> None:
+        self.replaying = False
+        for rq in range(self.queue_num):
+            self._commit(rq)
+
+    def _commit(self, rq: int) -> None:
+        live = self._live[rq]
+        # never past what is dispatched: in DLedger mode a position is assigned before its entry
+        # is committed, and an entry never committed is gone after a failover (another record
+        # takes its position). Lagging is harmless: a replay reads a finished checkpoint and its
+        # acks again and finishes it again.
+        end = self.store.max_offset(self.topic, rq)
+        new = min(min(live), end) if live else end
+        offsets = self.store.consumer_offsets
+        if new > offsets.query(REVIVE_GROUP, self.topic, rq):
+            offsets.commit(REVIVE_GROUP, self.topic, rq, new)
+
+    def read(self, rq: int):
+        """(position, tag, body) of each record of the queue from its revive offset on; a hole or an
+        unreadable record is stepped over (logged), never the end of the replay."""
+        offset = max(self.store.consumer_offsets.query(REVIVE_GROUP, self.topic, rq), 0)
+        for qo, msg in read_messages(self.store, self.topic, rq, offset, 256, 4 << 20):
+            if msg is not None:
+                yield qo, msg.tags, msg.body

@@ -1,0 +1,138 @@
+"""AckMessageProcessor: ACK_MESSAGE (200051) and BATCH_ACK_MESSAGE (200151). A popped message is
+acked by its receipt handle (the extraInfo) and queue offset: the ack is written to the revive log
+and the message is never redelivered. An orderly pop's ack (reviveQid 999) moves the group's offset
+past the batch's acked head instead. A handle that names nothing in flight is answered NO_MESSAGE
+and acks nothing. An answer waits until the records it wrote are durable (pop_role.reply_when_durable).
+
+BATCH_ACK_MESSAGE's body is BatchAckMessageRequestBody's JSON: {"brokerName", "acks": [{"c": group,
+"t": topic, "r": retry flag, "so": checkpoint offset, "q": queueId, "rq": reviveQid, "pt": popTime,
+"it": invisibleTime, "b": base64 of java.util.BitSet.toByteArray(), bit i acking offset so + i}]}.
+Every ack that names a message in flight is made; the others are named in a NO_MESSAGE answer.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+
+import msgspec
+
+from broker.remoting import codes
+from broker.remoting.command import RemotingCommand
+from broker.remoting.headers import AckMessageRequestHeader, decode
+from broker.common import extra_info as ei
+from broker.server.pop.pop_revive_service import NotInFlight
+from broker.server.pop.pop_role import reply_when_durable
+from broker.remoting.refusals import BadRequest, Refusal, TopicNotExist
+
+
+class MessageIllegal(Refusal):
+    response_code = codes.MESSAGE_ILLEGAL
+
+
+def checked_handle(store, topics, topic: str, queue_id: int, offset: int, extra_info: str) -> ei.ExtraInfo:
+    """The request's topic, queue and offset checked against the store, and its extraInfo parsed
+    and checked against them (AckMessageProcessor's and ChangeInvisibleTimeProcessor's checks)."""
+    cfg = topics.get(topic)
+    if cfg is None:
+        raise TopicNotExist(f"topic[{topic}] not exist, apply first please!")
+    if not 0 <= queue_id < cfg.readQueueNums:
+        raise MessageIllegal(f"queueId[{queue_id}] is illegal, topic:[{topic}] "
+                             f"topicConfig.readQueueNums:[{cfg.readQueueNums}]")
+    lo, hi = store.min_offset(topic, queue_id), store.max_offset(topic, queue_id)
+    if not lo <= offset < hi:
+        raise NotInFlight(f"offset is illegal, key:{topic}@{queue_id}, commit:{offset}, store:{lo}~{hi}")
+    info = ei.parse(extra_info)
+    if info.queue_id != queue_id or (info.queue_offset is not None and info.queue_offset != offset):
+        raise ei.ExtraInfoError(f"extraInfo names queue {info.queue_id} offset {info.queue_offset}, the request "
+                                f"queue {queue_id} offset {offset}")
+    if info.retry != ei.retry_flag(topic):
+        raise ei.ExtraInfoError(f"extraInfo retry flag {info.retry} does not fit topic {topic}")
+    return info
+
+
+class AckMessageProcessor:
+    def __init__(self, store, topics, holds, revive, order_info):
+        self.store = store
+        self.topics = topics
+        self.holds = holds
+        self.revive = revive
+        self.order_info = order_info
+
+    def handlers(self) -> dict:
+        return {codes.ACK_MESSAGE: self.ack, codes.BATCH_ACK_MESSAGE: self.batch_ack}
+
+    def ack(self, cmd: RemotingCommand, conn):
+        h = decode(AckMessageRequestHeader, cmd.ext)
+        info = checked_handle(self.store, self.topics, h.topic, h.queueId, h.offset, h.extraInfo)
+        mark = self.revive.log.appended
+        if info.is_order:
+            self._ack_orderly(h, info)
+        else:
+            ck, i = self.revive.find(h.consumerGroup, h.topic, h.queueId, info.ck_offset, info.pop_time, h.offset,
+                                     info.revive_qid)
+            self.revive.ack(ck, i)
+        return reply_when_durable(cmd, cmd.response(codes.SUCCESS), self.revive.log.durable_since(mark))
+
+    def batch_ack(self, cmd: RemotingCommand, conn):
+        failed = []
+        mark = self.revive.log.appended
+        for group, topic, queue_id, ck_offset, rq, pop_time, offsets in _batch_acks(bytes(cmd.body or b"")):
+            for offset in offsets:
+                try:
+                    handle = ei.SEP.join(map(str, (ck_offset, pop_time, 0, rq, ei.retry_flag(topic), "", queue_id,
+                                                   offset)))
+                    info = checked_handle(self.store, self.topics, topic, queue_id, offset, handle)
+                    if info.is_order:
+                        self._ack_orderly(_OrderAck(group, topic, queue_id, offset), info)
+                    else:
+                        self.revive.ack(*self.revive.find(group, topic, queue_id, ck_offset, pop_time, offset, rq))
+                except Refusal as e:
+                    failed.append(f"{topic}@{queue_id}:{offset} ({e})")
+        res = (cmd.response(codes.NO_MESSAGE, remark=f"not acked: {'; '.join(failed)[:2000]}") if failed
+               else cmd.response(codes.SUCCESS))  # (the acks not named in the remark were made)
+        return reply_when_durable(cmd, res, self.revive.log.durable_since(mark))
+
+    def _ack_orderly(self, h, info: ei.ExtraInfo) -> None:
+        offsets = self.store.consumer_offsets
+        if h.offset < offsets.query(h.consumerGroup, h.topic, h.queueId):
+            return  # acked already (RocketMQ answers success)
+        nxt = self.order_info.commit_and_next(h.topic, h.consumerGroup, h.queueId, h.offset, info.pop_time)
+        if nxt == -2:
+            raise NotInFlight(f"the batch of {h.topic}@{h.queueId} popped at {info.pop_time} is no longer out "
+                              f"(its invisible time passed and it was popped again)")
+        if nxt < 0:
+            raise NotInFlight(f"offset {h.offset} of {h.topic}@{h.queueId} is not in the orderly batch out for "
+                              f"{h.consumerGroup}")
+        info_now = self.order_info.get(h.topic, h.consumerGroup, h.queueId)
+        if info_now is not None and info_now.all_acked():
+            self.holds.notify(h.topic, h.queueId, -1)  # the queue opens: a held orderly pop looks again
+
+
+class _OrderAck:
+    __slots__ = ("consumerGroup", "topic", "queueId", "offset")
+
+    def __init__(self, group, topic, queue_id, offset):
+        self.consumerGroup, self.topic, self.queueId, self.offset = group, topic, queue_id, offset
+
+
+def _batch_acks(body: bytes):
+    """(group, real topic, queueId, checkpoint offset, reviveQid, popTime, [offsets]) of each BatchAck."""
+    try:
+        data = msgspec.json.decode(body) if body else None
+    except (msgspec.DecodeError, RecursionError) as e:
+        raise BadRequest(f"batch ack body is not JSON: {e}") from None
+    acks = data.get("acks") if isinstance(data, dict) else None
+    if not isinstance(acks, list) or not acks or not all(isinstance(a, dict) for a in acks):
+        raise BadRequest("batch ack body has no list of acks")
+    out = []
+    for i, a in enumerate(acks):
+        try:
+            group, so, q, rq, pt = str(a["c"]), int(a["so"]), int(a["q"]), int(a["rq"]), int(a["pt"])
+            topic = ei.real_topic(str(a["t"]), group, str(a.get("r", "0")))
+            bits = int.from_bytes(base64.b64decode(a.get("b") or "", validate=True), "little")
+        except (KeyError, TypeError, ValueError, binascii.Error) as e:
+            raise BadRequest(f"acks[{i}] is malformed: {e!r}") from None
+        if bits.bit_length() > 1024:
+            raise BadRequest(f"acks[{i}] acks more than 1024 offsets")
+        out.append((group, topic, q, so, rq, pt, [so + j for j in range(bits.bit_length()) if bits >> j & 1]))
+    return out

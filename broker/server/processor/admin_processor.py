@@ -1,0 +1,55 @@
+"""AdminBrokerProcessor: topic creation, topic config, offsets tables, runtime info, clean."""
+from __future__ import annotations
+
+import msgspec
+
+from broker.remoting import codes
+from broker.remoting.command import RemotingCommand
+from broker.remoting.headers import CreateTopicRequestHeader, decode
+from broker.common.topic_validator import TopicError
+from broker.store.config_files import TopicConfig
+
+
+class AdminProcessor:
+    def __init__(self, store, topics, schedule, runtime_table):
+        self.store = store
+        self.topics = topics
+        self.schedule = schedule
+        self.runtime_table = runtime_table  # () -> GET_BROKER_RUNTIME_INFO's table
+
+    def handlers(self) -> dict:
+        return {codes.UPDATE_AND_CREATE_TOPIC: self.create_topic, codes.GET_ALL_TOPIC_CONFIG: self.all_topics,
+                codes.GET_BROKER_RUNTIME_INFO: self.runtime_info,
+                codes.GET_ALL_CONSUMER_OFFSET: self.all_consumer_offsets,
+                codes.GET_ALL_DELAY_OFFSET: self.all_delay_offsets,
+                codes.DELETE_EXPIRED_COMMITLOG: self.delete_expired}
+
+    def create_topic(self, cmd: RemotingCommand, conn):
+        h = decode(CreateTopicRequestHeader, cmd.ext)
+        if not (0 < h.readQueueNums <= 1024 and 0 < h.writeQueueNums <= 1024):
+            raise TopicError("queue numbers must be 1..1024")
+        self.topics.create(TopicConfig(h.topic, h.readQueueNums, h.writeQueueNums, h.perm, h.topicFilterType,
+                                       h.topicSysFlag, h.order))
+        return cmd.response(codes.SUCCESS)
+
+    def all_topics(self, cmd: RemotingCommand, conn):
+        return cmd.response(codes.SUCCESS, body=msgspec.json.encode(self.topics.serialize_wrapper()))
+
+    def all_consumer_offsets(self, cmd: RemotingCommand, conn):
+        """ConsumerOffsetManager's table, for a slave's SlaveSynchronize (and admin tools)."""
+        table = {k: {str(q): o for q, o in v.items()} for k, v in self.store.consumer_offsets.table.items()}
+        return cmd.response(codes.SUCCESS, body=msgspec.json.encode({"offsetTable": table}))
+
+    def all_delay_offsets(self, cmd: RemotingCommand, conn):
+        offsets = self.schedule.offsets if self.schedule is not None else {}
+        return cmd.response(codes.SUCCESS, body=msgspec.json.encode(
+            {"offsetTable": {str(k): v for k, v in sorted(offsets.items())}}))
+
+    def delete_expired(self, cmd: RemotingCommand, conn):
+        """`broker admin clean` / mqadmin deleteExpiredCommitLog: expired files go now."""
+        self.store.request_clean()
+        return cmd.response(codes.SUCCESS)
+
+    def runtime_info(self, cmd: RemotingCommand, conn):
+        table = self.runtime_table()
+        return cmd.response(codes.SUCCESS, body=msgspec.json.encode({"table": {k: str(v) for k, v in table.items()}}))

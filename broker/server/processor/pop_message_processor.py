@@ -1,0 +1,241 @@
+"""PopMessageProcessor: POP_MESSAGE (200050). The broker picks the queue and the offset: it reads
+from the group's pop offset, writes a checkpoint of what it hands out (PopReviveService) and moves
+the offset past it at once, so a second consumer of the group gets the next messages, never these
+while they are invisible. The pop retry topic %RETRY%<group>_<topic> (what the revive service
+re-stored) is read too. An orderly pop (order=true) hands out one batch per queue at a time
+(ConsumerOrderInfoManager) and writes no checkpoint.
+
+The response is RocketMQ's: the stored records as the body (views of the log, as a pull's), and
+popTime, invisibleTime, reviveQid, restNum, startOffsetInfo, msgOffsetInfo (and orderCountInfo)
+in the header, from which the client builds each message's receipt handle (extra_info).
+Nothing found: held up to pollTime (long polling, woken by an append to any queue it reads, as a
+held pull is), then POLLING_TIMEOUT. Messages found are answered once the checkpoints written for
+them are durable (pop_role.reply_when_durable): in DLedger mode once a majority holds them, so a
+leader killed after answering leaves them to the next leader to revive.
+"""
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+
+from broker.remoting import codes
+from broker.remoting.command import RemotingCommand
+from broker.server.filter.expression_filter import tag_hashes_of
+from broker.remoting.headers import PopMessageRequestHeader, decode
+from broker.common import extra_info as ei
+from broker.server.pop.consumer_order_info_manager import now_ms
+from broker.server.pop.pop_role import NotMaster, not_master_remark, reply_when_durable
+from broker.server.pop.revive_log import REVIVE_GROUP, REVIVE_TOPIC_PREFIX
+from broker.remoting.refusals import NoPermission, Refusal, TopicNotExist
+from broker.common.topic_validator import check_topic_name
+from broker.store.pop_check_point import PopCheckPoint
+from broker.store.results import GetStatus
+
+MAX_POP_NUMS = 32  # RocketMQ refuses more
+MAX_TRANSFER_BYTES = 256 * 1024
+POP_FROM_RETRY_PROBABILITY = 20  # BrokerConfig.popFromRetryProbability: % of pops that read retry first
+INIT_MODE_MIN = 0  # ConsumeInitMode.MIN; MAX = 1
+_MOVED = (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY, GetStatus.OFFSET_FOUND_NULL)
+
+
+class InvalidParameter(Refusal):
+    response_code = codes.INVALID_PARAMETER
+
+
+class SubscriptionParseFailed(Refusal):
+    response_code = codes.SUBSCRIPTION_PARSE_FAILED
+
+
+class _Popped:
+    """What one POP_MESSAGE gathered across the queues it read."""
+
+    def __init__(self, pop_time: int, revive_qid: int, mark: int):
+        self.pop_time = pop_time
+        self.mark = mark  # the revive log's count of appends before this look (ReviveLog.durable_since)
+        self.revive_qid = revive_qid
+        self.views: list = []
+        self.start_info: list[str] = []
+        self.msg_info: list[str] = []
+        self.order_info: list[str] = []
+        self.rest = 0
+        self.blocked_until = 0  # orderly: the earliest time a blocked queue opens again (0: none)
+
+
+class PopMessageProcessor:
+    def __init__(self, store, topics, holds, revive, order_info, long_polling: bool, suspend_max_ms: int,
+                 groups=None):
+        self.groups = groups  # SubscriptionGroupManager: consumeEnable
+        self.store = store
+        self.topics = topics
+        self.holds = holds
+        self.revive = revive
+        self.order_info = order_info
+        self.long_polling = long_polling
+        self.suspend_max_ms = suspend_max_ms
+
+    def handlers(self) -> dict:
+        return {codes.POP_MESSAGE: self.pop}
+
+    def pop(self, cmd: RemotingCommand, conn):
+        h = decode(PopMessageRequestHeader, cmd.ext)
+        if not self.revive.serving:  # (PopService refuses first; this guards a direct call)
+            raise NotMaster(not_master_remark(self.store, "POP_MESSAGE"))
+        if not 0 < h.maxMsgNums <= MAX_POP_NUMS:
+            raise InvalidParameter(f"maxMsgNums {h.maxMsgNums} must be 1..{MAX_POP_NUMS}")
+        if h.invisibleTime <= 0:
+            raise InvalidParameter(f"invisibleTime {h.invisibleTime} must be positive (ms)")
+        if h.topic.startswith(REVIVE_TOPIC_PREFIX) or h.consumerGroup == REVIVE_GROUP:
+            raise NoPermission(f"{h.topic} / {h.consumerGroup}: the revive log is the broker's own")
+        if self.groups is not None:
+            self.groups.check_consumable(h.consumerGroup)
+        cfg = self.topics.get(h.topic)
+        if cfg is None:
+            raise TopicNotExist(f"topic[{h.topic}] not exist, apply first please!")
+        if h.queueId >= cfg.readQueueNums:
+            raise InvalidParameter(f"queueId[{h.queueId}] is illegal, topic:[{h.topic}] "
+                                   f"topicConfig.readQueueNums:[{cfg.readQueueNums}]")
+        check_topic_name(ei.pop_retry_topic(h.topic, h.consumerGroup))  # a group that cannot name one: refused
+        if h.exp and h.expType.upper() != "TAG":
+            raise SubscriptionParseFailed(f"expression type {h.expType} is not supported (TAG only)")
+        tags = tag_hashes_of(h.exp or "*")
+        queues = self._queues(h, cfg.readQueueNums)
+        popped = self._pop_once(h, queues, tags)
+        if popped.views or h.pollTime <= 0 or not self.long_polling:
+            return self._reply(cmd, h, popped)
+        deadline = time.monotonic() + min(h.pollTime, self.suspend_max_ms) / 1000
+        return self._hold(cmd, h, queues, tags, deadline)
+
+    def _queues(self, h, read_queue_nums: int) -> list[tuple[str, int]]:
+        """(topic, queueId) in the order this pop reads them: the topic's queues from a random
+        one (or the one asked for) and the pop retry topic's queue, first in 20% of pops."""
+        n = read_queue_nums
+        if h.queueId >= 0:
+            own = [(h.topic, h.queueId)]
+        else:
+            first = random.randrange(n)
+            own = [(h.topic, (first + i) % n) for i in range(n)]
+        if h.order:
+            return own  # no retry topic: an orderly batch is redelivered from its queue
+        retry = [(ei.pop_retry_topic(h.topic, h.consumerGroup), 0)]
+        return retry + own if random.randrange(100) < POP_FROM_RETRY_PROBABILITY else own + retry
+
+    # -- one look at the queues -------------------------------------------------------------------
+    def _pop_once(self, h, queues, tags) -> _Popped:
+        rq = ei.POP_ORDER_REVIVE_QUEUE if h.order else self.revive.next_revive_qid()
+        popped = _Popped(now_ms(), rq, self.revive.log.appended)
+        for topic, queue_id in queues:
+            if topic != h.topic and self.topics.get(topic) is None:
+                continue  # no retry topic yet: nothing was ever revived for this group
+            self._pop_queue(h, topic, queue_id, tags, popped)
+        return popped
+
+    def _pop_offset(self, group: str, topic: str, queue_id: int, init_mode: int) -> int:
+        offsets = self.store.consumer_offsets
+        offset = offsets.query(group, topic, queue_id)
+        if offset >= 0:
+            return offset
+        lo = self.store.min_offset(topic, queue_id)
+        if init_mode == INIT_MODE_MIN or topic.startswith(ei.RETRY_PREFIX) or lo <= 0:
+            offset = lo  # (MAX: a queue still holding its first message is read from it, as pulls are)
+        else:
+            offset = max(self.store.max_offset(topic, queue_id) - 1, 0)
+        offsets.commit(group, topic, queue_id, offset)
+        return offset
+
+    def _pop_queue(self, h, topic: str, queue_id: int, tags, popped: _Popped) -> None:
+        group = h.consumerGroup
+        offset = self._pop_offset(group, topic, queue_id, h.initMode)
+        want = h.maxMsgNums - len(popped.views)
+        if want <= 0:
+            popped.rest += max(self.store.max_offset(topic, queue_id) - offset, 0)
+            return
+        if h.order:
+            info = self.order_info.get(topic, group, queue_id)
+            if self.order_info.check_block(topic, group, queue_id, popped.pop_time, h.attemptId):
+                opens = info.pop_time + info.invisible_time
+                popped.blocked_until = min(popped.blocked_until or opens, opens)
+                return
+        r = self.store.get(topic, queue_id, offset, want, MAX_TRANSFER_BYTES, tags)
+        if r.status in _MOVED:  # the offset left the queue (cleaned, or never valid): from where it is now
+            offset = r.next_offset
+            self.store.consumer_offsets.commit(group, topic, queue_id, offset)
+            r = self.store.get(topic, queue_id, offset, want, MAX_TRANSFER_BYTES, tags)
+        popped.rest += max(r.max_offset - r.next_offset, 0)
+        if r.status != GetStatus.FOUND or not r.messages:
+            if r.next_offset > offset and r.status == GetStatus.NO_MATCHED_MESSAGE:
+                self.store.consumer_offsets.commit(group, topic, queue_id, r.next_offset)  # filtered out
+            return
+        offsets = list(r.queue_offsets)
+        if h.order:
+            counts = self.order_info.update(topic, group, queue_id, popped.pop_time, h.invisibleTime, offsets,
+                                            h.attemptId)
+            for off, n in counts.items():
+                popped.order_info.append(ei.order_count_entry(topic, f"qo{queue_id}%{off}", n))
+            popped.order_info.append(ei.order_count_entry(topic, str(queue_id), min(counts.values())))
+        else:
+            ck = PopCheckPoint(offset, popped.pop_time, h.invisibleTime, len(offsets), queue_id, topic, group,
+                               diffs=[o - offset for o in offsets])
+            self.revive.add_check_point(ck, popped.revive_qid)
+            self.store.consumer_offsets.commit(group, topic, queue_id, r.next_offset)
+        popped.start_info.append(ei.start_offset_entry(topic, queue_id, offset))
+        popped.msg_info.append(ei.msg_offset_entry(topic, queue_id, offsets))
+        popped.views.extend(r.messages)
+
+    def _reply(self, cmd, h, popped: _Popped):
+        """The response, once the records this pop wrote are durable (a future until then)."""
+        return reply_when_durable(cmd, self._response(cmd, h, popped), self.revive.log.durable_since(popped.mark))
+
+    def _response(self, cmd, h, popped: _Popped) -> RemotingCommand:
+        ext = {"popTime": popped.pop_time, "invisibleTime": h.invisibleTime, "reviveQid": popped.revive_qid,
+               "restNum": popped.rest, "startOffsetInfo": ";".join(popped.start_info),
+               "msgOffsetInfo": ";".join(popped.msg_info)}
+        if h.order:
+            ext["orderCountInfo"] = ";".join(popped.order_info)
+        if not popped.views:
+            return cmd.response(codes.POLLING_TIMEOUT, ext, remark="NO_MESSAGE_IN_QUEUE")
+        res = cmd.response(codes.SUCCESS, ext, popped.views, remark="FOUND")
+        res.body_len = sum(len(v) for v in popped.views)
+        return res
+
+    # -- long polling -------------------------------------------------------------------------------
+    async def _hold(self, cmd, h, queues, tags, deadline: float) -> RemotingCommand:
+        store, holds = self.store, self.holds
+        while True:
+            # registered in the same loop turn as the look that found nothing (see PullMessageProcessor._hold)
+            end = max(store.queue_write_end(t, q) for t, q in queues)
+            if end > store.dispatched():
+                try:
+                    await store.wait_dispatched(end, max(deadline - time.monotonic(), 1.0))
+                except asyncio.TimeoutError:
+                    pass
+            if not self.revive.serving:  # no longer the master while held: nothing was written
+                return cmd.response(codes.SLAVE_NOT_AVAILABLE, remark=not_master_remark(self.store, "POP_MESSAGE"))
+            popped = self._pop_once(h, queues, tags)
+            left = deadline - time.monotonic()
+            if popped.views or left <= 0:
+                reply = self._reply(cmd, h, popped)
+                return reply if isinstance(reply, RemotingCommand) else await reply
+            if popped.blocked_until:  # an orderly batch's invisible time ends before the poll does
+                left = min(left, max((popped.blocked_until - now_ms()) / 1000, 0.001))
+            futs = [(t, q, holds.hold(t, q)) for t, q in queues]
+            waits = [f for _, _, f in futs]
+            grew = None
+            if store.reads_dispatched_only:
+                # DLedger mode: a send's notify comes before its entry is committed and dispatched
+                # (the pop would look too early and sleep through it): every dispatch wakes the pop
+                # to look again, as PullMessageProcessor._hold_on_slave wakes a held pull
+                grew = asyncio.ensure_future(store.wait_dispatched(store.dispatched() + 1, left))
+                waits.append(grew)
+            try:
+                await asyncio.wait(waits, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for t, q, f in futs:
+                    holds.release(t, q, f)
+                if grew is not None:
+                    if not grew.done():
+                        grew.cancel()
+                    elif not grew.cancelled():
+                        grew.exception()  # a timeout, retrieved: the deadline is checked above
+            if any(f.cancelled() for _, _, f in futs):
+                raise asyncio.CancelledError  # the broker is closing (PullHoldService.cancel_all)

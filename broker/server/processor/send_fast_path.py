@@ -1,0 +1,91 @@
+"""The broker's side of the send kernel (broker.kernels.send_path): which topics it may append to,
+and what the store and the held pulls must learn after each read.
+
+Routes: a topic whose sends need nothing but an append (it exists, is writable, is not a retry,
+dead-letter or schedule topic) gets a route listing its write queues, kept in step with the
+topic table. A topic without one goes to the processors, which create it on first use (and the
+change installs its route for the next send).
+
+Per read: the kernel is enabled only while the store takes writes (not a slave, not refusing
+for a full disk) and ACL is off (signatures are checked by the processors); it reports the
+queues it appended to only while pulls are held. After the read (and before any frame handed to
+the processors), `settle` publishes the new write position, counts the puts, wakes the pulls
+held on those queues, and under SYNC_FLUSH / SYNC_MASTER hands the read's parked replies to the
+store's waiters as one entry, answered together when the put is durable.
+"""
+from __future__ import annotations
+
+from broker.kernels.codec import MAX_TOPIC_LEN
+from broker.kernels.send_path import ParkedReplies, SendConn, SendPipeline
+from broker.server.processor.send_processor import STATUS_CODES, born_host_of
+from broker.common.topic_validator import DLQ_PREFIX, PERM_WRITE, RETRY_PREFIX, not_sendable
+from broker.store.results import PutStatus
+
+REGION = b"DefaultRegion"  # BrokerConfig.regionId
+TRACE_ON = b"true"  # BrokerConfig.traceOn
+
+
+def routable(name: str, cfg) -> bool:
+    return (bool(cfg.perm & PERM_WRITE) and cfg.writeQueueNums > 0 and not name.startswith(RETRY_PREFIX)
+            and not name.startswith(DLQ_PREFIX) and not not_sendable(name)
+            and 0 < len(name.encode()) <= MAX_TOPIC_LEN)
+
+
+class FastSendPath:
+    def __init__(self, store, topics, holds, acl_enabled: bool):
+        self.store = store
+        self.topics = topics
+        self.holds = holds
+        self.acl_enabled = acl_enabled
+        self.rebind(store)
+
+    def rebind(self, store) -> None:
+        """Bind to the store's commit log (again in controller mode, after the store restarted in
+        another role with a new log to append to)."""
+        self.store = store
+        self.pipeline = SendPipeline(store.commit_log.appender, REGION, TRACE_ON)
+        self.pipeline.parked = store.waits_for_durability
+        self._store_host = store.commit_log.appender.store_host
+        self.sync_routes()
+
+    def sync_routes(self) -> None:
+        """Routes for every routable topic, as the topic table says now (a topic created, its
+        queues or permission changed)."""
+        p = self.pipeline
+        p.drop_routes()
+        for name, cfg in self.topics.table.topics.items():
+            if routable(name, cfg):
+                p.set_route(name.encode(), cfg.writeQueueNums)
+
+    # -- per connection and per read -------------------------------------------------------------
+    def conn_state(self, conn) -> SendConn:
+        return SendConn(born_host_of(conn))
+
+    def before_read(self, st: SendConn, conn) -> None:
+        p = self.pipeline
+        p.enabled = not self.acl_enabled and self.store.fast_writable
+        p.track_queues = self.holds.waiting > 0
+        if p.parked and st.parked is None:
+            st.parked = ParkedReplies(conn, self._store_host, REGION, TRACE_ON)
+
+    def settle(self, st: SendConn, out: list) -> None:
+        msgs, nbytes, max_end, touched = st.take()
+        if msgs:
+            self.store.note_appended(msgs, nbytes)
+        for q in touched:
+            q.touched = 0
+            self.holds.notify(q.topic.decode(), q.queue_id, q.last_end)
+        parked = st.parked
+        if parked is not None and len(parked):
+            st.parked = ParkedReplies(parked.conn, self._store_host, REGION, TRACE_ON)
+            self.store.wait_put(parked.end, self._release, parked)
+        replies = st.take_replies()
+        if replies is not None:
+            out.append(replies)
+
+    def _release(self, parked: ParkedReplies, status: PutStatus) -> None:
+        if status is not PutStatus.PUT_OK:
+            self.store.put_failed[status] += len(parked)
+        conn = parked.conn
+        if conn.transport is not None:
+            conn.send_bytes(parked.render(STATUS_CODES[status]))

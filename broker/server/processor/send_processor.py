@@ -1,0 +1,200 @@
+"""SendMessageProcessor: SEND_MESSAGE (10, the C++ client), SEND_MESSAGE_V2 (310, ali-ons: the same
+header with one-letter keys) and SEND_BATCH_MESSAGE (320).
+
+`route` is the policy (the topic's config, auto-creation, permission, the queue, a retry past
+its limit diverted to the dead letters); the store does the append. The body goes from the
+connection's receive buffer straight into the mapped commit log (the append kernel copies it
+once); nothing here copies message bytes.
+"""
+from __future__ import annotations
+
+import asyncio
+import random
+import socket
+
+from broker.remoting import codes
+from broker.remoting.command import RemotingCommand
+from broker.remoting.headers import SendMessageRequestHeader, SendMessageRequestHeaderV2, decode
+from broker.remoting.message_batch import decode_batch
+from broker.remoting.refusals import BadRequest, NoPermission, TopicNotExist
+from broker.common.topic_validator import DLQ_PREFIX, PERM_WRITE, RETRY_PREFIX, not_sendable
+from broker.server.transaction import PROPERTY_TRANSACTION_PREPARED, TRANSACTION_TYPE_MASK, is_half
+from broker.store.errors import MessageIllegal
+from broker.store.message import decode_properties, encode_properties
+from broker.store.results import PutStatus
+
+# what a 4.9 broker adds to every send reply (BrokerConfig.regionId, traceOn)
+REPLY_EXT = {"MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+
+STATUS_CODES = {PutStatus.PUT_OK: codes.SUCCESS, PutStatus.FLUSH_DISK_TIMEOUT: codes.FLUSH_DISK_TIMEOUT,
+                PutStatus.FLUSH_SLAVE_TIMEOUT: codes.FLUSH_SLAVE_TIMEOUT,
+                PutStatus.SLAVE_NOT_AVAILABLE: codes.SLAVE_NOT_AVAILABLE,
+                PutStatus.SERVICE_NOT_AVAILABLE: codes.SERVICE_NOT_AVAILABLE,
+                # DLedger mode (RocketMQ's handlePutMessageResult): retryable by every client
+                PutStatus.OS_PAGECACHE_BUSY: codes.SYSTEM_ERROR, PutStatus.UNKNOWN_ERROR: codes.SYSTEM_ERROR}
+# a put answered with these is in this broker's log (a send so answered was stored)
+STORED_STATUSES = (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT, PutStatus.FLUSH_SLAVE_TIMEOUT,
+                   PutStatus.SLAVE_NOT_AVAILABLE)
+# the remarks RocketMQ answers those with (a reply that is not SUCCESS carries one)
+STATUS_REMARKS = {PutStatus.SERVICE_NOT_AVAILABLE: "service not available now",
+                  PutStatus.OS_PAGECACHE_BUSY: "[PC_SYNCHRONIZED]broker busy, start flow control for a while",
+                  PutStatus.UNKNOWN_ERROR: "UNKNOWN_ERROR"}
+
+
+_TRAN_MSG = PROPERTY_TRANSACTION_PREPARED + "\x01"
+
+
+def born_host_of(conn) -> bytes:
+    """BORNHOST as stored: the producer's IPv4 address and port, from its connection."""
+    bh = conn.attrs.get("born_host")
+    if bh is None:
+        host, _, port = conn.peer.rpartition(":")
+        try:
+            bh = socket.inet_aton(host) + int(port).to_bytes(4, "big")
+        except (OSError, ValueError):
+            bh = bytes(8)
+        conn.attrs["born_host"] = bh
+    return bh
+
+
+def send_header(cmd: RemotingCommand) -> SendMessageRequestHeader | SendMessageRequestHeaderV2:
+    return decode(SendMessageRequestHeader if cmd.code == codes.SEND_MESSAGE else SendMessageRequestHeaderV2, cmd.ext)
+
+
+def reply_when_put(put: asyncio.Future, answer) -> asyncio.Future:
+    """A future of `answer(status, why)` once the put future `put` is done (`why`: its remark, if
+    any): chained to it, where a coroutine would cost a task per request; a cancelled or failed
+    put cancels or fails the reply."""
+    reply = put.get_loop().create_future()
+
+    def done(f: asyncio.Future) -> None:
+        if reply.done():
+            return
+        if f.cancelled():
+            reply.cancel()
+        elif f.exception() is not None:
+            reply.set_exception(f.exception())
+        else:
+            reply.set_result(answer(f.result(), getattr(f, "remark", None)))
+    put.add_done_callback(done)
+    return reply
+
+
+class SendMessageProcessor:
+    def __init__(self, store, topics, schedule, holds, max_reconsume_times: int, transactions=None,
+                 reject_transactions: bool = False):
+        self.store = store
+        self.topics = topics
+        self.schedule = schedule
+        self.holds = holds
+        self.max_reconsume_times = max_reconsume_times
+        self.transactions = transactions  # TransactionalMessageBridge: where half messages go
+        self.reject_transactions = reject_transactions  # rejectTransactionMessage
+
+    def handlers(self) -> dict:
+        return {codes.SEND_MESSAGE: self.send, codes.SEND_MESSAGE_V2: self.send, codes.SEND_BATCH_MESSAGE: self.send_batch}
+
+    def route(self, h) -> tuple[str, int]:
+        """The topic and queue a send goes to (msgCheck and handleRetryAndDLQ of RocketMQ's
+        SendMessageProcessor), or a refusal."""
+        topic = h.topic
+        if not_sendable(topic):  # TopicValidator.isNotAllowedSendTopic: the broker's own
+            raise NoPermission(f"Sending message to topic[{topic}] is forbidden.")
+        cfg = self.topics.get_or_create(topic, h.defaultTopicQueueNums or None)
+        if cfg is None:
+            raise TopicNotExist(f"topic[{topic}] not exist, apply first please! (autoCreateTopicEnable=false)")
+        if not cfg.perm & PERM_WRITE:
+            raise NoPermission(f"the topic[{topic}] sending message is forbidden")
+        queue_id = h.queueId
+        if queue_id < 0:
+            queue_id = random.randrange(cfg.writeQueueNums)
+        if queue_id >= cfg.writeQueueNums:
+            raise BadRequest(f"request queueId[{queue_id}] is illegal, topic {topic} has {cfg.writeQueueNums} "
+                             f"write queues")
+        if topic.startswith(RETRY_PREFIX):
+            # A client re-publishing a failed message itself (ali-ons when send-back failed):
+            # past maxReconsumeTimes it goes to the group's dead letters.
+            limit = h.maxReconsumeTimes if h.maxReconsumeTimes is not None else self.max_reconsume_times
+            if h.reconsumeTimes > limit:
+                topic = DLQ_PREFIX + topic[len(RETRY_PREFIX):]
+                self.topics.get_or_create(topic)
+                queue_id = 0
+        return topic, queue_id
+
+    def send(self, cmd: RemotingCommand, conn):
+        h = send_header(cmd)
+        topic, queue_id = self.route(h)
+        properties = h.properties
+        props_bytes = properties.encode()
+        level = 0
+        props = None
+        # a half message (the send kernel hands every transaction type here; TRAN_MSG alone too)
+        if (h.sysFlag & TRANSACTION_TYPE_MASK or _TRAN_MSG in properties) and self.transactions is not None:
+            props = decode_properties(props_bytes)
+            if is_half(h.sysFlag, props):
+                return self._send_half(cmd, conn, h, topic, queue_id, props)
+        if "DELAY\x01" in properties and not topic.startswith(DLQ_PREFIX):
+            # a producer-set delay level: kept in the schedule topic until due (CommitLog.putMessage)
+            props = props or decode_properties(props_bytes)
+            level = self.schedule.level_of(props)
+            if level:
+                topic, queue_id, props = self.schedule.divert(topic, queue_id, props, level)
+                props_bytes = encode_properties(props)
+        result, flushed = self.store.append(
+            topic, queue_id, cmd.body, props_bytes, flag=h.flag, sys_flag=h.sysFlag,
+            born_timestamp=h.bornTimestamp, born_host=born_host_of(conn), reconsume_times=h.reconsumeTimes)
+        if level:
+            self.schedule.arrived(level)
+        else:
+            self.holds.notify(topic, queue_id, result.end_offset)
+        ext = {"msgId": result.msg_id, "queueId": queue_id, "queueOffset": result.queue_offset, **REPLY_EXT}
+        if flushed is None:
+            return cmd.response(codes.SUCCESS, ext)
+        return self._after_flush(cmd, ext, flushed)
+
+    def _send_half(self, cmd: RemotingCommand, conn, h, topic: str, queue_id: int, props: dict):
+        """A half message into the half topic (TransactionalMessageBridge.put_half); the reply
+        names the queue asked for and the half message's queue offset and offsetMsgId, which the
+        producer's END_TRANSACTION gives back (RocketMQ's reply to a half message)."""
+        if self.reject_transactions:
+            raise NoPermission(f"the broker[{self.store.config.brokerIP1}] sending transaction message is forbidden")
+        result, flushed = self.transactions.put_half(
+            topic, queue_id, cmd.body, props, flag=h.flag, sys_flag=h.sysFlag, born_timestamp=h.bornTimestamp,
+            born_host=born_host_of(conn), reconsume_times=h.reconsumeTimes)
+        ext = {"msgId": result.msg_id, "queueId": queue_id, "queueOffset": result.queue_offset, **REPLY_EXT}
+        if flushed is None:
+            return cmd.response(codes.SUCCESS, ext)
+        return self._after_flush(cmd, ext, flushed)
+
+    def send_batch(self, cmd: RemotingCommand, conn):
+        """SEND_BATCH_MESSAGE: every message of the body into one queue, in one kernel call per
+        segment; the reply's msgId is the comma-joined ids, queueOffset the first one's."""
+        h = send_header(cmd)
+        topic, queue_id = self.route(h)
+        if topic.startswith(RETRY_PREFIX):
+            raise MessageIllegal("batch messages cannot be sent to a retry topic")
+        bodies, props, flags = decode_batch(cmd.body)  # BadRequest naming the offset
+        # as a 4.9 broker stores them (MessageExtBatchEncoder): each message with its own flag, and its
+        # own properties followed by the batch's (a separator added when they do not end with one)
+        batch_props = h.properties.encode()
+        if batch_props:
+            props = [bytes(p) + (b"\x02" if p and p[-1] != 2 else b"") + batch_props for p in props]
+        result, flushed = self.store.append_batch(
+            topic, queue_id, bodies, props, flag=flags, sys_flag=h.sysFlag, born_timestamp=h.bornTimestamp,
+            born_host=born_host_of(conn))
+        self.holds.notify(topic, queue_id, result.end_offset)
+        ext = {"msgId": ",".join(result.msg_ids()), "queueId": queue_id, "queueOffset": result.queue_offset,
+               **REPLY_EXT}
+        if flushed is None:
+            return cmd.response(codes.SUCCESS, ext)
+        return self._after_flush(cmd, ext, flushed)
+
+    @staticmethod
+    def _after_flush(cmd: RemotingCommand, ext: dict, flushed: asyncio.Future) -> asyncio.Future:
+        """The reply once the flush covered the message."""
+        def answer(status, why):  # why: a PutFuture's reason, after RocketMQ's words
+            remark = STATUS_REMARKS.get(status)
+            if why:
+                remark = f"{remark}: {why}" if remark else why
+            return cmd.response(STATUS_CODES[status], ext, remark=remark)
+        return reply_when_put(flushed, answer)
