@@ -339,7 +339,10 @@ class MessageStore:
             await self.services[spec.name].stop()
 
     async def _teardown(self) -> None:
+        if self.services and self.table is not None:
+            self.table.store(Slot.SHUTDOWN, 1)  # the services stop only on a SIGTERM with it set
         for svc in self.services.values():
+            svc.stopping = True
             if svc.proc is not None and svc.proc.poll() is None:
                 await svc.stop(5)
         self.services.clear()
