@@ -1,5 +1,6 @@
 """What a consumer group needs besides pulling (ClientManageProcessor, ConsumerManageProcessor,
-SendMessageProcessor.consumerSendMsgBack): heartbeats, member lists, offsets, send-back, locks."""
+SendMessageProcessor.consumerSendMsgBack): heartbeats, the client config check, member lists,
+offsets, send-back, locks."""
 from __future__ import annotations
 
 import logging
@@ -11,6 +12,7 @@ from broker.remoting.command import CommandError, RemotingCommand
 from broker.remoting.headers import (ConsumerSendMsgBackRequestHeader, GetConsumerListByGroupRequestHeader,
                                      QueryConsumerOffsetRequestHeader, QueueHeader, SearchOffsetRequestHeader,
                                      UnregisterClientRequestHeader, UpdateConsumerOffsetRequestHeader, decode)
+from broker.server.filter.expression_type import check_client_config
 from broker.server.client.rebalance_lock_manager import REBALANCE_LOCK_MAX_LIVE_TIME, RebalanceLockManager
 from broker.remoting.refusals import BadRequest, NotFound
 from broker.common.topic_validator import DLQ_PREFIX, RETRY_PREFIX, check_topic_name
@@ -54,6 +56,8 @@ def _check_heartbeat(data: dict) -> None:
             if not isinstance(sd.get("topic") or "", str) or not isinstance(sd.get("codeSet") or [], list):
                 raise CommandError(f"consumerDataSet[{i}].subscriptionDataSet[{j}] has a topic that is not a string "
                                    f"or a codeSet that is not a list")
+            if not isinstance(sd.get("expressionType") or "", str):
+                raise CommandError(f"consumerDataSet[{i}].subscriptionDataSet[{j}].expressionType is not a string")
             try:
                 [int(c) for c in sd.get("codeSet") or []]
             except (TypeError, ValueError):
@@ -90,6 +94,7 @@ class ConsumerProcessor:
 
     def handlers(self) -> dict:
         return {codes.HEART_BEAT: self.heartbeat, codes.UNREGISTER_CLIENT: self.unregister,
+                codes.CHECK_CLIENT_CONFIG: self.check_client_config,
                 codes.GET_CONSUMER_LIST_BY_GROUP: self.consumer_list,
                 codes.QUERY_CONSUMER_OFFSET: self.query_offset, codes.UPDATE_CONSUMER_OFFSET: self.update_offset,
                 codes.GET_MAX_OFFSET: self.max_offset, codes.GET_MIN_OFFSET: self.min_offset,
@@ -112,6 +117,19 @@ class ConsumerProcessor:
                 self.topics.get_or_create(RETRY_PREFIX + cd["groupName"])  # as RocketMQ does on heartbeat
         for group in changed:
             self._notify_ids_changed(group, conn)
+        return cmd.response(codes.SUCCESS)
+
+    def check_client_config(self, cmd: RemotingCommand, conn):
+        """CHECK_CLIENT_CONFIG (46): the Java client asks before it subscribes by anything but tags
+        (CheckClientRequestBody: clientId, group, subscriptionData); only a TAG subscription passes."""
+        if not cmd.body:
+            return cmd.response(codes.SUCCESS)
+        sub = _json_body(cmd, "check client config").get("subscriptionData")
+        if sub is not None and not isinstance(sub, dict):
+            raise CommandError("subscriptionData is not a JSON object")
+        if sub is not None and not isinstance(sub.get("expressionType") or "", str):
+            raise CommandError("subscriptionData.expressionType is not a string")
+        check_client_config(sub)
         return cmd.response(codes.SUCCESS)
 
     def _notify_ids_changed(self, group: str, joined) -> None:

@@ -22,6 +22,7 @@ import time
 from broker.remoting import codes
 from broker.remoting.command import RemotingCommand
 from broker.server.filter.expression_filter import tag_hashes_of
+from broker.server.filter.expression_type import check_pop
 from broker.remoting.headers import PopMessageRequestHeader, decode
 from broker.common import extra_info as ei
 from broker.server.pop.consumer_order_info_manager import now_ms
@@ -41,10 +42,6 @@ _MOVED = (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY, GetStatus
 
 class InvalidParameter(Refusal):
     response_code = codes.INVALID_PARAMETER
-
-
-class SubscriptionParseFailed(Refusal):
-    response_code = codes.SUBSCRIPTION_PARSE_FAILED
 
 
 class _Popped:
@@ -96,8 +93,7 @@ class PopMessageProcessor:
             raise InvalidParameter(f"queueId[{h.queueId}] is illegal, topic:[{h.topic}] "
                                    f"topicConfig.readQueueNums:[{cfg.readQueueNums}]")
         check_topic_name(ei.pop_retry_topic(h.topic, h.consumerGroup))  # a group that cannot name one: refused
-        if h.exp and h.expType.upper() != "TAG":
-            raise SubscriptionParseFailed(f"expression type {h.expType} is not supported (TAG only)")
+        check_pop(h.exp, h.expType)  # never an SQL92 or unknown type read as a tag
         tags = tag_hashes_of(h.exp or "*")
         queues = self._queues(h, cfg.readQueueNums)
         popped = self._pop_once(h, queues, tags)
