@@ -22,7 +22,8 @@ import threading
 import time
 
 from bench.limits import loopback_tcp
-from bench.network_bench import _free_port, _stop, _wait_for_line, bench_batch, bench_send
+from bench.driver import bench_batch, bench_send
+from bench.processes import free_port, stop_process, wait_for_line
 from broker.store.offset_table import Slot, open_table
 
 SEGMENT = 256 << 20
@@ -34,8 +35,8 @@ class Node:
 
     def __init__(self, workdir: str, role: str, ha_port: int | None = None, master_ha: str = "",
                  batch: int = 32 * 1024, broker_id: int = 0, flush: str = "ASYNC_FLUSH", namesrv: str = ""):
-        self.port = _free_port()
-        self.ha_port = ha_port or _free_port()
+        self.port = free_port()
+        self.ha_port = ha_port or free_port()
         self.role = role
         self.root = tempfile.mkdtemp(prefix=f"ha-{flush.lower()}-{role.lower()}-", dir=workdir)
         self.store = os.path.join(self.root, "store")
@@ -57,7 +58,7 @@ class Node:
         self.proc = subprocess.Popen([sys.executable, "-m", "broker.cli", "serve", "-c", self.conf,
                                       "--status-interval", "3600"], stdout=subprocess.PIPE, env=env, text=True)
         try:
-            _wait_for_line(self.proc, "listening on", "broker")
+            wait_for_line(self.proc, "listening on", "broker")
             threading.Thread(target=lambda: self.proc.stdout.read(), daemon=True).start()  # drain
             self.table = open_table(self.store)
         except BaseException:
@@ -69,7 +70,7 @@ class Node:
         if self.table is not None:
             self.table.close()
             self.table = None
-        _stop(self.proc)
+        stop_process(self.proc)
         shutil.rmtree(self.root, ignore_errors=True)
 
 
@@ -84,9 +85,9 @@ def _pct(values: list[int], q: float) -> float:
 
 
 async def produce_cell(role: str, seconds: float, workdir: str, progress) -> dict:
-    ha_port = _free_port()
+    ha_port = free_port()
     with Node(workdir, role, ha_port) as master, \
-            Node(workdir, "SLAVE", _free_port(), f"127.0.0.1:{ha_port}", broker_id=1) as slave:
+            Node(workdir, "SLAVE", free_port(), f"127.0.0.1:{ha_port}", broker_id=1) as slave:
         deadline = time.monotonic() + 30
         while not master.table.load(Slot.HA_SLAVES):  # the slave links in a few ms
             if time.monotonic() > deadline:
@@ -116,12 +117,12 @@ async def produce_cell(role: str, seconds: float, workdir: str, progress) -> dic
 
 
 async def catch_up_cell(preload: int, batch: int, workdir: str, progress) -> dict:
-    ha_port = _free_port()
+    ha_port = free_port()
     with Node(workdir, "ASYNC_MASTER", ha_port, batch=batch) as master:
         while master.table.load(Slot.WROTE) < preload:
             await bench_batch(master.port, 1.0)
         end = master.table.load(Slot.WROTE)
-        with Node(workdir, "SLAVE", _free_port(), f"127.0.0.1:{ha_port}", batch=batch, broker_id=1) as slave:
+        with Node(workdir, "SLAVE", free_port(), f"127.0.0.1:{ha_port}", batch=batch, broker_id=1) as slave:
             t = slave.table
             await asyncio.to_thread(t.wait_until_ge, Slot.HA_RECEIVED, 1, 60.0)  # woken by the HA client
             t0, first = time.monotonic(), t.load(Slot.HA_RECEIVED)
