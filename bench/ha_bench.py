@@ -1,7 +1,9 @@
 """HA benchmark: a master and a slave (`broker serve`, their HA services) on loopback.
 
   - produce throughput and latency with 64 sends in flight (1 KiB) under ASYNC_MASTER and
-    SYNC_MASTER (a SEND_OK then waits for the slave's acknowledgement);
+    SYNC_MASTER (a SEND_OK then waits for the slave's acknowledgement), then with 1 in flight;
+    each with the CPU-µs per message of every process of the master and of the slave over the
+    clock (bench.proc_cpu);
   - replication lag under that load: master `wrote` minus slave `received`, sampled from the
     two offset tables every 10 ms;
   - catch-up of a fresh slave: the master preloaded, then a new slave started; MB/s from its
@@ -22,7 +24,8 @@ import threading
 import time
 
 from bench.limits import loopback_tcp
-from bench.driver import bench_batch, bench_send
+from bench.proc_cpu import ProcessTree, cpu_us_per_msg
+from bench.driver import NetResult, bench_batch, bench_send
 from bench.processes import free_port, stop_process, wait_for_line
 from broker.store.offset_table import Slot, open_table
 
@@ -84,6 +87,22 @@ def _pct(values: list[int], q: float) -> float:
     return float(s[min(len(s) - 1, int(q * len(s)))]) if s else float("nan")
 
 
+async def _send_with_cpu(master: Node, slave: Node, seconds: float, in_flight: int) -> NetResult:
+    """bench_send against the master, with the CPU-µs per message of every process of the master
+    (broker, flush, reput, ha, ...) and of the slave ("slave", "slave/ha", ...) over its clock."""
+    trees = (ProcessTree(master.proc.pid), ProcessTree(slave.proc.pid, "slave", "slave/"))
+
+    def snapshot() -> dict:
+        return {k: v for t in trees for k, v in t.snapshot().items()}
+
+    before: dict = {}
+    r = await bench_send(master.port, seconds, in_flight, on_start=lambda: before.update(snapshot()))
+    per = cpu_us_per_msg(before, snapshot(), r.msgs)
+    r.broker_cpu_s = per.get("broker", float("nan")) * r.msgs / 1e6
+    r.extra["cpu_us_per_msg_by_process"] = per
+    return r
+
+
 async def produce_cell(role: str, seconds: float, workdir: str, progress) -> dict:
     ha_port = free_port()
     with Node(workdir, role, ha_port) as master, \
@@ -98,7 +117,7 @@ async def produce_cell(role: str, seconds: float, workdir: str, progress) -> dic
         sampler = threading.Thread(target=_lag_sampler, args=(master, slave, stop, lags), daemon=True)
         sampler.start()
         try:
-            r = await bench_send(master.port, seconds)
+            r = await _send_with_cpu(master, slave, seconds, 64)
         finally:
             stop.set()
             sampler.join()
@@ -106,10 +125,11 @@ async def produce_cell(role: str, seconds: float, workdir: str, progress) -> dic
         progress(r.line())
         out = r.as_dict()
         # one in flight: the latency a send pays for the copy, without queueing behind 63 others
-        one = await bench_send(master.port, min(seconds, 2.0), in_flight=1)
+        one = await _send_with_cpu(master, slave, min(seconds, 2.0), 1)
         one.name = f"{role} send 1 KiB x1 in flight"
         progress(one.line())
-        out.update(one_p50_us=one.pct_us(0.5), one_p99_us=one.pct_us(0.99), one_msgs_per_s=one.msgs_per_s)
+        out.update(one_p50_us=one.pct_us(0.5), one_p99_us=one.pct_us(0.99), one_msgs_per_s=one.msgs_per_s,
+                   one_cpu_us_per_msg_by_process=one.extra["cpu_us_per_msg_by_process"])
         out.update(lag_p50_bytes=_pct(lags, 0.5), lag_p99_bytes=_pct(lags, 0.99), lag_max_bytes=max(lags or [0]))
         progress(f"  replication lag: p50 {out['lag_p50_bytes'] / 1024:,.1f} KiB, p99 "
                  f"{out['lag_p99_bytes'] / 1024:,.1f} KiB, max {out['lag_max_bytes'] / 1024:,.1f} KiB")
