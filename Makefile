@@ -82,13 +82,14 @@ protocol: $(STAMP)
 	  sed 's/^from apache\.rocketmq\.v2 import/from broker.proxy.protocol import/' $$f > broker/proxy/protocol/$$(basename $$f); done
 
 # What only the tests need: PySpark (issue 8), redis-py and psycopg (issue 9), atheris (issue 7),
-# and the real Redis and PostgreSQL servers the tests start on loopback, from Debian when missing.
+# and the real Redis and PostgreSQL servers the tests (and the bench) start on loopback, from Debian
+# when missing.
 .deps/servers:
 	@command -v redis-server >/dev/null && (command -v postgres >/dev/null || ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1) \
 	  || (apt-get update -qq && apt-get install -y -qq redis-server postgresql)
 	@mkdir -p .deps && touch $@
 
-$(VENV)/.testdeps: $(STAMP) requirements-test.txt requirements-spark.txt
+$(VENV)/.testdeps: $(STAMP) requirements-test.txt requirements-spark.txt requirements-reliable.txt
 	$(VPY) -m pip install -q -r requirements-test.txt
 	touch $@
 
@@ -119,7 +120,16 @@ build/loadgen: bench/loadgen.c
 	@mkdir -p build
 	cc -O2 -Wall -Wextra -o $@ $<
 
-bench: install build/loadgen
+# What the bench needs beyond `make install`: redis-py and psycopg (requirements-reliable.txt) and
+# the real Redis and PostgreSQL servers for its broker.reliable section; redis-benchmark comes with
+# Debian's redis-server; the peers (NATS) are installed by bench/peers.py when missing. The run
+# publishes its report and plots to docs/bench/ (latest.md, *.png); a section that fails is
+# reported as failed there, beside the others' figures, and makes the run exit non-zero.
+$(VENV)/.benchdeps: $(STAMP) requirements-reliable.txt
+	$(VPY) -m pip install -q -r requirements-reliable.txt
+	touch $@
+
+bench: install build/loadgen $(VENV)/.benchdeps .deps/servers
 	$(VPY) -m bench
 
 # Fuzzing (tools/fuzz/): the kernels built twice more from the same sources, each in its own

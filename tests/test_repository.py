@@ -172,3 +172,72 @@ def test_every_figure_in_the_readme_names_its_report():
     assert len(headline) == 2 and FIGURE.search(headline[1].split("\n## ", 1)[0]), \
         "the README has no headline figures"
     assert figures >= 3
+
+
+def _modules(*packages: str) -> dict[str, object]:
+    """module name -> path of every .py file under `packages` (a package is named without __init__)."""
+    out = {}
+    for package in packages:
+        for path in sorted((REPO / package).rglob("*.py")):
+            out[".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")] = path
+    return out
+
+
+def _imports(path, modules: dict) -> list[tuple[int, str]]:
+    """(line, module) of every import in the file, at any depth: one inside a function (imported
+    when it runs) or under TYPE_CHECKING still makes the two modules know each other. `from p
+    import m` is an import of the module p.m when m is one, else of p."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            out += [(node.lineno, f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module)
+                    for a in node.names]
+        elif isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+    return out
+
+
+def test_no_import_circles():
+    """No two modules of the package, the bench or the tools import each other, directly or round a
+    longer circle: what they share lives in a third module both import."""
+    modules = _modules("broker", "bench", "tools")
+    graph = {name: {target for _, target in _imports(path, modules) if target in modules and target != name}
+             for name, path in modules.items()}
+    # Tarjan's strongly connected components: any with more than one module is a circle
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            part = []
+            while True:
+                w = stack.pop()
+                part.append(w)
+                if w == v:
+                    break
+            if len(part) > 1:
+                circles.append(sorted(part))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    assert not circles, "import circles:\n" + "\n".join(" <-> ".join(c) for c in circles)
+
+
+def test_the_bench_imports_nothing_of_the_tests():
+    """`make bench` runs from any checkout: what the bench and the tests both need lives in tools/
+    (tools/servers.py) or bench/, never in tests/."""
+    hits = sorted({f"{path.relative_to(REPO)}:{line}: imports {target}"
+            for path in _modules("bench").values() for line, target in _imports(path, {})
+            if target == "tests" or target.startswith("tests.")})
+    assert not hits, "\n".join(hits)
