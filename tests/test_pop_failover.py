@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import re
+import threading
 
+import msgspec
 import pytest
 
 from broker.client import pop as P
@@ -20,7 +22,7 @@ from broker.remoting import codes
 from tests.conftest import wait_for
 from tests.helpers.controller_mode import ControllerModeGroup
 from tests.helpers.dledger_cluster import DLedgerGroup
-from tests.helpers.ha_cluster import Broker, NameServer, send_all
+from tests.helpers.ha_cluster import Broker, NameServer, call, send_all
 from tests.helpers.pop_client import bodies, receive_until, run_with_client
 
 TOPIC = "PopHA"
@@ -32,6 +34,9 @@ INVISIBLE_MS = 6000
 # a dead leader noticed after 8 missed heartbeats of 200 ms, not 3: the other helpers' tests share
 # the 2 cores, and a live leader's heartbeats late by 600 ms would depose it mid-test
 STEADY_RAFT = "maxHeartBeatLeak=8\n"
+# the window test: followers copy offsets every 200 ms (flushConsumerOffsetInterval), and a stalled
+# leader is noticed only after 25 missed heartbeats (5 s), so the window stays open until the kill
+WINDOW_RAFT = "maxHeartBeatLeak=25\nflushConsumerOffsetInterval=200\n"
 
 
 def _addr(b: Broker) -> str:
@@ -225,3 +230,89 @@ def test_slave_refuses_pop_at_once_and_its_master_serves_it(tmp_path):
         slave.stop()
         master.stop()
         ns.stop()
+
+
+def _copied_pop_offsets(b: Broker) -> dict[int, int]:
+    """The group's pop offsets in `b`'s offset table (on a follower: what it copied)."""
+    r = call(b.port, codes.GET_ALL_CONSUMER_OFFSET)
+    assert r.code == codes.SUCCESS, r.remark
+    table = msgspec.json.decode(bytes(r.body))["offsetTable"]
+    return {int(q): o for q, o in table.get(f"{TOPIC}@{GROUP}", {}).items()}
+
+
+def _has_offset(b: Broker, group: str, offset: int) -> bool:
+    r = call(b.port, codes.GET_ALL_CONSUMER_OFFSET)
+    table = msgspec.json.decode(bytes(r.body))["offsetTable"] if r.code == codes.SUCCESS else {}
+    return table.get(f"{TOPIC}@{group}", {}).get("0") == offset
+
+
+def test_leader_killed_before_a_pops_checkpoint_replicates_skips_nothing(tmp_path):
+    """The window between a pop and the replication of its checkpoint, held open on purpose: the
+    leader's Raft links are stalled (DLedgerGroup(proxied=True).isolate(leader, "stall"): its
+    pushes and heartbeats wait in the proxies, its client port still answers), so a pop's
+    checkpoints reach its log and no follower's. The followers keep copying the leader's offset
+    table meanwhile (every 200 ms); the test waits until they copied one taken after the pop (a
+    marker offset committed after it), kills the leader -9 and drops what the proxies held.
+
+    The followers' copy must not have the pop's move (the checkpoint was never durable), so the
+    new leader delivers every message of that pop: none is skipped. Before, the leader's table
+    moved with the pop and a follower copied it; the new leader, with no checkpoint to revive
+    from, never delivered those messages. What was popped and acked before the window, once
+    replicated, is in the followers' copy and does not come back."""
+    g = DLedgerGroup(tmp_path, extra=WINDOW_RAFT, proxied=True).start()
+    try:
+        leader = g.leader()
+        followers = [b for b in g.brokers.values() if b is not leader]
+
+        async def before(client, addr):  # a first batch popped and acked: its offsets are published
+            m = _OnMaster(client, lambda: leader)
+            for i in range(N):
+                await m.send(f"a{i}".encode())
+            for msg in await m.receive_until(N, INVISIBLE_MS):
+                await m.call("ack", msg)
+            for i in range(N):
+                await m.send(f"b{i}".encode())
+        run_with_client(before, "")
+        for f in followers:  # a durable pop's move does reach the followers
+            wait_for(lambda: sum(_copied_pop_offsets(f).values()) == N, 30, f"{f.name} to copy the pop offsets")
+        end = wait_for(lambda: (lambda i: i["dLedgerCommittedIndex"] == i["dLedgerEndIndex"] and i)(leader.info()),
+                       30, "the leader's log committed")["dLedgerEndIndex"]
+
+        g.isolate(leader, "stall")
+        popped: list = []
+
+        async def pop(client, addr):  # answered only once its checkpoints are durable: never
+            try:
+                popped.extend(await P.SimpleConsumer(client, addr, GROUP, TOPIC).receive(INVISIBLE_MS, max_nums=N))
+            except Exception as e:  # the leader is killed under it
+                popped.append(e)
+        popper = threading.Thread(target=run_with_client, args=(pop, _addr(leader)), daemon=True)
+        popper.start()
+        # the pop wrote its checkpoints: in the leader's log, not committed
+        info = wait_for(lambda: (lambda i: i["dLedgerEndIndex"] > end and i)(leader.info()), 30, "the pop's checkpoints")
+        assert info["dLedgerCommittedIndex"] == end, info
+        marker = call(leader.port, codes.UPDATE_CONSUMER_OFFSET,
+                      {"consumerGroup": "PopWindowMarker", "topic": TOPIC, "queueId": 0, "commitOffset": 1})
+        assert marker.code == codes.SUCCESS, marker.remark
+        for f in followers:  # each copied a table taken after the pop, inside the window
+            wait_for(lambda: _has_offset(f, "PopWindowMarker", 1), 3, f"{f.name} to copy the marker offset")
+            copied = _copied_pop_offsets(f)
+            assert sum(copied.values()) == N, f"{f.name} copied a pop offset past a checkpoint not replicated: {copied}"
+        assert leader.info()["dLedgerCommittedIndex"] == end, "the window closed before the kill: the test proves nothing"
+        leader.kill9()
+        g.isolate(leader, "cut")  # what the proxies held from the dead leader is dropped, not delivered
+        g.heal()
+        popper.join(30)
+        assert not popper.is_alive() and len(popped) == 1 and isinstance(popped[0], Exception), popped
+
+        async def after(client, addr):
+            m = _OnMaster(client, lambda: g.leader(among=followers))
+            back = await m.receive_until(N, 60_000)
+            assert sorted(bodies(back)) == sorted(f"b{i}" for i in range(N))
+            assert all(msg.reconsume_times == 0 for msg in back)  # never delivered: first deliveries
+            for msg in back:
+                await m.call("ack", msg)
+            assert await m.call("receive", 60_000, poll_ms=3000) == []  # nothing acked comes back
+        run_with_client(after, "")
+    finally:
+        g.stop()

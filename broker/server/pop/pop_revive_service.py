@@ -37,6 +37,7 @@ import time
 
 from broker.remoting import codes
 from broker.common.extra_info import pop_retry_topic
+from broker.server.pop.pop_offsets import PopOffsets
 from broker.server.pop.revive_log import ReviveLog
 from broker.remoting.refusals import Refusal
 from broker.server.tasks import cancel_and_wait
@@ -77,6 +78,7 @@ class PopReviveService:
         self.max_reconsume_times = max_reconsume_times
         self.groups = groups  # SubscriptionGroupManager: a group's retryMaxTimes over the broker's
         self.on_put = on_put  # (topic, queue_id, end_offset): wakes held pulls and pops
+        self.pop_offsets = PopOffsets(store)  # the moves pops made, published once their checkpoints are durable
         self.inflight: dict[tuple, PopCheckPoint] = {}
         self._due: list[tuple[int, int, tuple]] = []  # (revive time, tie-break, key)
         self._seq = 0
@@ -145,6 +147,7 @@ class PopReviveService:
         self.inflight.clear()
         self._due.clear()
         self.log.reset()
+        self.pop_offsets.reset()
         self.order_info.reset()
 
     async def close(self) -> None:
@@ -157,8 +160,9 @@ class PopReviveService:
         self._next_qid = (self._next_qid + 1) % self.queue_num
         return self._next_qid
 
-    def add_check_point(self, ck: PopCheckPoint, rq: int) -> None:
-        """Write the checkpoint of a pop and hold it in flight (RocketMQ's appendCheckPoint)."""
+    def add_check_point(self, ck: PopCheckPoint, rq: int):
+        """Write the checkpoint of a pop and hold it in flight (RocketMQ's appendCheckPoint); the
+        future of its put (None when the store answers puts at once)."""
         ck.broker_name = ck.broker_name or self.broker_name
         while _key(ck.group, ck.topic, ck.queue_id, ck.start_offset, ck.pop_time) in self.inflight:
             ck.pop_time += 1  # a message's invisible time changed twice within a millisecond: keys stay unique
@@ -166,6 +170,7 @@ class PopReviveService:
                                   CK_TAG)))
         ck.revive_offset = self.log.append(rq, CK_TAG, uniq, ck.to_json())  # its put kept for durable_since
         self._register(ck, rq)
+        return self.log.last_put
 
     def _register(self, ck: PopCheckPoint, rq: int) -> None:
         key = _key(ck.group, ck.topic, ck.queue_id, ck.start_offset, ck.pop_time)
