@@ -197,14 +197,13 @@ class PopReviveService:
                               f"(it popped {ck.offsets()})")
         return ck, i
 
-    def ack(self, ck: PopCheckPoint, index: int, wait: bool = True) -> None:
-        """Write the ack and mark the message (a second ack of it is a no-op). With wait (a
-        client's ack) the record's put is kept for ReviveLog.durable_since."""
+    def ack(self, ck: PopCheckPoint, index: int) -> None:
+        """Write the ack and mark the message (a second ack of it is a no-op)."""
         if ck.bitmap >> index & 1:
             return
         a = AckMsg(ck.offsets()[index], ck.start_offset, ck.group, ck.topic, ck.queue_id, ck.pop_time, ck.broker_name)
         uniq = "@".join(map(str, (a.topic, a.queue_id, a.ack_offset, a.group, a.pop_time, a.broker_name, ACK_TAG)))
-        self.log.append(ck.rq, ACK_TAG, uniq, a.to_json(), wait)
+        self.log.append(ck.rq, ACK_TAG, uniq, a.to_json())
         self._ack_index(ck, index)
 
     def _ack_index(self, ck: PopCheckPoint, index: int) -> None:
@@ -260,8 +259,9 @@ class PopReviveService:
             if msg is not None and not self._put_retry(ck, msg):
                 return False
             # acked in the log as well: a restart before the revive offset passes this checkpoint
-            # does not re-store it again (its retry copy may have been consumed and acked by then)
-            self.ack(ck, i, wait=False)
+            # does not re-store it again (its retry copy may have been consumed and acked by then);
+            # the revive offset passes it once this ack, and so the retry copy before it, is durable
+            self.ack(ck, i)
         self._finish(ck)
         return True
 
