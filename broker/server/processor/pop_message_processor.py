@@ -1,7 +1,8 @@
 """PopMessageProcessor: POP_MESSAGE (200050). The broker picks the queue and the offset: it reads
 from the group's pop offset, writes a checkpoint of what it hands out (PopReviveService) and moves
-the offset past it at once, so a second consumer of the group gets the next messages, never these
-while they are invisible. The pop retry topic %RETRY%<group>_<topic> (what the revive service
+the offset past it at once for pops, so a second consumer of the group gets the next messages,
+never these while they are invisible; the offset table, which followers copy, takes the move once
+the checkpoint is durable (PopOffsets). The pop retry topic %RETRY%<group>_<topic> (what the revive service
 re-stored) is read too. An orderly pop (order=true) hands out one batch per queue at a time
 (ConsumerOrderInfoManager) and writes no checkpoint.
 
@@ -127,7 +128,7 @@ class PopMessageProcessor:
         return popped
 
     def _pop_offset(self, group: str, topic: str, queue_id: int, init_mode: int) -> int:
-        offsets = self.store.consumer_offsets
+        offsets = self.revive.pop_offsets
         offset = offsets.query(group, topic, queue_id)
         if offset >= 0:
             return offset
@@ -136,7 +137,7 @@ class PopMessageProcessor:
             offset = lo  # (MAX: a queue still holding its first message is read from it, as pulls are)
         else:
             offset = max(self.store.max_offset(topic, queue_id) - 1, 0)
-        offsets.commit(group, topic, queue_id, offset)
+        offsets.advance(group, topic, queue_id, offset)
         return offset
 
     def _pop_queue(self, h, topic: str, queue_id: int, tags, popped: _Popped) -> None:
@@ -155,12 +156,12 @@ class PopMessageProcessor:
         r = self.store.get(topic, queue_id, offset, want, MAX_TRANSFER_BYTES, tags)
         if r.status in _MOVED:  # the offset left the queue (cleaned, or never valid): from where it is now
             offset = r.next_offset
-            self.store.consumer_offsets.commit(group, topic, queue_id, offset)
+            self.revive.pop_offsets.advance(group, topic, queue_id, offset)
             r = self.store.get(topic, queue_id, offset, want, MAX_TRANSFER_BYTES, tags)
         popped.rest += max(r.max_offset - r.next_offset, 0)
         if r.status != GetStatus.FOUND or not r.messages:
             if r.next_offset > offset and r.status == GetStatus.NO_MATCHED_MESSAGE:
-                self.store.consumer_offsets.commit(group, topic, queue_id, r.next_offset)  # filtered out
+                self.revive.pop_offsets.advance(group, topic, queue_id, r.next_offset)  # filtered out
             return
         offsets = list(r.queue_offsets)
         if h.order:
@@ -172,8 +173,9 @@ class PopMessageProcessor:
         else:
             ck = PopCheckPoint(offset, popped.pop_time, h.invisibleTime, len(offsets), queue_id, topic, group,
                                diffs=[o - offset for o in offsets])
-            self.revive.add_check_point(ck, popped.revive_qid)
-            self.store.consumer_offsets.commit(group, topic, queue_id, r.next_offset)
+            put = self.revive.add_check_point(ck, popped.revive_qid)
+            # pops read past it now; the offset table (what followers copy) once the checkpoint is durable
+            self.revive.pop_offsets.advance(group, topic, queue_id, r.next_offset, put)
         popped.start_info.append(ei.start_offset_entry(topic, queue_id, offset))
         popped.msg_info.append(ei.msg_offset_entry(topic, queue_id, offsets))
         popped.views.extend(r.messages)
