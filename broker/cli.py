@@ -46,7 +46,8 @@ async def _serve(args: argparse.Namespace) -> int:
     if front is not None:
         front.start(controller.acl)
     store = controller.store
-    print(f"broker {broker_config.brokerName} listening on {controller.addr}; store {store_config.storePathRootDir} "
+    print(f"broker {broker_config.brokerName} ({broker_config.brokerClusterName}) listening on {controller.addr}; "
+          f"store {store_config.storePathRootDir} "
           f"({store_config.flushDiskType}); name servers {broker_config.namesrv_addrs or 'none'}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
