@@ -178,7 +178,8 @@ class BrokerController:
         except BaseException:
             await self.store.close()
             raise
-        log.info("broker %s (%s) listening on %s:%d, name servers %s", self.config.brokerName,
+        # debug: `broker serve` prints its own "broker ... listening on" line (see namesrv/server.py)
+        log.debug("broker %s (%s) listening on %s:%d, name servers %s", self.config.brokerName,
                  self.config.brokerClusterName, self.host, self.server.port, self.config.namesrv_addrs or "none")
         if self.config.metricsPort:
             self.metrics.start(self.store_config.brokerIP1, self.config.metricsPort)
