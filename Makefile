@@ -98,7 +98,7 @@ testdeps: $(VENV)/.testdeps .deps/servers .deps/java
 test: install clients testdeps build/loadgen
 	$(VPY) -m pytest -q tests
 
-# The README's Spark example end to end (examples/spark_example.sh) against the name server and
+# The Spark example of docs/spark.md end to end (examples/spark_example.sh) against the name server and
 # broker `make run` serves (NAMESRV=host:port for others): PySpark from requirements-spark.txt
 # (the pins requirements-test.txt includes), and Java when missing.
 NAMESRV ?= 127.0.0.1:9876
