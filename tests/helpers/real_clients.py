@@ -37,7 +37,10 @@ def check_installed() -> None:
     assert not missing, f"real clients not installed ({', '.join(missing)}): run `make test` or `make clients`"
 
 
-def _argv(kind: str, cmd: str, opt: dict) -> list[str]:
+def _argv(kind: str, cmd: str, opt: dict, home: Path) -> list[str]:
+    if kind == "java":  # the Java 4.x client (Maven Central rocketmq-client), tests/java
+        from tests.helpers.java_client import java_argv
+        return java_argv(cmd, opt, home)
     if kind == "py":  # the project's own client, driven the same way (consume only)
         return [sys.executable, "-m", "tests.helpers.order_consumer", cmd, json.dumps(opt)]
     if kind == "node5":  # the 5.x Node.js client's PushConsumer, through the gRPC front at opt["endpoints"]
@@ -180,11 +183,11 @@ async def _request(port: int, code: int, ext: dict, body: bytes = b"") -> Remoti
 
 
 def produce(kind: str, cluster: Cluster, topic: str, messages: list[dict], tmp: Path, group: str = "pg",
-            access: tuple[str, str] | None = None) -> list[dict]:
-    opt = {"nameSrv": cluster.namesrv, "group": group, "topic": topic, "messages": messages}
+            access: tuple[str, str] | None = None, **more) -> list[dict]:
+    opt = {"nameSrv": cluster.namesrv, "group": group, "topic": topic, "messages": messages, **more}
     if access:
         opt.update(accessKey=access[0], secretKey=access[1])
-    p = subprocess.run(_argv(kind, "produce", opt), capture_output=True, text=True, timeout=120,
+    p = subprocess.run(_argv(kind, "produce", opt, tmp / "home"), capture_output=True, text=True, timeout=120,
                        env=_env(tmp / "home"), cwd=str(CLIENTS))
     lines = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
     assert p.returncode == 0 and lines and lines[-1] == {"done": True}, f"{kind} producer: rc={p.returncode}\n" \
@@ -199,7 +202,7 @@ class Consumer:
     def __init__(self, kind: str, cluster: Cluster, tmp: Path, topic: str, group: str, name: str, **opt):
         opt.update(nameSrv=cluster.namesrv, group=group, topic=topic, instanceName=name)
         self.kind = kind
-        self.child = Child(_argv(kind, "consume", opt), tmp / f"{name}.err", env=_env(tmp / "home"),
+        self.child = Child(_argv(kind, "consume", opt, tmp / "home"), tmp / f"{name}.err", env=_env(tmp / "home"),
                            stdin=subprocess.PIPE)
         self.child.wait_lines(lambda ls: any('"ready"' in line for line in ls), 60, f"{name} to start")
 

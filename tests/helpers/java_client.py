@@ -1,0 +1,51 @@
+"""The real Java 4.x RocketMQ client (Maven Central org.apache.rocketmq:rocketmq-client 4.9.8,
+unmodified) through the driver tests/java/src/main/java/driver/Main.java: one JVM per producer or
+consumer, printing one JSON line per result. Built by `make clients` (Makefile target
+$(JAVA_CLIENTS)): the driver in tests/java/target/classes, the client and its dependencies in
+tests/java/target/lib."""
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from tests.helpers.procs import REPO
+
+JAVA = REPO / "tests" / "java"
+CLIENT_JAR = JAVA / "target" / "lib" / "rocketmq-client-4.9.8.jar"
+CLASSPATH = f"{JAVA / 'target' / 'classes'}:{JAVA / 'target' / 'lib'}/*"
+# a client JVM needs little: a small heap, the serial collector and C1 only start it in ~0.5 s
+JVM_FLAGS = ["-Xmx192m", "-Xss512k", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:-UsePerfData"]
+
+
+def check_installed() -> None:
+    """`make test` builds the driver (Makefile target `clients`); missing, it is a setup error to
+    report, not a test to skip."""
+    assert CLIENT_JAR.exists() and (JAVA / "target" / "classes" / "driver" / "Main.class").exists(), \
+        f"the Java client is not built ({CLIENT_JAR}): run `make clients`"
+
+
+def java_argv(scenario: str, opt: dict, home: Path) -> list[str]:
+    """The command line of one driver run. Everything the client writes goes under `home`: its log
+    (rocketmq.client.logRoot, at WARN) and a BROADCASTING consumer's local offsets
+    (rocketmq.client.localOffsetStoreDir, else ~/.rocketmq_offsets shared by every run). opt "jvm"
+    holds more system properties (e.g. rocketmq.serialize.type)."""
+    check_installed()
+    opt = dict(opt)
+    props = {"user.home": str(home), "rocketmq.client.logRoot": str(home / "logs"),
+             "rocketmq.client.logLevel": "WARN", "rocketmq.client.localOffsetStoreDir": str(home / "offsets"),
+             **opt.pop("jvm", {})}
+    return ["java", *JVM_FLAGS, *[f"-D{k}={v}" for k, v in props.items()], "-cp", CLASSPATH,
+            "driver.Main", scenario, json.dumps(opt)]
+
+
+def run(scenario: str, opt: dict, home: Path, timeout: float = 120) -> list[dict]:
+    """One one-shot driver run (produce, litepull, transaction); its lines before {"done": true}."""
+    home.mkdir(parents=True, exist_ok=True)
+    opt.setdefault("deadline", int(timeout) - 5)
+    p = subprocess.run(java_argv(scenario, opt, home), capture_output=True, text=True, timeout=timeout,
+                       cwd=str(REPO))
+    lines = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
+    assert p.returncode == 0 and lines and lines[-1] == {"done": True}, \
+        f"java {scenario}: rc={p.returncode}\n{p.stdout}\n{p.stderr[-3000:]}"
+    return lines[:-1]
