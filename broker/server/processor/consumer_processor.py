@@ -111,17 +111,20 @@ class ConsumerProcessor:
             if cd.get("groupName"):
                 self.topics.get_or_create(RETRY_PREFIX + cd["groupName"])  # as RocketMQ does on heartbeat
         for group in changed:
-            self._notify_ids_changed(group, conn)
+            self._notify_ids_changed(group)
         return cmd.response(codes.SUCCESS)
 
-    def _notify_ids_changed(self, group: str, joined) -> None:
-        """NOTIFY_CONSUMER_IDS_CHANGED to the other members, so they rebalance now (the C++ client
-        acts on it; ali-ons ignores it and rebalances on its timer)."""
+    def _notify_ids_changed(self, group: str) -> None:
+        """NOTIFY_CONSUMER_IDS_CHANGED to every member, so they rebalance now (the Java and C++
+        clients act on it; ali-ons ignores it and rebalances on its timer). The member that just
+        joined is told too, as RocketMQ's ConsumerManager does: a Java DefaultLitePullConsumer does
+        not rebalance when it starts, so this is what hands it its queues at its first heartbeat
+        instead of at its rebalance timer, 20 s later."""
         g = self.consumers.groups.get(group)
         if not g:
             return
         for conn, _ in {id(cn): (cn, t) for cn, t in g.clients.values()}.values():
-            if conn is not joined and conn is not None and getattr(conn, "transport", None) is not None:
+            if conn is not None and getattr(conn, "transport", None) is not None:
                 conn.oneway(RemotingCommand.request(codes.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group},
                                                     oneway=True))
 
@@ -130,12 +133,12 @@ class ConsumerProcessor:
         at once, as RocketMQ's ClientHousekeepingService does, instead of finding out at its next
         rebalance (20 s in the Java client), while the queues the member held are not consumed."""
         for group in self.consumers.connection_closed(conn):
-            self._notify_ids_changed(group, conn)
+            self._notify_ids_changed(group)
 
     def scan_expired(self) -> None:
         """Members silent for channelExpiredTimeout are dropped and the rest of their group told."""
         for group in self.consumers.scan_expired():
-            self._notify_ids_changed(group, None)
+            self._notify_ids_changed(group)
 
     def unregister(self, cmd: RemotingCommand, conn):
         h = decode(UnregisterClientRequestHeader, cmd.ext)
@@ -143,7 +146,7 @@ class ConsumerProcessor:
         if self.producers is not None and h.producerGroup:
             self.producers.unregister(h.clientID, h.producerGroup)
         if h.consumerGroup:
-            self._notify_ids_changed(h.consumerGroup, conn)
+            self._notify_ids_changed(h.consumerGroup)
         return cmd.response(codes.SUCCESS)
 
     def consumer_list(self, cmd: RemotingCommand, conn):

@@ -1,0 +1,381 @@
+"""The real Java 4.x client, Maven Central org.apache.rocketmq:rocketmq-client 4.9.8, unmodified,
+against our `broker namesrv` + `broker serve` processes: producers (sync, async, oneway, batch,
+orderly, delayed, compressed), push consumers (concurrently, orderly, tag filters, retries into
+the DLQ, broadcasting), the lite pull consumer and the transactional producer, each JVM its own
+process on loopback (tests/helpers/java_client.py; built by `make clients`)."""
+from __future__ import annotations
+
+import itertools
+import re
+from collections import defaultdict
+
+import pytest
+
+from broker.remoting import codes
+from tests.conftest import wait_for
+from tests.helpers.java_client import run
+from tests.helpers.real_clients import Cluster, Consumer, produce
+
+_names = itertools.count()
+# delay level 10 is 2 s here; every other level (retries use 3 and up) 100 ms
+DELAYS = " ".join("2s" if level == 10 else "100ms" for level in range(1, 19))
+
+
+def _unique(prefix: str) -> str:
+    return f"{prefix}-{next(_names)}"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with Cluster(tmp_path_factory.mktemp("java-client"), f"maxReconsumeTimes=16\nmessageDelayLevel={DELAYS}\n"
+                 # undecided transactions checked within a second (RocketMQ: 6 s, then every 60 s)
+                 "transactionCheckInterval=200\ntransactionTimeOut=400\n") as c:
+        yield c
+
+
+def _messages(n: int, tags=("TagA", "TagB"), prefix="body") -> list[dict]:
+    return [{"tags": tags[i % len(tags)], "keys": [f"key-{i}", f"order-{i}"], "props": {"color": f"c{i}"},
+             "body": f"{prefix}-{i}"} for i in range(n)]
+
+
+def _consumer(cluster, tmp, topic, group, name="c1", **opt) -> Consumer:
+    opt.setdefault("consumeFromWhere", "CONSUME_FROM_FIRST_OFFSET")
+    return Consumer("java", cluster, tmp, topic, group, name, **opt)
+
+
+def _offset_msg_id(port: int, commit_log_offset: int) -> str:
+    """The broker's message id: store host IPv4, port and commit-log offset, upper-case hex."""
+    return f"7F000001{port:08X}{commit_log_offset:016X}"
+
+
+def _check_sent(sent: list[dict], topic: str, cluster) -> None:
+    """Each SendResult: SEND_OK on our broker, a client-made unique id, the broker's id, and queue
+    offsets that count up from 0 in each queue without a gap."""
+    assert all(s["status"] == "SEND_OK" for s in sent), sent
+    per_queue = defaultdict(list)
+    for s in sent:
+        assert (s["topic"], s["brokerName"]) == (topic, "broker-a")
+        # MessageClientIDSetter: the client's IP (IPv4 or IPv6), pid, class loader, time, counter
+        assert re.fullmatch(r"[0-9A-F]{32}|[0-9A-F]{56}", s["msgId"]) and s["msgId"] != s["offsetMsgId"], s
+        assert s["offsetMsgId"].startswith(f"7F000001{cluster.port:08X}"), s
+        per_queue[s["queueId"]].append(s["queueOffset"])
+    for q, offsets in per_queue.items():
+        assert sorted(offsets) == list(range(len(offsets))), (q, offsets)
+
+
+def _check_received(got: dict, sent: dict, spec: dict, topic: str, cluster) -> None:
+    """A delivery against the SendResult and the message the producer was given, field by field."""
+    assert (got["topic"], got["tags"], got["body"], got["reconsumeTimes"]) == (topic, spec["tags"], spec["body"], 0)
+    assert got["keys"] == " ".join(spec["keys"])
+    assert got["props"]["color"] == spec["props"]["color"]
+    assert got["props"]["UNIQ_KEY"] == got["msgId"] == sent["msgId"]
+    assert (got["queueId"], got["queueOffset"], got["offsetMsgId"]) == \
+        (sent["queueId"], sent["queueOffset"], sent["offsetMsgId"])
+    assert got["offsetMsgId"] == _offset_msg_id(cluster.port, got["commitLogOffset"])
+    assert got["brokerName"] == "broker-a" and got["sysFlag"] == 0
+    assert got["bornTimestamp"] <= got["storeTimestamp"] <= got["receivedAt"]
+
+
+def test_sync_sends_come_back_to_a_push_consumer_field_by_field(cluster, tmp_path):
+    topic, group = _unique("JSync"), _unique("cg")
+    specs = _messages(12)
+    sent = produce("java", cluster, topic, specs, tmp_path)
+    assert [s["i"] for s in sent] == list(range(12))
+    _check_sent(sent, topic, cluster)
+    assert len({s["queueId"] for s in sent}) == 4  # the producer rotates over the 4 queues
+    with _consumer(cluster, tmp_path, topic, group) as c:
+        got = c.wait(lambda g: len(g) >= 12, 60, "all 12")
+    by_id = {m["msgId"]: m for m in got}
+    assert len(got) == 12 and len(by_id) == 12
+    for s, spec in zip(sent, specs):
+        _check_received(by_id[s["msgId"]], s, spec, topic, cluster)
+
+
+def test_async_and_oneway_sends_arrive(cluster, tmp_path):
+    topic, group = _unique("JAsync"), _unique("cg")
+    specs = _messages(8, prefix="async")
+    sent = produce("java", cluster, topic, specs, tmp_path, mode="async")
+    assert sorted(s["i"] for s in sent) == list(range(8)) and all(s["async"] for s in sent)
+    _check_sent(sent, topic, cluster)
+    one = _messages(4, prefix="oneway")
+    assert produce("java", cluster, topic, one, tmp_path, mode="oneway") == [{"i": i} for i in range(4)]
+    with _consumer(cluster, tmp_path, topic, group) as c:
+        got = c.wait(lambda g: len(g) >= 12, 60, "the 8 async and 4 oneway messages")
+    by_id = {m["msgId"]: m for m in got}
+    for s in sent:
+        _check_received(by_id[s["msgId"]], s, specs[s["i"]], topic, cluster)
+    oneway = sorted((m for m in got if m["body"].startswith("oneway")), key=lambda m: m["body"])
+    assert [(m["body"], m["tags"], m["keys"], m["props"]["color"]) for m in oneway] == \
+        [(f"oneway-{i}", ("TagA", "TagB")[i % 2], f"key-{i} order-{i}", f"c{i}") for i in range(4)]
+    assert len(got) == 12
+
+
+def test_a_batch_is_stored_in_one_queue_in_order(cluster, tmp_path):
+    topic, group = _unique("JBatch"), _unique("cg")
+    specs = [{"tags": "TagA", "keys": [f"b{i}"], "props": {"color": f"c{i}"}, "body": f"batch-{i}"} for i in range(5)]
+    [result] = produce("java", cluster, topic, specs, tmp_path, mode="batch")
+    ids, offset_ids = result["msgId"].split(","), result["offsetMsgId"].split(",")
+    assert result["status"] == "SEND_OK" and len(ids) == len(offset_ids) == 5, result
+    assert result["queueOffset"] == 0  # the first of the batch's offsets
+    with _consumer(cluster, tmp_path, topic, group) as c:
+        got = c.wait(lambda g: len(g) >= 5, 60, "the batch")
+    got.sort(key=lambda m: m["queueOffset"])
+    assert [m["body"] for m in got] == [f"batch-{i}" for i in range(5)]
+    assert [m["msgId"] for m in got] == ids and [m["offsetMsgId"] for m in got] == offset_ids
+    assert {m["queueId"] for m in got} == {result["queueId"]}
+    assert [m["queueOffset"] for m in got] == list(range(5))
+    assert [(m["keys"], m["props"]["color"], m["tags"]) for m in got] == [(f"b{i}", f"c{i}", "TagA") for i in range(5)]
+
+
+def test_a_body_over_compress_msg_body_over_howmuch_is_compressed_and_read_back_intact(cluster, tmp_path):
+    topic, group = _unique("JZip"), _unique("cg")
+    specs = [{"tags": "Big", "keys": ["big"], "props": {"color": "big"}, "size": 64 * 1024},
+             {"tags": "Small", "keys": ["small"], "body": "small"}]
+    sent = produce("java", cluster, topic, specs, tmp_path, compressOver=4096)
+    _check_sent(sent, topic, cluster)
+    with _consumer(cluster, tmp_path, topic, group) as c:
+        got = c.wait(lambda g: len(g) >= 2, 60, "both")
+    big = next(m for m in got if m["tags"] == "Big")
+    assert (big["size"], big["bodyIsX"], big["keys"], big["props"]["color"]) == (64 * 1024, True, "big", "big")
+    stored = [r for q in range(4) for r in cluster.records(topic, q)]
+    zipped = next(r for r in stored if r.properties.get("TAGS") == "Big")
+    plain = next(r for r in stored if r.properties.get("TAGS") == "Small")
+    # compressed by the client, stored as sent (flag and all), inflated by the consumer
+    assert zipped.sys_flag & 1 and len(zipped.body) < 1024 and big["sysFlag"] & 1
+    assert not plain.sys_flag & 1 and bytes(plain.body) == b"small"
+
+
+def test_a_tag_expression_delivers_only_those_tags(cluster, tmp_path):
+    topic, group = _unique("JTags"), _unique("cg")
+    specs = _messages(15, tags=("TagA", "TagB", "TagC"))
+    produce("java", cluster, topic, specs, tmp_path)
+    with _consumer(cluster, tmp_path, topic, group, expression="TagA || TagB") as c:
+        c.wait(lambda g: len(g) >= 10, 60, "the TagA and TagB messages")
+        # then a TagB behind every TagC in each queue: once those are in, a TagC let through
+        # (by the broker's tag-hash filter or the client's tag-name check) would be too
+        tail = produce("java", cluster, topic, [{"tags": "TagB", "body": f"tail-{i}"} for i in range(8)], tmp_path)
+        assert {s["queueId"] for s in tail} == {0, 1, 2, 3}
+        got = c.wait(lambda g: len(g) >= 18, 60, "the tail")
+    assert sorted(m["body"] for m in got if m["body"].startswith("body")) == \
+        sorted(f"body-{i}" for i in range(15) if i % 3 != 2)
+    assert {m["tags"] for m in got} == {"TagA", "TagB"} and len(got) == 18
+
+
+def test_orderly_sends_keep_their_order_in_one_queue_per_key(cluster, tmp_path):
+    topic, group = _unique("JOrder"), _unique("cg")
+    specs = [{"tags": "TagA", "keys": [f"k{i % 3}"], "body": f"{i % 3}-{i // 3}", "orderKey": i % 3} for i in range(30)]
+    sent = produce("java", cluster, topic, specs, tmp_path, mode="orderly")
+    assert all(s["status"] == "SEND_OK" and s["queueId"] == s["i"] % 3 for s in sent), sent
+    with _consumer(cluster, tmp_path, topic, group, orderly=True) as c:
+        got = c.wait(lambda g: len(g) >= 30, 60, "all 30 in order")
+    for key in range(3):
+        mine = [m for m in got if m["keys"] == f"k{key}"]
+        assert [m["body"] for m in mine] == [f"{key}-{n}" for n in range(10)]
+        assert {m["queueId"] for m in mine} == {key}
+        assert [m["queueOffset"] for m in mine] == list(range(10))
+
+
+def test_a_delay_level_is_delivered_after_its_delay_not_before(cluster, tmp_path):
+    topic, group = _unique("JDelay"), _unique("cg")
+    with _consumer(cluster, tmp_path, topic, group, consumeFromWhere="CONSUME_FROM_LAST_OFFSET") as c:
+        produce("java", cluster, topic, [{"tags": "now", "body": "now"}], tmp_path)
+        c.wait(lambda g: len(g) >= 1, 60, "the immediate message")  # the consumer is pulling
+        sent = produce("java", cluster, topic, [{"tags": "later", "keys": ["d"], "props": {"color": "d"},
+                                                 "body": "later", "delayLevel": 10}], tmp_path)
+        assert sent[0]["status"] == "SEND_OK"
+        got = c.wait(lambda g: len(g) >= 2, 30, "the delayed message")
+    later = got[1]
+    assert (later["body"], later["tags"], later["keys"], later["props"]["color"]) == ("later", "later", "d", "d")
+    assert later["msgId"] == sent[0]["msgId"] and later["queueId"] == sent[0]["queueId"]
+    # the level asked for stays readable (getDelayTimeLevel), with where it was bound, as on RocketMQ
+    assert (later["delayLevel"], later["props"]["REAL_TOPIC"], later["props"]["REAL_QID"]) == \
+        (10, topic, str(sent[0]["queueId"]))
+    # level 10 is 2 s here: not delivered before it (born and received on this machine's clock)
+    assert later["receivedAt"] - later["bornTimestamp"] >= 2000, later
+    assert later["storeTimestamp"] - later["bornTimestamp"] >= 2000, later  # stored again when due
+
+
+def test_reconsume_later_retries_then_ends_in_the_dead_letter_queue(cluster, tmp_path):
+    topic, group = _unique("JRetry"), _unique("cg")
+    specs = _messages(2)
+    sent = produce("java", cluster, topic, specs, tmp_path)
+    with _consumer(cluster, tmp_path, topic, group, fail="always", maxReconsumeTimes=2) as c:
+        wait_for(lambda: cluster.total(f"%DLQ%{group}", 1) == 2, 60, "both messages in the dead letter queue")
+        got = c.wait(lambda g: len(g) >= 6, 30, "three deliveries of each")
+    for s, spec in zip(sent, specs):
+        mine = sorted((m for m in got if m["msgId"] == s["msgId"]), key=lambda m: m["reconsumeTimes"])
+        # the first delivery, then two through %RETRY%<group>, each handed back under the topic sent to
+        assert [m["reconsumeTimes"] for m in mine] == [0, 1, 2], mine
+        for m in mine:
+            assert (m["topic"], m["body"], m["tags"], m["keys"], m["props"]["color"]) == \
+                (topic, spec["body"], spec["tags"], " ".join(spec["keys"]), spec["props"]["color"])
+        assert mine[0]["offsetMsgId"] == s["offsetMsgId"]
+        assert len({m["offsetMsgId"] for m in mine}) == 3  # each retry is a new record
+    assert cluster.total(f"%RETRY%{group}", 1) == 4
+    dead = sorted(cluster.records(f"%DLQ%{group}", 0), key=lambda r: bytes(r.body))
+    assert [bytes(r.body) for r in dead] == [b"body-0", b"body-1"]
+    for r, s in zip(dead, sent):
+        assert (r.properties["RETRY_TOPIC"], r.properties["UNIQ_KEY"], r.reconsume_times) == (topic, s["msgId"], 3)
+
+
+def test_broadcasting_delivers_everything_to_every_member(cluster, tmp_path):
+    topic, group = _unique("JBroadcast"), _unique("cg")
+    specs = _messages(8)
+    sent = produce("java", cluster, topic, specs, tmp_path)
+    with _consumer(cluster, tmp_path, topic, group, "a", model="BROADCASTING") as a, \
+            _consumer(cluster, tmp_path, topic, group, "b", model="BROADCASTING") as b:
+        got_a = a.wait(lambda g: len(g) >= 8, 60, "a to get all 8")
+        got_b = b.wait(lambda g: len(g) >= 8, 60, "b to get all 8")
+    for got in (got_a, got_b):
+        assert sorted(m["msgId"] for m in got) == sorted(s["msgId"] for s in sent)
+    # offsets are the consumers' own: a local file each (LocalFileOffsetStore), written on shutdown
+    for name in ("a", "b"):
+        [offsets] = (tmp_path / "home" / "offsets").glob(f"*@{name}/{group}/offsets.json")
+        assert topic in offsets.read_text()
+
+
+def _committed(cluster, group: str, topic: str) -> dict[int, int]:
+    out = {}
+    for q in range(4):
+        r = cluster.call(codes.QUERY_CONSUMER_OFFSET, {"consumerGroup": group, "topic": topic, "queueId": q})
+        out[q] = int(r.ext["offset"]) if r.code == codes.SUCCESS else None
+    return out
+
+
+def test_a_restarted_push_consumer_resumes_from_its_committed_offsets(cluster, tmp_path):
+    topic, group = _unique("JResume"), _unique("cg")
+    produce("java", cluster, topic, _messages(8), tmp_path)
+    with _consumer(cluster, tmp_path, topic, group, "c1") as c:
+        c.wait(lambda g: len(g) >= 8, 60, "the first 8")
+    # shutdown() persisted the offsets: the next message of every queue
+    assert _committed(cluster, group, topic) == {q: cluster.max_offset(topic, q) for q in range(4)}
+    later = produce("java", cluster, topic, [{"tags": "TagA", "body": f"later-{i}"} for i in range(8)], tmp_path)
+    with _consumer(cluster, tmp_path, topic, group, "c2") as c:
+        got = c.wait(lambda g: len(g) >= 8, 60, "the next 8")
+        # then one more: had c2 started from the beginning, the first 8 would be in before it
+        last = produce("java", cluster, topic, [{"tags": "TagA", "body": "last"}], tmp_path)
+        got = c.wait(lambda g: any(m["body"] == "last" for m in g), 60, "the last")
+    assert sorted(m["msgId"] for m in got) == sorted(s["msgId"] for s in later + last), got
+
+
+def test_lite_pull_subscribe_polls_everything_and_commits(cluster, tmp_path):
+    topic, group = _unique("JLite"), _unique("cg")
+    specs = _messages(10)
+    sent = produce("java", cluster, topic, specs, tmp_path)
+    lines = run("litepull", {"nameSrv": cluster.namesrv, "group": group, "topic": topic, "expect": 10,
+                             "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET", "autoCommit": False, "commit": True},
+                tmp_path / "home")
+    assert lines[1] == {"queues": [0, 1, 2, 3]}
+    started, got, committed = lines[0]["started"], lines[2:-1], lines[-1]["committed"]
+    # its queues come with the broker's NOTIFY_CONSUMER_IDS_CHANGED answering its first heartbeat
+    # (1 s after start), not with its own rebalance timer, 20 s later
+    assert got[0]["receivedAt"] - started < 10_000, got[0]["receivedAt"] - started
+    by_id = {m["msgId"]: m for m in got}
+    assert len(got) == 10 == len(by_id)
+    for s, spec in zip(sent, specs):
+        _check_received(by_id[s["msgId"]], s, spec, topic, cluster)
+    ends = {q: cluster.max_offset(topic, q) for q in range(4)}
+    assert {int(q): o for q, o in committed.items()} == ends
+    assert _committed(cluster, group, topic) == ends  # commitSync() persisted them on the broker
+
+
+def test_lite_pull_assign_and_seek_read_one_queue_from_an_offset(cluster, tmp_path):
+    topic, group = _unique("JAssign"), _unique("cg")
+    sent = produce("java", cluster, topic, _messages(16), tmp_path)
+    q1 = sorted((s for s in sent if s["queueId"] == 1), key=lambda s: s["queueOffset"])
+    assert len(q1) == 4
+    lines = run("litepull", {"nameSrv": cluster.namesrv, "group": group, "topic": topic, "assign": [1],
+                             "seek": {"1": 2}, "expect": 2, "autoCommit": False, "commit": True}, tmp_path / "home")
+    got = lines[2:-1]
+    assert [(m["queueId"], m["queueOffset"], m["msgId"]) for m in got] == \
+        [(1, s["queueOffset"], s["msgId"]) for s in q1[2:]]
+    assert lines[-1]["committed"]["1"] == 4
+    assert _committed(cluster, group, topic)[1] == 4
+
+
+def test_binary_rocketmq_headers_send_and_consume(cluster, tmp_path):
+    """-Drocketmq.serialize.type=ROCKETMQ: every request the client makes has a binary header."""
+    topic, group = _unique("JBinary"), _unique("cg")
+    specs = _messages(6)
+    binary = {"rocketmq.serialize.type": "ROCKETMQ"}
+    sent = produce("java", cluster, topic, specs, tmp_path, jvm=binary)
+    _check_sent(sent, topic, cluster)
+    with _consumer(cluster, tmp_path, topic, group, jvm=binary) as c:
+        got = c.wait(lambda g: len(g) >= 6, 60, "all 6")
+    by_id = {m["msgId"]: m for m in got}
+    for s, spec in zip(sent, specs):
+        _check_received(by_id[s["msgId"]], s, spec, topic, cluster)
+
+
+def test_transactions_commit_roll_back_and_are_checked_back(cluster, tmp_path):
+    topic, group, pgroup = _unique("JTx"), _unique("cg"), _unique("txpg")
+    specs = [{"tags": "T", "body": "commit", "local": "COMMIT_MESSAGE"},
+             {"tags": "T", "body": "rollback", "local": "ROLLBACK_MESSAGE"},
+             {"tags": "T", "body": "check-commit", "local": "UNKNOW", "props": {"check": "COMMIT_MESSAGE"}},
+             {"tags": "T", "body": "check-rollback", "local": "UNKNOW", "props": {"check": "ROLLBACK_MESSAGE"}}]
+    opt = {"nameSrv": cluster.namesrv, "group": pgroup, "topic": topic, "messages": specs, "stay": True,
+           "instanceName": "tx"}
+    from tests.helpers.java_client import java_argv
+    from tests.helpers.procs import Child
+    import json
+    import subprocess
+    (tmp_path / "home").mkdir()
+    producer = Child(java_argv("transaction", opt, tmp_path / "home"), tmp_path / "tx.err", stdin=subprocess.PIPE)
+    try:
+        lines = producer.wait_lines(lambda ls: ls if any('"ready"' in x for x in ls) else None, 60, "the sends")
+        sends = [json.loads(x) for x in lines if '"localState"' in x]
+        # the reply names the transaction (its UNIQ_KEY), as RocketMQ 5's broker does
+        assert all(s["transactionId"] == s["msgId"] for s in sends), sends
+        assert [(s["status"], s["localState"]) for s in sends] == [
+            ("SEND_OK", "COMMIT_MESSAGE"), ("SEND_OK", "ROLLBACK_MESSAGE"), ("SEND_OK", "UNKNOW"), ("SEND_OK", "UNKNOW")]
+        checks = producer.wait_lines(
+            lambda ls: (lambda c: c if {m["body"] for m in c} >= {"check-commit", "check-rollback"} else None)(
+                [json.loads(x) for x in ls if '"check"' in x]), 60, "both check-backs")
+        for m in checks:  # the half message as the producer sent it, under its real topic
+            s = sends[2] if m["body"] == "check-commit" else sends[3]
+            assert (m["topic"], m["uniqKey"], m["transactionId"]) == (topic, s["msgId"], s["transactionId"]), m
+            assert m["check"] == m["props"]["check"]
+        assert {m["body"] for m in checks} == {"check-commit", "check-rollback"}
+        with _consumer(cluster, tmp_path, topic, group) as c:
+            got = c.wait(lambda g: len(g) >= 2, 60, "the two committed")
+            tail = produce("java", cluster, topic, [{"tags": "T", "body": f"tail-{i}"} for i in range(8)], tmp_path)
+            got = c.wait(lambda g: len(g) >= 10, 60, "the tail behind them")
+        assert sorted(m["body"] for m in got if not m["body"].startswith("tail")) == ["check-commit", "commit"]
+        committed = {m["body"]: m for m in got}
+        assert committed["commit"]["msgId"] == sends[0]["msgId"]
+        assert committed["check-commit"]["msgId"] == sends[2]["msgId"]
+        assert len(tail) == 8
+    finally:
+        if producer.proc.poll() is None:
+            producer.proc.stdin.close()
+            producer.wait_lines(lambda ls: any('"closed"' in x for x in ls), 60, "the producer to close")
+        producer.kill_group()
+
+
+def _connections_to(port: int) -> int:
+    """ESTABLISHED TCP connections the broker accepted on 127.0.0.1:`port` (/proc/net/tcp: the
+    broker's IPv4 side; the JVM's may be an IPv6 socket)."""
+    n = 0
+    for line in open("/proc/net/tcp").read().splitlines()[1:]:
+        local, state = line.split()[1], line.split()[3]
+        if local == f"0100007F:{port:04X}" and state == "01":
+            n += 1
+    return n
+
+
+def test_vip_channel_clients_send_and_commit_on_listen_port_minus_2(cluster, tmp_path):
+    """vipChannelEnabled: the client sends and commits offsets to listenPort - 2 (pulls and
+    heartbeats stay on the main port). It has no fallback: a send not served there fails."""
+    topic, group = _unique("JVip"), _unique("cg")
+    specs = _messages(6)
+    assert _connections_to(cluster.port - 2) == 0
+    sent = produce("java", cluster, topic, specs, tmp_path, vip=True)
+    _check_sent(sent, topic, cluster)
+    with _consumer(cluster, tmp_path, topic, group, vip=True, persistConsumerOffsetInterval=500) as c:
+        got = c.wait(lambda g: len(g) >= 6, 60, "all 6")
+        wait_for(lambda: _connections_to(cluster.port - 2) >= 1, 10, "the consumer's offset commits on the VIP port")
+    by_id = {m["msgId"]: m for m in got}
+    for s, spec in zip(sent, specs):
+        _check_received(by_id[s["msgId"]], s, spec, topic, cluster)
+    # shutdown() committed through the VIP channel
+    assert _committed(cluster, group, topic) == {q: cluster.max_offset(topic, q) for q in range(4)}
