@@ -13,7 +13,7 @@ import pytest
 
 from broker.remoting import codes
 from tests.conftest import wait_for
-from tests.helpers.java_client import run
+from tests.helpers.java_client import JavaProcess, run
 from tests.helpers.real_clients import Cluster, Consumer, produce
 
 _names = itertools.count()
@@ -313,43 +313,29 @@ def test_transactions_commit_roll_back_and_are_checked_back(cluster, tmp_path):
              {"tags": "T", "body": "rollback", "local": "ROLLBACK_MESSAGE"},
              {"tags": "T", "body": "check-commit", "local": "UNKNOW", "props": {"check": "COMMIT_MESSAGE"}},
              {"tags": "T", "body": "check-rollback", "local": "UNKNOW", "props": {"check": "ROLLBACK_MESSAGE"}}]
-    opt = {"nameSrv": cluster.namesrv, "group": pgroup, "topic": topic, "messages": specs, "stay": True,
-           "instanceName": "tx"}
-    from tests.helpers.java_client import java_argv
-    from tests.helpers.procs import Child
-    import json
-    import subprocess
-    (tmp_path / "home").mkdir()
-    producer = Child(java_argv("transaction", opt, tmp_path / "home"), tmp_path / "tx.err", stdin=subprocess.PIPE)
-    try:
-        lines = producer.wait_lines(lambda ls: ls if any('"ready"' in x for x in ls) else None, 60, "the sends")
-        sends = [json.loads(x) for x in lines if '"localState"' in x]
-        # the reply names the transaction (its UNIQ_KEY), as RocketMQ 5's broker does
-        assert all(s["transactionId"] == s["msgId"] for s in sends), sends
+    opt = {"nameSrv": cluster.namesrv, "group": pgroup, "topic": topic, "messages": specs, "instanceName": "tx"}
+    with JavaProcess("transaction", opt, tmp_path / "home", "tx") as producer:
+        sends = producer.ready()
         assert [(s["status"], s["localState"]) for s in sends] == [
             ("SEND_OK", "COMMIT_MESSAGE"), ("SEND_OK", "ROLLBACK_MESSAGE"), ("SEND_OK", "UNKNOW"), ("SEND_OK", "UNKNOW")]
-        checks = producer.wait_lines(
-            lambda ls: (lambda c: c if {m["body"] for m in c} >= {"check-commit", "check-rollback"} else None)(
-                [json.loads(x) for x in ls if '"check"' in x]), 60, "both check-backs")
+        # the reply names the transaction (its UNIQ_KEY), as RocketMQ 5's broker does
+        assert all(s["transactionId"] == s["msgId"] for s in sends), sends
+        checks = producer.wait(lambda ls: (lambda c: c if {m["body"] for m in c} >= {"check-commit", "check-rollback"}
+                                           else None)([x for x in ls if "check" in x]), 60, "both check-backs")
         for m in checks:  # the half message as the producer sent it, under its real topic
             s = sends[2] if m["body"] == "check-commit" else sends[3]
             assert (m["topic"], m["uniqKey"], m["transactionId"]) == (topic, s["msgId"], s["transactionId"]), m
             assert m["check"] == m["props"]["check"]
-        assert {m["body"] for m in checks} == {"check-commit", "check-rollback"}
         with _consumer(cluster, tmp_path, topic, group) as c:
-            got = c.wait(lambda g: len(g) >= 2, 60, "the two committed")
+            c.wait(lambda g: len(g) >= 2, 60, "the two committed")
             tail = produce("java", cluster, topic, [{"tags": "T", "body": f"tail-{i}"} for i in range(8)], tmp_path)
+            assert {s["queueId"] for s in tail} == {0, 1, 2, 3}
             got = c.wait(lambda g: len(g) >= 10, 60, "the tail behind them")
-        assert sorted(m["body"] for m in got if not m["body"].startswith("tail")) == ["check-commit", "commit"]
-        committed = {m["body"]: m for m in got}
-        assert committed["commit"]["msgId"] == sends[0]["msgId"]
-        assert committed["check-commit"]["msgId"] == sends[2]["msgId"]
-        assert len(tail) == 8
-    finally:
-        if producer.proc.poll() is None:
-            producer.proc.stdin.close()
-            producer.wait_lines(lambda ls: any('"closed"' in x for x in ls), 60, "the producer to close")
-        producer.kill_group()
+    # the rolled back ones were never delivered, in any queue, before what came after them
+    assert sorted(m["body"] for m in got if not m["body"].startswith("tail")) == ["check-commit", "commit"]
+    committed = {m["body"]: m for m in got}
+    assert committed["commit"]["msgId"] == sends[0]["msgId"]
+    assert committed["check-commit"]["msgId"] == sends[2]["msgId"]
 
 
 def _connections_to(port: int) -> int:
@@ -379,3 +365,91 @@ def test_vip_channel_clients_send_and_commit_on_listen_port_minus_2(cluster, tmp
         _check_received(by_id[s["msgId"]], s, spec, topic, cluster)
     # shutdown() committed through the VIP channel
     assert _committed(cluster, group, topic) == {q: cluster.max_offset(topic, q) for q in range(4)}
+
+
+def test_view_message_by_id_query_by_key_and_queue_offsets(cluster, tmp_path):
+    topic = _unique("JQuery")
+    specs = [{"tags": "TagA", "keys": [f"order-{i // 2}"], "props": {"color": f"c{i}"}, "body": f"q-{i}"}
+             for i in range(6)]
+    sent = produce("java", cluster, topic, specs, tmp_path)
+    wait_for(cluster.dispatched_all, 30, "the broker to index everything it wrote")
+    q = sent[0]["queueId"]
+    assert sent[0]["queueOffset"] == 0
+    lines = run("admin", {"nameSrv": cluster.namesrv, "group": _unique("admin"), "brokerName": "broker-a",
+                          "view": [sent[1]["offsetMsgId"], sent[0]["offsetMsgId"]],
+                          "viewUniq": [[topic, sent[2]["msgId"]]],
+                          "query": [[topic, "order-1"], [topic, "order-none"]],
+                          "offsets": [[topic, q, 0]]}, tmp_path / "home")
+    view, view0, uniq, query, none, offsets = lines
+    assert (view["op"], view["body"], view["offsetMsgId"], view["msgId"]) == \
+        ("view", "q-1", sent[1]["offsetMsgId"], sent[1]["msgId"])
+    assert (view["keys"], view["props"]["color"], view["queueOffset"]) == ("order-0", "c1", sent[1]["queueOffset"])
+    assert (uniq["op"], uniq["body"], uniq["msgId"], uniq["topic"]) == ("viewUniq", "q-2", sent[2]["msgId"], topic)
+    assert sorted((m["body"], m["msgId"]) for m in query["messages"]) == \
+        sorted((spec["body"], s["msgId"]) for s, spec in zip(sent, specs) if spec["keys"] == ["order-1"])
+    # nothing under a key: the client's own MQClientException "query message by key finished, but no message."
+    assert none["op"] == "query" and "no message" in none["error"], none
+    in_q = sum(s["queueId"] == q for s in sent)
+    assert (offsets["op"], offsets["min"], offsets["max"], offsets["search"]) == ("offsets", 0, in_q, 0), offsets
+    # earliestMsgStoreTime (GET_EARLIEST_MSG_STORETIME): when the queue's first message was stored
+    assert offsets["earliest"] == view0["storeTimestamp"], offsets
+
+
+def test_a_member_killed_hands_its_queues_to_the_other(cluster, tmp_path):
+    """Two push consumers share a group; one is killed -9. The broker sees its connection close and
+    tells the other (NOTIFY_CONSUMER_IDS_CHANGED), which takes every queue: what is sent next all
+    reaches it."""
+    topic, group = _unique("JKill"), _unique("cg")
+    produce("java", cluster, topic, [{"tags": "TagA", "body": "warm-up"}], tmp_path)  # the topic's 4 queues
+    with _consumer(cluster, tmp_path, topic, group, "a") as a, _consumer(cluster, tmp_path, topic, group, "b") as b:
+        for round_ in range(20):  # until a round of 8 (2 a queue) is split cleanly between them
+            bodies = {f"r{round_}-{i}" for i in range(8)}
+            produce("java", cluster, topic, [{"tags": "TagA", "body": x} for x in sorted(bodies)], tmp_path)
+            wait_for(lambda: {m["body"] for m in a.got + b.got} >= bodies, 60, f"round {round_} delivered")
+            qa = {m["queueId"] for m in a.got if m["body"] in bodies}
+            qb = {m["queueId"] for m in b.got if m["body"] in bodies}
+            if qa and qb and not qa & qb:
+                break
+        else:
+            raise AssertionError("the two consumers never shared the queues")
+        a.child.kill_group()  # SIGKILL: no unregister, no last offset commit
+        after = produce("java", cluster, topic, [{"tags": "TagA", "body": f"after-{i}"} for i in range(8)], tmp_path)
+        assert {s["queueId"] for s in after} == {0, 1, 2, 3}
+        got = b.wait(lambda g: {m["body"] for m in g} >= {f"after-{i}" for i in range(8)}, 60,
+                     "b to get what was sent after the kill, from a's queues too")
+    assert {m["queueId"] for m in got if m["body"].startswith("after")} == {0, 1, 2, 3}
+    assert qa <= {m["queueId"] for m in got}  # a's queues are b's now
+
+
+def _traces(cluster, msg_id: str) -> list[list[str]]:
+    """The trace entries in RMQ_SYS_TRACE_TOPIC naming a message (TraceDataEncoder: fields split by
+    \\x01, entries by \\x02)."""
+    out = []
+    for q in range(4):
+        for rec in cluster.records("RMQ_SYS_TRACE_TOPIC", q):
+            for entry in bytes(rec.body).decode().split("\x02"):
+                fields = entry.split("\x01")
+                if msg_id in fields:
+                    out.append(fields)
+    return out
+
+
+def test_message_traces_are_written_to_the_trace_topic(cluster, tmp_path):
+    """enableMsgTrace: the producer and the consumer each send their trace (Pub, SubBefore,
+    SubAfter) to RMQ_SYS_TRACE_TOPIC, which the broker stores like any topic. (Traces are sent in
+    the background: the producer stays up until they are stored.)"""
+    topic, group, pgroup = _unique("JTrace"), _unique("cg"), _unique("tracepg")
+    opt = {"nameSrv": cluster.namesrv, "group": pgroup, "topic": topic, "trace": True,
+           "messages": [{"tags": "TagA", "keys": ["traced"], "body": "traced"}]}
+    with JavaProcess("produce", opt, tmp_path / "home", "traced") as producer, \
+            _consumer(cluster, tmp_path, topic, group, trace=True) as c:
+        msg_id = producer.ready()[0]["msgId"]
+        c.wait(lambda g: len(g) >= 1, 60, "the message")
+        found = wait_for(lambda: (lambda t: t if {f[0] for f in t} >= {"Pub", "SubBefore", "SubAfter"} else None)(
+            _traces(cluster, msg_id)), 30, "the Pub, SubBefore and SubAfter traces")
+    pub = next(f for f in found if f[0] == "Pub")
+    # TraceDataEncoder's Pub: type, time, region, group, topic, msgId, tags, keys, storeHost, ...
+    assert (pub[3], pub[4], pub[5], pub[6], pub[7]) == (pgroup, topic, msg_id, "TagA", "traced")
+    assert pub[8] == f"127.0.0.1:{cluster.port}"
+    sub = next(f for f in found if f[0] == "SubBefore")
+    assert sub[3] == group  # the consumer group that took it

@@ -9,7 +9,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from tests.helpers.procs import REPO
+from tests.helpers.procs import REPO, Child
 
 JAVA = REPO / "tests" / "java"
 CLIENT_JAR = JAVA / "target" / "lib" / "rocketmq-client-4.9.8.jar"
@@ -49,3 +49,36 @@ def run(scenario: str, opt: dict, home: Path, timeout: float = 120) -> list[dict
     assert p.returncode == 0 and lines and lines[-1] == {"done": True}, \
         f"java {scenario}: rc={p.returncode}\n{p.stdout}\n{p.stderr[-3000:]}"
     return lines[:-1]
+
+
+class JavaProcess:
+    """A long-running driver (option "stay"): started, read as its lines come ({"ready": true}
+    once its work is done), stopped by closing its stdin ({"closed": true})."""
+
+    def __init__(self, scenario: str, opt: dict, home: Path, name: str):
+        home.mkdir(parents=True, exist_ok=True)
+        opt = {"deadline": 180, **opt, "stay": True}
+        self.child = Child(java_argv(scenario, opt, home), home.parent / f"{name}.err", stdin=subprocess.PIPE)
+
+    def wait(self, predicate, timeout: float, what: str):
+        """Wait until `predicate(parsed lines)` is truthy; returns its value."""
+        return self.child.wait_lines(lambda ls: predicate([json.loads(x) for x in ls if x.startswith("{")]),
+                                     timeout, what)
+
+    def ready(self, timeout: float = 60) -> list[dict]:
+        """Its lines up to {"ready": true}."""
+        lines = self.wait(lambda ls: ls if {"ready": True} in ls else None, timeout, "the driver's work")
+        return lines[:lines.index({"ready": True})]
+
+    def close(self) -> None:
+        if self.child.proc.poll() is None:
+            self.child.proc.stdin.close()
+            self.child.wait_lines(lambda ls: any('"closed"' in x for x in ls), 60, "the driver to close")
+            self.child.proc.wait(30)
+        self.child.kill_group()
+
+    def __enter__(self) -> "JavaProcess":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -16,7 +16,7 @@ from broker.remoting.refusals import BadRequest, NotFound
 from broker.common.topic_validator import DLQ_PREFIX, RETRY_PREFIX, check_topic_name
 from broker.server.subscription.subscription_group_manager import SubscriptionGroupNotExist
 from broker.store.errors import StoreError
-from broker.store.message import host_bytes
+from broker.store.message import SYSFLAG_BORNHOST_V6, host_bytes
 from broker.store.results import PutStatus
 
 log = logging.getLogger("consumers")
@@ -75,6 +75,12 @@ def _mq_keys(body: dict) -> list:
 
 
 
+def _store_timestamp(record) -> int:
+    """STORETIMESTAMP of a stored record: after the born host, 8 bytes or 20 (SYSFLAG_BORNHOST_V6)."""
+    at = 68 if int.from_bytes(record[36:40], "big") & SYSFLAG_BORNHOST_V6 else 56
+    return int.from_bytes(record[at:at + 8], "big", signed=True)
+
+
 class ConsumerProcessor:
     def __init__(self, store, topics, consumers, holds, schedule, max_reconsume_times: int, producers=None,
                  lock_max_live_time: float = REBALANCE_LOCK_MAX_LIVE_TIME, groups=None):
@@ -93,6 +99,7 @@ class ConsumerProcessor:
                 codes.GET_CONSUMER_LIST_BY_GROUP: self.consumer_list,
                 codes.QUERY_CONSUMER_OFFSET: self.query_offset, codes.UPDATE_CONSUMER_OFFSET: self.update_offset,
                 codes.GET_MAX_OFFSET: self.max_offset, codes.GET_MIN_OFFSET: self.min_offset,
+                codes.GET_EARLIEST_MSG_STORETIME: self.earliest_store_time,
                 codes.SEARCH_OFFSET_BY_TIMESTAMP: self.search_offset,
                 codes.CONSUMER_SEND_MSG_BACK: self.send_back,
                 codes.LOCK_BATCH_MQ: self.lock, codes.UNLOCK_BATCH_MQ: self.unlock}
@@ -182,6 +189,17 @@ class ConsumerProcessor:
         h = decode(QueueHeader, cmd.ext)
         return cmd.response(codes.SUCCESS, {"offset": self.store.min_offset(h.topic, h.queueId)})
 
+    def earliest_store_time(self, cmd: RemotingCommand, conn):
+        """GET_EARLIEST_MSG_STORETIME (the Java client's earliestMsgStoreTime): when the queue's
+        first message still held was stored; -1 for an empty queue, as RocketMQ's store answers."""
+        h = decode(QueueHeader, cmd.ext)
+        r = self.store.get(h.topic, h.queueId, self.store.min_offset(h.topic, h.queueId), 1)
+        try:
+            stored_at = _store_timestamp(r.messages[0]) if r.messages else -1
+        finally:
+            r.release()
+        return cmd.response(codes.SUCCESS, {"timestamp": stored_at})
+
     def search_offset(self, cmd: RemotingCommand, conn):
         """The first queue offset whose message was stored at or after `timestamp`."""
         h = decode(SearchOffsetRequestHeader, cmd.ext)
@@ -192,7 +210,10 @@ class ConsumerProcessor:
             r = self.store.get(topic, queue_id, mid, 1)
             if not r.messages:
                 break
-            stored_at = int.from_bytes(r.messages[0][56:64], "big", signed=True)  # STORETIMESTAMP
+            try:
+                stored_at = _store_timestamp(r.messages[0])
+            finally:
+                r.release()
             if stored_at < ts:
                 lo = mid + 1
             else:

@@ -9,7 +9,8 @@ import com.alibaba.fastjson.JSONObject;
  * Every result is one JSON line on stdout; the last is {"done":true} (one-shot scenarios) or
  * {"closed":true} (long-running ones, which stop when stdin closes).
  *
- * Scenarios: produce (Produce), consume (PushConsume), litepull (LitePull), transaction (Transaction).
+ * Scenarios: produce (Produce), consume (PushConsume), litepull (LitePull), transaction (Transaction),
+ * admin (Admin: viewMessage, queryMessage, offsets).
  * Every run is bounded by the option "deadline" (seconds, default 120): past it the process prints
  * {"fatal":"deadline"} and halts, so a stuck client never outlives its test.
  */
@@ -19,7 +20,7 @@ public final class Main {
 
     public static void main(String[] args) throws Exception {
         if (args.length != 2) {
-            System.err.println("usage: driver.Main <produce|consume|litepull|transaction> '<json options>'");
+            System.err.println("usage: driver.Main <produce|consume|litepull|transaction|admin> '<json options>'");
             System.exit(64);
         }
         JSONObject opt = JSON.parseObject(args[1]);
@@ -37,6 +38,9 @@ public final class Main {
                     break;
                 case "transaction":
                     Transaction.run(opt);
+                    break;
+                case "admin":
+                    Admin.run(opt);
                     break;
                 default:
                     Out.line("fatal", "unknown scenario " + args[0]);

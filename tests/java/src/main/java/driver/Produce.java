@@ -15,7 +15,9 @@ import org.apache.rocketmq.common.message.MessageQueue;
 
 /**
  * DefaultMQProducer. Options: group, topic, messages, mode (sync | async | oneway | batch | orderly),
- * timeout (ms), compressOver (compressMsgBodyOverHowmuch), retries (retryTimesWhenSendFailed).
+ * timeout (ms), compressOver (compressMsgBodyOverHowmuch), retries (retryTimesWhenSendFailed),
+ * trace (enableMsgTrace: traces to RMQ_SYS_TRACE_TOPIC), stay (print {"ready":true} after the sends
+ * and keep the producer until stdin closes, then {"closed":true}).
  * One line per message: its SendResult, or {"error", "code"}; oneway lines carry only "i";
  * a batch prints one line for the whole batch. orderly picks the queue with a MessageQueueSelector:
  * the message's "orderKey" (an int) modulo the queue count.
@@ -25,7 +27,7 @@ final class Produce {
     }
 
     static void run(JSONObject opt) throws Exception {
-        DefaultMQProducer producer = new DefaultMQProducer(opt.getString("group"));
+        DefaultMQProducer producer = new DefaultMQProducer(opt.getString("group"), opt.getBooleanValue("trace"));
         Options.client(producer, opt);
         if (opt.containsKey("compressOver")) {
             producer.setCompressMsgBodyOverHowmuch(opt.getIntValue("compressOver"));
@@ -78,8 +80,15 @@ final class Produce {
             default:
                 throw new IllegalArgumentException("mode " + mode);
         }
-        producer.shutdown();
-        Out.line("done", true);
+        if (opt.getBooleanValue("stay")) {  // alive until stdin closes (its traces are sent meanwhile)
+            Out.line("ready", true);
+            PushConsume.waitForStdinEnd();
+            producer.shutdown();
+            Out.line("closed", true);
+        } else {
+            producer.shutdown();
+            Out.line("done", true);
+        }
     }
 
     private static void async(DefaultMQProducer producer, List<Message> messages, int timeout) throws Exception {

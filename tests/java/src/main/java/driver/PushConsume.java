@@ -17,7 +17,8 @@ import org.apache.rocketmq.common.protocol.heartbeat.MessageModel;
  * DefaultMQPushConsumer, until stdin closes: then shutdown() (which persists offsets) and
  * {"closed":true}. Options: group, topic, expression ("*"), model (CLUSTERING | BROADCASTING),
  * orderly (MessageListenerOrderly), fail ("once": RECONSUME_LATER / SUSPEND on a message's first
- * delivery, "always"), maxReconsumeTimes, consumeFromWhere, consumeTimestamp, suspendMillis.
+ * delivery, "always"), maxReconsumeTimes, consumeFromWhere, consumeTimestamp, suspendMillis,
+ * trace (enableMsgTrace).
  * One line per delivery (Out.message, plus "failing").
  */
 final class PushConsume {
@@ -25,7 +26,7 @@ final class PushConsume {
     }
 
     static void run(JSONObject opt) throws Exception {
-        DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(opt.getString("group"));
+        DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(opt.getString("group"), opt.getBooleanValue("trace"));
         Options.client(consumer, opt);
         consumer.subscribe(opt.getString("topic"), opt.getString("expression") == null ? "*" : opt.getString("expression"));
         if (opt.containsKey("model")) {
