@@ -453,3 +453,28 @@ def test_message_traces_are_written_to_the_trace_topic(cluster, tmp_path):
     assert pub[8] == f"127.0.0.1:{cluster.port}"
     sub = next(f for f in found if f[0] == "SubBefore")
     assert sub[3] == group  # the consumer group that took it
+
+
+def test_acl_client_rpc_hook_signs_for_an_acl_enabled_broker(tmp_path):
+    """AclClientRPCHook (rocketmq-acl) against aclEnable=true: the right key sends and consumes, a
+    wrong secret is refused and nothing of it is stored."""
+    from tests.test_real_clients import ACL
+    acl = tmp_path / "plain_acl.yml"
+    acl.write_text(ACL)
+    key = {"accessKey": "RocketMQ", "secretKey": "12345678"}
+    with Cluster(tmp_path / "acl", f"aclEnable=true\naclFile={acl}\n", access=("inspector", "inspector-secret")) as c:
+        topic, group = _unique("JAcl"), _unique("cg")
+        specs = _messages(4)
+        sent = produce("java", c, topic, specs, tmp_path, **key)
+        _check_sent(sent, topic, c)
+        bad = produce("java", c, topic, [{"tags": "TagA", "body": "forged"}], tmp_path,
+                      accessKey="RocketMQ", secretKey="wrong", retries=0)
+        # refused NO_PERMISSION (16), as RocketMQ 5's auth; the client gives up (retries=0)
+        assert bad[0]["code"] == codes.NO_PERMISSION and "still failed" in bad[0]["error"], bad
+        with _consumer(c, tmp_path, topic, group, **key) as consumer:
+            got = consumer.wait(lambda g: len(g) >= 4, 60, "the 4 signed ones")
+        by_id = {m["msgId"]: m for m in got}
+        for s, spec in zip(sent, specs):
+            _check_received(by_id[s["msgId"]], s, spec, topic, c)
+        wait_for(c.dispatched_all, 30, "the broker to dispatch everything it wrote")
+        assert c.total(topic) == 4

@@ -23,7 +23,7 @@ final class Admin {
     }
 
     static void run(JSONObject opt) throws Exception {
-        DefaultMQProducer producer = new DefaultMQProducer(opt.getString("group"));
+        DefaultMQProducer producer = new DefaultMQProducer(opt.getString("group"), Options.hook(opt));
         Options.client(producer, opt);
         producer.start();
         for (Object id : list(opt, "view")) {

@@ -23,7 +23,7 @@ final class LitePull {
     }
 
     static void run(JSONObject opt) throws Exception {
-        DefaultLitePullConsumer consumer = new DefaultLitePullConsumer(opt.getString("group"));
+        DefaultLitePullConsumer consumer = new DefaultLitePullConsumer(opt.getString("group"), Options.hook(opt));
         Options.client(consumer, opt);
         String topic = opt.getString("topic");
         String expression = opt.getString("expression") == null ? "*" : opt.getString("expression");

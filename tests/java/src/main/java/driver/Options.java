@@ -7,7 +7,10 @@ import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
 import java.util.Map;
+import org.apache.rocketmq.acl.common.AclClientRPCHook;
+import org.apache.rocketmq.acl.common.SessionCredentials;
 import org.apache.rocketmq.client.ClientConfig;
+import org.apache.rocketmq.remoting.RPCHook;
 import org.apache.rocketmq.common.message.Message;
 
 /** What every scenario shares: the client's addresses and the messages a test asks for. */
@@ -30,6 +33,14 @@ final class Options {
         if (opt.containsKey("persistConsumerOffsetInterval")) {
             c.setPersistConsumerOffsetInterval(opt.getIntValue("persistConsumerOffsetInterval"));
         }
+    }
+
+    /** AclClientRPCHook signing with opt accessKey / secretKey; null (no signing) without them. */
+    static RPCHook hook(JSONObject opt) {
+        if (!opt.containsKey("accessKey")) {
+            return null;
+        }
+        return new AclClientRPCHook(new SessionCredentials(opt.getString("accessKey"), opt.getString("secretKey")));
     }
 
     /** {tags, keys:[..], props:{}, body (UTF-8) | size (bytes of 'x'), delayLevel} as a Message. */

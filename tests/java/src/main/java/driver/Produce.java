@@ -16,7 +16,7 @@ import org.apache.rocketmq.common.message.MessageQueue;
 /**
  * DefaultMQProducer. Options: group, topic, messages, mode (sync | async | oneway | batch | orderly),
  * timeout (ms), compressOver (compressMsgBodyOverHowmuch), retries (retryTimesWhenSendFailed),
- * trace (enableMsgTrace: traces to RMQ_SYS_TRACE_TOPIC), stay (print {"ready":true} after the sends
+ * accessKey/secretKey (AclClientRPCHook), trace (enableMsgTrace: traces to RMQ_SYS_TRACE_TOPIC), stay (print {"ready":true} after the sends
  * and keep the producer until stdin closes, then {"closed":true}).
  * One line per message: its SendResult, or {"error", "code"}; oneway lines carry only "i";
  * a batch prints one line for the whole batch. orderly picks the queue with a MessageQueueSelector:
@@ -27,7 +27,8 @@ final class Produce {
     }
 
     static void run(JSONObject opt) throws Exception {
-        DefaultMQProducer producer = new DefaultMQProducer(opt.getString("group"), opt.getBooleanValue("trace"));
+        DefaultMQProducer producer = new DefaultMQProducer(opt.getString("group"), Options.hook(opt),
+            opt.getBooleanValue("trace"), null);
         Options.client(producer, opt);
         if (opt.containsKey("compressOver")) {
             producer.setCompressMsgBodyOverHowmuch(opt.getIntValue("compressOver"));

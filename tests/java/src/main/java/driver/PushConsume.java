@@ -5,6 +5,7 @@ import java.io.InputStream;
 import java.util.List;
 import java.util.Map;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
+import org.apache.rocketmq.client.consumer.rebalance.AllocateMessageQueueAveragely;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
 import org.apache.rocketmq.client.consumer.listener.ConsumeOrderlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
@@ -18,7 +19,7 @@ import org.apache.rocketmq.common.protocol.heartbeat.MessageModel;
  * {"closed":true}. Options: group, topic, expression ("*"), model (CLUSTERING | BROADCASTING),
  * orderly (MessageListenerOrderly), fail ("once": RECONSUME_LATER / SUSPEND on a message's first
  * delivery, "always"), maxReconsumeTimes, consumeFromWhere, consumeTimestamp, suspendMillis,
- * trace (enableMsgTrace).
+ * trace (enableMsgTrace), accessKey/secretKey (AclClientRPCHook).
  * One line per delivery (Out.message, plus "failing").
  */
 final class PushConsume {
@@ -26,7 +27,8 @@ final class PushConsume {
     }
 
     static void run(JSONObject opt) throws Exception {
-        DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(opt.getString("group"), opt.getBooleanValue("trace"));
+        DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(opt.getString("group"), Options.hook(opt),
+            new AllocateMessageQueueAveragely(), opt.getBooleanValue("trace"), null);
         Options.client(consumer, opt);
         consumer.subscribe(opt.getString("topic"), opt.getString("expression") == null ? "*" : opt.getString("expression"));
         if (opt.containsKey("model")) {

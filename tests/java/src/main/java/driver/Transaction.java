@@ -22,7 +22,7 @@ final class Transaction {
     }
 
     static void run(JSONObject opt) throws Exception {
-        TransactionMQProducer producer = new TransactionMQProducer(opt.getString("group"));
+        TransactionMQProducer producer = new TransactionMQProducer(opt.getString("group"), Options.hook(opt));
         Options.client(producer, opt);
         producer.setTransactionListener(new TransactionListener() {
             @Override
