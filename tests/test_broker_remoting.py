@@ -323,3 +323,34 @@ def test_oneway_then_close_still_delivers(tmp_path):
             await asyncio.wait_for(_until(lambda: b.controller.store.max_offset("OW", 0) == 1), 10)
 
     asyncio.run(go())
+
+
+def test_a_sql92_subscription_is_refused_not_read_as_tags(tmp_path):
+    """This broker filters by tag only: a pull or a CHECK_CLIENT_CONFIG with a SQL92 expression gets
+    RocketMQ's answer with enablePropertyFilter=false (SYSTEM_ERROR naming the type), never a SQL
+    text taken for tag names that match nothing."""
+    async def go():
+        async with Broker(tmp_path) as b:
+            assert (await b.send_v2("Sql", b"x", queue_id=0)).code == codes.SUCCESS
+            r = await b.pull("Sql", 0, 0, sys_flag=4, subscription="a > 1", expressionType="SQL92")
+            assert (r.code, r.remark) == (codes.SYSTEM_ERROR,
+                                          "The broker does not support consumer to filter message by SQL92")
+            # registered by heartbeat, then pulled without a subscription in the request
+            assert (await b.call(codes.HEART_BEAT, {}, msgspec.json.encode({"clientID": "c@1", "consumerDataSet": [{
+                "groupName": "sqlg", "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
+                "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET", "subscriptionDataSet": [{
+                    "topic": "Sql", "subString": "a > 1", "expressionType": "SQL92", "tagsSet": [], "codeSet": [],
+                    "subVersion": 1}]}]}))).code == codes.SUCCESS
+            r = await b.pull("Sql", 0, 0, sys_flag=0, consumerGroup="sqlg")
+            assert r.code == codes.SYSTEM_ERROR and "SQL92" in r.remark
+            body = {"clientId": "c@1", "group": "sqlg", "subscriptionData": {"topic": "Sql", "subString": "a > 1",
+                                                                             "expressionType": "SQL92"}}
+            r = await b.call(codes.CHECK_CLIENT_CONFIG, {}, msgspec.json.encode(body))
+            assert (r.code, r.remark) == (codes.SYSTEM_ERROR,
+                                          "The broker does not support consumer to filter message by SQL92")
+            body["subscriptionData"]["expressionType"] = "TAG"
+            assert (await b.call(codes.CHECK_CLIENT_CONFIG, {}, msgspec.json.encode(body))).code == codes.SUCCESS
+            got = await b.pull("Sql", 0, 0, sys_flag=4, subscription="*", expressionType="TAG")
+            assert [m.body for m in _records(got.body)] == [b"x"]
+
+    asyncio.run(go())

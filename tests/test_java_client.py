@@ -13,7 +13,7 @@ import pytest
 
 from broker.remoting import codes
 from tests.conftest import wait_for
-from tests.helpers.java_client import JavaProcess, run
+from tests.helpers.java_client import JavaProcess, SecondBroker, run
 from tests.helpers.real_clients import Cluster, Consumer, produce
 
 _names = itertools.count()
@@ -478,3 +478,54 @@ def test_acl_client_rpc_hook_signs_for_an_acl_enabled_broker(tmp_path):
             _check_received(by_id[s["msgId"]], s, spec, topic, c)
         wait_for(c.dispatched_all, 30, "the broker to dispatch everything it wrote")
         assert c.total(topic) == 4
+
+
+def test_a_sql92_subscription_is_refused_at_start_with_rocketmqs_error(cluster, tmp_path):
+    """MessageSelector.bySql: the client asks CHECK_CLIENT_CONFIG before it starts. This broker
+    filters by tag only, as RocketMQ's with enablePropertyFilter=false (its default), and answers
+    as that one does: the consumer does not start, with RocketMQ's words, instead of starting and
+    receiving nothing."""
+    import subprocess
+    from tests.helpers.java_client import java_argv
+    topic, group = _unique("JSql"), _unique("cg")
+    produce("java", cluster, topic, [{"tags": "TagA", "body": "x", "props": {"a": "2"}}], tmp_path)
+    opt = {"nameSrv": cluster.namesrv, "group": group, "topic": topic, "sql": "a > 1", "deadline": 60}
+    p = subprocess.run(java_argv("consume", opt, tmp_path / "home"), capture_output=True, text=True, timeout=90,
+                       stdin=subprocess.DEVNULL)
+    assert p.returncode == 1, (p.stdout, p.stderr[-2000:])
+    assert "The broker does not support consumer to filter message by SQL92" in p.stdout, p.stdout
+
+
+def test_two_broker_groups_share_the_sends_and_a_dead_one_is_sent_around(cluster, tmp_path):
+    """A topic on broker-a and broker-b: the producer spreads its sends over both groups' queues and
+    the consumer reads from both. Then broker-b is killed -9 under a running producer whose route
+    still lists it: every later send still succeeds, retried on broker-a (retryTimesWhenSendFailed)."""
+    topic, group = _unique("JTwo"), _unique("cg")
+    with SecondBroker(cluster, tmp_path / "b") as b:
+        cluster.create_topic(topic)
+        r = b.call(codes.UPDATE_AND_CREATE_TOPIC, {
+            "topic": topic, "defaultTopic": "TBW102", "readQueueNums": 4, "writeQueueNums": 4, "perm": 6,
+            "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": "false"})
+        assert r.code == codes.SUCCESS
+        wait_for(lambda: len(cluster.wait_route(topic)["brokerDatas"]) == 2, 30, "both groups in the route")
+        specs = _messages(24)
+        opt = {"nameSrv": cluster.namesrv, "group": "pg", "topic": topic, "messages": specs, "pauseAfter": 16}
+        with JavaProcess("produce", opt, tmp_path / "home", "two") as producer:
+            sent = producer.wait(lambda ls: ls[:16] if {"paused": 16} in ls else None, 60, "the first 16 sends")
+            assert {s["brokerName"] for s in sent} == {"broker-a", "broker-b"}
+            for name, port in (("broker-a", cluster.port), ("broker-b", b.port)):
+                mine = [s for s in sent if s["brokerName"] == name]
+                assert all(s["status"] == "SEND_OK" and s["offsetMsgId"].startswith(f"7F000001{port:08X}")
+                           for s in mine)
+            with _consumer(cluster, tmp_path, topic, group) as c:
+                got = c.wait(lambda g: len(g) >= 16, 60, "all 16 from both groups")
+            by_id = {m["msgId"]: m for m in got}
+            for s, spec in zip(sent, specs):
+                m = by_id[s["msgId"]]
+                assert (m["brokerName"], m["queueId"], m["queueOffset"], m["body"]) == \
+                    (s["brokerName"], s["queueId"], s["queueOffset"], spec["body"])
+            b.child.kill_group()  # kill -9; the producer's route (refreshed every 30 s) still has it
+            producer.child.proc.stdin.write(b"go\n")
+            producer.child.proc.stdin.flush()
+            after = producer.ready()[17:]
+    assert [(s.get("status"), s["brokerName"]) for s in after] == [("SEND_OK", "broker-a")] * 8, after

@@ -100,6 +100,12 @@ class ConsumerManager:
         g = self.groups.get(group)
         return sorted(g.clients) if g else []
 
+    def expression_type(self, group: str, topic: str) -> str | None:
+        """The group's subscription's expressionType for a topic (TAG, SQL92; None: unknown)."""
+        g = self.groups.get(group)
+        sd = g.subscriptions.get(topic) if g else None
+        return sd.get("expressionType") if sd else None
+
     def tag_hashes(self, group: str, topic: str) -> set[int] | None:
         """The group's tag filter for a topic from its heartbeat (None: every message)."""
         g = self.groups.get(group)

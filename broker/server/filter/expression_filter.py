@@ -1,7 +1,16 @@
-"""Tag filtering: a TAG subscription expression to the set of tag hash codes the consume queues hold."""
+"""Tag filtering: a TAG subscription expression to the set of tag hash codes the consume queues hold.
+Only TAG expressions: a SQL92 one is refused as RocketMQ's broker refuses it with
+enablePropertyFilter=false (its default), never read as a list of tags that matches nothing."""
 from __future__ import annotations
 
 from broker.kernels.codec import java_string_hash
+from broker.remoting.refusals import Refusal
+
+
+def check_expression_type(expression_type: str | None) -> None:
+    """ExpressionType.isTagType or RocketMQ's SYSTEM_ERROR for anything else (SQL92)."""
+    if expression_type not in (None, "", "TAG"):
+        raise Refusal(f"The broker does not support consumer to filter message by {expression_type}")
 
 
 def tag_hashes_of(expression: str | None) -> set[int] | None:

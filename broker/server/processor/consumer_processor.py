@@ -12,6 +12,7 @@ from broker.remoting.headers import (ConsumerSendMsgBackRequestHeader, GetConsum
                                      QueryConsumerOffsetRequestHeader, QueueHeader, SearchOffsetRequestHeader,
                                      UnregisterClientRequestHeader, UpdateConsumerOffsetRequestHeader, decode)
 from broker.server.client.rebalance_lock_manager import REBALANCE_LOCK_MAX_LIVE_TIME, RebalanceLockManager
+from broker.server.filter.expression_filter import check_expression_type
 from broker.remoting.refusals import BadRequest, NotFound
 from broker.common.topic_validator import DLQ_PREFIX, RETRY_PREFIX, check_topic_name
 from broker.server.subscription.subscription_group_manager import SubscriptionGroupNotExist
@@ -96,6 +97,7 @@ class ConsumerProcessor:
 
     def handlers(self) -> dict:
         return {codes.HEART_BEAT: self.heartbeat, codes.UNREGISTER_CLIENT: self.unregister,
+                codes.CHECK_CLIENT_CONFIG: self.check_client_config,
                 codes.GET_CONSUMER_LIST_BY_GROUP: self.consumer_list,
                 codes.QUERY_CONSUMER_OFFSET: self.query_offset, codes.UPDATE_CONSUMER_OFFSET: self.update_offset,
                 codes.GET_MAX_OFFSET: self.max_offset, codes.GET_MIN_OFFSET: self.min_offset,
@@ -119,6 +121,16 @@ class ConsumerProcessor:
                 self.topics.get_or_create(RETRY_PREFIX + cd["groupName"])  # as RocketMQ does on heartbeat
         for group in changed:
             self._notify_ids_changed(group)
+        return cmd.response(codes.SUCCESS)
+
+    def check_client_config(self, cmd: RemotingCommand, conn):
+        """CHECK_CLIENT_CONFIG: a Java consumer subscribing with other than TAG asks this at start
+        and does not start unless SUCCESS. As RocketMQ's broker with enablePropertyFilter=false (its
+        default, and all this broker does): SYSTEM_ERROR naming the expression type."""
+        body = _json_body(cmd, "check client config") if cmd.body else {}
+        sd = body.get("subscriptionData")
+        if isinstance(sd, dict):
+            check_expression_type(sd.get("expressionType"))
         return cmd.response(codes.SUCCESS)
 
     def _notify_ids_changed(self, group: str) -> None:

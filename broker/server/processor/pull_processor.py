@@ -10,7 +10,7 @@ import time
 
 from broker.remoting import codes
 from broker.remoting.command import RemotingCommand
-from broker.server.filter.expression_filter import tag_hashes_of
+from broker.server.filter.expression_filter import check_expression_type, tag_hashes_of
 from broker.remoting.headers import PullMessageRequestHeader, decode
 from broker.remoting.refusals import BadRequest, TopicNotExist
 from broker.store.results import GetStatus
@@ -55,8 +55,10 @@ class PullMessageProcessor:
             if h.commitOffset >= 0:
                 self.store.consumer_offsets.commit(group, topic, queue_id, h.commitOffset)
         if sys_flag & FLAG_SUBSCRIPTION:
+            check_expression_type(h.expressionType)
             tags = tag_hashes_of(h.subscription)
         else:
+            check_expression_type(self.consumers.expression_type(group, topic))
             tags = self.consumers.tag_hashes(group, topic)
         hold = sys_flag & FLAG_SUSPEND and self.long_polling
         suspend = min(h.suspendTimeoutMillis, self.suspend_max_ms) / 1000

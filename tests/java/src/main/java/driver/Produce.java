@@ -17,7 +17,8 @@ import org.apache.rocketmq.common.message.MessageQueue;
  * DefaultMQProducer. Options: group, topic, messages, mode (sync | async | oneway | batch | orderly),
  * timeout (ms), compressOver (compressMsgBodyOverHowmuch), retries (retryTimesWhenSendFailed),
  * accessKey/secretKey (AclClientRPCHook), trace (enableMsgTrace: traces to RMQ_SYS_TRACE_TOPIC), stay (print {"ready":true} after the sends
- * and keep the producer until stdin closes, then {"closed":true}).
+ * and keep the producer until stdin closes, then {"closed":true}), pauseAfter (sync: print
+ * {"paused": n} before message n and wait for a line on stdin).
  * One line per message: its SendResult, or {"error", "code"}; oneway lines carry only "i";
  * a batch prints one line for the whole batch. orderly picks the queue with a MessageQueueSelector:
  * the message's "orderKey" (an int) modulo the queue count.
@@ -44,6 +45,10 @@ final class Produce {
         switch (mode) {
             case "sync":
                 for (int i = 0; i < messages.size(); i++) {
+                    if (opt.containsKey("pauseAfter") && i == opt.getIntValue("pauseAfter")) {
+                        Out.line("paused", i);  // until a line on stdin: the test changes the world meanwhile
+                        new java.io.BufferedReader(new java.io.InputStreamReader(System.in)).readLine();
+                    }
                     try {
                         print(i, producer.send(messages.get(i), timeout));
                     } catch (Exception e) {

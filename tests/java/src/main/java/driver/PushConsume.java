@@ -5,6 +5,7 @@ import java.io.InputStream;
 import java.util.List;
 import java.util.Map;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
+import org.apache.rocketmq.client.consumer.MessageSelector;
 import org.apache.rocketmq.client.consumer.rebalance.AllocateMessageQueueAveragely;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
 import org.apache.rocketmq.client.consumer.listener.ConsumeOrderlyStatus;
@@ -16,7 +17,7 @@ import org.apache.rocketmq.common.protocol.heartbeat.MessageModel;
 
 /**
  * DefaultMQPushConsumer, until stdin closes: then shutdown() (which persists offsets) and
- * {"closed":true}. Options: group, topic, expression ("*"), model (CLUSTERING | BROADCASTING),
+ * {"closed":true}. Options: group, topic, expression ("*") or sql (MessageSelector.bySql), model (CLUSTERING | BROADCASTING),
  * orderly (MessageListenerOrderly), fail ("once": RECONSUME_LATER / SUSPEND on a message's first
  * delivery, "always"), maxReconsumeTimes, consumeFromWhere, consumeTimestamp, suspendMillis,
  * trace (enableMsgTrace), accessKey/secretKey (AclClientRPCHook).
@@ -30,7 +31,11 @@ final class PushConsume {
         DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(opt.getString("group"), Options.hook(opt),
             new AllocateMessageQueueAveragely(), opt.getBooleanValue("trace"), null);
         Options.client(consumer, opt);
-        consumer.subscribe(opt.getString("topic"), opt.getString("expression") == null ? "*" : opt.getString("expression"));
+        if (opt.containsKey("sql")) {
+            consumer.subscribe(opt.getString("topic"), MessageSelector.bySql(opt.getString("sql")));
+        } else {
+            consumer.subscribe(opt.getString("topic"), opt.getString("expression") == null ? "*" : opt.getString("expression"));
+        }
         if (opt.containsKey("model")) {
             consumer.setMessageModel(MessageModel.valueOf(opt.getString("model")));
         }
