@@ -529,3 +529,37 @@ def test_two_broker_groups_share_the_sends_and_a_dead_one_is_sent_around(cluster
             producer.child.proc.stdin.flush()
             after = producer.ready()[17:]
     assert [(s.get("status"), s["brokerName"]) for s in after] == [("SEND_OK", "broker-a")] * 8, after
+
+
+def test_pull_consumer_pulls_filters_commits_and_is_told_an_offset_is_illegal(cluster, tmp_path):
+    """DefaultMQPullConsumer: pull(mq, "TagA || TagB", offset, 32) per queue until NO_NEW_MSG,
+    updateConsumeOffset and fetchConsumeOffset(mq, true) through the broker, and an offset past the
+    end answered OFFSET_ILLEGAL with where to go."""
+    topic, group = _unique("JPull"), _unique("cg")
+    specs = _messages(12, tags=("TagA", "TagB", "TagC"))
+    sent = produce("java", cluster, topic, specs, tmp_path)
+    wait_for(cluster.dispatched_all, 30, "the broker to dispatch everything it wrote")
+    ends = {q: cluster.max_offset(topic, q) for q in range(4)}
+    opt = {"nameSrv": cluster.namesrv, "group": group, "topic": topic, "expression": "TagA || TagB", "commit": True}
+    lines = run("pull", opt, tmp_path / "home")
+    assert lines[0] == {"queues": [0, 1, 2, 3]}
+    assert lines[1] == {"stored": {"0": 0, "1": 0, "2": 0, "3": 0}}  # nothing committed: queues still hold 0
+    pulls = lines[2:]
+    found = [m for p in pulls for m in p["messages"]]
+    assert sorted(m["msgId"] for m in found) == sorted(s["msgId"] for s, spec in zip(sent, specs)
+                                                        if spec["tags"] != "TagC")
+    by_id = {m["msgId"]: m for m in found}
+    for s, spec in zip(sent, specs):
+        if spec["tags"] != "TagC":
+            _check_received(by_id[s["msgId"]], s, spec, topic, cluster)
+    for q in range(4):
+        mine = [p for p in pulls if p["queueId"] == q]
+        assert (mine[0]["status"], mine[0]["minOffset"], mine[0]["maxOffset"]) == ("FOUND", 0, ends[q]), mine[0]
+        assert (mine[-1]["status"], mine[-1]["nextBeginOffset"]) == ("NO_NEW_MSG", ends[q]), mine
+    assert _committed(cluster, group, topic) == ends  # updateConsumeOffset, then persist(mq)
+    again = run("pull", {**opt, "from": {"0": ends[0] + 5}}, tmp_path / "home")
+    assert again[1] == {"stored": {str(q): o for q, o in ends.items()}}
+    past = next(p for p in again[2:] if p["queueId"] == 0)
+    assert (past["offset"], past["status"], past["nextBeginOffset"], past["messages"]) == \
+        (ends[0] + 5, "OFFSET_ILLEGAL", ends[0], [])
+    assert all(p["status"] == "NO_NEW_MSG" for p in again[2:] if p["queueId"] != 0)
