@@ -9,6 +9,7 @@ import itertools
 import re
 from collections import defaultdict
 
+import msgspec
 import pytest
 
 from broker.remoting import codes
@@ -563,3 +564,45 @@ def test_pull_consumer_pulls_filters_commits_and_is_told_an_offset_is_illegal(cl
     assert (past["offset"], past["status"], past["nextBeginOffset"], past["messages"]) == \
         (ends[0] + 5, "OFFSET_ILLEGAL", ends[0], [])
     assert all(p["status"] == "NO_NEW_MSG" for p in again[2:] if p["queueId"] != 0)
+
+
+def test_without_auto_creation_an_unknown_topic_has_no_route_until_created(tmp_path):
+    """autoCreateTopicEnable=false: the broker holds no TBW102 (as RocketMQ's), so the name server
+    has no route for an unknown topic and the Java producer stops at its own "No route info of this
+    topic", sending nothing; once the topic is created (UPDATE_AND_CREATE_TOPIC) sends go through."""
+    with Cluster(tmp_path / "c", "autoCreateTopicEnable=false\n") as c:
+        r = c.call(codes.GET_ALL_TOPIC_CONFIG, {})
+        assert "TBW102" not in msgspec.json.decode(bytes(r.body))["topicConfigTable"]
+        [refused] = produce("java", c, "NotCreated", [{"tags": "TagA", "body": "x"}], tmp_path)
+        assert refused["code"] == 10005 and "No route info of this topic: NotCreated" in refused["error"], refused
+        c.create_topic("NotCreated")
+        sent = produce("java", c, "NotCreated", _messages(4), tmp_path)
+        _check_sent(sent, "NotCreated", c)
+
+
+def test_two_thousand_async_sends_in_flight_are_all_stored_in_order(cluster, tmp_path):
+    """The client pipelines async sends on one connection (the send kernel's path): every one is
+    answered SEND_OK and each queue's offsets run 0..n-1 without a gap or a repeat."""
+    topic, group = _unique("JMany"), _unique("cg")
+    sent = run("produce", {"nameSrv": cluster.namesrv, "group": "pg", "topic": topic, "mode": "async",
+                           "count": 2000, "template": {"tags": "TagA", "body": "many"}}, tmp_path / "home")
+    assert len(sent) == 2000 and all(s["status"] == "SEND_OK" for s in sent)
+    assert sorted(s["i"] for s in sent) == list(range(2000))
+    _check_sent(sent, topic, cluster)
+    assert len({s["offsetMsgId"] for s in sent}) == 2000
+    wait_for(cluster.dispatched_all, 30, "the broker to dispatch everything it wrote")
+    assert cluster.total(topic) == 2000
+
+
+def test_an_orderly_consumer_that_suspends_gets_each_message_again_before_the_next(cluster, tmp_path):
+    """MessageListenerOrderly answering SUSPEND_CURRENT_QUEUE_A_MOMENT on each message's first
+    delivery: the queue stays locked to it and the same message comes back (reconsumeTimes 1)
+    before the next one, so the order holds."""
+    topic, group = _unique("JOrderFail"), _unique("cg")
+    specs = [{"tags": "TagA", "keys": [f"k{i % 2}"], "body": f"{i % 2}-{i // 2}", "orderKey": i % 2} for i in range(12)]
+    produce("java", cluster, topic, specs, tmp_path, mode="orderly")
+    with _consumer(cluster, tmp_path, topic, group, orderly=True, fail="once", suspendMillis=100) as c:
+        got = c.wait(lambda g: sum(not m["failing"] for m in g) >= 12, 60, "all 12 after a failure each")
+    for key in range(2):
+        mine = [(m["body"], m["reconsumeTimes"], m["failing"]) for m in got if m["keys"] == f"k{key}"]
+        assert mine == [x for n in range(6) for x in ((f"{key}-{n}", 0, True), (f"{key}-{n}", 1, False))], mine

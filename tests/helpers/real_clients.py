@@ -84,7 +84,7 @@ class Cluster:
         self.procs.append(Child([*me, "serve", "-c", str(self.conf)], self.root / "broker.err"))
         try:
             self.procs[1].wait_lines(lambda ls: any("listening on" in line for line in ls), 60, "the broker to listen")
-            self.wait_route("TBW102")
+            self.wait_registered()
         except BaseException:
             self.__exit__()
             raise
@@ -109,6 +109,20 @@ class Cluster:
                 except subprocess.TimeoutExpired:
                     pass
             child.kill_group()
+
+    def wait_registered(self, broker_name: str = "broker-a", timeout: float = 30) -> None:
+        """Until the name server lists the broker (GET_BROKER_CLUSTER_INFO): its first registration,
+        which brings its topics (TBW102 only with autoCreateTopicEnable) at the same time."""
+        async def poll():
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout
+            while True:
+                r = await _request(self.ns_port, codes.GET_BROKER_CLUSTER_INFO, {})
+                if r.code == codes.SUCCESS and broker_name in msgspec.json.decode(bytes(r.body))["brokerAddrTable"]:
+                    return
+                assert loop.time() < deadline, f"{broker_name} not registered within {timeout}s"
+                await asyncio.sleep(0.05)
+        asyncio.run(poll())
 
     def wait_route(self, topic: str, timeout: float = 30) -> dict:
         async def poll():

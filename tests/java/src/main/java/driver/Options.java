@@ -24,6 +24,9 @@ final class Options {
         c.setVipChannelEnabled(opt.getBooleanValue("vip"));
         c.setInstanceName(opt.containsKey("instanceName") ? opt.getString("instanceName")
             : "java-" + ProcessHandle.current().pid());
+        if (opt.containsKey("namespace")) {
+            c.setNamespace(opt.getString("namespace"));
+        }
         if (opt.containsKey("pollNameServerInterval")) {
             c.setPollNameServerInterval(opt.getIntValue("pollNameServerInterval"));
         }
@@ -64,8 +67,17 @@ final class Options {
         return msg;
     }
 
+    /** opt messages, or (too many for a command line) "count" copies of "template", body "<body>-<i>". */
     static List<Message> messages(JSONObject opt) {
         List<Message> out = new ArrayList<>();
+        if (opt.containsKey("count")) {
+            for (int i = 0; i < opt.getIntValue("count"); i++) {
+                JSONObject m = (JSONObject) opt.getJSONObject("template").clone();
+                m.put("body", m.getString("body") + "-" + i);
+                out.add(message(opt.getString("topic"), m));
+            }
+            return out;
+        }
         for (Object o : opt.getJSONArray("messages")) {
             out.add(message(opt.getString("topic"), (JSONObject) o));
         }
