@@ -30,7 +30,7 @@ def _unique(prefix: str) -> str:
 def cluster(tmp_path_factory):
     with Cluster(tmp_path_factory.mktemp("java-client"), f"maxReconsumeTimes=16\nmessageDelayLevel={DELAYS}\n"
                  # undecided transactions checked within a second (RocketMQ: 6 s, then every 60 s)
-                 "transactionCheckInterval=200\ntransactionTimeOut=400\n") as c:
+                 "transactionCheckInterval=200\ntransactionTimeOut=400\ntransactionCheckMax=100\n") as c:
         yield c
 
 
@@ -606,3 +606,24 @@ def test_an_orderly_consumer_that_suspends_gets_each_message_again_before_the_ne
     for key in range(2):
         mine = [(m["body"], m["reconsumeTimes"], m["failing"]) for m in got if m["keys"] == f"k{key}"]
         assert mine == [x for n in range(6) for x in ((f"{key}-{n}", 0, True), (f"{key}-{n}", 1, False))], mine
+
+
+def test_a_transaction_left_undecided_is_checked_with_the_restarted_producer(cluster, tmp_path):
+    """The producer that sent a half message answers its check-backs UNKNOW, then is killed -9; a
+    new producer process of the same group is asked next, commits, and the message is delivered."""
+    topic, group, pgroup = _unique("JTxRestart"), _unique("cg"), _unique("txpg")
+    first = {"nameSrv": cluster.namesrv, "group": pgroup, "topic": topic, "instanceName": "tx1",
+             "messages": [{"tags": "T", "body": "decided later", "local": "UNKNOW"}], "checkAnswer": "UNKNOW"}
+    with JavaProcess("transaction", first, tmp_path / "home", "tx1") as p1:
+        [sent] = p1.ready()
+        assert (sent["status"], sent["localState"]) == ("SEND_OK", "UNKNOW")
+        p1.wait(lambda ls: [x for x in ls if x.get("check") == "UNKNOW"], 30, "a check-back answered UNKNOW")
+        p1.child.kill_group()  # kill -9
+    second = {**first, "instanceName": "tx2", "messages": [], "checkAnswer": "COMMIT_MESSAGE"}
+    with JavaProcess("transaction", second, tmp_path / "home", "tx2") as p2, \
+            _consumer(cluster, tmp_path, topic, group) as c:
+        [check] = p2.wait(lambda ls: [x for x in ls if x.get("check") == "COMMIT_MESSAGE"][:1], 30,
+                          "the check-back to reach the new producer")
+        assert (check["uniqKey"], check["body"], check["topic"]) == (sent["msgId"], "decided later", topic)
+        [m] = c.wait(lambda g: g, 60, "the committed message")
+    assert (m["msgId"], m["body"], m["queueId"]) == (sent["msgId"], "decided later", sent["queueId"])

@@ -13,7 +13,8 @@ import org.apache.rocketmq.common.message.MessageExt;
 /**
  * TransactionMQProducer. Options: group, topic, messages (each with "local": COMMIT_MESSAGE |
  * ROLLBACK_MESSAGE | UNKNOW, the local transaction's answer, and "check": the answer to the
- * broker's check-back), stay (keep running until stdin closes, answering check-backs).
+ * broker's check-back), checkAnswer (this process's answer to every check-back, over the message's
+ * "check" property), stay (keep running until stdin closes, answering check-backs).
  * Prints one line per send (SendResult plus "localState"), one {"check": ...} line per check-back,
  * then {"done": true} (or, with stay, {"closed": true}).
  */
@@ -32,7 +33,7 @@ final class Transaction {
 
             @Override
             public LocalTransactionState checkLocalTransaction(MessageExt msg) {
-                String answer = msg.getUserProperty("check");
+                String answer = opt.containsKey("checkAnswer") ? opt.getString("checkAnswer") : msg.getUserProperty("check");
                 LocalTransactionState state = answer == null ? LocalTransactionState.UNKNOW
                     : LocalTransactionState.valueOf(answer);
                 Map<String, Object> m = Out.message(msg);
