@@ -66,7 +66,25 @@ $(NODE5): tests/clients5/package.json tests/clients5/package-lock.json .deps/nod
 	cd tests/clients5 && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
-clients: $(ONS) $(NODE5) $(RQ_VENV)/.installed $(RQ5_VENV)/.installed
+# The Java 4.x remoting client (Maven Central org.apache.rocketmq:rocketmq-client, pinned in
+# tests/java/pom.xml) and the driver tests/test_java_client.py runs it through: the driver compiled
+# to tests/java/target/classes, the client and what it needs copied to tests/java/target/lib. Maven's
+# repository is kept under build/m2. A JDK and Maven come from Debian when missing.
+JAVA_CLIENTS := tests/java/target/.built
+JAVA_SRC     := $(wildcard tests/java/src/main/java/driver/*.java)
+MVN          := mvn -B -q -Dstyle.color=never -Dmaven.repo.local=$(CURDIR)/build/m2
+
+.deps/jdk:
+	@(command -v javac >/dev/null && command -v mvn >/dev/null) \
+	  || (apt-get update -qq && apt-get install -y -qq openjdk-17-jdk-headless maven)
+	@mkdir -p .deps && touch $@
+
+$(JAVA_CLIENTS): tests/java/pom.xml $(JAVA_SRC) .deps/jdk
+	rm -rf tests/java/target/lib
+	$(MVN) -f tests/java/pom.xml compile dependency:copy-dependencies
+	touch $@
+
+clients: $(ONS) $(NODE5) $(RQ_VENV)/.installed $(RQ5_VENV)/.installed $(JAVA_CLIENTS)
 
 # The gRPC front's stubs (broker/proxy/protocol/*_pb2*.py, committed) regenerated from the vendored
 # .proto files of apache/rocketmq-apis (proto/apache/rocketmq/v2): grpcio-tools, then the generated
