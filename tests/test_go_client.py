@@ -1,0 +1,259 @@
+"""The real Go remoting client, github.com/apache/rocketmq-client-go/v2 v2.1.2 (pinned in
+tests/go/go.mod), unmodified, against `broker namesrv` + `broker serve` processes on loopback: its
+sends (sync, async, one-way, batch, orderly with a queue selector, transactional with the
+check-back), its push consumer in CLUSTERING mode (tag expressions, orderly consumption, retries up
+to the dead letter queue, offsets kept across a restart) and its pull consumer. The driver
+(tests/go, built to build/go/rmqgo by `make clients`) prints one JSON line per event; every field
+that comes back is checked against what the broker stored."""
+from __future__ import annotations
+
+import itertools
+import re
+import socket
+
+import pytest
+
+from tests.conftest import wait_for
+from tests.helpers.go_client import GoConsumer, go, produce
+from tests.helpers.real_clients import Cluster
+
+_names = itertools.count()
+SEND_OK = 0  # primitive.SendOK
+PULL_FOUND = 0  # primitive.PullFound
+
+
+def _unique(prefix: str) -> str:
+    return f"{prefix}-go-{next(_names)}"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    conf = "maxReconsumeTimes=16\ntransactionCheckInterval=200\ntransactionTimeOut=400\n"
+    with Cluster(tmp_path_factory.mktemp("go-client"), conf) as c:
+        yield c
+
+
+def _messages(n: int, tags=("TagA", "TagB"), prefix: str = "body") -> list[dict]:
+    return [{"tags": tags[i % len(tags)], "keys": [f"key-{i}", f"order-{i}"], "props": {"color": f"c{i}"},
+             "body": f"{prefix}-{i}"} for i in range(n)]
+
+
+def _offset_msg_id(cluster: Cluster, physical_offset: int) -> str:
+    """RocketMQ's offsetMsgId: the store host (IPv4, port) and the commit log offset, in hex."""
+    return (socket.inet_aton("127.0.0.1") + cluster.port.to_bytes(4, "big")
+            + physical_offset.to_bytes(8, "big")).hex().upper()
+
+
+def _stored(cluster: Cluster, topic: str, queues: int = 4) -> dict:
+    """The topic's stored records by (queueId, queueOffset)."""
+    return {(r.queue_id, r.queue_offset): r for q in range(queues) for r in cluster.records(topic, q)}
+
+
+def _check_stored(cluster: Cluster, topic: str, messages: list[dict], results: list[dict]) -> None:
+    """Each send result names the record the broker stored for its message: same queue and offset,
+    offsetMsgId of its commit log offset, msgId its UNIQ_KEY, tags, keys, properties and body."""
+    stored = _stored(cluster, topic)
+    assert len(stored) == len(messages)
+    for m, r in zip(messages, results):
+        assert (r["status"], r["topic"], r["brokerName"], r["regionId"]) == (SEND_OK, topic, "broker-a", "DefaultRegion")
+        rec = stored[(r["queueId"], r["queueOffset"])]
+        assert re.fullmatch(r"[0-9A-Fa-f]{32}", r["msgId"]), r
+        assert rec.properties["UNIQ_KEY"] == r["msgId"]
+        assert r["offsetMsgId"] == rec.msg_id == _offset_msg_id(cluster, rec.physical_offset)
+        assert (bytes(rec.body).decode(), rec.properties["TAGS"], rec.properties["KEYS"], rec.properties["color"]) == \
+               (m["body"], m["tags"], " ".join(m["keys"]), m["props"]["color"])
+        assert rec.born_host.startswith("127.0.0.1:") and rec.store_host == cluster.addr
+    assert len({r["msgId"] for r in results}) == len(results)
+
+
+def _contiguous(results: list[dict]) -> None:
+    """Per queue, the offsets handed out are 0, 1, 2, ... with none twice."""
+    by_queue: dict[int, list[int]] = {}
+    for r in results:
+        by_queue.setdefault(r["queueId"], []).append(r["queueOffset"])
+    for q, offsets in by_queue.items():
+        assert sorted(offsets) == list(range(len(offsets))), (q, offsets)
+
+
+def test_sync_send_results_name_the_stored_messages(cluster):
+    topic = _unique("Sync")
+    messages = _messages(8)
+    results = produce(cluster, topic, messages, "sync")
+    _check_stored(cluster, topic, messages, results)
+    _contiguous(results)
+    # the producer's round robin visits every queue of the auto-created topic
+    assert {r["queueId"] for r in results} == {0, 1, 2, 3}
+
+
+def test_async_sends_all_in_flight_each_get_their_own_offset(cluster):
+    topic = _unique("Async")
+    messages = _messages(16)
+    results = produce(cluster, topic, messages, "async")
+    _check_stored(cluster, topic, messages, results)
+    _contiguous(results)
+
+
+def test_oneway_sends_are_stored(cluster):
+    topic = _unique("Oneway")
+    messages = _messages(6)
+    assert produce(cluster, topic, messages, "oneway") == [{"sent": True}] * 6
+    wait_for(lambda: cluster.total(topic) == 6, 30, "the one-way messages stored")
+    stored = sorted(_stored(cluster, topic).values(), key=lambda r: bytes(r.body))
+    assert [(bytes(r.body).decode(), r.properties["TAGS"], r.properties["color"]) for r in stored] == \
+           [(m["body"], m["tags"], m["props"]["color"]) for m in messages]
+
+
+def test_a_batch_lands_in_one_queue_in_order_each_message_with_its_own_properties(cluster):
+    topic = _unique("Batch")
+    messages = _messages(5)
+    [r] = produce(cluster, topic, messages, "batch")
+    assert (r["status"], r["topic"]) == (SEND_OK, topic)
+    stored = _stored(cluster, topic)
+    records = [stored[(r["queueId"], r["queueOffset"] + i)] for i in range(5)]
+    assert len(stored) == 5 and r["queueOffset"] == 0
+    # the reply's offsetMsgId: the comma-joined ids of the messages, in their order
+    assert r["offsetMsgId"] == ",".join(rec.msg_id for rec in records)
+    for m, rec in zip(messages, records):
+        assert (bytes(rec.body).decode(), rec.properties["TAGS"], rec.properties["KEYS"], rec.properties["color"]) == \
+               (m["body"], m["tags"], " ".join(m["keys"]), m["props"]["color"])
+    # v2.1.2 gives a batch's messages no UNIQ_KEY, and a RocketMQ broker adds none to a batch
+    # (only to a single message without one, from 5.0): consumers see their offsetMsgId as msgId
+    assert not any("UNIQ_KEY" in rec.properties for rec in records)
+
+
+def test_orderly_sends_keep_a_sharding_key_on_one_queue_and_its_order_when_consumed(cluster, tmp_path):
+    topic, group = _unique("Orderly"), _unique("cg")
+    keys = ["order-a", "order-b", "order-c", "order-d"]
+    messages = [{"tags": "TagA", "shardingKey": k, "keys": [k], "body": f"{k}:{i}"} for i in range(10) for k in keys]
+    results = produce(cluster, topic, messages, "orderly")
+    assert all(r["status"] == SEND_OK for r in results)
+    queue_of: dict[str, set] = {}
+    for m, r in zip(messages, results):
+        queue_of.setdefault(m["shardingKey"], set()).add(r["queueId"])
+    assert all(len(qs) == 1 for qs in queue_of.values()), queue_of
+    for k in keys:  # in a key's queue, its messages at increasing offsets in the order sent
+        offsets = [r["queueOffset"] for m, r in zip(messages, results) if m["shardingKey"] == k]
+        assert offsets == sorted(offsets)
+    with GoConsumer(cluster, tmp_path, topic, group, "orderly", orderly=True, fromFirst=True) as c:
+        got = c.wait(lambda g: len(g) >= len(messages), 90, "every orderly message")
+    assert sorted(d["body"] for d in got) == sorted(m["body"] for m in messages)
+    for k in keys:
+        mine = [d for d in got if d["body"].startswith(k + ":")]
+        assert [d["body"] for d in mine] == [f"{k}:{i}" for i in range(10)], mine
+        assert {d["queueId"] for d in mine} == queue_of[k] and {d["keys"] for d in mine} == {k}
+
+
+def test_transactions_commit_rollback_and_the_check_back_of_an_unknown_one(cluster):
+    topic = _unique("Tx")
+    messages = [{"tags": "TagA", "keys": ["tx-commit"], "props": {"color": "c0"}, "body": "commit", "local": "commit"},
+                {"tags": "TagA", "keys": ["tx-rollback"], "body": "rollback", "local": "rollback"},
+                {"tags": "TagB", "keys": ["tx-late-commit"], "props": {"color": "c2"}, "body": "late-commit",
+                 "local": "unknown", "check": "commit"},
+                {"tags": "TagB", "keys": ["tx-late-rollback"], "body": "late-rollback", "local": "unknown",
+                 "check": "rollback"}]
+    lines = go("transaction", cluster, group=_unique("txg"), topic=topic, messages=messages, checkSeconds=60)
+    sends = [ln for ln in lines if "state" in ln]
+    checks = [ln for ln in lines if "check" in ln]
+    assert "timeout" not in str(lines), lines
+    assert [s["state"] for s in sends] == ["commit", "rollback", "unknown", "unknown"]
+    assert all(s["status"] == SEND_OK and s["topic"] == topic for s in sends)
+    # the broker checked back each undecided one with the half message as the producer sent it
+    by_body = {c["check"]: c for c in checks}
+    assert set(by_body) == {"late-commit", "late-rollback"}, checks
+    for s, m in zip(sends[2:], messages[2:]):
+        c = by_body[m["body"]]
+        assert (c["topic"], c["msgId"], c["transactionId"], c["tags"], c["keys"]) == \
+               (topic, s["msgId"], s["msgId"], m["tags"], m["keys"][0])
+        assert c["props"]["UNIQ_KEY"] == s["msgId"] and c["props"]["TRAN_MSG"] == "true"
+    assert by_body["late-commit"]["props"]["color"] == "c2"
+    # what was committed (at once, or on the check-back) reaches the topic; nothing rolled back does
+    wait_for(lambda: cluster.total(topic) == 2, 30, "both commits in the topic")
+    stored = sorted(_stored(cluster, topic).values(), key=lambda r: bytes(r.body))
+    assert [bytes(r.body) for r in stored] == [b"commit", b"late-commit"]
+    for rec, s in zip(stored, (sends[0], sends[2])):
+        assert rec.properties["UNIQ_KEY"] == s["msgId"] and "TRAN_MSG" not in rec.properties
+    assert stored[1].properties["color"] == "c2" and stored[1].properties["TAGS"] == "TagB"
+
+
+def test_push_consumer_gets_only_the_subscribed_tags_field_by_field(cluster, tmp_path):
+    topic, group = _unique("Tags"), _unique("cg")
+    messages = _messages(12, tags=("TagA", "TagB", "TagC"))
+    results = produce(cluster, topic, messages)
+    with GoConsumer(cluster, tmp_path, topic, group, "tags", expression="TagA || TagB", fromFirst=True) as c:
+        got = c.wait(lambda g: len(g) >= 8, 60, "every TagA and TagB message")
+        # a TagC sent last on each queue: had it passed the filter it would have been delivered
+        # by the time a TagA after it is
+        tail = produce(cluster, topic, [{"tags": "TagC", "body": f"tail-c-{i}"} for i in range(4)]
+                       + [{"tags": "TagA", "body": f"tail-a-{i}"} for i in range(4)])
+        got = c.wait(lambda g: len(g) >= 12, 60, "the tail's TagA messages")
+    assert sorted(d["body"] for d in got) == sorted(
+        [m["body"] for m in messages if m["tags"] != "TagC"] + [f"tail-a-{i}" for i in range(4)])
+    sent = {r["msgId"]: (m, r) for m, r in zip(messages, results)}
+    for d in got:
+        if d["body"].startswith("tail"):
+            continue
+        m, r = sent[d["msgId"]]
+        assert (d["topic"], d["body"], d["tags"], d["keys"], d["props"]["color"]) == \
+               (topic, m["body"], m["tags"], " ".join(m["keys"]), m["props"]["color"])
+        assert (d["queueId"], d["queueOffset"], d["offsetMsgId"], d["brokerName"]) == \
+               (r["queueId"], r["queueOffset"], r["offsetMsgId"], "broker-a")
+        assert d["reconsumeTimes"] == 0 and d["storeHost"] == cluster.addr
+        assert d["props"]["UNIQ_KEY"] == d["msgId"]
+    assert len(tail) == 8
+
+
+def test_a_failed_delivery_comes_back_with_reconsume_times_1(cluster, tmp_path):
+    topic, group = _unique("Retry"), _unique("cg")
+    messages = _messages(4)
+    results = produce(cluster, topic, messages)
+    with GoConsumer(cluster, tmp_path, topic, group, "retry", fail="once", fromFirst=True) as c:
+        got = c.wait(lambda g: sum(d["reconsumeTimes"] == 1 for d in g) >= 4, 60, "every message redelivered")
+    first = {d["msgId"]: d for d in got if d["reconsumeTimes"] == 0}
+    again = {d["msgId"]: d for d in got if d["reconsumeTimes"] == 1}
+    assert set(first) == set(again) == {r["msgId"] for r in results}
+    for m, r in zip(messages, results):  # through %RETRY%<group>, handed back under the topic, intact
+        d = again[r["msgId"]]
+        assert (d["topic"], d["body"], d["tags"], d["keys"], d["props"]["color"]) == \
+               (topic, m["body"], m["tags"], " ".join(m["keys"]), m["props"]["color"])
+        assert d["props"]["RETRY_TOPIC"] == topic and d["props"]["ORIGIN_MESSAGE_ID"] == r["offsetMsgId"]
+        assert d["offsetMsgId"] != r["offsetMsgId"]  # a copy, stored anew
+    assert cluster.total(f"%RETRY%{group}", 1) == 4
+    assert cluster.total(f"%DLQ%{group}", 1) == 0
+
+
+def test_past_max_reconsume_times_a_message_lands_in_the_dead_letter_queue(cluster, tmp_path):
+    topic, group = _unique("Dlq"), _unique("cg")
+    messages = _messages(2)
+    results = produce(cluster, topic, messages)
+    with GoConsumer(cluster, tmp_path, topic, group, "dlq", fail="always", maxReconsumeTimes=2, fromFirst=True) as c:
+        wait_for(lambda: cluster.total(f"%DLQ%{group}", 1) == 2, 60, "both messages in the dead letter queue")
+        got = c.wait(lambda g: sum(d["reconsumeTimes"] == 2 for d in g) >= 2, 30, "the last retries")
+    for r in results:  # delivered 3 times: the first and 2 retries, then no more
+        assert sorted(d["reconsumeTimes"] for d in got if d["msgId"] == r["msgId"]) == [0, 1, 2]
+    # the dead letters, read back with the Go pull consumer
+    lines = go("pull", cluster, group=_unique("dlq-reader"), topic=f"%DLQ%{group}", queueId=0, offset=0, max=32)
+    head, dead = lines[0], lines[1:]
+    assert (head["status"], head["minOffset"], head["maxOffset"], head["nextBeginOffset"]) == (PULL_FOUND, 0, 2, 2)
+    by_id = {d["msgId"]: d for d in dead}
+    assert set(by_id) == {r["msgId"] for r in results}
+    for m, r in zip(messages, results):
+        d = by_id[r["msgId"]]
+        assert (d["topic"], d["body"], d["tags"], d["keys"], d["props"]["color"]) == \
+               (f"%DLQ%{group}", m["body"], m["tags"], " ".join(m["keys"]), m["props"]["color"])
+        assert d["props"]["RETRY_TOPIC"] == topic and d["reconsumeTimes"] == 3
+        assert d["props"]["ORIGIN_MESSAGE_ID"] == r["offsetMsgId"]
+
+
+def test_a_restarted_consumer_resumes_from_its_committed_offsets(cluster, tmp_path):
+    topic, group = _unique("Resume"), _unique("cg")
+    produce(cluster, topic, _messages(8))
+    with GoConsumer(cluster, tmp_path, topic, group, "first", fromFirst=True) as c:
+        c.wait(lambda g: len(g) >= 8, 60, "the first 8")
+    later = [{"tags": "TagA", "body": f"later-{i}"} for i in range(8)]
+    produce(cluster, topic, later)
+    # fromFirst again: only offsets the broker kept for the group keep the first 8 from coming back
+    with GoConsumer(cluster, tmp_path, topic, group, "second", fromFirst=True) as c:
+        got = c.wait(lambda g: len(g) >= 8, 60, "the next 8")
+        produce(cluster, topic, [{"tags": "TagA", "body": "sentinel"}])
+        got = c.wait(lambda g: any(d["body"] == "sentinel" for d in g), 60, "the sentinel")
+    assert sorted(d["body"] for d in got) == sorted([f"later-{i}" for i in range(8)] + ["sentinel"]), got
