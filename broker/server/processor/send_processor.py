@@ -124,6 +124,7 @@ class SendMessageProcessor:
     def send(self, cmd: RemotingCommand, conn):
         h = send_header(cmd)
         topic, queue_id = self.route(h)
+        asked_queue = queue_id  # the reply names it, for a delayed message too (not the schedule queue)
         properties = h.properties
         props_bytes = properties.encode()
         level = 0
@@ -147,7 +148,7 @@ class SendMessageProcessor:
             self.schedule.arrived(level)
         else:
             self.holds.notify(topic, queue_id, result.end_offset)
-        ext = {"msgId": result.msg_id, "queueId": queue_id, "queueOffset": result.queue_offset, **REPLY_EXT}
+        ext = {"msgId": result.msg_id, "queueId": asked_queue, "queueOffset": result.queue_offset, **REPLY_EXT}
         if flushed is None:
             return cmd.response(codes.SUCCESS, ext)
         return self._after_flush(cmd, ext, flushed)
