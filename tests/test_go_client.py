@@ -257,3 +257,88 @@ def test_a_restarted_consumer_resumes_from_its_committed_offsets(cluster, tmp_pa
         produce(cluster, topic, [{"tags": "TagA", "body": "sentinel"}])
         got = c.wait(lambda g: any(d["body"] == "sentinel" for d in g), 60, "the sentinel")
     assert sorted(d["body"] for d in got) == sorted([f"later-{i}" for i in range(8)] + ["sentinel"]), got
+
+
+def test_a_body_over_4k_is_deflated_by_the_producer_and_inflated_for_the_consumer(cluster, tmp_path):
+    topic, group = _unique("Big"), _unique("cg")
+    [r] = produce(cluster, topic, [{"tags": "Big", "keys": ["big"], "props": {"color": "big"}, "size": 9000}])
+    [rec] = _stored(cluster, topic).values()
+    # stored as sent: the compressed flag set, the deflated body far smaller than 9000 bytes
+    assert rec.sys_flag & 1 and len(rec.body) < 1024 and rec.properties["UNIQ_KEY"] == r["msgId"]
+    with GoConsumer(cluster, tmp_path, topic, group, "big") as c:
+        [d] = c.wait(lambda g: len(g) >= 1, 60, "the big message")
+    assert (d["msgId"], d["size"], d["bodyIsX"], d["tags"], d["props"]["color"]) == (r["msgId"], 9000, True, "Big", "big")
+
+
+def test_a_delay_level_holds_the_message_in_the_schedule_topic_until_due(cluster, tmp_path):
+    topic, group = _unique("Delay"), _unique("cg")
+    held_before = sum(len(cluster.records("SCHEDULE_TOPIC_XXXX", q)) for q in range(18))
+    [r] = produce(cluster, topic, [{"tags": "TagA", "keys": ["late"], "props": {"color": "late"}, "body": "late",
+                                    "delayLevel": 3}])
+    # stored in SCHEDULE_TOPIC_XXXX queue 2 (level 3) with the real topic and queue it goes to
+    held = [m for m in cluster.records("SCHEDULE_TOPIC_XXXX", 2) if m.properties.get("REAL_TOPIC") == topic]
+    assert len(held) == 1 and held[0].properties["REAL_QID"] == str(r["queueId"]) and held[0].properties["DELAY"] == "3"
+    assert sum(len(cluster.records("SCHEDULE_TOPIC_XXXX", q)) for q in range(18)) == held_before + 1
+    with GoConsumer(cluster, tmp_path, topic, group, "delay", fromFirst=True) as c:
+        [d] = c.wait(lambda g: len(g) >= 1, 60, "the delayed message")
+    assert (d["msgId"], d["body"], d["tags"], d["keys"], d["props"]["color"], d["queueId"]) == \
+           (r["msgId"], "late", "TagA", "late", "late", r["queueId"])
+    # level 3 is 100 ms here (the cluster's messageDelayLevel): not stored in the topic before it
+    assert d["storeTimestamp"] - d["bornTimestamp"] >= 100
+
+
+def test_orderly_consumption_suspends_a_failing_queue_then_dead_letters_the_message(cluster, tmp_path):
+    """The orderly consumer retries locally (SuspendCurrentQueueAMoment), in order; past
+    maxReconsumeTimes it sends the message back with delay level -1, which goes straight to %DLQ%."""
+    topic, group = _unique("OrderlyDlq"), _unique("cg")
+    messages = [{"tags": "TagA", "shardingKey": "k", "props": {"color": f"c{i}"}, "body": f"o{i}"} for i in range(3)]
+    results = produce(cluster, topic, messages, "orderly")
+    assert len({r["queueId"] for r in results}) == 1
+    with GoConsumer(cluster, tmp_path, topic, group, "orderly-dlq", orderly=True, fail="always",
+                    maxReconsumeTimes=1) as c:
+        wait_for(lambda: cluster.total(f"%DLQ%{group}", 1) == 3, 90, "the three messages dead-lettered")
+        got = c.wait(lambda g: len(g) >= 9, 30, "every local retry")
+    # each delivered 3 times (first, the retry, the one found past the limit), one after the other
+    assert [(d["body"], d["reconsumeTimes"]) for d in got[:9]] == \
+           [(f"o{i}", t) for i in range(3) for t in (0, 1, 2)]
+    assert cluster.total(f"%RETRY%{group}", 1) == 0  # no retry topic for orderly consumption
+    dead = cluster.records(f"%DLQ%{group}", 0)
+    assert [bytes(m.body) for m in dead] == [b"o0", b"o1", b"o2"]
+    for m, r, sent in zip(dead, results, messages):  # the broker counts the one send-back
+        assert (m.properties["UNIQ_KEY"], m.properties["RETRY_TOPIC"], m.properties["color"], m.reconsume_times) == \
+               (r["msgId"], topic, sent["props"]["color"], 1)
+        assert m.properties["ORIGIN_MESSAGE_ID"] == r["offsetMsgId"]
+
+
+def test_a_new_group_on_a_young_queue_reads_from_0_whatever_its_consume_from_where(cluster, tmp_path):
+    """RocketMQ's QUERY_CONSUMER_OFFSET answers 0 for a group without an offset while the queue
+    still holds its first message, so CONSUME_FROM_TIMESTAMP (like CONSUME_FROM_LAST_OFFSET) only
+    applies once the queue's head was cleaned: the Go consumer then reads everything."""
+    import time as _time
+    topic, group = _unique("Since"), _unique("cg")
+    produce(cluster, topic, [{"tags": "TagA", "body": f"before-{i}"} for i in range(4)])
+    stamp = _time.strftime("%Y%m%d%H%M%S", _time.localtime(_time.time() + 60))  # after all of them
+    with GoConsumer(cluster, tmp_path, topic, group, "since", consumeTimestamp=stamp) as c:
+        got = c.wait(lambda g: len(g) >= 4, 60, "the four sent before")
+    assert sorted(d["body"] for d in got) == [f"before-{i}" for i in range(4)]
+    assert all(d["queueOffset"] == 0 for d in got)
+
+
+def test_admin_creates_a_topic_and_lists_topics_queues_and_subscription_groups(cluster, tmp_path):
+    topic, group = _unique("Admin"), _unique("cg")
+    with GoConsumer(cluster, tmp_path, topic, group, "admin-group"):
+        pass  # its heartbeat creates the subscription group
+    [create] = go("admin", cluster, ops=[{"op": "create", "topic": topic, "brokerAddr": cluster.addr, "queues": 3,
+                                          "perm": 6}])
+    assert create == {"op": "create"}
+    # the broker registers the new topic with the name server (till then it answers a default route)
+    route = wait_for(lambda: (r := cluster.wait_route(topic))["queueDatas"][0]["readQueueNums"] == 3 and r, 30,
+                     "the created topic's route")
+    topics, queues, groups = go("admin", cluster, ops=[
+        {"op": "topics"}, {"op": "queues", "topic": topic}, {"op": "groups", "brokerAddr": cluster.addr}])
+    assert topic in topics["topics"] and "TBW102" in topics["topics"]
+    assert queues["queues"] == [{"topic": topic, "brokerName": "broker-a", "queueId": q} for q in range(3)]
+    assert [(q["readQueueNums"], q["writeQueueNums"], q["perm"]) for q in route["queueDatas"]] == [(3, 3, 6)]
+    g = groups["groups"][group]
+    assert (g["GroupName"], g["ConsumeEnable"], g["RetryMaxTimes"], g["RetryQueueNums"]) == (group, True, 16, 1)
+    assert groups["dataVersion"]["Counter"] >= 1

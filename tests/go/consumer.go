@@ -16,6 +16,9 @@ func consume(opt Options) {
 	if opt.FromFirst {
 		from = consumer.ConsumeFromFirstOffset
 	}
+	if opt.ConsumeTimestamp != "" {
+		from = consumer.ConsumeFromTimestamp
+	}
 	opts := []consumer.Option{
 		consumer.WithNameServer(primitive.NamesrvAddr{opt.NameSrv}),
 		consumer.WithGroupName(opt.Group),
@@ -23,6 +26,12 @@ func consume(opt Options) {
 		consumer.WithConsumerModel(consumer.Clustering),
 		consumer.WithConsumeFromWhere(from),
 		consumer.WithConsumerOrder(opt.Orderly),
+	}
+	if opt.AccessKey != "" {
+		opts = append(opts, consumer.WithCredentials(opt.credentials()))
+	}
+	if opt.ConsumeTimestamp != "" {
+		opts = append(opts, consumer.WithConsumeTimestamp(opt.ConsumeTimestamp))
 	}
 	if opt.MaxReconsumeTimes > 0 {
 		opts = append(opts, consumer.WithMaxReconsumeTimes(opt.MaxReconsumeTimes))

@@ -6,6 +6,7 @@
 //	rmqgo consume '<json>'      {"ready":true}, one line per delivery until stdin closes (or
 //	                            maxSeconds pass); then Shutdown (commits offsets) and {"closed":true}
 //	rmqgo pull '<json>'         the messages of one queue read with the pull consumer, then {"done":true}
+//	rmqgo admin '<json>'        one line per admin call (create, topics, queues, groups, delete), then {"done":true}
 //
 // Every scenario ends on its own within its options' bounds: the client's goroutines never keep
 // the process alive past them.
@@ -27,6 +28,9 @@ type Options struct {
 	Group    string `json:"group"`
 	Topic    string `json:"topic"`
 	Instance string `json:"instanceName"`
+	// ACL: sign every request with these (primitive.Credentials)
+	AccessKey string `json:"accessKey"`
+	SecretKey string `json:"secretKey"`
 	// produce: sync | async | oneway | batch | orderly (a hash queue selector on the sharding key)
 	Mode     string `json:"mode"`
 	Messages []Msg  `json:"messages"`
@@ -42,6 +46,10 @@ type Options struct {
 	QueueID    int    `json:"queueId"`
 	Offset     int64  `json:"offset"`
 	Max        int    `json:"max"`
+	// admin: the calls to make, in order
+	Ops []Op `json:"ops"`
+	// consume: ConsumeFromTimestamp at this time (yyyyMMddHHmmss) for a group without offsets
+	ConsumeTimestamp string `json:"consumeTimestamp"`
 	// transaction: how long to wait for the broker's check-backs of the UNKNOW ones
 	CheckSeconds int `json:"checkSeconds"`
 }
@@ -70,6 +78,10 @@ func out(v interface{}) {
 func fatal(err error) {
 	out(map[string]string{"fatal": err.Error()})
 	os.Exit(1)
+}
+
+func (o Options) credentials() primitive.Credentials {
+	return primitive.Credentials{AccessKey: o.AccessKey, SecretKey: o.SecretKey}
 }
 
 func (m Msg) message(topic string) *primitive.Message {
@@ -171,6 +183,8 @@ func main() {
 		consume(opt)
 	case "pull":
 		pull(opt)
+	case "admin":
+		adminOps(opt)
 	default:
 		fmt.Fprintln(os.Stderr, "unknown scenario", os.Args[1])
 		os.Exit(2)

@@ -18,6 +18,9 @@ func producerOptions(opt Options) []producer.Option {
 		producer.WithRetry(2),
 		producer.WithSendMsgTimeout(10 * time.Second),
 	}
+	if opt.AccessKey != "" {
+		opts = append(opts, producer.WithCredentials(opt.credentials()))
+	}
 	if opt.Mode == "orderly" {
 		// the same sharding key always hashes to the same queue of the topic
 		opts = append(opts, producer.WithQueueSelector(producer.NewHashQueueSelector()))
