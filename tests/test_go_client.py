@@ -342,3 +342,52 @@ def test_admin_creates_a_topic_and_lists_topics_queues_and_subscription_groups(c
     g = groups["groups"][group]
     assert (g["GroupName"], g["ConsumeEnable"], g["RetryMaxTimes"], g["RetryQueueNums"]) == (group, True, 16, 1)
     assert groups["dataVersion"]["Counter"] >= 1
+
+
+def test_acl_signed_sends_consumption_and_check_back_pass_a_wrong_secret_is_refused(tmp_path):
+    """Under aclEnable=true the Go client signs every request (HMAC-SHA1 of the sorted ext fields
+    and the body): its sends, heartbeats, pulls, send-backs and a transaction's one-way
+    END_TRANSACTION after the check-back all pass; a wrong secret is refused and stores nothing."""
+    from tests.test_real_clients import ACL
+    acl = tmp_path / "plain_acl.yml"
+    acl.write_text(ACL)
+    conf = f"aclEnable=true\naclFile={acl}\ntransactionCheckInterval=200\ntransactionTimeOut=400\n"
+    key = {"accessKey": "RocketMQ", "secretKey": "12345678"}
+    with Cluster(tmp_path / "acl", conf, access=("inspector", "inspector-secret")) as c:
+        topic, group = _unique("Acl"), _unique("cg")
+        msg = {"tags": "TagA", "keys": ["k"], "props": {"color": "signed"}, "body": "signed"}
+        [ok] = go("produce", c, group="go-acl-pg", topic=topic, messages=[msg], **key)
+        assert ok["status"] == SEND_OK, ok
+        [bad] = go("produce", c, group="go-acl-pg", topic=topic, messages=[dict(msg, body="forged")],
+                   accessKey="RocketMQ", secretKey="wrong")
+        assert set(bad) == {"error"} and "Check signature failed for accessKey=RocketMQ" in bad["error"], bad
+        lines = go("transaction", c, group=_unique("txg"), topic=topic, checkSeconds=60, **key,
+                   messages=[{"tags": "TagB", "body": "late", "local": "unknown", "check": "commit"}])
+        assert [ln.get("check") for ln in lines if "check" in ln] == ["late"] and "timeout" not in str(lines), lines
+        with GoConsumer(c, tmp_path, topic, group, "acl", fail="once", **key) as cons:
+            got = cons.wait(lambda g: sum(d["reconsumeTimes"] == 1 for d in g) >= 2, 60, "both redelivered")
+        assert sorted((d["body"], d["reconsumeTimes"]) for d in got) == \
+               [("late", 0), ("late", 1), ("signed", 0), ("signed", 1)]
+        assert sorted(bytes(r.body) for r in _stored(c, topic).values()) == [b"late", b"signed"]
+
+
+def test_two_consumers_of_a_group_split_the_queues(cluster, tmp_path):
+    """The Go client rebalances on GET_CONSUMER_LIST_BY_GROUP (at once on the broker's
+    NOTIFY_CONSUMER_IDS_CHANGED, else every 20 s): with two members each queue has one owner."""
+    topic, group = _unique("Split"), _unique("cg")
+    produce(cluster, topic, [{"body": "warm-up"}])  # creates the topic's 4 queues
+    with GoConsumer(cluster, tmp_path, topic, group, "split-a") as a, \
+            GoConsumer(cluster, tmp_path, topic, group, "split-b") as b:
+        for round_ in range(20):  # while ownership moves a queue may briefly have two pullers
+            bodies = {f"r{round_}-{i}" for i in range(8)}
+            produce(cluster, topic, [{"body": body} for body in sorted(bodies)])
+            wait_for(lambda bodies=bodies: {d["body"] for d in a.got + b.got} >= bodies, 60, f"round {round_}")
+            qa = {d["queueId"] for d in a.got if d["body"] in bodies}
+            qb = {d["queueId"] for d in b.got if d["body"] in bodies}
+            if qa and qb and not qa & qb:
+                break
+        else:
+            raise AssertionError("the two consumers never shared the queues")
+        assert len(qa | qb) == 4, (qa, qb)
+        both = [d["body"] for d in a.got + b.got if d["body"] in bodies]
+        assert sorted(both) == sorted(bodies)  # each once

@@ -28,6 +28,8 @@ type Options struct {
 	Group    string `json:"group"`
 	Topic    string `json:"topic"`
 	Instance string `json:"instanceName"`
+	// trace: send message traces to RMQ_SYS_TRACE_TOPIC (the client's WithTrace)
+	Trace bool `json:"trace"`
 	// ACL: sign every request with these (primitive.Credentials)
 	AccessKey string `json:"accessKey"`
 	SecretKey string `json:"secretKey"`
@@ -82,6 +84,11 @@ func fatal(err error) {
 
 func (o Options) credentials() primitive.Credentials {
 	return primitive.Credentials{AccessKey: o.AccessKey, SecretKey: o.SecretKey}
+}
+
+func (o Options) traceConfig() *primitive.TraceConfig {
+	return &primitive.TraceConfig{GroupName: o.Group, NamesrvAddrs: []string{o.NameSrv}, Access: primitive.Local,
+		Credentials: o.credentials()}
 }
 
 func (m Msg) message(topic string) *primitive.Message {

@@ -21,6 +21,9 @@ func producerOptions(opt Options) []producer.Option {
 	if opt.AccessKey != "" {
 		opts = append(opts, producer.WithCredentials(opt.credentials()))
 	}
+	if opt.Trace {
+		opts = append(opts, producer.WithTrace(opt.traceConfig()))
+	}
 	if opt.Mode == "orderly" {
 		// the same sharding key always hashes to the same queue of the topic
 		opts = append(opts, producer.WithQueueSelector(producer.NewHashQueueSelector()))

@@ -11,7 +11,8 @@ from pathlib import Path
 from tests.helpers.procs import REPO, Child
 from tests.helpers.real_clients import Cluster
 
-RMQGO = REPO / "build" / "go" / "rmqgo"
+# RMQGO=<path> runs the tests with a driver built against another version of the client
+RMQGO = Path(os.environ.get("RMQGO") or REPO / "build" / "go" / "rmqgo")
 
 
 def check_installed() -> None:
