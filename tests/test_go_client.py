@@ -391,3 +391,26 @@ def test_two_consumers_of_a_group_split_the_queues(cluster, tmp_path):
         assert len(qa | qb) == 4, (qa, qb)
         both = [d["body"] for d in a.got + b.got if d["body"] in bodies]
         assert sorted(both) == sorted(bodies)  # each once
+
+
+def test_a_sql92_subscription_is_refused_with_rocketmqs_error_not_silently_starved(cluster, tmp_path):
+    """The broker filters by tags only. A SQL92 expression (the Go consumer's MessageSelector of
+    type SQL92, registered by its heartbeat) is refused on pull with RocketMQ's own answer when
+    enablePropertyFilter is off, instead of being read as a tag that matches nothing."""
+    from broker.remoting import codes
+    topic, group = _unique("Sql"), _unique("cg")
+    sent = produce(cluster, topic, [{"tags": "TagA", "props": {"a": str(i)}, "body": f"b{i}"} for i in range(4)])
+    refusal = "The broker does not support consumer to filter message by SQL92"
+    pull = {"consumerGroup": group, "topic": topic, "queueId": 0, "queueOffset": 0, "maxMsgNums": 32,
+            "commitOffset": 0, "suspendTimeoutMillis": 0, "subVersion": 0}
+    with GoConsumer(cluster, tmp_path, topic, group, "sql", expression="a > 1", expressionType="SQL92") as c:
+        # the consumer's own pulls name no expression: the broker takes its heartbeat's
+        r = cluster.call(codes.PULL_MESSAGE, {**pull, "sysFlag": 0, "subscription": "", "expressionType": "TAG"})
+        assert (r.code, r.remark) == (codes.SYSTEM_ERROR, refusal)
+        assert c.got == []
+    # a pull naming its SQL92 expression is refused too; a TAG one of the same group is served
+    r = cluster.call(codes.PULL_MESSAGE, {**pull, "sysFlag": 4, "subscription": "a > 1", "expressionType": "SQL92"})
+    assert (r.code, r.remark) == (codes.SYSTEM_ERROR, refusal)
+    r = cluster.call(codes.PULL_MESSAGE, {**pull, "queueId": sent[0]["queueId"], "sysFlag": 4, "subscription": "TagA",
+                                          "expressionType": "TAG"})
+    assert r.code == codes.SUCCESS and r.ext["nextBeginOffset"] == "1"

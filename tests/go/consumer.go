@@ -48,7 +48,11 @@ func consume(opt Options) {
 		expression = "*"
 	}
 	var mu sync.Mutex // one line at a time: deliveries come on several goroutines
-	err = c.Subscribe(opt.Topic, consumer.MessageSelector{Type: consumer.TAG, Expression: expression},
+	selector := consumer.MessageSelector{Type: consumer.TAG, Expression: expression}
+	if opt.ExpressionType != "" {
+		selector.Type = consumer.ExpressionType(opt.ExpressionType)
+	}
+	err = c.Subscribe(opt.Topic, selector,
 		func(ctx context.Context, msgs ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
 			result := consumer.ConsumeSuccess
 			mu.Lock()

@@ -38,7 +38,8 @@ type Options struct {
 	Messages []Msg  `json:"messages"`
 	// consume
 	Expression        string `json:"expression"`
-	Fail              string `json:"fail"` // "always" | "once": ConsumeRetryLater on those deliveries
+	ExpressionType    string `json:"expressionType"` // TAG (the default) or SQL92
+	Fail              string `json:"fail"`           // "always" | "once": ConsumeRetryLater on those deliveries
 	MaxReconsumeTimes int32  `json:"maxReconsumeTimes"`
 	Orderly           bool   `json:"orderly"`
 	MaxSeconds        int    `json:"maxSeconds"`

@@ -100,6 +100,13 @@ class ConsumerManager:
         g = self.groups.get(group)
         return sorted(g.clients) if g else []
 
+    def expression_type(self, group: str, topic: str) -> str:
+        """The type of the group's subscription expression for a topic from its heartbeat (TAG
+        when it names none, or has no subscription there)."""
+        g = self.groups.get(group)
+        sd = g.subscriptions.get(topic) if g else None
+        return str(sd.get("expressionType") or "TAG") if sd else "TAG"
+
     def tag_hashes(self, group: str, topic: str) -> set[int] | None:
         """The group's tag filter for a topic from its heartbeat (None: every message)."""
         g = self.groups.get(group)

@@ -12,7 +12,7 @@ from broker.remoting import codes
 from broker.remoting.command import RemotingCommand
 from broker.server.filter.expression_filter import tag_hashes_of
 from broker.remoting.headers import PullMessageRequestHeader, decode
-from broker.remoting.refusals import BadRequest, TopicNotExist
+from broker.remoting.refusals import BadRequest, Refusal, TopicNotExist
 from broker.store.results import GetStatus
 
 FLAG_COMMIT_OFFSET, FLAG_SUSPEND, FLAG_SUBSCRIPTION = 1, 2, 4
@@ -54,6 +54,12 @@ class PullMessageProcessor:
         if sys_flag & FLAG_COMMIT_OFFSET and not self.store.is_slave:  # as Java: commits ride pulls on masters
             if h.commitOffset >= 0:
                 self.store.consumer_offsets.commit(group, topic, queue_id, h.commitOffset)
+        expression_type = (h.expressionType if sys_flag & FLAG_SUBSCRIPTION
+                           else self.consumers.expression_type(group, topic))
+        if expression_type not in ("", "TAG"):
+            # SQL92 (or any other type) would be read as tags and silently match nothing: refused,
+            # as RocketMQ refuses it while enablePropertyFilter is off
+            raise Refusal(f"The broker does not support consumer to filter message by {expression_type}")
         if sys_flag & FLAG_SUBSCRIPTION:
             tags = tag_hashes_of(h.subscription)
         else:
