@@ -414,3 +414,37 @@ def test_a_sql92_subscription_is_refused_with_rocketmqs_error_not_silently_starv
     r = cluster.call(codes.PULL_MESSAGE, {**pull, "queueId": sent[0]["queueId"], "sysFlag": 4, "subscription": "TagA",
                                           "expressionType": "TAG"})
     assert r.code == codes.SUCCESS and r.ext["nextBeginOffset"] == "1"
+
+
+def test_non_ascii_and_json_special_characters_survive_in_keys_properties_and_body(cluster, tmp_path):
+    """The Go client writes its header as JSON: quotes, backslashes, tabs and non-ASCII text in
+    keys and properties come through the broker's header parsing byte for byte."""
+    topic, group = _unique("Text"), _unique("cg")
+    msg = {"tags": "Tägß", "keys": ["ключ", 'q"uote', "back\\slash"], "props": {"ünï": '值"\\/\t', "emoji": "😀"},
+           "body": "тело 😀"}
+    [r] = produce(cluster, topic, [msg])
+    [rec] = _stored(cluster, topic).values()
+    assert (rec.properties["TAGS"], rec.properties["KEYS"], rec.properties["ünï"], rec.properties["emoji"]) == \
+           ("Tägß", 'ключ q"uote back\\slash', '值"\\/\t', "😀")
+    assert bytes(rec.body).decode() == "тело 😀" and rec.properties["UNIQ_KEY"] == r["msgId"]
+    # (subscribed with "*": v2.1.2 hashes a tag's UTF-8 bytes for its codeSet where RocketMQ hashes
+    # UTF-16, so a non-ASCII tag expression matches nothing on RocketMQ's broker either)
+    with GoConsumer(cluster, tmp_path, topic, group, "text") as c:
+        [d] = c.wait(lambda g: len(g) >= 1, 60, "the message")
+    assert (d["tags"], d["keys"], d["props"]["ünï"], d["props"]["emoji"], d["body"], d["msgId"]) == \
+           ("Tägß", 'ключ q"uote back\\slash', '值"\\/\t', "😀", "тело 😀", r["msgId"])
+
+
+def test_a_namespace_prefixes_topic_group_and_retry_topic_on_the_wire(cluster, tmp_path):
+    """WithNamespace("ns1"): the client sends to ns1%<topic> and consumes as group ns1%<group>, so
+    the broker must take '%' inside names (TopicValidator's [%|a-zA-Z0-9_-])."""
+    topic, group = _unique("Ns"), _unique("cg")
+    results = go("produce", cluster, group="go-ns-pg", topic=topic, namespace="ns1",
+                 messages=[{"tags": "TagA", "body": f"b{i}"} for i in range(3)])
+    assert [r["topic"] for r in results] == [f"ns1%{topic}"] * 3
+    wait_for(cluster.dispatched_all, 30, "the broker to dispatch everything it wrote")
+    assert cluster.total(f"ns1%{topic}") == 3 and cluster.total(topic) == 0
+    with GoConsumer(cluster, tmp_path, topic, group, "ns", namespace="ns1", fail="once") as c:
+        got = c.wait(lambda g: sum(d["reconsumeTimes"] == 1 for d in g) >= 3, 60, "every message redelivered")
+    assert sorted((d["body"], d["reconsumeTimes"]) for d in got) == [(f"b{i}", t) for i in range(3) for t in (0, 1)]
+    assert cluster.total(f"%RETRY%ns1%{group}", 1) == 3

@@ -30,6 +30,9 @@ func consume(opt Options) {
 	if opt.AccessKey != "" {
 		opts = append(opts, consumer.WithCredentials(opt.credentials()))
 	}
+	if opt.Namespace != "" {
+		opts = append(opts, consumer.WithNamespace(opt.Namespace))
+	}
 	if opt.Trace {
 		opts = append(opts, consumer.WithTrace(opt.traceConfig()))
 	}

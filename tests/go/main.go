@@ -28,6 +28,8 @@ type Options struct {
 	Group    string `json:"group"`
 	Topic    string `json:"topic"`
 	Instance string `json:"instanceName"`
+	// namespace: the client's WithNamespace (topics and groups become <namespace>%<name> on the wire)
+	Namespace string `json:"namespace"`
 	// trace: send message traces to RMQ_SYS_TRACE_TOPIC (the client's WithTrace)
 	Trace bool `json:"trace"`
 	// ACL: sign every request with these (primitive.Credentials)

@@ -21,6 +21,9 @@ func producerOptions(opt Options) []producer.Option {
 	if opt.AccessKey != "" {
 		opts = append(opts, producer.WithCredentials(opt.credentials()))
 	}
+	if opt.Namespace != "" {
+		opts = append(opts, producer.WithNamespace(opt.Namespace))
+	}
 	if opt.Trace {
 		opts = append(opts, producer.WithTrace(opt.traceConfig()))
 	}
