@@ -28,7 +28,8 @@ def _unique(prefix: str) -> str:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    conf = "maxReconsumeTimes=16\ntransactionCheckInterval=200\ntransactionTimeOut=400\n"
+    # a check-back every 200 ms, up to 100 times: 20 s for a restarted producer to register
+    conf = "maxReconsumeTimes=16\ntransactionCheckInterval=200\ntransactionTimeOut=400\ntransactionCheckMax=100\n"
     with Cluster(tmp_path_factory.mktemp("go-client"), conf) as c:
         yield c
 
@@ -448,3 +449,30 @@ def test_a_namespace_prefixes_topic_group_and_retry_topic_on_the_wire(cluster, t
         got = c.wait(lambda g: sum(d["reconsumeTimes"] == 1 for d in g) >= 3, 60, "every message redelivered")
     assert sorted((d["body"], d["reconsumeTimes"]) for d in got) == [(f"b{i}", t) for i in range(3) for t in (0, 1)]
     assert cluster.total(f"%RETRY%ns1%{group}", 1) == 3
+
+
+def test_a_producer_restarted_in_the_middle_answers_the_check_back(cluster):
+    """The producer leaves two transactions undecided (UNKNOW) and exits; the broker checks them
+    back with the next producer of the group, which commits one and rolls the other back."""
+    topic, group = _unique("TxRestart"), _unique("txg")
+    messages = [{"tags": "TagA", "keys": ["to-commit"], "body": "to-commit", "local": "unknown", "check": "commit"},
+                {"tags": "TagA", "keys": ["to-roll-back"], "body": "to-roll-back", "local": "unknown",
+                 "check": "rollback"}]
+    first = go("transaction", cluster, group=group, topic=topic, checkSeconds=-1,
+               messages=[dict(m, check="unknown") for m in messages])
+    sends = [ln for ln in first if "state" in ln]
+    assert [s["state"] for s in sends] == ["unknown", "unknown"] and all(s["status"] == SEND_OK for s in sends)
+    # the first producer is gone; a new one of the group is asked (once its first send taught it the
+    # broker's address, which its heartbeat registers the group with)
+    second = go("transaction", cluster, group=group, topic=topic, checkSeconds=60, messages=[
+        {"tags": "TagB", "body": "after-restart", "local": "commit"}, *[dict(m, checkOnly=True) for m in messages]])
+    assert "timeout" not in str(second), second
+    checks = {c["check"]: c for c in second if "check" in c}
+    assert {b: c["answer"] for b, c in checks.items()} == {"to-commit": "commit", "to-roll-back": "rollback"}
+    for s, m in zip(sends, messages):
+        c = checks[m["body"]]
+        assert (c["msgId"], c["topic"], c["keys"], c["props"]["PGROUP"]) == (s["msgId"], topic, m["keys"][0], group)
+    wait_for(lambda: cluster.total(topic) == 2, 30, "both commits in the topic")
+    stored = {bytes(r.body): r for r in _stored(cluster, topic).values()}
+    assert sorted(stored) == [b"after-restart", b"to-commit"]
+    assert stored[b"to-commit"].properties["UNIQ_KEY"] == sends[0]["msgId"]

@@ -55,7 +55,8 @@ type Options struct {
 	Ops []Op `json:"ops"`
 	// consume: ConsumeFromTimestamp at this time (yyyyMMddHHmmss) for a group without offsets
 	ConsumeTimestamp string `json:"consumeTimestamp"`
-	// transaction: how long to wait for the broker's check-backs of the UNKNOW ones
+	// transaction: how long to wait for the broker's check-backs of the UNKNOW ones (0: 30 s;
+	// negative: not at all, the producer leaves them undecided)
 	CheckSeconds int `json:"checkSeconds"`
 }
 
@@ -70,6 +71,8 @@ type Msg struct {
 	DelayLevel  int               `json:"delayLevel"`
 	Local       string            `json:"local"` // transaction: commit | rollback | unknown
 	Check       string            `json:"check"` // transaction: the answer to a check-back
+	// transaction: not sent, only its check-back answered (one sent by an earlier producer of the group)
+	CheckOnly bool `json:"checkOnly"`
 }
 
 func out(v interface{}) {

@@ -133,7 +133,7 @@ func transaction(opt Options) {
 	l := &txListener{byBody: map[string]Msg{}, pending: map[string]bool{}, checked: make(chan struct{})}
 	for _, m := range opt.Messages {
 		l.byBody[m.Body] = m
-		if m.Local == "unknown" {
+		if m.Local == "unknown" || m.CheckOnly {
 			l.pending[m.Body] = true
 		}
 	}
@@ -148,6 +148,9 @@ func transaction(opt Options) {
 		fatal(err)
 	}
 	for _, m := range opt.Messages {
+		if m.CheckOnly {
+			continue
+		}
 		r, err := p.SendMessageInTransaction(context.Background(), m.message(opt.Topic))
 		if err != nil {
 			out(map[string]interface{}{"error": err.Error()})
@@ -159,16 +162,20 @@ func transaction(opt Options) {
 			primitive.UnknowState: "unknown"}[r.State]
 		out(res)
 	}
-	wait := opt.CheckSeconds
-	if wait <= 0 {
-		wait = 30
-	}
-	select { // the producer stays up until the broker has checked every UNKNOW one back
-	case <-l.checked:
-		// give the one-way END_TRANSACTION of the last check-back time to leave
-		time.Sleep(500 * time.Millisecond)
-	case <-time.After(time.Duration(wait) * time.Second):
-		out(map[string]string{"timeout": "check-backs missing"})
+	// the producer stays up until the broker has checked every UNKNOW one back, unless told to
+	// leave them undecided (checkSeconds < 0: a later producer of the group answers for them)
+	if opt.CheckSeconds >= 0 {
+		wait := opt.CheckSeconds
+		if wait == 0 {
+			wait = 30
+		}
+		select {
+		case <-l.checked:
+			// give the one-way END_TRANSACTION of the last check-back time to leave
+			time.Sleep(500 * time.Millisecond)
+		case <-time.After(time.Duration(wait) * time.Second):
+			out(map[string]string{"timeout": "check-backs missing"})
+		}
 	}
 	if err := p.Shutdown(); err != nil {
 		fatal(err)
