@@ -476,3 +476,23 @@ def test_a_producer_restarted_in_the_middle_answers_the_check_back(cluster):
     stored = {bytes(r.body): r for r in _stored(cluster, topic).values()}
     assert sorted(stored) == [b"after-restart", b"to-commit"]
     assert stored[b"to-commit"].properties["UNIQ_KEY"] == sends[0]["msgId"]
+
+
+def test_broadcasting_consumers_each_get_every_message_and_keep_their_offsets_locally(cluster, tmp_path):
+    topic, group = _unique("Broadcast"), _unique("cg")
+    produce(cluster, topic, [{"body": "warm-up"}])  # the topic and its 4 queues exist
+    with GoConsumer(cluster, tmp_path, topic, group, "bc-a", broadcasting=True) as a, \
+            GoConsumer(cluster, tmp_path, topic, group, "bc-b", broadcasting=True) as b:
+        results = produce(cluster, topic, _messages(8))
+        want = {r["msgId"] for r in results}
+        for c in (a, b):  # each member reads every queue
+            got = c.wait(lambda g: want <= {d["msgId"] for d in g}, 60, "every message")
+            assert sorted(d["body"] for d in got if d["msgId"] in want) == sorted(f"body-{i}" for i in range(8))
+            assert {d["queueId"] for d in got if d["msgId"] in want} == {r["queueId"] for r in results}
+    # each member keeps its own offsets, past every message (9 in all over the 4 queues)
+    import json as _json
+    files = sorted((tmp_path / "go-home" / ".rocketmq_client_go" / group).glob("*/offset.json"))
+    assert [f.parent.name.split("@")[1] for f in files] == ["bc-a", "bc-b"]
+    for f in files:
+        table = {_json.loads(k)["queueId"]: v for k, v in _json.loads(f.read_text())["offsetTable"].items()}
+        assert table == {q: cluster.max_offset(topic, q) for q in range(4)} and sum(table.values()) == 9

@@ -19,11 +19,15 @@ func consume(opt Options) {
 	if opt.ConsumeTimestamp != "" {
 		from = consumer.ConsumeFromTimestamp
 	}
+	model := consumer.Clustering
+	if opt.Broadcasting {
+		model = consumer.BroadCasting
+	}
 	opts := []consumer.Option{
 		consumer.WithNameServer(primitive.NamesrvAddr{opt.NameSrv}),
 		consumer.WithGroupName(opt.Group),
 		consumer.WithInstance(opt.Instance),
-		consumer.WithConsumerModel(consumer.Clustering),
+		consumer.WithConsumerModel(model),
 		consumer.WithConsumeFromWhere(from),
 		consumer.WithConsumerOrder(opt.Orderly),
 	}

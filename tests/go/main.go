@@ -44,6 +44,7 @@ type Options struct {
 	Fail              string `json:"fail"`           // "always" | "once": ConsumeRetryLater on those deliveries
 	MaxReconsumeTimes int32  `json:"maxReconsumeTimes"`
 	Orderly           bool   `json:"orderly"`
+	Broadcasting      bool   `json:"broadcasting"` // BroadCasting instead of Clustering (offsets kept in $HOME)
 	MaxSeconds        int    `json:"maxSeconds"`
 	FromFirst         bool   `json:"fromFirst"`
 	// pull

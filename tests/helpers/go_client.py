@@ -47,7 +47,10 @@ class GoConsumer:
     def __init__(self, cluster: Cluster, tmp: Path, topic: str, group: str, name: str, **opt):
         opt.update(nameSrv=cluster.namesrv, group=group, topic=topic, instanceName=name)
         opt.setdefault("maxSeconds", 150)  # it shuts down on its own by then
-        self.child = Child(_argv("consume", opt), tmp / f"go-{name}.err", env=dict(os.environ),
+        # HOME: where a broadcasting consumer keeps its offsets (~/.rocketmq_client_go)
+        home = tmp / "go-home"
+        home.mkdir(exist_ok=True)
+        self.child = Child(_argv("consume", opt), tmp / f"go-{name}.err", env=dict(os.environ, HOME=str(home)),
                            stdin=subprocess.PIPE)
         try:
             self.child.wait_lines(lambda ls: '{"ready":true}' in ls, 60, f"the Go consumer {name} to start")
