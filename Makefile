@@ -84,7 +84,21 @@ $(JAVA_CLIENTS): tests/java/pom.xml $(JAVA_SRC) .deps/jdk
 	$(MVN) -f tests/java/pom.xml compile dependency:copy-dependencies
 	touch $@
 
-clients: $(ONS) $(NODE5) $(RQ_VENV)/.installed $(RQ5_VENV)/.installed $(JAVA_CLIENTS)
+# The Go remoting client (github.com/apache/rocketmq-client-go/v2, pinned in tests/go/go.mod and
+# go.sum) in its driver build/go/rmqgo; Go's module and build caches under build/go. Go comes from
+# Debian when missing.
+GO_ENV := GOMODCACHE=$(CURDIR)/build/go/mod GOCACHE=$(CURDIR)/build/go/cache GOFLAGS=-mod=readonly GOTOOLCHAIN=local
+RMQGO  := build/go/rmqgo
+
+.deps/go:
+	@command -v go >/dev/null || (apt-get update -qq && apt-get install -y -qq golang-go)
+	@mkdir -p .deps && touch $@
+
+$(RMQGO): tests/go/go.mod tests/go/go.sum $(wildcard tests/go/*.go) .deps/go
+	@mkdir -p build/go
+	cd tests/go && $(GO_ENV) go build -o $(CURDIR)/$(RMQGO) .
+
+clients: $(ONS) $(NODE5) $(RQ_VENV)/.installed $(RQ5_VENV)/.installed $(JAVA_CLIENTS) $(RMQGO)
 
 # The gRPC front's stubs (broker/proxy/protocol/*_pb2*.py, committed) regenerated from the vendored
 # .proto files of apache/rocketmq-apis (proto/apache/rocketmq/v2): grpcio-tools, then the generated

@@ -121,6 +121,8 @@ class ConsumerProcessor:
             self.producers.heartbeat(data, conn)
         for cd in data.get("consumerDataSet") or []:
             if cd.get("groupName"):
+                if self.groups is not None:  # as RocketMQ's heartBeat: the group exists once its consumer beats
+                    self.groups.find(cd["groupName"])
                 self.topics.get_or_create(RETRY_PREFIX + cd["groupName"])  # as RocketMQ does on heartbeat
         for group in changed:
             self._notify_ids_changed(group)
