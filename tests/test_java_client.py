@@ -248,7 +248,8 @@ def test_a_restarted_push_consumer_resumes_from_its_committed_offsets(cluster, t
     produce("java", cluster, topic, _messages(8), tmp_path)
     with _consumer(cluster, tmp_path, topic, group, "c1") as c:
         c.wait(lambda g: len(g) >= 8, 60, "the first 8")
-    # shutdown() persisted the offsets: the next message of every queue
+    # shutdown() (awaitTerminationMillisWhenShutdown: after its listeners returned) persisted the
+    # offsets: the next message of every queue
     assert _committed(cluster, group, topic) == {q: cluster.max_offset(topic, q) for q in range(4)}
     later = produce("java", cluster, topic, [{"tags": "TagA", "body": f"later-{i}"} for i in range(8)], tmp_path)
     with _consumer(cluster, tmp_path, topic, group, "c2") as c:
@@ -351,16 +352,16 @@ def _connections_to(port: int) -> int:
 
 
 def test_vip_channel_clients_send_and_commit_on_listen_port_minus_2(cluster, tmp_path):
-    """vipChannelEnabled: the client sends and commits offsets to listenPort - 2 (pulls and
-    heartbeats stay on the main port). It has no fallback: a send not served there fails."""
+    """vipChannelEnabled: the client sends, queries and commits offsets on listenPort - 2 (pulls
+    and heartbeats stay on the main port). It has no fallback: a send not served there fails."""
     topic, group = _unique("JVip"), _unique("cg")
     specs = _messages(6)
     assert _connections_to(cluster.port - 2) == 0
     sent = produce("java", cluster, topic, specs, tmp_path, vip=True)
     _check_sent(sent, topic, cluster)
-    with _consumer(cluster, tmp_path, topic, group, vip=True, persistConsumerOffsetInterval=500) as c:
+    with _consumer(cluster, tmp_path, topic, group, vip=True) as c:
         got = c.wait(lambda g: len(g) >= 6, 60, "all 6")
-        wait_for(lambda: _connections_to(cluster.port - 2) >= 1, 10, "the consumer's offset commits on the VIP port")
+        wait_for(lambda: _connections_to(cluster.port - 2) >= 1, 10, "the consumer's connection to the VIP port")
     by_id = {m["msgId"]: m for m in got}
     for s, spec in zip(sent, specs):
         _check_received(by_id[s["msgId"]], s, spec, topic, cluster)
