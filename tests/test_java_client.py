@@ -498,18 +498,23 @@ def test_a_sql92_subscription_is_refused_at_start_with_rocketmqs_error(cluster, 
     assert "The broker does not support consumer to filter message by SQL92" in p.stdout, p.stdout
 
 
+def _topic_on_both(cluster, b, topic: str) -> None:
+    """The topic with 4 queues on broker-a and on `b`, both in its route."""
+    cluster.create_topic(topic)
+    r = b.call(codes.UPDATE_AND_CREATE_TOPIC, {
+        "topic": topic, "defaultTopic": "TBW102", "readQueueNums": 4, "writeQueueNums": 4, "perm": 6,
+        "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": "false"})
+    assert r.code == codes.SUCCESS
+    wait_for(lambda: len(cluster.wait_route(topic)["brokerDatas"]) == 2, 30, "both groups in the route")
+
+
 def test_two_broker_groups_share_the_sends_and_a_dead_one_is_sent_around(cluster, tmp_path):
     """A topic on broker-a and broker-b: the producer spreads its sends over both groups' queues and
     the consumer reads from both. Then broker-b is killed -9 under a running producer whose route
     still lists it: every later send still succeeds, retried on broker-a (retryTimesWhenSendFailed)."""
     topic, group = _unique("JTwo"), _unique("cg")
     with SecondBroker(cluster, tmp_path / "b") as b:
-        cluster.create_topic(topic)
-        r = b.call(codes.UPDATE_AND_CREATE_TOPIC, {
-            "topic": topic, "defaultTopic": "TBW102", "readQueueNums": 4, "writeQueueNums": 4, "perm": 6,
-            "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": "false"})
-        assert r.code == codes.SUCCESS
-        wait_for(lambda: len(cluster.wait_route(topic)["brokerDatas"]) == 2, 30, "both groups in the route")
+        _topic_on_both(cluster, b, topic)
         specs = _messages(24)
         opt = {"nameSrv": cluster.namesrv, "group": "pg", "topic": topic, "messages": specs, "pauseAfter": 16}
         with JavaProcess("produce", opt, tmp_path / "home", "two") as producer:
@@ -628,3 +633,25 @@ def test_a_transaction_left_undecided_is_checked_with_the_restarted_producer(clu
         assert (check["uniqKey"], check["body"], check["topic"]) == (sent["msgId"], "decided later", topic)
         [m] = c.wait(lambda g: g, 60, "the committed message")
     assert (m["msgId"], m["body"], m["queueId"]) == (sent["msgId"], "decided later", sent["queueId"])
+
+
+def test_a_sync_master_without_its_slave_answers_slave_not_available_and_the_client_sends_on(cluster, tmp_path):
+    """broker-b is a SYNC_MASTER whose slave is not there: it stores each send and answers
+    SLAVE_NOT_AVAILABLE (11), as RocketMQ's handleHA. The Java client reports that status (not an
+    error); with retryAnotherBrokerWhenNotStoreOK it sends the message again to broker-a."""
+    topic, group = _unique("JSyncMaster"), _unique("cg")
+    with SecondBroker(cluster, tmp_path / "b", brokerRole="SYNC_MASTER") as b:
+        _topic_on_both(cluster, b, topic)
+        plain = produce("java", cluster, topic, _messages(8, prefix="plain"), tmp_path)
+        statuses = {(s["brokerName"], s["status"]) for s in plain}
+        assert statuses == {("broker-a", "SEND_OK"), ("broker-b", "SLAVE_NOT_AVAILABLE")}, plain
+        retried = produce("java", cluster, topic, _messages(8, prefix="retried"), tmp_path, retryAnotherBroker=True)
+        assert {(s["brokerName"], s["status"]) for s in retried} == {("broker-a", "SEND_OK")}, retried
+        with _consumer(cluster, tmp_path, topic, group) as c:
+            # every message is stored where it was sent: the retried ones that went to broker-b
+            # first are there too (RocketMQ's at-least-once: retrying is the client's choice)
+            got = c.wait(lambda g: {m["body"] for m in g} >= {f"plain-{i}" for i in range(8)}
+                         | {f"retried-{i}" for i in range(8)}, 60, "every message")
+    on_b = [s for s in plain if s["brokerName"] == "broker-b"]
+    assert {m["msgId"] for m in got if m["brokerName"] == "broker-b"} >= {s["msgId"] for s in on_b}
+    assert any(m["brokerName"] == "broker-b" and m["body"].startswith("retried") for m in got)
