@@ -173,21 +173,31 @@ def test_consumer_group_membership_follows_heartbeats_and_connections(tmp_path):
             r = await b.call(codes.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "G"})
             assert r.code == codes.SYSTEM_ERROR  # nobody yet, as RocketMQ answers
             assert (await b.call(codes.HEART_BEAT, body=_heartbeat("c1", "G", "T"))).code == codes.SUCCESS
-            notified = asyncio.get_running_loop().create_future()
+            notified: list[str] = []
+            told = asyncio.Event()
 
             def on_request(cmd, conn):
-                if cmd.code == codes.NOTIFY_CONSUMER_IDS_CHANGED and not notified.done():
-                    notified.set_result(cmd.ext["consumerGroup"])
+                if cmd.code == codes.NOTIFY_CONSUMER_IDS_CHANGED:
+                    notified.append(cmd.ext["consumerGroup"])
+                    told.set()
             other = await connect("127.0.0.1", b.port, on_request)
             hb = RemotingCommand.request(codes.HEART_BEAT, {}, _heartbeat("c2", "G", "T") + b"\n")  # C++'s newline
             assert (await other.request(hb)).code == codes.SUCCESS
+            # the member that joined is told too, as RocketMQ's ConsumerManager tells every channel
+            # (a Java lite pull consumer rebalances on it, not before its 20 s timer)
+            await asyncio.wait_for(told.wait(), 5)
+            assert notified == ["G"]
+            told.clear()
             r = await b.call(codes.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "G"})
             assert msgspec.json.decode(r.body) == {"consumerIdList": ["c1", "c2"]}
             assert "%RETRY%G" in b.controller.topics.table.topics  # made on heartbeat, one queue
             assert b.controller.topics.get("%RETRY%G").writeQueueNums == 1
-            # c1 unregisters: c2 is told to rebalance
+            # a heartbeat that changes nothing tells nobody; c1 unregistering tells c2
+            assert (await other.request(RemotingCommand.request(codes.HEART_BEAT, {}, _heartbeat("c2", "G", "T")))
+                    ).code == codes.SUCCESS
             await b.call(codes.UNREGISTER_CLIENT, {"clientID": "c1", "consumerGroup": "G", "producerGroup": "pg"})
-            assert await asyncio.wait_for(notified, 5) == "G"
+            await asyncio.wait_for(told.wait(), 5)
+            assert notified == ["G", "G"]
             r = await b.call(codes.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "G"})
             assert msgspec.json.decode(r.body) == {"consumerIdList": ["c2"]}
             other.close()  # c2's connection goes: so does c2
@@ -352,5 +362,22 @@ def test_a_sql92_subscription_is_refused_not_read_as_tags(tmp_path):
             assert (await b.call(codes.CHECK_CLIENT_CONFIG, {}, msgspec.json.encode(body))).code == codes.SUCCESS
             got = await b.pull("Sql", 0, 0, sys_flag=4, subscription="*", expressionType="TAG")
             assert [m.body for m in _records(got.body)] == [b"x"]
+
+    asyncio.run(go())
+
+
+def test_earliest_msg_store_time_is_when_the_queues_first_message_was_stored(tmp_path):
+    async def go():
+        async with Broker(tmp_path) as b:
+            q = {"topic": "Early", "queueId": 1}
+            r = await b.call(codes.GET_EARLIEST_MSG_STORETIME, q)
+            assert (r.code, r.ext["timestamp"]) == (codes.SUCCESS, "-1")  # nothing held, as RocketMQ's store
+            first = await b.send_v2("Early", b"first", queue_id=1)
+            await b.send_v2("Early", b"second", queue_id=1)
+            await b.controller.store.wait_dispatched(b.controller.store.offsets()["wrote"], 10)
+            view = await b.call(codes.VIEW_MESSAGE_BY_ID, {"offset": int(first.ext["msgId"][16:], 16)})
+            [m] = _records(bytes(view.body))
+            r = await b.call(codes.GET_EARLIEST_MSG_STORETIME, q)
+            assert (r.code, r.ext["timestamp"]) == (codes.SUCCESS, str(m.store_timestamp))
 
     asyncio.run(go())

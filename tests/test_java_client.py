@@ -248,7 +248,8 @@ def test_a_restarted_push_consumer_resumes_from_its_committed_offsets(cluster, t
     produce("java", cluster, topic, _messages(8), tmp_path)
     with _consumer(cluster, tmp_path, topic, group, "c1") as c:
         c.wait(lambda g: len(g) >= 8, 60, "the first 8")
-    # shutdown() persisted the offsets: the next message of every queue
+    # shutdown() (awaitTerminationMillisWhenShutdown: after its listeners returned) persisted the
+    # offsets: the next message of every queue
     assert _committed(cluster, group, topic) == {q: cluster.max_offset(topic, q) for q in range(4)}
     later = produce("java", cluster, topic, [{"tags": "TagA", "body": f"later-{i}"} for i in range(8)], tmp_path)
     with _consumer(cluster, tmp_path, topic, group, "c2") as c:
@@ -317,8 +318,8 @@ def test_transactions_commit_roll_back_and_are_checked_back(cluster, tmp_path):
     opt = {"nameSrv": cluster.namesrv, "group": pgroup, "topic": topic, "messages": specs, "instanceName": "tx"}
     with JavaProcess("transaction", opt, tmp_path / "home", "tx") as producer:
         sends = producer.ready()
-        assert [(s["status"], s["localState"]) for s in sends] == [
-            ("SEND_OK", "COMMIT_MESSAGE"), ("SEND_OK", "ROLLBACK_MESSAGE"), ("SEND_OK", "UNKNOW"), ("SEND_OK", "UNKNOW")]
+        assert [(s["status"], s["localState"]) for s in sends] == [("SEND_OK", "COMMIT_MESSAGE"), (
+            "SEND_OK", "ROLLBACK_MESSAGE"), ("SEND_OK", "UNKNOW"), ("SEND_OK", "UNKNOW")]
         # the reply names the transaction (its UNIQ_KEY), as RocketMQ 5's broker does
         assert all(s["transactionId"] == s["msgId"] for s in sends), sends
         checks = producer.wait(lambda ls: (lambda c: c if {m["body"] for m in c} >= {"check-commit", "check-rollback"}
@@ -351,16 +352,16 @@ def _connections_to(port: int) -> int:
 
 
 def test_vip_channel_clients_send_and_commit_on_listen_port_minus_2(cluster, tmp_path):
-    """vipChannelEnabled: the client sends and commits offsets to listenPort - 2 (pulls and
-    heartbeats stay on the main port). It has no fallback: a send not served there fails."""
+    """vipChannelEnabled: the client sends, queries and commits offsets on listenPort - 2 (pulls
+    and heartbeats stay on the main port). It has no fallback: a send not served there fails."""
     topic, group = _unique("JVip"), _unique("cg")
     specs = _messages(6)
     assert _connections_to(cluster.port - 2) == 0
     sent = produce("java", cluster, topic, specs, tmp_path, vip=True)
     _check_sent(sent, topic, cluster)
-    with _consumer(cluster, tmp_path, topic, group, vip=True, persistConsumerOffsetInterval=500) as c:
+    with _consumer(cluster, tmp_path, topic, group, vip=True) as c:
         got = c.wait(lambda g: len(g) >= 6, 60, "all 6")
-        wait_for(lambda: _connections_to(cluster.port - 2) >= 1, 10, "the consumer's offset commits on the VIP port")
+        wait_for(lambda: _connections_to(cluster.port - 2) >= 1, 10, "the consumer's connection to the VIP port")
     by_id = {m["msgId"]: m for m in got}
     for s, spec in zip(sent, specs):
         _check_received(by_id[s["msgId"]], s, spec, topic, cluster)
@@ -497,18 +498,23 @@ def test_a_sql92_subscription_is_refused_at_start_with_rocketmqs_error(cluster, 
     assert "The broker does not support consumer to filter message by SQL92" in p.stdout, p.stdout
 
 
+def _topic_on_both(cluster, b, topic: str) -> None:
+    """The topic with 4 queues on broker-a and on `b`, both in its route."""
+    cluster.create_topic(topic)
+    r = b.call(codes.UPDATE_AND_CREATE_TOPIC, {
+        "topic": topic, "defaultTopic": "TBW102", "readQueueNums": 4, "writeQueueNums": 4, "perm": 6,
+        "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": "false"})
+    assert r.code == codes.SUCCESS
+    wait_for(lambda: len(cluster.wait_route(topic)["brokerDatas"]) == 2, 30, "both groups in the route")
+
+
 def test_two_broker_groups_share_the_sends_and_a_dead_one_is_sent_around(cluster, tmp_path):
     """A topic on broker-a and broker-b: the producer spreads its sends over both groups' queues and
     the consumer reads from both. Then broker-b is killed -9 under a running producer whose route
     still lists it: every later send still succeeds, retried on broker-a (retryTimesWhenSendFailed)."""
     topic, group = _unique("JTwo"), _unique("cg")
     with SecondBroker(cluster, tmp_path / "b") as b:
-        cluster.create_topic(topic)
-        r = b.call(codes.UPDATE_AND_CREATE_TOPIC, {
-            "topic": topic, "defaultTopic": "TBW102", "readQueueNums": 4, "writeQueueNums": 4, "perm": 6,
-            "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": "false"})
-        assert r.code == codes.SUCCESS
-        wait_for(lambda: len(cluster.wait_route(topic)["brokerDatas"]) == 2, 30, "both groups in the route")
+        _topic_on_both(cluster, b, topic)
         specs = _messages(24)
         opt = {"nameSrv": cluster.namesrv, "group": "pg", "topic": topic, "messages": specs, "pauseAfter": 16}
         with JavaProcess("produce", opt, tmp_path / "home", "two") as producer:
@@ -627,3 +633,29 @@ def test_a_transaction_left_undecided_is_checked_with_the_restarted_producer(clu
         assert (check["uniqKey"], check["body"], check["topic"]) == (sent["msgId"], "decided later", topic)
         [m] = c.wait(lambda g: g, 60, "the committed message")
     assert (m["msgId"], m["body"], m["queueId"]) == (sent["msgId"], "decided later", sent["queueId"])
+
+
+def test_a_sync_master_without_its_slave_answers_slave_not_available_and_the_client_sends_on(cluster, tmp_path):
+    """broker-b is a SYNC_MASTER whose slave is not there: it stores each send and answers
+    SLAVE_NOT_AVAILABLE (11), as RocketMQ's handleHA. The Java client reports that status (not an
+    error); with retryAnotherBrokerWhenNotStoreOK it sends the message again to broker-a."""
+    topic, group = _unique("JSyncMaster"), _unique("cg")
+    with SecondBroker(cluster, tmp_path / "b", brokerRole="SYNC_MASTER") as b:
+        _topic_on_both(cluster, b, topic)
+        plain = produce("java", cluster, topic, _messages(8, prefix="plain"), tmp_path)
+        statuses = {(s["brokerName"], s["status"]) for s in plain}
+        assert statuses == {("broker-a", "SEND_OK"), ("broker-b", "SLAVE_NOT_AVAILABLE")}, plain
+        retried = produce("java", cluster, topic, _messages(8, prefix="retried"), tmp_path, retryAnotherBroker=True)
+        assert {(s["brokerName"], s["status"]) for s in retried} == {("broker-a", "SEND_OK")}, retried
+        # each message is stored where it was sent: those retried after broker-b's answer are
+        # there too (RocketMQ's at-least-once: sending again is the client's choice)
+        on_b = [s for s in plain if s["brokerName"] == "broker-b"]
+
+        def held_by_b():
+            return sum(int(b.call(codes.GET_MAX_OFFSET, {"topic": topic, "queueId": q}).ext["offset"])
+                       for q in range(4))
+        wait_for(lambda: held_by_b() > len(on_b), 30, "broker-b to hold the first tries of the retried sends")
+        with _consumer(cluster, tmp_path, topic, group) as c:
+            got = c.wait(lambda g: {m["body"] for m in g} >= {f"plain-{i}" for i in range(8)}
+                         | {f"retried-{i}" for i in range(8)}, 60, "every message")
+    assert {m["msgId"] for m in got if m["brokerName"] == "broker-b"} >= {s["msgId"] for s in on_b}

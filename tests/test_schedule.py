@@ -22,7 +22,8 @@ def test_producer_delay_level_is_delivered_to_its_queue_when_due(tmp_path):
         async with Broker(tmp_path, broker_kw={"messageDelayLevel": LEVELS}) as b:
             t0 = time.monotonic()
             r = await b.send_v2("Later", b"wait for me", queue_id=2, extra_props="DELAY\x012\x02UNIQ_KEY\x01U1\x02")
-            assert r.code == codes.SUCCESS
+            # the reply names the queue asked for (RocketMQ's queueIdInt), the offset the schedule queue's
+            assert (r.code, r.ext["queueId"], r.ext["queueOffset"]) == (codes.SUCCESS, "2", "0")
             await b.controller.store.wait_dispatched(b.controller.store.offsets()["wrote"], 10)
             assert (await b.pull("Later", 2, 0, sys_flag=0)).code != codes.SUCCESS  # not yet
             got = await b.pull("Later", 2, 0, suspend_ms=5000)  # answered by the delivery

@@ -86,20 +86,22 @@ class JavaProcess:
 
 class SecondBroker:
     """Another broker group (broker-b) beside a real_clients.Cluster's broker-a: its own
-    `broker serve` process, port and store, registered with the same name server and cluster."""
+    `broker serve` process, port and store, registered with the same name server and cluster;
+    `conf` adds broker.conf keys (e.g. brokerRole="SYNC_MASTER")."""
 
-    def __init__(self, cluster, root: Path, name: str = "broker-b"):
+    def __init__(self, cluster, root: Path, name: str = "broker-b", **conf):
         import sys
         from tests.conftest import free_port
         self.cluster, self.name, self.port = cluster, name, free_port()
         self.addr = f"127.0.0.1:{self.port}"
         root.mkdir(parents=True, exist_ok=True)
-        conf = root / f"{name}.conf"
         own = {"brokerName": name, "listenPort": self.port, "haListenPort": free_port(),
                "storePathRootDir": root / name}
-        conf.write_text("".join(f"{k}={own[k]}\n" if k in own else f"{line}\n"
-                                for line in cluster.conf.read_text().splitlines() for k in [line.split("=", 1)[0]]))
-        self.child = Child([sys.executable, "-m", "broker.cli", "serve", "-c", str(conf)], root / f"{name}.err")
+        path = root / f"{name}.conf"
+        path.write_text("".join(f"{k}={own[k]}\n" if k in own else f"{line}\n"
+                                for line in cluster.conf.read_text().splitlines() for k in [line.split("=", 1)[0]])
+                        + "".join(f"{k}={v}\n" for k, v in conf.items()))
+        self.child = Child([sys.executable, "-m", "broker.cli", "serve", "-c", str(path)], root / f"{name}.err")
         try:
             self.child.wait_lines(lambda ls: any("listening on" in x for x in ls), 60, f"{name} to listen")
         except BaseException:

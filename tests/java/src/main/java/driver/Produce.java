@@ -16,6 +16,7 @@ import org.apache.rocketmq.common.message.MessageQueue;
 /**
  * DefaultMQProducer. Options: group, topic, messages, mode (sync | async | oneway | batch | orderly),
  * timeout (ms), compressOver (compressMsgBodyOverHowmuch), retries (retryTimesWhenSendFailed),
+ * retryAnotherBroker (retryAnotherBrokerWhenNotStoreOK),
  * accessKey/secretKey (AclClientRPCHook), trace (enableMsgTrace: traces to RMQ_SYS_TRACE_TOPIC), stay (print {"ready":true} after the sends
  * and keep the producer until stdin closes, then {"closed":true}), pauseAfter (sync: print
  * {"paused": n} before message n and wait for a line on stdin).
@@ -34,6 +35,7 @@ final class Produce {
         if (opt.containsKey("compressOver")) {
             producer.setCompressMsgBodyOverHowmuch(opt.getIntValue("compressOver"));
         }
+        producer.setRetryAnotherBrokerWhenNotStoreOK(opt.getBooleanValue("retryAnotherBroker"));
         if (opt.containsKey("retries")) {
             producer.setRetryTimesWhenSendFailed(opt.getIntValue("retries"));
         }

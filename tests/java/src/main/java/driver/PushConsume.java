@@ -51,6 +51,8 @@ final class PushConsume {
         if (opt.containsKey("suspendMillis")) {
             consumer.setSuspendCurrentQueueTimeMillis(opt.getLongValue("suspendMillis"));
         }
+        // shutdown() waits for the listeners at work, so that what they finished is committed
+        consumer.setAwaitTerminationMillisWhenShutdown(5000);
         String fail = opt.getString("fail");
         if (opt.getBooleanValue("orderly")) {
             consumer.registerMessageListener((MessageListenerOrderly) (msgs, ctx) -> {
