@@ -1,10 +1,11 @@
 """The real Go remoting client, github.com/apache/rocketmq-client-go/v2 v2.1.2 (pinned in
 tests/go/go.mod), unmodified, against `broker namesrv` + `broker serve` processes on loopback: its
-sends (sync, async, one-way, batch, orderly with a queue selector, transactional with the
-check-back), its push consumer in CLUSTERING mode (tag expressions, orderly consumption, retries up
-to the dead letter queue, offsets kept across a restart) and its pull consumer. The driver
-(tests/go, built to build/go/rmqgo by `make clients`) prints one JSON line per event; every field
-that comes back is checked against what the broker stored."""
+sends (sync, async, one-way, batch, orderly with a queue selector, delayed, transactional with the
+check-back, also after a producer restart), its push consumer (CLUSTERING and BROADCASTING, tag
+expressions, orderly consumption, retries up to the dead letter queue, offsets kept across a
+restart, two members sharing the queues, a SQL92 selector refused), its pull consumer, its admin
+client, namespaces and ACL. The driver (tests/go, built to build/go/rmqgo by `make clients`) prints
+one JSON line per event; every field that comes back is checked against what the broker stored."""
 from __future__ import annotations
 
 import itertools
