@@ -68,6 +68,13 @@ def _check_stored(cluster: Cluster, topic: str, messages: list[dict], results: l
     assert len({r["msgId"] for r in results}) == len(results)
 
 
+def _committed(cluster: Cluster, group: str, topic: str, queue_id: int) -> int:
+    """The group's offset the broker holds for a queue (QUERY_CONSUMER_OFFSET), -1 for none."""
+    from broker.remoting import codes
+    r = cluster.call(codes.QUERY_CONSUMER_OFFSET, {"consumerGroup": group, "topic": topic, "queueId": queue_id})
+    return int(r.ext["offset"]) if r.code == codes.SUCCESS else -1
+
+
 def _contiguous(results: list[dict]) -> None:
     """Per queue, the offsets handed out are 0, 1, 2, ... with none twice."""
     by_queue: dict[int, list[int]] = {}
@@ -251,6 +258,8 @@ def test_a_restarted_consumer_resumes_from_its_committed_offsets(cluster, tmp_pa
     produce(cluster, topic, _messages(8))
     with GoConsumer(cluster, tmp_path, topic, group, "first", fromFirst=True) as c:
         c.wait(lambda g: len(g) >= 8, 60, "the first 8")
+    # on shutdown the consumer committed every queue's offset to the broker
+    assert [_committed(cluster, group, topic, q) for q in range(4)] == [cluster.max_offset(topic, q) for q in range(4)]
     later = [{"tags": "TagA", "body": f"later-{i}"} for i in range(8)]
     produce(cluster, topic, later)
     # fromFirst again: only offsets the broker kept for the group keep the first 8 from coming back
