@@ -66,6 +66,24 @@ $(NODE5): tests/clients5/package.json tests/clients5/package-lock.json .deps/nod
 	cd tests/clients5 && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
+# The Java 4.x remoting client (Maven Central org.apache.rocketmq:rocketmq-client, pinned in
+# tests/java/pom.xml) and the driver tests/test_java_client.py runs it through: the driver compiled
+# to tests/java/target/classes, the client and what it needs copied to tests/java/target/lib. Maven's
+# repository is kept under build/m2. A JDK and Maven come from Debian when missing.
+JAVA_CLIENTS := tests/java/target/.built
+JAVA_SRC     := $(wildcard tests/java/src/main/java/driver/*.java)
+MVN          := mvn -B -q -Dstyle.color=never -Dmaven.repo.local=$(CURDIR)/build/m2
+
+.deps/jdk:
+	@(command -v javac >/dev/null && command -v mvn >/dev/null) \
+	  || (apt-get update -qq && apt-get install -y -qq openjdk-17-jdk-headless maven)
+	@mkdir -p .deps && touch $@
+
+$(JAVA_CLIENTS): tests/java/pom.xml $(JAVA_SRC) .deps/jdk
+	rm -rf tests/java/target/lib
+	$(MVN) -f tests/java/pom.xml compile dependency:copy-dependencies
+	touch $@
+
 # The Go remoting client (github.com/apache/rocketmq-client-go/v2, pinned in tests/go/go.mod and
 # go.sum) in its driver build/go/rmqgo; Go's module and build caches under build/go. Go comes from
 # Debian when missing.
@@ -80,7 +98,7 @@ $(RMQGO): tests/go/go.mod tests/go/go.sum $(wildcard tests/go/*.go) .deps/go
 	@mkdir -p build/go
 	cd tests/go && $(GO_ENV) go build -o $(CURDIR)/$(RMQGO) .
 
-clients: $(ONS) $(NODE5) $(RQ_VENV)/.installed $(RQ5_VENV)/.installed $(RMQGO)
+clients: $(ONS) $(NODE5) $(RQ_VENV)/.installed $(RQ5_VENV)/.installed $(JAVA_CLIENTS) $(RMQGO)
 
 # The gRPC front's stubs (broker/proxy/protocol/*_pb2*.py, committed) regenerated from the vendored
 # .proto files of apache/rocketmq-apis (proto/apache/rocketmq/v2): grpcio-tools, then the generated
@@ -96,13 +114,14 @@ protocol: $(STAMP)
 	  sed 's/^from apache\.rocketmq\.v2 import/from broker.proxy.protocol import/' $$f > broker/proxy/protocol/$$(basename $$f); done
 
 # What only the tests need: PySpark (issue 8), redis-py and psycopg (issue 9), atheris (issue 7),
-# and the real Redis and PostgreSQL servers the tests start on loopback, from Debian when missing.
+# and the real Redis and PostgreSQL servers the tests (and the bench) start on loopback, from Debian
+# when missing.
 .deps/servers:
 	@command -v redis-server >/dev/null && (command -v postgres >/dev/null || ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1) \
 	  || (apt-get update -qq && apt-get install -y -qq redis-server postgresql)
 	@mkdir -p .deps && touch $@
 
-$(VENV)/.testdeps: $(STAMP) requirements-test.txt requirements-spark.txt
+$(VENV)/.testdeps: $(STAMP) requirements-test.txt requirements-spark.txt requirements-reliable.txt
 	$(VPY) -m pip install -q -r requirements-test.txt
 	touch $@
 
@@ -111,7 +130,7 @@ testdeps: $(VENV)/.testdeps .deps/servers .deps/java
 test: install clients testdeps build/loadgen
 	$(VPY) -m pytest -q tests
 
-# The README's Spark example end to end (examples/spark_example.sh) against the name server and
+# The Spark example of docs/spark.md end to end (examples/spark_example.sh) against the name server and
 # broker `make run` serves (NAMESRV=host:port for others): PySpark from requirements-spark.txt
 # (the pins requirements-test.txt includes), and Java when missing.
 NAMESRV ?= 127.0.0.1:9876
@@ -133,7 +152,16 @@ build/loadgen: bench/loadgen.c
 	@mkdir -p build
 	cc -O2 -Wall -Wextra -o $@ $<
 
-bench: install build/loadgen
+# What the bench needs beyond `make install`: redis-py and psycopg (requirements-reliable.txt) and
+# the real Redis and PostgreSQL servers for its broker.reliable section; redis-benchmark comes with
+# Debian's redis-server; the peers (NATS) are installed by bench/peers.py when missing. The run
+# publishes its report and plots to docs/bench/ (latest.md, *.png); a section that fails is
+# reported as failed there, beside the others' figures, and makes the run exit non-zero.
+$(VENV)/.benchdeps: $(STAMP) requirements-reliable.txt
+	$(VPY) -m pip install -q -r requirements-reliable.txt
+	touch $@
+
+bench: install build/loadgen $(VENV)/.benchdeps .deps/servers
 	$(VPY) -m bench
 
 # Fuzzing (tools/fuzz/): the kernels built twice more from the same sources, each in its own

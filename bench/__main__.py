@@ -9,6 +9,14 @@ milestones' targets marked met or missed.
     python -m bench --compare OLD.json  # after the run, what moved (figure, old, new, % change)
     python -m bench --compare OLD.json NEW.json   # compare two results files, no run
     python -m bench --out DIR           # results (JSON + Markdown + PNG plots); default bench/results/
+    python -m bench --no-docs           # do not publish the report to docs/bench/
+
+A run of every section (make bench, --full) publishes its report to docs/bench/latest.md and its
+plots to docs/bench/*.png (bench/docs.py), with the run's date, commit and machine limits: the
+figures in docs/ are always the last run's. Each section after the limits runs on its own: one that
+fails (an exception, a missing dependency, a server that did not start) is reported as failed, with
+its reason, in the report (its traceback in failed-<section>.txt beside it), the other sections'
+figures are written all the same, and the run exits 1.
 
 Order: 1. limits (bench.limits.measure_all on the store's filesystem), 2. the kernel suite
 (bench/test_kernels_bench.py under pytest-benchmark, in a subprocess; every kernel beside a memcpy
@@ -49,6 +57,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -278,6 +287,13 @@ def _from_kill(o: dict) -> str:
     return f"kill to the first SEND_OK: p50 {o['from_kill_p50_s']:.2f} s, max {o['from_kill_max_s']:.2f} s"
 
 
+def _cpu_by_process(by_process: dict | None) -> str:
+    """"CPU-us/msg broker 3.1, flush 0.4, ..., total 5.2" (the processes that spent anything)."""
+    if not by_process:
+        return ""
+    return "CPU-us/msg " + ", ".join(f"{k} {v:.1f}" for k, v in by_process.items() if k == "total" or v >= 0.05)
+
+
 def markdown(figs: dict) -> str:
     L, K, S, meta = figs["limits"], figs.get("kernels") or {}, figs.get("store") or {}, figs["meta"]
     memcpy_Bps = L["memcpy_GiBps"] * (1 << 30)
@@ -399,7 +415,7 @@ def markdown(figs: dict) -> str:
         for name, f in N.items():
             by_process = f.get("cpu_us_per_msg_by_process")
             if by_process:
-                cpu = "CPU-us/msg " + ", ".join(f"{k} {v:.1f}" for k, v in by_process.items() if k == "total" or v >= 0.05)
+                cpu = _cpu_by_process(by_process)
             else:
                 cpu = f"broker process {f['broker_cpu_us_per_msg']:.1f} CPU-us/msg"
             if "loadgen_cpu_us_per_msg" in f:
@@ -429,11 +445,12 @@ def markdown(figs: dict) -> str:
         for role in ("ASYNC_MASTER", "SYNC_MASTER"):
             f = H[role]
             row(f"{role} send, 1 in flight", f"{f['one_msgs_per_s']:,.0f} msgs/s; p50 {f['one_p50_us']:,.0f} us, "
-                f"p99 {f['one_p99_us']:,.0f} us", f"RTT p50 {lo['loopback_rtt_p50_us']:.0f} us", "")
+                f"p99 {f['one_p99_us']:,.0f} us", f"RTT p50 {lo['loopback_rtt_p50_us']:.0f} us",
+                _cpu_by_process(f.get("one_cpu_us_per_msg_by_process")))
             row(f"{role} send", f"{f['msgs_per_s']:,.0f} msgs/s; p50 {f['p50_us']:,.0f} us, p99 {f['p99_us']:,.0f} us",
                 f"RTT p50 {lo['loopback_rtt_p50_us']:.0f} us",
                 f"replication lag p50 {f['lag_p50_bytes'] / 1024:,.1f} KiB, p99 {f['lag_p99_bytes'] / 1024:,.1f} KiB, "
-                f"max {f['lag_max_bytes'] / 1024:,.1f} KiB")
+                f"max {f['lag_max_bytes'] / 1024:,.1f} KiB; " + _cpu_by_process(f.get("cpu_us_per_msg_by_process")))
         for c in H["catch_up"]:
             row(f"fresh slave catch-up, {c['batch'] // 1024} KiB frames",
                 f"{c['MBps']:,.0f} MB/s ({c['bytes'] / 2**20:,.0f} MiB in {c['seconds']:.2f} s)",
@@ -496,10 +513,17 @@ def markdown(figs: dict) -> str:
     rows = [r for i, r in enumerate(rows)
             if not (r[0].startswith("**") and not r[1]
                     and (i + 1 == len(rows) or (rows[i + 1][0].startswith("**") and not rows[i + 1][1])))]
+    failed = meta.get("failed") or {}
     lines = [f"# Benchmark {meta['started']} ({'quick' if meta['quick'] else 'full'})", "",
-             f"{meta['machine']}; store on {meta['fs']['fstype']} ({meta['fs']['device']}, {meta['fs']['mount']}); "
-             f"event loop {meta['loop']}; total {meta['total_s']:.0f} s.", "",
-             "| figure | value | limit beside it (this run) | vs limit |", "|---|---|---|---|"]
+             f"Commit {meta.get('commit', 'unknown')}; {meta['machine']}; store on {meta['fs']['fstype']} "
+             f"({meta['fs']['device']}, {meta['fs']['mount']}); event loop {meta['loop']}; total {meta['total_s']:.0f} s. "
+             f"Sections: {', '.join(x for x in meta['sections'] if x not in failed)}"
+             + (f"; **failed: {', '.join(failed)}**" if failed else "") + ". The machine's limits below were "
+             "measured in the same run.", ""]
+    if failed:
+        lines += ["## Sections that failed", "", "| section | reason |", "|---|---|"]
+        lines += [f"| {k} | {v.splitlines()[0][:300].replace('|', '/')} |" for k, v in failed.items()] + [""]
+    lines += ["| figure | value | limit beside it (this run) | vs limit |", "|---|---|---|---|"]
     lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
     if figs["targets"]:
         lines += ["", "## Targets (store-core, broker-daemon, HA and controller-mode milestones)", "",
@@ -518,6 +542,19 @@ def markdown(figs: dict) -> str:
 
 
 # ------------------------------------------------------------------------------------------ main
+
+def git_commit() -> str:
+    """The checkout's commit, "+ uncommitted changes" when the work tree differs from it (read
+    before the run writes anything), or "unknown" outside a git checkout."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + (" + uncommitted changes" if dirty else "")
+
 
 SECTIONS = ("kernels", "store", "network", "ha", "dledger", "controller", "reliable", "matrix", "peers")
 
@@ -543,6 +580,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="--compare every numeric figure, not only the headline ones (throughput, latency, ratios)")
     p.add_argument("--no-plots", action="store_true", help="do not write PNG plots")
     p.add_argument("--out", default=os.path.join(REPO, "bench", "results"), help="results directory")
+    p.add_argument("--docs", default=os.path.join(REPO, "docs", "bench"),
+                   help="where a run of every section publishes its report and plots (latest.md, *.png; default "
+                        "docs/bench/)")
+    p.add_argument("--no-docs", dest="docs", action="store_const", const=None, help="do not publish to --docs")
     p.add_argument("--workdir", default=None,
                    help="where store directories are made (default: inside --out; must be a real disk, not tmpfs)")
     args = p.parse_args(argv)
@@ -575,6 +616,7 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(base, exist_ok=True)
     workdir = tempfile.mkdtemp(prefix=".work-", dir=base)
     started = _dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+    commit = git_commit()
     t_start = time.perf_counter()
     fs = check_workdir(workdir)
     try:
@@ -588,9 +630,6 @@ def main(argv: list[str] | None = None) -> int:
         + (["matrix"] if only & {"matrix", "peers"} else [])
     n = len(steps)
 
-    def step(name: str, text: str) -> None:
-        say(f"{steps.index(name) + 1}/{n} {text} ...")
-
     say(f"bench ({'quick' if quick else 'full'}; sections: {', '.join(steps)}): store work dir {workdir} "
         f"on {fs['fstype']} {fs['device']}")
 
@@ -603,73 +642,94 @@ def main(argv: list[str] | None = None) -> int:
     C: dict = {}
     R: dict = {}
     M: dict = {}
+    failed: dict[str, str] = {}
+    secs = 2.0 if quick else 5.0
+
+    def section(name: str, text: str, body) -> None:
+        """Run one section; an exception (a missing dependency, a server that did not start, a cell
+        that failed) is reported as this section's failure, and the run goes on with the next."""
+        say(f"{steps.index(name) + 1}/{n} {text} ...")
+        t0 = time.perf_counter()
+        try:
+            body()
+        except Exception as e:  # noqa: BLE001 - one section must not lose the others' figures
+            failed[name] = f"{type(e).__name__}: {e}"
+            with open(os.path.join(args.out, f"failed-{name}.txt"), "w") as f:
+                f.write(traceback.format_exc())
+            say(f"  FAILED after {time.perf_counter() - t0:.0f} s: {failed[name]} "
+                f"(traceback in {os.path.join(args.out, f'failed-{name}.txt')})")
+
+    def run_kernels() -> None:
+        K.update(run_kernel_suite(args.out, quick))
+
+    def run_store() -> None:
+        def progress(r: store_bench.Result) -> None:
+            say(f"  {r.line()}  [setup {r.figures.get('store_setup_s', 0):.1f} s, "
+                f"{time.perf_counter() - t_start:.0f} s elapsed]")
+
+        S.update(runner(store_bench.run_all(workdir, settings, progress)))
+
+    def run_network() -> None:
+        from bench import network_bench
+        for flush, cells in (("ASYNC_FLUSH", ["send", "send256", "batch", "pull", "client_send",
+                                              "client_batch", "client_pull", "grpc_send", "grpc_receive"]),
+                             ("SYNC_FLUSH", ["send", "send256", "batch", "client_send", "client_batch"])):
+            for r in runner(network_bench.run_flush_mode(flush, secs, cells, workdir,
+                                                         progress=lambda x: say("  " + x))):
+                N[r.name] = r.as_dict()
+        if not args.no_peers:  # the figures the send cells are read against, same run
+            from bench import redis_benchmark
+            NP.update(redis_benchmark.run_both(secs, workdir, progress=lambda x: say("  " + x)))
+
+    def run_ha() -> None:
+        from bench import ha_bench
+        H.update(runner(ha_bench.run_all(secs, (128 if quick else 512) << 20, [32 << 10, 1 << 20], workdir,
+                                         progress=lambda x: say("  " + x))))
+
+    def run_dledger() -> None:
+        from bench import dledger_bench
+        D.update(runner(dledger_bench.run_all(secs, 10, workdir, progress=say)))
+
+    def run_controller() -> None:
+        from bench import controller_bench
+        C.update(runner(controller_bench.run_all(secs, 10, workdir, progress=say)))
+
+    def run_reliable() -> None:
+        from bench import reliable_bench
+        R.update(reliable_bench.run(40_000 if quick else 100_000, progress=lambda x: say("  " + x), workdir=workdir))
+
+    def run_matrix() -> None:
+        from bench import matrix
+        plan = matrix.Plan.make(args.full, args.seconds, peers="peers" in only)
+        if "matrix" not in only:  # peers alone: no project cells, nothing to pair them with
+            plan.cells = {k: v for k, v in plan.cells.items() if k in matrix.PEER_PAIRS.values()}
+        M.update(matrix.run(plan, workdir, L, runner, say=say, redis_xadd=NP or None))
+
     try:
-        step("limits", "machine limits")
+        # the limits come first and everything is read against them: without them there is no report
+        say(f"1/{n} machine limits ...")
         t0 = time.perf_counter()
         L = limits.measure_all(workdir, quick=quick)
         L["segment_probe"] = segment_probe.measure(workdir, fs["device"], quick=quick)
         say(f"  memcpy {L['memcpy_GiBps']:.2f} GiB/s; fdatasync p50 {L['fdatasync_p50_us']:.0f} us "
             f"p99 {L['fdatasync_p99_us']:.0f} us; seq durable {L['seq_durable_MBps']:.0f} MB/s; "
             f"loopback {L['loopback_GiBps']:.2f} GiB/s ({time.perf_counter() - t0:.1f} s)")
-
-        if "kernels" in only:
-            step("kernels", "kernel micro-benchmarks (pytest-benchmark, bench/test_kernels_bench.py)")
-            K = run_kernel_suite(args.out, quick)
-
-        if "store" in only:
-            step("store", "store cells (fresh store per cell; ~5 s of segment pre-allocation each before its clock)")
-
-            def progress(r: store_bench.Result) -> None:
-                say(f"  {r.line()}  [setup {r.figures.get('store_setup_s', 0):.1f} s, "
-                    f"{time.perf_counter() - t_start:.0f} s elapsed]")
-
-            S = runner(store_bench.run_all(workdir, settings, progress))
-
-        secs = 2.0 if quick else 5.0
-        if "network" in only:
-            step("network", "network cells (broker process on loopback)")
-            from bench import network_bench
-            for flush, cells in (("ASYNC_FLUSH", ["send", "send256", "batch", "pull", "client_send",
-                                                  "client_batch", "client_pull", "grpc_send", "grpc_receive"]),
-                                 ("SYNC_FLUSH", ["send", "send256", "batch", "client_send", "client_batch"])):
-                for r in runner(network_bench.run_flush_mode(flush, secs, cells, workdir,
-                                                             progress=lambda x: say("  " + x))):
-                    N[r.name] = r.as_dict()
-            if not args.no_peers:  # the figures the send cells are read against, same run
-                from bench import redis_benchmark
-                NP = redis_benchmark.run_both(secs, workdir, progress=lambda x: say("  " + x))
-
-        if "ha" in only:
-            step("ha", "HA cells (master and slave processes on loopback)")
-            from bench import ha_bench
-            H = runner(ha_bench.run_all(secs, (128 if quick else 512) << 20, [32 << 10, 1 << 20], workdir,
-                                        progress=lambda x: say("  " + x)))
-
-        if "dledger" in only:
-            step("dledger", "DLedger mode (three members on loopback): throughput, and the outage after kill -9s "
-                            "of the leader")
-            from bench import dledger_bench
-            D = runner(dledger_bench.run_all(secs, 10, workdir, progress=say))
-
-        if "controller" in only:
-            step("controller", "controller mode (two brokers, three controllers on loopback): throughput of two "
-                               "copies, and the outage after kill -9s of the master")
-            from bench import controller_bench
-            C = runner(controller_bench.run_all(secs, 10, workdir, progress=say))
-
-        if "reliable" in only:
-            step("reliable", "broker.reliable: the idempotent consumer (PostgreSQL, SQLite, with and without Redis) "
-                             "beside the plain PushConsumer, and the outbox")
-            from bench import reliable_bench
-            R = reliable_bench.run(40_000 if quick else 100_000, progress=lambda x: say("  " + x))
-
-        if "matrix" in steps:
-            step("matrix", "mode matrix (name server, master, slave processes; the project's client) and peers")
-            from bench import matrix
-            plan = matrix.Plan.make(args.full, args.seconds, peers="peers" in only)
-            if "matrix" not in only:  # peers alone: no project cells, nothing to pair them with
-                plan.cells = {k: v for k, v in plan.cells.items() if k in matrix.PEER_PAIRS.values()}
-            M = matrix.run(plan, workdir, L, runner, say=say, redis_xadd=NP or None)
+        for name, text, body in (
+                ("kernels", "kernel micro-benchmarks (pytest-benchmark, bench/test_kernels_bench.py)", run_kernels),
+                ("store", "store cells (fresh store per cell; ~5 s of segment pre-allocation each before its clock)",
+                 run_store),
+                ("network", "network cells (broker process on loopback)", run_network),
+                ("ha", "HA cells (master and slave processes on loopback)", run_ha),
+                ("dledger", "DLedger mode (three members on loopback): throughput, and the outage after kill -9s "
+                            "of the leader", run_dledger),
+                ("controller", "controller mode (two brokers, three controllers on loopback): throughput of two "
+                               "copies, and the outage after kill -9s of the master", run_controller),
+                ("reliable", "broker.reliable: the idempotent consumer (PostgreSQL, SQLite, with and without Redis) "
+                             "beside the plain PushConsumer, and the outbox", run_reliable),
+                ("matrix", "mode matrix (name server, master, slave processes; the project's client) and peers",
+                 run_matrix)):
+            if name in steps:
+                section(name, text, body)
     finally:
         import shutil
         shutil.rmtree(workdir, ignore_errors=True)
@@ -677,6 +737,7 @@ def main(argv: list[str] | None = None) -> int:
     say("report")
     figs = {
         "meta": {"started": started, "quick": quick, "loop": loop_name, "fs": fs, "sections": steps,
+                 "failed": failed, "commit": commit,
                  "machine": f"{L['cpu_count']} CPUs, kernel {L['kernel']}, Python {L['python']}, "
                             f"{platform.machine()}",
                  "settings": settings.__dict__, "targets": TARGETS, "argv": sys.argv[1:] if argv is None else argv,
@@ -695,24 +756,34 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as e:  # noqa: BLE001 - a plot must not lose the run's figures
             say(f"plots failed: {e!r}")
     figs["meta"]["plots"] = [os.path.basename(f) for f in plot_files]
-    md = markdown(figs)
+    for name in (f"bench-{stamp}", "latest"):  # the figures first: nothing after this can lose them
+        with open(os.path.join(args.out, name + ".json"), "w") as f:
+            json.dump(figs, f, indent=2, default=str)
+    report = markdown(figs)
+    md = report
     if plot_files:
         md += "\nPlots: " + ", ".join(f"`{os.path.basename(f)}`" for f in plot_files) + "\n"
     for name in (f"bench-{stamp}", "latest"):
-        with open(os.path.join(args.out, name + ".json"), "w") as f:
-            json.dump(figs, f, indent=2, default=str)
         with open(os.path.join(args.out, name + ".md"), "w") as f:
             f.write(md)
     print()
     print(md)
     say(f"written: {os.path.join(args.out, f'bench-{stamp}.json')} and .md (also latest.json / latest.md)"
         + (f"; {len(plot_files)} plots" if plot_files else ""))
+    if args.docs and only == set(SECTIONS):
+        from bench import docs
+        written = docs.publish(report, plot_files, args.docs)
+        say(f"published: {', '.join(os.path.relpath(w, REPO) for w in written)}")
+    elif args.docs:
+        say(f"{os.path.relpath(args.docs, REPO)} not updated: not every section ran (--only, --no-kernels, --no-peers)")
     if args.compare:
         from bench import compare
         print(compare.report(args.compare[0], os.path.join(args.out, f"bench-{stamp}.json"), args.compare_threshold,
                              args.compare_all))
+    if failed:
+        say(f"failed sections: {', '.join(f'{k} ({v})' for k, v in failed.items())}")
+        return 1
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

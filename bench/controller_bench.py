@@ -35,7 +35,7 @@ import time
 
 from bench import failover
 from bench.failover import Member
-from bench.network_bench import NamesrvProcess, _free_port
+from bench.processes import NamesrvProcess, free_port
 
 BROKER_NAME = "broker-cm"
 TOPIC = "ControllerBench"
@@ -119,12 +119,12 @@ class Group(failover.Group):
 
     def __init__(self, workdir: str, namesrv: str, config: str = "defaults", n: int = 2, extra: str = GROUP_KEYS):
         c = CONFIGS[config]
-        ports = {f"n{i}": _free_port() for i in range(3)}
+        ports = {f"n{i}": free_port() for i in range(3)}
         peers = ";".join(f"{i}-127.0.0.1:{p}" for i, p in ports.items())
         self.controllers = [Controller(workdir, i, peers, _keys(c["controller"])) for i in ports]
         ctl = ";".join(f"127.0.0.1:{p}" for p in ports.values())
         super().__init__([Member(workdir, f"b{i}", BROKER_NAME, namesrv,
-                                 f"enableControllerMode=true\ncontrollerAddr={ctl}\nhaListenPort={_free_port()}\n"
+                                 f"enableControllerMode=true\ncontrollerAddr={ctl}\nhaListenPort={free_port()}\n"
                                  f"{_keys(c['broker'])}{extra}") for i in range(n)])
         self._dirs += [x.root for x in self.controllers]
 

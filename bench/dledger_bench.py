@@ -20,7 +20,7 @@ import sys
 
 from bench import failover
 from bench.failover import Member
-from bench.network_bench import NamesrvProcess, _free_port
+from bench.processes import NamesrvProcess, free_port
 
 GROUP = "RaftNode00"
 BROKER_NAME = "broker-dl"
@@ -35,7 +35,7 @@ class Group(failover.Group):
     master_word = "leader"
 
     def __init__(self, workdir: str, namesrv: str, extra: str = "", n: int = 3):
-        ports = [_free_port() for _ in range(n)]
+        ports = [free_port() for _ in range(n)]
         peers = ";".join(f"n{i}-127.0.0.1:{p}" for i, p in enumerate(ports))
         super().__init__([Member(workdir, f"n{i}", BROKER_NAME, namesrv,
                                  f"enableDLegerCommitLog=true\ndLegerGroup={GROUP}\ndLegerPeers={peers}\n"

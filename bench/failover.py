@@ -31,7 +31,8 @@ import tempfile
 import threading
 import time
 
-from bench.network_bench import _client_loop, _free_port, _stop, _wait_for_line
+from bench.driver import client_loop
+from bench.processes import free_port, stop_process, wait_for_line
 from bench.proc_cpu import ProcessTree, cpu_us_per_msg
 
 BODY = 1024
@@ -46,7 +47,7 @@ class Member:
 
     def __init__(self, workdir: str, label: str, broker_name: str, namesrv: str, keys: str = ""):
         self.label = label
-        self.port = _free_port()
+        self.port = free_port()
         self.root = tempfile.mkdtemp(prefix=f"{label}-", dir=workdir)
         self.conf = os.path.join(self.root, "broker.conf")
         with open(self.conf, "w") as f:
@@ -69,7 +70,7 @@ class Member:
             self.proc = subprocess.Popen([sys.executable, "-m", "broker.cli", "serve", "-c", self.conf,
                                           "--status-interval", "3600"], stdout=subprocess.PIPE, stderr=err, env=env,
                                          text=True)
-        _wait_for_line(self.proc, "listening on", f"broker {self.label}")
+        wait_for_line(self.proc, "listening on", f"broker {self.label}")
         # drain its output so that it never blocks on a full pipe
         threading.Thread(target=self.proc.stdout.read, daemon=True).start()
 
@@ -78,7 +79,7 @@ class Member:
         self.proc.wait()
 
     def stop(self) -> None:
-        _stop(self.proc)
+        stop_process(self.proc)
 
 
 class Group:
@@ -111,7 +112,7 @@ class Group:
         try:
             for m in self.members:
                 if m.proc is not None:
-                    _stop(m.proc)
+                    stop_process(m.proc)
         finally:
             self._stop_others()
             for d in self._dirs:
@@ -176,11 +177,11 @@ async def throughput_cell(namesrv: str, group: Group, seconds: float, topic: str
     try:
         def call():
             return producer.send(Message(topic, body))
-        await _client_loop(call, in_flight, min(1.0, seconds / 2), 1)  # the route, the connection
+        await client_loop(call, in_flight, min(1.0, seconds / 2), 1)  # the route, the connection
         trees = {m.label + (f"({group.master_word})" if m is leader else ""): ProcessTree(m.proc.pid)
                  for m in group.members}
         before = {k: t.snapshot() for k, t in trees.items()}
-        n, lat, dt = await _client_loop(call, in_flight, seconds, 1)
+        n, lat, dt = await client_loop(call, in_flight, seconds, 1)
         cpu = {k: cpu_us_per_msg(before[k], t.snapshot(), n)["total"] for k, t in trees.items()}
     finally:
         await producer.shutdown()

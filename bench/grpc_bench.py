@@ -28,7 +28,8 @@ import os
 import subprocess
 import time
 
-from bench.network_bench import BODY, CLIENT_TOPIC, CliProcess, NetResult, _free_port, _nothing
+from bench.driver import BODY, CLIENT_TOPIC, NetResult, fill_client_topic, nothing
+from bench.processes import CliProcess, free_port
 
 BROKER_NAME = "broker-a"  # BrokerProcess leaves brokerName at the broker's default
 
@@ -37,7 +38,7 @@ class FrontProcess(CliProcess):
     """`broker proxy` on a free loopback port, finding the broker through `namesrv_addr`."""
 
     def __init__(self, namesrv_addr: str, workdir: str, tls: bool = False, extra_conf: str = ""):
-        self.port = _free_port()
+        self.port = free_port()
         self.endpoints = f"127.0.0.1:{self.port}"
         self.conf = os.path.join(workdir, f"proxy-{self.port}.conf")
         with open(self.conf, "w") as f:
@@ -62,7 +63,7 @@ class FloorProcess(CliProcess):
     module = "bench.grpc_floor"
 
     def __init__(self, mode: str = "aio"):
-        self.port = _free_port()
+        self.port = free_port()
         self.endpoints = f"127.0.0.1:{self.port}"
         self.mode = mode
 
@@ -210,7 +211,7 @@ async def _receive_loop(endpoints: str, in_flight: int, warmup: float, seconds: 
         return n, lat, time.perf_counter() - t0, nbytes
 
 
-async def bench_grpc_send(namesrv_addr: str, seconds: float, in_flight: int = 64, on_start=_nothing,
+async def bench_grpc_send(namesrv_addr: str, seconds: float, in_flight: int = 64, on_start=nothing,
                           workdir: str | None = None, tls: bool = False, coalesce_us: int = 0) -> NetResult:
     """`tls`: the front in TLS test mode (tls.server.mode=enforcing), the driver over TLS;
     `coalesce_us`: the front's remotingCoalesceMicros. The floor is run for the plain cell only."""
@@ -225,16 +226,15 @@ async def bench_grpc_send(namesrv_addr: str, seconds: float, in_flight: int = 64
     if not tls and not coalesce_us:
         with FloorProcess() as floor:
             fn, _, fdt, floor_cpu = await loop.run_in_executor(
-                None, _drive, floor.endpoints, in_flight, seconds, floor, _nothing)
+                None, _drive, floor.endpoints, in_flight, seconds, floor, nothing)
         extra.update(floor_calls_per_s=fn / fdt, floor_cpu_us_per_call=1e6 * floor_cpu / fn if fn else float("nan"))
     how = (", TLS" if tls else "") + (f", remotingCoalesceMicros={coalesce_us}" if coalesce_us else "")
     return NetResult(f"grpc send 1 KiB x{in_flight} in flight (through the front{how})",
                      n, dt, n * BODY, lat, extra=extra)
 
 
-async def bench_grpc_receive(namesrv_addr: str, seconds: float, in_flight: int = 4, on_start=_nothing,
+async def bench_grpc_receive(namesrv_addr: str, seconds: float, in_flight: int = 4, on_start=nothing,
                              workdir: str | None = None) -> NetResult:
-    from bench.network_bench import fill_client_topic
     from broker.client.pull_consumer import PullConsumer
     consumer = PullConsumer("bench_grpc_receive_fill", namesrv_addr)
     await consumer.start()
@@ -258,7 +258,7 @@ def floors(modes: list[str], seconds: float, in_flight: int = 64) -> None:
     """Each floor server mode driven as the cell drives the front: calls/s and server CPU-µs/call."""
     for mode in modes:
         with FloorProcess(mode) as floor:
-            n, _, dt, cpu = _drive(floor.endpoints, in_flight, seconds, floor, _nothing)
+            n, _, dt, cpu = _drive(floor.endpoints, in_flight, seconds, floor, nothing)
         print(f"grpc floor {mode}: {n / dt:,.0f} calls/s, server {1e6 * cpu / n:.1f} CPU-us/call "
               f"(load {os.getloadavg()[0]:.2f})", flush=True)
 

@@ -1,7 +1,9 @@
 """HA benchmark: a master and a slave (`broker serve`, their HA services) on loopback.
 
   - produce throughput and latency with 64 sends in flight (1 KiB) under ASYNC_MASTER and
-    SYNC_MASTER (a SEND_OK then waits for the slave's acknowledgement);
+    SYNC_MASTER (a SEND_OK then waits for the slave's acknowledgement), then with 1 in flight;
+    each with the CPU-µs per message of every process of the master and of the slave over the
+    clock (bench.proc_cpu);
   - replication lag under that load: master `wrote` minus slave `received`, sampled from the
     two offset tables every 10 ms;
   - catch-up of a fresh slave: the master preloaded, then a new slave started; MB/s from its
@@ -22,7 +24,9 @@ import threading
 import time
 
 from bench.limits import loopback_tcp
-from bench.network_bench import _free_port, _stop, _wait_for_line, bench_batch, bench_send
+from bench.proc_cpu import ProcessTree, cpu_us_per_msg
+from bench.driver import NetResult, bench_batch, bench_send
+from bench.processes import free_port, stop_process, wait_for_line
 from broker.store.offset_table import Slot, open_table
 
 SEGMENT = 256 << 20
@@ -34,8 +38,8 @@ class Node:
 
     def __init__(self, workdir: str, role: str, ha_port: int | None = None, master_ha: str = "",
                  batch: int = 32 * 1024, broker_id: int = 0, flush: str = "ASYNC_FLUSH", namesrv: str = ""):
-        self.port = _free_port()
-        self.ha_port = ha_port or _free_port()
+        self.port = free_port()
+        self.ha_port = ha_port or free_port()
         self.role = role
         self.root = tempfile.mkdtemp(prefix=f"ha-{flush.lower()}-{role.lower()}-", dir=workdir)
         self.store = os.path.join(self.root, "store")
@@ -57,7 +61,7 @@ class Node:
         self.proc = subprocess.Popen([sys.executable, "-m", "broker.cli", "serve", "-c", self.conf,
                                       "--status-interval", "3600"], stdout=subprocess.PIPE, env=env, text=True)
         try:
-            _wait_for_line(self.proc, "listening on", "broker")
+            wait_for_line(self.proc, "listening on", "broker")
             threading.Thread(target=lambda: self.proc.stdout.read(), daemon=True).start()  # drain
             self.table = open_table(self.store)
         except BaseException:
@@ -69,7 +73,7 @@ class Node:
         if self.table is not None:
             self.table.close()
             self.table = None
-        _stop(self.proc)
+        stop_process(self.proc)
         shutil.rmtree(self.root, ignore_errors=True)
 
 
@@ -83,10 +87,26 @@ def _pct(values: list[int], q: float) -> float:
     return float(s[min(len(s) - 1, int(q * len(s)))]) if s else float("nan")
 
 
+async def _send_with_cpu(master: Node, slave: Node, seconds: float, in_flight: int) -> NetResult:
+    """bench_send against the master, with the CPU-µs per message of every process of the master
+    (broker, flush, reput, ha, ...) and of the slave ("slave", "slave/ha", ...) over its clock."""
+    trees = (ProcessTree(master.proc.pid), ProcessTree(slave.proc.pid, "slave", "slave/"))
+
+    def snapshot() -> dict:
+        return {k: v for t in trees for k, v in t.snapshot().items()}
+
+    before: dict = {}
+    r = await bench_send(master.port, seconds, in_flight, on_start=lambda: before.update(snapshot()))
+    per = cpu_us_per_msg(before, snapshot(), r.msgs)
+    r.broker_cpu_s = per.get("broker", float("nan")) * r.msgs / 1e6
+    r.extra["cpu_us_per_msg_by_process"] = per
+    return r
+
+
 async def produce_cell(role: str, seconds: float, workdir: str, progress) -> dict:
-    ha_port = _free_port()
+    ha_port = free_port()
     with Node(workdir, role, ha_port) as master, \
-            Node(workdir, "SLAVE", _free_port(), f"127.0.0.1:{ha_port}", broker_id=1) as slave:
+            Node(workdir, "SLAVE", free_port(), f"127.0.0.1:{ha_port}", broker_id=1) as slave:
         deadline = time.monotonic() + 30
         while not master.table.load(Slot.HA_SLAVES):  # the slave links in a few ms
             if time.monotonic() > deadline:
@@ -97,7 +117,7 @@ async def produce_cell(role: str, seconds: float, workdir: str, progress) -> dic
         sampler = threading.Thread(target=_lag_sampler, args=(master, slave, stop, lags), daemon=True)
         sampler.start()
         try:
-            r = await bench_send(master.port, seconds)
+            r = await _send_with_cpu(master, slave, seconds, 64)
         finally:
             stop.set()
             sampler.join()
@@ -105,10 +125,11 @@ async def produce_cell(role: str, seconds: float, workdir: str, progress) -> dic
         progress(r.line())
         out = r.as_dict()
         # one in flight: the latency a send pays for the copy, without queueing behind 63 others
-        one = await bench_send(master.port, min(seconds, 2.0), in_flight=1)
+        one = await _send_with_cpu(master, slave, min(seconds, 2.0), 1)
         one.name = f"{role} send 1 KiB x1 in flight"
         progress(one.line())
-        out.update(one_p50_us=one.pct_us(0.5), one_p99_us=one.pct_us(0.99), one_msgs_per_s=one.msgs_per_s)
+        out.update(one_p50_us=one.pct_us(0.5), one_p99_us=one.pct_us(0.99), one_msgs_per_s=one.msgs_per_s,
+                   one_cpu_us_per_msg_by_process=one.extra["cpu_us_per_msg_by_process"])
         out.update(lag_p50_bytes=_pct(lags, 0.5), lag_p99_bytes=_pct(lags, 0.99), lag_max_bytes=max(lags or [0]))
         progress(f"  replication lag: p50 {out['lag_p50_bytes'] / 1024:,.1f} KiB, p99 "
                  f"{out['lag_p99_bytes'] / 1024:,.1f} KiB, max {out['lag_max_bytes'] / 1024:,.1f} KiB")
@@ -116,12 +137,12 @@ async def produce_cell(role: str, seconds: float, workdir: str, progress) -> dic
 
 
 async def catch_up_cell(preload: int, batch: int, workdir: str, progress) -> dict:
-    ha_port = _free_port()
+    ha_port = free_port()
     with Node(workdir, "ASYNC_MASTER", ha_port, batch=batch) as master:
         while master.table.load(Slot.WROTE) < preload:
             await bench_batch(master.port, 1.0)
         end = master.table.load(Slot.WROTE)
-        with Node(workdir, "SLAVE", _free_port(), f"127.0.0.1:{ha_port}", batch=batch, broker_id=1) as slave:
+        with Node(workdir, "SLAVE", free_port(), f"127.0.0.1:{ha_port}", batch=batch, broker_id=1) as slave:
             t = slave.table
             await asyncio.to_thread(t.wait_until_ge, Slot.HA_RECEIVED, 1, 60.0)  # woken by the HA client
             t0, first = time.monotonic(), t.load(Slot.HA_RECEIVED)

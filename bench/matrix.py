@@ -49,7 +49,8 @@ from dataclasses import dataclass, field
 
 from bench import loadgen
 from bench.ha_bench import SEGMENT, Node
-from bench.network_bench import CLIENT_TOPIC, NamesrvProcess, _client_loop, _wait_for_route, bench_client_pull
+from bench.driver import CLIENT_TOPIC, bench_client_pull, client_loop, wait_for_route
+from bench.processes import NamesrvProcess
 
 FLUSHES = ("ASYNC_FLUSH", "SYNC_FLUSH")
 REPLICATIONS = ("single", "ASYNC_MASTER", "SYNC_MASTER")
@@ -245,10 +246,10 @@ async def send_cell(producer, procs: dict, master: Node, slave: Node | None, bod
     def call():
         return producer.send(Message(CLIENT_TOPIC, payload, tags="bench", keys="k"))
 
-    await _client_loop(call, in_flight, min(0.5, seconds / 4), 1)  # warm-up
+    await client_loop(call, in_flight, min(0.5, seconds / 4), 1)  # warm-up
     c0 = cpu_snapshot(procs)
     with LagSampler(master, slave) as lag:
-        n, lat, dt = await _client_loop(call, in_flight, seconds, 1)
+        n, lat, dt = await client_loop(call, in_flight, seconds, 1)
     c1 = cpu_snapshot(procs)
     out = {"msgs": n, "seconds": dt, "msgs_per_s": n / dt, "mb_per_s": n * body / dt / 1e6,
            **percentiles_us(lat), **lag.figures(), "cpu_s_per_M": cpu_per_million(c0, c1, n)}
@@ -296,7 +297,7 @@ async def run_mode(flush: str, repl: str, cells: list, plan: Plan, workdir: str,
             slave = stack.enter_context(Node(workdir, "SLAVE", flush=flush, namesrv=ns.addr,
                                              master_ha=f"127.0.0.1:{master.ha_port}", broker_id=1))
             await _wait_linked(master)
-        await _wait_for_route(ns.addr, master.addr)
+        await wait_for_route(ns.addr, master.addr)
         procs = process_set(master, slave, ns)
         producer = Producer("bench_matrix", ns.addr)
         await producer.start()

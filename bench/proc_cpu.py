@@ -140,7 +140,7 @@ class ProcessTree:
             for tid, name in named_threads(pid).items():
                 t = thread_cpu_seconds(pid, tid)
                 if t is not None:
-                    out[f"{pid}/{tid}"] = (self.prefix + name if pid != self.root_pid else name, t)
+                    out[f"{pid}/{tid}"] = (self.prefix + name, t)  # a slave's: "slave/warm-ahead"
                     cpu -= t
             out[pid] = (label, cpu)
         return out

@@ -3,9 +3,9 @@
     .venv/bin/python -m bench.reliable_bench            # 20,000 messages of 1 KiB per cell
     .venv/bin/python -m bench.reliable_bench -n 5000 --json out.json
 
-A name server and a broker run as processes on loopback, with a real Redis and a real PostgreSQL
-(durable: PostgreSQL's defaults, fsync and synchronous_commit on) started for the run, and SQLite
-with its default here (WAL, synchronous=FULL). Per cell: a fresh topic (8 queues) and group; the
+A name server and a broker (ASYNC_FLUSH, bench.processes) run as processes on loopback, with a real
+Redis and a real PostgreSQL (tools/servers.py; durable: PostgreSQL's defaults, fsync and
+synchronous_commit on) started for the run, and SQLite with its default here (WAL, synchronous=FULL). Per cell: a fresh topic (8 queues) and group; the
 messages, each with its own RELIABLE_ID, are produced beforehand in batches of 32 with their stubs
 written in one transaction (so each handler's confirmation updates a real row); then a consumer
 starts and the clock runs until it has processed every message. The handler does no business
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -29,6 +30,7 @@ import time
 from pathlib import Path
 
 from bench.proc_cpu import ProcessTree
+from bench.processes import BrokerProcess, NamesrvProcess
 from broker.client.admin import Admin
 from broker.client.errors import ClientError
 from broker.client.message import Message
@@ -38,6 +40,7 @@ from broker.reliable import IdempotentConsumer, OutboxProducer, open_store
 from broker.reliable.idempotent import DEFAULT_BATCH_SIZE
 from broker.reliable.ids import PROPERTY_RELIABLE_ID
 from broker.reliable.stub import Stub, now_ms
+from tools.servers import PostgresServer, RedisServer
 
 QUEUES = 8
 BATCH = 32
@@ -45,9 +48,9 @@ CELLS = (("plain", None, False), ("idempotent", "postgresql", True), ("idempoten
          ("idempotent", "sqlite", True), ("idempotent", "sqlite", False))
 
 
-async def _topic(namesrv: str, topic: str) -> None:
+async def _topic(namesrv: str, broker: str, topic: str) -> None:
     async with Admin(namesrv) as admin:
-        await admin.create_topic(topic, QUEUES)
+        await admin.create_topic(topic, QUEUES, broker_addr=broker)
         for _ in range(600):
             try:
                 if len((await admin.route(topic)).read_queues(topic)) == QUEUES:
@@ -87,11 +90,11 @@ class OtherCpu:
         return {label: sum(cpu for _, cpu in t.snapshot().values()) for label, t in self.trees.items()}
 
 
-async def _consume_cell(namesrv: str, kind: str, store_url: str | None, redis_url: str | None, n: int,
-                        body: bytes, tag: str, batch_size: int = DEFAULT_BATCH_SIZE,
+async def _consume_cell(namesrv: str, broker: str, kind: str, store_url: str | None, redis_url: str | None,
+                        n: int, body: bytes, tag: str, batch_size: int = DEFAULT_BATCH_SIZE,
                         others: OtherCpu | None = None) -> dict:
     topic, group = f"RB_{tag}", f"rbcg_{tag}"
-    await _topic(namesrv, topic)
+    await _topic(namesrv, broker, topic)
     await _produce(namesrv, topic, n, body, store_url)
     pc = PushConsumer(group, namesrv, consume_from_first=True)
     pc.subscribe(topic)
@@ -143,9 +146,10 @@ async def _consume_cell(namesrv: str, kind: str, store_url: str | None, redis_ur
     return out
 
 
-async def _outbox_cell(namesrv: str, store_url: str, n: int, body: bytes, tag: str, in_flight: int = 32) -> dict:
+async def _outbox_cell(namesrv: str, broker: str, store_url: str, n: int, body: bytes, tag: str,
+                       in_flight: int = 32) -> dict:
     topic = f"RBO_{tag}"
-    await _topic(namesrv, topic)
+    await _topic(namesrv, broker, topic)
     outbox = OutboxProducer(Producer(f"rbpg_{tag}", namesrv), store_url, resend=False)
     async with outbox:
         queue = iter(range(n))
@@ -160,26 +164,23 @@ async def _outbox_cell(namesrv: str, store_url: str, n: int, body: bytes, tag: s
 
 
 def run(n: int = 20_000, body_size: int = 1024, outbox_n: int = 2_000, batch_size: int = DEFAULT_BATCH_SIZE,
-        progress=None) -> dict:
-    """Start the servers, run every cell, stop the servers; the figures as a dict."""
+        progress=None, workdir: str | None = None) -> dict:
+    """Start the servers, run every cell, stop the servers; the figures as a dict. The broker's
+    store and the SQLite files go under `workdir` (default: the temporary directory)."""
     if progress is None:
         def progress(line: str) -> None:
             print("  " + line, file=sys.stderr, flush=True)
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from tests.helpers.real_clients import Cluster  # the tests' server starters
-    from tests.helpers.servers import PostgresServer, RedisServer
-
     body = os.urandom(body_size // 2).hex().encode()[:body_size]
-    root = Path(tempfile.mkdtemp(prefix="reliable-bench-"))
-    servers = []
-    try:
-        cluster = Cluster(root / "cluster").__enter__()
-        servers.append(cluster)
+    root = Path(tempfile.mkdtemp(prefix="reliable-bench-", dir=workdir))
+    with contextlib.ExitStack() as servers:
+        servers.callback(shutil.rmtree, root, ignore_errors=True)
+        ns = servers.enter_context(NamesrvProcess())
+        broker = servers.enter_context(BrokerProcess("ASYNC_FLUSH", str(root), ns.addr))
         redis = RedisServer()
-        servers.append(redis)
+        servers.callback(redis.close)
         pg = PostgresServer(durable=True)
-        servers.append(pg)
-        others = OtherCpu({"broker": cluster.procs[1].proc.pid, "namesrv": cluster.procs[0].proc.pid,
+        servers.callback(pg.close)
+        others = OtherCpu({"broker": broker.proc.pid, "namesrv": ns.proc.pid,
                            "postgresql": pg.proc.pid, "redis": redis.proc.pid})
         results: dict = {"messages": n, "body": body_size, "queues": QUEUES, "consume": [], "outbox": []}
         for i, (kind, db, with_redis) in enumerate(CELLS):
@@ -189,24 +190,20 @@ def run(n: int = 20_000, body_size: int = 1024, outbox_n: int = 2_000, batch_siz
             elif db == "sqlite":
                 url = f"sqlite:///{root / f'cell{i}.db'}"
             tag = f"{i}_{kind}_{db}_{'redis' if with_redis else 'nored'}"
-            r = asyncio.run(_consume_cell(cluster.namesrv, kind, url, redis.url if with_redis else None, n, body, tag,
-                                          batch_size, others))
+            r = asyncio.run(_consume_cell(ns.addr, broker.addr, kind, url, redis.url if with_redis else None, n, body,
+                                          tag, batch_size, others))
             r.update(consumer=kind, store=db or "-", redis=with_redis if kind != "plain" else None)
             results["consume"].append(r)
             progress(f"{kind:<10} {db or '-':<10} redis={'yes' if with_redis else 'no ':<3} {r['msgs_per_s']:>8} msgs/s")
         for db in ("postgresql", "sqlite"):
             url = pg.new_database("outbox") if db == "postgresql" else f"sqlite:///{root / 'outbox.db'}"
-            r = asyncio.run(_outbox_cell(cluster.namesrv, url, outbox_n, body, f"ob_{db}"))
+            r = asyncio.run(_outbox_cell(ns.addr, broker.addr, url, outbox_n, body, f"ob_{db}"))
             r["store"] = db
             results["outbox"].append(r)
         plain = results["consume"][0]["msgs_per_s"]
         for r in results["consume"]:
             r["vs_plain"] = round(r["msgs_per_s"] / plain, 3)
         return results
-    finally:
-        for s in reversed(servers):
-            s.close()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def _thousands(x) -> str:

@@ -5,11 +5,11 @@ the same topic in the same run, and Spark writing rows to a topic.
     python -m bench.spark_bench [--messages N] [--write-rows N] [--workdir DIR]
 
 A real `broker namesrv` and `broker serve` (ASYNC_FLUSH, 256 MiB commit-log segments) run as
-processes on loopback (bench.network_bench's NamesrvProcess and BrokerProcess). The topic is
-network_bench's raw TOPIC with 4 queues, filled through the project's Producer (send_batch, 8
+processes on loopback (bench.processes' NamesrvProcess and BrokerProcess). The topic is
+bench.driver's raw TOPIC with 4 queues, filled through the project's Producer (send_batch, 8
 batches of 128 in flight). Then, each clocked on its own:
 
-- raw pull: network_bench.bench_pull, the remoting protocol alone, 4 queues at once, no decoding;
+- raw pull: bench.driver.bench_pull, the remoting protocol alone, 4 queues at once, no decoding;
 - Spark batch read: spark.read.format("rocketmq") → noop sink (every column materialised in the
   JVM); run twice after a warm-up query (the first query of a session starts the Python workers);
 - Spark streaming read: readStream ... trigger(availableNow=True) → noop sink, one run from
@@ -33,7 +33,8 @@ import sys
 import tempfile
 import time
 
-from bench.network_bench import TOPIC, BrokerProcess, NamesrvProcess, bench_pull
+from bench.driver import TOPIC, bench_pull
+from bench.processes import BrokerProcess, NamesrvProcess
 
 BODY = 1024
 QUEUES = 4

@@ -36,6 +36,9 @@ async def _serve(args: argparse.Namespace) -> int:
         front = LocalGrpcFront(broker_config, store_config.brokerIP1)  # refuses a port taken, naming the key
     controller = BrokerController(broker_config, store_config, host=store_config.brokerIP1, dledger=dledger)
     await controller.start()
+    # before the "listening on" line: a SIGTERM right after it (from a test or a supervisor that
+    # waited for it) stops the broker cleanly, not by the signal's default action
+    stop = _stop_requested()
     # What start-up made (modules, tables, maps) lives as long as the broker: out of the collector's
     # way, and collections rarer. A pull makes hundreds of short-lived views (freed by refcount,
     # no cycles); with the defaults the collector rescanned the whole heap every few hundred pulls
@@ -46,12 +49,10 @@ async def _serve(args: argparse.Namespace) -> int:
     if front is not None:
         front.start(controller.acl)
     store = controller.store
-    print(f"broker {broker_config.brokerName} listening on {controller.addr}; store {store_config.storePathRootDir} "
+    print(f"broker {broker_config.brokerName} ({broker_config.brokerClusterName}) listening on {controller.addr}; "
+          f"store {store_config.storePathRootDir} "
           f"({store_config.flushDiskType}); name servers {broker_config.namesrv_addrs or 'none'}", flush=True)
-    stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
     # Quiet unless asked: `broker admin status` answers on demand; --status-interval logs a line.
     interval = args.status_interval or None
     last, at = controller.metrics.snapshot(), loop.time()

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from broker.store.config import MessageStoreConfig
+from tools.servers import free_port  # noqa: F401 - the tests import it from here
 
 # The suite must exercise the compiled kernels, never a fallback (aiokafka's guard).
 import broker.kernels.codec as _codec
@@ -52,24 +53,6 @@ def pid_alive(pid: int) -> bool:
             return f.read().split(")")[-1].split()[0] != "Z"
     except FileNotFoundError:
         return False
-
-
-_HANDED_OUT: set[int] = set()
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now (for servers whose port must be known before they start),
-    never one handed out before in this run: ports are often chosen for several servers before any
-    of them binds, and the kernel may offer a port again while its first taker has not bound it yet
-    (a controller-mode broker's HA port once came out equal to a controller's)."""
-    import socket
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port not in _HANDED_OUT:
-            _HANDED_OUT.add(port)
-            return port
 
 
 @pytest.fixture

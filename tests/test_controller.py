@@ -260,3 +260,25 @@ def test_three_controllers_register_elect_alter_survive_leader_death_and_fail_ov
         if beats is not None:
             beats.close()
         group.stop()
+
+
+def test_a_refusal_names_the_leader_or_the_real_reason_when_the_state_still_names_this_member():
+    """A controller whose own state still names it the leader (stopping, its term moved on, its
+    append refused) says why it cannot act, never "n2 is not the leader; the leader is n2"."""
+    from types import SimpleNamespace
+
+    from broker.controller.controller import Controller
+
+    def refusal(leader_id: str, is_leader: bool, why: str = "") -> str:
+        peers = {i: SimpleNamespace(addr=f"127.0.0.1:{9870 + n}") for n, i in enumerate(("n0", "n1", "n2"))}
+        me = SimpleNamespace(config=SimpleNamespace(controllerDLegerSelfId="n2", dledger=SimpleNamespace(peers=peers)),
+                             server=SimpleNamespace(state=SimpleNamespace(self_id="n2", is_leader=is_leader,
+                                                                          leader_id=leader_id, term=7)))
+        me.leader = lambda: Controller.leader(me)
+        return str(Controller._not_leader(me, why))
+
+    assert refusal("n0", False) == "controller n2 is not the leader; the leader is n0 at 127.0.0.1:9870"
+    assert refusal("n2", True) == "controller n2 cannot act as the leader: it leads term 7 but has not applied its barrier entry yet"
+    assert refusal("n2", False) == "controller n2 cannot act as the leader: it no longer leads (term 7)"
+    assert refusal("n2", True, "its append was refused: NOT_LEADER") == \
+        "controller n2 cannot act as the leader: its append was refused: NOT_LEADER"

@@ -169,6 +169,17 @@ def test_the_controller_leader_killed_with_the_master_still_elects_a_new_master(
             epochs = json.loads(r.stdout)["epochList"]
             assert [e["epoch"] for e in epochs] == [1, 2], epochs
             assert epochs[0]["endOffset"] == epochs[1]["startOffset"] > 0, epochs
+        # mqadmin's letters: -b names the broker group, every replica answers, keyed by address
+        addrs = {f"127.0.0.1:{b.port}" for b in (new, m)}
+
+        def by_name():
+            r = subprocess.run([sys.executable, "-m", "broker.cli", "admin", "epoch", "-n", g.namesrv.addr, "-b",
+                                "broker-a"], capture_output=True, text=True, timeout=60)
+            assert r.returncode == 0, r.stderr
+            table = json.loads(r.stdout)
+            return table if table.keys() == addrs else None
+        table = wait_for(by_name, 30, "both replicas of broker-a registered with the name server")
+        assert all([e["epoch"] for e in cache["epochList"]] == [1, 2] for cache in table.values()), table
 
 
 def test_ali_ons_produces_and_consumes_across_a_master_kill(tmp_path):

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import re
+import threading
 
+import msgspec
 import pytest
 
 from broker.client import pop as P
@@ -20,7 +22,7 @@ from broker.remoting import codes
 from tests.conftest import wait_for
 from tests.helpers.controller_mode import ControllerModeGroup
 from tests.helpers.dledger_cluster import DLedgerGroup
-from tests.helpers.ha_cluster import Broker, NameServer, send_all
+from tests.helpers.ha_cluster import Broker, NameServer, call, send_all
 from tests.helpers.pop_client import bodies, receive_until, run_with_client
 
 TOPIC = "PopHA"
@@ -32,6 +34,10 @@ INVISIBLE_MS = 6000
 # a dead leader noticed after 8 missed heartbeats of 200 ms, not 3: the other helpers' tests share
 # the 2 cores, and a live leader's heartbeats late by 600 ms would depose it mid-test
 STEADY_RAFT = "maxHeartBeatLeak=8\n"
+# the window test: followers copy offsets every 200 ms (flushConsumerOffsetInterval), and a stalled
+# leader is noticed only after 25 missed heartbeats (5 s), so the window stays open until the kill
+WINDOW_RAFT = "maxHeartBeatLeak=25\nflushConsumerOffsetInterval=200\n"
+REVIVE_MS = 2000  # the revive window test: due soon after the Raft links are stalled
 
 
 def _addr(b: Broker) -> str:
@@ -225,3 +231,147 @@ def test_slave_refuses_pop_at_once_and_its_master_serves_it(tmp_path):
         slave.stop()
         master.stop()
         ns.stop()
+
+
+
+def _offset_table(b: Broker) -> dict:
+    """`b`'s consumer offset table (on a follower: what it copied), "topic@group" -> {queueId: offset}."""
+    r = call(b.port, codes.GET_ALL_CONSUMER_OFFSET)
+    assert r.code == codes.SUCCESS, r.remark
+    return {k: {int(q): o for q, o in v.items()} for k, v in msgspec.json.decode(bytes(r.body))["offsetTable"].items()}
+
+
+def _committed_end(leader: Broker) -> int:
+    """The leader's last entry index, once every entry is committed."""
+    return wait_for(lambda: (lambda i: i["dLedgerCommittedIndex"] == i["dLedgerEndIndex"] and i)(leader.info()),
+                    30, "the leader's log committed")["dLedgerEndIndex"]
+
+
+def _followers_copy_now(leader: Broker, followers: list[Broker], mark: int) -> list[dict]:
+    """Each follower's offset table, once it copied one the leader had after this call began: a
+    marker offset committed on the leader now (the copy takes the whole table at once)."""
+    r = call(leader.port, codes.UPDATE_CONSUMER_OFFSET,
+             {"consumerGroup": "PopWindowMarker", "topic": TOPIC, "queueId": 0, "commitOffset": mark})
+    assert r.code == codes.SUCCESS, r.remark
+    return [wait_for(lambda: (lambda t: t.get(f"{TOPIC}@PopWindowMarker", {}).get(0) == mark and t)(_offset_table(f)),
+                     3, f"{f.name} to copy the marker offset") for f in followers]
+
+
+def _kill_inside_window(g: DLedgerGroup, leader: Broker, end: int) -> None:
+    """Kill -9 the stalled leader while what it appended after `end` is still uncommitted, and
+    drop what the proxies held from it (delivered late, it would reach the followers)."""
+    assert leader.info()["dLedgerCommittedIndex"] == end, "the window closed before the kill: the test proves nothing"
+    leader.kill9()
+    g.isolate(leader, "cut")
+    g.heal()
+
+
+def test_leader_killed_before_a_pops_checkpoint_replicates_skips_nothing(tmp_path):
+    """The window between a pop and the replication of its checkpoint, held open on purpose: the
+    leader's Raft links are stalled (DLedgerGroup(proxied=True).isolate(leader, "stall"): its
+    pushes and heartbeats wait in the proxies, its client port still answers), so a pop's
+    checkpoints reach its log and no follower's. The followers keep copying the leader's offset
+    table meanwhile (every 200 ms); the test waits until they copied one taken after the pop (a
+    marker offset committed after it), kills the leader -9 and drops what the proxies held.
+
+    The followers' copy must not have the pop's move (the checkpoint was never durable), so the
+    new leader delivers every message of that pop: none is skipped. Before, the leader's table
+    moved with the pop and a follower copied it; the new leader, with no checkpoint to revive
+    from, never delivered those messages. What was popped and acked before the window, once
+    replicated, is in the followers' copy and does not come back."""
+    g = DLedgerGroup(tmp_path, extra=WINDOW_RAFT, proxied=True).start()
+    try:
+        leader = g.leader()
+        followers = [b for b in g.brokers.values() if b is not leader]
+
+        async def before(client, addr):  # a first batch popped and acked: its offsets are published
+            m = _OnMaster(client, lambda: leader)
+            for i in range(N):
+                await m.send(f"a{i}".encode())
+            for msg in await m.receive_until(N, INVISIBLE_MS):
+                await m.call("ack", msg)
+            for i in range(N):
+                await m.send(f"b{i}".encode())
+        run_with_client(before, "")
+        for f in followers:  # a durable pop's move does reach the followers
+            wait_for(lambda: sum(_offset_table(f).get(f"{TOPIC}@{GROUP}", {}).values()) == N, 30,
+                     f"{f.name} to copy the pop offsets")
+        end = _committed_end(leader)
+
+        g.isolate(leader, "stall")
+        popped: list = []
+
+        async def pop(client, addr):  # answered only once its checkpoints are durable: never
+            try:
+                popped.extend(await P.SimpleConsumer(client, addr, GROUP, TOPIC).receive(INVISIBLE_MS, max_nums=N))
+            except Exception as e:  # the leader is killed under it
+                popped.append(e)
+        popper = threading.Thread(target=run_with_client, args=(pop, _addr(leader)), daemon=True)
+        popper.start()
+        # the pop wrote its checkpoints: in the leader's log, not committed
+        info = wait_for(lambda: (lambda i: i["dLedgerEndIndex"] > end and i)(leader.info()), 30, "the pop's checkpoints")
+        assert info["dLedgerCommittedIndex"] == end, info
+        for f, copied in zip(followers, _followers_copy_now(leader, followers, 1)):
+            pop_offsets = copied.get(f"{TOPIC}@{GROUP}", {})
+            assert sum(pop_offsets.values()) == N, \
+                f"{f.name} copied a pop offset past a checkpoint not replicated: {pop_offsets}"
+        _kill_inside_window(g, leader, end)
+        popper.join(30)
+        assert not popper.is_alive() and len(popped) == 1 and isinstance(popped[0], Exception), popped
+
+        async def after(client, addr):
+            m = _OnMaster(client, lambda: g.leader(among=followers))
+            back = await m.receive_until(N, 60_000)
+            assert sorted(bodies(back)) == sorted(f"b{i}" for i in range(N))
+            assert all(msg.reconsume_times == 0 for msg in back)  # never delivered: first deliveries
+            for msg in back:
+                await m.call("ack", msg)
+            assert await m.call("receive", 60_000, poll_ms=3000) == []  # nothing acked comes back
+        run_with_client(after, "")
+    finally:
+        g.stop()
+
+
+def test_leader_killed_before_a_revive_replicates_skips_nothing(tmp_path):
+    """The revive's own window, held open the same way: a checkpoint comes due on a leader whose
+    Raft links are stalled, so the retry copies it re-stores and the acks it writes for them stay
+    in its log. The revive offset the followers copy must not pass that checkpoint (before, it
+    did at once, and the new leader, replaying from past it with no retry copy, never delivered
+    those messages); the new leader replays it and revives them again."""
+    g = DLedgerGroup(tmp_path, extra=WINDOW_RAFT, proxied=True).start()
+    try:
+        leader = g.leader()
+        followers = [b for b in g.brokers.values() if b is not leader]
+        got: list = []
+
+        async def before(client, addr):
+            m = _OnMaster(client, lambda: leader)
+            for i in range(N):
+                await m.send(f"r{i}".encode())
+            got.extend(await m.receive_until(N, REVIVE_MS))  # answered: the checkpoints are replicated
+        run_with_client(before, "")
+        end = _committed_end(leader)
+        g.isolate(leader, "stall")
+        assert _revived_by(leader) == [], "revived before the window opened: the test proves nothing"
+        revive_topic = next(k for k in _offset_table(leader) if k.startswith("rmq_sys_REVIVE_LOG_"))
+        held = _offset_table(leader)[revive_topic]  # the revive offsets: none past the checkpoints
+        wait_for(lambda: len(_revived_by(leader)) == N, 30, "the stalled leader to revive")
+        for f, copied in zip(followers, _followers_copy_now(leader, followers, 2)):
+            revive_offsets = copied.get(revive_topic, {})
+            assert all(revive_offsets.get(q, -1) <= o for q, o in held.items()), \
+                f"{f.name} copied a revive offset past a checkpoint whose revive is not replicated: " \
+                f"{revive_offsets}, was {held}"
+        _kill_inside_window(g, leader, end)
+
+        async def after(client, addr):
+            m = _OnMaster(client, lambda: g.leader(among=followers))
+            back = await m.receive_until(N, 60_000)
+            assert sorted(bodies(back)) == sorted(bodies(got))
+            assert all(msg.reconsume_times == 1 for msg in back)  # revived once, by the new leader
+            for msg in back:
+                await m.call("ack", msg)
+            assert await m.call("receive", 60_000, poll_ms=3000) == []
+        run_with_client(after, "")
+        assert len(_revived_by(*followers)) == N
+    finally:
+        g.stop()

@@ -33,7 +33,7 @@ from broker.reliable.stores import BUSY, CLAIMED, DONE, MessageInfo
 from broker.reliable.stub import now_ms
 from tests.helpers.procs import Child, async_wait_until
 from tests.helpers.real_clients import Cluster
-from tests.helpers.servers import PostgresServer, RedisServer
+from tools.servers import PostgresServer, RedisServer
 
 BACKENDS = ["postgres+redis", "sqlite+redis", "sqlite"]
 REDIS_BACKENDS = ["postgres+redis", "sqlite+redis"]

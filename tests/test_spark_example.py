@@ -1,4 +1,4 @@
-"""The README's Spark example (issue 15.5), as `make spark-example` runs it: examples/spark_example.sh
+"""The Spark example of docs/spark.md (issue 15.5), as `make spark-example` runs it: examples/spark_example.sh
 against a real name server and broker (tests.helpers.real_clients.Cluster on free ports instead of
 `make run`'s 127.0.0.1:9876), the Spark part a local[2] session in the script's own process."""
 from __future__ import annotations
@@ -72,7 +72,7 @@ def _python_blocks(markdown: str) -> list[str]:
     return re.findall(r"```python\n(.*?)```", markdown, re.S)
 
 
-@pytest.mark.parametrize("doc", ["README.md", "docs/spark.md"])
+@pytest.mark.parametrize("doc", ["docs/spark.md"])
 def test_the_documented_example_is_the_script_that_runs(doc):
     assert SCRIPT.read_text() in _python_blocks((REPO / doc).read_text()), \
         f"{doc}'s count-by-tag block differs from {SCRIPT.relative_to(REPO)}: copy the file into it"

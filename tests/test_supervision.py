@@ -325,9 +325,11 @@ def test_sigterm_stops_a_service_whichever_of_its_threads_receives_it(tmp_path):
     """kill(2) hands a process-directed signal to any thread that does not block it: to the main
     thread in the common case, to another one when the main thread is frozen or already has a
     signal pending (a SIGSTOP/SIGCONT, Ctrl-Z of the process group). A service idle in its futex
-    wait must act on a SIGTERM whichever of its eligible threads gets it; otherwise close() waits
-    30 s and SIGKILLs it, losing its final flush. Here the signal goes to the thread the kernel
-    would least prefer: an eligible thread other than the sleeping main thread, if there is one."""
+    wait must act on the broker's SIGTERM whichever of its eligible threads gets it; otherwise
+    close() waits 30 s and SIGKILLs it, losing its final flush. Here the signal goes to the thread
+    the kernel would least prefer: an eligible thread other than the sleeping main thread, if there
+    is one. A SIGTERM the broker did not ask for (SHUTDOWN not set: the whole process group got it,
+    and the broker stops its services itself) is ignored, wherever it lands."""
     cfg = _config(tmp_path)
 
     async def go():
@@ -336,30 +338,39 @@ def test_sigterm_stops_a_service_whichever_of_its_threads_receives_it(tmp_path):
         try:
             assert (await s.put("Sig", 0, b"x")).status is PutStatus.PUT_OK
             await s.wait_dispatched(s.offsets()["wrote"], 10)
-            for name, slot in (("flush", Slot.FLUSH_PID), ("reput", Slot.REPUT_PID)):
-                await _sigterm_to_another_thread(s, name, slot)
+            targets = {name: await _another_thread(s, name) for name in ("flush", "reput")}
+            for name, (pid, tid) in targets.items():
+                _tgkill(pid, tid, signal.SIGTERM)  # the group's: the service goes on
+            # SYNC_FLUSH: answered only once the flush service synced it; then the reput dispatches it
             assert (await s.put("Sig", 0, b"y")).status is PutStatus.PUT_OK
+            await s.wait_dispatched(s.offsets()["wrote"], 10)
+            assert {name: s.services[name].pid for name in targets} == {n: p for n, (p, _) in targets.items()}
+            targets = {name: await _another_thread(s, name) for name in ("flush", "reput")}
+            for name in targets:
+                s.services[name].stopping = True  # as close() marks them before it asks
+            s.table.store(Slot.SHUTDOWN, 1)  # the broker's request, without the wake-up it comes with
+            for name, (pid, tid) in targets.items():
+                _tgkill(pid, tid, signal.SIGTERM)
+                await async_wait_until(lambda: not pid_alive(pid), 5,
+                                       f"the {name} service to act on a SIGTERM received by thread {tid}")
+                assert s.services[name].restarts == 0
         finally:
+            for name in ("flush", "reput"):
+                pid = s.services[name].pid
+                if pid is not None and pid_alive(pid):
+                    os.kill(pid, signal.SIGKILL)  # let the store close after a failure
             await s.close()
 
     asyncio.run(go())
 
 
-async def _sigterm_to_another_thread(s: MessageStore, name: str, slot: Slot) -> None:
-    svc = s.services[name]
-    pid = svc.pid
+async def _another_thread(s: MessageStore, name: str) -> tuple[int, int]:
+    """(pid, tid) of the service idle in its futex wait, and the thread to signal: an eligible one
+    other than its main thread if it has one."""
+    pid = s.services[name].pid
     # the reput sleeps without a timeout only once its consume queues are flushed
     await async_wait_until(lambda: s.ckpt.get("cqFlushedOffset") >= s.offsets()["wrote"], 10,
                            "consume queues flushed")
     await async_wait_until(lambda: _thread_sleeps_in_futex(pid), 10, f"the {name} service idle")
     threads = _threads_taking(pid, signal.SIGTERM)
-    tid = next((t for t in threads if t != pid), pid)
-    _tgkill(pid, tid, signal.SIGTERM)
-    try:
-        await async_wait_until(lambda: not pid_alive(pid), 5,
-                               f"the {name} service to act on a SIGTERM received by thread {tid} (threads {threads})")
-    finally:
-        if pid_alive(pid):
-            os.kill(pid, signal.SIGKILL)  # let the store go on after the failure
-    await async_wait_until(lambda: svc.pid != pid and s.table.load(slot) == svc.pid, 10, f"the {name} service restarted")
-    assert svc.restarts == 1  # a SIGTERM outside close() is an exit the supervisor repairs
+    return pid, next((t for t in threads if t != pid), pid)

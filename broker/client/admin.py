@@ -85,13 +85,17 @@ class Admin:
 
     # -- brokers -----------------------------------------------------------------------------------
     async def create_topic(self, topic: str, queues: int = 4, broker_addr: str | None = None,
-                           cluster: str | None = None, perm: int = 6, order: bool = False) -> list[str]:
+                           cluster: str | None = None, perm: int = 6, order: bool = False,
+                           read_queues: int | None = None, write_queues: int | None = None) -> list[str]:
         """UPDATE_AND_CREATE_TOPIC (17) on one broker, or on every master (of `cluster`); returns
-        the addresses it was created on. The route follows once each broker re-registers."""
+        the addresses it was created on. The route follows once each broker re-registers.
+        `queues` read and write queues, unless read_queues or write_queues says otherwise."""
         addrs = [broker_addr] if broker_addr else await self.master_addrs(cluster)
         if not addrs:
             raise ClientError(f"no master broker{' in cluster ' + cluster if cluster else ''} to create {topic} on")
-        ext = {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": queues, "writeQueueNums": queues,
+        ext = {"topic": topic, "defaultTopic": "TBW102",
+               "readQueueNums": queues if read_queues is None else read_queues,
+               "writeQueueNums": queues if write_queues is None else write_queues,
                "perm": perm, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": order}
         for addr in addrs:
             r = await self.client.invoke(addr, RemotingCommand.request(codes.UPDATE_AND_CREATE_TOPIC, ext), 5)

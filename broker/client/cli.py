@@ -3,6 +3,10 @@
 broker/cli.py calls `add_commands(sub)` to add the subcommands and `run(args)` for them. A
 failure the user can act on (a name server or broker that cannot be reached, a refused request)
 is one line on stderr and exit status 2, never a traceback.
+
+An admin command that mirrors an mqadmin command takes mqadmin's letters and long names beside
+our own flags (topic create ~ updateTopic: -t -r -w -p -o -b -c; every command: -n namesrvAddr),
+so that an mqadmin command line works with `broker admin ...` in front of it.
 """
 from __future__ import annotations
 
@@ -29,7 +33,8 @@ def _namesrv_default() -> str:
 
 def add_commands(sub) -> None:
     def with_namesrv(p):
-        p.add_argument("--namesrv", default=_namesrv_default(), metavar="HOST:PORT[;HOST:PORT]",
+        p.add_argument("-n", "--namesrv", "--namesrvAddr", dest="namesrv", default=_namesrv_default(),
+                       metavar="HOST:PORT[;HOST:PORT]",
                        help="name server address(es) (default $NAMESRV_ADDR or 127.0.0.1:9876)")
         return p
 
@@ -39,9 +44,9 @@ def add_commands(sub) -> None:
     p.add_argument("--tags")
     p.add_argument("--keys")
     p.add_argument("--prop", action="append", default=[], metavar="KEY=VALUE", help="a user property (repeatable)")
-    p.add_argument("--count", type=int, default=1, help="times to send --body (default 1)")
+    p.add_argument("--count", type=int, help="times to send --body (default 1; only with --body)")
     p.add_argument("--body", help="the message body (default: one message per line of stdin)")
-    p.set_defaults(client_cmd=_produce)
+    p.set_defaults(client_cmd=_produce, usage_error=p.error)
 
     c = with_namesrv(sub.add_parser("consume", help="consume as a push consumer, one JSON line per message"))
     c.add_argument("--topic", required=True)
@@ -57,37 +62,58 @@ def add_commands(sub) -> None:
     asub = a.add_subparsers(dest="admin_cmd", required=True)
     t = asub.add_parser("topic", help="create, list or show the route of topics")
     tsub = t.add_subparsers(dest="topic_cmd", required=True)
-    tc = with_namesrv(tsub.add_parser("create", help="create or update a topic on a broker or every master"))
-    tc.add_argument("--topic", required=True)
-    tc.add_argument("--queues", type=int, default=4, help="read and write queues (default 4)")
-    tc.add_argument("--broker", help="broker address (default: every master, or of --cluster)")
-    tc.add_argument("--cluster")
+    tc = with_namesrv(tsub.add_parser("create", help="create or update a topic on a broker or every master "
+                                                     "(mqadmin updateTopic)"))
+    tc.add_argument("-t", "--topic", required=True)
+    # -q is ours (updateTopic has no -q and no single count): -r and -w, mqadmin's, set them apart
+    tc.add_argument("-q", "--queues", type=int, default=4, metavar="N", help="read and write queues (default 4)")
+    tc.add_argument("-r", "--readQueueNums", type=int, metavar="N", help="read queues (default --queues)")
+    tc.add_argument("-w", "--writeQueueNums", type=int, metavar="N", help="write queues (default --queues)")
+    tc.add_argument("-p", "--perm", type=int, default=6, help="permission: 2 write, 4 read, 6 both (default 6)")
+    tc.add_argument("-o", "--order", type=_bool_arg, default=False, metavar="true|false", help="an ordered topic")
+    tc.add_argument("-b", "--broker", "--brokerAddr", dest="broker", metavar="HOST:PORT",
+                    help="broker address (default: every master, or of -c)")
+    tc.add_argument("-c", "--cluster", "--clusterName", dest="cluster", help="every master of this cluster")
     tc.set_defaults(client_cmd=_topic_create)
-    with_namesrv(tsub.add_parser("list", help="every topic the name servers know")).set_defaults(client_cmd=_topic_list)
-    tr = with_namesrv(tsub.add_parser("route", help="a topic's route as JSON"))
-    tr.add_argument("--topic", required=True)
+    with_namesrv(tsub.add_parser("list", help="every topic the name servers know (mqadmin topicList)")
+                 ).set_defaults(client_cmd=_topic_list)
+    tr = with_namesrv(tsub.add_parser("route", help="a topic's route as JSON (mqadmin topicRoute)"))
+    tr.add_argument("-t", "--topic", required=True)
     tr.set_defaults(client_cmd=_topic_route)
-    o = with_namesrv(asub.add_parser("offsets", help="a group's committed offset, max offset and lag per queue"))
-    o.add_argument("--group", required=True)
-    o.add_argument("--topic", required=True)
+    o = with_namesrv(asub.add_parser("offsets", help="a group's committed offset, max offset and lag per queue "
+                                                     "(mqadmin consumerProgress)"))
+    o.add_argument("-g", "--group", "--groupName", dest="group", required=True)
+    o.add_argument("-t", "--topic", "--topicName", dest="topic", required=True)
     o.set_defaults(client_cmd=_offsets)
-    s = with_namesrv(asub.add_parser("status", help="runtime info of a broker or of every master"))
-    s.add_argument("--broker", help="broker address (default: every master)")
+    s = with_namesrv(asub.add_parser("status", help="runtime info of a broker or of every master "
+                                                    "(mqadmin brokerStatus)"))
+    s.add_argument("-b", "--broker", "--brokerAddr", dest="broker", metavar="HOST:PORT",
+                   help="broker address (default: every master)")
+    s.add_argument("-c", "--cluster", "--clusterName", dest="cluster", help="every master of this cluster")
     s.set_defaults(client_cmd=_status)
-    with_namesrv(asub.add_parser("cluster", help="cluster info as JSON")).set_defaults(client_cmd=_cluster)
-    cl = with_namesrv(asub.add_parser("clean", help="delete expired commit-log files now (deleteExpiredCommitLog)"))
-    cl.add_argument("--broker", help="broker address (default: every master)")
+    cu = with_namesrv(asub.add_parser("cluster", help="cluster info as JSON (mqadmin clusterList)"))
+    cu.add_argument("-c", "--cluster", "--clusterName", dest="cluster", help="only this cluster")
+    cu.set_defaults(client_cmd=_cluster)
+    cl = with_namesrv(asub.add_parser("clean", help="delete expired commit-log files now "
+                                                    "(mqadmin deleteExpiredCommitLog)"))
+    cl.add_argument("-b", "--broker", "--brokerAddr", dest="broker", metavar="HOST:PORT",
+                    help="broker address (default: every master)")
+    cl.add_argument("-c", "--cluster", dest="cluster", help="every master of this cluster")
     cl.set_defaults(client_cmd=_clean)
     q = with_namesrv(asub.add_parser("query", help="messages by key (--key, --topic) or by id (--id: an offsetMsgId, "
-                                                   "or a client msgId with --topic), one JSON line each"))
+                                                   "or a client msgId with --topic), one JSON line each "
+                                                   "(mqadmin queryMsgByKey, queryMsgById)"))
     which = q.add_mutually_exclusive_group(required=True)
-    which.add_argument("--key", help="a key the messages were sent with (KEYS)")
-    which.add_argument("--id", help="an offsetMsgId, or a client msgId (UNIQ_KEY; needs --topic)")
-    q.add_argument("--topic", help="the messages' topic (needed with --key and for a client msgId)")
-    q.add_argument("--begin", type=int, default=0, metavar="MS", help="stored at or after (epoch ms; default 0)")
-    q.add_argument("--end", type=int, default=LONG_MAX, metavar="MS", help="stored at or before (epoch ms; default: no end)")
-    q.add_argument("--max", type=int, default=32, help="at most this many per broker (default 32; the broker caps "
-                                                       "it at maxMsgsNumBatch)")
+    which.add_argument("-k", "--key", "--msgKey", dest="key", help="a key the messages were sent with (KEYS)")
+    which.add_argument("-i", "--id", "--msgId", dest="id",
+                       help="an offsetMsgId, or a client msgId (UNIQ_KEY; needs --topic)")
+    q.add_argument("-t", "--topic", help="the messages' topic (needed with --key and for a client msgId)")
+    q.add_argument("-b", "--begin", "--beginTimestamp", dest="begin", type=int, default=0, metavar="MS",
+                   help="stored at or after (epoch ms; default 0)")
+    q.add_argument("-e", "--end", "--endTimestamp", dest="end", type=int, default=LONG_MAX, metavar="MS",
+                   help="stored at or before (epoch ms; default: no end)")
+    q.add_argument("-m", "--max", "--maxNum", dest="max", type=int, default=32,
+                   help="at most this many per broker (default 32; the broker caps it at maxMsgsNumBatch)")
     q.set_defaults(client_cmd=_query)
     sg = with_namesrv(asub.add_parser("updateSubGroup", help="create or update a subscription group (mqadmin "
                                                             "updateSubGroup): FIFO (-o), retries (-r), consumeEnable (-s)"))
@@ -108,14 +134,18 @@ def add_commands(sub) -> None:
     ct = asub.add_parser("controller", help="the controller's view (controller mode): its Raft group and leader, "
                                             "and per broker group the master, epochs and SyncStateSet as JSON "
                                             "(mqadmin getControllerMetaData, getSyncStateSet)")
-    ct.add_argument("--controller", required=True, metavar="HOST:PORT",
+    ct.add_argument("-a", "--controller", "--controllerAddress", dest="controller", required=True, metavar="HOST:PORT",
                     help="any controller of the group (its controllerDLegerPeers address)")
-    ct.add_argument("-b", "--broker-name", action="append", default=None,
+    ct.add_argument("-b", "--broker-name", "--brokerName", dest="broker_name", action="append", default=None,
                     help="only this broker group (repeatable; default: every group)")
     ct.set_defaults(client_cmd=_controller_view)
-    ep = asub.add_parser("epoch", help="a controller-mode broker's epochs (mqadmin getBrokerEpoch) as JSON: "
-                                       "each master epoch its log holds, where it starts and ends")
-    ep.add_argument("--broker", required=True, metavar="HOST:PORT", help="the broker's address")
+    ep = with_namesrv(asub.add_parser("epoch", help="a controller-mode broker's epochs (mqadmin getBrokerEpoch) as "
+                                                    "JSON: each master epoch its log holds, where it starts and ends"))
+    which = ep.add_mutually_exclusive_group(required=True)
+    which.add_argument("--broker", metavar="HOST:PORT", help="the broker's address")
+    # mqadmin's -b is a broker name, not an address: its master and slaves, found through -n
+    which.add_argument("-b", "--brokerName", help="every replica of this broker group, keyed by address")
+    which.add_argument("-c", "--clusterName", help="every replica of every broker group of this cluster")
     ep.set_defaults(client_cmd=_broker_epoch)
 
 
@@ -123,7 +153,17 @@ def handles(args: argparse.Namespace) -> bool:
     return getattr(args, "client_cmd", None) is not None
 
 
+def _check(args: argparse.Namespace) -> None:
+    """What argparse cannot say alone; a refusal is argparse's (usage, the error, exit status 2)."""
+    if args.client_cmd is _produce and args.count is not None:
+        if args.body is None:
+            args.usage_error("--count needs --body (without --body each line of stdin is one message)")
+        if args.count < 1:
+            args.usage_error(f"--count {args.count}: at least 1")
+
+
 def run(args: argparse.Namespace) -> int:
+    _check(args)
     logging.basicConfig(level=os.environ.get("BROKER_LOG_LEVEL", "ERROR"),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
@@ -141,9 +181,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 # -- produce ---------------------------------------------------------------------------------------
+STDIN_PROMPT = "reading message bodies from stdin, one per line; Ctrl-D to end"
+
+
 def _bodies(args) -> list[bytes]:
     if args.body is not None:
-        return [args.body.encode()] * args.count
+        return [args.body.encode()] * (args.count or 1)
+    if sys.stdin.isatty():  # a user at a terminal would otherwise see a command that hangs
+        print(STDIN_PROMPT, file=sys.stderr, flush=True)
     return [line.rstrip("\n").encode() for line in sys.stdin]
 
 
@@ -154,13 +199,19 @@ async def _produce(args) -> int:
         if not sep:
             raise ClientError(f"--prop {kv!r} is not KEY=VALUE")
         props[k] = v
+    # read before connecting: an empty stdin needs no name server to be refused
+    bodies = _bodies(args)
+    if not bodies:
+        print("broker produce: read no lines from stdin; sent nothing", file=sys.stderr)
+        return 1
     async with Producer(args.group, args.namesrv) as producer:
-        bodies = _bodies(args)
         for i in range(0, len(bodies), SEND_WINDOW):
             futs = [producer.send_async(Message(args.topic, b, tags=args.tags, keys=args.keys, properties=dict(props)))
                     for b in bodies[i:i + SEND_WINDOW]]
             for f in futs:  # in order, and the first failure ends the command
                 print(await f, flush=True)
+    # stdout keeps one SendResult a line (for scripts); the count is for the user
+    print(f"sent {len(bodies)} message{'' if len(bodies) == 1 else 's'} to {args.topic}", file=sys.stderr)
     return 0
 
 
@@ -209,9 +260,13 @@ async def _consume(args) -> int:
 
 # -- admin -----------------------------------------------------------------------------------------
 async def _topic_create(args) -> int:
+    read = args.queues if args.readQueueNums is None else args.readQueueNums
+    write = args.queues if args.writeQueueNums is None else args.writeQueueNums
+    queues = f"{read} queues" if read == write else f"{read} read and {write} write queues"
     async with Admin(args.namesrv) as admin:
-        for addr in await admin.create_topic(args.topic, args.queues, args.broker, args.cluster):
-            print(f"created {args.topic} with {args.queues} queues on {addr}")
+        for addr in await admin.create_topic(args.topic, args.queues, args.broker, args.cluster, perm=args.perm,
+                                             order=args.order, read_queues=read, write_queues=write):
+            print(f"created {args.topic} with {queues} on {addr}")
     return 0
 
 
@@ -239,10 +294,11 @@ async def _offsets(args) -> int:
 
 
 async def _brokers(admin: Admin, args) -> list[str]:
-    """--broker, or every master the name servers know."""
-    addrs = [args.broker] if args.broker else await admin.master_addrs()
+    """--broker, or every master of --cluster, or every master the name servers know."""
+    addrs = [args.broker] if args.broker else await admin.master_addrs(args.cluster)
     if not addrs:
-        raise ClientError(f"no broker registered with {args.namesrv}")
+        raise ClientError(f"no broker{' of cluster ' + args.cluster if args.cluster else ''} registered with "
+                          f"{args.namesrv}")
     return addrs
 
 
@@ -340,16 +396,38 @@ async def _controller_view(args) -> int:
     return 0
 
 
-async def _broker_epoch(args) -> int:
+async def _epoch_cache(addr: str) -> dict:
     from broker.remoting.controller_codes import GET_BROKER_EPOCH_CACHE, SUCCESS
-    r = await _controller_call(args.broker, GET_BROKER_EPOCH_CACHE, what="the broker")
+    r = await _controller_call(addr, GET_BROKER_EPOCH_CACHE, what="the broker")
     if r.code != SUCCESS:
-        raise ClientError(f"the broker at {args.broker} answered code {r.code}: {r.remark} (is it in controller mode?)")
-    print(json.dumps(json.loads(bytes(r.body)), indent=2))
+        raise ClientError(f"the broker at {addr} answered code {r.code}: {r.remark} (is it in controller mode?)")
+    return json.loads(bytes(r.body))
+
+
+async def _broker_epoch(args) -> int:
+    if args.broker:
+        print(json.dumps(await _epoch_cache(args.broker), indent=2))
+        return 0
+    async with Admin(args.namesrv) as admin:
+        info = await admin.cluster_info()
+    names = info.get("clusterAddrTable", {}).get(args.clusterName, []) if args.clusterName else [args.brokerName]
+    addrs = sorted(a for n in names for a in ((info.get("brokerAddrTable", {}).get(n) or {}).get("brokerAddrs") or {})
+                   .values())
+    if not addrs:
+        which = f"cluster {args.clusterName}" if args.clusterName else f"broker {args.brokerName}"
+        raise ClientError(f"no {which} registered with {args.namesrv}")
+    print(json.dumps({addr: await _epoch_cache(addr) for addr in addrs}, indent=2))
     return 0
 
 
 async def _cluster(args) -> int:
     async with Admin(args.namesrv) as admin:
-        print(json.dumps(await admin.cluster_info(), indent=2))
+        info = await admin.cluster_info()
+    if args.cluster:
+        names = info.get("clusterAddrTable", {}).get(args.cluster)
+        if names is None:
+            raise ClientError(f"no cluster {args.cluster} registered with {args.namesrv}")
+        info = {"brokerAddrTable": {n: b for n, b in info.get("brokerAddrTable", {}).items() if n in names},
+                "clusterAddrTable": {args.cluster: names}}
+    print(json.dumps(info, indent=2))
     return 0

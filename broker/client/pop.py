@@ -40,11 +40,11 @@ def handle_of(msg: MessageExt) -> str:
 async def pop(client: MQClientInstance, addr: str, broker_name: str, group: str, topic: str,
               invisible_time_ms: int, max_nums: int = 32, queue_id: int = -1, poll_ms: int = 0,
               expression: str = "*", order: bool = False, init_mode: int = 0, attempt_id: str = "",
-              timeout: float | None = None) -> PopResult:
+              timeout: float | None = None, expression_type: str = "TAG") -> PopResult:
     """POP_MESSAGE (200050)."""
     ext = {"consumerGroup": group, "topic": topic, "queueId": queue_id, "maxMsgNums": max_nums,
            "invisibleTime": invisible_time_ms, "pollTime": poll_ms, "bornTime": int(time.time() * 1000),
-           "initMode": init_mode, "expType": "TAG", "exp": expression, "order": order}
+           "initMode": init_mode, "expType": expression_type, "exp": expression, "order": order}
     if attempt_id:
         ext["attemptId"] = attempt_id
     r = await client.invoke(addr, RemotingCommand.request(codes.POP_MESSAGE, ext),

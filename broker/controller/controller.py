@@ -143,9 +143,16 @@ class Controller:
         peer = self.config.dledger.peers.get(lid) if lid else None
         return lid, peer.addr if peer else None
 
-    def _not_leader(self) -> ControllerNotLeader:
+    def _not_leader(self, why: str = "") -> ControllerNotLeader:
         lid, addr = self.leader()
         me = self.config.controllerDLegerSelfId
+        if lid == me:
+            # The state still names this member: what failed is its own step (it is stopping, its
+            # term moved on, its append was refused). Say that, not "the leader is <me>".
+            st = self.server.state
+            reason = why or (f"it leads term {st.term} but has not applied its barrier entry yet"
+                             if st.is_leader else f"it no longer leads (term {st.term})")
+            return ControllerNotLeader(f"controller {me} cannot act as the leader: {reason}", lid, addr)
         return ControllerNotLeader(f"controller {me} is not the leader; the leader is "
                                    f"{f'{lid} at {addr}' if addr else 'not known yet'}", lid, addr)
 
@@ -175,7 +182,7 @@ class Controller:
             try:
                 index, _, fut = self.server.begin_append(encode_event(event))
             except AppendError as e:
-                raise self._not_leader() from e
+                raise self._not_leader(f"its append was refused: {e}") from e
             try:
                 await fut
             except WaitQuorumAckTimeout:
@@ -183,7 +190,7 @@ class Controller:
                 raise ControllerError(codes.SYSTEM_ERROR, f"entry {index} was not committed in time; "
                                       "it may still be: ask again") from None
             except AppendError as e:
-                raise self._not_leader() from e
+                raise self._not_leader(f"its append was refused: {e}") from e
             self._catch_up()
             return result
 

@@ -38,7 +38,9 @@ class NamesrvController:
         self.server.on_close.append(self.routes.connection_closed)
         await self.server.start()
         self._schedule_scan()
-        log.info("name server listening on %s", self.addr)
+        # debug: `broker namesrv` prints its own "name server listening on" line (what tests and
+        # operators wait for on stdout); at info both showed, each start-up line twice
+        log.debug("name server listening on %s", self.addr)
 
     def _schedule_scan(self) -> None:
         def tick():

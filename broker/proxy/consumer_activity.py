@@ -29,9 +29,10 @@ from broker.proxy.protocol import definition_pb2 as pb
 from broker.proxy.protocol import service_pb2 as spb
 from broker.proxy.receipt_handle_manager import ReceiptHandleManager
 from broker.proxy.route_activity import validate_topic
-from broker.proxy.status import Code, ProxyError, from_client_error, status
+from broker.proxy.status import Code, ProxyError, from_broker_refusal, from_client_error, status
 from broker.proxy.subscription_groups import SubscriptionGroups, orderly
 from broker.remoting import codes
+from broker.server.filter.expression_type import SQL92, TAG
 
 from broker.client import pop as _pop
 
@@ -55,6 +56,20 @@ def not_implemented(rpc: str):
 
 def _ms(duration) -> int:
     return duration.seconds * 1000 + duration.nanos // 1_000_000
+
+
+def _filter(expr: pb.FilterExpression) -> tuple[str, str]:
+    """(expType, exp) of a receive's FilterExpression, as the Java proxy builds its subscription
+    (GrpcConverter.buildExpressionType, FilterAPI.build): SQL is SQL92, anything else TAG; an empty
+    tag expression is "*", an empty SQL92 one is refused. The broker decides whether it filters by
+    the type (ours refuses SQL92: INTERNAL_SERVER_ERROR with its remark, as the Java proxy relays a
+    broker's refusal), so the front never reads an SQL text as tags."""
+    exp_type = SQL92 if expr.type == pb.SQL else TAG
+    if expr.expression:
+        return exp_type, expr.expression
+    if exp_type == TAG:
+        return TAG, "*"
+    raise ProxyError(Code.ILLEGAL_FILTER_EXPRESSION, f"Expression can't be null! {exp_type}")
 
 
 def _group(resource: pb.Resource) -> str:
@@ -89,9 +104,7 @@ class ConsumerActivity:
     async def receive_message(self, request: spb.ReceiveMessageRequest, context):
         try:
             group, topic = _group(request.group), validate_topic(request.message_queue.topic)
-            expr = request.filter_expression
-            if expr.type == pb.SQL:
-                raise ProxyError(Code.ILLEGAL_FILTER_EXPRESSION, "SQL92 filters are not supported by this broker")
+            exp_type, expression = _filter(request.filter_expression)
             # a PushConsumer (auto_renew) names no invisible time: the front's, renewed while it works
             invisible = self.config.defaultInvisibleTimeMills if request.auto_renew else \
                 _ms(request.invisible_duration) if request.HasField("invisible_duration") else 30_000
@@ -109,8 +122,9 @@ class ConsumerActivity:
             group_config = await self.groups.get(addr, group)
             order = orderly(group_config)
             r = await _pop.pop(self.client, addr, broker, group, topic, invisible, request.batch_size,
-                               poll_ms=max(0, poll), expression=expr.expression or "*", init_mode=CONSUME_INIT_MODE_MAX,
-                               order=order, attempt_id=request.attempt_id if order else "")
+                               poll_ms=max(0, poll), expression=expression, expression_type=exp_type,
+                               init_mode=CONSUME_INIT_MODE_MAX, order=order,
+                               attempt_id=request.attempt_id if order else "")
             if order and r.messages:
                 r.messages = await self._past_max_attempts_to_dlq(addr, group, group_config, r.messages)
         except ProxyError as e:
@@ -119,8 +133,8 @@ class ConsumerActivity:
         except ResponseError as e:
             if e.code == codes.REQUEST_CODE_NOT_SUPPORTED:
                 yield spb.ReceiveMessageResponse(status=not_implemented("ReceiveMessage"))
-            else:
-                yield spb.ReceiveMessageResponse(status=status(*from_client_error(e)))
+            else:  # e.g. an SQL92 filter: INTERNAL_SERVER_ERROR, "The broker does not support ..."
+                yield spb.ReceiveMessageResponse(status=status(*from_broker_refusal(e)))
             return
         except Exception as e:  # noqa: BLE001
             yield spb.ReceiveMessageResponse(status=status(*from_client_error(e)))

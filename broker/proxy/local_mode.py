@@ -11,6 +11,7 @@ import socket
 
 from broker.proxy.config import ProxyConfig
 from broker.proxy.inner_credentials import make_local
+from broker.proxy.startup import LOCAL_STOP_SIGNAL
 from broker.services.supervisor import ServiceProcess
 from broker.store.errors import StoreConfigError
 
@@ -43,7 +44,8 @@ class LocalGrpcFront:
         # the supervisor's wake-up for who waits on a service's state: nothing here does
         self._fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self.process = ServiceProcess("grpc front", "broker.proxy.startup", self.config, self._fd,
-                                      asyncio.get_running_loop(), env=make_local(acl) if acl is not None else None)
+                                      asyncio.get_running_loop(), env=make_local(acl) if acl is not None else None,
+                                      stop_signal=LOCAL_STOP_SIGNAL)
         self.process.start()
 
     async def stop(self) -> None:

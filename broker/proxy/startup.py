@@ -63,6 +63,11 @@ async def serve(config, stop: asyncio.Event, ready=None) -> None:
     print("grpc proxy stopped", flush=True)
 
 
+# What a broker stops its local-mode front with (and what the front gets when its broker dies):
+# not SIGTERM, which the whole process group gets when the broker is stopped as a unit.
+LOCAL_STOP_SIGNAL = signal.SIGUSR1
+
+
 def run(config, stop_signals=(signal.SIGINT, signal.SIGTERM)) -> int:
     async def main() -> None:
         stop = asyncio.Event()
@@ -88,17 +93,20 @@ def main() -> int:
     from broker.services.process import PR_SET_PDEATHSIG, service_args
 
     args = service_args("proxy")
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, LOCAL_STOP_SIGNAL, 0, 0, 0)
     if os.getppid() != args.parent:  # the broker died before prctl took effect
         return 1
     logging.basicConfig(level=os.environ.get("BROKER_LOG_LEVEL", "INFO"),
                         format="%(asctime)s proxy[%(process)d] %(levelname)s %(message)s")
     fields = {f.name for f in dataclasses.fields(ProxyConfig)}
     config = ProxyConfig(**{k: v for k, v in json.loads(args.config).items() if k in fields})
-    # Ctrl-C on `make run` reaches the whole process group: the broker stops this child with SIGTERM
-    # (a child stopping on its own SIGINT meanwhile would be restarted by the supervisor)
+    # Ctrl-C on `make run`, and a SIGTERM to the whole process group (systemd's KillMode=control-group),
+    # reach this child too: the broker got the same signal and stops the child with LOCAL_STOP_SIGNAL
+    # in its own order (a child stopping on the group's signal would be restarted by the supervisor)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    return run(config, (signal.SIGTERM,))
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # blocked by the supervisor until now
+    return run(config, (LOCAL_STOP_SIGNAL,))
 
 
 if __name__ == "__main__":

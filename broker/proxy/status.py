@@ -34,6 +34,12 @@ _BY_RESPONSE = {
 }
 
 
+def from_broker_refusal(e: ResponseError) -> tuple[int, str]:
+    """(Code, message) for a broker's refusal, as ResponseBuilder.buildStatus(MQBrokerException):
+    the broker's remark is the message, word for word."""
+    return _BY_RESPONSE.get(e.code, Code.INTERNAL_SERVER_ERROR), e.remark or str(e.code)
+
+
 def from_client_error(e: Exception) -> tuple[int, str]:
     """(Code, message) for a failure of the remoting side."""
     if isinstance(e, ProxyError):

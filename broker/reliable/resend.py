@@ -20,19 +20,40 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any, Protocol
 
+from broker.client.admin import Admin
 from broker.client.errors import ClientError
+from broker.client.producer import SendResult
+from broker.reliable.metrics import Counters
+from broker.reliable.stores import Store
 from broker.reliable.stub import MANUAL, UNCONFIRMED, Stub, now_ms
-
-if TYPE_CHECKING:
-    from broker.reliable.outbox import OutboxProducer
 
 log = logging.getLogger("reliable.resend")
 
 
+class Outbox(Protocol):
+    """What the worker uses of the outbox that owns it (broker.reliable.outbox.OutboxProducer):
+    its stubs, its knobs, its counters and its send. The outbox imports the worker, never the
+    other way round."""
+
+    group: str
+    store: Store
+    admin: Admin | None
+    consumer_group: str | None
+    resend_after: float
+    max_resend: int
+    metrics: Counters
+    on_manual: Callable[[Stub], Any] | None
+
+    def delay(self, count: int) -> float: ...
+
+    async def deliver(self, stub: Stub) -> SendResult | None: ...
+
+
 class ResendWorker:
-    def __init__(self, outbox: OutboxProducer, scan_interval: float = 1.0, scan_batch: int = 200):
+    def __init__(self, outbox: Outbox, scan_interval: float = 1.0, scan_batch: int = 200):
         self.outbox = outbox
         self.scan_interval = scan_interval
         self.scan_batch = scan_batch

@@ -195,11 +195,15 @@ class MessageStore:
             os.makedirs(d, exist_ok=True)
         abort = paths.abort_file(self.root)
         clean = not os.path.exists(abort)
+        had_checkpoint = os.path.exists(paths.checkpoint(self.root))  # StoreCheckpoint makes one
         self.consumer_offsets.load()
         self.topic_config.load()
         self.ckpt = StoreCheckpoint(paths.checkpoint(self.root))
         self.commit_log = CommitLog(cfg, writable=True)
         self.commit_log.load()
+        # nothing written before: neither a checkpoint nor a commit-log segment (a store whose
+        # every segment expired keeps its checkpoint, and is recovered)
+        created = not had_checkpoint and not self.commit_log.queue.files
         writer_cqs = ConsumeQueueStore(cfg.consumequeue_dir, cfg.mappedFileSizeConsumeQueue, writable=True)
         writer_cqs.load()
         t0 = time.monotonic()
@@ -209,9 +213,12 @@ class MessageStore:
             rebuild = recover_index(cfg, self.ckpt.get("indexMsgTimestamp"), res.clean)
             if rebuild is not None:  # the reput re-indexes what was deleted (and rewrites the same CQ entries)
                 res.dispatch_from = max(min(res.dispatch_from, rebuild), self.commit_log.min_offset)
-        log.info("store %s recovered (%s) in %.3fs: commit log [%d, %d)", self.root,
-                 "clean stop" if res.clean else "after a crash", time.monotonic() - t0,
-                 self.commit_log.min_offset, res.max_offset)
+        if created:
+            log.info("created the store at %s", self.root)
+        else:
+            log.info("store %s recovered (%s) in %.3fs: commit log [%d, %d)", self.root,
+                     "clean stop" if res.clean else "after a crash", time.monotonic() - t0,
+                     self.commit_log.min_offset, res.max_offset)
         if self.is_slave:
             # The HA client (its own process) is a slave's only writer, creating segments too:
             # this process reads the log through a read-only map from here on.
@@ -339,7 +346,10 @@ class MessageStore:
             await self.services[spec.name].stop()
 
     async def _teardown(self) -> None:
+        if self.services and self.table is not None:
+            self.table.store(Slot.SHUTDOWN, 1)  # the services stop only on a SIGTERM with it set
         for svc in self.services.values():
+            svc.stopping = True
             if svc.proc is not None and svc.proc.poll() is None:
                 await svc.stop(5)
         self.services.clear()

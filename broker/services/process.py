@@ -10,18 +10,29 @@ import signal
 import sys
 
 from broker.store.config import MessageStoreConfig
+from broker.store.offset_table import Slot, open_table
 
 PR_SET_PDEATHSIG = 1
 
 
-class Shutdown(Exception):
-    """Raised in the service's main thread by SIGTERM/SIGINT: finish the current step and exit."""
+class Shutdown(BaseException):
+    """Raised in the service's main thread by the broker's SIGTERM: finish the current step and
+    exit. A BaseException, as KeyboardInterrupt is: raised from a signal handler it can land inside
+    any call, and code that catches Exception (logging's own error handler among them) must never
+    swallow it, or the service would not stop on that signal."""
 
 
 _final = False
+_table = None  # the store's offset table, once enter_service has opened it
 
 
 def _on_signal(signum, frame):  # noqa: ARG001
+    # The broker sets SHUTDOWN before it signals us. A SIGTERM without it is one the whole process
+    # group got (systemd's KillMode=control-group, a shell's kill of the job): the broker got it
+    # too and stops us in its own order, after its last writes and our final work. Exiting now
+    # would leave its stop waiting on a service that is gone, or its supervisor restarting it.
+    if _table is not None and not _table.load(Slot.SHUTDOWN):
+        return
     if not _final:
         raise Shutdown()
 
@@ -58,11 +69,14 @@ def enter_service(name: str) -> tuple[argparse.Namespace, MessageStoreConfig]:
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != args.parent:  # the parent died before prctl took effect
         sys.exit(1)
+    config = MessageStoreConfig(**json.loads(args.config))
+    global _table
+    _table = open_table(config.storePathRootDir)  # the broker made it before starting us
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the broker stops us
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # blocked by the supervisor until now
     logging.basicConfig(level=os.environ.get("BROKER_LOG_LEVEL", "INFO"),
                         format=f"%(asctime)s {name}[%(process)d] %(levelname)s %(message)s")
-    config = MessageStoreConfig(**json.loads(args.config))
     return args, config
 
 

@@ -27,13 +27,14 @@ class ServiceProcess:
     """One supervised service: `python -m <module>` with the store config, our pid and an eventfd."""
 
     def __init__(self, name: str, module: str, config, notify_fd: int, loop: asyncio.AbstractEventLoop,
-                 env: dict[str, str] | None = None):
+                 env: dict[str, str] | None = None, stop_signal: int = signal.SIGTERM):
         self.name = name
         self.env = env or {}  # what the child alone gets (a secret stays off its command line)
         self.module = module
         self.config = config
         self.notify_fd = notify_fd
         self.loop = loop
+        self.stop_signal = stop_signal  # the store's services: SIGTERM after SHUTDOWN is set (process.py)
         self.proc: subprocess.Popen | None = None
         self.pidfd = -1
         self.stopping = False
@@ -47,10 +48,17 @@ class ServiceProcess:
 
     def start(self) -> None:
         cfg = json.dumps(dataclasses.asdict(self.config))
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", self.module, "--config", cfg, "--parent", str(os.getpid()),
-             "--notify-fd", str(self.notify_fd)],
-            pass_fds=(self.notify_fd,), stdin=subprocess.DEVNULL, env={**_service_env(), **self.env})
+        # The child starts with SIGTERM blocked (a mask survives fork and exec) and unblocks it once
+        # its own handling is installed (process.enter_service, the front's main): a SIGTERM to the
+        # whole process group while it starts stays pending for that handling instead of killing it.
+        old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", self.module, "--config", cfg, "--parent", str(os.getpid()),
+                 "--notify-fd", str(self.notify_fd)],
+                pass_fds=(self.notify_fd,), stdin=subprocess.DEVNULL, env={**_service_env(), **self.env})
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
         self.exited.clear()
         self.pidfd = os.pidfd_open(self.proc.pid)
         self.loop.add_reader(self.pidfd, self._on_exit)
@@ -99,7 +107,7 @@ class ServiceProcess:
                 os.close(self.pidfd)
                 self.pidfd = -1
             return
-        self.signal(signal.SIGTERM)
+        self.signal(self.stop_signal)
         try:
             await asyncio.wait_for(self.exited.wait(), timeout)
         except asyncio.TimeoutError:

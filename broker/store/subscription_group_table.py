@@ -111,6 +111,12 @@ class SubscriptionGroupTable:
         self.groups[cfg.groupName] = cfg
         self._changed()
 
+    def replace(self, groups: dict[str, SubscriptionGroupConfig], data_version: dict) -> None:
+        """The master's whole table (a slave's SlaveSynchronize), with the master's data version."""
+        self.groups = dict(groups)
+        self.data_version = dict(data_version)
+        WRITER.submit(self.path, self.text())
+
     def remove(self, group: str) -> SubscriptionGroupConfig | None:
         cfg = self.groups.pop(group, None)
         if cfg is not None:

@@ -100,17 +100,15 @@ class ConsumerManager:
         g = self.groups.get(group)
         return sorted(g.clients) if g else []
 
-    def expression_type(self, group: str, topic: str) -> str:
-        """The type of the group's subscription expression for a topic from its heartbeat (TAG
-        when it names none, or has no subscription there)."""
+    def subscription(self, group: str, topic: str) -> dict | None:
+        """The SubscriptionData the group's heartbeat registered for a topic, if any."""
         g = self.groups.get(group)
-        sd = g.subscriptions.get(topic) if g else None
-        return str(sd.get("expressionType") or "TAG") if sd else "TAG"
+        return g.subscriptions.get(topic) if g else None
 
     def tag_hashes(self, group: str, topic: str) -> set[int] | None:
-        """The group's tag filter for a topic from its heartbeat (None: every message)."""
-        g = self.groups.get(group)
-        sd = g.subscriptions.get(topic) if g else None
+        """The group's tag filter for a topic from its heartbeat (None: every message). Only for a
+        TAG subscription: the pull refuses any other type first (expression_type.check_registered)."""
+        sd = self.subscription(group, topic)
         if not sd:
             return None
         sub = str(sd.get("subString") or "*").strip()

@@ -37,6 +37,7 @@ import time
 
 from broker.remoting import codes
 from broker.common.extra_info import pop_retry_topic
+from broker.server.pop.pop_offsets import PopOffsets
 from broker.server.pop.revive_log import ReviveLog
 from broker.remoting.refusals import Refusal
 from broker.server.tasks import cancel_and_wait
@@ -77,6 +78,7 @@ class PopReviveService:
         self.max_reconsume_times = max_reconsume_times
         self.groups = groups  # SubscriptionGroupManager: a group's retryMaxTimes over the broker's
         self.on_put = on_put  # (topic, queue_id, end_offset): wakes held pulls and pops
+        self.pop_offsets = PopOffsets(store)  # the moves pops made, published once their checkpoints are durable
         self.inflight: dict[tuple, PopCheckPoint] = {}
         self._due: list[tuple[int, int, tuple]] = []  # (revive time, tie-break, key)
         self._seq = 0
@@ -145,6 +147,7 @@ class PopReviveService:
         self.inflight.clear()
         self._due.clear()
         self.log.reset()
+        self.pop_offsets.reset()
         self.order_info.reset()
 
     async def close(self) -> None:
@@ -157,8 +160,9 @@ class PopReviveService:
         self._next_qid = (self._next_qid + 1) % self.queue_num
         return self._next_qid
 
-    def add_check_point(self, ck: PopCheckPoint, rq: int) -> None:
-        """Write the checkpoint of a pop and hold it in flight (RocketMQ's appendCheckPoint)."""
+    def add_check_point(self, ck: PopCheckPoint, rq: int):
+        """Write the checkpoint of a pop and hold it in flight (RocketMQ's appendCheckPoint); the
+        future of its put (None when the store answers puts at once)."""
         ck.broker_name = ck.broker_name or self.broker_name
         while _key(ck.group, ck.topic, ck.queue_id, ck.start_offset, ck.pop_time) in self.inflight:
             ck.pop_time += 1  # a message's invisible time changed twice within a millisecond: keys stay unique
@@ -166,6 +170,7 @@ class PopReviveService:
                                   CK_TAG)))
         ck.revive_offset = self.log.append(rq, CK_TAG, uniq, ck.to_json())  # its put kept for durable_since
         self._register(ck, rq)
+        return self.log.last_put
 
     def _register(self, ck: PopCheckPoint, rq: int) -> None:
         key = _key(ck.group, ck.topic, ck.queue_id, ck.start_offset, ck.pop_time)
@@ -192,14 +197,13 @@ class PopReviveService:
                               f"(it popped {ck.offsets()})")
         return ck, i
 
-    def ack(self, ck: PopCheckPoint, index: int, wait: bool = True) -> None:
-        """Write the ack and mark the message (a second ack of it is a no-op). With wait (a
-        client's ack) the record's put is kept for ReviveLog.durable_since."""
+    def ack(self, ck: PopCheckPoint, index: int) -> None:
+        """Write the ack and mark the message (a second ack of it is a no-op)."""
         if ck.bitmap >> index & 1:
             return
         a = AckMsg(ck.offsets()[index], ck.start_offset, ck.group, ck.topic, ck.queue_id, ck.pop_time, ck.broker_name)
         uniq = "@".join(map(str, (a.topic, a.queue_id, a.ack_offset, a.group, a.pop_time, a.broker_name, ACK_TAG)))
-        self.log.append(ck.rq, ACK_TAG, uniq, a.to_json(), wait)
+        self.log.append(ck.rq, ACK_TAG, uniq, a.to_json())
         self._ack_index(ck, index)
 
     def _ack_index(self, ck: PopCheckPoint, index: int) -> None:
@@ -255,8 +259,9 @@ class PopReviveService:
             if msg is not None and not self._put_retry(ck, msg):
                 return False
             # acked in the log as well: a restart before the revive offset passes this checkpoint
-            # does not re-store it again (its retry copy may have been consumed and acked by then)
-            self.ack(ck, i, wait=False)
+            # does not re-store it again (its retry copy may have been consumed and acked by then);
+            # the revive offset passes it once this ack, and so the retry copy before it, is durable
+            self.ack(ck, i)
         self._finish(ck)
         return True
 

@@ -8,11 +8,17 @@ A request that wrote records is answered once the last of them is as durable as 
 (`durable_since`): under SYNC_FLUSH once flushed, under SYNC_MASTER once a slave has it, in
 DLedger mode once a majority of the group holds it. Records commit in the order they are
 appended, so the last put's future covers every earlier one. Only then may a new master (a new
-DLedger leader, a controller-mode slave switched to master) be counted on to replay them."""
+DLedger leader, a controller-mode slave switched to master) be counted on to replay them.
+
+For the same reason a position is let go (`release`: its checkpoint acked, revived or replaced)
+only once the record that finished it is that durable: the revive offset, which a slave or
+follower copies and a new master replays from, never passes a checkpoint whose ack, or the
+retry message its revive re-stored (put before the revive's ack), the new master may not have."""
 from __future__ import annotations
 
 import logging
 
+from broker.server.processor.send_processor import STORED_STATUSES
 from broker.server.system_topic_reader import read_messages
 
 log = logging.getLogger("pop")
@@ -32,11 +38,13 @@ class ReviveLog:
         self.replaying = False
         self.appended = 0  # records appended so far (a request's mark for durable_since)
         self.last_put = None  # the future of the last record's put status, if the store gives one
+        self._unkept: list[tuple[int, int]] = []  # released behind a put not kept: out with the next kept
+        self._generation = 0  # bumped by reset: a release finishing later belongs to a past mastership
 
-    def append(self, rq: int, tag: str, uniq: str, body: bytes, wait: bool = True) -> int:
-        """Append a record; its position in the revive queue. With wait (a client's request), its
-        put's future is kept for durable_since; the revive service's own records pass wait=False."""
-        result, fut = self.store.append(self.topic, rq, body, {"TAGS": tag, "UNIQ_KEY": uniq}, wait=wait)
+    def append(self, rq: int, tag: str, uniq: str, body: bytes) -> int:
+        """Append a record; its position in the revive queue. Its put's future is kept for
+        durable_since and release."""
+        result, fut = self.store.append(self.topic, rq, body, {"TAGS": tag, "UNIQ_KEY": uniq})
         self.appended += 1
         self.last_put = fut
         return result.queue_offset
@@ -50,14 +58,36 @@ class ReviveLog:
         """Forget the live positions (this broker stops being the master: the next one replays)."""
         self._live = [set() for _ in range(self.queue_num)]
         self.replaying = False
+        self._unkept.clear()
+        self._generation += 1
 
     def hold(self, rq: int, pos: int) -> None:
         self._live[rq].add(pos)
 
     def release(self, rq: int, pos: int) -> None:
-        self._live[rq].discard(pos)
-        if not self.replaying:
-            self._commit(rq)
+        """The record at `pos` is needed no more, once the last record appended (the one that
+        finished it) is durable; at once while the log is replayed (what it reads is)."""
+        if self.replaying:
+            self._live[rq].discard(pos)
+            return
+        put, generation = self.last_put, self._generation
+
+        def durable(f=None) -> None:
+            if generation != self._generation:
+                return  # no longer the master since: the next one replays
+            if f is not None and (f.cancelled() or f.exception() is not None or f.result() not in STORED_STATUSES):
+                self._unkept.append((rq, pos))  # a later put kept covers it (a leader's log only grows)
+                return
+            for q, p in self._unkept + [(rq, pos)]:
+                self._live[q].discard(p)
+            moved = {q for q, _ in self._unkept} | {rq}
+            self._unkept.clear()
+            for q in moved:
+                self._commit(q)
+        if put is None or put.done():
+            durable(put)
+        else:
+            put.add_done_callback(durable)
 
     def replayed(self) -> None:
         self.replaying = False

@@ -1,5 +1,6 @@
 """What a consumer group needs besides pulling (ClientManageProcessor, ConsumerManageProcessor,
-SendMessageProcessor.consumerSendMsgBack): heartbeats, member lists, offsets, send-back, locks."""
+SendMessageProcessor.consumerSendMsgBack): heartbeats, the client config check, member lists,
+offsets, send-back, locks."""
 from __future__ import annotations
 
 import logging
@@ -11,12 +12,13 @@ from broker.remoting.command import CommandError, RemotingCommand
 from broker.remoting.headers import (ConsumerSendMsgBackRequestHeader, GetConsumerListByGroupRequestHeader,
                                      QueryConsumerOffsetRequestHeader, QueueHeader, SearchOffsetRequestHeader,
                                      UnregisterClientRequestHeader, UpdateConsumerOffsetRequestHeader, decode)
+from broker.server.filter.expression_type import check_client_config
 from broker.server.client.rebalance_lock_manager import REBALANCE_LOCK_MAX_LIVE_TIME, RebalanceLockManager
 from broker.remoting.refusals import BadRequest, NotFound
 from broker.common.topic_validator import DLQ_PREFIX, RETRY_PREFIX, check_topic_name
 from broker.server.subscription.subscription_group_manager import SubscriptionGroupNotExist
 from broker.store.errors import StoreError
-from broker.store.message import host_bytes
+from broker.store.message import SYSFLAG_BORNHOST_V6, host_bytes
 from broker.store.results import PutStatus
 
 log = logging.getLogger("consumers")
@@ -54,6 +56,8 @@ def _check_heartbeat(data: dict) -> None:
             if not isinstance(sd.get("topic") or "", str) or not isinstance(sd.get("codeSet") or [], list):
                 raise CommandError(f"consumerDataSet[{i}].subscriptionDataSet[{j}] has a topic that is not a string "
                                    f"or a codeSet that is not a list")
+            if not isinstance(sd.get("expressionType") or "", str):
+                raise CommandError(f"consumerDataSet[{i}].subscriptionDataSet[{j}].expressionType is not a string")
             try:
                 [int(c) for c in sd.get("codeSet") or []]
             except (TypeError, ValueError):
@@ -75,6 +79,12 @@ def _mq_keys(body: dict) -> list:
 
 
 
+def _store_timestamp(record) -> int:
+    """STORETIMESTAMP of a stored record: after the born host, 8 bytes or 20 (SYSFLAG_BORNHOST_V6)."""
+    at = 68 if int.from_bytes(record[36:40], "big") & SYSFLAG_BORNHOST_V6 else 56
+    return int.from_bytes(record[at:at + 8], "big", signed=True)
+
+
 class ConsumerProcessor:
     def __init__(self, store, topics, consumers, holds, schedule, max_reconsume_times: int, producers=None,
                  lock_max_live_time: float = REBALANCE_LOCK_MAX_LIVE_TIME, groups=None):
@@ -90,9 +100,11 @@ class ConsumerProcessor:
 
     def handlers(self) -> dict:
         return {codes.HEART_BEAT: self.heartbeat, codes.UNREGISTER_CLIENT: self.unregister,
+                codes.CHECK_CLIENT_CONFIG: self.check_client_config,
                 codes.GET_CONSUMER_LIST_BY_GROUP: self.consumer_list,
                 codes.QUERY_CONSUMER_OFFSET: self.query_offset, codes.UPDATE_CONSUMER_OFFSET: self.update_offset,
                 codes.GET_MAX_OFFSET: self.max_offset, codes.GET_MIN_OFFSET: self.min_offset,
+                codes.GET_EARLIEST_MSG_STORETIME: self.earliest_store_time,
                 codes.SEARCH_OFFSET_BY_TIMESTAMP: self.search_offset,
                 codes.CONSUMER_SEND_MSG_BACK: self.send_back,
                 codes.LOCK_BATCH_MQ: self.lock, codes.UNLOCK_BATCH_MQ: self.unlock}
@@ -113,17 +125,33 @@ class ConsumerProcessor:
                     self.groups.find(cd["groupName"])
                 self.topics.get_or_create(RETRY_PREFIX + cd["groupName"])  # as RocketMQ does on heartbeat
         for group in changed:
-            self._notify_ids_changed(group, conn)
+            self._notify_ids_changed(group)
         return cmd.response(codes.SUCCESS)
 
-    def _notify_ids_changed(self, group: str, joined) -> None:
-        """NOTIFY_CONSUMER_IDS_CHANGED to the other members, so they rebalance now (the C++ client
-        acts on it; ali-ons ignores it and rebalances on its timer)."""
+    def check_client_config(self, cmd: RemotingCommand, conn):
+        """CHECK_CLIENT_CONFIG (46): the Java client asks before it subscribes by anything but tags
+        (CheckClientRequestBody: clientId, group, subscriptionData); only a TAG subscription passes."""
+        if not cmd.body:
+            return cmd.response(codes.SUCCESS)
+        sub = _json_body(cmd, "check client config").get("subscriptionData")
+        if sub is not None and not isinstance(sub, dict):
+            raise CommandError("subscriptionData is not a JSON object")
+        if sub is not None and not isinstance(sub.get("expressionType") or "", str):
+            raise CommandError("subscriptionData.expressionType is not a string")
+        check_client_config(sub)
+        return cmd.response(codes.SUCCESS)
+
+    def _notify_ids_changed(self, group: str) -> None:
+        """NOTIFY_CONSUMER_IDS_CHANGED to every member, so they rebalance now (the Java and C++
+        clients act on it; ali-ons ignores it and rebalances on its timer). The member that just
+        joined is told too, as RocketMQ's ConsumerManager does: a Java DefaultLitePullConsumer does
+        not rebalance when it starts, so this is what hands it its queues at its first heartbeat
+        instead of at its rebalance timer, 20 s later."""
         g = self.consumers.groups.get(group)
         if not g:
             return
         for conn, _ in {id(cn): (cn, t) for cn, t in g.clients.values()}.values():
-            if conn is not joined and conn is not None and getattr(conn, "transport", None) is not None:
+            if conn is not None and getattr(conn, "transport", None) is not None:
                 conn.oneway(RemotingCommand.request(codes.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group},
                                                     oneway=True))
 
@@ -132,12 +160,12 @@ class ConsumerProcessor:
         at once, as RocketMQ's ClientHousekeepingService does, instead of finding out at its next
         rebalance (20 s in the Java client), while the queues the member held are not consumed."""
         for group in self.consumers.connection_closed(conn):
-            self._notify_ids_changed(group, conn)
+            self._notify_ids_changed(group)
 
     def scan_expired(self) -> None:
         """Members silent for channelExpiredTimeout are dropped and the rest of their group told."""
         for group in self.consumers.scan_expired():
-            self._notify_ids_changed(group, None)
+            self._notify_ids_changed(group)
 
     def unregister(self, cmd: RemotingCommand, conn):
         h = decode(UnregisterClientRequestHeader, cmd.ext)
@@ -145,7 +173,7 @@ class ConsumerProcessor:
         if self.producers is not None and h.producerGroup:
             self.producers.unregister(h.clientID, h.producerGroup)
         if h.consumerGroup:
-            self._notify_ids_changed(h.consumerGroup, conn)
+            self._notify_ids_changed(h.consumerGroup)
         return cmd.response(codes.SUCCESS)
 
     def consumer_list(self, cmd: RemotingCommand, conn):
@@ -181,6 +209,17 @@ class ConsumerProcessor:
         h = decode(QueueHeader, cmd.ext)
         return cmd.response(codes.SUCCESS, {"offset": self.store.min_offset(h.topic, h.queueId)})
 
+    def earliest_store_time(self, cmd: RemotingCommand, conn):
+        """GET_EARLIEST_MSG_STORETIME (the Java client's earliestMsgStoreTime): when the queue's
+        first message still held was stored; -1 for an empty queue, as RocketMQ's store answers."""
+        h = decode(QueueHeader, cmd.ext)
+        r = self.store.get(h.topic, h.queueId, self.store.min_offset(h.topic, h.queueId), 1)
+        try:
+            stored_at = _store_timestamp(r.messages[0]) if r.messages else -1
+        finally:
+            r.release()
+        return cmd.response(codes.SUCCESS, {"timestamp": stored_at})
+
     def search_offset(self, cmd: RemotingCommand, conn):
         """The first queue offset whose message was stored at or after `timestamp`."""
         h = decode(SearchOffsetRequestHeader, cmd.ext)
@@ -191,7 +230,10 @@ class ConsumerProcessor:
             r = self.store.get(topic, queue_id, mid, 1)
             if not r.messages:
                 break
-            stored_at = int.from_bytes(r.messages[0][56:64], "big", signed=True)  # STORETIMESTAMP
+            try:
+                stored_at = _store_timestamp(r.messages[0])
+            finally:
+                r.release()
             if stored_at < ts:
                 lo = mid + 1
             else:

@@ -1,7 +1,8 @@
 """PopMessageProcessor: POP_MESSAGE (200050). The broker picks the queue and the offset: it reads
 from the group's pop offset, writes a checkpoint of what it hands out (PopReviveService) and moves
-the offset past it at once, so a second consumer of the group gets the next messages, never these
-while they are invisible. The pop retry topic %RETRY%<group>_<topic> (what the revive service
+the offset past it at once for pops, so a second consumer of the group gets the next messages,
+never these while they are invisible; the offset table, which followers copy, takes the move once
+the checkpoint is durable (PopOffsets). The pop retry topic %RETRY%<group>_<topic> (what the revive service
 re-stored) is read too. An orderly pop (order=true) hands out one batch per queue at a time
 (ConsumerOrderInfoManager) and writes no checkpoint.
 
@@ -22,6 +23,7 @@ import time
 from broker.remoting import codes
 from broker.remoting.command import RemotingCommand
 from broker.server.filter.expression_filter import tag_hashes_of
+from broker.server.filter.expression_type import check_pop
 from broker.remoting.headers import PopMessageRequestHeader, decode
 from broker.common import extra_info as ei
 from broker.server.pop.consumer_order_info_manager import now_ms
@@ -41,10 +43,6 @@ _MOVED = (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY, GetStatus
 
 class InvalidParameter(Refusal):
     response_code = codes.INVALID_PARAMETER
-
-
-class SubscriptionParseFailed(Refusal):
-    response_code = codes.SUBSCRIPTION_PARSE_FAILED
 
 
 class _Popped:
@@ -96,8 +94,7 @@ class PopMessageProcessor:
             raise InvalidParameter(f"queueId[{h.queueId}] is illegal, topic:[{h.topic}] "
                                    f"topicConfig.readQueueNums:[{cfg.readQueueNums}]")
         check_topic_name(ei.pop_retry_topic(h.topic, h.consumerGroup))  # a group that cannot name one: refused
-        if h.exp and h.expType.upper() != "TAG":
-            raise SubscriptionParseFailed(f"expression type {h.expType} is not supported (TAG only)")
+        check_pop(h.exp, h.expType)  # never an SQL92 or unknown type read as a tag
         tags = tag_hashes_of(h.exp or "*")
         queues = self._queues(h, cfg.readQueueNums)
         popped = self._pop_once(h, queues, tags)
@@ -131,7 +128,7 @@ class PopMessageProcessor:
         return popped
 
     def _pop_offset(self, group: str, topic: str, queue_id: int, init_mode: int) -> int:
-        offsets = self.store.consumer_offsets
+        offsets = self.revive.pop_offsets
         offset = offsets.query(group, topic, queue_id)
         if offset >= 0:
             return offset
@@ -140,7 +137,7 @@ class PopMessageProcessor:
             offset = lo  # (MAX: a queue still holding its first message is read from it, as pulls are)
         else:
             offset = max(self.store.max_offset(topic, queue_id) - 1, 0)
-        offsets.commit(group, topic, queue_id, offset)
+        offsets.advance(group, topic, queue_id, offset)
         return offset
 
     def _pop_queue(self, h, topic: str, queue_id: int, tags, popped: _Popped) -> None:
@@ -159,12 +156,12 @@ class PopMessageProcessor:
         r = self.store.get(topic, queue_id, offset, want, MAX_TRANSFER_BYTES, tags)
         if r.status in _MOVED:  # the offset left the queue (cleaned, or never valid): from where it is now
             offset = r.next_offset
-            self.store.consumer_offsets.commit(group, topic, queue_id, offset)
+            self.revive.pop_offsets.advance(group, topic, queue_id, offset)
             r = self.store.get(topic, queue_id, offset, want, MAX_TRANSFER_BYTES, tags)
         popped.rest += max(r.max_offset - r.next_offset, 0)
         if r.status != GetStatus.FOUND or not r.messages:
             if r.next_offset > offset and r.status == GetStatus.NO_MATCHED_MESSAGE:
-                self.store.consumer_offsets.commit(group, topic, queue_id, r.next_offset)  # filtered out
+                self.revive.pop_offsets.advance(group, topic, queue_id, r.next_offset)  # filtered out
             return
         offsets = list(r.queue_offsets)
         if h.order:
@@ -176,8 +173,9 @@ class PopMessageProcessor:
         else:
             ck = PopCheckPoint(offset, popped.pop_time, h.invisibleTime, len(offsets), queue_id, topic, group,
                                diffs=[o - offset for o in offsets])
-            self.revive.add_check_point(ck, popped.revive_qid)
-            self.store.consumer_offsets.commit(group, topic, queue_id, r.next_offset)
+            put = self.revive.add_check_point(ck, popped.revive_qid)
+            # pops read past it now; the offset table (what followers copy) once the checkpoint is durable
+            self.revive.pop_offsets.advance(group, topic, queue_id, r.next_offset, put)
         popped.start_info.append(ei.start_offset_entry(topic, queue_id, offset))
         popped.msg_info.append(ei.msg_offset_entry(topic, queue_id, offsets))
         popped.views.extend(r.messages)

@@ -1,4 +1,5 @@
-"""PullMessageProcessor: PULL_MESSAGE (11), with long polling and server-side tag filtering.
+"""PullMessageProcessor: PULL_MESSAGE (11), with long polling and server-side tag filtering (a
+subscription of another expression type is refused: broker.server.filter.expression_type).
 
 A FOUND response's body is the stored records themselves: views of the mapped commit log go to
 the transport's writelines (one writev), never through a Python copy.
@@ -11,8 +12,9 @@ import time
 from broker.remoting import codes
 from broker.remoting.command import RemotingCommand
 from broker.server.filter.expression_filter import tag_hashes_of
+from broker.server.filter.expression_type import check_pull_header, check_registered
 from broker.remoting.headers import PullMessageRequestHeader, decode
-from broker.remoting.refusals import BadRequest, Refusal, TopicNotExist
+from broker.remoting.refusals import BadRequest, TopicNotExist
 from broker.store.results import GetStatus
 
 FLAG_COMMIT_OFFSET, FLAG_SUSPEND, FLAG_SUBSCRIPTION = 1, 2, 4
@@ -51,19 +53,19 @@ class PullMessageProcessor:
         # (yet) is one with nothing in it, not an error (the route may come from the master's config)
         if queue_id < 0 or queue_id >= cfg.readQueueNums and not self.store.is_slave:
             raise BadRequest(f"queueId[{queue_id}] is illegal, topic {topic} has {cfg.readQueueNums} read queues")
+        # The filter is settled before anything moves: a subscription we cannot filter by is
+        # refused with the consumer's offset where it was.
+        if sys_flag & FLAG_SUBSCRIPTION:
+            check_pull_header(h.subscription, h.expressionType)
+            tags = tag_hashes_of(h.subscription)
+        else:
+            sub = self.consumers.subscription(group, topic)
+            if sub is not None:
+                check_registered(sub)
+            tags = self.consumers.tag_hashes(group, topic)
         if sys_flag & FLAG_COMMIT_OFFSET and not self.store.is_slave:  # as Java: commits ride pulls on masters
             if h.commitOffset >= 0:
                 self.store.consumer_offsets.commit(group, topic, queue_id, h.commitOffset)
-        expression_type = (h.expressionType if sys_flag & FLAG_SUBSCRIPTION
-                           else self.consumers.expression_type(group, topic))
-        if expression_type not in ("", "TAG"):
-            # SQL92 (or any other type) would be read as tags and silently match nothing: refused,
-            # as RocketMQ refuses it while enablePropertyFilter is off
-            raise Refusal(f"The broker does not support consumer to filter message by {expression_type}")
-        if sys_flag & FLAG_SUBSCRIPTION:
-            tags = tag_hashes_of(h.subscription)
-        else:
-            tags = self.consumers.tag_hashes(group, topic)
         hold = sys_flag & FLAG_SUSPEND and self.long_polling
         suspend = min(h.suspendTimeoutMillis, self.suspend_max_ms) / 1000
         if self.store.queue_write_end(topic, queue_id) > self.store.dispatched():

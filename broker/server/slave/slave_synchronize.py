@@ -1,7 +1,8 @@
-"""SlaveSynchronize: a slave copies its master's topic config, consumer offsets and delay offsets
-every 10 s (3 s after start), as RocketMQ's does (a DLedger follower every
+"""SlaveSynchronize: a slave copies its master's topic config, consumer offsets, delay offsets and
+subscription groups every 10 s (3 s after start), as RocketMQ's does (a DLedger follower every
 flushConsumerOffsetInterval: see BrokerController.start), so that consumers reading from it while the
-master is down find their topics and resume where they were. Offsets only move forward: an
+master is down find their topics and resume where they were, and a failover keeps each group's
+settings (a FIFO group stays FIFO, retryMaxTimes stays the group's). Offsets only move forward: an
 offset committed on the slave while the master was down is never replaced by the master's older
 one when it returns (RocketMQ #1094 makes consumers re-read there)."""
 from __future__ import annotations
@@ -15,6 +16,7 @@ from broker.remoting import codes
 from broker.remoting.command import RemotingCommand
 from broker.remoting.connection import connect
 from broker.store.config_files import TopicConfig
+from broker.store.subscription_group_table import SubscriptionGroupConfig
 
 log = logging.getLogger("broker")
 FIRST_DELAY, PERIOD = 3.0, 10.0
@@ -49,10 +51,11 @@ class SlaveSynchronize:
             if self.c.schedule is not None:
                 self.c.schedule.merge({int(k): int(v) for k, v in delay.items()})
                 self.c.schedule.persist_soon()
+            self._groups(await self._call(codes.GET_ALL_SUBSCRIPTIONGROUP_CONFIG))
             if self._failing:
                 log.info("synchronizing from master %s again", self.master_addr)
             self._failing = None
-        except (OSError, asyncio.TimeoutError, msgspec.DecodeError, ValueError, AttributeError) as e:
+        except (OSError, asyncio.TimeoutError, msgspec.DecodeError, ValueError, TypeError, AttributeError) as e:
             if self._failing != str(e):  # once per cause, not every 10 s while the master is down
                 log.warning("cannot synchronize from master %s: %s", self.master_addr, e or type(e).__name__)
                 self._failing = str(e)
@@ -69,6 +72,18 @@ class SlaveSynchronize:
         table.replace(topics, version)
         log.info("topic config copied from master %s: %d topics", self.master_addr, len(topics))
         self.c.topics.learn(self.c.store.queue_counts())  # what the log holds stays served
+
+    def _groups(self, data: dict) -> None:
+        """RocketMQ's syncSubscriptionGroupConfig: the master's table replaces ours when its data
+        version differs."""
+        table = self.c.groups.table
+        version = data.get("dataVersion") or {}
+        if version == table.data_version:
+            return
+        groups = {name: SubscriptionGroupConfig.from_json(cfg)
+                  for name, cfg in (data.get("subscriptionGroupTable") or {}).items()}
+        table.replace(groups, version)
+        log.info("subscription groups copied from master %s: %d groups", self.master_addr, len(groups))
 
     def close(self) -> None:
         if self._conn is not None:

@@ -1,6 +1,10 @@
-"""Real Redis and PostgreSQL servers for the reliable-processing tests (issue 9), and a name server
-plus broker as two processes. Each server runs on a free loopback port in its own temporary
-directory and its own process group, and is stopped (the whole group) on close.
+"""Real Redis and PostgreSQL servers on loopback, for the tests of broker.reliable and for its
+benchmark (bench/reliable_bench.py), and the free ports they (and the tests' other servers) listen
+on. Each server runs on a free loopback port in its own temporary directory and its own process
+group, and is stopped (the whole group) on close.
+
+It lives under tools/ because both the tests and the bench start these servers and neither may
+import the other: the bench must run from a checkout whatever its tests import.
 
 PostgreSQL refuses to run as root: under euid 0 initdb and postgres run as the `postgres` user that
 Debian's package creates, in a data directory chowned to it. Durability is switched off (fsync,
@@ -16,10 +20,57 @@ import signal
 import socket
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
-from tests.conftest import free_port
-from tests.helpers.procs import wait_until
+
+class ServerUnavailable(RuntimeError):
+    """A server could not be started: its binaries are missing, or it did not come up."""
+
+
+_HANDED_OUT: set[int] = set()
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now (for servers whose port must be known before they start),
+    never one handed out before in this run: ports are often chosen for several servers before any
+    of them binds, and the kernel may offer a port again while its first taker has not bound it yet
+    (a controller-mode broker's HA port once came out equal to a controller's).
+    Any port handed out may be a broker's listenPort, and a broker also listens on listenPort - 2
+    (its VIP channel, as RocketMQ's): that one is free too and reserved with it, never handed out."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port < 3 or port in _HANDED_OUT or port - 2 in _HANDED_OUT or not _bindable(port - 2):
+            continue
+        _HANDED_OUT.update((port, port - 2))
+        return port
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers bind (reuse_address)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _wait_up(proc: subprocess.Popen, ready, timeout: float, what: str, log_tail) -> None:
+    """Poll `ready()` (another process's state: no wake-up exists for it) until it is true; raise
+    if the server exits first or the time is up."""
+    deadline = time.monotonic() + timeout
+    delay = 0.001
+    while not ready():
+        if proc.poll() is not None:
+            raise ServerUnavailable(f"{what} exited (status {proc.returncode}): {log_tail()}")
+        if time.monotonic() > deadline:
+            raise ServerUnavailable(f"{what} did not come up within {timeout:g} s: {log_tail()}")
+        time.sleep(delay)
+        delay = min(delay * 2, 0.02)
+
 
 def _port_open(port: int) -> bool:
     try:
@@ -47,7 +98,8 @@ def _stop(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 20
 class RedisServer:
     def __init__(self):
         self.binary = shutil.which("redis-server") or "/usr/bin/redis-server"
-        assert os.path.exists(self.binary), "redis-server not installed: run `make test` (it installs it)"
+        if not os.path.exists(self.binary):
+            raise ServerUnavailable("redis-server not installed: run `make testdeps` (make test and make bench do)")
         self.dir = tempfile.mkdtemp(prefix="reliable-redis-")
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
@@ -56,8 +108,7 @@ class RedisServer:
             [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
              "--dir", self.dir], stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            wait_until(lambda: self.proc.poll() is not None or self._ping(), 20, "redis-server to answer PING")
-            assert self.proc.poll() is None, f"redis-server exited: {self.log_tail()}"
+            _wait_up(self.proc, self._ping, 20, "redis-server", self.log_tail)
         except BaseException:
             self.close()
             raise
@@ -73,7 +124,9 @@ class RedisServer:
     def flushall(self) -> None:
         with socket.create_connection(("127.0.0.1", self.port), 5) as s:
             s.sendall(b"FLUSHALL\r\n")
-            assert s.recv(16).startswith(b"+OK")
+            answer = s.recv(16)
+        if not answer.startswith(b"+OK"):
+            raise RuntimeError(f"redis-server answered FLUSHALL with {answer!r}")
 
     def log_tail(self) -> str:
         return Path(self.dir, "redis.log").read_bytes()[-3000:].decode(errors="replace")
@@ -94,7 +147,7 @@ def pg_bindir() -> str:
         out = subprocess.run([pg_config, "--bindir"], capture_output=True, text=True).stdout.strip()
         if os.path.exists(os.path.join(out, "postgres")):
             return out
-    raise AssertionError("PostgreSQL server binaries not found: run `make test` (it installs postgresql)")
+    raise ServerUnavailable("PostgreSQL server binaries not found: run `make testdeps` (make test and make bench do)")
 
 
 class PostgresServer:
@@ -120,7 +173,7 @@ class PostgresServer:
                               cwd=self.dir, **self._as)
         if init.returncode != 0:
             shutil.rmtree(self.dir, ignore_errors=True)
-            raise AssertionError(f"initdb failed: {init.stdout[-2000:]}\n{init.stderr[-2000:]}")
+            raise ServerUnavailable(f"initdb failed: {init.stdout[-2000:]}\n{init.stderr[-2000:]}")
         self._log_path = os.path.join(self.dir, "postgres.log")
         self._log = open(self._log_path, "wb")
         self.proc = subprocess.Popen(
@@ -131,8 +184,7 @@ class PostgresServer:
         self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
         self._n = 0
         try:
-            wait_until(lambda: self.proc.poll() is not None or self._ready(), 60, "postgres to accept connections")
-            assert self.proc.poll() is None, f"postgres exited: {self.log_tail()}"
+            _wait_up(self.proc, self._ready, 60, "postgres", self.log_tail)
         except BaseException:
             self.close()
             raise
