@@ -1,10 +1,11 @@
 """The real Go remoting client, github.com/apache/rocketmq-client-go/v2 v2.1.2 (pinned in
 tests/go/go.mod), unmodified, against `broker namesrv` + `broker serve` processes on loopback: its
-sends (sync, async, one-way, batch, orderly with a queue selector, transactional with the
-check-back), its push consumer in CLUSTERING mode (tag expressions, orderly consumption, retries up
-to the dead letter queue, offsets kept across a restart) and its pull consumer. The driver
-(tests/go, built to build/go/rmqgo by `make clients`) prints one JSON line per event; every field
-that comes back is checked against what the broker stored."""
+sends (sync, async, one-way, batch, orderly with a queue selector, delayed, transactional with the
+check-back, also after a producer restart), its push consumer (CLUSTERING and BROADCASTING, tag
+expressions, orderly consumption, retries up to the dead letter queue, offsets kept across a
+restart, two members sharing the queues, a SQL92 selector refused), its pull consumer, its admin
+client, namespaces and ACL. The driver (tests/go, built to build/go/rmqgo by `make clients`) prints
+one JSON line per event; every field that comes back is checked against what the broker stored."""
 from __future__ import annotations
 
 import itertools
@@ -65,6 +66,13 @@ def _check_stored(cluster: Cluster, topic: str, messages: list[dict], results: l
                (m["body"], m["tags"], " ".join(m["keys"]), m["props"]["color"])
         assert rec.born_host.startswith("127.0.0.1:") and rec.store_host == cluster.addr
     assert len({r["msgId"] for r in results}) == len(results)
+
+
+def _committed(cluster: Cluster, group: str, topic: str, queue_id: int) -> int:
+    """The group's offset the broker holds for a queue (QUERY_CONSUMER_OFFSET), -1 for none."""
+    from broker.remoting import codes
+    r = cluster.call(codes.QUERY_CONSUMER_OFFSET, {"consumerGroup": group, "topic": topic, "queueId": queue_id})
+    return int(r.ext["offset"]) if r.code == codes.SUCCESS else -1
 
 
 def _contiguous(results: list[dict]) -> None:
@@ -250,6 +258,8 @@ def test_a_restarted_consumer_resumes_from_its_committed_offsets(cluster, tmp_pa
     produce(cluster, topic, _messages(8))
     with GoConsumer(cluster, tmp_path, topic, group, "first", fromFirst=True) as c:
         c.wait(lambda g: len(g) >= 8, 60, "the first 8")
+    # on shutdown the consumer committed every queue's offset to the broker
+    assert [_committed(cluster, group, topic, q) for q in range(4)] == [cluster.max_offset(topic, q) for q in range(4)]
     later = [{"tags": "TagA", "body": f"later-{i}"} for i in range(8)]
     produce(cluster, topic, later)
     # fromFirst again: only offsets the broker kept for the group keep the first 8 from coming back

@@ -94,12 +94,17 @@ func consume(opt Options) {
 	case <-stdinClosed:
 	case <-time.After(time.Duration(opt.MaxSeconds) * time.Second):
 	}
+	// The client moves a queue's offset just after the listener returns, and Shutdown persists the
+	// offsets with one-way requests: a moment before lets the last move land, one after lets the
+	// requests leave before the process exits and its sockets close.
+	time.Sleep(200 * time.Millisecond)
 	mu.Lock() // no delivery line half written while shutting down
 	err = c.Shutdown()
 	mu.Unlock()
 	if err != nil {
 		fatal(err)
 	}
+	time.Sleep(200 * time.Millisecond)
 	out(map[string]bool{"closed": true})
 }
 
