@@ -63,6 +63,8 @@ class NamesrvProcessor:
             codes.GET_ROUTEINFO_BY_TOPIC: self.get_route,
             codes.GET_BROKER_CLUSTER_INFO: self.cluster_info,
             codes.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self.topic_list,
+            codes.DELETE_TOPIC_IN_NAMESRV: self.delete_topic,
+            codes.DELETE_KV_CONFIG: self.delete_kv_config,
         }
 
     def handle(self, cmd: RemotingCommand, conn) -> RemotingCommand:
@@ -106,6 +108,17 @@ class NamesrvProcessor:
 
     def cluster_info(self, cmd: RemotingCommand, conn) -> RemotingCommand:
         return cmd.response(codes.SUCCESS, body=_encode(self.routes.cluster_info()))
+
+    def delete_topic(self, cmd: RemotingCommand, conn) -> RemotingCommand:
+        self.routes.delete_topic(cmd.get_str("topic"), cmd.get_str("clusterName", ""))
+        return cmd.response(codes.SUCCESS)
+
+    def delete_kv_config(self, cmd: RemotingCommand, conn) -> RemotingCommand:
+        """DELETE_KV_CONFIG (mqadmin deleteTopic drops the topic's ORDER_TOPIC_CONFIG entry). This name
+        server stores no KV config (PUT_KV_CONFIG is not supported), so there is nothing to delete:
+        RocketMQ answers a missing key's delete with SUCCESS too."""
+        cmd.get_str("namespace"), cmd.get_str("key")  # both required, as DeleteKVConfigRequestHeader
+        return cmd.response(codes.SUCCESS)
 
     def topic_list(self, cmd: RemotingCommand, conn) -> RemotingCommand:
         return cmd.response(codes.SUCCESS, body=_encode({"topicList": self.routes.topic_list()}))

@@ -13,6 +13,7 @@ from broker.remoting.headers import (ConsumerSendMsgBackRequestHeader, GetConsum
                                      QueryConsumerOffsetRequestHeader, QueueHeader, SearchOffsetRequestHeader,
                                      UnregisterClientRequestHeader, UpdateConsumerOffsetRequestHeader, decode)
 from broker.server.filter.expression_type import check_client_config
+from broker.server.processor.offset_search import offset_by_time
 from broker.server.client.rebalance_lock_manager import REBALANCE_LOCK_MAX_LIVE_TIME, RebalanceLockManager
 from broker.remoting.refusals import BadRequest, NotFound
 from broker.common.topic_validator import DLQ_PREFIX, RETRY_PREFIX, check_topic_name
@@ -110,6 +111,8 @@ class ConsumerProcessor:
             if cd.get("groupName"):
                 check_topic_name(RETRY_PREFIX + cd["groupName"])
         changed = self.consumers.heartbeat(data, conn)
+        if conn is not None:  # what consumerConnection/producerConnection list for this client
+            conn.attrs["client_language"], conn.attrs["client_version"] = cmd.language, cmd.version
         if self.producers is not None:
             self.producers.heartbeat(data, conn)
         for cd in data.get("consumerDataSet") or []:
@@ -200,19 +203,7 @@ class ConsumerProcessor:
     def search_offset(self, cmd: RemotingCommand, conn):
         """The first queue offset whose message was stored at or after `timestamp`."""
         h = decode(SearchOffsetRequestHeader, cmd.ext)
-        topic, queue_id, ts = h.topic, h.queueId, h.timestamp
-        lo, hi = self.store.min_offset(topic, queue_id), self.store.max_offset(topic, queue_id)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            r = self.store.get(topic, queue_id, mid, 1)
-            if not r.messages:
-                break
-            stored_at = int.from_bytes(r.messages[0][56:64], "big", signed=True)  # STORETIMESTAMP
-            if stored_at < ts:
-                lo = mid + 1
-            else:
-                hi = mid
-        return cmd.response(codes.SUCCESS, {"offset": lo})
+        return cmd.response(codes.SUCCESS, {"offset": offset_by_time(self.store, h.topic, h.queueId, h.timestamp)})
 
     # -- retry -----------------------------------------------------------------------------------
     def send_back(self, cmd: RemotingCommand, conn):

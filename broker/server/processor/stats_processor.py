@@ -1,0 +1,99 @@
+"""AdminBrokerProcessor's per-queue figures for the operator's tools, in RocketMQ's body format:
+GET_TOPIC_STATS_INFO (mqadmin topicStatus), GET_CONSUME_STATS (consumerProgress) and
+QUERY_TOPIC_CONSUME_BY_WHO (statsAll).
+
+The first two bodies are maps keyed by a MessageQueue object, which fastjson writes with the object itself as
+the key (`{{"brokerName":"b","queueId":0,"topic":"t"}:{...}}`) and the Java side reads back into
+Map<MessageQueue, ...>; strict JSON has no such thing, so `mq_keyed_json` writes it by hand."""
+from __future__ import annotations
+
+import msgspec
+
+from broker.remoting import codes
+from broker.remoting.command import RemotingCommand
+from broker.remoting.headers import GetConsumeStatsRequestHeader, TopicHeader, decode
+from broker.remoting.refusals import TopicNotExist
+
+_encode = msgspec.json.encode
+
+
+def mq_keyed_json(fields: dict, table_name: str, table: dict[tuple[str, str, int], dict]) -> bytes:
+    """`{"<table_name>":{<MessageQueue>:<value>,...},<fields>}` as fastjson writes it (fields sorted)."""
+    entries = b",".join(_encode({"brokerName": broker, "queueId": qid, "topic": topic}) + b":" + _encode(value)
+                        for (topic, broker, qid), value in table.items())
+    parts = {table_name: b"{" + entries + b"}", **{k: _encode(v) for k, v in fields.items()}}
+    return b"{" + b",".join(_encode(k) + b":" + parts[k] for k in sorted(parts)) + b"}"
+
+
+class StatsProcessor:
+    def __init__(self, store, topics, consumers, broker_name: str):
+        self.store = store
+        self.topics = topics
+        self.consumers = consumers  # ConsumerManager: whom a group subscribes to
+        self.broker_name = broker_name
+
+    def handlers(self) -> dict:
+        return {codes.GET_TOPIC_STATS_INFO: self.topic_stats, codes.GET_CONSUME_STATS: self.consume_stats,
+                codes.QUERY_TOPIC_CONSUME_BY_WHO: self.consumed_by}
+
+    def consumed_by(self, cmd: RemotingCommand, conn):
+        """GroupList: the groups online that subscribe to the topic, and those that committed offsets of it."""
+        topic = decode(TopicHeader, cmd.ext).topic
+        groups = {name for name, g in self.consumers.groups.items() if topic in g.subscriptions}
+        groups.update(k.rpartition("@")[2] for k in self.store.consumer_offsets.table if k.rpartition("@")[0] == topic)
+        return cmd.response(codes.SUCCESS, body=_encode({"groupList": sorted(groups)}))
+
+    def _store_time(self, topic: str, queue_id: int, offset: int) -> int:
+        """STORETIMESTAMP of the message at a queue offset; 0 when it is no longer (or not yet) there."""
+        r = self.store.get(topic, queue_id, offset, 1)
+        return int.from_bytes(r.messages[0][56:64], "big", signed=True) if r.messages else 0
+
+    def topic_stats(self, cmd: RemotingCommand, conn):
+        topic = decode(TopicHeader, cmd.ext).topic
+        cfg = self.topics.get(topic)
+        if cfg is None:
+            raise TopicNotExist(f"topic[{topic}] not exist")
+        table = {}
+        for qid in range(max(cfg.readQueueNums, cfg.writeQueueNums)):
+            lo = max(self.store.min_offset(topic, qid), 0)
+            hi = max(self.store.max_offset(topic, qid), 0)
+            table[(topic, self.broker_name, qid)] = {
+                "lastUpdateTimestamp": self._store_time(topic, qid, hi - 1) if hi > 0 else 0,
+                "maxOffset": hi, "minOffset": lo}
+        # topicPutTps: RocketMQ's BrokerStatsManager rate; we keep no per-topic rate, so 0.0
+        return cmd.response(codes.SUCCESS, body=mq_keyed_json({"topicPutTps": 0.0}, "offsetTable", table))
+
+    def _topics_of(self, h: GetConsumeStatsRequestHeader) -> list[str]:
+        """getTopicsForCollectingConsumeStats: the listed topics as given; else the one topic, or every
+        topic the group committed offsets for, less those its online members do not subscribe to."""
+        listed = [t for t in h.topicList.split(";") if t]
+        if listed:
+            return listed
+        if h.topic:
+            topics = [h.topic]
+        else:
+            suffix = "@" + h.consumerGroup
+            topics = sorted(k[:-len(suffix)] for k in self.store.consumer_offsets.table if k.endswith(suffix))
+        group = self.consumers.groups.get(h.consumerGroup)
+        if group is not None and group.subscriptions:
+            topics = [t for t in topics if t in group.subscriptions]
+        return topics
+
+    def consume_stats(self, cmd: RemotingCommand, conn):
+        h = decode(GetConsumeStatsRequestHeader, cmd.ext)
+        offsets = self.store.consumer_offsets
+        table = {}
+        for topic in self._topics_of(h):
+            cfg = self.topics.get(topic)
+            if cfg is None:
+                continue
+            for qid in range(cfg.readQueueNums):
+                broker_offset = max(self.store.max_offset(topic, qid), 0)
+                consumer_offset = max(offsets.query(h.consumerGroup, topic, qid), 0)
+                wrapper = {"brokerOffset": broker_offset, "consumerOffset": consumer_offset,
+                           "lastTimestamp": 0, "pullOffset": consumer_offset}
+                if consumer_offset > 0:
+                    wrapper["lastTimestamp"] = self._store_time(topic, qid, consumer_offset - 1)
+                table[(topic, self.broker_name, qid)] = wrapper
+        # consumeTps: RocketMQ's per-group get rate; we keep none, so 0.0
+        return cmd.response(codes.SUCCESS, body=mq_keyed_json({"consumeTps": 0.0}, "offsetTable", table))
