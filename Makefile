@@ -66,8 +66,6 @@ $(NODE5): tests/clients5/package.json tests/clients5/package-lock.json .deps/nod
 	cd tests/clients5 && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
-clients: $(ONS) $(NODE5) $(RQ_VENV)/.installed $(RQ5_VENV)/.installed $(MQADMIN)
-
 # Apache RocketMQ's mqadmin (rocketmq-tools, pinned in tests/mqadmin/pom.xml) and its jars in
 # build/mqadmin/lib for tests/test_mqadmin.py; Maven's cache in build/m2. A JDK and Maven from apt when missing.
 MQADMIN := build/mqadmin/.copied
@@ -81,6 +79,8 @@ $(MQADMIN): tests/mqadmin/pom.xml .deps/maven
 	mvn -q -B -f tests/mqadmin/pom.xml -Dmaven.repo.local=$(CURDIR)/build/m2 \
 	    -Dmqadmin.lib=$(CURDIR)/build/mqadmin/lib dependency:copy-dependencies
 	touch $@
+
+clients: $(ONS) $(NODE5) $(RQ_VENV)/.installed $(RQ5_VENV)/.installed $(MQADMIN)
 
 # The gRPC front's stubs (broker/proxy/protocol/*_pb2*.py, committed) regenerated from the vendored
 # .proto files of apache/rocketmq-apis (proto/apache/rocketmq/v2): grpcio-tools, then the generated
