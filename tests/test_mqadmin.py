@@ -252,6 +252,20 @@ def test_group_commands_and_progress(cluster):
     r = admin(cluster, "consumerConnection", "-g", "MqaGroup")
     assert "CODE: 206  DESC: the consumer group[MqaGroup] not online" in r.err, r
 
+    # the project's own client (`broker consume`) shows as the 4.9.4 Java client it speaks as
+    live = subprocess.Popen([sys.executable, "-m", "broker.cli", "consume", "-n", ns.addr, "--topic", "MqaProgress",
+                             "--group", "MqaLive", "--timeout", "120"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, cwd=str(REPO))
+    try:
+        wait_for(lambda: call(broker.port, codes.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "MqaLive"}).code
+                 == codes.SUCCESS, 60, "the consumer's heartbeat")
+        r = admin(cluster, "consumerConnection", "-g", "MqaLive")
+        (conn_row,) = [row for row in (line.split() for line in r.out.splitlines()) if row[2:3] == ["JAVA"]]
+        assert conn_row[3] == "V4_9_4", r
+    finally:
+        live.kill()
+        live.wait(10)
+
     r = admin(cluster, "deleteSubGroup", "-c", "DefaultCluster", "-g", "MqaGroup")
     assert r.out.strip() == f"delete subscription group [MqaGroup] from broker [{addr}] in cluster [DefaultCluster] success.", r
     groups = msgspec.json.decode(bytes(call(broker.port, codes.GET_ALL_SUBSCRIPTIONGROUP_CONFIG).body))
