@@ -216,6 +216,14 @@ def test_group_commands_and_progress(cluster):
     (row,) = rows(r.out, "MqaGroup")
     assert row[1:3] == ["0", "OFFLINE"] and row[-1] == "4", r
 
+    r = admin(cluster, "brokerConsumeStats", "-b", addr)
+    for row in rows(r.out, "MqaProgress"):
+        qid = int(row[3])
+        total = sum(1 for s in sent if s["qid"] == qid)
+        consumed = sum(1 for s in sent[:6] if s["qid"] == qid)
+        assert row[1:3] == ["MqaGroup", "broker-a"] and row[4:7] == [str(total), str(consumed), str(total - consumed)], r
+    assert sorted(int(row[3]) for row in rows(r.out, "MqaProgress")) == [0, 1], r
+
     r = admin(cluster, "statsAll")
     (row,) = [x for x in rows(r.out, "MqaProgress") if x[1] == "MqaGroup"]
     assert row[2] == "4", r  # accumulation

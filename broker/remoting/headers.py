@@ -239,6 +239,10 @@ class GetConsumeStatsRequestHeader(_Header):
     topicList: str = ""
 
 
+class GetConsumeStatsInBrokerHeader(_Header):
+    isOrder: bool = False
+
+
 class ViewMessageRequestHeader(_Header):
     offset: Int64
 

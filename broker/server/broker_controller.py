@@ -155,7 +155,7 @@ class BrokerController:
                          EndTransactionProcessor(store, topics, schedule, holds, transactions),
                          AdminProcessor(store, topics, schedule, self.metrics.runtime_table),
                          QueryMessageProcessor(store), SubscriptionGroupProcessor(groups),
-                         StatsProcessor(store, topics, self.consumers, self.config.brokerName),
+                         StatsProcessor(store, topics, self.consumers, groups, self.config.brokerName, lambda: self.addr),
                          BrokerConfigProcessor(self.config, self.store_config, topics, groups),
                          ConnectionListProcessor(self.consumers, self.producers),
                          ResetOffsetProcessor(store, topics, self.consumers, self.config.brokerName)):

@@ -1,17 +1,17 @@
 """AdminBrokerProcessor's per-queue figures for the operator's tools, in RocketMQ's body format:
-GET_TOPIC_STATS_INFO (mqadmin topicStatus), GET_CONSUME_STATS (consumerProgress) and
-QUERY_TOPIC_CONSUME_BY_WHO (statsAll).
+GET_TOPIC_STATS_INFO (mqadmin topicStatus), GET_CONSUME_STATS (consumerProgress),
+GET_BROKER_CONSUME_STATS (brokerConsumeStats) and QUERY_TOPIC_CONSUME_BY_WHO (statsAll).
 
-The first two bodies are maps keyed by a MessageQueue object, which fastjson writes with the object itself as
-the key (`{{"brokerName":"b","queueId":0,"topic":"t"}:{...}}`) and the Java side reads back into
-Map<MessageQueue, ...>; strict JSON has no such thing, so `mq_keyed_json` writes it by hand."""
+The stats bodies hold maps keyed by a MessageQueue object, which fastjson writes with the object
+itself as the key (`{{"brokerName":"b","queueId":0,"topic":"t"}:{...}}`) and the Java side reads
+back into Map<MessageQueue, ...>; strict JSON has no such thing, so `mq_keyed_json` writes it by hand."""
 from __future__ import annotations
 
 import msgspec
 
 from broker.remoting import codes
 from broker.remoting.command import RemotingCommand
-from broker.remoting.headers import GetConsumeStatsRequestHeader, TopicHeader, decode
+from broker.remoting.headers import GetConsumeStatsInBrokerHeader, GetConsumeStatsRequestHeader, TopicHeader, decode
 from broker.remoting.refusals import TopicNotExist
 
 _encode = msgspec.json.encode
@@ -26,15 +26,17 @@ def mq_keyed_json(fields: dict, table_name: str, table: dict[tuple[str, str, int
 
 
 class StatsProcessor:
-    def __init__(self, store, topics, consumers, broker_name: str):
+    def __init__(self, store, topics, consumers, groups, broker_name: str, broker_addr):
         self.store = store
         self.topics = topics
         self.consumers = consumers  # ConsumerManager: whom a group subscribes to
+        self.groups = groups  # SubscriptionGroupManager: every group brokerConsumeStats reports
         self.broker_name = broker_name
+        self.broker_addr = broker_addr  # () -> "ip:port", known once the server listens
 
     def handlers(self) -> dict:
         return {codes.GET_TOPIC_STATS_INFO: self.topic_stats, codes.GET_CONSUME_STATS: self.consume_stats,
-                codes.QUERY_TOPIC_CONSUME_BY_WHO: self.consumed_by}
+                codes.QUERY_TOPIC_CONSUME_BY_WHO: self.consumed_by, codes.GET_BROKER_CONSUME_STATS: self.broker_consume_stats}
 
     def consumed_by(self, cmd: RemotingCommand, conn):
         """GroupList: the groups online that subscribe to the topic, and those that committed offsets of it."""
@@ -79,21 +81,46 @@ class StatsProcessor:
             topics = [t for t in topics if t in group.subscriptions]
         return topics
 
+    def _offsets(self, group: str, topic: str, queue_nums: int, table: dict) -> int:
+        """OffsetWrappers of the group's queues of a topic into `table`; returns their total diff."""
+        diff = 0
+        for qid in range(queue_nums):
+            broker_offset = max(self.store.max_offset(topic, qid), 0)
+            consumer_offset = max(self.store.consumer_offsets.query(group, topic, qid), 0)
+            wrapper = {"brokerOffset": broker_offset, "consumerOffset": consumer_offset,
+                       "lastTimestamp": 0, "pullOffset": consumer_offset}
+            if consumer_offset > 0:
+                wrapper["lastTimestamp"] = self._store_time(topic, qid, consumer_offset - 1)
+            table[(topic, self.broker_name, qid)] = wrapper
+            diff += broker_offset - consumer_offset
+        return diff
+
     def consume_stats(self, cmd: RemotingCommand, conn):
         h = decode(GetConsumeStatsRequestHeader, cmd.ext)
-        offsets = self.store.consumer_offsets
         table = {}
         for topic in self._topics_of(h):
             cfg = self.topics.get(topic)
-            if cfg is None:
-                continue
-            for qid in range(cfg.readQueueNums):
-                broker_offset = max(self.store.max_offset(topic, qid), 0)
-                consumer_offset = max(offsets.query(h.consumerGroup, topic, qid), 0)
-                wrapper = {"brokerOffset": broker_offset, "consumerOffset": consumer_offset,
-                           "lastTimestamp": 0, "pullOffset": consumer_offset}
-                if consumer_offset > 0:
-                    wrapper["lastTimestamp"] = self._store_time(topic, qid, consumer_offset - 1)
-                table[(topic, self.broker_name, qid)] = wrapper
+            if cfg is not None:
+                self._offsets(h.consumerGroup, topic, cfg.readQueueNums, table)
         # consumeTps: RocketMQ's per-group get rate; we keep none, so 0.0
         return cmd.response(codes.SUCCESS, body=mq_keyed_json({"consumeTps": 0.0}, "offsetTable", table))
+
+    def broker_consume_stats(self, cmd: RemotingCommand, conn):
+        """ConsumeStatsList (GET_BROKER_CONSUME_STATS; mqadmin brokerConsumeStats): for every subscription
+        group, one ConsumeStats per topic it committed offsets for (less those its online members do
+        not subscribe to); `isOrder` true keeps the ordered topics only."""
+        only_ordered = decode(GetConsumeStatsInBrokerHeader, cmd.ext).isOrder
+        entries, total = [], 0
+        for group in sorted(self.groups.table.groups):
+            stats = []
+            for topic in self._topics_of(GetConsumeStatsRequestHeader(group)):
+                cfg = self.topics.get(topic)
+                if cfg is None or (only_ordered and not cfg.order):
+                    continue
+                table = {}
+                total += self._offsets(group, topic, cfg.writeQueueNums, table)
+                stats.append(mq_keyed_json({"consumeTps": 0.0}, "offsetTable", table))
+            entries.append(b"{" + _encode(group) + b":[" + b",".join(stats) + b"]}")
+        body = (b'{"brokerAddr":' + _encode(self.broker_addr()) + b',"consumeStatsList":[' + b",".join(entries)
+                + b'],"totalDiff":' + str(total).encode() + b',"totalInflightDiff":0}')
+        return cmd.response(codes.SUCCESS, body=body)
