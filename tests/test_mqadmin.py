@@ -91,6 +91,11 @@ def test_cluster_list_and_broker_status(cluster):
     # the oldest message is the one just sent: well under an hour old
     assert 0 <= float(row[-3]) < 1, r
 
+    r = admin(cluster, "getNamesrvConfig")
+    assert r.out.splitlines()[0] == f"============{ns.addr}============", r
+    assert re.search(rf"^listenPort\s+=  {ns.port}$", r.out, re.M), r
+    assert re.search(r"^scanNotActiveBrokerInterval\s+=  10000$", r.out, re.M), r
+
     r = admin(cluster, "brokerStatus", "-b", f"127.0.0.1:{broker.port}")
     table = dict(re.split(r"\s*:\s", line, maxsplit=1) for line in r.out.splitlines() if " : " in line)
     info = runtime(broker.port)

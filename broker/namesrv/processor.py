@@ -1,9 +1,11 @@
 """The name server's requests (RocketMQ namesrv DefaultRequestProcessor, 4.x): brokers register
 (103) and unregister (104); clients ask for a topic's route (105), admin tools for the cluster
-(106) and the topic list (206). Anything else is REQUEST_CODE_NOT_SUPPORTED, as in Java."""
+(106) and the topic list (206); mqadmin deletes a topic's route (216) and its KV entry (102) and
+reads the name server's config (319). Anything else is REQUEST_CODE_NOT_SUPPORTED, as in Java."""
 from __future__ import annotations
 
 import logging
+from typing import Callable
 
 import msgspec
 
@@ -55,8 +57,9 @@ def parse_register_body(body: bytes) -> dict[str, TopicQueues] | None:
 
 
 class NamesrvProcessor:
-    def __init__(self, routes: RouteInfoManager):
+    def __init__(self, routes: RouteInfoManager, config_text: Callable[[], str] | None = None):
         self.routes = routes
+        self.config_text = config_text  # () -> the name server's keys as properties text (GET_NAMESRV_CONFIG)
         self.handlers = {
             codes.REGISTER_BROKER: self.register_broker,
             codes.UNREGISTER_BROKER: self.unregister_broker,
@@ -65,6 +68,7 @@ class NamesrvProcessor:
             codes.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self.topic_list,
             codes.DELETE_TOPIC_IN_NAMESRV: self.delete_topic,
             codes.DELETE_KV_CONFIG: self.delete_kv_config,
+            codes.GET_NAMESRV_CONFIG: self.get_config,
         }
 
     def handle(self, cmd: RemotingCommand, conn) -> RemotingCommand:
@@ -119,6 +123,10 @@ class NamesrvProcessor:
         RocketMQ answers a missing key's delete with SUCCESS too."""
         cmd.get_str("namespace"), cmd.get_str("key")  # both required, as DeleteKVConfigRequestHeader
         return cmd.response(codes.SUCCESS)
+
+    def get_config(self, cmd: RemotingCommand, conn) -> RemotingCommand:
+        """mqadmin getNamesrvConfig: key=value lines, RocketMQ's key names."""
+        return cmd.response(codes.SUCCESS, body=(self.config_text() if self.config_text else "").encode())
 
     def topic_list(self, cmd: RemotingCommand, conn) -> RemotingCommand:
         return cmd.response(codes.SUCCESS, body=_encode({"topicList": self.routes.topic_list()}))
