@@ -66,21 +66,48 @@ $(NODE5): tests/clients5/package.json tests/clients5/package-lock.json .deps/nod
 	cd tests/clients5 && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
-# Apache RocketMQ's mqadmin (rocketmq-tools, pinned in tests/mqadmin/pom.xml) and its jars in
-# build/mqadmin/lib for tests/test_mqadmin.py; Maven's cache in build/m2. A JDK and Maven from apt when missing.
-MQADMIN := build/mqadmin/.copied
+# The Java 4.x remoting client (Maven Central org.apache.rocketmq:rocketmq-client, pinned in
+# tests/java/pom.xml) and the driver tests/test_java_client.py runs it through: the driver compiled
+# to tests/java/target/classes, the client and what it needs copied to tests/java/target/lib. Maven's
+# repository is kept under build/m2. A JDK and Maven come from Debian when missing.
+JAVA_CLIENTS := tests/java/target/.built
+JAVA_SRC     := $(wildcard tests/java/src/main/java/driver/*.java)
+MVN          := mvn -B -q -Dstyle.color=never -Dmaven.repo.local=$(CURDIR)/build/m2
 
-.deps/maven: .deps/java
-	@command -v mvn >/dev/null || (apt-get update -qq && apt-get install -y -qq maven)
+.deps/jdk:
+	@(command -v javac >/dev/null && command -v mvn >/dev/null) \
+	  || (apt-get update -qq && apt-get install -y -qq openjdk-17-jdk-headless maven)
 	@mkdir -p .deps && touch $@
 
-$(MQADMIN): tests/mqadmin/pom.xml .deps/maven
-	rm -rf build/mqadmin/lib
-	mvn -q -B -f tests/mqadmin/pom.xml -Dmaven.repo.local=$(CURDIR)/build/m2 \
-	    -Dmqadmin.lib=$(CURDIR)/build/mqadmin/lib dependency:copy-dependencies
+$(JAVA_CLIENTS): tests/java/pom.xml $(JAVA_SRC) .deps/jdk
+	rm -rf tests/java/target/lib
+	$(MVN) -f tests/java/pom.xml compile dependency:copy-dependencies
 	touch $@
 
-clients: $(ONS) $(NODE5) $(RQ_VENV)/.installed $(RQ5_VENV)/.installed $(MQADMIN)
+# The Go remoting client (github.com/apache/rocketmq-client-go/v2, pinned in tests/go/go.mod and
+# go.sum) in its driver build/go/rmqgo; Go's module and build caches under build/go. Go comes from
+# Debian when missing.
+GO_ENV := GOMODCACHE=$(CURDIR)/build/go/mod GOCACHE=$(CURDIR)/build/go/cache GOFLAGS=-mod=readonly GOTOOLCHAIN=local
+RMQGO  := build/go/rmqgo
+
+.deps/go:
+	@command -v go >/dev/null || (apt-get update -qq && apt-get install -y -qq golang-go)
+	@mkdir -p .deps && touch $@
+
+$(RMQGO): tests/go/go.mod tests/go/go.sum $(wildcard tests/go/*.go) .deps/go
+	@mkdir -p build/go
+	cd tests/go && $(GO_ENV) go build -o $(CURDIR)/$(RMQGO) .
+
+# Apache RocketMQ's mqadmin (rocketmq-tools, pinned in tests/mqadmin/pom.xml) and its jars in
+# build/mqadmin/lib for tests/test_mqadmin.py; Maven's repository shared in build/m2.
+MQADMIN := build/mqadmin/.copied
+
+$(MQADMIN): tests/mqadmin/pom.xml .deps/jdk
+	rm -rf build/mqadmin/lib
+	$(MVN) -f tests/mqadmin/pom.xml -Dmqadmin.lib=$(CURDIR)/build/mqadmin/lib dependency:copy-dependencies
+	touch $@
+
+clients: $(ONS) $(NODE5) $(RQ_VENV)/.installed $(RQ5_VENV)/.installed $(JAVA_CLIENTS) $(RMQGO) $(MQADMIN)
 
 # The gRPC front's stubs (broker/proxy/protocol/*_pb2*.py, committed) regenerated from the vendored
 # .proto files of apache/rocketmq-apis (proto/apache/rocketmq/v2): grpcio-tools, then the generated
@@ -112,7 +139,7 @@ testdeps: $(VENV)/.testdeps .deps/servers .deps/java
 test: install clients testdeps build/loadgen
 	$(VPY) -m pytest -q tests
 
-# The README's Spark example end to end (examples/spark_example.sh) against the name server and
+# The Spark example of docs/spark.md end to end (examples/spark_example.sh) against the name server and
 # broker `make run` serves (NAMESRV=host:port for others): PySpark from requirements-spark.txt
 # (the pins requirements-test.txt includes), and Java when missing.
 NAMESRV ?= 127.0.0.1:9876

@@ -11,6 +11,8 @@ import subprocess
 import sys
 import tempfile
 
+from tools.servers import free_port  # noqa: F401 - the cells import it from here; it reserves the VIP port too
+
 
 def wait_for_line(proc: subprocess.Popen, marker: str, what: str) -> None:
     for line in proc.stdout:
@@ -52,13 +54,6 @@ class NamesrvProcess:
 
     def __exit__(self, *exc) -> None:
         stop_process(self.proc)
-
-
-def free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class CliProcess:

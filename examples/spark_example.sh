@@ -1,5 +1,5 @@
 #!/bin/sh
-# `make spark-example`: the README's Spark example end to end against a running name server and
+# `make spark-example`: the Spark example of docs/spark.md end to end against a running name server and
 # broker ($NAMESRV, default 127.0.0.1:9876, the one `make run` serves). The orders go to a topic
 # of this run's own, so a second run counts exactly what it produced (3000 TagA, 1000 TagB).
 set -eu

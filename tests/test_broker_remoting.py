@@ -243,7 +243,10 @@ def test_send_back_goes_to_retry_after_its_delay_level_then_to_the_dead_letter_q
                 seen.append(m)
                 assert m.body == b"job" and m.topic == topic
                 assert m.properties["RETRY_TOPIC"] == "Work" and m.properties["TAGS"] == "T"
-                assert "REAL_TOPIC" not in m.properties and "DELAY" not in m.properties
+                if round_ < 2:  # delivered by the schedule: the level and where it was bound stay, as RocketMQ's
+                    assert (m.properties["DELAY"], m.properties["REAL_TOPIC"]) == (str(3 + round_), "%RETRY%G")
+                else:  # a dead letter is not delayed again
+                    assert "DELAY" not in m.properties
                 assert m.properties["ORIGIN_MESSAGE_ID"] == seen[0].properties["ORIGIN_MESSAGE_ID"]
                 assert m.reconsume_times == round_ + 1
                 phys = m.physical_offset  # the consumer fails the redelivered copy again
@@ -318,5 +321,36 @@ def test_oneway_then_close_still_delivers(tmp_path):
                 "k": False}, b"fire and forget", oneway=True))
             conn.close()
             await asyncio.wait_for(_until(lambda: b.controller.store.max_offset("OW", 0) == 1), 10)
+
+    asyncio.run(go())
+
+
+def test_a_sql92_subscription_is_refused_not_read_as_tags(tmp_path):
+    """This broker filters by tag only: a pull or a CHECK_CLIENT_CONFIG with a SQL92 expression gets
+    RocketMQ's answer with enablePropertyFilter=false (SYSTEM_ERROR naming the type), never a SQL
+    text taken for tag names that match nothing."""
+    async def go():
+        async with Broker(tmp_path) as b:
+            assert (await b.send_v2("Sql", b"x", queue_id=0)).code == codes.SUCCESS
+            r = await b.pull("Sql", 0, 0, sys_flag=4, subscription="a > 1", expressionType="SQL92")
+            assert (r.code, r.remark) == (codes.SYSTEM_ERROR,
+                                          "The broker does not support consumer to filter message by SQL92")
+            # registered by heartbeat, then pulled without a subscription in the request
+            assert (await b.call(codes.HEART_BEAT, {}, msgspec.json.encode({"clientID": "c@1", "consumerDataSet": [{
+                "groupName": "sqlg", "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
+                "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET", "subscriptionDataSet": [{
+                    "topic": "Sql", "subString": "a > 1", "expressionType": "SQL92", "tagsSet": [], "codeSet": [],
+                    "subVersion": 1}]}]}))).code == codes.SUCCESS
+            r = await b.pull("Sql", 0, 0, sys_flag=0, consumerGroup="sqlg")
+            assert r.code == codes.SYSTEM_ERROR and "SQL92" in r.remark
+            body = {"clientId": "c@1", "group": "sqlg", "subscriptionData": {"topic": "Sql", "subString": "a > 1",
+                                                                             "expressionType": "SQL92"}}
+            r = await b.call(codes.CHECK_CLIENT_CONFIG, {}, msgspec.json.encode(body))
+            assert (r.code, r.remark) == (codes.SYSTEM_ERROR,
+                                          "The broker does not support consumer to filter message by SQL92")
+            body["subscriptionData"]["expressionType"] = "TAG"
+            assert (await b.call(codes.CHECK_CLIENT_CONFIG, {}, msgspec.json.encode(body))).code == codes.SUCCESS
+            got = await b.pull("Sql", 0, 0, sys_flag=4, subscription="*", expressionType="TAG")
+            assert [m.body for m in _records(got.body)] == [b"x"]
 
     asyncio.run(go())

@@ -35,14 +35,27 @@ def free_port() -> int:
     """A TCP port free on 127.0.0.1 right now (for servers whose port must be known before they start),
     never one handed out before in this run: ports are often chosen for several servers before any
     of them binds, and the kernel may offer a port again while its first taker has not bound it yet
-    (a controller-mode broker's HA port once came out equal to a controller's)."""
+    (a controller-mode broker's HA port once came out equal to a controller's).
+    Any port handed out may be a broker's listenPort, and a broker also listens on listenPort - 2
+    (its VIP channel, as RocketMQ's): that one is free too and reserved with it, never handed out."""
     while True:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        if port not in _HANDED_OUT:
-            _HANDED_OUT.add(port)
-            return port
+        if port < 3 or port in _HANDED_OUT or port - 2 in _HANDED_OUT or not _bindable(port - 2):
+            continue
+        _HANDED_OUT.update((port, port - 2))
+        return port
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers bind (reuse_address)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def _wait_up(proc: subprocess.Popen, ready, timeout: float, what: str, log_tail) -> None:

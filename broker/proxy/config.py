@@ -37,7 +37,7 @@ class ProxyConfig:
     # not a ProxyConfig key: µs a request to a broker waits, while others are in flight, for the
     # next ones to share its write (broker.client.channel.ClientChannel.coalesce_delay). 0 (off):
     # 2000 cut the front's CPU per send by ~20 % at 64 sends in flight, but added ~0.7 ms to the
-    # median at 8 in flight, and holds every send while a consumer long-polls (README)
+    # median at 8 in flight, and holds every send while a consumer long-polls (docs/grpc-front.md)
     remotingCoalesceMicros: int = 0
     # the broker's delay levels: this broker has no timer wheel, so a 5.x delivery timestamp is
     # carried as the first level not shorter than the wait (the Java proxy's useDelayLevel=true)

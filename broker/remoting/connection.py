@@ -336,15 +336,21 @@ async def connect(host: str, port: int, handler: Handler | None = None) -> Remot
 
 
 class RemotingServer:
-    """Listens on host:port; every connection hands its requests to `handler`."""
+    """Listens on host:port; every connection hands its requests to `handler`. With `fast_port` it
+    listens there too, for the same handler: a broker's VIP channel (RocketMQ's fastRemotingServer
+    on listenPort - 2), which Java clients with vipChannelEnabled and the Dashboard's admin calls
+    use. 0 picks either port."""
 
-    def __init__(self, handler: Handler, host: str, port: int, idle_timeout: float = 0, fast=None):
+    def __init__(self, handler: Handler, host: str, port: int, idle_timeout: float = 0, fast=None,
+                 fast_port: int | None = None):
         self.handler = handler
         self.fast = fast  # the broker's send kernel, given to every connection
         self.host = host
         self.port = port
+        self.fast_port = fast_port
         self.idle_timeout = idle_timeout  # seconds without traffic before a connection is closed; 0 = never
         self.server: asyncio.AbstractServer | None = None
+        self.fast_server: asyncio.AbstractServer | None = None
         self.connections: set[RemotingConnection] = set()
         self.on_close: list[Callable[[RemotingConnection], None]] = []
 
@@ -364,11 +370,23 @@ class RemotingServer:
         self.server = await loop.create_server(self._protocol, self.host, self.port, reuse_address=True,
                                                backlog=1024)
         self.port = self.server.sockets[0].getsockname()[1]
+        if self.fast_port is not None:
+            try:
+                self.fast_server = await loop.create_server(self._protocol, self.host, self.fast_port,
+                                                            reuse_address=True, backlog=1024)
+            except OSError as e:
+                self.server.close()  # neither port served
+                self.server = None
+                raise OSError(e.errno, f"cannot listen on {self.host}:{self.fast_port}, the VIP channel "
+                                       f"(listenPort - 2): {e.strerror}") from e
+            self.fast_port = self.fast_server.sockets[0].getsockname()[1]
 
     async def close(self) -> None:
-        if self.server is not None:
-            self.server.close()
-            for c in list(self.connections):
-                c.close()
-            await self.server.wait_closed()
-            self.server = None
+        servers = [s for s in (self.server, self.fast_server) if s is not None]
+        for s in servers:
+            s.close()
+        for c in list(self.connections):
+            c.close()
+        for s in servers:
+            await s.wait_closed()
+        self.server = self.fast_server = None

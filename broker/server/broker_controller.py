@@ -174,8 +174,10 @@ class BrokerController:
                 self.handlers[NOTIFY_BROKER_ROLE_CHANGED] = self._role_notified
             # DLedger mode: sends go through SendMessageProcessor (each waits for its quorum);
             # the send kernel appends to the ordinary commit log only, a DLedger one is later work
+            # the VIP channel on listenPort - 2, as RocketMQ's broker (0 and 1 give an ephemeral one)
             self.server = RemotingServer(self.handle, self.host, self.store_config.listenPort,
-                                         idle_timeout=self.config.serverChannelMaxIdleTimeSeconds, fast=self.fast)
+                                         idle_timeout=self.config.serverChannelMaxIdleTimeSeconds, fast=self.fast,
+                                         fast_port=max(self.store_config.listenPort - 2, 0))
             self.server.on_close.append(self.consumer_processor.connection_closed)
             self.server.on_close.append(self.producers.connection_closed)
             await self.server.start()

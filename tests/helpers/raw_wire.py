@@ -41,6 +41,7 @@ class RawConn:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.port = self.sock.getsockname()[1]  # the peer port the broker's log lines name
+        self.notifications: list[RemotingCommand] = []  # requests the broker sent us, in order
 
     @property
     def peer(self) -> str:
@@ -69,7 +70,10 @@ class RawConn:
         opaque = next(_opaques)
         self.send(frame(header(code, ext, opaque, **more), body))
         r = self.read()
-        assert r.is_response and r.opaque == opaque, f"answer {r!r} to request opaque {opaque}"
+        while not r.is_response:  # a request of the broker's own (NOTIFY_CONSUMER_IDS_CHANGED), as a client sees
+            self.notifications.append(r)
+            r = self.read()
+        assert r.opaque == opaque, f"answer {r!r} to request opaque {opaque}"
         return r
 
     def closed_by_peer(self, timeout: float) -> bool:

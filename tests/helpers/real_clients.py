@@ -37,7 +37,10 @@ def check_installed() -> None:
     assert not missing, f"real clients not installed ({', '.join(missing)}): run `make test` or `make clients`"
 
 
-def _argv(kind: str, cmd: str, opt: dict) -> list[str]:
+def _argv(kind: str, cmd: str, opt: dict, home: Path) -> list[str]:
+    if kind == "java":  # the Java 4.x client (Maven Central rocketmq-client), tests/java
+        from tests.helpers.java_client import java_argv
+        return java_argv(cmd, opt, home)
     if kind == "py":  # the project's own client, driven the same way (consume only)
         return [sys.executable, "-m", "tests.helpers.order_consumer", cmd, json.dumps(opt)]
     if kind == "node5":  # the 5.x Node.js client's PushConsumer, through the gRPC front at opt["endpoints"]
@@ -81,7 +84,7 @@ class Cluster:
         self.procs.append(Child([*me, "serve", "-c", str(self.conf)], self.root / "broker.err"))
         try:
             self.procs[1].wait_lines(lambda ls: any("listening on" in line for line in ls), 60, "the broker to listen")
-            self.wait_route("TBW102")
+            self.wait_registered()
         except BaseException:
             self.__exit__()
             raise
@@ -106,6 +109,20 @@ class Cluster:
                 except subprocess.TimeoutExpired:
                     pass
             child.kill_group()
+
+    def wait_registered(self, broker_name: str = "broker-a", timeout: float = 30) -> None:
+        """Until the name server lists the broker (GET_BROKER_CLUSTER_INFO): its first registration,
+        which brings its topics (TBW102 only with autoCreateTopicEnable) at the same time."""
+        async def poll():
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout
+            while True:
+                r = await _request(self.ns_port, codes.GET_BROKER_CLUSTER_INFO, {})
+                if r.code == codes.SUCCESS and broker_name in msgspec.json.decode(bytes(r.body))["brokerAddrTable"]:
+                    return
+                assert loop.time() < deadline, f"{broker_name} not registered within {timeout}s"
+                await asyncio.sleep(0.05)
+        asyncio.run(poll())
 
     def wait_route(self, topic: str, timeout: float = 30) -> dict:
         async def poll():
@@ -180,11 +197,11 @@ async def _request(port: int, code: int, ext: dict, body: bytes = b"") -> Remoti
 
 
 def produce(kind: str, cluster: Cluster, topic: str, messages: list[dict], tmp: Path, group: str = "pg",
-            access: tuple[str, str] | None = None) -> list[dict]:
-    opt = {"nameSrv": cluster.namesrv, "group": group, "topic": topic, "messages": messages}
+            access: tuple[str, str] | None = None, **more) -> list[dict]:
+    opt = {"nameSrv": cluster.namesrv, "group": group, "topic": topic, "messages": messages, **more}
     if access:
         opt.update(accessKey=access[0], secretKey=access[1])
-    p = subprocess.run(_argv(kind, "produce", opt), capture_output=True, text=True, timeout=120,
+    p = subprocess.run(_argv(kind, "produce", opt, tmp / "home"), capture_output=True, text=True, timeout=120,
                        env=_env(tmp / "home"), cwd=str(CLIENTS))
     lines = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
     assert p.returncode == 0 and lines and lines[-1] == {"done": True}, f"{kind} producer: rc={p.returncode}\n" \
@@ -199,7 +216,7 @@ class Consumer:
     def __init__(self, kind: str, cluster: Cluster, tmp: Path, topic: str, group: str, name: str, **opt):
         opt.update(nameSrv=cluster.namesrv, group=group, topic=topic, instanceName=name)
         self.kind = kind
-        self.child = Child(_argv(kind, "consume", opt), tmp / f"{name}.err", env=_env(tmp / "home"),
+        self.child = Child(_argv(kind, "consume", opt, tmp / "home"), tmp / f"{name}.err", env=_env(tmp / "home"),
                            stdin=subprocess.PIPE)
         self.child.wait_lines(lambda ls: any('"ready"' in line for line in ls), 60, f"{name} to start")
 

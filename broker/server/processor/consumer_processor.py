@@ -13,7 +13,7 @@ from broker.remoting.headers import (ConsumerSendMsgBackRequestHeader, GetConsum
                                      QueryConsumerOffsetRequestHeader, QueueHeader, SearchOffsetRequestHeader,
                                      UnregisterClientRequestHeader, UpdateConsumerOffsetRequestHeader, decode)
 from broker.server.filter.expression_type import check_client_config
-from broker.server.processor.offset_search import offset_by_time
+from broker.server.processor.offset_search import offset_by_time, store_timestamp
 from broker.server.client.rebalance_lock_manager import REBALANCE_LOCK_MAX_LIVE_TIME, RebalanceLockManager
 from broker.remoting.refusals import BadRequest, NotFound
 from broker.common.topic_validator import DLQ_PREFIX, RETRY_PREFIX, check_topic_name
@@ -99,6 +99,7 @@ class ConsumerProcessor:
                 codes.GET_CONSUMER_LIST_BY_GROUP: self.consumer_list,
                 codes.QUERY_CONSUMER_OFFSET: self.query_offset, codes.UPDATE_CONSUMER_OFFSET: self.update_offset,
                 codes.GET_MAX_OFFSET: self.max_offset, codes.GET_MIN_OFFSET: self.min_offset,
+                codes.GET_EARLIEST_MSG_STORETIME: self.earliest_store_time,
                 codes.SEARCH_OFFSET_BY_TIMESTAMP: self.search_offset,
                 codes.CONSUMER_SEND_MSG_BACK: self.send_back,
                 codes.LOCK_BATCH_MQ: self.lock, codes.UNLOCK_BATCH_MQ: self.unlock}
@@ -117,9 +118,11 @@ class ConsumerProcessor:
             self.producers.heartbeat(data, conn)
         for cd in data.get("consumerDataSet") or []:
             if cd.get("groupName"):
+                if self.groups is not None:  # as RocketMQ's heartBeat: the group exists once its consumer beats
+                    self.groups.find(cd["groupName"])
                 self.topics.get_or_create(RETRY_PREFIX + cd["groupName"])  # as RocketMQ does on heartbeat
         for group in changed:
-            self._notify_ids_changed(group, conn)
+            self._notify_ids_changed(group)
         return cmd.response(codes.SUCCESS)
 
     def check_client_config(self, cmd: RemotingCommand, conn):
@@ -135,14 +138,17 @@ class ConsumerProcessor:
         check_client_config(sub)
         return cmd.response(codes.SUCCESS)
 
-    def _notify_ids_changed(self, group: str, joined) -> None:
-        """NOTIFY_CONSUMER_IDS_CHANGED to the other members, so they rebalance now (the C++ client
-        acts on it; ali-ons ignores it and rebalances on its timer)."""
+    def _notify_ids_changed(self, group: str) -> None:
+        """NOTIFY_CONSUMER_IDS_CHANGED to every member, so they rebalance now (the Java and C++
+        clients act on it; ali-ons ignores it and rebalances on its timer). The member that just
+        joined is told too, as RocketMQ's ConsumerManager does: a Java DefaultLitePullConsumer does
+        not rebalance when it starts, so this is what hands it its queues at its first heartbeat
+        instead of at its rebalance timer, 20 s later."""
         g = self.consumers.groups.get(group)
         if not g:
             return
         for conn, _ in {id(cn): (cn, t) for cn, t in g.clients.values()}.values():
-            if conn is not joined and conn is not None and getattr(conn, "transport", None) is not None:
+            if conn is not None and getattr(conn, "transport", None) is not None:
                 conn.oneway(RemotingCommand.request(codes.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group},
                                                     oneway=True))
 
@@ -151,12 +157,12 @@ class ConsumerProcessor:
         at once, as RocketMQ's ClientHousekeepingService does, instead of finding out at its next
         rebalance (20 s in the Java client), while the queues the member held are not consumed."""
         for group in self.consumers.connection_closed(conn):
-            self._notify_ids_changed(group, conn)
+            self._notify_ids_changed(group)
 
     def scan_expired(self) -> None:
         """Members silent for channelExpiredTimeout are dropped and the rest of their group told."""
         for group in self.consumers.scan_expired():
-            self._notify_ids_changed(group, None)
+            self._notify_ids_changed(group)
 
     def unregister(self, cmd: RemotingCommand, conn):
         h = decode(UnregisterClientRequestHeader, cmd.ext)
@@ -164,7 +170,7 @@ class ConsumerProcessor:
         if self.producers is not None and h.producerGroup:
             self.producers.unregister(h.clientID, h.producerGroup)
         if h.consumerGroup:
-            self._notify_ids_changed(h.consumerGroup, conn)
+            self._notify_ids_changed(h.consumerGroup)
         return cmd.response(codes.SUCCESS)
 
     def consumer_list(self, cmd: RemotingCommand, conn):
@@ -199,6 +205,17 @@ class ConsumerProcessor:
     def min_offset(self, cmd: RemotingCommand, conn):
         h = decode(QueueHeader, cmd.ext)
         return cmd.response(codes.SUCCESS, {"offset": self.store.min_offset(h.topic, h.queueId)})
+
+    def earliest_store_time(self, cmd: RemotingCommand, conn):
+        """GET_EARLIEST_MSG_STORETIME (the Java client's earliestMsgStoreTime): when the queue's
+        first message still held was stored; -1 for an empty queue, as RocketMQ's store answers."""
+        h = decode(QueueHeader, cmd.ext)
+        r = self.store.get(h.topic, h.queueId, self.store.min_offset(h.topic, h.queueId), 1)
+        try:
+            stored_at = store_timestamp(r.messages[0]) if r.messages else -1
+        finally:
+            r.release()
+        return cmd.response(codes.SUCCESS, {"timestamp": stored_at})
 
     def search_offset(self, cmd: RemotingCommand, conn):
         """The first queue offset whose message was stored at or after `timestamp`."""

@@ -128,6 +128,7 @@ class SendMessageProcessor:
         props_bytes = properties.encode()
         level = 0
         props = None
+        asked = queue_id  # a delayed message's reply names it, not the schedule queue (as RocketMQ's)
         # a half message (the send kernel hands every transaction type here; TRAN_MSG alone too)
         if (h.sysFlag & TRANSACTION_TYPE_MASK or _TRAN_MSG in properties) and self.transactions is not None:
             props = decode_properties(props_bytes)
@@ -147,7 +148,7 @@ class SendMessageProcessor:
             self.schedule.arrived(level)
         else:
             self.holds.notify(topic, queue_id, result.end_offset)
-        ext = {"msgId": result.msg_id, "queueId": queue_id, "queueOffset": result.queue_offset, **REPLY_EXT}
+        ext = {"msgId": result.msg_id, "queueId": asked, "queueOffset": result.queue_offset, **REPLY_EXT}
         if flushed is None:
             return cmd.response(codes.SUCCESS, ext)
         return self._after_flush(cmd, ext, flushed)
@@ -162,6 +163,10 @@ class SendMessageProcessor:
             topic, queue_id, cmd.body, props, flag=h.flag, sys_flag=h.sysFlag, born_timestamp=h.bornTimestamp,
             born_host=born_host_of(conn), reconsume_times=h.reconsumeTimes)
         ext = {"msgId": result.msg_id, "queueId": queue_id, "queueOffset": result.queue_offset, **REPLY_EXT}
+        if props.get("UNIQ_KEY"):
+            # RocketMQ 5's reply names the transaction by the message's unique key: the Java
+            # client's TransactionSendResult.getTransactionId(), the id its check-backs carry
+            ext["transactionId"] = props["UNIQ_KEY"]
         if flushed is None:
             return cmd.response(codes.SUCCESS, ext)
         return self._after_flush(cmd, ext, flushed)

@@ -13,6 +13,7 @@ from broker.remoting import codes
 from broker.remoting.command import RemotingCommand
 from broker.remoting.headers import GetConsumeStatsInBrokerHeader, GetConsumeStatsRequestHeader, TopicHeader, decode
 from broker.remoting.refusals import TopicNotExist
+from broker.server.processor.offset_search import queue_store_time
 
 _encode = msgspec.json.encode
 
@@ -46,9 +47,7 @@ class StatsProcessor:
         return cmd.response(codes.SUCCESS, body=_encode({"groupList": sorted(groups)}))
 
     def _store_time(self, topic: str, queue_id: int, offset: int) -> int:
-        """STORETIMESTAMP of the message at a queue offset; 0 when it is no longer (or not yet) there."""
-        r = self.store.get(topic, queue_id, offset, 1)
-        return int.from_bytes(r.messages[0][56:64], "big", signed=True) if r.messages else 0
+        return queue_store_time(self.store, topic, queue_id, offset)
 
     def topic_stats(self, cmd: RemotingCommand, conn):
         topic = decode(TopicHeader, cmd.ext).topic

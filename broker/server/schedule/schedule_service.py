@@ -4,8 +4,9 @@ A message with a delay level (the producer's DELAY property, or a send-back's le
 SCHEDULE_TOPIC_XXXX, queue level-1, with its real topic and queue in REAL_TOPIC / REAL_QID. Every
 message of one level waits equally long, so each level's queue is in due order and only its head
 needs watching: one task per level sleeps until the head is due (a timer, not a poll) or until a
-new message arrives, then writes a copy to the real topic (DELAY, REAL_TOPIC and REAL_QID removed)
-and advances the level's offset. Offsets persist in config/delayOffset.json (RocketMQ's format)
+new message arrives, then writes a copy to the real topic and advances the level's offset. The copy
+keeps DELAY, REAL_TOPIC and REAL_QID, as RocketMQ's does (its messageTimeup clears DELAY only after
+the properties string it stores was made): a Java consumer's getDelayTimeLevel() reads the level. Offsets persist in config/delayOffset.json (RocketMQ's format)
 every flushConsumerOffsetInterval and on shutdown: after a crash a delayed message may be delivered
 twice, never lost — RocketMQ's guarantee too.
 
@@ -171,13 +172,12 @@ class ScheduleMessageService:
         self._dirty = True
 
     def _deliver(self, msg, level: int) -> bool:
-        props = dict(msg.properties)
-        topic = props.pop(REAL_TOPIC, None)
+        props = msg.properties
+        topic = props.get(REAL_TOPIC)
         try:
-            queue_id = int(props.pop(REAL_QID, "0"))
+            queue_id = int(props.get(REAL_QID, "0"))
         except ValueError:
             queue_id = 0
-        props.pop(DELAY, None)
         if not topic:
             log.error("delay level %d: message %s has no REAL_TOPIC; dropped from the schedule", level, msg.msg_id)
             return True

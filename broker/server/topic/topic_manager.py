@@ -17,7 +17,12 @@ class TopicManager:
         self.auto_create = auto_create
         self.default_queue_nums = default_queue_nums
         self.on_change: list[Callable[[], None]] = []  # e.g. re-register with the name servers
+        # TBW102 only with auto-creation, as RocketMQ's TopicConfigManager: its route is what tells
+        # name servers and clients that a send may create a topic (without it a Java producer
+        # stops at "No route info of this topic" instead of being refused by every broker)
         for name, nums in ((DEFAULT_TOPIC, default_queue_nums), (SCHEDULE_TOPIC, 18)):
+            if name == DEFAULT_TOPIC and not auto_create:
+                continue
             if name not in table.topics:
                 table.topics[name] = TopicConfig(name, nums, nums, PERM_READ | PERM_WRITE | PERM_INHERIT)
 

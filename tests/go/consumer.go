@@ -1,0 +1,142 @@
+package main
+
+import (
+	"context"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/apache/rocketmq-client-go/v2/consumer"
+	"github.com/apache/rocketmq-client-go/v2/primitive"
+)
+
+func consume(opt Options) {
+	from := consumer.ConsumeFromLastOffset
+	if opt.FromFirst {
+		from = consumer.ConsumeFromFirstOffset
+	}
+	if opt.ConsumeTimestamp != "" {
+		from = consumer.ConsumeFromTimestamp
+	}
+	model := consumer.Clustering
+	if opt.Broadcasting {
+		model = consumer.BroadCasting
+	}
+	opts := []consumer.Option{
+		consumer.WithNameServer(primitive.NamesrvAddr{opt.NameSrv}),
+		consumer.WithGroupName(opt.Group),
+		consumer.WithInstance(opt.Instance),
+		consumer.WithConsumerModel(model),
+		consumer.WithConsumeFromWhere(from),
+		consumer.WithConsumerOrder(opt.Orderly),
+	}
+	if opt.AccessKey != "" {
+		opts = append(opts, consumer.WithCredentials(opt.credentials()))
+	}
+	if opt.Namespace != "" {
+		opts = append(opts, consumer.WithNamespace(opt.Namespace))
+	}
+	if opt.Trace {
+		opts = append(opts, consumer.WithTrace(opt.traceConfig()))
+	}
+	if opt.ConsumeTimestamp != "" {
+		opts = append(opts, consumer.WithConsumeTimestamp(opt.ConsumeTimestamp))
+	}
+	if opt.MaxReconsumeTimes > 0 {
+		opts = append(opts, consumer.WithMaxReconsumeTimes(opt.MaxReconsumeTimes))
+	}
+	c, err := consumer.NewPushConsumer(opts...)
+	if err != nil {
+		fatal(err)
+	}
+	expression := opt.Expression
+	if expression == "" {
+		expression = "*"
+	}
+	var mu sync.Mutex // one line at a time: deliveries come on several goroutines
+	selector := consumer.MessageSelector{Type: consumer.TAG, Expression: expression}
+	if opt.ExpressionType != "" {
+		selector.Type = consumer.ExpressionType(opt.ExpressionType)
+	}
+	err = c.Subscribe(opt.Topic, selector,
+		func(ctx context.Context, msgs ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
+			result := consumer.ConsumeSuccess
+			mu.Lock()
+			defer mu.Unlock()
+			for _, m := range msgs {
+				failing := opt.Fail == "always" || (opt.Fail == "once" && m.ReconsumeTimes == 0)
+				d := delivery(m)
+				d["failing"] = failing
+				out(d)
+				if failing {
+					result = consumer.ConsumeRetryLater
+				}
+			}
+			if result == consumer.ConsumeRetryLater && opt.Orderly {
+				return consumer.SuspendCurrentQueueAMoment, nil
+			}
+			return result, nil
+		})
+	if err != nil {
+		fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		fatal(err)
+	}
+	out(map[string]bool{"ready": true})
+	stdinClosed := make(chan struct{})
+	go func() {
+		io.Copy(io.Discard, os.Stdin)
+		close(stdinClosed)
+	}()
+	select {
+	case <-stdinClosed:
+	case <-time.After(time.Duration(opt.MaxSeconds) * time.Second):
+	}
+	mu.Lock() // no delivery line half written while shutting down
+	err = c.Shutdown()
+	mu.Unlock()
+	if err != nil {
+		fatal(err)
+	}
+	out(map[string]bool{"closed": true})
+}
+
+// pull reads one queue from an offset with the pull consumer (the dead letter queue, say).
+func pull(opt Options) {
+	c, err := consumer.NewPullConsumer(
+		consumer.WithNameServer(primitive.NamesrvAddr{opt.NameSrv}),
+		consumer.WithGroupName(opt.Group),
+		consumer.WithInstance(opt.Instance),
+	)
+	if err != nil {
+		fatal(err)
+	}
+	if err := c.Subscribe(opt.Topic, consumer.MessageSelector{Type: consumer.TAG, Expression: "*"}); err != nil {
+		fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		fatal(err)
+	}
+	max := opt.Max
+	if max <= 0 {
+		max = 32
+	}
+	brokerName := opt.BrokerName
+	if brokerName == "" {
+		brokerName = "broker-a"
+	}
+	r, err := c.PullFrom(context.Background(), &primitive.MessageQueue{Topic: opt.Topic, BrokerName: brokerName,
+		QueueId: opt.QueueID}, opt.Offset, max)
+	if err != nil {
+		fatal(err)
+	}
+	out(map[string]interface{}{"status": int(r.Status), "nextBeginOffset": r.NextBeginOffset,
+		"minOffset": r.MinOffset, "maxOffset": r.MaxOffset})
+	for _, m := range r.GetMessageExts() {
+		out(delivery(m))
+	}
+	c.Shutdown()
+	out(map[string]bool{"done": true})
+}
