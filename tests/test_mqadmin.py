@@ -353,6 +353,8 @@ def test_controller_mode_commands(tmp_path, jars):
     (codes.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": "MqaNoSuchGroup"}, b"",
      "the producer group[MqaNoSuchGroup] not exist"),
     (codes.DELETE_TOPIC_IN_BROKER, {"topic": "SCHEDULE_TOPIC_XXXX"}, b"", "is conflict with system topic"),
+    (codes.GET_CONSUMER_RUNNING_INFO, {"consumerGroup": "MqaNoSuchGroup", "clientId": "c"}, b"",
+     "The Consumer <MqaNoSuchGroup> <c> not online"),
     (codes.UPDATE_BROKER_CONFIG, {}, b"\xff\xfe", "not UTF-8"),
     (codes.UPDATE_BROKER_CONFIG, {}, b"autoCreateTopicEnable=maybe", "'maybe' is not true or false"),
     (codes.UPDATE_BROKER_CONFIG, {}, b"noSuchKey=1", "unknown broker config key(s): noSuchKey"),
@@ -364,3 +366,27 @@ def test_admin_requests_with_bad_input_get_a_clear_error(cluster, code, ext, bod
     r = call(broker.port, code, ext, body)
     assert r.code != codes.SUCCESS and remark in (r.remark or ""), (r.code, r.remark)
     assert call(broker.port, codes.GET_BROKER_CONFIG).code == codes.SUCCESS
+
+
+def test_consumer_status_asks_the_java_consumer(cluster, tmp_path):
+    """consumerStatus: the broker passes GET_CONSUMER_RUNNING_INFO on to the consumer (the real Java
+    client) and its answer back; mqadmin prints the client's own view of its subscription and queues."""
+    from types import SimpleNamespace
+
+    from tests.helpers.real_clients import Consumer
+    ns, broker, _ = cluster
+    admin(cluster, "updateTopic", "-c", "DefaultCluster", "-t", "MqaStatusT", "-r", "2", "-w", "2")
+    wait_for(lambda: ns.route("MqaStatusT") is not None, 30, "MqaStatusT's route")
+    produce(ns.addr, "MqaStatusT", 4, "TagS", "KeyS", "running-info")
+    with Consumer("java", SimpleNamespace(namesrv=ns.addr), tmp_path, "MqaStatusT", "MqaJavaGroup", "j1",
+                  consumeFromWhere="CONSUME_FROM_FIRST_OFFSET") as c:
+        c.wait(lambda g: len(g) >= 4, 60, "the Java consumer to get the 4 messages")
+        r = admin(cluster, "consumerStatus", "-g", "MqaJavaGroup")
+    (row,) = [line.split() for line in r.out.splitlines() if line.split()[:1] == ["1"]]
+    assert row[1].endswith("@j1") and row[2] == "V4_9_8", r  # the client's id and version, from its heartbeat
+    assert "Same subscription in the same group of consumer" in r.out and "Rebalance OK" in r.out, r
+    # the running info itself, as the Java consumer answered it, saved by mqadmin under its cwd
+    info = (cluster[2] / "mqadmin-home" / row[3]).read_text()
+    assert "#Consumer Subscription#" in info and "MqaStatusT" in info and "#Consumer Offset#" in info, info
+    r = admin(cluster, "consumerStatus", "-g", "MqaJavaGroup")
+    assert "CODE: 206" in r.err and "not online" in r.err, r  # the consumer gone: RocketMQ's own error

@@ -206,6 +206,12 @@ class ResetOffsetRequestHeader(_Header):
     offset: Int64 | None = None
 
 
+class GetConsumerRunningInfoRequestHeader(_Header):
+    consumerGroup: str
+    clientId: str
+    jstackEnable: bool = False
+
+
 class GetProducerConnectionListRequestHeader(_Header):
     producerGroup: str
 

@@ -1,13 +1,22 @@
 """AdminBrokerProcessor's GET_CONSUMER_CONNECTION_LIST and GET_PRODUCER_CONNECTION_LIST (mqadmin
-consumerConnection, producerConnection): who is in a group, from the heartbeats the broker holds."""
+consumerConnection, producerConnection): who is in a group, from the heartbeats the broker holds;
+and GET_CONSUMER_RUNNING_INFO (mqadmin consumerStatus), passed on to the consumer itself and its
+answer passed back, as RocketMQ's Broker2Client.callClient."""
 from __future__ import annotations
+
+import asyncio
 
 import msgspec
 
 from broker.remoting import codes
 from broker.remoting.command import RemotingCommand
-from broker.remoting.headers import GetConsumerListByGroupRequestHeader, GetProducerConnectionListRequestHeader, decode
+from broker.remoting.connection import ConnectionClosed
+from broker.remoting.headers import (GetConsumerListByGroupRequestHeader, GetConsumerRunningInfoRequestHeader,
+                                     GetProducerConnectionListRequestHeader, decode)
 from broker.remoting.refusals import BadRequest, Refusal
+
+
+CALL_CLIENT_TIMEOUT = 10.0  # seconds, Broker2Client.callClient's
 
 
 class ConsumerNotOnline(Refusal):
@@ -28,7 +37,8 @@ class ConnectionListProcessor:
 
     def handlers(self) -> dict:
         return {codes.GET_CONSUMER_CONNECTION_LIST: self.consumer_connections,
-                codes.GET_PRODUCER_CONNECTION_LIST: self.producer_connections}
+                codes.GET_PRODUCER_CONNECTION_LIST: self.producer_connections,
+                codes.GET_CONSUMER_RUNNING_INFO: self.running_info}
 
     def consumer_connections(self, cmd: RemotingCommand, conn):
         group = decode(GetConsumerListByGroupRequestHeader, cmd.ext).consumerGroup
@@ -47,3 +57,20 @@ class ConnectionListProcessor:
             raise BadRequest(f"the producer group[{group}] not exist")
         body = {"connectionSet": [connection(cid, c) for cid, (c, _) in sorted(clients.items())]}
         return cmd.response(codes.SUCCESS, body=msgspec.json.encode(body))
+
+    def running_info(self, cmd: RemotingCommand, conn):
+        h = decode(GetConsumerRunningInfoRequestHeader, cmd.ext)
+        info = self.consumers.groups.get(h.consumerGroup)
+        member = info.clients.get(h.clientId) if info is not None else None
+        client = member[0] if member is not None else None
+        if client is None or getattr(client, "transport", None) is None:
+            raise BadRequest(f"The Consumer <{h.consumerGroup}> <{h.clientId}> not online")
+
+        async def ask():
+            try:
+                r = await client.request(RemotingCommand.request(cmd.code, dict(cmd.ext), cmd.body), CALL_CLIENT_TIMEOUT)
+            except (asyncio.TimeoutError, ConnectionClosed, OSError) as e:
+                return cmd.response(codes.SYSTEM_ERROR,
+                                    remark=f"invoke consumer <{h.consumerGroup}> <{h.clientId}> Exception: {e}")
+            return cmd.response(r.code, r.ext, body=r.body or b"", remark=r.remark)
+        return ask()
