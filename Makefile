@@ -98,7 +98,16 @@ $(RMQGO): tests/go/go.mod tests/go/go.sum $(wildcard tests/go/*.go) .deps/go
 	@mkdir -p build/go
 	cd tests/go && $(GO_ENV) go build -o $(CURDIR)/$(RMQGO) .
 
-clients: $(ONS) $(NODE5) $(RQ_VENV)/.installed $(RQ5_VENV)/.installed $(JAVA_CLIENTS) $(RMQGO)
+# Apache RocketMQ's mqadmin (rocketmq-tools, pinned in tests/mqadmin/pom.xml) and its jars in
+# build/mqadmin/lib for tests/test_mqadmin.py; Maven's repository shared in build/m2.
+MQADMIN := build/mqadmin/.copied
+
+$(MQADMIN): tests/mqadmin/pom.xml .deps/jdk
+	rm -rf build/mqadmin/lib
+	$(MVN) -f tests/mqadmin/pom.xml -Dmqadmin.lib=$(CURDIR)/build/mqadmin/lib dependency:copy-dependencies
+	touch $@
+
+clients: $(ONS) $(NODE5) $(RQ_VENV)/.installed $(RQ5_VENV)/.installed $(JAVA_CLIENTS) $(RMQGO) $(MQADMIN)
 
 # The gRPC front's stubs (broker/proxy/protocol/*_pb2*.py, committed) regenerated from the vendored
 # .proto files of apache/rocketmq-apis (proto/apache/rocketmq/v2): grpcio-tools, then the generated

@@ -100,7 +100,7 @@ def test_admin_route_status_and_cluster(cluster):
     assert route["queueDatas"][0]["brokerName"] == "broker-a" and route["queueDatas"][0]["writeQueueNums"] > 0
     r = cli("admin", "status", namesrv=cluster)
     assert r.returncode == 0, r.stderr
-    table = dict(line.split() for line in r.stdout.splitlines()[1:])
+    table = dict(line.split(None, 1) for line in r.stdout.splitlines()[1:])  # putTps is "10s 1min 10min"
     assert table["brokerVersionDesc"] == "V4_9_4" and table["service_up_clean"] == "1"
     assert float(table["disk_usage_ratio"]) > 0 and table["disk_full"] == "0"
     r = cli("admin", "cluster", namesrv=cluster)

@@ -43,6 +43,16 @@ class NamesrvConfig:
         "defaultTopicQueueNums": ("defaultTopicQueueNums", int),
     }
 
+    def properties_text(self) -> str:
+        """The keys RocketMQ names, as GET_NAMESRV_CONFIG answers them (intervals in milliseconds)."""
+        lines = []
+        for key, (field, typ) in self.KEYS.items():
+            v = getattr(self, field)
+            if key == "scanNotActiveBrokerInterval":
+                v = int(v * 1000)
+            lines.append(f"{key}={str(v).lower() if typ is bool else v}\n")
+        return "".join(lines)
+
     @classmethod
     def from_properties(cls, props: dict[str, str]) -> tuple["NamesrvConfig", list[str]]:
         """(config, the keys it does not read)."""

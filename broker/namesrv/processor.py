@@ -1,9 +1,11 @@
 """The name server's requests (RocketMQ namesrv DefaultRequestProcessor, 4.x): brokers register
 (103) and unregister (104); clients ask for a topic's route (105), admin tools for the cluster
-(106) and the topic list (206). Anything else is REQUEST_CODE_NOT_SUPPORTED, as in Java."""
+(106) and the topic list (206); mqadmin deletes a topic's route (216) and its KV entry (102) and
+reads the name server's config (319). Anything else is REQUEST_CODE_NOT_SUPPORTED, as in Java."""
 from __future__ import annotations
 
 import logging
+from typing import Callable
 
 import msgspec
 
@@ -55,14 +57,18 @@ def parse_register_body(body: bytes) -> dict[str, TopicQueues] | None:
 
 
 class NamesrvProcessor:
-    def __init__(self, routes: RouteInfoManager):
+    def __init__(self, routes: RouteInfoManager, config_text: Callable[[], str] | None = None):
         self.routes = routes
+        self.config_text = config_text  # () -> the name server's keys as properties text (GET_NAMESRV_CONFIG)
         self.handlers = {
             codes.REGISTER_BROKER: self.register_broker,
             codes.UNREGISTER_BROKER: self.unregister_broker,
             codes.GET_ROUTEINFO_BY_TOPIC: self.get_route,
             codes.GET_BROKER_CLUSTER_INFO: self.cluster_info,
             codes.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self.topic_list,
+            codes.DELETE_TOPIC_IN_NAMESRV: self.delete_topic,
+            codes.DELETE_KV_CONFIG: self.delete_kv_config,
+            codes.GET_NAMESRV_CONFIG: self.get_config,
         }
 
     def handle(self, cmd: RemotingCommand, conn) -> RemotingCommand:
@@ -106,6 +112,21 @@ class NamesrvProcessor:
 
     def cluster_info(self, cmd: RemotingCommand, conn) -> RemotingCommand:
         return cmd.response(codes.SUCCESS, body=_encode(self.routes.cluster_info()))
+
+    def delete_topic(self, cmd: RemotingCommand, conn) -> RemotingCommand:
+        self.routes.delete_topic(cmd.get_str("topic"), cmd.get_str("clusterName", ""))
+        return cmd.response(codes.SUCCESS)
+
+    def delete_kv_config(self, cmd: RemotingCommand, conn) -> RemotingCommand:
+        """DELETE_KV_CONFIG (mqadmin deleteTopic drops the topic's ORDER_TOPIC_CONFIG entry). This name
+        server stores no KV config (PUT_KV_CONFIG is not supported), so there is nothing to delete:
+        RocketMQ answers a missing key's delete with SUCCESS too."""
+        cmd.get_str("namespace"), cmd.get_str("key")  # both required, as DeleteKVConfigRequestHeader
+        return cmd.response(codes.SUCCESS)
+
+    def get_config(self, cmd: RemotingCommand, conn) -> RemotingCommand:
+        """mqadmin getNamesrvConfig: key=value lines, RocketMQ's key names."""
+        return cmd.response(codes.SUCCESS, body=(self.config_text() if self.config_text else "").encode())
 
     def topic_list(self, cmd: RemotingCommand, conn) -> RemotingCommand:
         return cmd.response(codes.SUCCESS, body=_encode({"topicList": self.routes.topic_list()}))

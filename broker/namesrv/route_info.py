@@ -142,6 +142,15 @@ class RouteInfoManager:
             if not by_broker:
                 del self.topic_queue_table[topic]
 
+    def delete_topic(self, topic: str, cluster: str = "") -> None:
+        """DELETE_TOPIC_IN_NAMESRV (mqadmin deleteTopic, after the brokers deleted it): the topic's
+        queues on the cluster's brokers leave its route; no cluster named: the whole route goes."""
+        if not cluster:
+            self.topic_queue_table.pop(topic, None)
+            return
+        for broker_name in self.cluster_addr_table.get(cluster, ()):
+            self._drop_queues(topic, broker_name)
+
     def unregister_broker(self, cluster: str, broker_addr: str, broker_name: str, broker_id: int) -> bool:
         """UNREGISTER_BROKER (a broker shutting down). False when it was not registered."""
         data = self.broker_addr_table.get(broker_name)

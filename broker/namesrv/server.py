@@ -21,7 +21,7 @@ class NamesrvController:
         self.config = config or NamesrvConfig()
         self.routes = RouteInfoManager(clock, self.config.autoCreateTopicEnable, self.config.defaultTopicQueueNums,
                                        self.config.brokerExpiredSeconds)
-        self.processor = NamesrvProcessor(self.routes)
+        self.processor = NamesrvProcessor(self.routes, self.config.properties_text)
         self.server: RemotingServer | None = None
         self._scan: asyncio.TimerHandle | None = None
 

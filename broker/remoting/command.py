@@ -22,7 +22,7 @@ from broker.remoting.refusals import BadRequest
 _opaques = itertools.count(1)
 
 LANGUAGE = "JAVA"
-VERSION = 395  # V4_9_4: what a 4.9 broker reports
+VERSION = 401  # V4_9_4 (MQVersion.Version ordinal; 395 is V4_9_1): what a 4.9 broker reports
 
 
 # A request whose header is missing a field or has one of the wrong type: answered SYSTEM_ERROR

@@ -196,6 +196,26 @@ class GetConsumerListByGroupRequestHeader(_Header):
     consumerGroup: str
 
 
+class ResetOffsetRequestHeader(_Header):
+    """INVOKE_BROKER_TO_RESET_OFFSET: timestamp -1 is each queue's end."""
+    group: str
+    topic: str
+    timestamp: Int64
+    isForce: bool = False
+    queueId: Int32 = -1
+    offset: Int64 | None = None
+
+
+class GetConsumerRunningInfoRequestHeader(_Header):
+    consumerGroup: str
+    clientId: str
+    jstackEnable: bool = False
+
+
+class GetProducerConnectionListRequestHeader(_Header):
+    producerGroup: str
+
+
 class UnregisterClientRequestHeader(_Header):
     clientID: str = ""
     producerGroup: str = ""
@@ -211,6 +231,22 @@ class CreateTopicRequestHeader(_Header):
     topicFilterType: str = "SINGLE_TAG"
     topicSysFlag: Int32 = 0
     order: bool = False
+
+
+class TopicHeader(_Header):
+    """GET_TOPIC_STATS_INFO, DELETE_TOPIC_IN_BROKER, DELETE_TOPIC_IN_NAMESRV (one `topic` field each)."""
+    topic: str
+
+
+class GetConsumeStatsRequestHeader(_Header):
+    """GET_CONSUME_STATS: `topicList` (5.x) is the topics joined by ';'."""
+    consumerGroup: str
+    topic: str = ""
+    topicList: str = ""
+
+
+class GetConsumeStatsInBrokerHeader(_Header):
+    isOrder: bool = False
 
 
 class ViewMessageRequestHeader(_Header):

@@ -21,6 +21,10 @@ from broker.server.longpolling.pull_hold import PullHoldService
 from broker.server.pop.pop_service import PopService
 from broker.server.client.producer_manager import ProducerManager
 from broker.server.processor.pull_processor import PullMessageProcessor
+from broker.server.processor.broker_config_processor import BrokerConfigProcessor
+from broker.server.processor.connection_list_processor import ConnectionListProcessor
+from broker.server.processor.reset_offset_processor import ResetOffsetProcessor
+from broker.server.processor.stats_processor import StatsProcessor
 from broker.server.processor.query_processor import QueryMessageProcessor
 from broker.server.schedule.schedule_service import ScheduleMessageService
 from broker.server.processor.send_fast_path import FastSendPath
@@ -150,7 +154,11 @@ class BrokerController:
                          self.consumer_processor,
                          EndTransactionProcessor(store, topics, schedule, holds, transactions),
                          AdminProcessor(store, topics, schedule, self.metrics.runtime_table),
-                         QueryMessageProcessor(store), SubscriptionGroupProcessor(groups)):
+                         QueryMessageProcessor(store), SubscriptionGroupProcessor(groups),
+                         StatsProcessor(store, topics, self.consumers, groups, self.config.brokerName, lambda: self.addr),
+                         BrokerConfigProcessor(self.config, self.store_config, topics, groups),
+                         ConnectionListProcessor(self.consumers, self.producers),
+                         ResetOffsetProcessor(store, topics, self.consumers, self.config.brokerName)):
                 self.handlers.update(proc.handlers())
             # pop is served by whichever broker takes writes (PopService refuses it elsewhere); a
             # DLedger leader or a controller-mode master starts it when its role says so
@@ -190,6 +198,8 @@ class BrokerController:
         self.register_soon()
         self._every(self.config.registerNameServerPeriod / 1000, self.register_soon)
         self._every(10.0, self.consumer_processor.scan_expired)
+        self.metrics.sample()
+        self._every(10.0, self.metrics.sample)
         self._every(10.0, self.producers.scan_expired)
         self._every(self.store_config.flushConsumerOffsetInterval / 1000, self.schedule.persist_soon)
         if self.acl is not None:

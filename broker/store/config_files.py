@@ -87,6 +87,15 @@ class ConsumerOffsetTable:
             self.dirty = True
         return moved
 
+    def remove_topic(self, topic: str) -> int:
+        """Every group's offsets of a deleted topic; returns how many groups had some."""
+        keys = [k for k in self.table if k.rpartition("@")[0] == topic]
+        for k in keys:
+            del self.table[k]
+        if keys:
+            self.dirty = True
+        return len(keys)
+
     def query(self, group: str, topic: str, queue_id: int) -> int:
         """-1 when the group never committed an offset for the queue (as RocketMQ)."""
         return self.table.get(f"{topic}@{group}", {}).get(queue_id, -1)
@@ -150,6 +159,14 @@ class TopicConfigTable:
         self.topics[cfg.topicName] = cfg
         self.data_version = {"timestamp": int(time.time() * 1000), "counter": self.data_version["counter"] + 1}
         self.persist_soon()
+
+    def remove(self, topic: str) -> TopicConfig | None:
+        import time
+        cfg = self.topics.pop(topic, None)
+        if cfg is not None:
+            self.data_version = {"timestamp": int(time.time() * 1000), "counter": self.data_version["counter"] + 1}
+            self.persist_soon()
+        return cfg
 
     def _text(self) -> str:
         return json.dumps({"topicConfigTable": {n: asdict(c) for n, c in sorted(self.topics.items())},

@@ -15,7 +15,7 @@ log = logging.getLogger("consumers")
 
 
 class ConsumerGroupInfo:
-    __slots__ = ("group", "clients", "subscriptions", "consume_from_where", "message_model")
+    __slots__ = ("group", "clients", "subscriptions", "consume_from_where", "message_model", "consume_type")
 
     def __init__(self, group: str):
         self.group = group
@@ -23,6 +23,7 @@ class ConsumerGroupInfo:
         self.subscriptions: dict[str, dict] = {}  # topic -> SubscriptionData
         self.consume_from_where = None
         self.message_model = None
+        self.consume_type = None
 
 
 class ConsumerManager:
@@ -48,6 +49,7 @@ class ConsumerManager:
             g.clients[client_id] = (conn, now)
             g.consume_from_where = cd.get("consumeFromWhere")
             g.message_model = cd.get("messageModel")
+            g.consume_type = cd.get("consumeType")
             for sd in cd.get("subscriptionDataSet") or []:
                 if sd.get("topic"):
                     g.subscriptions[sd["topic"]] = sd

@@ -6,6 +6,8 @@ store's integer counters."""
 from __future__ import annotations
 
 import logging
+import time
+from collections import deque
 
 from broker.store.offset_table import FLUSH_BUCKETS, Slot
 
@@ -16,6 +18,35 @@ class BrokerMetrics:
     def __init__(self, controller):
         self.c = controller
         self._server = None
+        # (monotonic time, messages put, messages got) every SAMPLE_PERIOD s: RocketMQ's putTps and
+        # getTransferredTps are rates over the last 10 s, 1 min and 10 min
+        self._samples: deque[tuple[float, int, int]] = deque(maxlen=61)
+
+    def sample(self) -> None:
+        """Called every 10 s by the broker (and at start): the history the TPS figures read."""
+        store = self.c.store
+        self._samples.append((time.monotonic(), store.put_msgs, store.get_msgs))
+
+    def _tps(self, index: int) -> str:
+        """"tps10s tps1min tps10min" as RocketMQ's runtime info writes them: each over the newest
+        sample at least that old (the oldest while the broker is younger than the window)."""
+        store = self.c.store
+        now, current = time.monotonic(), (store.put_msgs, store.get_msgs)[index - 1]
+        rates = []
+        for window in (10, 60, 600):
+            old = next((s for s in reversed(self._samples) if now - s[0] >= window),
+                       self._samples[0] if self._samples else None)
+            rates.append(0.0 if old is None or now <= old[0] else (current - old[index]) / (now - old[0]))
+        return " ".join(f"{r:.2f}" for r in rates)
+
+    def _earliest_message_time(self, o: dict) -> int:
+        """STORETIMESTAMP of the oldest message the commit log holds; -1 when it holds none."""
+        if o["wrote"] <= o["min"]:
+            return -1
+        try:
+            return self.c.store.lookup(o["min"]).store_timestamp
+        except Exception:  # the oldest file is being deleted under us: no figure this time
+            return -1
 
     def snapshot(self) -> dict[str, float]:
         c, store = self.c, self.c.store
@@ -57,7 +88,14 @@ class BrokerMetrics:
         table = {"brokerVersionDesc": "V4_9_4", "brokerRole": store.config.brokerRole,
                  "commitLogMinOffset": o["min"], "commitLogMaxOffset": o["wrote"], "flushedOffset": o["flushed"],
                  "dispatchedOffset": o["dispatched"], "putMessageEntireTimeMax": 0,
-                 "pullHeldRequests": c.holds.held(), "topics": len(c.topics.table.topics)}
+                 "pullHeldRequests": c.holds.held(), "topics": len(c.topics.table.topics),
+                 # what mqadmin clusterList and brokerStatus read; no thread pools queue requests
+                 # here (each is handled on arrival), so their queue sizes and waits are 0
+                 "putTps": self._tps(1), "getTransferredTps": self._tps(2),
+                 "sendThreadPoolQueueSize": 0, "sendThreadPoolQueueHeadWaitTimeMills": 0,
+                 "pullThreadPoolQueueSize": 0, "pullThreadPoolQueueHeadWaitTimeMills": 0,
+                 "pageCacheLockTimeMills": 0, "earliestMessageTimeStamp": self._earliest_message_time(o),
+                 "commitLogDiskRatio": round(o["disk_usage"], 6), "brokerActive": "false" if store.is_slave else "true"}
         table.update({k: o[k] for k in ("acked", "slaves", "received", "linked", "dLedgerRole", "dLedgerTerm",
                                         "dLedgerLeader", "dLedgerCommittedIndex", "dLedgerEndIndex") if k in o})
         table.update({k: (int(v) if float(v).is_integer() else round(v, 6)) for k, v in self.snapshot().items()})

@@ -5,8 +5,9 @@ import msgspec
 
 from broker.remoting import codes
 from broker.remoting.command import RemotingCommand
-from broker.remoting.headers import CreateTopicRequestHeader, decode
-from broker.common.topic_validator import TopicError
+from broker.remoting.headers import CreateTopicRequestHeader, TopicHeader, decode
+from broker.remoting.refusals import BadRequest, TopicNotExist
+from broker.common.topic_validator import TopicError, not_sendable
 from broker.store.config_files import TopicConfig
 
 
@@ -19,6 +20,7 @@ class AdminProcessor:
 
     def handlers(self) -> dict:
         return {codes.UPDATE_AND_CREATE_TOPIC: self.create_topic, codes.GET_ALL_TOPIC_CONFIG: self.all_topics,
+                codes.GET_TOPIC_CONFIG: self.topic_config, codes.DELETE_TOPIC_IN_BROKER: self.delete_topic,
                 codes.GET_BROKER_RUNTIME_INFO: self.runtime_info,
                 codes.GET_ALL_CONSUMER_OFFSET: self.all_consumer_offsets,
                 codes.GET_ALL_DELAY_OFFSET: self.all_delay_offsets,
@@ -34,6 +36,34 @@ class AdminProcessor:
 
     def all_topics(self, cmd: RemotingCommand, conn):
         return cmd.response(codes.SUCCESS, body=msgspec.json.encode(self.topics.serialize_wrapper()))
+
+    def topic_config(self, cmd: RemotingCommand, conn):
+        """TopicConfigAndQueueMapping: the topic's config (no static-topic mapping here)."""
+        topic = decode(TopicHeader, cmd.ext).topic
+        cfg = self.topics.get(topic)
+        if cfg is None:
+            raise TopicNotExist(f"No topic in this broker. topic: {topic}")
+        return cmd.response(codes.SUCCESS, body=msgspec.json.encode({**vars(cfg), "attributes": {}}))
+
+    def delete_topic(self, cmd: RemotingCommand, conn):
+        """The topic's config and its groups' offsets go. RocketMQ also deletes its consume queues;
+        this broker cannot drop a topic's stored messages yet (its queues would bring the topic
+        back at the next start), so a topic that holds messages is refused, naming them."""
+        topic = decode(TopicHeader, cmd.ext).topic
+        if not topic.strip():
+            raise BadRequest("The specified topic is blank.")
+        if not_sendable(topic):
+            raise BadRequest(f"The topic[{topic}] is conflict with system topic.")
+        cfg = self.topics.get(topic)
+        if cfg is not None:
+            held = sum(max(self.store.max_offset(topic, q), 0)
+                       for q in range(max(cfg.readQueueNums, cfg.writeQueueNums)))
+            if held:
+                raise BadRequest(f"topic {topic} holds {held} messages: this broker cannot delete a topic's stored "
+                                 f"messages yet (the topic can be made read-only or unreadable: updateTopicPerm)")
+            self.topics.delete(topic)
+        self.store.consumer_offsets.remove_topic(topic)
+        return cmd.response(codes.SUCCESS)
 
     def all_consumer_offsets(self, cmd: RemotingCommand, conn):
         """ConsumerOffsetManager's table, for a slave's SlaveSynchronize (and admin tools)."""

@@ -13,12 +13,13 @@ from broker.remoting.headers import (ConsumerSendMsgBackRequestHeader, GetConsum
                                      QueryConsumerOffsetRequestHeader, QueueHeader, SearchOffsetRequestHeader,
                                      UnregisterClientRequestHeader, UpdateConsumerOffsetRequestHeader, decode)
 from broker.server.filter.expression_type import check_client_config
+from broker.server.processor.offset_search import offset_by_time, store_timestamp
 from broker.server.client.rebalance_lock_manager import REBALANCE_LOCK_MAX_LIVE_TIME, RebalanceLockManager
 from broker.remoting.refusals import BadRequest, NotFound
 from broker.common.topic_validator import DLQ_PREFIX, RETRY_PREFIX, check_topic_name
 from broker.server.subscription.subscription_group_manager import SubscriptionGroupNotExist
 from broker.store.errors import StoreError
-from broker.store.message import SYSFLAG_BORNHOST_V6, host_bytes
+from broker.store.message import host_bytes
 from broker.store.results import PutStatus
 
 log = logging.getLogger("consumers")
@@ -79,12 +80,6 @@ def _mq_keys(body: dict) -> list:
 
 
 
-def _store_timestamp(record) -> int:
-    """STORETIMESTAMP of a stored record: after the born host, 8 bytes or 20 (SYSFLAG_BORNHOST_V6)."""
-    at = 68 if int.from_bytes(record[36:40], "big") & SYSFLAG_BORNHOST_V6 else 56
-    return int.from_bytes(record[at:at + 8], "big", signed=True)
-
-
 class ConsumerProcessor:
     def __init__(self, store, topics, consumers, holds, schedule, max_reconsume_times: int, producers=None,
                  lock_max_live_time: float = REBALANCE_LOCK_MAX_LIVE_TIME, groups=None):
@@ -117,6 +112,8 @@ class ConsumerProcessor:
             if cd.get("groupName"):
                 check_topic_name(RETRY_PREFIX + cd["groupName"])
         changed = self.consumers.heartbeat(data, conn)
+        if conn is not None:  # what consumerConnection/producerConnection list for this client
+            conn.attrs["client_language"], conn.attrs["client_version"] = cmd.language, cmd.version
         if self.producers is not None:
             self.producers.heartbeat(data, conn)
         for cd in data.get("consumerDataSet") or []:
@@ -215,7 +212,7 @@ class ConsumerProcessor:
         h = decode(QueueHeader, cmd.ext)
         r = self.store.get(h.topic, h.queueId, self.store.min_offset(h.topic, h.queueId), 1)
         try:
-            stored_at = _store_timestamp(r.messages[0]) if r.messages else -1
+            stored_at = store_timestamp(r.messages[0]) if r.messages else -1
         finally:
             r.release()
         return cmd.response(codes.SUCCESS, {"timestamp": stored_at})
@@ -223,22 +220,7 @@ class ConsumerProcessor:
     def search_offset(self, cmd: RemotingCommand, conn):
         """The first queue offset whose message was stored at or after `timestamp`."""
         h = decode(SearchOffsetRequestHeader, cmd.ext)
-        topic, queue_id, ts = h.topic, h.queueId, h.timestamp
-        lo, hi = self.store.min_offset(topic, queue_id), self.store.max_offset(topic, queue_id)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            r = self.store.get(topic, queue_id, mid, 1)
-            if not r.messages:
-                break
-            try:
-                stored_at = _store_timestamp(r.messages[0])
-            finally:
-                r.release()
-            if stored_at < ts:
-                lo = mid + 1
-            else:
-                hi = mid
-        return cmd.response(codes.SUCCESS, {"offset": lo})
+        return cmd.response(codes.SUCCESS, {"offset": offset_by_time(self.store, h.topic, h.queueId, h.timestamp)})
 
     # -- retry -----------------------------------------------------------------------------------
     def send_back(self, cmd: RemotingCommand, conn):

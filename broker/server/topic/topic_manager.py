@@ -50,6 +50,15 @@ class TopicManager:
             cb()
         return cfg
 
+    def delete(self, topic: str) -> TopicConfig | None:
+        """The topic's config goes (DELETE_TOPIC_IN_BROKER); on_change re-registers without it."""
+        cfg = self.table.remove(topic)
+        if cfg is not None:
+            log.info("topic %s deleted", topic)
+            for cb in self.on_change:
+                cb()
+        return cfg
+
     def learn(self, queue_counts: dict[str, int]) -> list[str]:
         """A slave's topics from the queues its log holds (MessageStore.queue_counts): a topic it
         has no config for yet, or fewer queues than it holds, gets one, so that consumers can read
