@@ -38,7 +38,7 @@ cdef enum:
     CODE_PULL_MESSAGE = 11
     CODE_SEND_MESSAGE_V2 = 310
     CODE_SEND_BATCH_MESSAGE = 320
-    VERSION_V4_9_4 = 395       # what RemotingCommand.request sends (broker.remoting.command.VERSION)
+    VERSION_V4_9_4 = 401       # what RemotingCommand.request sends (broker.remoting.command.VERSION: MQVersion ordinal)
     FLAG_RESPONSE = 1
     FLAG_ONEWAY = 2
     MAX_PROPS_LEN = 32767      # a batched message's properties length is an int16

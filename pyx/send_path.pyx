@@ -56,7 +56,7 @@ cdef enum:
     BATCH_FIXED = 22           # a batched message's fixed fields (MessageDecoder.encodeMessage)
     FLAG_RESPONSE = 1
     FLAG_ONEWAY = 2
-    VERSION_V4_9_4 = 395
+    VERSION_V4_9_4 = 401  # MQVersion.Version.V4_9_4.ordinal() (395 is V4_9_1); broker.remoting.command.VERSION
     LANGUAGE_JAVA = 0
 
 RUN_DONE = RUN_DONE_

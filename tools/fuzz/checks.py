@@ -19,7 +19,7 @@ from broker.kernels import index_dispatch as KI
 from broker.kernels import header as KHD
 from broker.kernels import pulled as KP
 from broker.kernels import remoting as KR
-from broker.remoting.command import RemotingCommand, ext_string
+from broker.remoting.command import VERSION, RemotingCommand, ext_string
 from broker.store.errors import StoreError
 from broker.store.message import decode_message, decode_properties
 from tests.twins import client_codec_twin as TCC
@@ -274,7 +274,7 @@ def _send_replies(data) -> list[tuple]:
         n, word = struct.unpack_from(">ii", data, pos)
         hl, stype = word & 0xFFFFFF, word >> 24
         code, lang, version, opaque, flag, remark, ext = THD.decode_header(stype, data, pos + 8, hl)
-        if (lang, version, remark) != ("JAVA", 395, None) or n != 4 + hl:
+        if (lang, version, remark) != ("JAVA", VERSION, None) or n != 4 + hl:
             raise Mismatch(f"a reply's header is {(lang, version, remark, n, hl)}")
         out.append((stype, code, opaque, flag, ext))
         pos += 4 + n
