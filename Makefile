@@ -107,7 +107,16 @@ $(MQADMIN): tests/mqadmin/pom.xml .deps/jdk
 	$(MVN) -f tests/mqadmin/pom.xml -Dmqadmin.lib=$(CURDIR)/build/mqadmin/lib dependency:copy-dependencies
 	touch $@
 
-clients: $(ONS) $(NODE5) $(RQ_VENV)/.installed $(RQ5_VENV)/.installed $(JAVA_CLIENTS) $(RMQGO) $(MQADMIN)
+# Apache RocketMQ's own name server, broker and proxy (tests/javabroker/pom.xml, pinned): the reference
+# broker the differential, migration and HA-interop tests and the bench run beside ours
+JAVABROKER := build/javabroker/.copied
+
+$(JAVABROKER): tests/javabroker/pom.xml .deps/jdk
+	rm -rf build/javabroker/lib
+	$(MVN) -f tests/javabroker/pom.xml -Djavabroker.lib=$(CURDIR)/build/javabroker/lib dependency:copy-dependencies
+	touch $@
+
+clients: $(ONS) $(NODE5) $(RQ_VENV)/.installed $(RQ5_VENV)/.installed $(JAVA_CLIENTS) $(RMQGO) $(MQADMIN) $(JAVABROKER)
 
 # The gRPC front's stubs (broker/proxy/protocol/*_pb2*.py, committed) regenerated from the vendored
 # .proto files of apache/rocketmq-apis (proto/apache/rocketmq/v2): grpcio-tools, then the generated
