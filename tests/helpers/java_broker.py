@@ -3,8 +3,9 @@ the jars `make clients` copies into build/javabroker/lib from tests/javabroker/p
 processes on loopback beside ours. `JavaBroker` has the interface of tests.helpers.ha_cluster.Broker
 (port, ha_port, store, conf, start, stop, kill9, info), so a test can hold one of each and compare.
 
-JVM settings: runbroker.sh's G1 with a heap that fits this machine (../shared/reference/
-apache-rocketmq-java.md §2), the four `--add-opens` JDK 17 needs (§6), one user.home per process
+JVM settings: runbroker.sh's G1 with a heap that fits a 2-core test machine and C1 only (a test
+needs a quick start, not peak speed: the bench runs its own JVM flags), the `--add-opens` JDK 17
+needs for the store's mmap cleaner and DLedger's reflection, one user.home per process
 (its logs and ~/store defaults go there) and the 5.x logback chosen by system property, because
 on one merged classpath the name server would otherwise pick the broker's."""
 from __future__ import annotations
@@ -23,9 +24,9 @@ VERSION = "5.5.0"
 ADD_OPENS = ["--add-opens=java.base/java.lang=ALL-UNNAMED", "--add-opens=java.base/java.nio=ALL-UNNAMED",
              "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED", "--add-opens=java.base/jdk.internal.ref=ALL-UNNAMED",
              "--add-opens=java.base/java.util=ALL-UNNAMED"]
-# runbroker.sh's collector and flags; the heap sized for a 2-core, shared test machine (the bench
-# overrides it with its own JVM_BROKER)
-JVM_BROKER = ["-Xms512m", "-Xmx512m", "-XX:MaxDirectMemorySize=512m", "-XX:+UseG1GC",
+# runbroker.sh's collector and flags; the heap sized for a 2-core, shared test machine and C1 only
+# (start-up time is what a test pays for)
+JVM_BROKER = ["-Xms512m", "-Xmx512m", "-XX:MaxDirectMemorySize=512m", "-XX:+UseG1GC", "-XX:TieredStopAtLevel=1",
               "-XX:G1ReservePercent=25", "-XX:InitiatingHeapOccupancyPercent=30",
               "-XX:SoftRefLRUPolicyMSPerMB=0", "-XX:+IgnoreUnrecognizedVMOptions"]
 JVM_NAMESRV = ["-Xms128m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
