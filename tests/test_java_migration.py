@@ -8,7 +8,9 @@ One store goes through four brokers in turn, each answer compared with the previ
    producer; it writes round O and is stopped cleanly;
 3. the Java broker starts on it and answers as ours did; it checks O's pending half back; it writes
    round K and is killed (SIGKILL) once its offsets are persisted;
-4. ours starts on the killed broker's store and answers as the Java broker did before the kill.
+4. ours starts on the killed broker's store and answers as the Java broker did before the kill;
+   it writes round Z and is killed (SIGKILL) once its offsets are persisted;
+5. the Java broker starts on the store ours was killed on and answers as ours did before the kill.
 """
 from __future__ import annotations
 
@@ -16,8 +18,8 @@ import struct
 
 import pytest
 
-from tests.helpers import java_broker
 from broker.store.message import decode_message
+from tests.helpers import java_broker
 from tests.helpers.ha_cluster import Broker, NameServer
 from tests.helpers.java_broker import JavaBroker
 from tests.helpers.migration_workload import CONF, SCHEDULE, Round, fastjson_decode, observe
@@ -26,7 +28,7 @@ from tests.helpers.procs import wait_until
 pytestmark = pytest.mark.skipif(not java_broker.available(),
                                 reason="needs java and Apache RocketMQ's jars (make build/javabroker/.copied)")
 
-J, O, K = Round("J", 1), Round("O", 2), Round("K", 3)
+J, O, K, Z = Round("J", 1), Round("O", 2), Round("K", 3), Round("Z", 4)
 
 
 @pytest.fixture(scope="module")
@@ -90,14 +92,30 @@ def java_on_ours(env, ours_on_java):
 
 @pytest.fixture(scope="module")
 def ours_after_kill(env, java_on_ours):
-    root, ns, conf, _ = env
+    root, ns, conf, store = env
     ob = Broker(root, "ours-2", ns.addr, "ASYNC_MASTER", 0, extra=conf)
     try:
         ob.start()
         served = observe(ob.port, [J, O, K])
+        Z.write(ob.port)
+        wrote = observe(ob.port, [J, O, K, Z])
+        wait_until(lambda: persisted(store, Z, wrote), 30, "round Z's offsets in config/*.json")
+        ob.kill9()
     finally:
         ob.stop()
-    return {"served": served, "stderr": ob.stderr()}
+    return {"served": served, "wrote": wrote, "stderr": ob.stderr()}
+
+
+@pytest.fixture(scope="module")
+def java_after_kill(env, ours_after_kill):
+    root, ns, conf, _ = env
+    jb = JavaBroker(root, "java-3", ns.addr, extra=conf)
+    try:
+        jb.start()
+        served = observe(jb.port, [J, O, K, Z])
+    finally:
+        jb.stop()
+    return {"served": served}
 
 
 def persisted(store, rd: Round, answers: dict) -> bool:
@@ -179,17 +197,21 @@ def test_ours_serves_the_store_of_a_killed_java_broker(java_on_ours, ours_after_
     assert_same(ours_after_kill["served"], java_on_ours["wrote"])
 
 
-def test_delayed_entries_carry_their_delivery_time(env, ours_after_kill):
+def test_java_serves_the_store_of_our_killed_broker(ours_after_kill, java_after_kill):
+    assert_same(java_after_kill["served"], ours_after_kill["wrote"])
+
+
+def test_delayed_entries_carry_their_delivery_time(env, java_after_kill):
     """Each broker's dispatch wrote (or, after the kill, rewrote) SCHEDULE_TOPIC_XXXX's tagsCode as
-    RocketMQ reads it: store time + the level's delay; a tag hash there made the Java broker
-    deliver our 1 h messages at once."""
+    RocketMQ reads it: store time + the level's delay (a tag hash there made the Java broker deliver
+    our 1 h messages at once)."""
     store = env[3]
     log = (store / "commitlog" / "00000000000000000000").read_bytes()
     for queue, delay in ((0, 1000), (16, 3_600_000)):
         cq = (store / "consumequeue" / SCHEDULE / str(queue) / "00000000000000000000").read_bytes()
         entries = [struct.unpack_from(">qiq", cq, i) for i in range(0, len(cq), 20)]
         entries = [e for e in entries if e[1] > 0]
-        assert len(entries) == (6 if queue == 0 else 3)
+        assert len(entries) == (8 if queue == 0 else 4)
         for phys, size, tags_code in entries:
             m = decode_message(log, phys)
             assert (m.size, m.topic, m.properties["DELAY"]) == (size, SCHEDULE, "1" if queue == 0 else "17")
