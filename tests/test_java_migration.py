@@ -15,6 +15,8 @@ One store goes through four brokers in turn, each answer compared with the previ
 from __future__ import annotations
 
 import struct
+import subprocess
+import sys
 
 import pytest
 
@@ -77,6 +79,9 @@ def java_on_ours(env, ours_on_java):
     jb = JavaBroker(root, "java-2", ns.addr, extra=conf)
     try:
         jb.start()
+        rival = Broker(root, "ours-rival", ns.addr, "ASYNC_MASTER", 0, extra=conf)
+        refused = subprocess.run([sys.executable, "-m", "broker.cli", "serve", "-c", str(rival.conf)],
+                                 capture_output=True, text=True, timeout=60)
         served = observe(jb.port, [J, O])
         check = O.resolve_pending(jb.port)
         checked = observe(jb.port, [O])
@@ -87,7 +92,7 @@ def java_on_ours(env, ours_on_java):
         jb.kill9()
     finally:
         jb.stop()
-    return {"served": served, "check": check, "checked": checked, "wrote": wrote}
+    return {"served": served, "check": check, "checked": checked, "wrote": wrote, "refused": refused}
 
 
 @pytest.fixture(scope="module")
@@ -185,6 +190,14 @@ def test_ours_checks_back_the_java_pending_half(ours_on_java):
 
 def test_java_serves_our_store(ours_on_java, java_on_ours):
     assert_same(java_on_ours["served"], ours_on_java["wrote"])
+
+
+def test_ours_refuses_a_store_the_java_broker_runs_on(env, java_on_ours):
+    """The Java broker's lock is an fcntl record lock on the `lock` file's first byte; ours takes
+    the same lock (besides its flock), so it cannot start beside it on one store."""
+    refused = java_on_ours["refused"]
+    assert refused.returncode != 0
+    assert f"store {env[3]} is in use by another broker (lock file held)" in refused.stderr
 
 
 def test_java_checks_back_our_pending_half(java_on_ours):
