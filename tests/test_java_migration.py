@@ -129,13 +129,15 @@ def java_after_kill(env, ours_after_kill):
 
 
 def persisted(store, rd: Round, answers: dict) -> bool:
+    """Whether config/ holds the round's consumer offsets and every delay offset as answered."""
     try:
         offsets = fastjson_decode((store / "config" / "consumerOffset.json").read_bytes())["offsetTable"]
         delay = fastjson_decode((store / "config" / "delayOffset.json").read_bytes())["offsetTable"]
     except (OSError, ValueError):
         return False
     want = {int(k): v for k, v in answers["delayOffsets"][1].items()}
-    return all(str(offsets.get(f"{t}@{rd.group}", {}).get(str(q))) == answers["consumerOffsets"][f"{rd.group}@{t}/{q}"][1]
+    committed = answers["consumerOffsets"]
+    return all(str(offsets.get(f"{t}@{rd.group}", {}).get(str(q))) == committed[f"{rd.group}@{t}/{q}"][1]
                for t, q in rd.offsets) and {int(k): v for k, v in delay.items()} == want
 
 

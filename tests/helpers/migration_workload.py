@@ -3,12 +3,12 @@ requests to any broker (Apache RocketMQ's own or ours), and the answers a broker
 afterwards, so a test can start the other broker on the same store and compare answer for answer.
 
 Records written (topics made with UPDATE_AND_CREATE_TOPIC first):
-- plain messages with KEYS and TAGS over MigA's 4 queues and MigB's 2 queues
-- a SEND_BATCH_MESSAGE of 3 into MigB queue 1
+- plain messages with KEYS and TAGS over <p>A's 4 queues and <p>B's 2 queues
+- a SEND_BATCH_MESSAGE of 3 into <p>B queue 1
 - delayed: level 1 (delivered while the writer runs, checked) and level 17 (1 h: still scheduled)
 - transactional: one committed, one rolled back, one left half (checked back by the next broker)
-- a retry (CONSUMER_SEND_MSG_BACK, delay level 1, delivered to %RETRY%mig-cg) and a DLQ message
-  (sent with reconsumeTimes 16, sent back with maxReconsumeTimes 16 -> %DLQ%mig-cg)
+- a retry (CONSUMER_SEND_MSG_BACK, delay level 1, delivered to %RETRY%<p>-cg) and a DLQ message
+  (sent with reconsumeTimes 16, sent back with maxReconsumeTimes 16 -> %DLQ%<p>-cg)
 - committed consumer offsets of the group on the A and B topics
 Each round of the workload has its own prefix (topics `<p>A`, `<p>B`, `<p>Tx`, group `<p>-cg`), so
 one store can take a round from each broker in turn.
@@ -26,7 +26,6 @@ from tests.helpers.procs import wait_until
 from tests.helpers.raw_wire import RawConn, frame, header
 
 SCHEDULE = "SCHEDULE_TOPIC_XXXX"
-HALF, OP = "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 LEVELS = "messageDelayLevel=1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h\n"
 # the keys both brokers get, whichever writes: the default delay levels (level 1 = 1 s, level 17 =
 # 1 h), transactions checked back every second once a second old (and not given up while the
@@ -199,8 +198,8 @@ class Round:
 
 def record(m) -> dict:
     """A stored record, field by field (the commit-log offset included: the store is the same)."""
-    return {"topic": m.topic, "queueId": m.queue_id, "queueOffset": m.queue_offset, "commitLogOffset": m.physical_offset,
-            "body": m.body, "properties": m.properties, "flag": m.flag, "sysFlag": m.sys_flag,
+    return {"topic": m.topic, "queueId": m.queue_id, "queueOffset": m.queue_offset,
+            "commitLogOffset": m.physical_offset, "body": m.body, "properties": m.properties, "flag": m.flag, "sysFlag": m.sys_flag,
             "bornTimestamp": m.born_timestamp, "bornHost": m.born_host, "storeTimestamp": m.store_timestamp,
             "storeHost": m.store_host, "reconsumeTimes": m.reconsume_times, "bodyCRC": m.body_crc, "size": m.size}
 
