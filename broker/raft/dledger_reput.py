@@ -106,7 +106,7 @@ class DLedgerReputService(ReputService):
                 if count != 1 or nxt != rel + size or status != SCAN_END:
                     return self._stop(dispatched, f"entry body is not one record (count {count}, end {nxt} "
                                                   f"of {rel + size}, status {status} {scanner.reason})")
-                self.dispatcher.dispatch(scanner, 1, mf.buf)
+                self.dispatcher.dispatch(scanner, 1, mf.buf, mf.base)
             dispatched += size
             n += 1
             if n % PUBLISH_EVERY == 0:

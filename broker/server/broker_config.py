@@ -8,12 +8,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import re
 from dataclasses import dataclass
 
 from broker.raft.config import DLedgerConfig
 from broker.server.plain_access_validator import default_acl_file
 from broker.store.config import MessageStoreConfig, _convert
+from broker.store.delay_levels import parse_delay_levels  # noqa: F401 (where the broker's modules find it)
 from broker.store.errors import StoreConfigError
 
 log = logging.getLogger("conf")
@@ -34,23 +34,6 @@ def renamed_tls_keys(props: dict[str, str]) -> dict[str, str]:
             if ours in out and out[ours].strip() != value.strip():
                 raise StoreConfigError(java, f"{value!r} differs from {ours}={out[ours]!r}: one setting, two names")
             out[ours] = value
-    return out
-
-
-_UNITS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-
-
-def parse_delay_levels(text: str) -> list[int]:
-    """messageDelayLevel ("1s 5s 10s 30s 1m …") → milliseconds per level (level 1 first).
-    RocketMQ knows s, m, h, d; `ms` is accepted too so that tests can use short levels."""
-    out = []
-    for item in text.split():
-        m = re.fullmatch(r"(\d+)(ms|s|m|h|d)", item)
-        if m is None:
-            raise StoreConfigError("messageDelayLevel", f"{item!r} is not a number followed by ms, s, m, h or d")
-        out.append(int(m.group(1)) * _UNITS[m.group(2)])
-    if not out:
-        raise StoreConfigError("messageDelayLevel", "no delay levels")
     return out
 
 
@@ -190,6 +173,7 @@ def load_broker_config(props: dict[str, str]) -> tuple[BrokerConfig, MessageStor
     store.dLegerSelfId = dledger.dLegerSelfId
     broker = BrokerConfig(**mine)
     store.enableControllerMode = broker.enableControllerMode
+    store.messageDelayLevel = broker.messageDelayLevel
     if broker.enableControllerMode and dledger.enableDLegerCommitLog:
         raise StoreConfigError("enableControllerMode", "controller mode and DLedger mode (enableDLegerCommitLog) "
                                "are two answers to the same question; choose one")

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import errno
 import fcntl
 import logging
 import os
 import socket
+import struct
 import time
 
 from broker.kernels.codec import MAX_TOPIC_LEN
@@ -166,13 +168,20 @@ class MessageStore:
         await self.close()
 
     def _lock(self) -> None:
+        """The `lock` file, held two ways: flock, and the record lock on its first byte that Apache
+        RocketMQ's broker takes (FileChannel.tryLock(0, 1), an fcntl lock that flock does not see),
+        so that neither broker starts on a store the other is running on. The record lock is an
+        open-file-description one: closing another descriptor of the file does not drop it."""
         os.makedirs(self.root, exist_ok=True)
         self._lock_fd = os.open(paths.lock_file(self.root), os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+            fcntl.fcntl(self._lock_fd, fcntl.F_OFD_SETLK, struct.pack("hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0))
+        except OSError as e:
             os.close(self._lock_fd)
             self._lock_fd = -1
+            if e.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                raise
             raise ServiceUnavailable(f"store {self.root} is in use by another broker (lock file held)") from None
         os.write(self._lock_fd, b"lock")
 

@@ -21,10 +21,14 @@ from broker.services.process import enter_service, notify, run_service
 from broker.store import paths
 from broker.store.checkpoint import StoreCheckpoint
 from broker.store.consume_queue import ConsumeQueue, ConsumeQueueStore
+from broker.store.delay_levels import deliver_timestamp, parse_delay_levels
 from broker.store.mapped_file_queue import MappedFileQueue
+from broker.store.message import decode_message
 from broker.store.offset_table import Slot, open_table
 
 log = logging.getLogger("reput")
+
+SCHEDULE_TOPIC = b"SCHEDULE_TOPIC_XXXX"
 BATCH = 8192
 
 
@@ -34,18 +38,29 @@ class Dispatcher:
     The entries go in one kernel pass (CqDispatcher) straight into the mapped files; the pass
     comes back here only when a queue needs its next file (or its first), which is made and
     registered, and the pass goes on. `on_new_queue` is called the first time a queue is written
-    by this dispatcher."""
+    by this dispatcher.
 
-    def __init__(self, cqs: ConsumeQueueStore, on_new_queue=None, index: BuildIndex | None = None):
+    With the delay levels (`delays`, ms per level) a SCHEDULE_TOPIC_XXXX entry gets RocketMQ's
+    tagsCode, the delivery time (broker.store.delay_levels), instead of the tag hash: a Java
+    broker started on this store delivers each delayed message when it is due, not at once."""
+
+    def __init__(self, cqs: ConsumeQueueStore, on_new_queue=None, index: BuildIndex | None = None,
+                 delays: list[int] | None = None):
         self.cqs = cqs
         self.index = index
         self.kernel = CqDispatcher()
         self._queues: dict[int, ConsumeQueue] = {}
         self._on_new_queue = on_new_queue
+        self.delays = delays
+        self._scanner: Scanner | None = None
+        self._schedule_idx = -1  # the schedule topic's index in the scanner's interned topics
+        self._topics_seen = 0  # how many of them were looked at
 
-    def dispatch(self, scanner: Scanner, count: int, buf: MappedBuffer | None = None) -> None:
+    def dispatch(self, scanner: Scanner, count: int, buf: MappedBuffer | None = None, base: int | None = None) -> None:
         """The consume-queue entries of the scanner's `count` records, then (with an index and the
-        scanned buffer `buf`) their index entries."""
+        scanned buffer `buf`) their index entries. `base`: the commit-log offset of buf[0]."""
+        if self.delays is not None and buf is not None and base is not None:
+            self._deliver_times(scanner, count, buf, base)
         i = 0
         while True:
             i = self.kernel.dispatch(scanner, i, count)
@@ -54,6 +69,31 @@ class Dispatcher:
             self._open_file(scanner, self.kernel.missing_key, self.kernel.missing_offset)
         if self.index is not None and buf is not None:
             self.index.dispatch(scanner, buf, count)
+
+    def _deliver_times(self, scanner: Scanner, count: int, buf: MappedBuffer, base: int) -> None:
+        """tagsCode = delivery time for the batch's delayed messages (few: each is decoded here)."""
+        if scanner is not self._scanner:
+            self._scanner, self._schedule_idx, self._topics_seen = scanner, -1, 0
+        if self._schedule_idx < 0:
+            topics = scanner.topics  # interned and only appended to: each is looked at once
+            for k in range(self._topics_seen, len(topics)):
+                if topics[k] == SCHEDULE_TOPIC:
+                    self._schedule_idx = k
+                    break
+            self._topics_seen = len(topics)
+            if self._schedule_idx < 0:
+                return
+        entries = scanner.entries[:count]
+        hits = np.flatnonzero(entries["topic_idx"] == self._schedule_idx)
+        if hits.size == 0:
+            return
+        mv = memoryview(buf.obj).cast("B")
+        tags = entries["tag_hash"]
+        for i in hits:
+            m = decode_message(mv, int(entries["phys_offset"][i]) - base)
+            due = deliver_timestamp(self.delays, m.properties.get("DELAY"), int(entries["store_ts"][i]))
+            if due is not None:
+                tags[i] = due
 
     def _open_file(self, scanner: Scanner, key: int, offset: int) -> None:
         cq = self._queues.get(key)
@@ -91,7 +131,8 @@ class ReputService:
         # A slave learns its topics from here: it holds no config for a topic until its master's
         # is copied, and a topic made seconds before the master died never would be.
         self.dispatcher = Dispatcher(self.cqs, on_new_queue=self._announce_queue,
-                                     index=BuildIndex(config) if config.messageIndexEnable else None)
+                                     index=BuildIndex(config) if config.messageIndexEnable else None,
+                                     delays=parse_delay_levels(config.messageDelayLevel))
         self.notify_fd = notify_fd
         self.last_store_ts = 0
         self._retry_wait = 0.0
@@ -151,7 +192,7 @@ class ReputService:
             end = min(wrote, mf.end) - mf.base
             count, nxt, status = self.scanner.scan(mf.buf, dispatched - mf.base, end, mf.base, False)
             if count:
-                self.dispatcher.dispatch(self.scanner, count, mf.buf)
+                self.dispatcher.dispatch(self.scanner, count, mf.buf, mf.base)
                 self.last_store_ts = self.dispatcher.last_store_ts
             dispatched = mf.base + nxt
             if status == SCAN_BLANK:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from broker.kernels.codec import CQ_UNIT_SIZE
 from broker.store import paths
+from broker.store.delay_levels import DEFAULT_LEVELS
 from broker.store.errors import StoreConfigError
 
 log = logging.getLogger("conf")
@@ -104,6 +105,9 @@ class MessageStoreConfig:
     # the store serves in (a master refuses a slave that follows another epoch)
     controllerBrokerId: int = -1
     controllerMasterEpoch: int = 0
+    # a broker key copied here (RocketMQ keeps it in MessageStoreConfig): the reput writes a
+    # delayed message's consume-queue entry with its delivery time, as RocketMQ's dispatch does
+    messageDelayLevel: str = DEFAULT_LEVELS
 
     def __post_init__(self) -> None:
         self.validate()

@@ -1,6 +1,8 @@
 """Recovery of the commit log and consume queues at start (RocketMQ's recoverNormally/Abnormally).
 
-After a clean stop the checkpoint's cleanOffset is trusted (checked cheaply). After a crash the
+After a clean stop the checkpoint's cleanOffset is trusted (checked cheaply); after a clean stop
+of a broker that wrote no cleanOffset (Apache RocketMQ's) the end is found by scanning the last
+three segments, as RocketMQ's recoverNormally does. After a crash the
 log is scanned with CRC from the segment holding min(flushedOffset, cqFlushedOffset): below
 flushedOffset every byte was durable, so a bad record there is real corruption and the store
 refuses to start, naming the offset; at or past it a bad record is the torn tail of the crash,
@@ -47,6 +49,11 @@ def recover(commit_log: CommitLog, cqs: ConsumeQueueStore, ckpt: StoreCheckpoint
         if res is not None:
             return res
         log.warning("checkpoint of the clean stop does not match the commit log: scanning as after a crash")
+    elif clean:
+        # stopped cleanly by a broker that keeps none of our offsets in the checkpoint (Apache
+        # RocketMQ's: an operator's migration): as its recoverNormally, the end of the log is found
+        # by scanning from the third-last segment; the consume queues and index it left are whole
+        return _recover_crash(commit_log, cqs, ckpt, check_crc, foreign_clean=True)
     return _recover_crash(commit_log, cqs, ckpt, check_crc)
 
 
@@ -72,10 +79,12 @@ def _recover_clean(commit_log: CommitLog, cqs: ConsumeQueueStore, ckpt: StoreChe
 
 
 def _recover_crash(commit_log: CommitLog, cqs: ConsumeQueueStore, ckpt: StoreCheckpoint,
-                   check_crc: bool) -> RecoveryResult:
+                   check_crc: bool, foreign_clean: bool = False) -> RecoveryResult:
     q = commit_log.queue
     durable = ckpt.get("flushedOffset") if ckpt.has_offsets else 0
     start = min(durable, ckpt.get("cqFlushedOffset")) if ckpt.has_offsets else q.min_offset
+    if foreign_clean:
+        start = q.files[max(0, len(q.files) - 3)].base
     start = max(start, q.min_offset)
     mf = q.find(start) or q.files[-1]
     start = mf.base
@@ -116,8 +125,9 @@ def _recover_crash(commit_log: CommitLog, cqs: ConsumeQueueStore, ckpt: StoreChe
     for key, nxt in seen.items():
         if nxt > offsets.get(key, 0):
             offsets[key] = nxt
-    log.info("recovered commit log after a crash: scanned %d bytes from %d, end at %d", end - start, start, end)
-    return RecoveryResult(end, start, False, offsets, truncated, end - start)
+    log.info("recovered commit log %s: scanned %d bytes from %d, end at %d",
+             "after another broker's clean stop" if foreign_clean else "after a crash", end - start, start, end)
+    return RecoveryResult(end, start, foreign_clean, offsets, truncated, end - start)
 
 
 def _note_queue_offsets(scanner: Scanner, count: int, seen: dict[tuple[bytes, int], int]) -> None:
