@@ -46,7 +46,8 @@ def test_route_lists_master_and_slave_by_id_and_quoted_keys():
     assert route["queueDatas"] == [{"brokerName": "broker-a", "readQueueNums": 2, "writeQueueNums": 2, "perm": 6,
                                     "topicSysFlag": 0, "topicSynFlag": 0}]
     assert route["brokerDatas"] == [{"cluster": "c1", "brokerName": "broker-a",
-                                     "brokerAddrs": {"0": "10.0.0.1:10911", "1": "10.0.0.2:10911"}}]
+                                     "brokerAddrs": {"0": "10.0.0.1:10911", "1": "10.0.0.2:10911"},
+                                     "enableActingMaster": False}]
     # a slave promoted under id 0 from its own address replaces, never duplicates, itself
     r.unregister_broker("c1", "10.0.0.1:10911", "broker-a", 0)
     r.register_broker("c1", "10.0.0.2:10911", "broker-a", 0, "", TBW)
@@ -151,7 +152,7 @@ def test_broker_registers_with_every_name_server_and_leaves_on_shutdown(tmp_path
                 await async_wait_until(lambda: "broker-x" in n.routes.broker_addr_table, 5, "registration")
                 route = await _route(n.port, "TBW102")
                 assert route["brokerDatas"] == [{"cluster": "cx", "brokerName": "broker-x",
-                                                 "brokerAddrs": {"0": broker.addr}}]
+                                                 "brokerAddrs": {"0": broker.addr}, "enableActingMaster": False}]
             # an unknown topic: routed to the master, created there by the first send, re-registered
             route = await _route(ns[0].port, "Fresh")
             assert route["queueDatas"][0]["writeQueueNums"] == 4

@@ -121,7 +121,7 @@ def test_frames_it_cannot_take_reach_the_processors_in_order_within_one_read(tmp
             got = await _burst(b.port, data, 6)
             assert sorted(got) == [10, 11, 12, 13, 15, 16]
             assert all(got[o].code == codes.SUCCESS for o in (10, 11, 12, 13, 16)), {o: got[o].code for o in got}
-            assert got[15].code == codes.SYSTEM_ERROR and "queueId[9] is illegal" in got[15].remark
+            assert got[15].code == codes.INVALID_PARAMETER and "queueId[9] is illegal" in got[15].remark
             assert b.controller.fast.pipeline.appended - appended == 4  # m1, m2, m3, m4
             msgs = await _queue(b, "Mix", 0, 5)
             assert [m.body for m in msgs] == [b"warm-up", b"m1", b"m2", b"m3", b"m4"]

@@ -9,6 +9,7 @@ from typing import Callable
 
 import msgspec
 
+from broker.common.faq_url import FAQ
 from broker.namesrv.route_info import RouteError, RouteInfoManager, TopicQueues
 from broker.remoting import codes
 from broker.remoting.command import CommandError, RemotingCommand
@@ -79,7 +80,7 @@ class NamesrvProcessor:
             return fn(cmd, conn)
         except (CommandError, RouteError) as e:
             log.warning("bad request (code %d) from %s: %s", cmd.code, conn.peer, e)
-            return cmd.response(codes.SYSTEM_ERROR, remark=f"bad request (code {cmd.code}): {e}")
+            return cmd.response(codes.SYSTEM_ERROR, remark=str(e))
 
     def register_broker(self, cmd: RemotingCommand, conn) -> RemotingCommand:
         if cmd.get_bool("compressed"):
@@ -107,7 +108,7 @@ class NamesrvProcessor:
         route = self.routes.pickup_topic_route(topic)
         if route is None:
             return cmd.response(codes.TOPIC_NOT_EXIST,
-                                remark=f"No topic route info in name server for the topic: {topic}")
+                                remark=f"No topic route info in name server for the topic: {topic}{FAQ}")
         return cmd.response(codes.SUCCESS, body=_encode(route))
 
     def cluster_info(self, cmd: RemotingCommand, conn) -> RemotingCommand:

@@ -210,8 +210,7 @@ class RouteInfoManager:
         if not names:
             return None
         # the shape of docs/formats.md §5; both clients sort by brokerName, so do we
-        return {
-            "orderTopicConf": None,
+        return {  # no orderTopicConf: RocketMQ's name server leaves it out (fastjson skips nulls)
             "queueDatas": [_queue_json(queues[n]) for n in names],
             "brokerDatas": [_broker_json(self.broker_addr_table[n]) for n in names],
             "filterServerTable": {},
@@ -256,4 +255,6 @@ def _queue_json(q: QueueData) -> dict:
 def _broker_json(d: BrokerData) -> dict:
     # quoted "0" keys, not fastjson's {0:...}: ali-ons' JSON2 and C++'s jsoncpp read both (§5)
     return {"cluster": d.cluster, "brokerName": d.brokerName,
-            "brokerAddrs": {str(i): a for i, a in sorted(d.brokerAddrs.items())}}
+            "brokerAddrs": {str(i): a for i, a in sorted(d.brokerAddrs.items())},
+            # RocketMQ 5's slave-acting-master flag: this name server has no acting masters
+            "enableActingMaster": False}

@@ -16,6 +16,12 @@ class BadRequest(Refusal, ValueError):
     naming the field); the connection stays open."""
 
 
+class InvalidParameter(Refusal):
+    """A request field out of range where RocketMQ answers INVALID_PARAMETER (a queue id past the
+    topic's queues)."""
+    response_code = codes.INVALID_PARAMETER
+
+
 class TopicNotExist(Refusal):
     response_code = codes.TOPIC_NOT_EXIST
 

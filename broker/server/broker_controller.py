@@ -32,7 +32,7 @@ from broker.server.processor.send_processor import SendMessageProcessor
 from broker.server.slave.slave_synchronize import FIRST_DELAY, PERIOD, SlaveSynchronize
 from broker.server.subscription.subscription_group_manager import SubscriptionGroupManager
 from broker.server.processor.subscription_group_processor import SubscriptionGroupProcessor
-from broker.remoting.refusals import BadRequest, response_code
+from broker.remoting.refusals import response_code
 from broker.server.topic.topic_manager import TopicManager
 from broker.server.processor.end_transaction_processor import EndTransactionProcessor
 from broker.server.transaction.transactional_message_bridge import TransactionalMessageBridge
@@ -267,8 +267,8 @@ class BrokerController:
             code = response_code(e)  # refusals and store errors, each with its code, mapped in one place
             if code is None:
                 raise  # a bug: the connection logs it and answers "internal error"
-            remark = f"bad request (code {cmd.code}): {e}" if isinstance(e, BadRequest) else str(e)
-            return cmd.response(code, remark=remark)
+            # the refusal's own words, as RocketMQ's remark (the log names the request code)
+            return cmd.response(code, remark=str(e))
 
     # -- name servers ----------------------------------------------------------------------------
     def register_soon(self) -> None:

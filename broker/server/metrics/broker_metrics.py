@@ -6,10 +6,13 @@ store's integer counters."""
 from __future__ import annotations
 
 import logging
+import math
+import shutil
 import time
 from collections import deque
 
 from broker.store.offset_table import FLUSH_BUCKETS, Slot
+from broker.store.paths import commitlog_dir
 
 log = logging.getLogger("broker")
 
@@ -21,6 +24,7 @@ class BrokerMetrics:
         # (monotonic time, messages put, messages got) every SAMPLE_PERIOD s: RocketMQ's putTps and
         # getTransferredTps are rates over the last 10 s, 1 min and 10 min
         self._samples: deque[tuple[float, int, int]] = deque(maxlen=61)
+        self.boot_ms = int(time.time() * 1000)  # bootTimestamp: when this broker object came up
 
     def sample(self) -> None:
         """Called every 10 s by the broker (and at start): the history the TPS figures read."""
@@ -96,6 +100,27 @@ class BrokerMetrics:
                  "pullThreadPoolQueueSize": 0, "pullThreadPoolQueueHeadWaitTimeMills": 0,
                  "pageCacheLockTimeMills": 0, "earliestMessageTimeStamp": self._earliest_message_time(o),
                  "commitLogDiskRatio": round(o["disk_usage"], 6), "brokerActive": "false" if store.is_slave else "true"}
+        # RocketMQ's counters (mqadmin brokerStatus, the dashboard). The day boundaries are not
+        # kept: the morning counts are 0, so "today" reads as "since the broker started".
+        put_msgs, put_bytes = store.put_msgs, store.put_bytes
+        up = int(time.time() * 1000) - self.boot_ms
+        table.update({
+            "msgPutTotalTodayNow": put_msgs, "msgGetTotalTodayNow": store.get_msgs,
+            "msgPutTotalTodayMorning": 0, "msgPutTotalYesterdayMorning": 0,
+            "msgGetTotalTodayMorning": 0, "msgGetTotalYesterdayMorning": 0,
+            "putMessageTimesTotal": put_msgs, "putMessageSizeTotal": put_bytes,
+            "putMessageAverageSize": put_bytes / put_msgs if put_msgs else 0.0,
+            "putMessageFailedTimes": sum(store.put_failed.values()),
+            "remainHowManyDataToFlush": max(0, o["wrote"] - o["flushed"]),
+            "dispatchBehindBytes": max(0, o["wrote"] - o["dispatched"]),
+            "consumeQueueDiskRatio": round(o["disk_usage"], 6),  # one store root: the commit log's disk
+            f"commitLogDiskRatio_{commitlog_dir(store.config.storePathRootDir)}": round(o["disk_usage"], 6),
+            "commitLogDirCapacity": _dir_capacity(commitlog_dir(store.config.storePathRootDir)),
+            # no transient store pool here: RocketMQ's figure without one
+            "remainTransientStoreBufferNumbs": 2**31 - 1,
+            "bootTimestamp": self.boot_ms, "startAcceptSendRequestTimeStamp": 0,
+            "runtime": f"[ {up // 86_400_000} days, {up // 3_600_000 % 24} hours, {up // 60_000 % 60} minutes, "
+                       f"{up // 1000 % 60} seconds ]"})
         table.update({k: o[k] for k in ("acked", "slaves", "received", "linked", "dLedgerRole", "dLedgerTerm",
                                         "dLedgerLeader", "dLedgerCommittedIndex", "dLedgerEndIndex") if k in o})
         table.update({k: (int(v) if float(v).is_integer() else round(v, 6)) for k, v in self.snapshot().items()})
@@ -235,3 +260,20 @@ def _bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} TiB"  # pragma: no cover
+
+
+def _human(n: int) -> str:
+    """MixAll.humanReadableByteCount(n, false): binary units, one decimal."""
+    if n < 1024:
+        return f"{n} B"
+    exp = min(int(math.log(n) / math.log(1024)), 6)
+    return f"{n / 1024 ** exp:.1f} {'KMGTPE'[exp - 1]}iB"
+
+
+def _dir_capacity(path: str) -> str:
+    """commitLogDirCapacity as RocketMQ writes it: "Total : 50.0 GiB, Free : 20.3 GiB."."""
+    try:
+        du = shutil.disk_usage(path)
+    except OSError:
+        return "-1"
+    return f"Total : {_human(du.total)}, Free : {_human(du.free)}."

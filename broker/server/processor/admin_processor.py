@@ -32,10 +32,18 @@ class AdminProcessor:
             raise TopicError("queue numbers must be 1..1024")
         self.topics.create(TopicConfig(h.topic, h.readQueueNums, h.writeQueueNums, h.perm, h.topicFilterType,
                                        h.topicSysFlag, h.order))
-        return cmd.response(codes.SUCCESS)
+        # RocketMQ's reply keeps the remark its createResponseCommand put there before success
+        return cmd.response(codes.SUCCESS, remark="not set any response code")
 
     def all_topics(self, cmd: RemotingCommand, conn):
-        return cmd.response(codes.SUCCESS, body=msgspec.json.encode(self.topics.serialize_wrapper()))
+        """TopicConfigAndMappingSerializeWrapper, as RocketMQ 5 answers: no static topics here, so
+        the queue mappings are empty and their version never moved; the count in the header."""
+        wrapper = self.topics.serialize_wrapper()
+        table = {name: {**cfg, "attributes": {}} for name, cfg in wrapper["topicConfigTable"].items()}
+        body = {**wrapper, "topicConfigTable": table, "topicQueueMappingInfoMap": {},
+                "topicQueueMappingDetailMap": {}, "mappingDataVersion": {"counter": 0, "stateVersion": 0,
+                                                                         "timestamp": 0}}
+        return cmd.response(codes.SUCCESS, {"totalTopicNum": len(table)}, body=msgspec.json.encode(body))
 
     def topic_config(self, cmd: RemotingCommand, conn):
         """TopicConfigAndQueueMapping: the topic's config (no static-topic mapping here)."""

@@ -187,10 +187,15 @@ class ConsumerProcessor:
         if offset >= 0:
             return cmd.response(codes.SUCCESS, {"offset": offset})
         # Nothing committed: a queue that still holds its first message is read from 0, so what was
-        # produced before the group's first start is consumed (ConsumerManageProcessor).
-        if self.store.min_offset(h.topic, h.queueId) <= 0:
+        # produced before the group's first start is consumed (ConsumerManageProcessor). A queue
+        # with no message 0 (empty, or its head cleaned) is QUERY_NOT_FOUND, as RocketMQ's. A
+        # message appended but not yet in the consume queue counts: the answer is not a race
+        # with the dispatch.
+        store = self.store
+        if store.min_offset(h.topic, h.queueId) <= 0 and (store.max_offset(h.topic, h.queueId) > 0
+                                                         or store.queue_write_end(h.topic, h.queueId) > 0):
             return cmd.response(codes.SUCCESS, {"offset": 0})
-        raise NotFound("Not found, maybe this group consumer boot first")
+        raise NotFound("Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
 
     def update_offset(self, cmd: RemotingCommand, conn):
         h = decode(UpdateConsumerOffsetRequestHeader, cmd.ext)

@@ -96,7 +96,9 @@ class EndTransactionProcessor:
         log.debug("half message %d %s by %s", msg.queue_offset,
                   "committed" if h.commitOrRollback == TRANSACTION_COMMIT_TYPE else "rolled back", h.producerGroup)
         if flushed is None or cmd.is_oneway:
-            return None if cmd.is_oneway else cmd.response(codes.SUCCESS)
+            # a rollback's reply keeps the remark RocketMQ's createResponseCommand starts with
+            remark = None if h.commitOrRollback == TRANSACTION_COMMIT_TYPE else "not set any response code"
+            return None if cmd.is_oneway else cmd.response(codes.SUCCESS, remark=remark)
         return self._after_flush(cmd, flushed)
 
     def _store_real(self, msg):

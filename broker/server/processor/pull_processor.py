@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+from broker.common.faq_url import suggest_todo
 from broker.remoting import codes
 from broker.remoting.command import RemotingCommand
 from broker.server.filter.expression_filter import tag_hashes_of
@@ -25,6 +26,8 @@ _MOVED_IF_NOT_ZERO = (GetStatus.NO_MATCHED_LOGIC_QUEUE, GetStatus.NO_MESSAGE_IN_
 _CODES = {GetStatus.FOUND: codes.SUCCESS, GetStatus.NO_MATCHED_MESSAGE: codes.PULL_RETRY_IMMEDIATELY,
           GetStatus.OFFSET_FOUND_NULL: codes.PULL_NOT_FOUND, GetStatus.OFFSET_OVERFLOW_BADLY: codes.PULL_OFFSET_MOVED,
           GetStatus.OFFSET_OVERFLOW_ONE: codes.PULL_NOT_FOUND, GetStatus.OFFSET_TOO_SMALL: codes.PULL_OFFSET_MOVED}
+
+_REMARKS = {GetStatus.NO_MATCHED_LOGIC_QUEUE: GetStatus.NO_MESSAGE_IN_QUEUE.name}
 
 
 class PullMessageProcessor:
@@ -48,7 +51,7 @@ class PullMessageProcessor:
             self.groups.check_consumable(group)
         cfg = self.topics.get(topic)
         if cfg is None:
-            raise TopicNotExist(f"topic[{topic}] not exist, apply first please!")
+            raise TopicNotExist(suggest_todo(f"topic[{topic}] not exist, apply first please! "))
         # A slave serves whatever its replicated queues hold: a queue its config does not count
         # (yet) is one with nothing in it, not an error (the route may come from the master's config)
         if queue_id < 0 or queue_id >= cfg.readQueueNums and not self.store.is_slave:
@@ -93,11 +96,15 @@ class PullMessageProcessor:
         # longer fits the memory share sends the consumer to slave 1; otherwise, and on a slave,
         # consumers are sent (back) to the master
         suggest = 1 if r.suggest_slave and store.config.slaveReadEnable and not store.is_slave else 0
+        # topicSysFlag/groupSysFlag: RocketMQ 5 names the flags of the topic and group (no flags here)
         ext = {"nextBeginOffset": nxt, "minOffset": r.min_offset, "maxOffset": r.max_offset,
-               "suggestWhichBrokerId": suggest}
+               "suggestWhichBrokerId": suggest, "topicSysFlag": 0, "groupSysFlag": 0}
+        # the remark is the store's GetMessageStatus by name, as RocketMQ's (whose consume queues
+        # exist for every queue of a topic: a queue never written is NO_MESSAGE_IN_QUEUE there)
+        remark = _REMARKS.get(r.status, r.status.name)
         if code != codes.SUCCESS:
-            return cmd.response(code, ext)
-        res = cmd.response(code, ext, r.messages)
+            return cmd.response(code, ext, remark=remark)
+        res = cmd.response(code, ext, r.messages, remark=remark)
         res.body_len = r.total_bytes
         return res
 

@@ -16,7 +16,7 @@ from broker.remoting import codes
 from broker.remoting.command import RemotingCommand
 from broker.remoting.headers import SendMessageRequestHeader, SendMessageRequestHeaderV2, decode
 from broker.remoting.message_batch import decode_batch
-from broker.remoting.refusals import BadRequest, NoPermission, TopicNotExist
+from broker.remoting.refusals import BadRequest, InvalidParameter, NoPermission, Refusal, TopicNotExist, response_code
 from broker.common.topic_validator import DLQ_PREFIX, PERM_WRITE, RETRY_PREFIX, not_sendable
 from broker.server.transaction import PROPERTY_TRANSACTION_PREPARED, TRANSACTION_TYPE_MASK, is_half
 from broker.store.errors import MessageIllegal
@@ -42,6 +42,22 @@ STATUS_REMARKS = {PutStatus.SERVICE_NOT_AVAILABLE: "service not available now",
 
 
 _TRAN_MSG = PROPERTY_TRANSACTION_PREPARED + "\x01"
+# SendMessageProcessor's answer to a body over maxMessageSize (checkMessage in 5.x's
+# AbstractSendMessageProcessor), word for word
+_TOO_LARGE = ("the message is illegal, maybe msg body or properties length not matched. msg body length limit {}B, "
+              "msg properties length limit 32KB.")
+
+
+def perm_string(perm: int) -> str:
+    """PermName.perm2String: R, W, X (inherit) or '-' each."""
+    return ("R" if perm & 4 else "-") + ("W" if perm & 2 else "-") + ("X" if perm & 1 else "-")
+
+
+def topic_config_string(name: str, cfg) -> str:
+    """TopicConfig.toString, as RocketMQ's remarks quote it."""
+    return (f"TopicConfig [topicName={name}, readQueueNums={cfg.readQueueNums}, writeQueueNums={cfg.writeQueueNums}, "
+            f"perm={perm_string(cfg.perm)}, topicFilterType={cfg.topicFilterType}, topicSysFlag={cfg.topicSysFlag}, "
+            f"order={str(bool(cfg.order)).lower()}, attributes={{}}]")
 
 
 def born_host_of(conn) -> bytes:
@@ -92,9 +108,23 @@ class SendMessageProcessor:
         self.reject_transactions = reject_transactions  # rejectTransactionMessage
 
     def handlers(self) -> dict:
-        return {codes.SEND_MESSAGE: self.send, codes.SEND_MESSAGE_V2: self.send, codes.SEND_BATCH_MESSAGE: self.send_batch}
+        return {codes.SEND_MESSAGE: self._refusing(self.send), codes.SEND_MESSAGE_V2: self._refusing(self.send),
+                codes.SEND_BATCH_MESSAGE: self._refusing(self.send_batch)}
 
-    def route(self, h) -> tuple[str, int]:
+    @staticmethod
+    def _refusing(fn):
+        """`fn`, with its refusals answered as RocketMQ answers a refused send: the code and
+        remark, and the region and trace flags it adds to every send reply before checking."""
+        def send(cmd: RemotingCommand, conn):
+            try:
+                return fn(cmd, conn)
+            except BadRequest:
+                raise  # a header it cannot read: answered before any of that (SYSTEM_ERROR)
+            except (Refusal, MessageIllegal) as e:
+                return cmd.response(response_code(e), dict(REPLY_EXT), remark=str(e))
+        return send
+
+    def route(self, h, conn=None) -> tuple[str, int]:
         """The topic and queue a send goes to (msgCheck and handleRetryAndDLQ of RocketMQ's
         SendMessageProcessor), or a refusal."""
         topic = h.topic
@@ -109,8 +139,8 @@ class SendMessageProcessor:
         if queue_id < 0:
             queue_id = random.randrange(cfg.writeQueueNums)
         if queue_id >= cfg.writeQueueNums:
-            raise BadRequest(f"request queueId[{queue_id}] is illegal, topic {topic} has {cfg.writeQueueNums} "
-                             f"write queues")
+            raise InvalidParameter(f"request queueId[{queue_id}] is illegal, {topic_config_string(topic, cfg)} "
+                                   f"Producer: {conn.peer if conn is not None else ''}")
         if topic.startswith(RETRY_PREFIX):
             # A client re-publishing a failed message itself (ali-ons when send-back failed):
             # past maxReconsumeTimes it goes to the group's dead letters.
@@ -123,7 +153,9 @@ class SendMessageProcessor:
 
     def send(self, cmd: RemotingCommand, conn):
         h = send_header(cmd)
-        topic, queue_id = self.route(h)
+        topic, queue_id = self.route(h, conn)
+        if len(cmd.body) > self.store.config.maxMessageSize:
+            raise MessageIllegal(_TOO_LARGE.format(self.store.config.maxMessageSize))
         properties = h.properties
         props_bytes = properties.encode()
         level = 0
@@ -175,7 +207,7 @@ class SendMessageProcessor:
         """SEND_BATCH_MESSAGE: every message of the body into one queue, in one kernel call per
         segment; the reply's msgId is the comma-joined ids, queueOffset the first one's."""
         h = send_header(cmd)
-        topic, queue_id = self.route(h)
+        topic, queue_id = self.route(h, conn)
         if topic.startswith(RETRY_PREFIX):
             raise MessageIllegal("batch messages cannot be sent to a retry topic")
         bodies, props, flags = decode_batch(cmd.body)  # BadRequest naming the offset

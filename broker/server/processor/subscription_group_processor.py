@@ -40,19 +40,30 @@ class SubscriptionGroupProcessor:
         return cmd.response(codes.SUCCESS)
 
     def get_all(self, cmd: RemotingCommand, conn):
-        return cmd.response(codes.SUCCESS, body=msgspec.json.encode(self.groups.serialize_wrapper()))
+        """SubscriptionGroupWrapper as RocketMQ 5 sends it: each group with its 5.x fields, the
+        (empty: no group is forbidden any topic here) forbiddenTable, and the count in the header."""
+        wrapper = self.groups.serialize_wrapper()
+        table = {name: as_java(cfg) for name, cfg in wrapper.get("subscriptionGroupTable", {}).items()}
+        body = {**wrapper, "subscriptionGroupTable": table, "forbiddenTable": {}}
+        return cmd.response(codes.SUCCESS, {"totalGroupNum": len(table)}, body=msgspec.json.encode(body))
 
     def get_one(self, cmd: RemotingCommand, conn):
         group = _field(cmd, "group")
         cfg = self.groups.get(group)
         if cfg is None:
             return cmd.response(codes.SUBSCRIPTION_GROUP_NOT_EXIST, remark=f"No group {group} in this broker")
-        return cmd.response(codes.SUCCESS, body=msgspec.json.encode(vars(cfg)))
+        return cmd.response(codes.SUCCESS, body=msgspec.json.encode(as_java(vars(cfg))))
 
     def delete(self, cmd: RemotingCommand, conn):
         group = _field(cmd, "groupName")
         self.groups.delete(group)  # RocketMQ answers SUCCESS for a group it did not have
         return self._answered_when_written(cmd)
+
+
+def as_java(cfg: dict) -> dict:
+    """A group's config with RocketMQ 5's fields this broker does not use at their defaults:
+    no attributes, and the retry policy a group has unless told otherwise (the delay levels)."""
+    return {"attributes": {}, "groupRetryPolicy": {"type": "CUSTOMIZED"}, **cfg}
 
 
 def _field(cmd: RemotingCommand, name: str) -> str:
