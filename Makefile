@@ -84,6 +84,17 @@ $(JAVA_CLIENTS): tests/java/pom.xml $(JAVA_SRC) .deps/jdk
 	$(MVN) -f tests/java/pom.xml compile dependency:copy-dependencies
 	touch $@
 
+# The Java 5.x gRPC client (Maven Central org.apache.rocketmq:rocketmq-client-java, pinned in
+# tests/java5/pom.xml) and its driver for tests/test_java5_client.py: a module of its own, its classes
+# sharing package names with the 4.x client's.
+JAVA5_CLIENTS := tests/java5/target/.built
+JAVA5_SRC     := $(wildcard tests/java5/src/main/java/driver5/*.java)
+
+$(JAVA5_CLIENTS): tests/java5/pom.xml $(JAVA5_SRC) .deps/jdk
+	rm -rf tests/java5/target/lib
+	$(MVN) -f tests/java5/pom.xml compile dependency:copy-dependencies
+	touch $@
+
 # The Go remoting client (github.com/apache/rocketmq-client-go/v2, pinned in tests/go/go.mod and
 # go.sum) in its driver build/go/rmqgo; Go's module and build caches under build/go. Go comes from
 # Debian when missing.
@@ -116,7 +127,7 @@ $(JAVABROKER): tests/javabroker/pom.xml .deps/jdk
 	$(MVN) -f tests/javabroker/pom.xml -Djavabroker.lib=$(CURDIR)/build/javabroker/lib dependency:copy-dependencies
 	touch $@
 
-clients: $(ONS) $(NODE5) $(RQ_VENV)/.installed $(RQ5_VENV)/.installed $(JAVA_CLIENTS) $(RMQGO) $(MQADMIN) $(JAVABROKER)
+clients: $(ONS) $(NODE5) $(RQ_VENV)/.installed $(RQ5_VENV)/.installed $(JAVA_CLIENTS) $(JAVA5_CLIENTS) $(RMQGO) $(MQADMIN) $(JAVABROKER)
 
 # The gRPC front's stubs (broker/proxy/protocol/*_pb2*.py, committed) regenerated from the vendored
 # .proto files of apache/rocketmq-apis (proto/apache/rocketmq/v2): grpcio-tools, then the generated

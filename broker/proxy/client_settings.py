@@ -7,8 +7,8 @@ PushConsumer receives batches of receive_batch_size, 0 when unset, which is refu
 from __future__ import annotations
 
 from broker.proxy.config import ProxyConfig
-# grpcClientConsumerLongPollingBatchSize, grpcClientConsumerMaxLongPollingTimeoutMillis: what a receive holds
-from broker.proxy.consumer_activity import MAX_POLLING_MS, RECEIVE_BATCH_SIZE, RETRY_MAX_TIMES
+# grpcClientConsumerLongPollingBatchSize: what a receive holds
+from broker.proxy.consumer_activity import RECEIVE_BATCH_SIZE, RETRY_MAX_TIMES
 from broker.proxy.protocol import definition_pb2 as pb
 
 # ProxyConfig's grpcClientProducer* defaults: a failed send is tried again 10 ms later, up to 3 times
@@ -33,7 +33,7 @@ def reply_settings(config: ProxyConfig, settings: pb.Settings, group_config: dic
     elif settings.HasField("subscription"):
         sub = out.subscription
         sub.receive_batch_size = RECEIVE_BATCH_SIZE
-        sub.long_polling_timeout.FromMilliseconds(MAX_POLLING_MS)
+        sub.long_polling_timeout.FromMilliseconds(config.grpcClientConsumerMaxLongPollingTimeoutMillis)
         sub.fifo = bool(group_config and group_config.get("consumeMessageOrderly"))
         backoff = out.backoff_policy
         backoff.Clear()

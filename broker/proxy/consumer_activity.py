@@ -39,7 +39,6 @@ from broker.client import pop as _pop
 log = logging.getLogger("proxy")
 
 MIN_INVISIBLE_MS, MAX_INVISIBLE_MS = 10_000, 12 * 3600 * 1000  # ProxyConfig's minInvisibleTimeMillsForRecv, max
-MAX_POLLING_MS = 20_000  # ProxyConfig.grpcClientConsumerMaxLongPollingTimeoutMillis
 RECEIVE_BATCH_SIZE = 32  # ProxyConfig.grpcClientConsumerLongPollingBatchSize
 # a SubscriptionGroupConfig's retryMaxTimes default (the broker's maxReconsumeTimes), for a group the
 # broker has no config of: the broker moves a message to %DLQ% after so many retries, so the
@@ -113,8 +112,9 @@ class ConsumerActivity:
                                                               f"{MIN_INVISIBLE_MS} and {MAX_INVISIBLE_MS} ms")
             if request.batch_size <= 0 or request.batch_size > RECEIVE_BATCH_SIZE:
                 raise ProxyError(Code.BAD_REQUEST, f"batch size {request.batch_size} must be within 1 and 32")
-            poll = min(_ms(request.long_polling_timeout), MAX_POLLING_MS) if request.HasField(
-                "long_polling_timeout") else MAX_POLLING_MS
+            max_poll = self.config.grpcClientConsumerMaxLongPollingTimeoutMillis
+            poll = min(_ms(request.long_polling_timeout), max_poll) if request.HasField(
+                "long_polling_timeout") else max_poll
             broker = request.message_queue.broker.name
             addr = await self._broker_addr(topic, broker)
             # a FIFO group (consumeMessageOrderly) pops in order: one batch of a queue out at a

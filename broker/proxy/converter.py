@@ -22,6 +22,9 @@ UNIQ_KEY, KEYS = "UNIQ_KEY", "KEYS"
 TRAN_MSG, PGROUP, CHECK_IMMUNITY = "TRAN_MSG", "PGROUP", "CHECK_IMMUNITY_TIME_IN_SECONDS"
 SHARDING_KEY, TRACE_CONTEXT, BORN_TIMESTAMP = "__SHARDINGKEY", "TRACE_CONTEXT", "BORN_TIMESTAMP"
 TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+# the producer's host, as its client names it (a 5.x message's born_host): the stored message's
+# own born host is the front's connection to the broker
+BORN_HOST = "__BORNHOST"
 # MessageConst.STRING_HASH_SET: a user property may not take a system property's name
 SYSTEM_PROPERTIES = frozenset((
     "TRACE_ON", "MSG_REGION", "KEYS", "TAGS", "WAIT", "DELAY", "RETRY_TOPIC", "REAL_TOPIC", "REAL_QID",
@@ -31,7 +34,7 @@ SYSTEM_PROPERTIES = frozenset((
     "INSTANCE_ID", "CORRELATION_ID", "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME", "PUSH_REPLY_TIME", "CLUSTER",
     "MSG_TYPE", "TRACE_CONTEXT", "__SHARDINGKEY", "CHECK_IMMUNITY_TIME_IN_SECONDS", "SHARDING_KEY",
     "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS", "TIMER_OUT_MS", "TIMER_ENQUEUE_MS",
-    "TIMER_DEQUEUE_MS", "TIMER_ROLL_TIMES", "TIMER_DEL_UNIQKEY", "BORN_TIMESTAMP", "BORN_HOST",
+    "TIMER_DEQUEUE_MS", "TIMER_ROLL_TIMES", "TIMER_DEL_UNIQKEY", "BORN_TIMESTAMP", "__BORNHOST",
     "bname", "INNER_BASE", "INNER_NUM", "__STARTDELIVERTIME"))
 
 
@@ -52,8 +55,9 @@ def _delay_level(deliver_ms: int, now_ms: int, levels_ms: list[int]) -> int:
     return len(levels_ms)
 
 
-def to_remoting(m: pb.Message, topic: str, config: ProxyConfig) -> Message:
-    """One v2 Message as the remoting Message to store (ProxyError for what the Java proxy refuses)."""
+def to_remoting(m: pb.Message, topic: str, config: ProxyConfig, peer: str = "") -> Message:
+    """One v2 Message as the remoting Message to store (ProxyError for what the Java proxy refuses);
+    `peer`: the sending client's host, the born host of a message that names none."""
     if m.topic.name != topic:
         raise ProxyError(Code.MESSAGE_CORRUPTED, "topic in message is not same")
     sp = m.system_properties
@@ -128,6 +132,8 @@ def to_remoting(m: pb.Message, topic: str, config: ProxyConfig) -> Message:
         props[SHARDING_KEY] = group
     if sp.HasField("trace_context") and sp.trace_context:
         props[TRACE_CONTEXT] = sp.trace_context
+    if sp.born_host or peer:
+        props[BORN_HOST] = sp.born_host or peer
     if sp.HasField("born_timestamp"):
         props[BORN_TIMESTAMP] = str(sp.born_timestamp.seconds * 1000 + sp.born_timestamp.nanos // 1_000_000)
     return Message(topic, body, tags=tag or None, keys=list(sp.keys) or None, properties=props,
@@ -145,7 +151,7 @@ def to_proto(msg: MessageExt, topic: str | None = None) -> pb.Message:
     props = msg.properties
     sp = pb.SystemProperties(message_id=props.get(UNIQ_KEY) or msg.msg_id, body_encoding=pb.IDENTITY,
                              queue_id=msg.queue_id, queue_offset=msg.queue_offset,
-                             born_host=msg.born_host.rpartition(":")[0] if msg.born_host else "",
+                             born_host=props.get(BORN_HOST) or (msg.born_host.rpartition(":")[0] if msg.born_host else ""),
                              store_host=msg.store_host or "")
     if msg.tags:
         sp.tag = msg.tags

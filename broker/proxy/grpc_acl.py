@@ -17,6 +17,7 @@ import re
 import time
 from hashlib import sha1
 
+from broker.proxy.grpc_metadata import peer_host
 from broker.proxy.protocol import definition_pb2 as pb
 from broker.proxy.protocol import service_pb2 as spb
 from broker.proxy.status import Code, ProxyError
@@ -64,14 +65,6 @@ def resources(request) -> dict[str, int]:
             need[_group(settings.subscription.group)] = SUB
             need.update((e.topic.name, SUB) for e in settings.subscription.subscriptions)
     return need
-
-
-def peer_host(context) -> str:
-    """'ipv4:127.0.0.1:5555' / 'ipv6:[::1]:5555' → the host."""
-    peer = context.peer() or ""
-    kind, _, rest = peer.partition(":")
-    host = rest.rpartition(":")[0] if kind in ("ipv4", "ipv6") else rest
-    return host.strip("[]")
 
 
 class GrpcAccessValidator:

@@ -1,4 +1,4 @@
-"""What a 5.x client says of itself in every call's metadata (the clients' Signature.metadata)."""
+"""What a call says of its 5.x client: its metadata (the clients' Signature.metadata) and its peer."""
 from __future__ import annotations
 
 
@@ -8,3 +8,11 @@ def client_id_of(context) -> str:
         if key == "x-mq-client-id":
             return value
     return ""
+
+
+def peer_host(context) -> str:
+    """'ipv4:127.0.0.1:5555' / 'ipv6:[::1]:5555' → the host."""
+    peer = context.peer() or ""
+    kind, _, rest = peer.partition(":")
+    host = rest.rpartition(":")[0] if kind in ("ipv4", "ipv6") else rest
+    return host.strip("[]")

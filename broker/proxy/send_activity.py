@@ -10,6 +10,7 @@ from broker.client.producer import FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT, SEND
 from broker.client.transaction_producer import offset_of, prepared_body
 from broker.proxy.config import ProxyConfig
 from broker.proxy.converter import TRAN_MSG, to_remoting
+from broker.proxy.grpc_metadata import peer_host
 from broker.proxy.protocol import service_pb2 as spb
 from broker.proxy.queue_selector import queue_index_for_group
 from broker.proxy.route_activity import validate_topic
@@ -36,7 +37,8 @@ class SendMessageActivity:
         if not request.messages:
             raise ProxyError(Code.MESSAGE_CORRUPTED, "no message to send")
         topic = validate_topic(request.messages[0].topic)
-        msgs = [to_remoting(m, topic, self.config) for m in request.messages]
+        peer = peer_host(context)
+        msgs = [to_remoting(m, topic, self.config, peer) for m in request.messages]
         groups = [m.system_properties.message_group for m in request.messages]
         queues = None
         if any(groups):
