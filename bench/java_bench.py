@@ -26,8 +26,8 @@ side (/proc, bench.proc_cpu: our broker and its services; the JVMs, each a singl
 ours/Java. The Java side is warmed before it is measured: loadgen sends x64 in 2 s rounds until, after at least
 `warm_s[0]` seconds, two rounds in a row agree within 5 % and the JVMs' JIT compiler threads (C1, C2)
 spent under 5 % of a core in the last round (HotSpot has compiled the send path), or `warm_s[1]`
-passed; the gRPC cell the same with its driver. Ours gets the same rounds until two agree (it has no
-JIT; its first seconds pay the page cache's first touch, as the JVM's do). The JVMs' CPU is split
+passed; the gRPC cell the same with its driver. Ours gets the same rounds until two agree, at most
+10 s (it has no JIT; its first seconds pay the page cache's first touch, as the JVM's do). The JVMs' CPU is split
 by thread kind: "jvm/jit" (compiler threads), "jvm/gc" (G1's), "jvm" (the rest).
 """
 from __future__ import annotations
@@ -60,15 +60,26 @@ QUICK_MODES = ("ASYNC_FLUSH", "SYNC_FLUSH", "SYNC_MASTER")
 SEGMENT = 256 << 20
 WARM_ROUND_S = 2.0
 WARM_AGREE = 0.05
+OURS_WARM_MAX_S = 10.0
 JIT_QUIET = 0.05  # of a core: the compiler threads' share of the last warm-up round
 
 
 class JvmTree(ProcessTree):
-    """A JVM's CPU by thread kind: its JIT compiler threads ("<label>/jit"), its collector's
-    ("<label>/gc") and the rest ("<label>"): the JIT's share says whether the warm-up was long
-    enough, the collector's what the heap costs per message."""
+    """A JVM's CPU by thread kind (by the thread names of 5.5.0, as Linux truncates them to 15
+    characters): its JIT compiler threads ("<label>/jit"), its collector's ("/gc"), Netty's I/O and
+    codec threads ("/netty"), the send processor's pool ("/send"), the reput ("/reput"), the flush
+    or group commit ("/flush"), replication ("/ha"), the next commit-log file's preparation
+    ("/allocate", as our warm-ahead thread) and the rest ("<label>"). The JIT's share says
+    whether the warm-up was long enough; the others, where a message's CPU goes, as our broker's
+    processes do."""
 
-    KINDS = (("C1 CompilerThre", "jit"), ("C2 CompilerThre", "jit"), ("GC Thread", "gc"), ("G1 ", "gc"))
+    KINDS = (("C1 CompilerThre", "jit"), ("C2 CompilerThre", "jit"), ("GC Thread", "gc"), ("G1 ", "gc"),
+             ("NettyServer", "netty"), ("NettyEventExecu", "netty"), ("NettyClient", "netty"),
+             ("SendMessageThre", "send"), ("PutMessageThrea", "send"), ("ReputMessageSer", "reput"),
+             ("FlushRealTimeSe", "flush"), ("GroupCommitServ", "flush"), ("FlushConsumeQue", "flush"),
+             ("CommitRealTimeS", "flush"), ("HAService", "ha"), ("HAClient", "ha"), ("AcceptSocketSer", "ha"),
+             ("ReadSocketServi", "ha"), ("WriteSocketServ", "ha"), ("GroupTransferSe", "ha"), ("HAConnection", "ha"),
+             ("DefaultAcceptSo", "ha"), ("DefaultHAClient", "ha"), ("AllocateMappedF", "allocate"))
 
     def snapshot(self) -> dict:
         from bench.proc_cpu import cpu_seconds
@@ -267,7 +278,8 @@ def run_mode(mode: str, shapes: list[str], seconds: float, warm_s: tuple[float, 
     res: dict[str, dict] = {}
     for side_name, make in (("ours", lambda: ours(mode, workdir)), ("java", lambda: java(mode, workdir, namesrv))):
         with make() as side:
-            w = warm(side, *(warm_s if side_name == "java" else (0.0, warm_s[1])))  # ours: no JIT to wait for
+            # ours has no JIT to wait for: two rounds that agree, at most OURS_WARM_MAX_S
+            w = warm(side, *(warm_s if side_name == "java" else (0.0, min(warm_s[1], OURS_WARM_MAX_S))))
             progress(f"  {MODES[mode]}, {side_name} ({side.settings}): warmed {w['seconds']:.0f} s, rounds "
                      + ", ".join(f"{x:,.0f}" for x in w["rounds"]) + " msgs/s" + ("" if w["settled"] else " (not settled)"))
             res[side_name] = {"settings": side.settings, "warmup": w, "cells": {}}
@@ -326,7 +338,8 @@ def run_grpc(seconds: float, warm_s: tuple[float, float], workdir: str, progress
         asyncio.run(wait_for_route(ns.addr, b.addr))
         with FrontProcess(ns.addr, workdir) as front:
             o = _grpc_measure(front.endpoints, front, [ProcessTree(front.proc.pid, "front", "front/"),
-                                                        ProcessTree(b.proc.pid)], seconds, 0, warm_s[1])
+                                                        ProcessTree(b.proc.pid)], seconds, 0,
+                             min(warm_s[1], OURS_WARM_MAX_S))
     progress(f"    ours gRPC front: {_line(o)}")
     with JavaNameServer(workdir) as ns, \
             JavaBroker(workdir, "grpc", ns.addr, "flushDiskType=ASYNC_FLUSH\nbrokerRole=ASYNC_MASTER\nbrokerId=0\n",
@@ -379,9 +392,12 @@ def markdown(J: dict) -> list[str]:
         return []
     lines = ["", "## Against Apache RocketMQ's Java broker", "",
              f"{J['java']}; broker JVM `{J['jvm_broker']}`. Same drivers, same broker.conf keys, 1 KiB bodies, "
-             f"{J['seconds']:g} s per cell; each side warmed by loadgen sends x64 in 2 s rounds until two agree "
-             f"within 5 % (at least {J['warm_min_max_s'][0]:g} s, at most {J['warm_min_max_s'][1]:g} s). "
-             "CPU-us/msg: every process of the side over the cell's clock (/proc).", "",
+             f"{J['seconds']:g} s per cell. Warm-up before each side's clock: loadgen sends x64 in 2 s rounds until "
+             "two in a row agree within 5 % and the JVMs' C1/C2 compiler threads spent under 5 % of a core in the "
+             f"last one (JVMs: at least {J['warm_min_max_s'][0]:g} s; at most {J['warm_min_max_s'][1]:g} s). "
+             "CPU-us/msg: every process of the side over the cell's clock (/proc); the JVMs' by thread kind "
+             "(jit: compiler threads, gc, netty, send, reput, flush, ha, allocate: the next commit-log file, "
+             "jvm: the rest).", "",
              "| mode | shape | ours msgs/s | ours p50 / p99 us | ours CPU-us/msg | Java msgs/s | Java p50 / p99 us "
              "| Java CPU-us/msg | ours/Java msgs/s | ours/Java CPU |", "|---|---|---|---|---|---|---|---|---|---|"]
     settings: dict[str, dict] = {}
@@ -393,9 +409,23 @@ def markdown(J: dict) -> list[str]:
                      f"{o['p99_us']:,.0f} | {_fmt_cpu(o['cpu_us_per_msg'])} | {j['msgs_per_s']:,.0f} | "
                      f"{j['p50_us']:,.0f} / {j['p99_us']:,.0f} | {_fmt_cpu(j['cpu_us_per_msg'])} | "
                      f"**{c['ratio']:.2f}x** | {c['cpu_ratio']:.2f}x |")
-    lines += ["", "Durability settings of each side:", ""]
-    lines += [f"- {mode}: ours {s['ours']}; Java {s['java']}" for mode, s in settings.items()]
+    lines += ["", "Durability settings and warm-up of each side:", ""]
+    warmups: dict[str, dict] = {}
+    for c in J["cells"]:
+        warmups.setdefault(c["mode"], c.get("warmup") or {})
+    for mode, s in settings.items():
+        w = warmups.get(mode, {})
+        lines.append(f"- {mode}: ours {s['ours']}{_warm_note(w.get('ours'))}; Java {s['java']}{_warm_note(w.get('java'))}")
     return lines
+
+
+def _warm_note(w: dict | None) -> str:
+    if not w:
+        return ""
+    jit = w.get("jit_cpu_s") or []
+    return (f" (warmed {w['seconds']:.0f} s, last round {w['rounds'][-1]:,.0f} msgs/s"
+            + (f", compiler threads {jit[-1]:.2f} CPU-s in it" if jit and jit[-1] else "")
+            + ("" if w.get("settled") else ", **not settled**: the cap ended it") + ")")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,7 +1,7 @@
 """Apache RocketMQ's own Java programs (rocketmq-namesrv / -broker / -proxy 5.5.0, unmodified, the
 jars `make build/javabroker/.copied` puts in build/javabroker/lib) as the bench's peer: started as
-real JVM processes on loopback, each in its own directory, stopped with SIGTERM (as mqshutdown does)
-and then SIGKILL of its process group when its cell ends.
+real JVM processes on loopback, each in its own directory, killed (SIGKILL of its process group)
+when its cell ends and its directory deleted.
 
 JVM settings are the ones its users run, sized for this machine: runbroker.sh's G1 flags with a
 2 GiB heap and 2 GiB of direct memory instead of 8g/15g, and without -XX:+AlwaysPreTouch (it would
@@ -119,15 +119,10 @@ class JavaProcess:
         return self.proc.pid
 
     def stop(self) -> None:
-        """SIGTERM (the JVM's shutdown hook flushes and removes `abort`), then SIGKILL of the group."""
+        """SIGKILL of its process group: a bench's JVM keeps nothing (its directory is deleted right
+        after), and a SIGTERM'd broker's shutdown hook takes seconds to flush what nobody reads."""
         if self.proc is None:
             return
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                pass
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
