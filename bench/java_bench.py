@@ -265,7 +265,8 @@ def _line(c: dict) -> str:
 
 
 def _pair(mode: str, shape: str, label: str, o: dict, j: dict, settings: dict) -> dict:
-    return {"mode": mode, "shape": shape, "label": label, "ours": o, "java": j, "settings": settings,
+    return {"target": f"{mode} {label}", "mode": mode, "shape": shape, "label": label, "ours": o, "java": j,
+            "settings": settings,
             "ratio": o["msgs_per_s"] / j["msgs_per_s"] if j["msgs_per_s"] else float("nan"),
             "cpu_ratio": (o["cpu_us_per_msg"]["total"] / j["cpu_us_per_msg"]["total"]
                           if j["cpu_us_per_msg"].get("total") else float("nan"))}
