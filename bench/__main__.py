@@ -2,7 +2,8 @@
 mode matrix through the project's client and peer brokers, in one run, side by side, with the
 milestones' targets marked met or missed.
 
-    python -m bench                     # quick subset (make bench), < 5 minutes on the 2-core VMs
+    python -m bench                     # quick subset (make bench), < 5 minutes on the 2-core VMs, plus
+                                        # about 4 for the java section
     python -m bench --full              # everything: whole matrix, 3 repeats, both peers, full-size cells
     python -m bench --only matrix,peers # some sections (kernels, store, network, ha, dledger, controller,
                                         # reliable, java, matrix, peers)

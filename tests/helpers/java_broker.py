@@ -3,8 +3,8 @@ the jars `make clients` copies into build/javabroker/lib from tests/javabroker/p
 processes on loopback beside ours. `JavaBroker` has the interface of tests.helpers.ha_cluster.Broker
 (port, ha_port, store, conf, start, stop, kill9, info), so a test can hold one of each and compare.
 
-JVM settings: runbroker.sh's G1 with a heap that fits this machine (../shared/reference/
-apache-rocketmq-java.md §2), the four `--add-opens` JDK 17 needs (§6), one user.home per process
+JVM settings: runbroker.sh's G1 with a heap that fits this machine, the `--add-opens` JDK 17 needs
+(DLedger 0.3.x and the 5.x store reflect into JDK internals), one user.home per process
 (its logs and ~/store defaults go there) and the 5.x logback chosen by system property, because
 on one merged classpath the name server would otherwise pick the broker's."""
 from __future__ import annotations
