@@ -190,7 +190,7 @@ $(VENV)/.benchdeps: $(STAMP) requirements-reliable.txt
 	$(VPY) -m pip install -q -r requirements-reliable.txt
 	touch $@
 
-bench: install build/loadgen $(VENV)/.benchdeps .deps/servers
+bench: install build/loadgen $(VENV)/.benchdeps .deps/servers $(JAVABROKER)
 	$(VPY) -m bench
 
 # Fuzzing (tools/fuzz/): the kernels built twice more from the same sources, each in its own

@@ -2,10 +2,12 @@
 mode matrix through the project's client and peer brokers, in one run, side by side, with the
 milestones' targets marked met or missed.
 
-    python -m bench                     # quick subset (make bench), < 5 minutes on the 2-core VMs
+    python -m bench                     # quick subset (make bench), < 5 minutes on the 2-core VMs, plus
+                                        # about 4 for the java section
     python -m bench --full              # everything: whole matrix, 3 repeats, both peers, full-size cells
     python -m bench --only matrix,peers # some sections (kernels, store, network, ha, dledger, controller,
-                                        # reliable, matrix, peers)
+                                        # reliable, java, matrix, peers)
+    python -m bench --only java --no-docs   # ours beside Apache RocketMQ's Java broker alone
     python -m bench --compare OLD.json  # after the run, what moved (figure, old, new, % change)
     python -m bench --compare OLD.json NEW.json   # compare two results files, no run
     python -m bench --out DIR           # results (JSON + Markdown + PNG plots); default bench/results/
@@ -34,7 +36,12 @@ allAckInSyncStateSet=true (two copies per ack), its throughput through the same 
 DLedger's, and the write outage over 10 kill -9s of the master with RocketMQ's default intervals and
 with short ones (about 1 minute), 5d. broker.reliable (bench/reliable_bench.py): the idempotent consumer
 on durable PostgreSQL and on SQLite, with and without Redis, beside the plain PushConsumer of the
-same run, and the outbox's sends (about 1 minute), 6. the mode matrix (bench/matrix.py): flushDiskType x {single master,
+same run, and the outbox's sends (about 1 minute), 5e. ours against Apache RocketMQ 5.5.0's Java broker and proxy
+(bench/java_bench.py, JVMs started by bench/java_peer.py): the same build/loadgen shapes (64 and 256
+pipelined, 50 connections x 1, batches of 32, pull) under ASYNC_FLUSH, SYNC_FLUSH and SYNC_MASTER +
+slave (--full: ASYNC_MASTER + slave and DLedger's three members too), and SendMessage through our
+gRPC front against the Java proxy, each side warmed until HotSpot's compiler threads are quiet;
+ours/Java per cell (about 4 minutes quick), 6. the mode matrix (bench/matrix.py): flushDiskType x {single master,
 ASYNC_MASTER + slave, SYNC_MASTER + slave} x body x in flight, name server / master / slave
 processes driven by broker.client, with CPU per process, replication lag and consume throughput,
 then the peers (bench/peers.py: Redis Streams, NATS JetStream) as ratios project/peer. The quick
@@ -535,6 +542,9 @@ def markdown(figs: dict) -> str:
     if figs.get("matrix"):
         from bench import matrix
         lines += matrix.markdown(figs["matrix"], L).splitlines()
+    if figs.get("java"):
+        from bench import java_bench
+        lines += java_bench.markdown(figs["java"])
     lines += ["", "MB/s counts stored record bytes (body + 91-byte header + topic + properties). "
               "Each store cell uses a fresh store directory; its clock starts after a warm-up put and after "
               "the next segment's pre-allocation finished, and it stops before filling its 1 GiB segment."]
@@ -556,7 +566,7 @@ def git_commit() -> str:
     return head + (" + uncommitted changes" if dirty else "")
 
 
-SECTIONS = ("kernels", "store", "network", "ha", "dledger", "controller", "reliable", "matrix", "peers")
+SECTIONS = ("kernels", "store", "network", "ha", "dledger", "controller", "reliable", "java", "matrix", "peers")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -625,8 +635,8 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         runner, loop_name = asyncio.run, "asyncio"
     settings = store_bench.Settings.make(quick)
-    steps = ["limits"] + [x for x in ("kernels", "store", "network", "ha", "dledger", "controller", "reliable")
-                          if x in only] \
+    steps = ["limits"] + [x for x in ("kernels", "store", "network", "ha", "dledger", "controller", "reliable",
+                                      "java") if x in only] \
         + (["matrix"] if only & {"matrix", "peers"} else [])
     n = len(steps)
 
@@ -641,6 +651,7 @@ def main(argv: list[str] | None = None) -> int:
     D: dict = {}
     C: dict = {}
     R: dict = {}
+    J: dict = {}
     M: dict = {}
     failed: dict[str, str] = {}
     secs = 2.0 if quick else 5.0
@@ -698,6 +709,10 @@ def main(argv: list[str] | None = None) -> int:
         from bench import reliable_bench
         R.update(reliable_bench.run(40_000 if quick else 100_000, progress=lambda x: say("  " + x), workdir=workdir))
 
+    def run_java() -> None:
+        from bench import java_bench
+        J.update(java_bench.run_all(quick, workdir, args.seconds, progress=say))
+
     def run_matrix() -> None:
         from bench import matrix
         plan = matrix.Plan.make(args.full, args.seconds, peers="peers" in only)
@@ -726,6 +741,8 @@ def main(argv: list[str] | None = None) -> int:
                                "copies, and the outage after kill -9s of the master", run_controller),
                 ("reliable", "broker.reliable: the idempotent consumer (PostgreSQL, SQLite, with and without Redis) "
                              "beside the plain PushConsumer, and the outbox", run_reliable),
+                ("java", "against Apache RocketMQ's Java broker and proxy (JVMs on loopback, the same drivers)",
+                 run_java),
                 ("matrix", "mode matrix (name server, master, slave processes; the project's client) and peers",
                  run_matrix)):
             if name in steps:
@@ -744,7 +761,7 @@ def main(argv: list[str] | None = None) -> int:
                  "total_s": time.perf_counter() - t_start},
         "limits": L, "kernels": K, "store": S, "network": N, "network_peers": NP,
         "network_vs_redis": network_vs_redis(N, NP), "ha": H, "dledger": D, "controller": C,
-        "reliable": R, "matrix": M,
+        "reliable": R, "java": J, "matrix": M,
     }
     figs["targets"] = evaluate(figs)
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S") + ("-quick" if quick else "")

@@ -56,7 +56,7 @@ static struct {
     char host[64];
     int port;
     const char *topic, *group, *tags, *broker_name;
-    int queues, body, batch, in_flight, conns, max_msgs, serialize;
+    int queues, body, batch, in_flight, conns, max_msgs, serialize, sys_flag;
     double seconds, warmup, timeout;
     long long count;
 } opt = {.host = "127.0.0.1", .port = 10911, .topic = "BenchTopic", .group = "loadgen", .queues = 4,
@@ -535,10 +535,14 @@ static void issue_pull(conn_t *c, int s) {
     snprintf(qs, sizeof qs, "%d", rg->queue);
     snprintf(off, sizeof off, "%lld", rg->next);
     snprintf(mx, sizeof mx, "%lld", want);
-    /* PullMessageRequestHeader; sysFlag 0: no commit, no suspend (the offsets exist) */
+    /* PullMessageRequestHeader; sysFlag 0 (default): no commit, no suspend (the offsets exist); 4
+     * (FLAG_SUBSCRIPTION): the subscription comes with the request, as Apache RocketMQ's broker needs
+     * from a consumer that sent no heartbeat */
+    char sf[16];
+    snprintf(sf, sizeof sf, "%d", opt.sys_flag);
     kv_t ext[] = {{"consumerGroup", opt.group, strlen(opt.group)}, {"topic", opt.topic, strlen(opt.topic)},
                   {"queueId", qs, strlen(qs)}, {"queueOffset", off, strlen(off)}, {"maxMsgNums", mx, strlen(mx)},
-                  {"sysFlag", "0", 1}, {"commitOffset", "0", 1}, {"suspendTimeoutMillis", "0", 1},
+                  {"sysFlag", sf, strlen(sf)}, {"commitOffset", "0", 1}, {"suspendTimeoutMillis", "0", 1},
                   {"subscription", "*", 1}, {"subVersion", "0", 1}};
     sl->busy = 1;
     sl->queue = rg->queue;
@@ -710,14 +714,15 @@ static void usage(void) {
     fputs("usage: loadgen send|batch|pull [--addr HOST:PORT] [--topic T] [--queues Q] [--body BYTES]\n"
           "         [--batch M] [--in-flight K] [--connections C] [--seconds S | --count N] [--warmup S]\n"
           "         [--max-msgs N] [--group G] [--tags T] [--broker-name B] [--serialize json|rocketmq]\n"
-          "         [--timeout S]\n"
+          "         [--timeout S] [--sys-flag F]\n"
           "  send: SEND_MESSAGE_V2 of BYTES, round robin over Q queues, K in flight per connection\n"
           "  batch: SEND_BATCH_MESSAGE of M messages of BYTES\n"
           "  pull: PULL_MESSAGE of queues 0..Q-1 from offset 0 to their max offsets, N per pull\n"
           "  --count N: issue N messages in the measured window instead of running --seconds\n"
           "             (pull: stop pulling once N were read)\n"
           "  --warmup S: unmeasured seconds first (default 1 for send/batch; pull has none)\n"
-          "  --timeout S: give up after S seconds without a reply (default 30)\n", stderr);
+          "  --timeout S: give up after S seconds without a reply (default 30)\n"
+          "  --sys-flag F: pull's sysFlag (default 0; 4 = the subscription comes with the request)\n", stderr);
     exit(2);
 }
 
@@ -732,7 +737,7 @@ static void parse_args(int argc, char **argv) {
                                  {"connections", 1, 0, 'c'}, {"seconds", 1, 0, 's'}, {"count", 1, 0, 'n'},
                                  {"warmup", 1, 0, 'w'}, {"max-msgs", 1, 0, 'x'}, {"group", 1, 0, 'g'},
                                  {"tags", 1, 0, 'T'}, {"broker-name", 1, 0, 'B'}, {"serialize", 1, 0, 'S'},
-                                 {"timeout", 1, 0, 'o'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+                                 {"timeout", 1, 0, 'o'}, {"sys-flag", 1, 0, 'F'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int ch;
     optind = 2;
     while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -755,6 +760,7 @@ static void parse_args(int argc, char **argv) {
         case 'n': opt.count = atoll(optarg); break;
         case 'w': opt.warmup = atof(optarg); break;
         case 'x': opt.max_msgs = atoi(optarg); break;
+        case 'F': opt.sys_flag = atoi(optarg); break;
         case 'g': opt.group = optarg; break;
         case 'T': opt.tags = optarg; break;
         case 'B': opt.broker_name = optarg; break;

@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from bench import docs
 from tests.helpers.procs import REPO, async_wait_until
 
@@ -79,3 +81,39 @@ def test_ha_cells_read_the_cpu_of_master_and_slave(tmp_path):
     assert per["broker"] > 0 and per["ha"] > 0 and per["slave/ha"] > 0
     assert per["total"] >= per["broker"] + per["ha"] + per["slave/ha"]
     assert "broker CPU-us/msg broker " in r.line()
+
+
+def _java_missing() -> str:
+    from bench.java_peer import JavaUnavailable, check_available
+    try:
+        check_available()
+    except JavaUnavailable as e:
+        return str(e)
+    return ""
+
+
+@pytest.mark.skipif(bool(_java_missing()), reason=_java_missing() or "java and the jars are there")
+def test_java_peer_cells_drive_both_brokers_with_the_same_loadgen_and_read_every_process(tmp_path):
+    """A tiny version of the `java` section: ASYNC_FLUSH, one send shape and the pull, on our broker
+    and on Apache RocketMQ's; both answer every request, the JVM's CPU is read (split by thread kind),
+    the pull reads from the Java broker (it needs the subscription in the request), and the report
+    has the side-by-side row with ours/Java."""
+    from bench import java_bench
+    J = java_bench.run_all(True, str(tmp_path), seconds=1.0, modes=["ASYNC_FLUSH"], shapes=["send64", "pull"],
+                           grpc=False, warm_s=(0.0, 2.0), progress=lambda _: None)
+    assert J["java"].startswith("Apache RocketMQ 5.5.0 on ")
+    assert [(c["mode"], c["shape"]) for c in J["cells"]] == [("ASYNC_FLUSH", "send64"), ("ASYNC_FLUSH", "pull")]
+    for c in J["cells"]:
+        o, j = c["ours"], c["java"]
+        assert o["msgs"] > 0 and j["msgs"] > 0 and o["errors"] == 0, c
+        assert j["errors"] <= j["msgs"] // 100, c  # SYSTEM_BUSY: its send queue's 200 ms wait, on a loaded machine
+        assert "broker" in o["cpu_us_per_msg"] and {"jvm", "jvm/jit", "jvm/gc"} <= set(j["cpu_us_per_msg"])
+        assert c["ratio"] == pytest.approx(o["msgs_per_s"] / j["msgs_per_s"])
+        assert c["settings"]["java"] == "flushDiskType=ASYNC_FLUSH, brokerRole=ASYNC_MASTER"
+    send = J["cells"][0]
+    assert send["ours"]["cpu_us_per_msg"]["total"] > 0 and send["java"]["cpu_us_per_msg"]["jvm"] > 0
+    assert send["warmup"]["java"]["rounds"]  # the JVM was warmed before its clock
+    md = "\n".join(java_bench.markdown(J))
+    assert "## Against Apache RocketMQ's Java broker" in md
+    assert f"| ASYNC_FLUSH | send x64 pipelined | {J['cells'][0]['ours']['msgs_per_s']:,.0f} |" in md
+    assert not list(tmp_path.glob("java-*"))  # every JVM's directory gone: stopped and cleaned
