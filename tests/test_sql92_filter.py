@@ -105,8 +105,9 @@ def _pop(conn: RawConn, group: str, expr: str):
 
 @pytest.fixture(scope="module")
 def brokers(tmp_path_factory):
-    """(ours, java): connections to our broker and RocketMQ's, both enablePropertyFilter=true and
-    holding the same messages m0..m9 (properties PROPS, tag t) in queue 0 of TOPIC."""
+    """(ours, java, our name server's address): connections to our broker and RocketMQ's, both
+    enablePropertyFilter=true and holding the same messages m0..m9 (properties PROPS, tag t) in
+    queue 0 of TOPIC."""
     if not java_broker.available():
         pytest.skip("RocketMQ's Java broker is not built (make build/javabroker/.copied)")
     root = tmp_path_factory.mktemp("sql92f")
@@ -132,7 +133,7 @@ def brokers(tmp_path_factory):
             for i, p in enumerate(PROPS):
                 _send(c, f"m{i}".encode(), p)
             wait_for(lambda: _got(_pull(c, "TRUE")) == ALL, 10, "the messages in the consume queue")
-        yield conns[0], conns[1]
+        yield conns[0], conns[1], procs[1].addr
     finally:
         for c in conns:
             c.close()
@@ -143,21 +144,21 @@ def brokers(tmp_path_factory):
 
 
 def test_the_probe_table_selects_what_rocketmq_selects(brokers):
-    ours, java = brokers
+    ours, java, _ = brokers
     for expr, want in TABLE.items():
         assert _got(_pull(java, expr)) == (want or codes.PULL_RETRY_IMMEDIATELY), expr
         assert _got(_pull(ours, expr)) == (want or codes.PULL_RETRY_IMMEDIATELY), expr
 
 
 def test_more_expressions_select_what_rocketmq_selects(brokers):
-    ours, java = brokers
+    ours, java, _ = brokers
     diffs = [(e, _got(_pull(ours, e)), _got(_pull(java, e))) for e in MORE]
     assert [d for d in diffs if d[1] != d[2]] == []
     assert len({str(d[1]) for d in diffs}) > 10  # the expressions do select different messages
 
 
 def test_an_expression_that_does_not_compile_is_refused_where_rocketmq_filters_nothing(brokers):
-    ours, java = brokers
+    ours, java, _ = brokers
     for expr in NOT_COMPILING:
         assert _got(_pull(java, expr)) == ALL  # RocketMQ: the failed compile leaves no filter at all
         r = _pull(ours, expr)
@@ -165,7 +166,7 @@ def test_an_expression_that_does_not_compile_is_refused_where_rocketmq_filters_n
 
 
 def test_check_client_config_compiles_as_rocketmq_compiles(brokers):
-    ours, java = brokers
+    ours, java, _ = brokers
     answers = [(e, _check(ours, e).code, _check(java, e).code) for e in COMPILE + list(TABLE) + MORE]
     assert [a for a in answers if a[1] != a[2]] == []
     assert {a[1] for a in answers} == {codes.SUCCESS, codes.SUBSCRIPTION_PARSE_FAILED}
@@ -174,8 +175,8 @@ def test_check_client_config_compiles_as_rocketmq_compiles(brokers):
 
 
 def test_the_heartbeat_registered_subscription_filters_a_pull_without_one(brokers):
-    ours, java = brokers
-    for conn in brokers:
+    ours, java, _ = brokers
+    for conn in (ours, java):
         _heartbeat(conn, "hbGood", "a = 'x' OR b = 'true'")
         _heartbeat(conn, "hbBad", "a > '5'")
     for group, want in (("hbGood", ["m3", "m5"]), ("hbBad", codes.FILTER_DATA_NOT_EXIST)):
@@ -184,8 +185,8 @@ def test_the_heartbeat_registered_subscription_filters_a_pull_without_one(broker
 
 
 def test_pop_filters_by_sql92_as_rocketmq_does(brokers):
-    ours, java = brokers
-    for conn in brokers:
+    ours, java, _ = brokers
+    for conn in (ours, java):
         r = _pop(conn, "popG", "a > 5 OR b = 'true'")
         assert r.code == codes.SUCCESS, (r.code, r.remark)
         assert sorted(b.decode() for b in bodies(r)) == ["m1", "m5"]
@@ -217,3 +218,19 @@ def test_enable_property_filter_true_starts_and_false_stays_the_default():
     assert broker.enablePropertyFilter is False
     broker, _, unknown = load_broker_config({"enablePropertyFilter": "true"})
     assert broker.enablePropertyFilter is True and not unknown
+
+
+def test_a_java_push_consumer_subscribed_by_sql_gets_what_matches(brokers, tmp_path):
+    """RocketMQ's 4.9.8 client, MessageSelector.bySql: CHECK_CLIENT_CONFIG passes, its heartbeat
+    registers the expression and its pulls (which carry no subscription) are filtered by it. Last in
+    the module: it sends m10, after which every earlier message has been read past."""
+    from types import SimpleNamespace
+
+    from tests.helpers.real_clients import Consumer
+    ours, _, namesrv = brokers
+    cluster = SimpleNamespace(namesrv=namesrv)
+    with Consumer("java", cluster, tmp_path, TOPIC, "sqlPush", "sqlc", sql="a > 5 OR b = 'true'",
+                  consumeFromWhere="CONSUME_FROM_FIRST_OFFSET") as c:
+        _send(ours, b"m10", {"a": "99"})
+        got = c.wait(lambda g: any(m["body"] == "m10" for m in g), 90, "m10")
+    assert sorted(m["body"] for m in got) == ["m1", "m10", "m5"]

@@ -84,7 +84,7 @@ def _expr(draw, depth=0):
     return f"{draw(_expr(depth + 1))} {draw(st.sampled_from(['AND', 'OR']))} {draw(_expr(depth + 1))}"
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_expr(), st.dictionaries(NAMES, VALUES, max_size=3), st.data())
 def test_kernel_equals_twin_on_random_expressions(expr, props, data):
     try:
