@@ -230,6 +230,36 @@ def evaluate(prog: bytes, props: dict) -> bool:
     return v == ("B", True)
 
 
+def record_properties(rec: bytes) -> bytes | None:
+    """A stored record's properties field (docs/formats.md §1), or None when the record is too short
+    for the lengths it states."""
+    if len(rec) < 75:
+        return None
+    sys_flag = struct.unpack_from(">I", rec, 36)[0]
+    pos = 48 + (20 if sys_flag & 0x10 else 8) + 8 + (20 if sys_flag & 0x20 else 8) + 4 + 8
+    if pos + 4 > len(rec):
+        return None
+    body = struct.unpack_from(">I", rec, pos)[0]
+    pos += 4
+    if body > len(rec) - pos:
+        return None
+    pos += body
+    if pos + 1 > len(rec):
+        return None
+    pos += 1 + rec[pos]
+    if pos + 2 > len(rec):
+        return None
+    n = struct.unpack_from(">H", rec, pos)[0]
+    pos += 2
+    return rec[pos:pos + n] if n <= len(rec) - pos else None
+
+
+def record_matches(prog: bytes, record: bytes) -> bool:
+    validate(prog)
+    props = record_properties(bytes(record))
+    return props is not None and matches(prog, props)
+
+
 def matches(prog: bytes, properties: bytes) -> bool:
     """The kernel's signature: the stored properties bytes."""
     return evaluate(prog, decode_properties(bytes(properties)))
