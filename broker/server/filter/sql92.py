@@ -154,10 +154,12 @@ def _equal(left: _Node, right: _Node) -> _Node:
 
 
 def _logic(op: int, left: _Node, right: _Node) -> _Node:
-    kids = []
-    for n in (left, right):  # a chain of one operator is one node: the same result, no deep tree
-        kids.extend(n.kids if n.op == op else [n])
-    return _Node(op, kids)
+    """A chain of one operator is one node (the same result: three-valued AND and OR are
+    associative, and evaluate left to right either way), so no tree deepens with its length.
+    The parser's nodes are never shared, so the left one grows in place."""
+    node = left if left.op == op else _Node(op, [left])
+    node.kids.extend(right.kids if right.op == op else [right])
+    return node
 
 
 def _between(value: _Node, low: _Node, high: _Node) -> _Node:
