@@ -69,7 +69,8 @@ def _expr(draw, depth=0):
     if kind == 1:
         return f"{a} {draw(st.sampled_from(['', 'NOT ']))}BETWEEN {b} AND {draw(_operand())}"
     if kind == 2:
-        return f"{draw(NAMES)} {draw(st.sampled_from(['', 'NOT ']))}IN ({', '.join(draw(st.lists(LITERALS, min_size=1, max_size=3)))})"
+        values = ", ".join(draw(st.lists(LITERALS, min_size=1, max_size=3)))
+        return f"{draw(NAMES)} {draw(st.sampled_from(['', 'NOT ']))}IN ({values})"
     if kind == 3:
         return f"{a} IS {draw(st.sampled_from(['', 'NOT ']))}NULL"
     if kind == 4:

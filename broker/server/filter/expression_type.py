@@ -53,7 +53,6 @@ class MessageFilter(NamedTuple):
     sql: bytes | None = None
 
 
-
 def tag_filter(expression: str | None) -> MessageFilter:
     return MessageFilter(tag_hashes_of(expression), None)
 
