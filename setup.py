@@ -28,6 +28,7 @@ KERNELS = {
     "pulled": (["pyx/pulled.pyx"], []),
     "queue_read": (["pyx/queue_read.pyx"], []),
     "index_dispatch": (["pyx/index_dispatch.pyx"], []),
+    "sql92": (["pyx/sql92.pyx"], []),
 }
 
 flags = ["-O3", "-Wall", "-Wno-unused-function", "-Wno-unreachable-code"]

@@ -16,6 +16,7 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 
 from record cimport CQ_UNIT
 from bytesex cimport get_be32, get_be64
+from sql92_eval cimport record_properties, sql_matches, sql_valid
 
 
 # why a collect stopped (Python decides what follows)
@@ -62,13 +63,29 @@ cdef class Collected:
 
 
 def collect(Collected c not None, cq, int64_t first_index, Py_ssize_t start, Py_ssize_t stop, list segments not None,
-            int64_t segment_size, Py_ssize_t max_msgs, Py_ssize_t max_bytes, tags=None) -> int:
+            int64_t segment_size, Py_ssize_t max_msgs, Py_ssize_t max_bytes, tags=None, sql=None) -> int:
     """Entries [start, stop) (queue offsets) of the consume-queue file `cq` (bytes-like, its
     first entry is queue offset first_index) into `c` (call c.finish() once done). `segments` are the mapped commit-log
     segments in order (objects with .base and .mv), `segment_size` their size. `tags`: a set of
-    tag codes to keep, or None for all. Returns COLLECT_END, COLLECT_FULL or COLLECT_NO_SEGMENT."""
-    cdef Borrowed view
-    borrow(cq, &view, False)
+    tag codes to keep, or None for all. `sql`: an SQL92 program (broker.server.filter.sql92) each
+    record's stored properties must match, or None. Returns COLLECT_END, COLLECT_FULL or
+    COLLECT_NO_SEGMENT."""
+    cdef Borrowed view, prog, segbuf
+    cdef bint has_sql = sql is not None, seg_borrowed = False
+    cdef const uint8_t *props
+    cdef Py_ssize_t props_n
+    cdef int64_t at
+    if has_sql:
+        borrow(sql, &prog, False)
+        if not sql_valid(prog.ptr, prog.size):
+            give_back(&prog)
+            raise ValueError("malformed SQL92 program")
+    try:
+        borrow(cq, &view, False)
+    except BaseException:
+        if has_sql:
+            give_back(&prog)
+        raise
     cdef const uint8_t *p = view.ptr
     cdef Py_ssize_t n_entries = view.size // CQ_UNIT, i, si, nseg = len(segments)
     cdef int64_t phys, tag, base0, rel, merged_end
@@ -107,6 +124,19 @@ def collect(Collected c not None, cq, int64_t first_index, Py_ssize_t start, Py_
             if phys + size > last_base + segment_size or last_mv is None:
                 status = COLLECT_NO_SEGMENT
                 break
+            if has_sql:  # the record's own properties, read in place in the mapped segment
+                if not seg_borrowed or segbuf.view.obj is not <object> last_mv:
+                    if seg_borrowed:
+                        give_back(&segbuf)
+                        seg_borrowed = False
+                    borrow(last_mv, &segbuf, False)
+                    seg_borrowed = True
+                at = phys - last_base
+                if at + size > segbuf.size or not record_properties(segbuf.ptr + at, size, &props, &props_n) \
+                        or not sql_matches(prog.ptr, prog.size, props, props_n):
+                    i += 1
+                    c.next_index = i
+                    continue
             if c._merge and c._seg is seg and phys == c._span_end:
                 c._span_end = phys + size  # back to back with the span: widen it
             else:
@@ -126,3 +156,7 @@ def collect(Collected c not None, cq, int64_t first_index, Py_ssize_t start, Py_
         return status
     finally:
         give_back(&view)
+        if seg_borrowed:
+            give_back(&segbuf)
+        if has_sql:
+            give_back(&prog)

@@ -7,8 +7,6 @@ is followed by a TAG read from the same offset that still gets every message, an
 offset is shown where it was."""
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 
 import msgspec
@@ -17,11 +15,8 @@ import pytest
 from broker.proxy.protocol import definition_pb2 as pb
 from broker.proxy.protocol import service_pb2 as spb
 from broker.remoting import codes
-from broker.server.broker_config import load_broker_config
-from broker.store.errors import StoreConfigError
 from tests.conftest import wait_for
 from tests.helpers.grpc_front import front_beside_cluster, stub_of
-from tests.helpers.procs import REPO
 from tests.helpers.raw_wire import RawConn, bodies, send_message
 from tests.helpers.real_clients import Consumer
 
@@ -238,17 +233,3 @@ def test_the_grpc_front_refuses_an_sql_filter_with_the_brokers_words(front, conn
             replies = _receive(stub, topic, group, expr)
             got += [x.message.body for x in replies if x.WhichOneof("content") == "message"]
         assert sorted(got) == [f"m{i}".encode() for i in range(N)]
-
-
-def test_enable_property_filter_true_is_refused_at_start_naming_the_key(tmp_path):
-    broker, _, unknown = load_broker_config({"enablePropertyFilter": "false"})
-    assert broker.enablePropertyFilter is False and not unknown  # RocketMQ's default, and ours
-    with pytest.raises(StoreConfigError) as e:
-        load_broker_config({"enablePropertyFilter": "true"})
-    assert e.value.key == "enablePropertyFilter"
-    conf = tmp_path / "broker.conf"
-    conf.write_text(f"storePathRootDir={tmp_path / 'store'}\nenablePropertyFilter=true\n")
-    p = subprocess.run([sys.executable, "-m", "broker.cli", "serve", "-c", str(conf)], capture_output=True,
-                       text=True, timeout=60, cwd=str(REPO))
-    assert p.returncode == 2 and "enablePropertyFilter" in p.stderr and "SQL92" in p.stderr, (p.returncode, p.stderr)
-    assert not (tmp_path / "store").exists()  # refused before anything was made

@@ -21,5 +21,5 @@ class Collected:
 # segments: the mapped commit-log segments in order, objects with .base (int) and .mv (memoryview or None)
 def collect(
     c: Collected, cq: Buffer, first_index: int, start: int, stop: int, segments: list[Any], segment_size: int,
-    max_msgs: int, max_bytes: int, tags: Container[int] | None = None,
+    max_msgs: int, max_bytes: int, tags: Container[int] | None = None, sql: Buffer | None = None,
 ) -> int: ...

@@ -61,8 +61,9 @@ def _filter(expr: pb.FilterExpression) -> tuple[str, str]:
     """(expType, exp) of a receive's FilterExpression, as the Java proxy builds its subscription
     (GrpcConverter.buildExpressionType, FilterAPI.build): SQL is SQL92, anything else TAG; an empty
     tag expression is "*", an empty SQL92 one is refused. The broker decides whether it filters by
-    the type (ours refuses SQL92: INTERNAL_SERVER_ERROR with its remark, as the Java proxy relays a
-    broker's refusal), so the front never reads an SQL text as tags."""
+    the type (SQL92 with enablePropertyFilter=true; else, or for an expression that does not
+    compile, its refusal comes back as INTERNAL_SERVER_ERROR with its remark, as the Java proxy
+    relays a broker's refusal), so the front never reads an SQL text as tags."""
     exp_type = SQL92 if expr.type == pb.SQL else TAG
     if expr.expression:
         return exp_type, expr.expression

@@ -83,8 +83,8 @@ class BrokerConfig:
     transactionCheckMax: int = 15
     transactionCheckInterval: int = 60_000
     rejectTransactionMessage: bool = False  # half messages refused NO_PERMISSION
-    # consumers filtering by SQL92 over message properties (RocketMQ's default, false, is our only
-    # mode: an SQL92 subscription is refused, broker.server.filter.expression_type)
+    # consumers filtering by SQL92 over message properties (broker.server.filter.sql92). RocketMQ's
+    # default, false, refuses an SQL92 subscription as RocketMQ does (expression_type)
     enablePropertyFilter: bool = False
     # pop consumption (broker.server.pop): queues of rmq_sys_REVIVE_LOG_<brokerClusterName>
     reviveQueueNum: int = 8
@@ -139,10 +139,6 @@ class BrokerConfig:
                         "controllerHeartBeatTimeoutMills"):
                 if getattr(self, key) <= 0:
                     raise StoreConfigError(key, f"{getattr(self, key)} must be positive")
-        if self.enablePropertyFilter:
-            raise StoreConfigError("enablePropertyFilter", "true is not supported: this broker cannot filter by "
-                                   "SQL92 yet (it refuses SQL92 subscriptions as RocketMQ does with false); "
-                                   "remove the key or set it to false")
         if not self.brokerName or "%" in self.brokerName:
             raise StoreConfigError("brokerName", f"{self.brokerName!r} is not a broker name")
 

@@ -147,7 +147,8 @@ class BrokerController:
                                                                       self.store_config.fileReservedTime)
             self.consumer_processor = ConsumerProcessor(store, topics, self.consumers, holds, schedule,
                                                         self.config.maxReconsumeTimes, self.producers,
-                                                        self.config.rebalanceLockMaxLiveTime / 1000, groups=groups)
+                                                        self.config.rebalanceLockMaxLiveTime / 1000, groups=groups,
+                                                        property_filter=self.config.enablePropertyFilter)
             for proc in (SendMessageProcessor(store, topics, schedule, holds, self.config.maxReconsumeTimes, bridge,
                                               self.config.rejectTransactionMessage),
                          PullMessageProcessor(store, topics, self.consumers, holds, self.config, groups=groups),

@@ -658,8 +658,8 @@ class MessageStore:
         return self.commit_log.appender.last_end(self.topic_bytes(topic), queue_id)
 
     def get(self, topic: str, queue_id: int, offset: int, max_msgs: int = 32, max_bytes: int = 256 * 1024,
-            tag_hashes: set[int] | None = None, spans: bool = False) -> GetResult:
-        return self.reader.get(topic, queue_id, offset, max_msgs, max_bytes, tag_hashes, spans)
+            tag_hashes: set[int] | None = None, spans: bool = False, sql: bytes | None = None) -> GetResult:
+        return self.reader.get(topic, queue_id, offset, max_msgs, max_bytes, tag_hashes, spans, sql)
 
     def record_view(self, physical_offset: int) -> memoryview:
         return self.reader.record_view(physical_offset)

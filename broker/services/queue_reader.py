@@ -97,10 +97,11 @@ class QueueReader:
 
     # -- messages -------------------------------------------------------------------------------
     def get(self, topic: str, queue_id: int, offset: int, max_msgs: int = 32, max_bytes: int = 256 * 1024,
-            tag_hashes: set[int] | None = None, spans: bool = False) -> GetResult:
+            tag_hashes: set[int] | None = None, spans: bool = False, sql: bytes | None = None) -> GetResult:
         """Messages of one queue from `offset` as zero-copy views of their stored records, with
         each one's queue offset. spans=True (a pull's body): one view for records that lie back
         to back in the log, and no offsets (GetResult.count says how many records there are).
+        `sql`: an SQL92 program (broker.server.filter.sql92) the records' properties must match.
         Statuses and next offsets follow RocketMQ's DefaultMessageStore.getMessage."""
         if max_msgs <= 0 or max_bytes <= 0:
             raise ValueError("max_msgs and max_bytes must be positive")
@@ -119,7 +120,8 @@ class QueueReader:
             return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, hi, lo, hi)
         # Unfiltered reads stop at max_msgs entries; filtered ones may skip entries, but scan at
         # most as far as RocketMQ does (16000 bytes of consume queue, or 20 per wanted message).
-        stop = min(hi, offset + (max_msgs if tag_hashes is None else max(800, max_msgs * 20)))
+        filtered = tag_hashes is not None or sql is not None
+        stop = min(hi, offset + (max(800, max_msgs * 20) if filtered else max_msgs))
         c = Collected(offset, not spans, spans)
         segments = self.s.commit_log.queue
         refreshed = False
@@ -130,7 +132,7 @@ class QueueReader:
                 break
             end = min(stop, first + cq.per_file)
             status = collect(c, entries, first, i, end, segments.files, segments.file_size, max_msgs, max_bytes,
-                             tag_hashes)
+                             tag_hashes, sql)
             if status == COLLECT_NO_SEGMENT and not segments.writable and not refreshed:
                 segments.refresh()  # a segment the HA client made since we looked
                 refreshed = True

@@ -19,7 +19,9 @@ from broker.kernels import index_dispatch as KI
 from broker.kernels import header as KHD
 from broker.kernels import pulled as KP
 from broker.kernels import remoting as KR
+from broker.kernels import sql92 as KS
 from broker.remoting.command import VERSION, RemotingCommand, ext_string
+from broker.server.filter.sql92 import Sql92Error, compile_sql92
 from broker.store.errors import StoreError
 from broker.store.message import decode_message, decode_properties
 from tests.twins import client_codec_twin as TCC
@@ -29,6 +31,7 @@ from tests.twins import index_dispatch_twin as TI
 from tests.twins import header_twin as THD
 from tests.twins import pulled_twin as TP
 from tests.twins import remoting_twin as TR
+from tests.twins import sql92_twin as TS
 from tests.twins.decoder import decode_record
 
 
@@ -444,6 +447,28 @@ def check_pulled(data: bytes) -> None:
             _same("RecordColumns in two chunks", kernel_columns, TP.record_columns, [body[:cut], body[cut:]], lo, hi)
 
 
+# -- sql92: the SQL92 evaluator on any program and properties; the compiler on any text ----------
+def check_sql92(data: bytes) -> None:
+    """data[0] bit 0: 0 = [u16 program length][program][properties], the evaluator kernel against
+    its twin on raw program bytes (both refuse a malformed one); 1 = [u16 text length][expression
+    text][properties], the compiler (only Sql92Error) and then both evaluators on its program."""
+    if len(data) < 3:
+        return
+    n = struct.unpack_from(">H", data, 1)[0]
+    head, props = data[3:3 + n], data[3 + n:]
+    if data[0] & 1:
+        try:
+            prog = compile_sql92(head.decode("utf-8", "replace"))
+        except Sql92Error:
+            return
+        except RecursionError:
+            raise Mismatch(f"the compiler recursed too deep on {head[:80]!r}") from None
+        KS.validate(prog)
+    else:
+        prog = head
+    _same("sql92 matches", KS.matches, TS.matches, prog, props)
+
+
 CHECKS = {
     "frames": check_frames,
     "scan": check_scan,
@@ -454,4 +479,5 @@ CHECKS = {
     "send": check_send,
     "replies": check_replies,
     "pulled": check_pulled,
+    "sql92": check_sql92,
 }

@@ -167,10 +167,29 @@ def pulled_seeds() -> list[bytes]:
             b"\x00\xff" + records(2) + b"\x00" * 12]
 
 
+def sql92_seeds() -> list[bytes]:
+    """check_sql92 input: expressions as text (mode 1) and as compiled programs (mode 0), each with
+    properties that make them match, fail a conversion, or miss."""
+    from broker.server.filter.sql92 import compile_sql92
+    exprs = ["a > 5 AND b = TRUE", "a BETWEEN -3 AND 2.5 OR c IS NULL", "a IN ('x', 'abc') AND NOT (b <> 'true')",
+             "a CONTAINS 'b' OR a NOT STARTSWITH 'x' OR a ENDSWITH 'c'", "a = 1e2 AND -a < 0 AND a >= 2147483648",
+             "(a = 1) = FALSE OR a"]
+    props = [b"a\x0110\x02b\x01true\x02TAGS\x01t", b"a\x01x\x02b\x01TRUE\x02", b"a\x01 1e2\x02a\x01abc\x02\x02\x01v",
+             b"c\x01NaN\x02a\x01-Infinity"]
+    out = []
+    for i, e in enumerate(exprs):
+        text, prog = e.encode(), compile_sql92(e)
+        p = props[i % len(props)]
+        out.append(b"\x01" + struct.pack(">H", len(text)) + text + p)
+        out.append(b"\x00" + struct.pack(">H", len(prog)) + prog + p)
+    return out
+
+
 def main() -> None:
     for name, make in (("frames", frames_seeds), ("scan", scan_seeds), ("properties", properties_seeds),
                        ("ha", ha_seeds), ("headers", headers_seeds),
-                       ("send", send_seeds), ("replies", replies_seeds), ("pulled", pulled_seeds)):
+                       ("send", send_seeds), ("replies", replies_seeds), ("pulled", pulled_seeds),
+                       ("sql92", sql92_seeds)):
         d = SEEDS / name
         d.mkdir(parents=True, exist_ok=True)
         for data in make():

@@ -109,7 +109,7 @@ class ConsumerManager:
 
     def tag_hashes(self, group: str, topic: str) -> set[int] | None:
         """The group's tag filter for a topic from its heartbeat (None: every message). Only for a
-        TAG subscription: the pull refuses any other type first (expression_type.check_registered)."""
+        TAG subscription: the pull refuses any other type first (expression_type.registered_filter)."""
         sd = self.subscription(group, topic)
         if not sd:
             return None

@@ -47,7 +47,8 @@ class PopService:
                                        config.maxReconsumeTimes, on_put=holds.notify, groups=groups)
         self.processors = (
             PopMessageProcessor(store, topics, holds, self.revive, self.order_info, config.longPollingEnable,
-                                config.brokerSuspendMaxTimeMillis, groups=groups),
+                                config.brokerSuspendMaxTimeMillis, groups=groups,
+                                property_filter=config.enablePropertyFilter),
             AckMessageProcessor(store, topics, holds, self.revive, self.order_info),
             ChangeInvisibleTimeProcessor(store, topics, self.revive, self.order_info))
         self.ready = asyncio.Event()  # set while serving as master, once the revive log is replayed

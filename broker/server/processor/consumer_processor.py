@@ -82,8 +82,10 @@ def _mq_keys(body: dict) -> list:
 
 class ConsumerProcessor:
     def __init__(self, store, topics, consumers, holds, schedule, max_reconsume_times: int, producers=None,
-                 lock_max_live_time: float = REBALANCE_LOCK_MAX_LIVE_TIME, groups=None):
+                 lock_max_live_time: float = REBALANCE_LOCK_MAX_LIVE_TIME, groups=None,
+                 property_filter: bool = False):
         self.store = store
+        self.property_filter = property_filter  # enablePropertyFilter: SQL92 subscriptions compile
         self.topics = topics
         self.consumers = consumers
         self.producers = producers  # ProducerManager: the groups a transaction check can ask
@@ -127,7 +129,8 @@ class ConsumerProcessor:
 
     def check_client_config(self, cmd: RemotingCommand, conn):
         """CHECK_CLIENT_CONFIG (46): the Java client asks before it subscribes by anything but tags
-        (CheckClientRequestBody: clientId, group, subscriptionData); only a TAG subscription passes."""
+        (CheckClientRequestBody: clientId, group, subscriptionData): a TAG subscription passes, an
+        SQL92 one if enablePropertyFilter is on and it compiles."""
         if not cmd.body:
             return cmd.response(codes.SUCCESS)
         sub = _json_body(cmd, "check client config").get("subscriptionData")
@@ -135,7 +138,7 @@ class ConsumerProcessor:
             raise CommandError("subscriptionData is not a JSON object")
         if sub is not None and not isinstance(sub.get("expressionType") or "", str):
             raise CommandError("subscriptionData.expressionType is not a string")
-        check_client_config(sub)
+        check_client_config(sub, self.property_filter)
         return cmd.response(codes.SUCCESS)
 
     def _notify_ids_changed(self, group: str) -> None:

@@ -22,8 +22,7 @@ import time
 
 from broker.remoting import codes
 from broker.remoting.command import RemotingCommand
-from broker.server.filter.expression_filter import tag_hashes_of
-from broker.server.filter.expression_type import check_pop
+from broker.server.filter.expression_type import pop_filter
 from broker.remoting.headers import PopMessageRequestHeader, decode
 from broker.common import extra_info as ei
 from broker.server.pop.consumer_order_info_manager import now_ms
@@ -62,8 +61,9 @@ class _Popped:
 
 class PopMessageProcessor:
     def __init__(self, store, topics, holds, revive, order_info, long_polling: bool, suspend_max_ms: int,
-                 groups=None):
+                 groups=None, property_filter: bool = False):
         self.groups = groups  # SubscriptionGroupManager: consumeEnable
+        self.property_filter = property_filter  # enablePropertyFilter: SQL92 filtering
         self.store = store
         self.topics = topics
         self.holds = holds
@@ -94,14 +94,13 @@ class PopMessageProcessor:
             raise InvalidParameter(f"queueId[{h.queueId}] is illegal, topic:[{h.topic}] "
                                    f"topicConfig.readQueueNums:[{cfg.readQueueNums}]")
         check_topic_name(ei.pop_retry_topic(h.topic, h.consumerGroup))  # a group that cannot name one: refused
-        check_pop(h.exp, h.expType)  # never an SQL92 or unknown type read as a tag
-        tags = tag_hashes_of(h.exp or "*")
+        flt = pop_filter(h.exp, h.expType, self.property_filter)  # never an SQL92 or unknown type read as a tag
         queues = self._queues(h, cfg.readQueueNums)
-        popped = self._pop_once(h, queues, tags)
+        popped = self._pop_once(h, queues, flt)
         if popped.views or h.pollTime <= 0 or not self.long_polling:
             return self._reply(cmd, h, popped)
         deadline = time.monotonic() + min(h.pollTime, self.suspend_max_ms) / 1000
-        return self._hold(cmd, h, queues, tags, deadline)
+        return self._hold(cmd, h, queues, flt, deadline)
 
     def _queues(self, h, read_queue_nums: int) -> list[tuple[str, int]]:
         """(topic, queueId) in the order this pop reads them: the topic's queues from a random
@@ -118,13 +117,13 @@ class PopMessageProcessor:
         return retry + own if random.randrange(100) < POP_FROM_RETRY_PROBABILITY else own + retry
 
     # -- one look at the queues -------------------------------------------------------------------
-    def _pop_once(self, h, queues, tags) -> _Popped:
+    def _pop_once(self, h, queues, flt) -> _Popped:
         rq = ei.POP_ORDER_REVIVE_QUEUE if h.order else self.revive.next_revive_qid()
         popped = _Popped(now_ms(), rq, self.revive.log.appended)
         for topic, queue_id in queues:
             if topic != h.topic and self.topics.get(topic) is None:
                 continue  # no retry topic yet: nothing was ever revived for this group
-            self._pop_queue(h, topic, queue_id, tags, popped)
+            self._pop_queue(h, topic, queue_id, flt, popped)
         return popped
 
     def _pop_offset(self, group: str, topic: str, queue_id: int, init_mode: int) -> int:
@@ -140,7 +139,7 @@ class PopMessageProcessor:
         offsets.advance(group, topic, queue_id, offset)
         return offset
 
-    def _pop_queue(self, h, topic: str, queue_id: int, tags, popped: _Popped) -> None:
+    def _pop_queue(self, h, topic: str, queue_id: int, flt, popped: _Popped) -> None:
         group = h.consumerGroup
         offset = self._pop_offset(group, topic, queue_id, h.initMode)
         want = h.maxMsgNums - len(popped.views)
@@ -153,11 +152,11 @@ class PopMessageProcessor:
                 opens = info.pop_time + info.invisible_time
                 popped.blocked_until = min(popped.blocked_until or opens, opens)
                 return
-        r = self.store.get(topic, queue_id, offset, want, MAX_TRANSFER_BYTES, tags)
+        r = self.store.get(topic, queue_id, offset, want, MAX_TRANSFER_BYTES, flt.tags, sql=flt.sql)
         if r.status in _MOVED:  # the offset left the queue (cleaned, or never valid): from where it is now
             offset = r.next_offset
             self.revive.pop_offsets.advance(group, topic, queue_id, offset)
-            r = self.store.get(topic, queue_id, offset, want, MAX_TRANSFER_BYTES, tags)
+            r = self.store.get(topic, queue_id, offset, want, MAX_TRANSFER_BYTES, flt.tags, sql=flt.sql)
         popped.rest += max(r.max_offset - r.next_offset, 0)
         if r.status != GetStatus.FOUND or not r.messages:
             if r.next_offset > offset and r.status == GetStatus.NO_MATCHED_MESSAGE:
@@ -197,7 +196,7 @@ class PopMessageProcessor:
         return res
 
     # -- long polling -------------------------------------------------------------------------------
-    async def _hold(self, cmd, h, queues, tags, deadline: float) -> RemotingCommand:
+    async def _hold(self, cmd, h, queues, flt, deadline: float) -> RemotingCommand:
         store, holds = self.store, self.holds
         while True:
             # registered in the same loop turn as the look that found nothing (see PullMessageProcessor._hold)
@@ -209,7 +208,7 @@ class PopMessageProcessor:
                     pass
             if not self.revive.serving:  # no longer the master while held: nothing was written
                 return cmd.response(codes.SLAVE_NOT_AVAILABLE, remark=not_master_remark(self.store, "POP_MESSAGE"))
-            popped = self._pop_once(h, queues, tags)
+            popped = self._pop_once(h, queues, flt)
             left = deadline - time.monotonic()
             if popped.views or left <= 0:
                 reply = self._reply(cmd, h, popped)

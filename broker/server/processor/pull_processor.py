@@ -1,5 +1,6 @@
-"""PullMessageProcessor: PULL_MESSAGE (11), with long polling and server-side tag filtering (a
-subscription of another expression type is refused: broker.server.filter.expression_type).
+"""PullMessageProcessor: PULL_MESSAGE (11), with long polling and server-side filtering by tags, or
+by SQL92 over the message properties with enablePropertyFilter=true (another expression type is
+refused: broker.server.filter.expression_type).
 
 A FOUND response's body is the stored records themselves: views of the mapped commit log go to
 the transport's writelines (one writev), never through a Python copy.
@@ -12,8 +13,7 @@ import time
 from broker.common.faq_url import suggest_todo
 from broker.remoting import codes
 from broker.remoting.command import RemotingCommand
-from broker.server.filter.expression_filter import tag_hashes_of
-from broker.server.filter.expression_type import check_pull_header, check_registered
+from broker.server.filter.expression_type import MessageFilter, pull_filter, registered_filter
 from broker.remoting.headers import PullMessageRequestHeader, decode
 from broker.remoting.refusals import BadRequest, TopicNotExist
 from broker.store.results import GetStatus
@@ -38,6 +38,7 @@ class PullMessageProcessor:
         self.consumers = consumers
         self.holds = holds
         self.long_polling = config.longPollingEnable
+        self.property_filter = config.enablePropertyFilter
         self.suspend_max_ms = config.brokerSuspendMaxTimeMillis
 
     def handlers(self) -> dict:
@@ -59,13 +60,12 @@ class PullMessageProcessor:
         # The filter is settled before anything moves: a subscription we cannot filter by is
         # refused with the consumer's offset where it was.
         if sys_flag & FLAG_SUBSCRIPTION:
-            check_pull_header(h.subscription, h.expressionType)
-            tags = tag_hashes_of(h.subscription)
+            flt = pull_filter(h.subscription, h.expressionType, self.property_filter)
         else:
             sub = self.consumers.subscription(group, topic)
-            if sub is not None:
-                check_registered(sub)
-            tags = self.consumers.tag_hashes(group, topic)
+            flt = registered_filter(sub, self.property_filter) if sub is not None else None
+            if flt is None:
+                flt = MessageFilter(self.consumers.tag_hashes(group, topic), None)
         if sys_flag & FLAG_COMMIT_OFFSET and not self.store.is_slave:  # as Java: commits ride pulls on masters
             if h.commitOffset >= 0:
                 self.store.consumer_offsets.commit(group, topic, queue_id, h.commitOffset)
@@ -74,15 +74,15 @@ class PullMessageProcessor:
         if self.store.queue_write_end(topic, queue_id) > self.store.dispatched():
             # Messages of this queue are in the log but not yet in its consume queue: answer once
             # they are (read-your-writes), not with an offset the next moment makes valid.
-            return self._hold(cmd, topic, queue_id, offset, max_nums, tags, time.monotonic() + suspend, hold)
-        res = self._get(cmd, topic, queue_id, offset, max_nums, tags)
+            return self._hold(cmd, topic, queue_id, offset, max_nums, flt, time.monotonic() + suspend, hold)
+        res = self._get(cmd, topic, queue_id, offset, max_nums, flt)
         if res.code != codes.PULL_NOT_FOUND or not hold:
             return res
-        return self._hold(cmd, topic, queue_id, offset, max_nums, tags, time.monotonic() + suspend, True)
+        return self._hold(cmd, topic, queue_id, offset, max_nums, flt, time.monotonic() + suspend, True)
 
-    def _get(self, cmd, topic, queue_id, offset, max_nums, tags) -> RemotingCommand:
+    def _get(self, cmd, topic, queue_id, offset, max_nums, flt) -> RemotingCommand:
         store = self.store
-        r = store.get(topic, queue_id, offset, max_nums, MAX_TRANSFER_BYTES, tags, spans=True)
+        r = store.get(topic, queue_id, offset, max_nums, MAX_TRANSFER_BYTES, flt.tags, spans=True, sql=flt.sql)
         if r.status in _MOVED_IF_NOT_ZERO:
             code = codes.PULL_OFFSET_MOVED if offset != 0 else codes.PULL_NOT_FOUND
         else:
@@ -108,9 +108,9 @@ class PullMessageProcessor:
         res.body_len = r.total_bytes
         return res
 
-    async def _hold(self, cmd, topic, queue_id, offset, max_nums, tags, deadline, suspend) -> RemotingCommand:
+    async def _hold(self, cmd, topic, queue_id, offset, max_nums, flt, deadline, suspend) -> RemotingCommand:
         if self.store.reads_dispatched_only:
-            return await self._hold_on_slave(cmd, topic, queue_id, offset, max_nums, tags, deadline)
+            return await self._hold_on_slave(cmd, topic, queue_id, offset, max_nums, flt, deadline)
         holds = self.holds
         store = self.store
         while True:
@@ -123,9 +123,9 @@ class PullMessageProcessor:
                 try:  # read-your-writes even for a pull that may not be held (dispatch takes ~1 ms)
                     await store.wait_dispatched(end, max(deadline - time.monotonic(), 1.0))
                 except asyncio.TimeoutError:
-                    return self._get(cmd, topic, queue_id, offset, max_nums, tags)
+                    return self._get(cmd, topic, queue_id, offset, max_nums, flt)
                 continue
-            res = self._get(cmd, topic, queue_id, offset, max_nums, tags)
+            res = self._get(cmd, topic, queue_id, offset, max_nums, flt)
             left = deadline - time.monotonic()
             if res.code != codes.PULL_NOT_FOUND or not suspend or left <= 0:
                 return res
@@ -133,22 +133,22 @@ class PullMessageProcessor:
             try:
                 await asyncio.wait_for(fut, left)
             except asyncio.TimeoutError:
-                return self._get(cmd, topic, queue_id, offset, max_nums, tags)
+                return self._get(cmd, topic, queue_id, offset, max_nums, flt)
             finally:
                 holds.release(topic, queue_id, fut)
 
-    async def _hold_on_slave(self, cmd, topic, queue_id, offset, max_nums, tags, deadline) -> RemotingCommand:
+    async def _hold_on_slave(self, cmd, topic, queue_id, offset, max_nums, flt, deadline) -> RemotingCommand:
         """On a slave no send tells us which queue grew: every dispatch the reput publishes
         wakes the held pulls, and each looks at its own queue again."""
         store = self.store
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                return self._get(cmd, topic, queue_id, offset, max_nums, tags)
+                return self._get(cmd, topic, queue_id, offset, max_nums, flt)
             try:
                 await store.wait_dispatched(store.dispatched() + 1, left)
             except asyncio.TimeoutError:
-                return self._get(cmd, topic, queue_id, offset, max_nums, tags)
-            res = self._get(cmd, topic, queue_id, offset, max_nums, tags)
+                return self._get(cmd, topic, queue_id, offset, max_nums, flt)
+            res = self._get(cmd, topic, queue_id, offset, max_nums, flt)
             if res.code != codes.PULL_NOT_FOUND:
                 return res
