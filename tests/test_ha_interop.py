@@ -17,11 +17,15 @@ import pytest
 from broker.remoting import codes
 from broker.store.message import decode_message
 from tests.conftest import wait_for
+from tests.helpers.controller_mode import ControllerModeGroup
 from tests.helpers.ha_cluster import SEGMENT, Broker, NameServer, Proxy, call, send_all
-from tests.helpers.java_broker import JavaBroker, JavaNameServer, available
+from tests.helpers.java_broker import JavaBroker, JavaController, available
 
 pytestmark = pytest.mark.skipif(not available(), reason="needs java and build/javabroker (make build/javabroker/.copied)")
 QUEUES = 4
+# quick heartbeats and metadata checks, RocketMQ's 10 s heartbeat timeout: a machine busy with
+# JVMs must not make the controller think our master died
+CONTROLLER_MODE = "enableControllerMode=true\nallAckInSyncStateSet=true\nbrokerHeartbeatInterval=200\nsyncBrokerMetadataPeriod=1000\n"
 
 
 def _bodies(n: int, seed: int) -> list[bytes]:
@@ -82,14 +86,19 @@ def _check_acked(replies, bodies, slave_offset_at_ack: int, master_store) -> set
 
 
 def test_java_sync_master_replicates_to_our_slave(tmp_path):
-    """Java SYNC_MASTER (inSyncReplicas=2, so it really waits for a slave's ack) -> our SLAVE."""
-    ns = JavaNameServer(tmp_path)
+    """Java SYNC_MASTER (inSyncReplicas=2, so it really waits for a slave's ack) -> our SLAVE, both
+    registered with our name server (the Java name server serves mixed groups as well, but its 4 s
+    start is not needed here: our slave is given the master's HA address)."""
+    ns = NameServer(tmp_path)
     master = slave = proxy = None
     try:
         master = JavaBroker(tmp_path, "jmaster", ns.addr, "SYNC_MASTER", 0,
                             "inSyncReplicas=2\nslaveTimeout=1000\n"
                             # its default 200 ms sheds sends queued behind the slave's acks on a busy machine
                             "waitTimeMillsInSendQueue=10000\n").start()
+        # no slave: RocketMQ 5.x waits slaveTimeout for one (ours answers SLAVE_NOT_AVAILABLE at once)
+        lonely = send_all(master.port, "Interop", [b"lonely"], QUEUES)[0]
+        assert lonely.code == codes.FLUSH_SLAVE_TIMEOUT, (lonely.code, lonely.remark)
         proxy = Proxy(master.ha_port)  # the HA link through it, to be able to stall it
         slave = Broker(tmp_path, "slave", ns.addr, "SLAVE", 1, f"haMasterAddress=127.0.0.1:{proxy.port}\n").start()
         wait_for(lambda: slave.info()["linked"] == 1, 30, "our slave to link to the Java master")
@@ -111,7 +120,7 @@ def test_java_sync_master_replicates_to_our_slave(tmp_path):
         master.kill9()
         got = _pull_all(slave.port, "Interop")
         assert acked <= set(got), f"{len(acked - set(got))} acknowledged messages missing on our slave"
-        assert len(got) == len(set(got)) and set(got) <= acked | {b"stalled"}
+        assert len(got) == len(set(got)) and set(got) <= acked | {b"stalled", b"lonely"}
         slave.stop()
         _same_commit_log(master.store, slave.store, end)
     finally:
@@ -131,6 +140,9 @@ def test_our_sync_master_replicates_to_a_java_slave(tmp_path):
     master = slave = None
     try:
         master = Broker(tmp_path, "master", ns.addr, "SYNC_MASTER", 0, "syncFlushTimeout=1000\n").start()
+        lonely = send_all(master.port, "Interop", [b"lonely"], QUEUES)[0]
+        assert lonely.code == codes.SLAVE_NOT_AVAILABLE, (lonely.code, lonely.remark)
+        # RocketMQ 5.x's slave refuses every pull ("[REJECTREQUEST]system busy") unless slaveReadEnable
         slave = JavaBroker(tmp_path, "jslave", ns.addr, "SLAVE", 1, "slaveReadEnable=true\n").start()
         # the Java slave reports its offset only haSendHeartbeatInterval (5 s) after connecting; our
         # master counts it from the connection, and a send before that report waits for it
@@ -163,7 +175,7 @@ def test_our_sync_master_replicates_to_a_java_slave(tmp_path):
         master.kill9()
         got = _pull_all(slave.port, "Interop")
         assert acked <= set(got), f"{len(acked - set(got))} acknowledged messages missing on the Java slave"
-        assert len(got) == len(set(got)) and set(got) <= acked | {b"stalled"}
+        assert len(got) == len(set(got)) and set(got) <= acked | {b"stalled", b"lonely"}
         slave.kill9()  # its commit log is in the page cache: no need for the JVM's 15 s shutdown
         _same_commit_log(master.store, slave.store, end)
     finally:
@@ -171,4 +183,39 @@ def test_our_sync_master_replicates_to_a_java_slave(tmp_path):
             slave.kill9()
         if master is not None:
             master.stop()
+        ns.stop()
+
+
+def test_rocketmq_controller_elects_our_broker_and_a_java_slave_cannot_follow_it(tmp_path):
+    """Controller mode with RocketMQ 5.5.0's controller (ControllerStartup), our broker and a Java
+    broker in one group. The controller protocol meets: our broker applies for its id the 5.1 way
+    (GET_NEXT_BROKER_ID, APPLY_BROKER_ID, then REGISTER_BROKER with it: that controller hands out
+    none on registration), is elected master and takes sends; the Java broker registers, heartbeats
+    and is told to follow it. The HA wire does not: the Java AutoSwitchHAClient opens with a
+    HANDSHAKE frame our master does not speak, and our master says so at once and serves alone."""
+    ns = NameServer(tmp_path)
+    controller = JavaController(tmp_path, "scanInactiveMasterInterval=1000\n")
+    ours = java = None
+    try:
+        ours = Broker(tmp_path, "ours", ns.addr, "ASYNC_MASTER", 0,
+                      f"controllerAddr={controller.addr}\n{CONTROLLER_MODE}").start()
+        wait_for(lambda: ControllerModeGroup.role(ours).get("controllerRole") == "master", 30,
+                 "our broker to be elected master by RocketMQ's controller")
+        assert (ours.store / "brokerIdentity").read_text() == "DefaultCluster#broker-a#1"
+        java = JavaBroker(tmp_path, "java", ns.addr, "SLAVE", -1, f"controllerAddr={controller.addr}\n{CONTROLLER_MODE}")
+        java.start()
+        refusal = "opened with RocketMQ 5's AutoSwitch HA HANDSHAKE frame"
+        wait_for(lambda: refusal in ours.stderr(), 30, "the Java slave's HANDSHAKE to be refused")
+        # the id in its HANDSHAKE is the one the controller gave it: the group's second
+        assert f"slave 2 {refusal}" in ours.stderr()
+        info = ours.info()
+        assert info["controllerBrokerId"] == 1 and str(info["syncStateSet"]) == "1", info
+        replies = send_all(ours.port, "Mixed", _bodies(20, 5), QUEUES)
+        assert {r.code for r in replies} == {codes.SUCCESS}, {(r.code, r.remark) for r in replies}
+    finally:
+        if java is not None:
+            java.kill9()
+        if ours is not None:
+            ours.kill9()
+        controller.stop()
         ns.stop()

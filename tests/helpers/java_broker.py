@@ -3,8 +3,8 @@ the jars `make clients` copies into build/javabroker/lib from tests/javabroker/p
 processes on loopback beside ours. `JavaBroker` has the interface of tests.helpers.ha_cluster.Broker
 (port, ha_port, store, conf, start, stop, kill9, info), so a test can hold one of each and compare.
 
-JVM settings: runbroker.sh's G1 with a heap that fits this machine (../shared/reference/
-apache-rocketmq-java.md §2), the four `--add-opens` JDK 17 needs (§6), one user.home per process
+JVM settings: runbroker.sh's G1 with a heap that fits this machine, the `--add-opens` JDK 17 needs
+(reflection into java.lang, java.nio, sun.nio.ch and jdk.internal.ref), one user.home per process
 (its logs and ~/store defaults go there) and the 5.x logback chosen by system property, because
 on one merged classpath the name server would otherwise pick the broker's."""
 from __future__ import annotations
@@ -53,6 +53,27 @@ class JavaNameServer:
         self.child = Child(_java("org.apache.rocketmq.namesrv.NamesrvStartup", self.root, "rmq.namesrv.logback.xml",
                                  JVM_NAMESRV, ["-c", str(conf)]), self.root / "stderr")
         self.child.wait_lines(lambda ls: any("boot success" in line for line in ls), 90, "the Java name server")
+
+    def stop(self) -> None:
+        self.child.kill_group()
+
+
+class JavaController:
+    """org.apache.rocketmq.controller.ControllerStartup, one DLedger controller on a free port (its
+    RPC address, the brokers' controllerAddr). On JDK 17 it needs ADD_OPENS: hessian, which its
+    ReplicasInfoManager uses, reflects into java.lang."""
+
+    def __init__(self, root: Path, extra: str = ""):
+        self.root = root / "java-controller"
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.addr = f"127.0.0.1:{self.port}"
+        conf = self.root / "controller.conf"
+        conf.write_text(f"controllerDLegerGroup=group1\ncontrollerDLegerPeers=n0-{self.addr}\n"
+                        f"controllerDLegerSelfId=n0\ncontrollerStorePath={self.root / 'store'}\n{extra}")
+        self.child = Child(_java("org.apache.rocketmq.controller.ControllerStartup", self.root,
+                                 "rmq.controller.logback.xml", JVM_NAMESRV, ["-c", str(conf)]), self.root / "stderr")
+        self.child.wait_lines(lambda ls: any("boot success" in line for line in ls), 90, "the Java controller")
 
     def stop(self) -> None:
         self.child.kill_group()
