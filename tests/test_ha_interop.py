@@ -77,6 +77,20 @@ def _pull_all(port: int, topic: str) -> list[bytes]:
     return bodies
 
 
+def _wait_stopped(pid: int) -> None:
+    """Until every thread of `pid` is stopped. SIGSTOP takes effect asynchronously: on a loaded
+    machine the JVM's HA thread could still read a frame and acknowledge it after kill() returned."""
+    def stopped() -> bool:
+        states = []
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                states.append(open(f"/proc/{pid}/task/{tid}/stat").read().rsplit(")", 1)[1].split()[0])
+            except FileNotFoundError:
+                continue  # a thread that just exited
+        return all(st in "tT" for st in states)
+    wait_for(stopped, 10, f"every thread of process {pid} to stop")
+
+
 def _check_acked(replies, bodies, slave_offset_at_ack: int, master_store) -> set[bytes]:
     """Every reply SEND_OK, and the slave held each acknowledged record when the answers came."""
     assert [r.code for r in replies] == [codes.SUCCESS] * len(replies), {(r.code, r.remark) for r in replies}
@@ -157,6 +171,7 @@ def test_our_sync_master_replicates_to_a_java_slave(tmp_path):
         # the sync path really waits: a frozen Java slave cannot ack, our master answers so
         os.kill(slave.pid, signal.SIGSTOP)
         try:
+            _wait_stopped(slave.pid)
             stalled = send_all(master.port, "Interop", [b"stalled"], QUEUES)[0]
         finally:
             os.kill(slave.pid, signal.SIGCONT)
