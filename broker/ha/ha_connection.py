@@ -23,6 +23,10 @@ log = logging.getLogger("ha")
 # controller mode: a slave's first frame (no offset is negative, so a 4.x report never looks like it)
 HELLO_MAGIC = -0x4155544F  # "AUTO"
 HELLO_SIZE = 24
+# RocketMQ 5's AutoSwitchHAClient opens with state HANDSHAKE (ordinal 1, int32), two shorts and its
+# brokerId (int64); our hello's first int32 is -1 (the magic's high half)
+AUTOSWITCH_HANDSHAKE = 1
+AUTOSWITCH_HANDSHAKE_SIZE = 16
 
 
 class HAConnection:
@@ -71,11 +75,19 @@ class HAConnection:
         mv = memoryview(buf)
         got = 0
         while got < HELLO_SIZE:
-            n = self.sock.recv_into(mv[got:HELLO_SIZE])
+            # RocketMQ's AutoSwitch HANDSHAKE is 16 bytes and waits for an answer: look at it then
+            want = AUTOSWITCH_HANDSHAKE_SIZE if got < AUTOSWITCH_HANDSHAKE_SIZE else HELLO_SIZE
+            n = self.sock.recv_into(mv[got:want])
             if n == 0:
                 self.close("the slave closed it before its hello", logging.INFO)
                 return False
             got += n
+            if got == AUTOSWITCH_HANDSHAKE_SIZE and struct.unpack_from(">i", buf)[0] == AUTOSWITCH_HANDSHAKE:
+                bid = struct.unpack_from(">q", buf, 8)[0]
+                self.close(f"slave {bid} opened with RocketMQ 5's AutoSwitch HA HANDSHAKE frame: this broker's "
+                           "controller mode streams its own HA hello instead, so a RocketMQ broker cannot be its "
+                           "slave (docs/ha.md, With Apache RocketMQ's broker)", logging.ERROR)
+                return False
         magic, bid, epoch = struct.unpack_from(">qqq", buf)
         mine = self.config.controllerMasterEpoch
         if magic != HELLO_MAGIC or bid < 0:

@@ -59,6 +59,27 @@ class JavaNameServer:
         self.child.kill_group()
 
 
+class JavaController:
+    """org.apache.rocketmq.controller.ControllerStartup, one DLedger controller on a free port (its
+    RPC address, the brokers' controllerAddr). On JDK 17 it needs ADD_OPENS: hessian, which its
+    ReplicasInfoManager uses, reflects into java.lang."""
+
+    def __init__(self, root: Path, extra: str = ""):
+        self.root = root / "java-controller"
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.addr = f"127.0.0.1:{self.port}"
+        conf = self.root / "controller.conf"
+        conf.write_text(f"controllerDLegerGroup=group1\ncontrollerDLegerPeers=n0-{self.addr}\n"
+                        f"controllerDLegerSelfId=n0\ncontrollerStorePath={self.root / 'store'}\n{extra}")
+        self.child = Child(_java("org.apache.rocketmq.controller.ControllerStartup", self.root,
+                                 "rmq.controller.logback.xml", JVM_NAMESRV, ["-c", str(conf)]), self.root / "stderr")
+        self.child.wait_lines(lambda ls: any("boot success" in line for line in ls), 90, "the Java controller")
+
+    def stop(self) -> None:
+        self.child.kill_group()
+
+
 class JavaBroker:
     """org.apache.rocketmq.broker.BrokerStartup -c broker.conf, with the keys our Broker helper writes
     (same cluster, name, ports, store root and 1 MiB commit-log files) plus `extra`."""

@@ -2,8 +2,10 @@
 
 The controller, not broker.conf, says who is master of the group. This broker:
 - registers with the controller leader (CONTROLLER_REGISTER_BROKER, without an id: the controller
-  hands one out per address and gives the same one back after a restart) and learns the group's
-  master, masterEpoch and SyncStateSet;
+  hands one out per address and gives the same one back after a restart; a RocketMQ 5.1+
+  controller refuses that, and the broker applies for an id first, GET_NEXT_BROKER_ID and
+  APPLY_BROKER_ID, kept in brokerIdentity) and learns the group's master, masterEpoch and
+  SyncStateSet;
 - heartbeats to every controller every brokerHeartbeatInterval, each on a connection it keeps
   open, so that a controller sees this process die the moment its socket closes;
 - asks to be elected (CONTROLLER_ELECT_MASTER) while the group has no master;
@@ -40,7 +42,7 @@ from broker.remoting import codes
 from broker.remoting.command import RemotingCommand
 from broker.remoting.connection import connect
 from broker.server.tasks import cancel_and_wait
-from broker.store import paths
+from broker.store import broker_identity, paths
 from broker.store.epoch_file import EpochEntry, EpochFile, truncation_point
 from broker.store.offset_table import Slot, slave_acks
 from broker.store.truncation import truncate_commit_log
@@ -227,22 +229,51 @@ class ReplicasManager:
 
     def _learn_from(self, r: RemotingCommand) -> None:
         body = msgspec.json.decode(bytes(r.body)) if len(r.body) else {}
+        if isinstance(body, list):  # RocketMQ's REGISTER_BROKER answer: the SyncStateSet's ids alone
+            body = {"syncStateSet": body}
         mid = r.ext.get("masterBrokerId")
         self._learn(int(mid) if mid not in (None, "", "null") else None, r.ext.get("masterAddress") or "",
                     int(r.ext.get("masterEpoch") or 0), frozenset(int(b) for b in body.get("syncStateSet") or ()),
                     int(r.ext.get("syncStateSetEpoch") or body.get("syncStateSetEpoch") or 0))
 
     async def _register(self) -> None:
-        r = await self._ask(ccodes.CONTROLLER_REGISTER_BROKER, {
-            "clusterName": self.config.brokerClusterName, "brokerName": self.config.brokerName,
-            "brokerAddress": self.addr})
+        cluster, name = self.config.brokerClusterName, self.config.brokerName
+        ext = {"clusterName": cluster, "brokerName": name, "brokerAddress": self.addr}
+        known = broker_identity.read(self.scfg.storePathRootDir, cluster, name)
+        if known is not None:  # an id applied for the 5.1 way: register with it
+            ext["brokerId"] = known
+        r = await self._ask(ccodes.CONTROLLER_REGISTER_BROKER, ext)
+        if r.code != ccodes.SUCCESS and known is None:
+            # RocketMQ 5.1+ controllers hand out no id on registration: apply for one first
+            log.info("the controller refused a registration without an id (%d %s): applying for one "
+                     "(GET_NEXT_BROKER_ID, APPLY_BROKER_ID)", r.code, r.remark)
+            known = await self._apply_broker_id()
+            r = await self._ask(ccodes.CONTROLLER_REGISTER_BROKER, {**ext, "brokerId": known})
         if r.code != ccodes.SUCCESS:
             raise ControllerUnreachable(f"the controller refused the registration: {r.code} {r.remark}")
-        self.broker_id = int(r.ext["brokerId"])
+        self.broker_id = int(r.ext.get("brokerId") or known)
         self.scfg.controllerBrokerId = self.broker_id
         self._registered.set()
         log.info("registered with controller %s: brokerId %d", self._leader, self.broker_id)
         self._learn_from(r)
+
+    async def _apply_broker_id(self) -> int:
+        """RocketMQ 5.1's two steps: ask the next free id, apply for it with `address;timestamp`
+        (a refusal means another broker took it meanwhile: ask again), record it in brokerIdentity."""
+        cluster, name = self.config.brokerClusterName, self.config.brokerName
+        for _ in range(5):
+            r = await self._ask(ccodes.CONTROLLER_GET_NEXT_BROKER_ID, {"clusterName": cluster, "brokerName": name})
+            if r.code != ccodes.SUCCESS:
+                raise ControllerUnreachable(f"the controller refused GET_NEXT_BROKER_ID: {r.code} {r.remark}")
+            bid = int(r.ext["nextBrokerId"])
+            r = await self._ask(ccodes.CONTROLLER_APPLY_BROKER_ID, {
+                "clusterName": cluster, "brokerName": name, "appliedBrokerId": bid,
+                "registerCheckCode": f"{self.addr};{int(time.time() * 1000)}"})
+            if r.code == ccodes.SUCCESS:
+                broker_identity.write(self.scfg.storePathRootDir, cluster, name, bid)
+                return bid
+            log.info("the controller refused broker id %d: %d %s", bid, r.code, r.remark)
+        raise ControllerUnreachable("no broker id could be applied for")
 
     async def _sync_metadata(self) -> None:
         r = await self._ask(ccodes.CONTROLLER_GET_REPLICA_INFO, {"brokerName": self.config.brokerName})
@@ -355,6 +386,7 @@ class ReplicasManager:
         host, _, port = master_addr.rpartition(":")
         delay = 0.05
         deadline = time.monotonic() + 30
+        foreign = False  # it serves our epoch but names no HA address: not one of our brokers
         while True:
             try:
                 c = await asyncio.wait_for(connect(host, int(port)), 2)
@@ -367,12 +399,20 @@ class ReplicasManager:
                     entries = cache.get("epochList") or []
                     if entries and entries[-1]["epoch"] == epoch and r.ext.get("haServerAddr"):
                         return cache, r.ext["haServerAddr"]
+                    foreign = bool(entries) and entries[-1]["epoch"] == epoch
                     if entries and entries[-1]["epoch"] > epoch:
                         raise ControllerUnreachable(f"master {master_addr} is at epoch {entries[-1]['epoch']}, "
                                                     f"newer than {epoch}: asking the controller again")
             except (OSError, asyncio.TimeoutError):
                 pass
             if time.monotonic() > deadline or epoch != self.master_epoch or self._closing:
+                if foreign:
+                    # RocketMQ's broker answers GET_BROKER_EPOCH_CACHE without it; its AutoSwitch HA
+                    # protocol (HANDSHAKE/TRANSFER frames) is not the hello our HA client opens with
+                    raise ControllerUnreachable(
+                        f"master {master_addr} serves epoch {epoch} but its GET_BROKER_EPOCH_CACHE answer names no "
+                        f"haServerAddr: it is not a broker of this project (a RocketMQ broker speaks the AutoSwitch "
+                        f"HA protocol, which this one cannot follow)")
                 raise ControllerUnreachable(f"master {master_addr} does not serve epoch {epoch}")
             await asyncio.sleep(delay)  # the master finishes its own switch: no event reaches us from it
             delay = min(delay * 2, 0.5)
