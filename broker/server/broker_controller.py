@@ -28,6 +28,7 @@ from broker.server.processor.stats_processor import StatsProcessor
 from broker.server.processor.query_processor import QueryMessageProcessor
 from broker.server.schedule.schedule_service import ScheduleMessageService
 from broker.server.processor.send_fast_path import FastSendPath
+from broker.server.processor.reply_message_processor import ReplyMessageProcessor
 from broker.server.processor.send_processor import SendMessageProcessor
 from broker.server.slave.slave_synchronize import FIRST_DELAY, PERIOD, SlaveSynchronize
 from broker.server.subscription.subscription_group_manager import SubscriptionGroupManager
@@ -127,7 +128,7 @@ class BrokerController:
         await self.store.start()
         try:
             self.topics = TopicManager(self.store.topic_config, self.config.autoCreateTopicEnable,
-                                       self.config.defaultTopicQueueNums)
+                                       self.config.defaultTopicQueueNums, self.config.brokerClusterName)
             self.topics.on_change.append(self.register_soon)
             # every topic whose queues the log holds is served, whatever topics.json lost (a
             # crash before its background write) or never had (a slave's master died first)
@@ -148,8 +149,9 @@ class BrokerController:
             self.consumer_processor = ConsumerProcessor(store, topics, self.consumers, holds, schedule,
                                                         self.config.maxReconsumeTimes, self.producers,
                                                         self.config.rebalanceLockMaxLiveTime / 1000, groups=groups)
-            for proc in (SendMessageProcessor(store, topics, schedule, holds, self.config.maxReconsumeTimes, bridge,
-                                              self.config.rejectTransactionMessage),
+            sender = SendMessageProcessor(store, topics, schedule, holds, self.config.maxReconsumeTimes, bridge,
+                                          self.config.rejectTransactionMessage, self.config.brokerClusterName)
+            for proc in (sender, ReplyMessageProcessor(store, holds, self.producers, sender, lambda: self.addr),
                          PullMessageProcessor(store, topics, self.consumers, holds, self.config, groups=groups),
                          self.consumer_processor,
                          EndTransactionProcessor(store, topics, schedule, holds, transactions),
@@ -167,7 +169,7 @@ class BrokerController:
             if not store.is_slave and self.dledger is None and self.replicas is None:
                 await self.pop.start()  # before serving: the pop offsets are recovered from the revive log
             if self.dledger is None:
-                self.fast = FastSendPath(store, topics, holds, self.acl is not None)
+                self.fast = FastSendPath(store, topics, holds, self.acl is not None, self.config.brokerClusterName)
                 topics.on_change.append(self.fast.sync_routes)
             if self.replicas is not None:
                 self.handlers[GET_BROKER_EPOCH_CACHE] = self._epoch_cache
