@@ -228,7 +228,8 @@ cdef Py_ssize_t stored_props(const uint8_t *src, Py_ssize_t n, uint8_t *dst, Py_
     """The properties as RocketMQ's SendMessageProcessor stores them: CLUSTER set to the broker's
     cluster (one the producer sent is replaced), WAIT left out of a single message's (it only
     tells the broker whether to answer before the flush or the slave: `wait`, true without it);
-    every entry ends with \x02, empty ones dropped. -1 when the result passes `cap`."""
+    entries separated by \x02, empty ones dropped, none after CLUSTER (RocketMQ 5's
+    messageProperties2String). -1 when the result passes `cap`."""
     cdef Py_ssize_t i = 0, o = 0, end, name_len
     cdef const uint8_t *e
     cdef const uint8_t *sep
@@ -254,14 +255,12 @@ cdef Py_ssize_t stored_props(const uint8_t *src, Py_ssize_t n, uint8_t *dst, Py_
             dst[o] = 2
             o += 1
         i = end + 1
-    if o + 9 + cn > cap:
+    if o + 8 + cn > cap:
         return -1
     memcpy(dst + o, b"CLUSTER\x01", 8)
     o += 8
     memcpy(dst + o, cluster, cn)
-    o += cn
-    dst[o] = 2
-    return o + 1
+    return o + cn
 
 
 def stored_properties(bytes props not None, bytes cluster not None, bint drop_wait=True) -> tuple:

@@ -98,7 +98,7 @@ def test_each_message_keeps_its_flag_and_gets_the_batchs_properties(tmp_path):
                 at = pos + 84 + 4 + len(rec["body"]) + 1 + len(rec["topic"])
                 raw.append(body[at + 2:at + 2 + int.from_bytes(body[at:at + 2], "big")])
                 pos += rec["total_size"]
-            c = b"WAIT\x01true\x02CLUSTER\x01DefaultCluster\x02"
+            c = b"WAIT\x01true\x02CLUSTER\x01DefaultCluster"
             assert raw == [b"TAGS\x01x\x02" + c, c, b"KEYS\x01k\x02" + c] * 2
 
     asyncio.run(go())

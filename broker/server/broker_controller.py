@@ -28,6 +28,7 @@ from broker.server.processor.stats_processor import StatsProcessor
 from broker.server.processor.query_processor import QueryMessageProcessor
 from broker.server.schedule.schedule_service import ScheduleMessageService
 from broker.server.processor.send_fast_path import FastSendPath
+from broker.server.metrics.broker_stats_manager import BrokerStatsManager
 from broker.server.processor.reply_message_processor import ReplyMessageProcessor
 from broker.server.processor.send_processor import SendMessageProcessor
 from broker.server.slave.slave_synchronize import FIRST_DELAY, PERIOD, SlaveSynchronize
@@ -149,15 +150,18 @@ class BrokerController:
             self.consumer_processor = ConsumerProcessor(store, topics, self.consumers, holds, schedule,
                                                         self.config.maxReconsumeTimes, self.producers,
                                                         self.config.rebalanceLockMaxLiveTime / 1000, groups=groups)
+            self.broker_stats = broker_stats = BrokerStatsManager(store, topics, self.config.brokerClusterName)
             sender = SendMessageProcessor(store, topics, schedule, holds, self.config.maxReconsumeTimes, bridge,
                                           self.config.rejectTransactionMessage, self.config.brokerClusterName)
             for proc in (sender, ReplyMessageProcessor(store, holds, self.producers, sender, lambda: self.addr),
-                         PullMessageProcessor(store, topics, self.consumers, holds, self.config, groups=groups),
+                         PullMessageProcessor(store, topics, self.consumers, holds, self.config, groups=groups,
+                                              stats=broker_stats),
                          self.consumer_processor,
                          EndTransactionProcessor(store, topics, schedule, holds, transactions),
                          AdminProcessor(store, topics, schedule, self.metrics.runtime_table),
                          QueryMessageProcessor(store), SubscriptionGroupProcessor(groups),
-                         StatsProcessor(store, topics, self.consumers, groups, self.config.brokerName, lambda: self.addr),
+                         StatsProcessor(store, topics, self.consumers, groups, self.config.brokerName, lambda: self.addr,
+                                        broker_stats),
                          BrokerConfigProcessor(self.config, self.store_config, topics, groups),
                          ConnectionListProcessor(self.consumers, self.producers),
                          ResetOffsetProcessor(store, topics, self.consumers, self.config.brokerName)):
@@ -202,6 +206,8 @@ class BrokerController:
         self._every(10.0, self.consumer_processor.scan_expired)
         self.metrics.sample()
         self._every(10.0, self.metrics.sample)
+        self.broker_stats.sample()
+        self._every(10.0, self.broker_stats.sample)
         self._every(10.0, self.producers.scan_expired)
         self._every(self.store_config.flushConsumerOffsetInterval / 1000, self.schedule.persist_soon)
         if self.acl is not None:

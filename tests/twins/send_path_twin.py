@@ -23,8 +23,8 @@ The pass over a read, frame by frame:
   the first queue offset.
 - with a cluster name set, the properties are stored as RocketMQ's SendMessageProcessor stores
   them: split on \x02, empty entries dropped, a CLUSTER entry dropped and one with the broker's
-  cluster appended last, a single message's WAIT entry dropped (a batch's kept); every entry
-  ends with \x02; over 32767 bytes then: RUN_SLOW. WAIT's value other than "true" (any case)
+  cluster appended last, a single message's WAIT entry dropped (a batch's kept); entries joined
+  by \x02, none after CLUSTER; over 32767 bytes then: RUN_SLOW. WAIT's value other than "true" (any case)
   means the reply is not parked.
 """
 from __future__ import annotations
@@ -78,7 +78,7 @@ def stored(props: bytes, cluster: bytes, drop_wait: bool) -> tuple[bytes | None,
             if drop_wait:
                 continue
         kept.append(entry)
-    out = b"".join(e + b"\x02" for e in kept) + b"CLUSTER\x01" + cluster + b"\x02"
+    out = b"".join(e + b"\x02" for e in kept) + b"CLUSTER\x01" + cluster
     return (out if len(out) <= 32767 else None), wait
 
 

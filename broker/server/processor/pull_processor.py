@@ -28,8 +28,9 @@ _CODES = {GetStatus.FOUND: codes.SUCCESS, GetStatus.NO_MATCHED_MESSAGE: codes.PU
 
 
 class PullMessageProcessor:
-    def __init__(self, store, topics, consumers, holds, config, groups=None):
+    def __init__(self, store, topics, consumers, holds, config, groups=None, stats=None):
         self.groups = groups  # SubscriptionGroupManager: consumeEnable
+        self.stats = stats  # BrokerStatsManager: what each group got
         self.store = store
         self.topics = topics
         self.consumers = consumers
@@ -99,6 +100,8 @@ class PullMessageProcessor:
             return cmd.response(code, ext)
         res = cmd.response(code, ext, r.messages)
         res.body_len = r.total_bytes
+        if self.stats is not None:
+            self.stats.group_get(cmd.ext.get("consumerGroup", ""), topic, r.count or 0, r.total_bytes)
         return res
 
     async def _hold(self, cmd, topic, queue_id, offset, max_nums, tags, deadline, suspend) -> RemotingCommand:
