@@ -46,25 +46,22 @@ class ReplyMessageProcessor:
                    cmd.ext)
         # msgCheck as a send's: the topic, its permission, the queue (a random one for -1)
         topic, queue_id = self.send.route(h)
-        return self._reply(cmd, conn, h, topic, queue_id)
+        # a copy: the request's body may be a view of the connection's receive buffer, which the
+        # next read reuses while the push is awaited
+        return self._reply(cmd, conn, h, topic, queue_id, bytes(cmd.body or b""))
 
-    async def _reply(self, cmd: RemotingCommand, conn, h, topic: str, queue_id: int) -> RemotingCommand:
-        ok, remark = await self._push(cmd, conn, h)
-        if ok:
-            # "set to zero to avoid client decoding exception" (RocketMQ); the store's figures follow
-            ext = {"msgId": "0", "queueId": queue_id, "queueOffset": 0, **REPLY_EXT}
-            code = codes.SUCCESS
-        else:
-            ext, code = dict(REPLY_EXT), codes.SYSTEM_ERROR
-        # stored as sent: the reply's properties, without the broker's CLUSTER or PUSH_REPLY_TIME
-        result, _ = self.store.append(topic, queue_id, cmd.body, h.properties.encode(), flag=h.flag,
+    async def _reply(self, cmd: RemotingCommand, conn, h, topic: str, queue_id: int, body: bytes) -> RemotingCommand:
+        ok, remark = await self._push(conn, h, body)
+        # stored as sent (the reply's properties, without the broker's CLUSTER or PUSH_REPLY_TIME),
+        # pushed or not, as RocketMQ's storeReplyMessageEnable (on by default) does
+        result, _ = self.store.append(topic, queue_id, body, h.properties.encode(), flag=h.flag,
                                       sys_flag=h.sysFlag, born_timestamp=h.bornTimestamp,
                                       born_host=born_host_of(conn), reconsume_times=h.reconsumeTimes)
         self.holds.notify(topic, queue_id, result.end_offset)
-        ext.update(msgId=result.msg_id, queueId=queue_id, queueOffset=result.queue_offset)
-        return cmd.response(code, ext, remark=remark)
+        ext = {"msgId": result.msg_id, "queueId": queue_id, "queueOffset": result.queue_offset, **REPLY_EXT}
+        return cmd.response(codes.SUCCESS if ok else codes.SYSTEM_ERROR, ext, remark=remark)
 
-    async def _push(self, cmd: RemotingCommand, conn, h) -> tuple[bool, str | None]:
+    async def _push(self, conn, h, body: bytes) -> tuple[bool, str | None]:
         """PUSH_REPLY_MESSAGE_TO_CLIENT to the requester: (pushed, the remark when not)."""
         props = decode_properties(h.properties.encode())
         client_id = props.get(REPLY_TO_CLIENT)
@@ -80,8 +77,7 @@ class ReplyMessageProcessor:
                "properties": encode_properties(props).decode(), "reconsumeTimes": h.reconsumeTimes,
                "unitMode": str(h.unitMode).lower(), "bornHost": conn.peer, "storeHost": self.store_addr(),
                "storeTimestamp": int(time.time() * 1000)}
-        push = RemotingCommand.request(codes.PUSH_REPLY_MESSAGE_TO_CLIENT, {k: str(v) for k, v in ext.items()},
-                                       cmd.body)
+        push = RemotingCommand.request(codes.PUSH_REPLY_MESSAGE_TO_CLIENT, {k: str(v) for k, v in ext.items()}, body)
         try:
             r = await channel.request(push, PUSH_TIMEOUT)
         except (asyncio.TimeoutError, ConnectionClosed, OSError) as e:
