@@ -7,7 +7,10 @@ in C (JSON or ROCKETMQ), and when the frame is a plain SEND_MESSAGE (10) or SEND
 to a topic whose route Python installed, appends the record straight into the mapped segment
 (Appender.append_c: the body is copied once, from the receive buffer) and renders the reply into
 the connection's WriteBuffer (or, under SYNC_FLUSH / SYNC_MASTER, parks it in ParkedReplies,
-rendered once the put is durable). Python touches the read once.
+rendered once the put is durable, unless the producer said WAIT=false). The record's properties
+are the sent ones as RocketMQ's SendMessageProcessor stores them: CLUSTER=<brokerClusterName> (the
+cluster a request-reply responder answers to), without WAIT (stored_props). Python touches the
+read once.
 
 Everything else goes back to Python at its position in the read (RUN_SLOW), where the
 processors handle it: other request codes, responses, a topic with no route (its first use,
@@ -42,6 +45,7 @@ from record cimport RECORD_MAX_PROPS_LEN, RECORD_SYSFLAG_TRANSACTION, record_len
 
 cdef extern from "string.h" nogil:
     void *memmem(const void *haystack, size_t hlen, const void *needle, size_t nlen)
+    void *memchr(const void *s, int c, size_t n)
 
 cdef enum:
     RUN_DONE_ = 0
@@ -210,6 +214,70 @@ cdef bint read_send_fields(const uint8_t *p, HeaderField *ext, Py_ssize_t n, bin
         s.props = p + f.val_pos
         s.props_len = f.val_len
     return True
+
+
+# -- the properties as stored ------------------------------------------------------------------
+
+cdef bint wait_value(const uint8_t *v, Py_ssize_t n) noexcept nogil:
+    """Message.isWaitStoreMsgOK: Boolean.parseBoolean of WAIT's value ("true" in any case)."""
+    return n == 4 and (v[0] | 32) == 116 and (v[1] | 32) == 114 and (v[2] | 32) == 117 and (v[3] | 32) == 101
+
+
+cdef Py_ssize_t stored_props(const uint8_t *src, Py_ssize_t n, uint8_t *dst, Py_ssize_t cap, const uint8_t *cluster,
+                             Py_ssize_t cn, bint drop_wait, bint *wait) noexcept nogil:
+    """The properties as RocketMQ's SendMessageProcessor stores them: CLUSTER set to the broker's
+    cluster (one the producer sent is replaced), WAIT left out of a single message's (it only
+    tells the broker whether to answer before the flush or the slave: `wait`, true without it);
+    entries separated by \x02, empty ones dropped, none after CLUSTER (RocketMQ 5's
+    messageProperties2String). -1 when the result passes `cap`."""
+    cdef Py_ssize_t i = 0, o = 0, end, name_len
+    cdef const uint8_t *e
+    cdef const uint8_t *sep
+    wait[0] = True
+    while i < n:
+        e = <const uint8_t *> memchr(src + i, 2, n - i)
+        end = (e - src) if e != NULL else n
+        if end > i:
+            sep = <const uint8_t *> memchr(src + i, 1, end - i)
+            name_len = (sep - (src + i)) if sep != NULL else -1
+            if name_len == 4 and memcmp(src + i, b"WAIT", 4) == 0:
+                wait[0] = wait_value(sep + 1, end - i - 5)
+                if drop_wait:
+                    i = end + 1
+                    continue
+            elif name_len == 7 and memcmp(src + i, b"CLUSTER", 7) == 0:
+                i = end + 1
+                continue
+            if o + end - i + 1 > cap:
+                return -1
+            memcpy(dst + o, src + i, end - i)
+            o += end - i
+            dst[o] = 2
+            o += 1
+        i = end + 1
+    if o + 8 + cn > cap:
+        return -1
+    memcpy(dst + o, b"CLUSTER\x01", 8)
+    o += 8
+    memcpy(dst + o, cluster, cn)
+    return o + cn
+
+
+def stored_properties(bytes props not None, bytes cluster not None, bint drop_wait=True) -> tuple:
+    """stored_props from Python: (the properties as stored, wait), or None past 32767 bytes."""
+    cdef bint wait
+    cdef uint8_t *out = <uint8_t *> PyMem_Malloc(RECORD_MAX_PROPS_LEN + 1)
+    if out == NULL:
+        raise MemoryError()
+    try:
+        n = stored_props(<const uint8_t *> PyBytes_AS_STRING(props), PyBytes_GET_SIZE(props), out,
+                         RECORD_MAX_PROPS_LEN, <const uint8_t *> PyBytes_AS_STRING(cluster),
+                         PyBytes_GET_SIZE(cluster), drop_wait, &wait)
+        if n < 0:
+            return None
+        return PyBytes_FromStringAndSize(<const char *> out, n), wait
+    finally:
+        PyMem_Free(out)
 
 
 # -- routes -------------------------------------------------------------------------------------
@@ -412,15 +480,18 @@ cdef class SendPipeline:
     cdef public bint track_queues        # pulls are held: report the queues appended to
     cdef readonly bytes region
     cdef readonly bytes trace
+    cdef public bytes cluster            # brokerClusterName, stored as CLUSTER; empty: properties as sent
     cdef Py_ssize_t max_frame
     cdef uint8_t *_scratch
+    cdef uint8_t *_stored                # the properties as stored (stored_props)
     cdef uint8_t *_batch_props           # one batched message's properties with the batch's
     cdef WriteBuffer _ids                # a batch reply's msgIds
     cdef readonly int64_t appended       # messages the kernel appended (the rest went to the processors)
 
     def __cinit__(self, Appender app not None, bytes region=b"DefaultRegion", bytes trace=b"true",
-                  Py_ssize_t max_frame=DEFAULT_MAX_FRAME):
+                  Py_ssize_t max_frame=DEFAULT_MAX_FRAME, bytes cluster=b""):
         self.app = app
+        self.cluster = cluster
         self._routes = {}
         self._last = None
         self.enabled = False
@@ -432,7 +503,8 @@ cdef class SendPipeline:
         self.appended = 0
         self._scratch = <uint8_t *> PyMem_Malloc(SCRATCH)
         self._batch_props = <uint8_t *> PyMem_Malloc(RECORD_MAX_PROPS_LEN + 1)
-        if self._scratch == NULL or self._batch_props == NULL:
+        self._stored = <uint8_t *> PyMem_Malloc(RECORD_MAX_PROPS_LEN + 1)
+        if self._scratch == NULL or self._batch_props == NULL or self._stored == NULL:
             raise MemoryError()
         self._ids = WriteBuffer()
 
@@ -441,6 +513,8 @@ cdef class SendPipeline:
             PyMem_Free(self._scratch)
         if self._batch_props != NULL:
             PyMem_Free(self._batch_props)
+        if self._stored != NULL:
+            PyMem_Free(self._stored)
 
     @property
     def appender(self):
@@ -501,6 +575,7 @@ cdef class SendPipeline:
         cdef const uint8_t *props
         cdef bint batch
         cdef int full
+        cdef bint wait
         cdef int64_t msgs0 = c.msgs
         try:
             check_range(pos, end, view.size)
@@ -544,10 +619,19 @@ cdef class SendPipeline:
                 if props_len > RECORD_MAX_PROPS_LEN or (props_len >= 6 and
                                                  memmem(props, props_len, b"DELAY\x01", 6) != NULL):
                     return self._slow(c, st, hs, hl, bs, bl, pos + 4 + length), pos
+                wait = True
+                if PyBytes_GET_SIZE(self.cluster):
+                    # a batch's own properties keep WAIT, as RocketMQ's batch encoder appends them whole
+                    props_len = stored_props(props, props_len, self._stored, RECORD_MAX_PROPS_LEN,
+                                             <const uint8_t *> PyBytes_AS_STRING(self.cluster),
+                                             PyBytes_GET_SIZE(self.cluster), not batch, &wait)
+                    if props_len < 0:
+                        return self._slow(c, st, hs, hl, bs, bl, pos + 4 + length), pos
+                    props = self._stored
                 q = <QueueState> route.queues[s.queue_id]
                 if batch:
                     full = self._append_batch(c, q, &s, p + bs, bl, props, props_len, st, h.opaque,
-                                              not (h.flag & FLAG_ONEWAY))
+                                              not (h.flag & FLAG_ONEWAY), wait)
                     if full == 1:
                         return self._slow(c, st, hs, hl, bs, bl, pos + 4 + length), pos
                 else:
@@ -560,7 +644,7 @@ cdef class SendPipeline:
                     if full == 0:
                         self._appended(c, q, 1, out.size)
                         if not (h.flag & FLAG_ONEWAY):
-                            self._reply(c, st, h.opaque, s.queue_id, out.queue_offset, out.phys, NULL, 0, 1)
+                            self._reply(c, st, h.opaque, s.queue_id, out.queue_offset, out.phys, NULL, 0, 1, wait)
                 if full:
                     # the processors take this one: their append rolls to the next segment (or
                     # refuses it naming why) and the kernel goes on in the new segment
@@ -583,9 +667,11 @@ cdef class SendPipeline:
             c.touched.append(q)
 
     cdef int _reply(self, SendConn c, int st, int32_t opaque, int32_t queue_id, int64_t queue_offset, int64_t phys,
-                    const uint8_t *ids, Py_ssize_t ids_len, int64_t msgs) except -1:
+                    const uint8_t *ids, Py_ssize_t ids_len, int64_t msgs, bint wait) except -1:
+        """The reply now, or parked until the put is durable (SYNC_FLUSH / SYNC_MASTER, unless the
+        producer said WAIT=false: CommitLog answers those without waiting for the flush or a slave)."""
         cdef uint8_t mid[56]
-        if self.parked:
+        if self.parked and wait:
             return c.parked.add(opaque, st, queue_id, queue_offset, phys, self.app.wrote, ids, ids_len, msgs)
         if ids == NULL:
             ids_len = msg_id_hex(<const uint8_t *> PyBytes_AS_STRING(self.app.store_host),
@@ -595,7 +681,7 @@ cdef class SendPipeline:
 
     cdef int _append_batch(self, SendConn c, QueueState q, SendFields *s, const uint8_t *b, Py_ssize_t n,
                            const uint8_t *bprops, Py_ssize_t bprops_len, int st, int32_t opaque,
-                           bint answer) except -1:
+                           bint answer, bint wait) except -1:
         """SEND_BATCH_MESSAGE: every message of the body into queue q, as a 4.9 broker stores them
         (MessageExtBatchEncoder): each with its own flag, its own properties followed by the batch's
         (a separator added when its own do not end with one). Returns 0 when appended, 1 when the
@@ -665,7 +751,8 @@ cdef class SendPipeline:
             pos += tot
         self._appended(c, q, count, nbytes)
         if answer:
-            self._reply(c, st, opaque, s.queue_id, first_qo, first_phys, self._ids._buf, self._ids.position(), count)
+            self._reply(c, st, opaque, s.queue_id, first_qo, first_phys, self._ids._buf, self._ids.position(), count,
+                        wait)
         return 0
 
     cdef int _slow(self, SendConn c, int st, Py_ssize_t hs, Py_ssize_t hl, Py_ssize_t bs, Py_ssize_t bl,

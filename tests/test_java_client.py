@@ -638,7 +638,10 @@ def test_a_transaction_left_undecided_is_checked_with_the_restarted_producer(clu
 def test_a_sync_master_without_its_slave_answers_slave_not_available_and_the_client_sends_on(cluster, tmp_path):
     """broker-b is a SYNC_MASTER whose slave is not there: it stores each send and answers
     SLAVE_NOT_AVAILABLE (11), as RocketMQ's handleHA. The Java client reports that status (not an
-    error); with retryAnotherBrokerWhenNotStoreOK it sends the message again to broker-a."""
+    error); with retryAnotherBrokerWhenNotStoreOK it sends the message again to broker-a. A message
+    sent with waitStoreMsgOK=false (WAIT=false) is answered SEND_OK without waiting for the slave,
+    as RocketMQ's CommitLog does. Every message is stored as RocketMQ stores it: with the broker's
+    CLUSTER, without WAIT."""
     topic, group = _unique("JSyncMaster"), _unique("cg")
     with SecondBroker(cluster, tmp_path / "b", brokerRole="SYNC_MASTER") as b:
         _topic_on_both(cluster, b, topic)
@@ -647,6 +650,9 @@ def test_a_sync_master_without_its_slave_answers_slave_not_available_and_the_cli
         assert statuses == {("broker-a", "SEND_OK"), ("broker-b", "SLAVE_NOT_AVAILABLE")}, plain
         retried = produce("java", cluster, topic, _messages(8, prefix="retried"), tmp_path, retryAnotherBroker=True)
         assert {(s["brokerName"], s["status"]) for s in retried} == {("broker-a", "SEND_OK")}, retried
+        nowait = produce("java", cluster, topic, [{**m, "waitStoreMsgOK": False} for m in _messages(8, prefix="nowait")],
+                         tmp_path)
+        assert {(s["brokerName"], s["status"]) for s in nowait} == {("broker-a", "SEND_OK"), ("broker-b", "SEND_OK")}
         # each message is stored where it was sent: those retried after broker-b's answer are
         # there too (RocketMQ's at-least-once: sending again is the client's choice)
         on_b = [s for s in plain if s["brokerName"] == "broker-b"]
@@ -656,6 +662,55 @@ def test_a_sync_master_without_its_slave_answers_slave_not_available_and_the_cli
                        for q in range(4))
         wait_for(lambda: held_by_b() > len(on_b), 30, "broker-b to hold the first tries of the retried sends")
         with _consumer(cluster, tmp_path, topic, group) as c:
-            got = c.wait(lambda g: {m["body"] for m in g} >= {f"plain-{i}" for i in range(8)}
-                         | {f"retried-{i}" for i in range(8)}, 60, "every message")
+            got = c.wait(lambda g: {m["body"] for m in g} >= {f"{p}-{i}" for i in range(8)
+                                                               for p in ("plain", "retried", "nowait")}, 60, "every message")
     assert {m["msgId"] for m in got if m["brokerName"] == "broker-b"} >= {s["msgId"] for s in on_b}
+    assert all(m["props"]["CLUSTER"] == "DefaultCluster" and "WAIT" not in m["props"] for m in got)
+
+
+def _requests(cluster, tmp_path, topic: str, n: int, timeout: int) -> list[dict]:
+    """n requests sync, then n with a RequestCallback, from one requester."""
+    return run("request", {"nameSrv": cluster.namesrv, "group": _unique("rq"), "topic": topic,
+                           "modes": ["sync", "async"], "timeout": timeout,
+                           "messages": [{"tags": "Q", "body": f"q-{i}"} for i in range(n)]}, tmp_path / "home")
+
+
+def test_request_reply_sync_and_async_get_the_responders_replies(cluster, tmp_path):
+    """DefaultMQProducer.request, sync and with a RequestCallback: the responder (a push consumer)
+    reads the request with the broker's CLUSTER, builds its reply with MessageUtil.createReplyMessage
+    and sends it (SEND_REPLY_MESSAGE_V2); the broker pushes it to the requester
+    (PUSH_REPLY_MESSAGE_TO_CLIENT), which matches it by CORRELATION_ID. A message sent without
+    REPLY_TO_CLIENT cannot be replied to: the broker refuses the reply."""
+    topic, group = _unique("JRequest"), _unique("cg")
+    produce("java", cluster, topic, [{"tags": "Plain", "body": "no-reply-to"}], tmp_path)  # the topic's route
+    with _consumer(cluster, tmp_path, topic, group, reply=True) as responder:
+        [plain] = responder.wait(lambda g: g, 60, "the plain message")
+        assert plain["props"]["CLUSTER"] == "DefaultCluster" and "WAIT" not in plain["props"]
+        # SYSTEM_ERROR ("reply message properties[REPLY_TO_CLIENT] is null"), which the client retries
+        assert "Send [3] times, still failed" in plain["replyError"] and "REPLY_TOPIC" in plain["replyError"], plain
+        got = _requests(cluster, tmp_path, topic, 3, 15000)
+        requests = responder.wait(lambda g: g if len(g) >= 7 else None, 30, "the six requests")
+    assert sorted((r["mode"], r["i"]) for r in got) == [(m, i) for m in ("async", "sync") for i in range(3)], got
+    for r in got:
+        reply = r["reply"]
+        assert reply is not None, r
+        assert reply["body"] == f"reply-q-{r['i']}" and reply["topic"] == "DefaultCluster_REPLY_TOPIC"
+        assert reply["props"]["CORRELATION_ID"] == r["correlationId"] and reply["props"]["MSG_TYPE"] == "reply"
+        assert reply["props"]["TTL"] == "15000" and "PUSH_REPLY_TIME" in reply["props"]
+    assert len({r["correlationId"] for r in got}) == 6
+    asked = [m for m in requests if m.get("replied")]
+    assert len(asked) == 6 and all(m["replied"] == "SEND_OK" for m in asked)
+    assert {m["props"]["CORRELATION_ID"] for m in asked} == {r["correlationId"] for r in got}
+    assert all(m["props"]["CLUSTER"] == "DefaultCluster" and m["props"]["REPLY_TO_CLIENT"] for m in asked)
+    # the replies are stored in the reply topic too (storeReplyMessageEnable)
+    wait_for(lambda: cluster.total("DefaultCluster_REPLY_TOPIC", 1) >= 6, 10, "the stored replies")
+
+
+def test_a_request_nobody_answers_times_out(cluster, tmp_path):
+    """No responder: request() throws RequestTimeoutException after its timeout (sync), and the
+    RequestCallback gets one (async). The topic is auto-created by the request itself."""
+    got = _requests(cluster, tmp_path, _unique("JNoReply"), 1, 1500)
+    assert [(r["mode"], r["errorClass"]) for r in got] == [("sync", "RequestTimeoutException"),
+                                                            ("async", "RequestTimeoutException")], got
+    assert "wait reply message timeout" in got[0]["error"] and "no reply message" in got[1]["error"], got
+    assert all(r["elapsedMs"] >= 1400 for r in got), got

@@ -150,15 +150,33 @@ def test_topic_commands(cluster):
     assert sorted(status) == [0, 1, 2], r
     for qid, row in status.items():
         assert row[2:4] == ["0", str(sum(1 for s in sent if s["qid"] == qid))], r
+    # mqadmin prints 0.0 against any broker: examineTopicStats merges the brokers' offset tables
+    # only; the broker's body has the minute's rate of TOPIC_PUT_NUMS (7 messages within it)
     assert "Topic Put TPS: 0.0" in r.out, r
+    stats = call(broker.port, codes.GET_TOPIC_STATS_INFO, {"topic": "MqaTopic"})
+    assert re.search(rb'"topicPutTps":([0-9.e-]+)', bytes(stats.body)) and \
+        float(re.search(rb'"topicPutTps":([0-9.e-]+)', bytes(stats.body)).group(1)) > 0, stats
 
     r = admin(cluster, "updateTopicPerm", "-c", "DefaultCluster", "-t", "MqaTopic", "-p", "4")
     assert f"update topic perm from 6 to 4 in {addr} success." in r.out, r
     wait_for(lambda: ns.route("MqaTopic")["queueDatas"][0]["perm"] == 4, 30, "the read-only route")
 
-    # a topic holding messages: refused naming why (this broker cannot drop stored messages yet)
+    # a topic holding messages goes as on RocketMQ: its config, its route, its consume queues (its
+    # messages can no longer be pulled); made again, it starts empty, its queue offsets from 0
     r = admin(cluster, "deleteTopic", "-c", "DefaultCluster", "-t", "MqaTopic")
-    assert "DeleteTopicSubCommand command failed" in r.err and "topic MqaTopic holds 7 messages" in r.err, r
+    assert r.out.splitlines() == ["delete topic [MqaTopic] from cluster [DefaultCluster] success.",
+                                  "delete topic [MqaTopic] from NameServer success."], r
+    assert "MqaTopic" not in admin(cluster, "topicList").out.split()
+    assert not (broker.store / "consumequeue" / "MqaTopic").exists()
+    offsets = [call(broker.port, codes.GET_MAX_OFFSET, {"topic": "MqaTopic", "queueId": q}).ext["offset"] for q in range(3)]
+    assert offsets == ["0", "0", "0"]
+    # made again by a send (auto-creation, 4 queues): one message per queue, each at offset 0, and
+    # a pull from 0 finds it alone
+    again = produce(ns.addr, "MqaTopic", 4, "TagT", "KeyT", "made-again")
+    assert sorted(int(s["queueOffset"]) for s in again) == [0, 0, 0, 0], again
+    pulled = call(broker.port, codes.PULL_MESSAGE, {"consumerGroup": "MqaAfterDelete", "topic": "MqaTopic", "queueId": 0,
+                                                    "queueOffset": 0, "maxMsgNums": 32, "sysFlag": 0})
+    assert pulled.code == codes.SUCCESS and bytes(pulled.body).count(b"made-again") == 1, pulled
     # an empty one goes from the broker and the name server
     admin(cluster, "updateTopic", "-c", "DefaultCluster", "-t", "MqaEmpty")
     wait_for(lambda: ns.route("MqaEmpty") is not None, 30, "MqaEmpty's route")
@@ -217,6 +235,8 @@ def test_group_commands_and_progress(cluster):
         consumed = sum(1 for s in sent[:6] if s["qid"] == qid)
         assert row[1] == "broker-a" and row[3:6] == [str(total), str(consumed), str(total - consumed)], r
     assert "Consume Diff Total: 4" in r.out, r
+    # the minute's rate of GROUP_GET_NUMS: the 6 messages pulled moments ago
+    assert float(re.search(r"Consume TPS: ([0-9.]+)", r.out).group(1)) > 0, r
     r = admin(cluster, "consumerProgress")
     (row,) = rows(r.out, "MqaGroup")
     assert row[1:3] == ["0", "OFFLINE"] and row[-1] == "4", r
@@ -229,9 +249,17 @@ def test_group_commands_and_progress(cluster):
         assert row[1:3] == ["MqaGroup", "broker-a"] and row[4:7] == [str(total), str(consumed), str(total - consumed)], r
     assert sorted(int(row[3]) for row in rows(r.out, "MqaProgress")) == [0, 1], r
 
+    # statsAll: accumulation, #InTPS and #OutTPS (the minute's rates), the messages put and got
+    # today (VIEW_BROKER_STATS_DATA: TOPIC_PUT_NUMS, GROUP_GET_NUMS), as this broker counted them
     r = admin(cluster, "statsAll")
     (row,) = [x for x in rows(r.out, "MqaProgress") if x[1] == "MqaGroup"]
-    assert row[2] == "4", r  # accumulation
+    assert row[2] == "4" and float(row[3]) > 0 and float(row[4]) > 0 and row[5:7] == ["10", "6"], r
+    stats = call(broker.port, codes.VIEW_BROKER_STATS_DATA, {"statsName": "GROUP_GET_NUMS",
+                                                              "statsKey": "MqaProgress@MqaGroup"})
+    day = msgspec.json.decode(bytes(stats.body))["statsDay"]
+    assert stats.code == codes.SUCCESS and day["sum"] == 6 and day["avgpt"] > 0, stats
+    stats = call(broker.port, codes.VIEW_BROKER_STATS_DATA, {"statsName": "GROUP_GET_NUMS", "statsKey": "No@Such"})
+    assert stats.code == codes.SYSTEM_ERROR and stats.remark == "The stats <GROUP_GET_NUMS> <No@Such> not exist", stats
 
     # the group offline: mqadmin falls back to committing the offsets itself, as against RocketMQ
     r = admin(cluster, "resetOffsetByTime", "-g", "MqaGroup", "-t", "MqaProgress", "-s", "0")

@@ -107,7 +107,8 @@ def test_frames_it_cannot_take_reach_the_processors_in_order_within_one_read(tmp
     processors, naming it), more kernel sends. Every request is answered once, queue 0 holds the
     kernel's sends in order at dense offsets, nothing refused was stored."""
     async def go():
-        async with Broker(tmp_path, broker_kw={"messageDelayLevel": " ".join(["100ms"] * 18)}) as b:
+        # 1 s: long enough that the delayed one is not back before queue 0 is read, on a loaded machine too
+        async with Broker(tmp_path, broker_kw={"messageDelayLevel": " ".join(["1s"] * 18)}) as b:
             await _burst(b.port, _v2("Mix", b"warm-up", 0, opaque=1), 1)  # the route, made by the processors
             data = b"".join([
                 _v2("Mix", b"m1", 0, opaque=10), _v2("Mix", b"m2", 0, opaque=11),

@@ -25,7 +25,9 @@ from tools.fuzz.checks import send_both
 
 i32 = st.integers(-2**31, 2**31 - 1)
 props_text = st.sampled_from(["", "TAGS\x01t", "TAGS\x01a\x02KEYS\x01k1 k2\x02UNIQ_KEY\x01ABCD",
-                              "KEYS\x01\u00e9\U0001f600\"\\/", "a\x01b\x02DELAYx\x011", "TAGS\x01t", "DELAY\x013"])
+                              "KEYS\x01\u00e9\U0001f600\"\\/", "a\x01b\x02DELAYx\x011", "TAGS\x01t", "DELAY\x013",
+                              "TAGS\x01t\x02WAIT\x01true\x02", "WAIT\x01false\x02KEYS\x01k", "WAIT\x01TRUE",
+                              "CLUSTER\x01other\x02\x02x\x02WAIT", "a\x01b\x02CLUSTER\x01"])
 
 
 @st.composite
@@ -96,11 +98,13 @@ def _frame(header: bytes, body: bytes, stype: int) -> bytes:
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.lists(st.one_of(send_frame(), send_frame(), send_frame(), other_frame()), max_size=12),
-       st.binary(max_size=12), st.booleans(), st.sampled_from([True, True, True, False]), st.sampled_from([0, 1, 2, 5]))
-def test_kernel_and_twin_take_the_same_frames_the_same_way(frames, tail, parked, enabled, yield_after):
+       st.binary(max_size=12), st.booleans(), st.sampled_from([True, True, True, False]), st.sampled_from([0, 1, 2, 5]),
+       st.sampled_from([b"", b"DefaultCluster"]))
+def test_kernel_and_twin_take_the_same_frames_the_same_way(frames, tail, parked, enabled, yield_after, cluster):
     # a partial frame (or garbage) may follow; the comparison is the fuzz check's (tools/fuzz);
-    # yield_after: the run stops after that many messages (RUN_YIELD) and is resumed from there
-    send_both(b"".join(frames) + tail, parked, enabled, yield_after=yield_after)
+    # yield_after: the run stops after that many messages (RUN_YIELD) and is resumed from there;
+    # cluster: stored as CLUSTER, WAIT left out (and WAIT=false answered without parking)
+    send_both(b"".join(frames) + tail, parked, enabled, yield_after=yield_after, cluster=cluster)
 
 
 def test_a_send_that_does_not_fit_is_handed_back_to_roll():

@@ -19,6 +19,12 @@ PERM_READ, PERM_WRITE, PERM_INHERIT = 4, 2, 1
 # rmq_sys_REVIVE_LOG_<cluster>): the broker's own topics, which it writes itself and no client sends to
 NOT_ALLOWED_SEND_TOPICS = frozenset((SCHEDULE_TOPIC, HALF_TOPIC, OP_TOPIC, CHECK_MAX_TIME_TOPIC))
 SYSTEM_TOPIC_PREFIX = "rmq_sys_"
+REPLY_TOPIC_POSTFIX = "REPLY_TOPIC"  # MixAll: replies of request-reply go to <brokerClusterName>_REPLY_TOPIC
+
+
+def reply_topic(cluster: str) -> str:
+    """MixAll.getReplyTopic."""
+    return f"{cluster}_{REPLY_TOPIC_POSTFIX}"
 
 
 def not_sendable(topic: str) -> bool:

@@ -13,6 +13,10 @@ RUN_ROLL: Final[int]
 RUN_YIELD: Final[int]
 DEFAULT_MAX_FRAME: Final[int]
 
+# the properties as RocketMQ stores them (CLUSTER set, a single message's WAIT left out) and whether
+# the producer waits for the store (WAIT); None when they pass 32767 bytes
+def stored_properties(props: bytes, cluster: bytes, drop_wait: bool = True) -> tuple[bytes, bool] | None: ...
+
 class TopicRoute:
     topic: bytes
     n: int
@@ -51,9 +55,11 @@ class SendPipeline:
     track_queues: bool
     region: bytes
     trace: bytes
+    cluster: bytes  # brokerClusterName, stored as CLUSTER (WAIT left out); empty: properties as sent
     appended: int
     def __init__(
-        self, app: Appender, region: bytes = b"DefaultRegion", trace: bytes = b"true", max_frame: int = ...
+        self, app: Appender, region: bytes = b"DefaultRegion", trace: bytes = b"true", max_frame: int = ...,
+        cluster: bytes = b"",
     ) -> None: ...
     @property
     def appender(self) -> Appender: ...

@@ -69,6 +69,10 @@ FOLLOWERS_NEED_INTERVAL_S = 1.0  # the leader's pin follows its followers' water
 
 
 class DLedgerMessageStore(MessageStore):
+    # its reput dispatches committed entries on every member: deleting a topic's queues would
+    # need every member to do it at the same entry (not done: deleteTopic refuses a topic holding messages)
+    deletes_topic_queues = False
+
     def __init__(self, config: MessageStoreConfig, dledger: DLedgerConfig):
         super().__init__(config)
         self.dledger_config = dledger

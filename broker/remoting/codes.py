@@ -55,6 +55,11 @@ SEND_MESSAGE_V2 = 310
 GET_BROKER_CONSUME_STATS = 317
 GET_NAMESRV_CONFIG = 319
 SEND_BATCH_MESSAGE = 320
+VIEW_BROKER_STATS_DATA = 315
+# request-reply (RocketMQ 4.6+): the responder's reply, and the broker's push of it to the requester
+SEND_REPLY_MESSAGE = 324
+SEND_REPLY_MESSAGE_V2 = 325
+PUSH_REPLY_MESSAGE_TO_CLIENT = 326
 # pop consumption (RocketMQ 5): broker.server.pop
 POP_MESSAGE = 200050
 ACK_MESSAGE = 200051

@@ -233,6 +233,12 @@ class CreateTopicRequestHeader(_Header):
     order: bool = False
 
 
+class ViewBrokerStatsDataRequestHeader(_Header):
+    """VIEW_BROKER_STATS_DATA (mqadmin statsAll): a stats name (TOPIC_PUT_NUMS, ...) and its key."""
+    statsName: str
+    statsKey: str
+
+
 class TopicHeader(_Header):
     """GET_TOPIC_STATS_INFO, DELETE_TOPIC_IN_BROKER, DELETE_TOPIC_IN_NAMESRV (one `topic` field each)."""
     topic: str

@@ -28,6 +28,8 @@ from broker.server.processor.stats_processor import StatsProcessor
 from broker.server.processor.query_processor import QueryMessageProcessor
 from broker.server.schedule.schedule_service import ScheduleMessageService
 from broker.server.processor.send_fast_path import FastSendPath
+from broker.server.metrics.broker_stats_manager import BrokerStatsManager
+from broker.server.processor.reply_message_processor import ReplyMessageProcessor
 from broker.server.processor.send_processor import SendMessageProcessor
 from broker.server.slave.slave_synchronize import FIRST_DELAY, PERIOD, SlaveSynchronize
 from broker.server.subscription.subscription_group_manager import SubscriptionGroupManager
@@ -127,7 +129,7 @@ class BrokerController:
         await self.store.start()
         try:
             self.topics = TopicManager(self.store.topic_config, self.config.autoCreateTopicEnable,
-                                       self.config.defaultTopicQueueNums)
+                                       self.config.defaultTopicQueueNums, self.config.brokerClusterName)
             self.topics.on_change.append(self.register_soon)
             # every topic whose queues the log holds is served, whatever topics.json lost (a
             # crash before its background write) or never had (a slave's master died first)
@@ -149,14 +151,18 @@ class BrokerController:
                                                         self.config.maxReconsumeTimes, self.producers,
                                                         self.config.rebalanceLockMaxLiveTime / 1000, groups=groups,
                                                         property_filter=self.config.enablePropertyFilter)
-            for proc in (SendMessageProcessor(store, topics, schedule, holds, self.config.maxReconsumeTimes, bridge,
-                                              self.config.rejectTransactionMessage),
-                         PullMessageProcessor(store, topics, self.consumers, holds, self.config, groups=groups),
+            self.broker_stats = broker_stats = BrokerStatsManager(store, topics, self.config.brokerClusterName)
+            sender = SendMessageProcessor(store, topics, schedule, holds, self.config.maxReconsumeTimes, bridge,
+                                          self.config.rejectTransactionMessage, self.config.brokerClusterName)
+            for proc in (sender, ReplyMessageProcessor(store, holds, self.producers, sender, lambda: self.addr),
+                         PullMessageProcessor(store, topics, self.consumers, holds, self.config, groups=groups,
+                                              stats=broker_stats),
                          self.consumer_processor,
                          EndTransactionProcessor(store, topics, schedule, holds, transactions),
                          AdminProcessor(store, topics, schedule, self.metrics.runtime_table),
                          QueryMessageProcessor(store), SubscriptionGroupProcessor(groups),
-                         StatsProcessor(store, topics, self.consumers, groups, self.config.brokerName, lambda: self.addr),
+                         StatsProcessor(store, topics, self.consumers, groups, self.config.brokerName, lambda: self.addr,
+                                        broker_stats),
                          BrokerConfigProcessor(self.config, self.store_config, topics, groups),
                          ConnectionListProcessor(self.consumers, self.producers),
                          ResetOffsetProcessor(store, topics, self.consumers, self.config.brokerName)):
@@ -168,7 +174,7 @@ class BrokerController:
             if not store.is_slave and self.dledger is None and self.replicas is None:
                 await self.pop.start()  # before serving: the pop offsets are recovered from the revive log
             if self.dledger is None:
-                self.fast = FastSendPath(store, topics, holds, self.acl is not None)
+                self.fast = FastSendPath(store, topics, holds, self.acl is not None, self.config.brokerClusterName)
                 topics.on_change.append(self.fast.sync_routes)
             if self.replicas is not None:
                 self.handlers[GET_BROKER_EPOCH_CACHE] = self._epoch_cache
@@ -201,6 +207,8 @@ class BrokerController:
         self._every(10.0, self.consumer_processor.scan_expired)
         self.metrics.sample()
         self._every(10.0, self.metrics.sample)
+        self.broker_stats.sample()
+        self._every(10.0, self.broker_stats.sample)
         self._every(10.0, self.producers.scan_expired)
         self._every(self.store_config.flushConsumerOffsetInterval / 1000, self.schedule.persist_soon)
         if self.acl is not None:

@@ -109,9 +109,16 @@ class CleanService:
         root = self.config.consumequeue_dir
         count = 0
         for topic in sorted(os.listdir(root)):
-            for qid in sorted(os.listdir(os.path.join(root, topic))):
+            try:
+                qids = sorted(os.listdir(os.path.join(root, topic)))
+            except (FileNotFoundError, NotADirectoryError):  # deleted meanwhile (deleteTopic)
+                continue
+            for qid in qids:
                 qdir = os.path.join(root, topic, qid)
-                names = sorted(n for n in os.listdir(qdir) if _NAME.match(n))
+                try:
+                    names = sorted(n for n in os.listdir(qdir) if _NAME.match(n))
+                except FileNotFoundError:
+                    continue
                 dropped = False
                 for name in names[:-1]:  # the last file is the one the reput writes
                     path = os.path.join(qdir, name)

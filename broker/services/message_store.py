@@ -22,6 +22,7 @@ import errno
 import fcntl
 import logging
 import os
+import shutil
 import socket
 import struct
 import time
@@ -694,6 +695,41 @@ class MessageStore:
         else:
             out.update(acked=t.load(Slot.ACKED), slaves=t.load(Slot.HA_SLAVES))
         return out
+
+    deletes_topic_queues = True  # deleteTopic drops a topic's consume queues (not in DLedger mode)
+
+    async def delete_topic_queues(self, topic: str, timeout: float = 10.0) -> int:
+        """RocketMQ's deleteTopics: the topic's consume queues go (their directories, this process's
+        maps, the reput's), and its queue offsets start again at 0; its records stay in the commit
+        log until they expire, reachable by physical offset only. Returns the messages its queues
+        held. A master's store only (a slave's queues follow its master's commit log)."""
+        if self.is_slave or self.cqs is None:
+            raise ServiceUnavailable("a slave's consume queues follow its master's commit log")
+        tb = self.topic_bytes(topic)
+        app = self.commit_log.appender
+        queues = sorted(q for t, q in app.queue_offsets if t == tb)
+        held = sum(max(self.max_offset(topic, q), 0) for q in queues)
+        # every record of the topic in its queues first: the reput must not write them after
+        await self.wait_dispatched(self.table.load(Slot.WROTE), timeout)
+        for key in [k for k in self.cqs.queues if k[0] == topic]:
+            self.cqs.queues.pop(key).close()
+        tdir = os.path.join(self.cqs.root, topic)
+        if "/" not in topic and topic not in ("", ".", "..") and os.path.isdir(tdir):
+            # out of consumequeue/ at once: out of every listing (the cleaner's, the next start's)
+            gone = os.path.join(os.path.dirname(self.cqs.root), f".deleting-topic-{time.time_ns()}")
+            os.rename(tdir, gone)
+            fsync_dir(self.cqs.root)
+            shutil.rmtree(gone, ignore_errors=True)
+        # the reput lets go of its maps and checkpoints past the topic's records (a crash must not
+        # dispatch them again into new queues)
+        gen = self.table.add(Slot.TOPICS_DELETED, 1)
+        self._wake_reput()
+        await self.wait_condition(lambda: self.table.load(Slot.TOPICS_DELETED_ACK) >= gen, timeout)
+        for q in queues:
+            app.rewind(app.wrote, tb, q, 0)
+        self.reader.forget_ends()
+        log.info("topic %s: consume queues %s deleted (%d messages)", topic, queues, held)
+        return held
 
     def request_clean(self) -> None:
         """`broker admin clean` (DELETE_EXPIRED_COMMITLOG): the cleaner deletes expired files now,

@@ -192,7 +192,7 @@ class QueueReader:
         for topic in topics:
             try:
                 ids = [int(q) for q in os.listdir(os.path.join(root, topic)) if q.isdigit()]
-            except NotADirectoryError:
+            except (NotADirectoryError, FileNotFoundError):  # a file, or a topic deleted meanwhile
                 continue
             if ids:
                 out[topic] = max(ids) + 1

@@ -107,6 +107,19 @@ class Dispatcher:
         if replaced >= 0:
             cq.dirty.add(replaced)
 
+    def let_go_of_deleted(self) -> list[str]:
+        """Queues whose directory is gone (deleteTopic): their maps closed, the kernel's too (it
+        registers the live queues' files again as it meets them). Returns their topics."""
+        self.kernel.forget()
+        gone = []
+        for key, cq in list(self._queues.items()):
+            if not os.path.isdir(cq.directory):
+                cq.close()
+                del self._queues[key]
+                self.cqs.queues.pop((cq.topic, cq.queue_id), None)
+                gone.append(cq.topic)
+        return sorted(set(gone))
+
     def mark_dirty(self) -> None:
         """Tell the queues which of their files the kernel wrote (before they are flushed)."""
         for key, first in self.kernel.take_dirty():
@@ -234,6 +247,8 @@ class ReputService:
             last_flush = time.monotonic()
             flushed_at = dispatched
             seen_min = t.load(Slot.MIN_OFFSET)
+            # a deletion our predecessor did not acknowledge is ours to acknowledge (after the checkpoint)
+            seen_deleted = t.load(Slot.TOPICS_DELETED_ACK)
             if t.load(Slot.DISPATCH_BLOCKED):  # our predecessor was blocked: the first success clears it
                 self._retry_wait = 0.05
             while True:
@@ -245,6 +260,19 @@ class ReputService:
                 # The wake generation first, then wrote: a write after this load is followed by a
                 # bump of the generation, so the wait below returns at once rather than missing it.
                 gen = t.load(Slot.REPUT_WAKE)
+                # after the wake generation, as wrote: a deletion signalled after this load wakes
+                # the wait below, one before it is seen here
+                deleted = t.load(Slot.TOPICS_DELETED)
+                if deleted != seen_deleted:
+                    # the broker waited for every record of the deleted topics to be dispatched:
+                    # checkpoint past them (what a crash re-dispatches from), then drop their maps
+                    seen_deleted = deleted
+                    self.flush_queues(dispatched)
+                    flushed_at, last_flush = dispatched, time.monotonic()
+                    gone = self.dispatcher.let_go_of_deleted()
+                    log.info("consume queues of deleted topics closed: %s", ", ".join(gone) or "none open")
+                    t.store(Slot.TOPICS_DELETED_ACK, deleted)
+                    notify(self.notify_fd)
                 wrote = t.load(Slot.WROTE)
                 try:
                     if dispatched < wrote:

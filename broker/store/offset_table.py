@@ -14,6 +14,8 @@ class Slot(enum.IntEnum):
     DISPATCHED = 2      # reput service: consume queues built up to here
     ACKED = 3           # HA writer: highest offset a slave confirmed
     MIN_OFFSET = 4      # cleaner: commit-log minimum
+    TOPICS_DELETED = 5  # broker: bumped when it deleted topics' consume-queue directories (deleteTopic)
+    TOPICS_DELETED_ACK = 6  # reput service: the TOPICS_DELETED it let go of those queues' maps for
     FLUSH_PID = 8       # flush service: its pid while alive
     REPUT_PID = 9       # reput service: its pid while alive
     HA_PID = 10         # HA service (master: writer, slave: reader): its pid while alive

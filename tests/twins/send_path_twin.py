@@ -21,6 +21,11 @@ The pass over a read, frame by frame:
   empty and do not end with one): RUN_SLOW; the whole batch not fitting the segment: RUN_ROLL;
   else every message appended with its own flag, one reply with every msgId comma-joined and
   the first queue offset.
+- with a cluster name set, the properties are stored as RocketMQ's SendMessageProcessor stores
+  them: split on \x02, empty entries dropped, a CLUSTER entry dropped and one with the broker's
+  cluster appended last, a single message's WAIT entry dropped (a batch's kept); entries joined
+  by \x02, none after CLUSTER; over 32767 bytes then: RUN_SLOW. WAIT's value other than "true" (any case)
+  means the reply is not parked.
 """
 from __future__ import annotations
 
@@ -62,6 +67,21 @@ def _int(kind: int, raw: bytes, ival: int, bits: int) -> int:
     return v
 
 
+def stored(props: bytes, cluster: bytes, drop_wait: bool) -> tuple[bytes | None, bool]:
+    kept, wait = [], True
+    for entry in props.split(b"\x02"):
+        name, sep, value = entry.partition(b"\x01")
+        if not entry or (sep and name == b"CLUSTER"):
+            continue
+        if sep and name == b"WAIT":
+            wait = value.lower() == b"true"
+            if drop_wait:
+                continue
+        kept.append(entry)
+    out = b"".join(e + b"\x02" for e in kept) + b"CLUSTER\x01" + cluster
+    return (out if len(out) <= 32767 else None), wait
+
+
 class Appender:
     def __init__(self, segment: bytearray, base: int, wrote: int, store_host: bytes, max_body: int):
         self.segment, self.base, self.wrote = segment, base, wrote
@@ -95,8 +115,9 @@ class Conn:
 
 class Pipeline:
     def __init__(self, app: Appender, routes: dict[bytes, int], enabled=True, parked=False,
-                 max_frame=16 * 1024 * 1024):
+                 max_frame=16 * 1024 * 1024, cluster: bytes = b""):
         self.app, self.routes, self.enabled, self.parked, self.max_frame = app, routes, enabled, parked, max_frame
+        self.cluster = cluster
 
     def run(self, c: Conn, buf: bytes, pos: int, end: int, yield_after: int = 0) -> tuple[int, int]:
         msgs0 = len(self.app.records)
@@ -171,8 +192,14 @@ class Pipeline:
             raise Slow
         if len(props) > 32767 or b"DELAY\x01" in props:
             raise Slow
+        wait = True
+        if self.cluster:
+            props, wait = stored(props, self.cluster, not batch)
+            if props is None:
+                raise Slow
+        parked = self.parked and wait
         if batch:
-            return self._batch(c, h, st, topic, qid, bytes(buf[bs:bs + bl]), props, sys_flag, born, reconsume)
+            return self._batch(c, h, st, topic, qid, bytes(buf[bs:bs + bl]), props, sys_flag, born, reconsume, parked)
         r = self.app.append(topic, qid, bytes(buf[bs:bs + bl]), props, flag, sys_flag, born, c.born_host, reconsume)
         if r is None:
             return RUN_ROLL
@@ -180,10 +207,10 @@ class Pipeline:
         if not h["flag"] & 2:
             ext_out = {"msgId": (self.app.store_host + phys.to_bytes(8, "big", signed=True)).hex().upper(),
                        "queueId": str(qid), "queueOffset": str(qo), "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
-            (c.parked if self.parked else c.replies).append((st, 0, h["opaque"], 1, ext_out))
+            (c.parked if parked else c.replies).append((st, 0, h["opaque"], 1, ext_out))
         return RUN_DONE
 
-    def _batch(self, c, h, st, topic, qid, body, bprops, sys_flag, born, reconsume) -> int:
+    def _batch(self, c, h, st, topic, qid, body, bprops, sys_flag, born, reconsume, parked) -> int:
         msgs, pos = [], 0
         while pos < len(body):
             if len(body) - pos < 22:
@@ -214,5 +241,5 @@ class Pipeline:
         if not h["flag"] & 2:
             ext_out = {"msgId": ",".join(ids), "queueId": str(qid), "queueOffset": str(first),
                        "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
-            (c.parked if self.parked else c.replies).append((st, 0, h["opaque"], 1, ext_out))
+            (c.parked if parked else c.replies).append((st, 0, h["opaque"], 1, ext_out))
         return RUN_DONE

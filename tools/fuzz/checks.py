@@ -294,24 +294,25 @@ def _blank_store_ts(seg, records) -> bytes:
     return bytes(out)
 
 
-def send_both(buf: bytes, parked: bool, enabled: bool, rounds: int = 64, yield_after: int | None = None) -> int:
+def send_both(buf: bytes, parked: bool, enabled: bool, rounds: int = 64, yield_after: int | None = None,
+              cluster: bytes = b"") -> int:
     """Run the send kernel and its twin over `buf` (routes R1 with 2 queues, R2 with 1), resuming
     after every frame handed back, and compare everything: statuses and positions, the frame
     handed back, the records byte for byte, replies, counters, queue offsets. Returns the number of
-    records the kernel appended."""
+    records the kernel appended. `cluster`: the broker's, stored as CLUSTER (empty: properties as sent)."""
     from broker.kernels.send_path import ParkedReplies, SendConn, SendPipeline
     from tests.twins import send_path_twin as TS
     seg_k, seg_t = bytearray(SEND_SEG), bytearray(SEND_SEG)
     app = KC.Appender(SEND_STORE_HOST, SEND_MAX_BODY, {}, SEND_BASE)
     app.attach(KC.MappedBuffer(seg_k, True), SEND_BASE)
-    pipe = SendPipeline(app)
+    pipe = SendPipeline(app, cluster=cluster)
     for topic, n in SEND_ROUTES.items():
         pipe.set_route(topic, n)
     pipe.enabled, pipe.parked = enabled, parked
     conn = SendConn(SEND_BORN_HOST)
     conn.parked = ParkedReplies(None, SEND_STORE_HOST, b"DefaultRegion", b"true")
     tapp = TS.Appender(seg_t, SEND_BASE, SEND_BASE, SEND_STORE_HOST, SEND_MAX_BODY)
-    twin = TS.Pipeline(tapp, SEND_ROUTES, enabled, parked)
+    twin = TS.Pipeline(tapp, SEND_ROUTES, enabled, parked, cluster=cluster)
     tconn = TS.Conn(SEND_BORN_HOST)
     if yield_after is None:  # the fuzzers' inputs choose it too (0: never yield)
         yield_after = len(buf) % 4
@@ -346,9 +347,10 @@ def send_both(buf: bytes, parked: bool, enabled: bool, rounds: int = 64, yield_a
 
 
 def check_send(data: bytes) -> None:
-    """data[0]: bit 0 parked replies, bit 1 the kernel disabled; the rest is what a socket read."""
+    """data[0]: bit 0 parked replies, bit 1 the kernel disabled, bit 2 a cluster name stored as
+    CLUSTER; the rest is what a socket read."""
     if data:
-        send_both(data[1:], bool(data[0] & 1), not data[0] & 2)
+        send_both(data[1:], bool(data[0] & 1), not data[0] & 2, cluster=b"DefaultCluster" if data[0] & 4 else b"")
 
 
 # -- replies: the client's reply reader, then the RemotingCommand decode of what it hands back ----

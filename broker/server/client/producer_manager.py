@@ -53,6 +53,15 @@ class ProducerManager:
             if not clients:
                 del self.groups[name]
 
+    def find_channel(self, client_id: str):
+        """The live connection of the producer with this client id, in any group (RocketMQ's
+        ProducerManager.findChannel: where a request-reply reply is pushed); None if none."""
+        for clients in self.groups.values():
+            member = clients.get(client_id)
+            if member is not None and getattr(member[0], "transport", None) is not None:
+                return member[0]
+        return None
+
     def available_channel(self, group: str):
         """A live connection of one of the group's producers, picked at random as RocketMQ's
         getAvailableChannel spreads checks; None when the group has none."""

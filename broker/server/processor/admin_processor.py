@@ -54,24 +54,32 @@ class AdminProcessor:
         return cmd.response(codes.SUCCESS, body=msgspec.json.encode({**vars(cfg), "attributes": {}}))
 
     def delete_topic(self, cmd: RemotingCommand, conn):
-        """The topic's config and its groups' offsets go. RocketMQ also deletes its consume queues;
-        this broker cannot drop a topic's stored messages yet (its queues would bring the topic
-        back at the next start), so a topic that holds messages is refused, naming them."""
+        """As RocketMQ's deleteTopicInBroker: the topic's config goes (and with it its route at the
+        next registration), its groups' offsets, and its consume queues (MessageStore.delete_topic_queues):
+        its messages can no longer be pulled, and a topic made again by that name starts empty at
+        offset 0. Its records stay in the commit log until they expire."""
         topic = decode(TopicHeader, cmd.ext).topic
         if not topic.strip():
             raise BadRequest("The specified topic is blank.")
         if not_sendable(topic):
             raise BadRequest(f"The topic[{topic}] is conflict with system topic.")
         cfg = self.topics.get(topic)
+        held = 0
         if cfg is not None:
             held = sum(max(self.store.max_offset(topic, q), 0)
                        for q in range(max(cfg.readQueueNums, cfg.writeQueueNums)))
-            if held:
+            if held and not getattr(self.store, "deletes_topic_queues", False):
                 raise BadRequest(f"topic {topic} holds {held} messages: this broker cannot delete a topic's stored "
-                                 f"messages yet (the topic can be made read-only or unreadable: updateTopicPerm)")
-            self.topics.delete(topic)
+                                 f"messages in DLedger mode (the topic can be made unreadable: updateTopicPerm)")
+            self.topics.delete(topic)  # no sends to it through the kernel from here (its route goes)
         self.store.consumer_offsets.remove_topic(topic)
-        return cmd.response(codes.SUCCESS)
+        if not getattr(self.store, "deletes_topic_queues", False) or self.store.is_slave:
+            return cmd.response(codes.SUCCESS)
+
+        async def drop_queues():
+            await self.store.delete_topic_queues(topic)
+            return cmd.response(codes.SUCCESS)
+        return drop_queues()
 
     def all_consumer_offsets(self, cmd: RemotingCommand, conn):
         """ConsumerOffsetManager's table, for a slave's SlaveSynchronize (and admin tools)."""

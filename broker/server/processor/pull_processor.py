@@ -31,8 +31,9 @@ _REMARKS = {GetStatus.NO_MATCHED_LOGIC_QUEUE: GetStatus.NO_MESSAGE_IN_QUEUE.name
 
 
 class PullMessageProcessor:
-    def __init__(self, store, topics, consumers, holds, config, groups=None):
+    def __init__(self, store, topics, consumers, holds, config, groups=None, stats=None):
         self.groups = groups  # SubscriptionGroupManager: consumeEnable
+        self.stats = stats  # BrokerStatsManager: what each group got
         self.store = store
         self.topics = topics
         self.consumers = consumers
@@ -106,6 +107,8 @@ class PullMessageProcessor:
             return cmd.response(code, ext, remark=remark)
         res = cmd.response(code, ext, r.messages, remark=remark)
         res.body_len = r.total_bytes
+        if self.stats is not None:
+            self.stats.group_get(cmd.ext.get("consumerGroup", ""), topic, r.count or 0, r.total_bytes)
         return res
 
     async def _hold(self, cmd, topic, queue_id, offset, max_nums, flt, deadline, suspend) -> RemotingCommand:

@@ -32,8 +32,9 @@ def routable(name: str, cfg) -> bool:
 
 
 class FastSendPath:
-    def __init__(self, store, topics, holds, acl_enabled: bool):
+    def __init__(self, store, topics, holds, acl_enabled: bool, cluster: str = ""):
         self.store = store
+        self.cluster = cluster.encode()  # stored as every message's CLUSTER property
         self.topics = topics
         self.holds = holds
         self.acl_enabled = acl_enabled
@@ -43,7 +44,7 @@ class FastSendPath:
         """Bind to the store's commit log (again in controller mode, after the store restarted in
         another role with a new log to append to)."""
         self.store = store
-        self.pipeline = SendPipeline(store.commit_log.appender, REGION, TRACE_ON)
+        self.pipeline = SendPipeline(store.commit_log.appender, REGION, TRACE_ON, cluster=self.cluster)
         self.pipeline.parked = store.waits_for_durability
         self._store_host = store.commit_log.appender.store_host
         self.sync_routes()

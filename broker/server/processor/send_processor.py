@@ -12,6 +12,7 @@ import asyncio
 import random
 import socket
 
+from broker.kernels.send_path import stored_properties
 from broker.remoting import codes
 from broker.remoting.command import RemotingCommand
 from broker.remoting.headers import SendMessageRequestHeader, SendMessageRequestHeaderV2, decode
@@ -60,6 +61,18 @@ def topic_config_string(name: str, cfg) -> str:
             f"order={str(bool(cfg.order)).lower()}, attributes={{}}]")
 
 
+def stored(props: bytes, cluster: bytes, drop_wait: bool = True) -> tuple[bytes, bool]:
+    """The properties as RocketMQ stores them (CLUSTER=<brokerClusterName>, a single message's
+    without WAIT; the send kernel's stored_props) and whether the producer waits for the store
+    (WAIT, true unless "false"). An empty cluster keeps them as sent (the processor unit tests)."""
+    if not cluster:
+        return props, b"WAIT\x01false" not in props
+    r = stored_properties(props, cluster, drop_wait)
+    if r is None:
+        raise MessageIllegal(f"the message properties length {len(props)} with CLUSTER is over 32767")
+    return r
+
+
 def born_host_of(conn) -> bytes:
     """BORNHOST as stored: the producer's IPv4 address and port, from its connection."""
     bh = conn.attrs.get("born_host")
@@ -98,8 +111,9 @@ def reply_when_put(put: asyncio.Future, answer) -> asyncio.Future:
 
 class SendMessageProcessor:
     def __init__(self, store, topics, schedule, holds, max_reconsume_times: int, transactions=None,
-                 reject_transactions: bool = False):
+                 reject_transactions: bool = False, cluster: str = ""):
         self.store = store
+        self.cluster = cluster.encode()  # brokerClusterName: every message's CLUSTER property
         self.topics = topics
         self.schedule = schedule
         self.holds = holds
@@ -157,7 +171,7 @@ class SendMessageProcessor:
         if len(cmd.body) > self.store.config.maxMessageSize:
             raise MessageIllegal(_TOO_LARGE.format(self.store.config.maxMessageSize))
         properties = h.properties
-        props_bytes = properties.encode()
+        props_bytes, wait = stored(properties.encode(), self.cluster)
         level = 0
         props = None
         asked = queue_id  # a delayed message's reply names it, not the schedule queue (as RocketMQ's)
@@ -165,7 +179,7 @@ class SendMessageProcessor:
         if (h.sysFlag & TRANSACTION_TYPE_MASK or _TRAN_MSG in properties) and self.transactions is not None:
             props = decode_properties(props_bytes)
             if is_half(h.sysFlag, props):
-                return self._send_half(cmd, conn, h, topic, queue_id, props)
+                return self._send_half(cmd, conn, h, topic, queue_id, props, wait)
         if "DELAY\x01" in properties and not topic.startswith(DLQ_PREFIX):
             # a producer-set delay level: kept in the schedule topic until due (CommitLog.putMessage)
             props = props or decode_properties(props_bytes)
@@ -181,11 +195,11 @@ class SendMessageProcessor:
         else:
             self.holds.notify(topic, queue_id, result.end_offset)
         ext = {"msgId": result.msg_id, "queueId": asked, "queueOffset": result.queue_offset, **REPLY_EXT}
-        if flushed is None:
+        if flushed is None or not wait:
             return cmd.response(codes.SUCCESS, ext)
         return self._after_flush(cmd, ext, flushed)
 
-    def _send_half(self, cmd: RemotingCommand, conn, h, topic: str, queue_id: int, props: dict):
+    def _send_half(self, cmd: RemotingCommand, conn, h, topic: str, queue_id: int, props: dict, wait: bool):
         """A half message into the half topic (TransactionalMessageBridge.put_half); the reply
         names the queue asked for and the half message's queue offset and offsetMsgId, which the
         producer's END_TRANSACTION gives back (RocketMQ's reply to a half message)."""
@@ -199,7 +213,7 @@ class SendMessageProcessor:
             # RocketMQ 5's reply names the transaction by the message's unique key: the Java
             # client's TransactionSendResult.getTransactionId(), the id its check-backs carry
             ext["transactionId"] = props["UNIQ_KEY"]
-        if flushed is None:
+        if flushed is None or not wait:
             return cmd.response(codes.SUCCESS, ext)
         return self._after_flush(cmd, ext, flushed)
 
@@ -213,7 +227,7 @@ class SendMessageProcessor:
         bodies, props, flags = decode_batch(cmd.body)  # BadRequest naming the offset
         # as a 4.9 broker stores them (MessageExtBatchEncoder): each message with its own flag, and its
         # own properties followed by the batch's (a separator added when they do not end with one)
-        batch_props = h.properties.encode()
+        batch_props, wait = stored(h.properties.encode(), self.cluster, drop_wait=False)
         if batch_props:
             props = [bytes(p) + (b"\x02" if p and p[-1] != 2 else b"") + batch_props for p in props]
         result, flushed = self.store.append_batch(
@@ -222,7 +236,7 @@ class SendMessageProcessor:
         self.holds.notify(topic, queue_id, result.end_offset)
         ext = {"msgId": ",".join(result.msg_ids()), "queueId": queue_id, "queueOffset": result.queue_offset,
                **REPLY_EXT}
-        if flushed is None:
+        if flushed is None or not wait:
             return cmd.response(codes.SUCCESS, ext)
         return self._after_flush(cmd, ext, flushed)
 

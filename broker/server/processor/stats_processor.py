@@ -1,6 +1,7 @@
 """AdminBrokerProcessor's per-queue figures for the operator's tools, in RocketMQ's body format:
 GET_TOPIC_STATS_INFO (mqadmin topicStatus), GET_CONSUME_STATS (consumerProgress),
-GET_BROKER_CONSUME_STATS (brokerConsumeStats) and QUERY_TOPIC_CONSUME_BY_WHO (statsAll).
+GET_BROKER_CONSUME_STATS (brokerConsumeStats), QUERY_TOPIC_CONSUME_BY_WHO and VIEW_BROKER_STATS_DATA
+(statsAll). The rates are BrokerStatsManager's (broker.server.metrics.broker_stats_manager).
 
 The stats bodies hold maps keyed by a MessageQueue object, which fastjson writes with the object
 itself as the key (`{{"brokerName":"b","queueId":0,"topic":"t"}:{...}}`) and the Java side reads
@@ -11,8 +12,10 @@ import msgspec
 
 from broker.remoting import codes
 from broker.remoting.command import RemotingCommand
-from broker.remoting.headers import GetConsumeStatsInBrokerHeader, GetConsumeStatsRequestHeader, TopicHeader, decode
+from broker.remoting.headers import (GetConsumeStatsInBrokerHeader, GetConsumeStatsRequestHeader, TopicHeader,
+                                     ViewBrokerStatsDataRequestHeader, decode)
 from broker.remoting.refusals import TopicNotExist
+from broker.server.metrics.broker_stats_manager import GROUP_GET_NUMS, TOPIC_PUT_NUMS, StatsNotExist
 from broker.server.processor.offset_search import queue_store_time
 
 _encode = msgspec.json.encode
@@ -27,8 +30,9 @@ def mq_keyed_json(fields: dict, table_name: str, table: dict[tuple[str, str, int
 
 
 class StatsProcessor:
-    def __init__(self, store, topics, consumers, groups, broker_name: str, broker_addr):
+    def __init__(self, store, topics, consumers, groups, broker_name: str, broker_addr, broker_stats=None):
         self.store = store
+        self.broker_stats = broker_stats  # BrokerStatsManager
         self.topics = topics
         self.consumers = consumers  # ConsumerManager: whom a group subscribes to
         self.groups = groups  # SubscriptionGroupManager: every group brokerConsumeStats reports
@@ -37,7 +41,25 @@ class StatsProcessor:
 
     def handlers(self) -> dict:
         return {codes.GET_TOPIC_STATS_INFO: self.topic_stats, codes.GET_CONSUME_STATS: self.consume_stats,
-                codes.QUERY_TOPIC_CONSUME_BY_WHO: self.consumed_by, codes.GET_BROKER_CONSUME_STATS: self.broker_consume_stats}
+                codes.QUERY_TOPIC_CONSUME_BY_WHO: self.consumed_by, codes.GET_BROKER_CONSUME_STATS: self.broker_consume_stats,
+                codes.VIEW_BROKER_STATS_DATA: self.view_stats}
+
+    def view_stats(self, cmd: RemotingCommand, conn):
+        """BrokerStatsData of one stats item; RocketMQ's SYSTEM_ERROR when there is no such item
+        (mqadmin statsAll then counts 0 for it)."""
+        h = decode(ViewBrokerStatsDataRequestHeader, cmd.ext)
+        try:
+            data = self.broker_stats.view(h.statsName, h.statsKey)
+        except (StatsNotExist, AttributeError):
+            return cmd.response(codes.SYSTEM_ERROR, remark=f"The stats <{h.statsName}> <{h.statsKey}> not exist")
+        return cmd.response(codes.SUCCESS, body=_encode(data))
+
+    def _tps(self, stats_name: str, key: str) -> float:
+        """The minute window's rate (BrokerStatsManager.tpsTopicPutNums, tpsGroupGetNums); 0 without one."""
+        try:
+            return self.broker_stats.view(stats_name, key)["statsMinute"]["tps"]
+        except (StatsNotExist, AttributeError):
+            return 0.0
 
     def consumed_by(self, cmd: RemotingCommand, conn):
         """GroupList: the groups online that subscribe to the topic, and those that committed offsets of it."""
@@ -61,8 +83,8 @@ class StatsProcessor:
             table[(topic, self.broker_name, qid)] = {
                 "lastUpdateTimestamp": self._store_time(topic, qid, hi - 1) if hi > 0 else 0,
                 "maxOffset": hi, "minOffset": lo}
-        # topicPutTps: RocketMQ's BrokerStatsManager rate; we keep no per-topic rate, so 0.0
-        return cmd.response(codes.SUCCESS, body=mq_keyed_json({"topicPutTps": 0.0}, "offsetTable", table))
+        return cmd.response(codes.SUCCESS, body=mq_keyed_json({"topicPutTps": self._tps(TOPIC_PUT_NUMS, topic)},
+                                                              "offsetTable", table))
 
     def _topics_of(self, h: GetConsumeStatsRequestHeader) -> list[str]:
         """getTopicsForCollectingConsumeStats: the listed topics as given; else the one topic, or every
@@ -96,13 +118,13 @@ class StatsProcessor:
 
     def consume_stats(self, cmd: RemotingCommand, conn):
         h = decode(GetConsumeStatsRequestHeader, cmd.ext)
-        table = {}
+        table, tps = {}, 0.0
         for topic in self._topics_of(h):
             cfg = self.topics.get(topic)
             if cfg is not None:
                 self._offsets(h.consumerGroup, topic, cfg.readQueueNums, table)
-        # consumeTps: RocketMQ's per-group get rate; we keep none, so 0.0
-        return cmd.response(codes.SUCCESS, body=mq_keyed_json({"consumeTps": 0.0}, "offsetTable", table))
+                tps += self._tps(GROUP_GET_NUMS, f"{topic}@{h.consumerGroup}")
+        return cmd.response(codes.SUCCESS, body=mq_keyed_json({"consumeTps": tps}, "offsetTable", table))
 
     def broker_consume_stats(self, cmd: RemotingCommand, conn):
         """ConsumeStatsList (GET_BROKER_CONSUME_STATS; mqadmin brokerConsumeStats): for every subscription

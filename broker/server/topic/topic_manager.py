@@ -5,14 +5,14 @@ import logging
 from typing import Callable
 
 from broker.common.topic_validator import (DEFAULT_TOPIC, DLQ_PREFIX, PERM_INHERIT, PERM_READ, PERM_WRITE, RETRY_PREFIX,
-                                           SCHEDULE_TOPIC, TopicError, check_topic_name)
+                                           SCHEDULE_TOPIC, TopicError, check_topic_name, reply_topic)
 from broker.store.config_files import TopicConfig, TopicConfigTable
 
 log = logging.getLogger("topics")
 
 
 class TopicManager:
-    def __init__(self, table: TopicConfigTable, auto_create: bool, default_queue_nums: int):
+    def __init__(self, table: TopicConfigTable, auto_create: bool, default_queue_nums: int, cluster: str | None = None):
         self.table = table
         self.auto_create = auto_create
         self.default_queue_nums = default_queue_nums
@@ -25,6 +25,10 @@ class TopicManager:
                 continue
             if name not in table.topics:
                 table.topics[name] = TopicConfig(name, nums, nums, PERM_READ | PERM_WRITE | PERM_INHERIT)
+        # <cluster>_REPLY_TOPIC, one queue, as RocketMQ's TopicConfigManager makes it at start: a
+        # request-reply responder sends its replies there (routed by the name server like any topic)
+        if cluster and reply_topic(cluster) not in table.topics:
+            table.topics[reply_topic(cluster)] = TopicConfig(reply_topic(cluster), 1, 1, PERM_READ | PERM_WRITE)
 
     def get(self, topic: str) -> TopicConfig | None:
         return self.table.topics.get(topic)

@@ -10,7 +10,8 @@ import com.alibaba.fastjson.JSONObject;
  * {"closed":true} (long-running ones, which stop when stdin closes).
  *
  * Scenarios: produce (Produce), consume (PushConsume), litepull (LitePull), transaction (Transaction),
- * admin (Admin: viewMessage, queryMessage, offsets), pull (Pull: DefaultMQPullConsumer).
+ * admin (Admin: viewMessage, queryMessage, offsets), pull (Pull: DefaultMQPullConsumer),
+ * request (Request: DefaultMQProducer.request, request-reply's requester).
  * Every run is bounded by the option "deadline" (seconds, default 120): past it the process prints
  * {"fatal":"deadline"} and halts, so a stuck client never outlives its test.
  */
@@ -20,7 +21,7 @@ public final class Main {
 
     public static void main(String[] args) throws Exception {
         if (args.length != 2) {
-            System.err.println("usage: driver.Main <produce|consume|litepull|transaction|admin|pull> '<json options>'");
+            System.err.println("usage: driver.Main <produce|consume|litepull|transaction|admin|pull|request> '<json options>'");
             System.exit(64);
         }
         JSONObject opt = JSON.parseObject(args[1]);
@@ -44,6 +45,9 @@ public final class Main {
                     break;
                 case "pull":
                     Pull.run(opt);
+                    break;
+                case "request":
+                    Request.run(opt);
                     break;
                 default:
                     Out.line("fatal", "unknown scenario " + args[0]);

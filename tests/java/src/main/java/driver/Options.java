@@ -46,7 +46,7 @@ final class Options {
         return new AclClientRPCHook(new SessionCredentials(opt.getString("accessKey"), opt.getString("secretKey")));
     }
 
-    /** {tags, keys:[..], props:{}, body (UTF-8) | size (bytes of 'x'), delayLevel} as a Message. */
+    /** {tags, keys:[..], props:{}, body (UTF-8) | size (bytes of 'x'), delayLevel, waitStoreMsgOK} as a Message. */
     static Message message(String topic, JSONObject m) {
         byte[] body = m.containsKey("size") ? repeatX(m.getIntValue("size"))
             : m.getString("body").getBytes(StandardCharsets.UTF_8);
@@ -60,6 +60,9 @@ final class Options {
             for (Map.Entry<String, Object> e : props.entrySet()) {
                 msg.putUserProperty(e.getKey(), String.valueOf(e.getValue()));
             }
+        }
+        if (m.containsKey("waitStoreMsgOK")) {  // the WAIT property
+            msg.setWaitStoreMsgOK(m.getBooleanValue("waitStoreMsgOK"));
         }
         if (m.containsKey("delayLevel")) {
             msg.setDelayTimeLevel(m.getIntValue("delayLevel"));

@@ -2,11 +2,15 @@ package driver;
 
 import com.alibaba.fastjson.JSONObject;
 import java.io.InputStream;
+import java.nio.charset.StandardCharsets;
 import java.util.List;
 import java.util.Map;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.MessageSelector;
 import org.apache.rocketmq.client.consumer.rebalance.AllocateMessageQueueAveragely;
+import org.apache.rocketmq.client.producer.DefaultMQProducer;
+import org.apache.rocketmq.client.utils.MessageUtil;
+import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
 import org.apache.rocketmq.client.consumer.listener.ConsumeOrderlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
@@ -20,8 +24,11 @@ import org.apache.rocketmq.common.protocol.heartbeat.MessageModel;
  * {"closed":true}. Options: group, topic, expression ("*") or sql (MessageSelector.bySql), model (CLUSTERING | BROADCASTING),
  * orderly (MessageListenerOrderly), fail ("once": RECONSUME_LATER / SUSPEND on a message's first
  * delivery, "always"), maxReconsumeTimes, consumeFromWhere, consumeTimestamp, suspendMillis,
- * trace (enableMsgTrace), accessKey/secretKey (AclClientRPCHook).
- * One line per delivery (Out.message, plus "failing").
+ * trace (enableMsgTrace), accessKey/secretKey (AclClientRPCHook), reply (request-reply's responder:
+ * each message answered with MessageUtil.createReplyMessage, body "reply-" + its body, sent by a
+ * DefaultMQProducer of group "reply" + the consumer group).
+ * One line per delivery (Out.message, plus "failing"; a responder's also "replied": the reply's
+ * SendResult status, or "replyError").
  */
 final class PushConsume {
     private PushConsume() {
@@ -54,6 +61,13 @@ final class PushConsume {
         // shutdown() waits for the listeners at work, so that what they finished is committed
         consumer.setAwaitTerminationMillisWhenShutdown(5000);
         String fail = opt.getString("fail");
+        DefaultMQProducer replier = null;
+        if (opt.getBooleanValue("reply")) {
+            replier = new DefaultMQProducer("reply" + opt.getString("group"));
+            Options.client(replier, opt);
+            replier.start();
+        }
+        final DefaultMQProducer responder = replier;
         if (opt.getBooleanValue("orderly")) {
             consumer.registerMessageListener((MessageListenerOrderly) (msgs, ctx) -> {
                 boolean failing = deliver(msgs, fail);
@@ -61,6 +75,10 @@ final class PushConsume {
             });
         } else {
             consumer.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
+                if (responder != null) {
+                    reply(responder, msgs);
+                    return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+                }
                 boolean failing = deliver(msgs, fail);
                 return failing ? ConsumeConcurrentlyStatus.RECONSUME_LATER : ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
             });
@@ -69,7 +87,25 @@ final class PushConsume {
         Out.line("ready", true);
         waitForStdinEnd();
         consumer.shutdown();
+        if (responder != null) {
+            responder.shutdown();
+        }
         Out.line("closed", true);
+    }
+
+    /** Each request answered: MessageUtil.createReplyMessage (it needs the broker's CLUSTER), then send. */
+    private static void reply(DefaultMQProducer responder, List<MessageExt> msgs) {
+        for (MessageExt msg : msgs) {
+            Map<String, Object> m = Out.message(msg);
+            try {
+                Message reply = MessageUtil.createReplyMessage(msg,
+                    ("reply-" + new String(msg.getBody(), StandardCharsets.UTF_8)).getBytes(StandardCharsets.UTF_8));
+                m.put("replied", responder.send(reply, 5000).getSendStatus().name());
+            } catch (Exception e) {
+                m.put("replyError", String.valueOf(e));
+            }
+            Out.print(m);
+        }
     }
 
     /** Prints each message; whether the batch fails this time. */
