@@ -9,7 +9,7 @@ to a topic whose route Python installed, appends the record straight into the ma
 the connection's WriteBuffer (or, under SYNC_FLUSH / SYNC_MASTER, parks it in ParkedReplies,
 rendered once the put is durable, unless the producer said WAIT=false). The record's properties
 are the sent ones as RocketMQ's SendMessageProcessor stores them: CLUSTER=<brokerClusterName> (the
-cluster a request-reply responder answers to), without WAIT (stored_props). Python touches the
+cluster a request-reply responder answers to), WAIT kept as sent (stored_props). Python touches the
 read once.
 
 Everything else goes back to Python at its position in the read (RUN_SLOW), where the
@@ -224,10 +224,11 @@ cdef bint wait_value(const uint8_t *v, Py_ssize_t n) noexcept nogil:
 
 
 cdef Py_ssize_t stored_props(const uint8_t *src, Py_ssize_t n, uint8_t *dst, Py_ssize_t cap, const uint8_t *cluster,
-                             Py_ssize_t cn, bint drop_wait, bint *wait) noexcept nogil:
-    """The properties as RocketMQ's SendMessageProcessor stores them: CLUSTER set to the broker's
-    cluster (one the producer sent is replaced), WAIT left out of a single message's (it only
-    tells the broker whether to answer before the flush or the slave: `wait`, true without it);
+                             Py_ssize_t cn, bint *wait) noexcept nogil:
+    """The properties as Apache RocketMQ 5.5.0's SendMessageProcessor stores them: CLUSTER set to
+    the broker's cluster (one the producer sent is replaced), WAIT kept (tests/test_differential.py
+    compares the stored properties; it also tells the broker whether to answer before the flush or
+    the slave: `wait`, true without it);
     entries separated by \x02, empty ones dropped, none after CLUSTER (RocketMQ 5's
     messageProperties2String). -1 when the result passes `cap`."""
     cdef Py_ssize_t i = 0, o = 0, end, name_len
@@ -242,9 +243,6 @@ cdef Py_ssize_t stored_props(const uint8_t *src, Py_ssize_t n, uint8_t *dst, Py_
             name_len = (sep - (src + i)) if sep != NULL else -1
             if name_len == 4 and memcmp(src + i, b"WAIT", 4) == 0:
                 wait[0] = wait_value(sep + 1, end - i - 5)
-                if drop_wait:
-                    i = end + 1
-                    continue
             elif name_len == 7 and memcmp(src + i, b"CLUSTER", 7) == 0:
                 i = end + 1
                 continue
@@ -263,7 +261,7 @@ cdef Py_ssize_t stored_props(const uint8_t *src, Py_ssize_t n, uint8_t *dst, Py_
     return o + cn
 
 
-def stored_properties(bytes props not None, bytes cluster not None, bint drop_wait=True) -> tuple:
+def stored_properties(bytes props not None, bytes cluster not None) -> tuple:
     """stored_props from Python: (the properties as stored, wait), or None past 32767 bytes."""
     cdef bint wait
     cdef uint8_t *out = <uint8_t *> PyMem_Malloc(RECORD_MAX_PROPS_LEN + 1)
@@ -272,7 +270,7 @@ def stored_properties(bytes props not None, bytes cluster not None, bint drop_wa
     try:
         n = stored_props(<const uint8_t *> PyBytes_AS_STRING(props), PyBytes_GET_SIZE(props), out,
                          RECORD_MAX_PROPS_LEN, <const uint8_t *> PyBytes_AS_STRING(cluster),
-                         PyBytes_GET_SIZE(cluster), drop_wait, &wait)
+                         PyBytes_GET_SIZE(cluster), &wait)
         if n < 0:
             return None
         return PyBytes_FromStringAndSize(<const char *> out, n), wait
@@ -620,11 +618,10 @@ cdef class SendPipeline:
                                                  memmem(props, props_len, b"DELAY\x01", 6) != NULL):
                     return self._slow(c, st, hs, hl, bs, bl, pos + 4 + length), pos
                 wait = True
-                if PyBytes_GET_SIZE(self.cluster):
-                    # a batch's own properties keep WAIT, as RocketMQ's batch encoder appends them whole
+                if PyBytes_GET_SIZE(self.cluster) and not batch:  # RocketMQ 5.5.0 adds none to a batch's
                     props_len = stored_props(props, props_len, self._stored, RECORD_MAX_PROPS_LEN,
                                              <const uint8_t *> PyBytes_AS_STRING(self.cluster),
-                                             PyBytes_GET_SIZE(self.cluster), not batch, &wait)
+                                             PyBytes_GET_SIZE(self.cluster), &wait)
                     if props_len < 0:
                         return self._slow(c, st, hs, hl, bs, bl, pos + 4 + length), pos
                     props = self._stored

@@ -59,7 +59,7 @@ RUNTIME_KEYS_NOT_SERVED = (
 
 KEPT = [
     *[Kept(area, "*", f"msg[].props.{p}", BROKER_PROPS) for area in ("sends", "transactions")
-      for p in ("CLUSTER", "MSG_REGION", "TRACE_ON")],
+      for p in ("MSG_REGION", "TRACE_ON")],
     *[Kept(area, "*", "ext.transactionId", TX_ID) for area in ("sends", "offsets", "errors")],
     *_kept("sends", "A batch's header properties", ("*", "msg[].props.BATCH_PROP")),
     *_kept("offsets", "UPDATE_CONSUMER_OFFSET for a group the broker does not know",

@@ -15,7 +15,7 @@ DEFAULT_MAX_FRAME: Final[int]
 
 # the properties as RocketMQ stores them (CLUSTER set, a single message's WAIT left out) and whether
 # the producer waits for the store (WAIT); None when they pass 32767 bytes
-def stored_properties(props: bytes, cluster: bytes, drop_wait: bool = True) -> tuple[bytes, bool] | None: ...
+def stored_properties(props: bytes, cluster: bytes) -> tuple[bytes, bool] | None: ...
 
 class TopicRoute:
     topic: bytes

@@ -67,7 +67,7 @@ def _int(kind: int, raw: bytes, ival: int, bits: int) -> int:
     return v
 
 
-def stored(props: bytes, cluster: bytes, drop_wait: bool) -> tuple[bytes | None, bool]:
+def stored(props: bytes, cluster: bytes) -> tuple[bytes | None, bool]:
     kept, wait = [], True
     for entry in props.split(b"\x02"):
         name, sep, value = entry.partition(b"\x01")
@@ -75,8 +75,6 @@ def stored(props: bytes, cluster: bytes, drop_wait: bool) -> tuple[bytes | None,
             continue
         if sep and name == b"WAIT":
             wait = value.lower() == b"true"
-            if drop_wait:
-                continue
         kept.append(entry)
     out = b"".join(e + b"\x02" for e in kept) + b"CLUSTER\x01" + cluster
     return (out if len(out) <= 32767 else None), wait
@@ -193,8 +191,8 @@ class Pipeline:
         if len(props) > 32767 or b"DELAY\x01" in props:
             raise Slow
         wait = True
-        if self.cluster:
-            props, wait = stored(props, self.cluster, not batch)
+        if self.cluster and not batch:
+            props, wait = stored(props, self.cluster)
             if props is None:
                 raise Slow
         parked = self.parked and wait

@@ -61,13 +61,13 @@ def topic_config_string(name: str, cfg) -> str:
             f"order={str(bool(cfg.order)).lower()}, attributes={{}}]")
 
 
-def stored(props: bytes, cluster: bytes, drop_wait: bool = True) -> tuple[bytes, bool]:
-    """The properties as RocketMQ stores them (CLUSTER=<brokerClusterName>, a single message's
-    without WAIT; the send kernel's stored_props) and whether the producer waits for the store
+def stored(props: bytes, cluster: bytes) -> tuple[bytes, bool]:
+    """The properties as RocketMQ stores them (CLUSTER=<brokerClusterName>; the send kernel's
+    stored_props) and whether the producer waits for the store
     (WAIT, true unless "false"). An empty cluster keeps them as sent (the processor unit tests)."""
     if not cluster:
         return props, b"WAIT\x01false" not in props
-    r = stored_properties(props, cluster, drop_wait)
+    r = stored_properties(props, cluster)
     if r is None:
         raise MessageIllegal(f"the message properties length {len(props)} with CLUSTER is over 32767")
     return r
@@ -226,8 +226,10 @@ class SendMessageProcessor:
             raise MessageIllegal("batch messages cannot be sent to a retry topic")
         bodies, props, flags = decode_batch(cmd.body)  # BadRequest naming the offset
         # as a 4.9 broker stores them (MessageExtBatchEncoder): each message with its own flag, and its
-        # own properties followed by the batch's (a separator added when they do not end with one)
-        batch_props, wait = stored(h.properties.encode(), self.cluster, drop_wait=False)
+        # own properties followed by the batch's (a separator added when they do not end with one);
+        # no CLUSTER, which Apache RocketMQ 5.5.0 adds to single messages only
+        batch_props = h.properties.encode()
+        wait = b"WAIT\x01false" not in batch_props
         if batch_props:
             props = [bytes(p) + (b"\x02" if p and p[-1] != 2 else b"") + batch_props for p in props]
         result, flushed = self.store.append_batch(
