@@ -19,7 +19,7 @@ from broker.remoting.command import RemotingCommand
 from broker.remoting.connection import connect
 from broker.store.message import decode_message
 from tests.conftest import free_port
-from tests.helpers.procs import REPO, Child
+from tests.helpers.procs import REPO, Child, wait_until
 
 CLIENTS = REPO / "tests" / "clients"
 NODE_MODULES = CLIENTS / "node_modules" / "ali-ons"
@@ -149,7 +149,10 @@ class Cluster:
             "topic": topic, "defaultTopic": "TBW102", "readQueueNums": queues, "writeQueueNums": queues, "perm": 6,
             "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": "false"})
         assert r.code == codes.SUCCESS, (r.code, r.remark)
-        self.wait_route(topic)
+        # the name server answers a route for a topic it does not know yet (ali-ons needs one):
+        # wait for the broker's registration of this one, with its queue count
+        wait_until(lambda: [q["writeQueueNums"] for q in self.wait_route(topic).get("queueDatas") or []] == [queues],
+                   30, f"the name server's route of {topic} with {queues} queues")
 
     def lock_batch(self, group: str, client_id: str, topic: str, queues, unlock: bool = False) -> set[int]:
         """LOCK_BATCH_MQ (UNLOCK_BATCH_MQ with `unlock`) of queues of `topic` as `client_id`; the
