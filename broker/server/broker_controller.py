@@ -46,6 +46,7 @@ from broker.store.errors import StoreConfigError
 from broker.store.subscription_group_table import SubscriptionGroupTable
 
 log = logging.getLogger("broker")
+MASTER_UNKNOWN_RETRY = 1.0  # s: a slave that learned no master registers again this soon
 
 
 def dledger_follower_id(dledger: DLedgerConfig) -> int:
@@ -97,6 +98,7 @@ class BrokerController:
         self._timers: list[asyncio.TimerHandle] = []
         self._register_task: asyncio.Task | None = None
         self._register_again = False
+        self._master_retry: asyncio.TimerHandle | None = None  # _register_until_master_known
         self._namesrv_conns: dict = {}  # name server address -> RemotingConnection
         self.replicas = None
         self._switching = False
@@ -233,6 +235,9 @@ class BrokerController:
 
     async def close(self) -> None:
         self._serving = False  # a DLedger role change while stopping must not register us again
+        if self._master_retry is not None:
+            self._master_retry.cancel()
+            self._master_retry = None
         if self.replicas is not None:
             await self.replicas.close()
         for t in self._timers:
@@ -296,7 +301,23 @@ class BrokerController:
                                         "filterServerList": []})
             await asyncio.gather(*(self._register(addr, body) for addr in self.config.namesrv_addrs))
             if not self._register_again:
+                self._register_until_master_known()
                 return
+
+    def _register_until_master_known(self) -> None:
+        """A slave (or DLedger follower) learns its master only from a registration's answer; one
+        answered before the master registered (a follower registering just before the election
+        ended) would leave it without one until the next period (30 s), copying nothing from the
+        master meanwhile. It registers again in a second until it knows the master."""
+        if (self.slave_sync is None or self.replicas is not None or self.config.brokerId == 0
+                or self.slave_sync.master_addr is not None or not self._serving
+                or self._master_retry is not None):
+            return
+
+        def again():
+            self._master_retry = None
+            self.register_soon()
+        self._master_retry = self._loop.call_later(MASTER_UNKNOWN_RETRY, again)
 
     def _header(self) -> dict:
         return {"brokerName": self.config.brokerName, "brokerAddr": self.addr,
