@@ -7,7 +7,11 @@ Raw cells (the broker alone), driven by build/loadgen (bench/loadgen.c, C, one t
 its own CPU per message is reported beside the broker's): `send` (SEND_MESSAGE_V2, 1 KiB, 64
 requests in flight), `send256` (the same, 256 in flight), `batch` (SEND_BATCH_MESSAGE, 32 x 1 KiB
 per request, 8 in flight), `pull` (PULL_MESSAGE of what the cells before sent, 256 messages per
-request, 4 in flight), all on one connection. Each reports the CPU-µs per message of every
+request, 4 in flight), all on one connection; `conns50` (the same send on 50 connections, one
+request in flight on each: a service whose 50 threads each call send() and wait), `lone` (one
+send in flight: the latency floor, read against the loopback RTT) and `crowd` (conns50 beside
+5,000 connected clients that each sent a heartbeat, bench/crowd.py: the broker's RSS with them,
+and the 50 senders' throughput against conns50 alone). Each reports the CPU-µs per message of every
 process of the broker (the broker and its flush, reput, ha and clean services; bench.proc_cpu)
 over loadgen's measured window.
 
@@ -50,7 +54,12 @@ LOADGEN_CELLS = {
     "send256": ("send", {"in_flight": 256}, "send 1 KiB x256 in flight"),
     "batch": ("batch", {"batch": 32, "in_flight": 8}, "batch 320 of 32 x 1 KiB x8 in flight"),
     "pull": ("pull", {"max_msgs": 256, "in_flight": 4}, "pull 256/request, 4 in flight, MB/s of stored records"),
+    # what a service with 50 threads each calling send() and waiting puts on the wire (issue 31)
+    "conns50": ("send", {"connections": 50, "in_flight": 1}, "send 1 KiB, 50 connections x1"),
+    # one producer, one send at a time: the latency floor (p50 against the loopback RTT)
+    "lone": ("send", {"in_flight": 1}, "send 1 KiB, 1 in flight"),
 }
+CROWD = 5000  # connected clients beside the 50 senders of the "crowd" cell
 
 
 def loadgen_cell(cell: str, broker: BrokerProcess, seconds: float) -> NetResult:
@@ -91,7 +100,25 @@ async def _grpc_send_coalesce(namesrv_addr: str, seconds: float, on_start=nothin
     return await bench_grpc_send(namesrv_addr, seconds, on_start=on_start, coalesce_us=2000)
 
 
-RAW_CELLS = LOADGEN_CELLS
+def crowd_cell(broker: BrokerProcess, seconds: float, n: int = CROWD) -> NetResult:
+    """`n` connected clients (each sent one heartbeat, bench.crowd) beside the 50 senders of
+    "conns50": the broker's RSS before the crowd, with it, and after the senders ran beside it."""
+    from bench.crowd import Crowd, rss_bytes
+    pid = broker.proc.pid
+    rss0 = rss_bytes(pid)
+    host, port = broker.addr.rsplit(":", 1)
+    with Crowd(host, int(port), n):
+        rss_idle = rss_bytes(pid)
+        r = loadgen_cell("conns50", broker, seconds)
+        rss_busy = rss_bytes(pid)
+    r.name = f"send 1 KiB, 50 connections x1 beside {n:,} connected clients (build/loadgen)"
+    r.extra.update({"crowd": n, "rss_before_mib": rss0 / (1 << 20), "rss_crowd_mib": rss_idle / (1 << 20),
+                    "rss_crowd_busy_mib": rss_busy / (1 << 20),
+                    "rss_added_mib": (max(rss_idle, rss_busy) - rss0) / (1 << 20)})
+    return r
+
+
+RAW_CELLS = {**LOADGEN_CELLS, "crowd": None}
 CLIENT_CELLS = {"client_send": bench_client_send, "client_batch": bench_client_batch, "client_pull": bench_client_pull,
                 "grpc_send": _grpc_send, "grpc_receive": _grpc_receive, "grpc_send_tls": _grpc_send_tls,
                 "grpc_send_coalesce": _grpc_send_coalesce}
@@ -111,7 +138,14 @@ async def run_flush_mode(flush: str, seconds: float, cells: list[str], workdir: 
         tree = ProcessTree(b.proc.pid)
         for cell in cells:
             if cell in RAW_CELLS:  # blocking (a subprocess), off the loop
-                r = await asyncio.get_running_loop().run_in_executor(None, loadgen_cell, cell, b, seconds)
+                r = await asyncio.get_running_loop().run_in_executor(
+                    None, crowd_cell if cell == "crowd" else loadgen_cell, *((b, seconds) if cell == "crowd"
+                                                                            else (cell, b, seconds)))
+                if cell == "crowd":  # beside the 50 senders alone, same broker, same run
+                    alone = next((x for x in out if x.name.startswith(f"{flush} send 1 KiB, 50 connections x1 ")),
+                                 None)
+                    if alone is not None:
+                        r.extra["vs_conns50_alone"] = r.msgs_per_s / alone.msgs_per_s
             else:
                 c0 = None
                 snap0: dict = {}
