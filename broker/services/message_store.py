@@ -7,7 +7,7 @@ through one eventfd (Notifier) and reaches the parts that wait on it:
 
 - GroupCommitService (SYNC_FLUSH) and GroupTransferService (SYNC_MASTER) answer the puts
   waiting for `flushed` / `acked`;
-- RunningFlags follows the cleaner's DISK_FULL and the reput's DISPATCH_BLOCKED;
+- RunningFlags follows the cleaner's DISK_FULL, the reput's DISPATCH_BLOCKED and the flush's FLUSH_ERRORS;
 - DispatchWaiters serve readers waiting for consume queues;
 - a deletion by the cleaner (MIN_OFFSET) drops maps here.
 
@@ -689,7 +689,8 @@ class MessageStore:
         out = {"min": t.load(Slot.MIN_OFFSET), "wrote": t.load(Slot.WROTE), "flushed": t.load(Slot.FLUSHED),
                "dispatched": t.load(Slot.DISPATCHED)}
         out.update(disk_usage=t.load(Slot.DISK_USAGE) / 1e6, disk_full=t.load(Slot.DISK_FULL),
-                   dispatch_blocked=t.load(Slot.DISPATCH_BLOCKED), deleted_files=t.load(Slot.DELETED_FILES))
+                   dispatch_blocked=t.load(Slot.DISPATCH_BLOCKED), deleted_files=t.load(Slot.DELETED_FILES),
+                   flush_errors=t.load(Slot.FLUSH_ERRORS))
         if self.is_slave:
             out.update(received=t.load(Slot.HA_RECEIVED), linked=t.load(Slot.HA_LINK))
         else:

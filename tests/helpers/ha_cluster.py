@@ -55,8 +55,9 @@ class Broker:
     """`broker serve -c broker.conf` in its own process group."""
 
     def __init__(self, root: Path, name: str, namesrv: str, role: str, broker_id: int, extra: str = "",
-                 ha_port: int | None = None, logs: Path | None = None):
+                 ha_port: int | None = None, logs: Path | None = None, env: dict | None = None):
         self.root, self.name = root / name, name
+        self.env = env  # the process's environment (None: this one's), e.g. an LD_PRELOAD fault shim
         self.root.mkdir(parents=True, exist_ok=True)
         # where its stderr goes: beside the store unless told otherwise (a test that fills the
         # store's filesystem keeps the log elsewhere, as an operator's logs are)
@@ -76,7 +77,7 @@ class Broker:
     def start(self) -> "Broker":
         self.runs += 1
         self.child = Child([sys.executable, "-m", "broker.cli", "serve", "-c", str(self.conf)],
-                           self.logs / f"stderr.{self.runs}")
+                           self.logs / f"stderr.{self.runs}", env=self.env)
         self.child.wait_lines(lambda ls: any("listening on" in line for line in ls), 60, f"{self.name} to listen")
         return self
 

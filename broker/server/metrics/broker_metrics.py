@@ -59,7 +59,7 @@ class BrokerMetrics:
                                  if k in ("min", "wrote", "flushed", "dispatched", "acked", "received")}
         out.update(put_messages=store.put_msgs, put_bytes=store.put_bytes, get_messages=store.get_msgs,
                    get_bytes=store.get_bytes, disk_usage_ratio=o["disk_usage"], disk_full=o["disk_full"],
-                   dispatch_blocked=o["dispatch_blocked"],
+                   dispatch_blocked=o["dispatch_blocked"], flush_errors=o.get("flush_errors", 0),
                    deleted_commitlog_files=o["deleted_files"], writes_refused=store.refused_writes,
                    connections=len(c.server.connections) if c.server else 0, held_pulls=c.holds.held(),
                    consumer_groups=len(c.consumers.groups))
@@ -209,6 +209,8 @@ class BrokerMetrics:
                           ("disk_full", "1 while writes are refused for disk usage"),
                           ("dispatch_blocked", "the errno consume queues cannot be written for (writes are "
                            "refused meanwhile), 0 when they can"),
+                          ("flush_errors", "failed fdatasync calls of the commit log (after one, writes are "
+                           "refused until a restart)"),
                           ("connections", "open remoting connections"), ("held_pulls", "long polls held"),
                           ("consumer_groups", "consumer groups with members"), ("slaves", "linked slaves"),
                           ("slave_lag_bytes", "master's wrote minus the best slave's acknowledgement"),
