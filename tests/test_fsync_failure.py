@@ -146,3 +146,60 @@ def test_an_async_flush_that_fails_once_stops_writes_and_a_kill_9_then_restart_k
         assert stored == acked  # every SEND_OK is there after the crash, nothing refused is
     finally:
         b.stop()
+
+
+async def _timed_sends(port: int, n: int, in_flight: int) -> list[tuple[float, float, int]]:
+    """n SEND_MESSAGE_V2 on one connection, `in_flight` at a time: (sent at, answered at, code) each."""
+    import asyncio
+
+    from broker.remoting.command import RemotingCommand
+    from broker.remoting.connection import connect
+    conn = await connect("127.0.0.1", port)
+    sem = asyncio.Semaphore(in_flight)
+
+    async def one(i: int):
+        async with sem:
+            ext = {"a": "pg", "b": TOPIC, "c": "TBW102", "d": "4", "e": "0", "f": "0",
+                   "g": str(int(time.time() * 1000)), "h": "0", "i": "", "j": "0", "k": "false"}
+            t0 = time.monotonic()
+            r = await conn.request(RemotingCommand.request(codes.SEND_MESSAGE_V2, ext, b"s%05d" % i), 60)
+            return t0, time.monotonic(), r.code
+    try:
+        return await asyncio.gather(*(one(i) for i in range(n)))
+    finally:
+        conn.close()
+
+
+def test_a_slow_disk_keeps_group_commit_times_out_sends_and_never_answers_ok_before_the_sync(tmp_path, shim):
+    import asyncio
+    b, ctl, metrics = _broker(tmp_path, shim, "SYNC_FLUSH")
+    b.conf.write_text(b.conf.read_text().replace("syncFlushTimeout=30000", "syncFlushTimeout=1000"))
+    b.start()
+    try:
+        syncs0 = _scrape(metrics, "rocketmq_flush_seconds_count")
+        # every fdatasync takes 200 ms: slower than the sends come, faster than syncFlushTimeout
+        ctl.write_text("delay 200")
+        answers = asyncio.run(_timed_sends(b.port, 400, 64))
+        assert all(code == codes.SUCCESS for _, _, code in answers)
+        syncs = _scrape(metrics, "rocketmq_flush_seconds_count") - syncs0
+        assert syncs * 8 <= len(answers), f"{syncs:.0f} syncs for {len(answers)} sends: group commit stopped grouping"
+        assert all(t1 - t0 >= 0.2 for t0, t1, _ in answers)  # none answered before a sync could finish
+        # every fdatasync takes 1.5 s, longer than syncFlushTimeout: the sends are answered
+        # FLUSH_DISK_TIMEOUT after about a second, none SEND_OK; the broker's memory stays flat
+        # while producers keep sending
+        ctl.write_text("delay 1500")
+        from bench.crowd import rss_bytes
+        rss = []
+        for _ in range(3):
+            answers = asyncio.run(_timed_sends(b.port, 200, 64))
+            assert {code for _, _, code in answers} <= {codes.FLUSH_DISK_TIMEOUT, codes.SUCCESS}
+            late = [t1 - t0 for t0, t1, code in answers if code == codes.FLUSH_DISK_TIMEOUT]
+            assert len(late) >= len(answers) // 2 and min(late) >= 0.9
+            assert all(t1 - t0 >= 1.5 for t0, t1, code in answers if code == codes.SUCCESS)
+            rss.append(rss_bytes(b.child.proc.pid))
+        assert max(rss) - min(rss) < 64 << 20, f"RSS grew {rss}"
+        ctl.write_text("")  # the disk is fast again: once the sync under way ends, sends are SEND_OK again
+        wait_until(lambda: asyncio.run(_timed_sends(b.port, 1, 1))[0][2] == codes.SUCCESS, 30, "a SEND_OK again")
+        assert all(code == codes.SUCCESS for _, _, code in asyncio.run(_timed_sends(b.port, 50, 16)))
+    finally:
+        b.stop()
