@@ -61,6 +61,11 @@ class BrokerConfig:
     # rocketmq.broker.rebalance.lockMaxLiveTime): a killed consumer's queues wait this long
     rebalanceLockMaxLiveTime: int = 60_000
     metricsPort: int = 0  # Prometheus /metrics on brokerIP1:metricsPort; 0 = off
+    # RocketMQ 5.1's keys for the same endpoint: metricsExporterType=PROM serves /metrics on
+    # metricsPromExporterHost (default brokerIP1) : metricsPromExporterPort
+    metricsExporterType: str = "DISABLE"
+    metricsPromExporterPort: int = 5557
+    metricsPromExporterHost: str = ""
     # NettyServerConfig's: a client connection with no read and no write for this long is closed
     # (clients heartbeat every 30 s, so only dead or idle hostile peers are); 0 = never
     serverChannelMaxIdleTimeSeconds: int = 120
@@ -100,6 +105,15 @@ class BrokerConfig:
     def __post_init__(self) -> None:
         if not 0 <= self.metricsPort < 65536:
             raise StoreConfigError("metricsPort", f"{self.metricsPort} is not a port (0 = off)")
+        self.metricsExporterType = self.metricsExporterType.strip().upper()
+        if self.metricsExporterType in ("OTLP_GRPC", "LOG"):
+            raise StoreConfigError("metricsExporterType", f"{self.metricsExporterType} is not served by this broker: "
+                                   "PROM (Prometheus /metrics) is, or DISABLE")
+        if self.metricsExporterType not in ("DISABLE", "PROM"):
+            raise StoreConfigError("metricsExporterType", f"{self.metricsExporterType!r} is not one of DISABLE, PROM, "
+                                   "OTLP_GRPC, LOG")
+        if not 0 <= self.metricsPromExporterPort < 65536:
+            raise StoreConfigError("metricsPromExporterPort", f"{self.metricsPromExporterPort} is not a port")
         if not 0 <= self.grpcServerPort < 65536:
             raise StoreConfigError("grpcServerPort", f"{self.grpcServerPort} is not a port (0 = no gRPC front)")
         if self.grpcServerPort and not self.namesrv_addrs:

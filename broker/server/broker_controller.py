@@ -154,6 +154,7 @@ class BrokerController:
                                                         self.config.rebalanceLockMaxLiveTime / 1000, groups=groups,
                                                         property_filter=self.config.enablePropertyFilter)
             self.broker_stats = broker_stats = BrokerStatsManager(store, topics, self.config.brokerClusterName)
+            self.metrics.bind(store, topics, self.consumers, broker_stats)
             sender = SendMessageProcessor(store, topics, schedule, holds, self.config.maxReconsumeTimes, bridge,
                                           self.config.rejectTransactionMessage, self.config.brokerClusterName)
             for proc in (sender, ReplyMessageProcessor(store, holds, self.producers, sender, lambda: self.addr),
@@ -200,7 +201,11 @@ class BrokerController:
         # debug: `broker serve` prints its own "broker ... listening on" line (see namesrv/server.py)
         log.debug("broker %s (%s) listening on %s:%d, name servers %s", self.config.brokerName,
                  self.config.brokerClusterName, self.host, self.server.port, self.config.namesrv_addrs or "none")
-        if self.config.metricsPort:
+        if self.config.metricsExporterType == "PROM":
+            self.metrics.start(self.config.metricsPromExporterHost or self.store_config.brokerIP1,
+                               self.config.metricsPromExporterPort)
+        if self.config.metricsPort and (self.config.metricsExporterType != "PROM"
+                                        or self.config.metricsPort != self.config.metricsPromExporterPort):
             self.metrics.start(self.store_config.brokerIP1, self.config.metricsPort)
         if self.replicas is not None:
             self.replicas.start()

@@ -1,10 +1,13 @@
 """Broker metrics: one snapshot (the shared offsets, the store's counters, the flush-latency
 histogram the flush service keeps in the offset table, disk usage, services, connections, held
-pulls) read on demand, served as Prometheus `/metrics` on metricsPort and as the runtime table of
+pulls) read on demand, served as Prometheus `/metrics` on metricsPort (or RocketMQ 5.1's
+metricsExporterType=PROM on metricsPromExporterPort) and as the runtime table of
 GET_BROKER_RUNTIME_INFO (`broker admin status`). Nothing is computed per message beyond the
-store's integer counters."""
+store's integer counters. Beside this project's own families, /metrics carries RocketMQ 5.1's by
+their names (rocketmq_metrics.py), computed on the event loop at each scrape."""
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import shutil
@@ -20,11 +23,23 @@ log = logging.getLogger("broker")
 class BrokerMetrics:
     def __init__(self, controller):
         self.c = controller
-        self._server = None
         # (monotonic time, messages put, messages got) every SAMPLE_PERIOD s: RocketMQ's putTps and
         # getTransferredTps are rates over the last 10 s, 1 min and 10 min
         self._samples: deque[tuple[float, int, int]] = deque(maxlen=61)
         self.boot_ms = int(time.time() * 1000)  # bootTimestamp: when this broker object came up
+        self.traffic = None  # rocketmq_metrics.TopicTraffic and ConsumerLag, once the store is up (bind)
+        self.lag = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._servers: list = []
+
+    def bind(self, store, topics, consumers, stats) -> None:
+        from broker.server.metrics.rocketmq_metrics import ConsumerLag, TopicTraffic
+        self.traffic = TopicTraffic(store, topics)
+        self.lag = ConsumerLag(store, topics, consumers, stats)
+
+    async def _rocketmq5(self, labels: dict) -> list:
+        from broker.server.metrics.rocketmq_metrics import families
+        return families(self.c, labels)
 
     def sample(self) -> None:
         """Called every 10 s by the broker (and at start): the history the TPS figures read."""
@@ -182,6 +197,15 @@ class BrokerMetrics:
             f = GaugeMetricFamily(f"rocketmq_{name}", doc, labels=keys + list(extra or {}))
             f.add_metric(values + list((extra or {}).values()), v)
             return f
+        if self._loop is not None and self.c.store is not None and self.c.topics is not None:
+            # RocketMQ 5.1's families read the queues and the tables the event loop changes: they
+            # are computed there, not in this HTTP server's thread
+            rlabels = {"cluster": self.c.config.brokerClusterName, "node_type": "broker",
+                       "node_id": self.c.config.brokerName}
+            try:
+                yield from asyncio.run_coroutine_threadsafe(self._rocketmq5(rlabels), self._loop).result(10)
+            except Exception as e:  # a scrape answers what it can; the log says what it could not
+                log.warning("RocketMQ 5 metrics not computed this scrape: %s", e)
         yield counter("put_messages", "messages appended to the commit log", snap["put_messages"])
         yield counter("put_bytes", "record bytes appended", snap["put_bytes"])
         yield counter("get_messages", "messages returned by pulls", snap["get_messages"])
@@ -243,16 +267,18 @@ class BrokerMetrics:
     def start(self, host: str, port: int) -> None:
         from prometheus_client import start_http_server
         from prometheus_client.core import CollectorRegistry
+        self._loop = asyncio.get_running_loop()
         registry = CollectorRegistry(auto_describe=False)
         registry.register(self)
-        self._server, _ = start_http_server(port, addr=host, registry=registry)
+        server, _ = start_http_server(port, addr=host, registry=registry)
+        self._servers.append(server)
         log.info("metrics on http://%s:%d/metrics", host, port)
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+        for server in self._servers:
+            server.shutdown()
+            server.server_close()
+        self._servers.clear()
 
 
 def _bytes(n: float) -> str:
