@@ -311,7 +311,8 @@ def network_vs_redis(N: dict, NP: dict) -> dict:
     out = {}
     for name, f in N.items():
         flush, _, rest = name.partition(" ")
-        if not (rest.startswith("send ") or rest.startswith("client send ")) or "1 in flight" in rest:
+        if not (rest.startswith("send ") or rest.startswith("client send ")) or "1 in flight" in rest \
+                or "TLS" in rest:
             continue
         fsync = "everysec" if flush == "ASYNC_FLUSH" else "always"
         peer_name = cell_name(fsync, pipeline=1 if "50 connections x1" in rest else 16)
@@ -730,8 +731,8 @@ def main(argv: list[str] | None = None) -> int:
     def run_network() -> None:
         from bench import network_bench
         for flush, cells in (("ASYNC_FLUSH", ["send", "send256", "conns50", "crowd", "lone", "batch", "pull",
-                                              "client_send", "client_batch", "client_pull", "grpc_send",
-                                              "grpc_receive"]),
+                                              "client_send", "client_send_tls", "client_batch", "client_pull",
+                                              "grpc_send", "grpc_receive"]),
                              ("SYNC_FLUSH", ["send", "send256", "conns50", "lone", "batch", "client_send",
                                              "client_batch"])):
             for r in runner(network_bench.run_flush_mode(flush, secs, cells, workdir,

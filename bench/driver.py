@@ -232,11 +232,15 @@ async def client_loop(call, in_flight: int, seconds: float, per_call: int) -> tu
     return count, lat, time.perf_counter() - t0
 
 
-async def bench_client_send(namesrv_addr: str, seconds: float, in_flight: int = 64, on_start=nothing) -> NetResult:
+async def bench_client_send(namesrv_addr: str, seconds: float, in_flight: int = 64, on_start=nothing,
+                            tls: bool = False) -> NetResult:
+    """Producer.send, `in_flight` at a time; with `tls` over TLS to the broker (a broker serving
+    tls.server.mode=permissive), the name server plaintext."""
+    from broker.client.client_instance import MQClientInstance
     from broker.client.message import Message
     from broker.client.producer import Producer
     body = os.urandom(BODY)
-    producer = Producer("bench_client", namesrv_addr)
+    producer = Producer("bench_client", client=MQClientInstance(namesrv_addr, tls=tls, tls_namesrv=False))
     await producer.start()
     try:
         def call():
@@ -247,7 +251,7 @@ async def bench_client_send(namesrv_addr: str, seconds: float, in_flight: int = 
         n, lat, dt = await client_loop(call, in_flight, seconds, 1)
     finally:
         await producer.shutdown()
-    return NetResult(f"client send 1 KiB x{in_flight} in flight", n, dt, n * BODY, lat)
+    return NetResult(f"client send 1 KiB x{in_flight} in flight{' over TLS' if tls else ''}", n, dt, n * BODY, lat)
 
 
 async def bench_client_batch(namesrv_addr: str, seconds: float, in_flight: int = 8, per_batch: int = 32,

@@ -18,7 +18,8 @@ over loadgen's measured window.
 Client cells (the project's client, broker.client, end to end): `client_send` (Producer.send,
 64 sends in flight), `client_batch` (Producer.send_batch of 32 x 1 KiB, 8 in flight),
 `client_pull` (PullConsumer.pull of what the client cells sent, 256 per pull, 4 queues at once,
-messages decoded by the client). They need a name server: one is started as a `broker namesrv`
+messages decoded by the client), `client_send_tls` (client_send over TLS: the broker then serves
+tls.server.mode=permissive, plaintext and TLS on its port). They need a name server: one is started as a `broker namesrv`
 subprocess and the broker registers with it; the client cells' topic is created on the broker
 (UPDATE_AND_CREATE_TOPIC, 4 queues) and the cells wait until the name server routes it. Their
 driver runs in this process.
@@ -119,7 +120,11 @@ def crowd_cell(broker: BrokerProcess, seconds: float, n: int = CROWD) -> NetResu
 
 
 RAW_CELLS = {**LOADGEN_CELLS, "crowd": None}
-CLIENT_CELLS = {"client_send": bench_client_send, "client_batch": bench_client_batch, "client_pull": bench_client_pull,
+async def _client_send_tls(namesrv_addr: str, seconds: float, on_start=nothing) -> NetResult:
+    return await bench_client_send(namesrv_addr, seconds, on_start=on_start, tls=True)
+
+
+CLIENT_CELLS = {"client_send": bench_client_send, "client_send_tls": _client_send_tls, "client_batch": bench_client_batch, "client_pull": bench_client_pull,
                 "grpc_send": _grpc_send, "grpc_receive": _grpc_receive, "grpc_send_tls": _grpc_send_tls,
                 "grpc_send_coalesce": _grpc_send_coalesce}
 DEFAULT_CELLS = [*RAW_CELLS, *CLIENT_CELLS]
@@ -132,7 +137,9 @@ async def run_flush_mode(flush: str, seconds: float, cells: list[str], workdir: 
     out = []
     with contextlib.ExitStack() as stack:
         ns = stack.enter_context(NamesrvProcess()) if any(c in CLIENT_CELLS for c in cells) else None
-        b = stack.enter_context(BrokerProcess(flush, workdir, ns.addr if ns else ""))
+        # permissive TLS when a cell speaks it: plaintext cells only pass its first-byte check at accept
+        tls = "tls.server.mode=permissive\n" if "client_send_tls" in cells else ""
+        b = stack.enter_context(BrokerProcess(flush, workdir, ns.addr if ns else "", extra=tls))
         if ns is not None:
             await wait_for_route(ns.addr, b.addr)
         tree = ProcessTree(b.proc.pid)
@@ -161,6 +168,7 @@ async def run_flush_mode(flush: str, seconds: float, cells: list[str], workdir: 
                 # the front's cells beside the remoting path's on the same broker (goal for sends: half)
                 bases = {"grpc_send": (("vs_client_send", "client send 1 KiB x64"),
                                        ("vs_loadgen_send", "send 1 KiB x64 in flight")),
+                         "client_send_tls": (("vs_client_send", "client send 1 KiB x64 in flight"),),
                          "grpc_receive": (("vs_client_pull", "client pull"),)}
                 for key, prefix in bases.get("grpc_send" if cell.startswith("grpc_send") else cell, ()):
                     base = next((x for x in out if x.name.startswith(f"{flush} {prefix}")), None)

@@ -331,8 +331,9 @@ class ClientChannel(RequestHandling, asyncio.BufferedProtocol):
             self.transport.close()
 
 
-async def open_channel(host: str, port: int, handler: Handler | None = None, signer=None) -> ClientChannel:
+async def open_channel(host: str, port: int, handler: Handler | None = None, signer=None,
+                       ssl_context=None) -> ClientChannel:
     loop = asyncio.get_running_loop()
-    _, channel = await loop.create_connection(lambda: ClientChannel(handler), host, port)
+    _, channel = await loop.create_connection(lambda: ClientChannel(handler), host, port, ssl=ssl_context)
     channel.signer = signer
     return channel

@@ -18,10 +18,12 @@ from broker.store.errors import StoreConfigError
 
 log = logging.getLogger("conf")
 
-# TlsSystemConfig's names (the Java broker's and proxy's -D properties, tls.config.file) of the gRPC
-# front's TLS settings, read in broker.conf and proxy.conf beside the proxy's own (broker.proxy.tls)
+# TlsSystemConfig's names (the Java broker's and proxy's -D properties, tls.config.file) of the TLS
+# settings of the remoting port and the gRPC front, read in broker.conf and proxy.conf beside the
+# proxy's own names (broker.remoting.tls, broker.proxy.tls)
 TLS_SYSTEM_CONFIG_KEYS = {"tls.server.mode": "tlsMode", "tls.test.mode.enable": "tlsTestModeEnable",
-                          "tls.server.keyPath": "tlsKeyPath", "tls.server.certPath": "tlsCertPath"}
+                          "tls.server.keyPath": "tlsKeyPath", "tls.server.certPath": "tlsCertPath",
+                          "tls.enable": "tlsEnable"}
 
 
 def renamed_tls_keys(props: dict[str, str]) -> dict[str, str]:
@@ -96,13 +98,18 @@ class BrokerConfig:
     # the gRPC front for 5.x clients (broker.proxy) started as this broker's supervised child on
     # this port (RocketMQ 5's local mode; the key is ProxyConfig's); 0 = none
     grpcServerPort: int = 0
-    # its TLS (broker.proxy.tls; checked by the front's config when grpcServerPort is set)
+    # TLS of the remoting port (and its VIP twin) and of the gRPC front (broker.remoting.tls,
+    # broker.proxy.tls); tlsEnable (tls.enable): this broker's own connections to the name servers
+    # speak TLS, as a RocketMQ client with tls.enable does
     tlsMode: str = "disabled"  # tls.server.mode
     tlsTestModeEnable: bool = True
     tlsKeyPath: str = ""
     tlsCertPath: str = ""
+    tlsEnable: bool = False
 
     def __post_init__(self) -> None:
+        from broker.remoting.tls import check_mode
+        self.tlsMode = check_mode(self.tlsMode.strip().lower())
         if not 0 <= self.metricsPort < 65536:
             raise StoreConfigError("metricsPort", f"{self.metricsPort} is not a port (0 = off)")
         self.metricsExporterType = self.metricsExporterType.strip().upper()

@@ -14,6 +14,7 @@ from broker.server.processor.admin_processor import AdminProcessor
 from broker.server.broker_config import BrokerConfig
 from broker.remoting.command import RemotingCommand
 from broker.remoting.connection import RemotingServer, connect
+from broker.remoting.tls import client_context, server_context
 from broker.server.client.consumer_manager import ConsumerManager
 from broker.server.processor.consumer_processor import ConsumerProcessor
 from broker.server.metrics.broker_metrics import BrokerMetrics
@@ -185,9 +186,12 @@ class BrokerController:
             # DLedger mode: sends go through SendMessageProcessor (each waits for its quorum);
             # the send kernel appends to the ordinary commit log only, a DLedger one is later work
             # the VIP channel on listenPort - 2, as RocketMQ's broker (0 and 1 give an ephemeral one)
+            cfg = self.config
             self.server = RemotingServer(self.handle, self.host, self.store_config.listenPort,
-                                         idle_timeout=self.config.serverChannelMaxIdleTimeSeconds, fast=self.fast,
-                                         fast_port=max(self.store_config.listenPort - 2, 0))
+                                         idle_timeout=cfg.serverChannelMaxIdleTimeSeconds, fast=self.fast,
+                                         fast_port=max(self.store_config.listenPort - 2, 0), tls_mode=cfg.tlsMode,
+                                         ssl_context=server_context(cfg.tlsMode, cfg.tlsTestModeEnable,
+                                                                    cfg.tlsCertPath, cfg.tlsKeyPath))
             self.server.on_close.append(self.consumer_processor.connection_closed)
             self.server.on_close.append(self.producers.connection_closed)
             await self.server.start()
@@ -336,7 +340,8 @@ class BrokerController:
         conn = self._namesrv_conns.get(addr)
         if conn is None or conn.transport is None:
             host, _, port = addr.rpartition(":")
-            conn = self._namesrv_conns[addr] = await asyncio.wait_for(connect(host, int(port)), timeout)
+            conn = self._namesrv_conns[addr] = await asyncio.wait_for(
+                connect(host, int(port), ssl_context=client_context() if self.config.tlsEnable else None), timeout)
         return conn
 
     async def _register(self, addr: str, body: bytes) -> None:

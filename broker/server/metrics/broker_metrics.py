@@ -77,6 +77,7 @@ class BrokerMetrics:
                    dispatch_blocked=o["dispatch_blocked"], flush_errors=o.get("flush_errors", 0),
                    deleted_commitlog_files=o["deleted_files"], writes_refused=store.refused_writes,
                    connections=len(c.server.connections) if c.server else 0, held_pulls=c.holds.held(),
+                   tls_connections_accepted=c.server.tls_accepted if c.server else 0,
                    consumer_groups=len(c.consumers.groups))
         for status, n in store.put_status_counts().items():
             out[f"send_status_{status.name}"] = n
@@ -236,6 +237,7 @@ class BrokerMetrics:
                           ("flush_errors", "failed fdatasync calls of the commit log (after one, writes are "
                            "refused until a restart)"),
                           ("connections", "open remoting connections"), ("held_pulls", "long polls held"),
+                          ("tls_connections_accepted", "remoting connections that began a TLS handshake"),
                           ("consumer_groups", "consumer groups with members"), ("slaves", "linked slaves"),
                           ("slave_lag_bytes", "master's wrote minus the best slave's acknowledgement"),
                           ("slave_linked", "1 while this slave is linked to its master")):
