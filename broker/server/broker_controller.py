@@ -28,6 +28,7 @@ from broker.server.processor.reset_offset_processor import ResetOffsetProcessor
 from broker.server.processor.stats_processor import StatsProcessor
 from broker.server.processor.query_processor import QueryMessageProcessor
 from broker.server.schedule.schedule_service import ScheduleMessageService
+from broker.server.timer.timer_message_service import TimerMessageService
 from broker.server.processor.send_fast_path import FastSendPath
 from broker.server.metrics.broker_stats_manager import BrokerStatsManager
 from broker.server.processor.reply_message_processor import ReplyMessageProcessor
@@ -92,6 +93,7 @@ class BrokerController:
         self.server: RemotingServer | None = None
         self.acl: PlainAccessValidator | None = None
         self.schedule: ScheduleMessageService | None = None
+        self.timer: TimerMessageService | None = None
         self.pop: PopService | None = None
         if config.aclEnable:  # before the store starts: a bad ACL file refuses to start, naming it
             self.acl = PlainAccessValidator(config.acl_file)
@@ -141,6 +143,7 @@ class BrokerController:
                 self.store.on_new_queues.append(lambda: self.topics.learn(self.store.queue_counts()))
             self.schedule = ScheduleMessageService(self.store, self.topics, self.config.messageDelayLevel,
                                                    on_delivered=self.holds.notify)
+            self.timer = TimerMessageService(self.store, self.topics, on_delivered=self.holds.notify)
             group_table = SubscriptionGroupTable(self.store_config.config_dir)
             group_table.load()  # neither it nor its .bak parses: refuses to start, naming the file
             self.groups = groups = SubscriptionGroupManager(group_table, self.config.autoCreateSubscriptionGroup,
@@ -157,7 +160,8 @@ class BrokerController:
             self.broker_stats = broker_stats = BrokerStatsManager(store, topics, self.config.brokerClusterName)
             self.metrics.bind(store, topics, self.consumers, broker_stats)
             sender = SendMessageProcessor(store, topics, schedule, holds, self.config.maxReconsumeTimes, bridge,
-                                          self.config.rejectTransactionMessage, self.config.brokerClusterName)
+                                          self.config.rejectTransactionMessage, self.config.brokerClusterName,
+                                          timer=self.timer)
             for proc in (sender, ReplyMessageProcessor(store, holds, self.producers, sender, lambda: self.addr),
                          PullMessageProcessor(store, topics, self.consumers, holds, self.config, groups=groups,
                                               stats=broker_stats),
@@ -196,6 +200,7 @@ class BrokerController:
             self.server.on_close.append(self.producers.connection_closed)
             await self.server.start()
             self.schedule.start(deliver=not self.store.is_slave)
+            self.timer.start(deliver=not self.store.is_slave)
             self.transaction_check.set_checking(not self.store.is_slave)
             self.pop.set_serving(not self.store.is_slave)
             self._serving = True  # from here a DLedger role switch re-registers and moves deliveries
@@ -263,6 +268,8 @@ class BrokerController:
             await self.server.close()
         if self.schedule is not None:
             await self.schedule.close()
+        if self.timer is not None:
+            await self.timer.close()
         if self.transaction_check is not None:
             await self.transaction_check.close()
         if self.pop is not None:
@@ -388,6 +395,7 @@ class BrokerController:
                  self.config.brokerId)
         if self._serving:  # before that, start() delivers as the role says and registers once it listens
             self.schedule.set_delivering(master)
+            self.timer.set_delivering(master)
             self.transaction_check.set_checking(master)
             self.pop.set_serving(master)
             self.register_soon()
@@ -409,6 +417,8 @@ class BrokerController:
         self.holds.notify_all()
         if self.schedule is not None:
             self.schedule.set_delivering(False)
+        if self.timer is not None:
+            self.timer.set_delivering(False)
         if self.transaction_check is not None:
             self.transaction_check.set_checking(False)
         if self.pop is not None:
@@ -426,6 +436,8 @@ class BrokerController:
         self.topics.learn(self.store.queue_counts())
         if self.schedule is not None:
             self.schedule.set_delivering(role == "master")
+        if self.timer is not None:
+            self.timer.set_delivering(role == "master")
         if self.transaction_check is not None:
             self.transaction_check.set_checking(role == "master")
         if self.pop is not None:
