@@ -277,6 +277,15 @@ def evaluate(figs: dict) -> list[dict]:
         if "vs_conns50_alone" in crowd:
             add("50 senders beside them within 10 % of the 50 alone", crowd["vs_conns50_alone"],
                 TARGETS["crowd_vs_alone"], "x")
+    T = figs.get("timer") or {}
+    if T:
+        add("timer enqueue >= 100,000 timers/s", T["enqueue"]["enqueued_per_s"], 100_000, "timers/s")
+        add("timer delivery p99 lateness <= 1,000 ms", T["precision"]["p99_ms"], 1000, "ms", higher=False)
+        add("timer delivered never early (earliest delivery at or after its time)",
+            T["precision"]["min_ms"] + 1, 1, "ms after its time + 1")
+        if T["enqueue"]["timers"] >= 1_000_000:
+            add("1,000,000 timers pending add <= 64 MiB to the broker's RSS", T["enqueue"]["rss_added_mib"], 64, "MiB",
+                higher=False)
     H = figs.get("ha") or {}
     if H:
         add("SYNC_MASTER >= 50% of ASYNC_MASTER throughput (64 in flight)", H["sync_vs_async"],
@@ -512,6 +521,20 @@ def markdown(figs: dict) -> str:
                 f"loopback {lo['loopback_GiBps']:.2f} GiB/s; pwrite into a fresh file {lo['fresh_file_write_MBps']:,.0f} MB/s",
                 f"{100 * c['MBps'] / lo['fresh_file_write_MBps']:.0f} % of fresh-file writes")
 
+    T = figs.get("timer") or {}
+    if T:
+        row("**timer messages** (a `broker serve` process; the project's client, 64 in flight, 256 B bodies; "
+            "bench/timer_bench.py)", "", "", "")
+        e, p = T["enqueue"], T["precision"]
+        row(f"{e['timers']:,} timers 1 h ahead (TIMER_DELAY_SEC)",
+            f"{e['sends_per_s']:,.0f} sends/s; into the wheel {e['enqueued_per_s']:,.0f}/s",
+            "target: enqueue >= 100,000 timers/s",
+            f"broker RSS {e['rss_before_mib']:,.0f} -> {e['rss_pending_mib']:,.0f} MiB with them pending "
+            f"(+{e['rss_added_mib']:,.0f})")
+        row(f"{p['timers']:,} timers due at one time, {p['delivered']:,} delivered",
+            f"lateness p50 {p['p50_ms']} ms, p99 {p['p99_ms']} ms, max {p['max_ms']} ms, min {p['min_ms']} ms",
+            "target: p99 <= 1,000 ms (timerPrecisionMs=1000), never early", "")
+
     D = figs.get("dledger") or {}
     if D:
         row("**DLedger mode** (three `broker serve` members with enableDLegerCommitLog=true on loopback; the "
@@ -614,7 +637,8 @@ def git_commit() -> str:
     return head + (" + uncommitted changes" if dirty else "")
 
 
-SECTIONS = ("kernels", "store", "network", "ha", "dledger", "controller", "reliable", "java", "matrix", "peers")
+SECTIONS = ("kernels", "store", "network", "timer", "ha", "dledger", "controller", "reliable", "java", "matrix",
+            "peers")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -683,8 +707,8 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         runner, loop_name = asyncio.run, "asyncio"
     settings = store_bench.Settings.make(quick)
-    steps = ["limits"] + [x for x in ("kernels", "store", "network", "ha", "dledger", "controller", "reliable",
-                                      "java") if x in only] \
+    steps = ["limits"] + [x for x in ("kernels", "store", "network", "timer", "ha", "dledger", "controller",
+                                      "reliable", "java") if x in only] \
         + (["matrix"] if only & {"matrix", "peers"} else [])
     n = len(steps)
 
@@ -701,6 +725,7 @@ def main(argv: list[str] | None = None) -> int:
     R: dict = {}
     J: dict = {}
     M: dict = {}
+    T: dict = {}
     failed: dict[str, str] = {}
     secs = 2.0 if quick else 5.0
 
@@ -741,6 +766,10 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_peers:  # the figures the send cells are read against, same run
             from bench import redis_benchmark
             NP.update(redis_benchmark.run_both(secs, workdir, progress=lambda x: say("  " + x)))
+
+    def run_timer() -> None:
+        from bench import timer_bench
+        T.update(timer_bench.run(20_000 if quick else 1_000_000, 3.0, workdir, progress=lambda x: say("  " + x)))
 
     def run_ha() -> None:
         from bench import ha_bench
@@ -784,6 +813,7 @@ def main(argv: list[str] | None = None) -> int:
                 ("store", "store cells (fresh store per cell; ~5 s of segment pre-allocation each before its clock)",
                  run_store),
                 ("network", "network cells (broker process on loopback)", run_network),
+                ("timer", "timer messages (broker process on loopback; bench/timer_bench.py)", run_timer),
                 ("ha", "HA cells (master and slave processes on loopback)", run_ha),
                 ("dledger", "DLedger mode (three members on loopback): throughput, and the outage after kill -9s "
                             "of the leader", run_dledger),
@@ -811,7 +841,7 @@ def main(argv: list[str] | None = None) -> int:
                  "total_s": time.perf_counter() - t_start},
         "limits": L, "kernels": K, "store": S, "network": N, "network_peers": NP,
         "network_vs_redis": network_vs_redis(N, NP), "ha": H, "dledger": D, "controller": C,
-        "reliable": R, "java": J, "matrix": M,
+        "reliable": R, "java": J, "matrix": M, "timer": T,
     }
     figs["targets"] = evaluate(figs)
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S") + ("-quick" if quick else "")

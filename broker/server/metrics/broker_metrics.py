@@ -81,6 +81,10 @@ class BrokerMetrics:
                    consumer_groups=len(c.consumers.groups))
         for status, n in store.put_status_counts().items():
             out[f"send_status_{status.name}"] = n
+        timer = getattr(c, "timer", None)
+        if timer is not None and timer.timer_log is not None:
+            out.update(timer_enqueued=timer.enqueued, timer_delivered=timer.delivered, timer_rolled=timer.rolled,
+                       timer_queue_offset=timer.queue_offset)
         if store.is_slave:
             out["slave_linked"] = o.get("linked", 0)
         else:
@@ -238,6 +242,10 @@ class BrokerMetrics:
                            "refused until a restart)"),
                           ("connections", "open remoting connections"), ("held_pulls", "long polls held"),
                           ("tls_connections_accepted", "remoting connections that began a TLS handshake"),
+                          ("timer_enqueued", "timer messages put into the timer wheel since start"),
+                          ("timer_delivered", "timer messages delivered to their topics since start"),
+                          ("timer_rolled", "timer messages parked again past the roll window since start"),
+                          ("timer_queue_offset", "the next entry of rmq_sys_wheel_timer the wheel takes"),
                           ("consumer_groups", "consumer groups with members"), ("slaves", "linked slaves"),
                           ("slave_lag_bytes", "master's wrote minus the best slave's acknowledgement"),
                           ("slave_linked", "1 while this slave is linked to its master")):
