@@ -168,3 +168,37 @@ def test_bad_timer_settings_refuse_to_start_naming_the_key(tmp_path, key, value)
     with pytest.raises(StoreConfigError) as e:
         MessageStoreConfig(storePathRootDir=str(tmp_path), **{key: int(value)}).validate()
     assert key in str(e.value)
+
+
+def test_the_java_client_sends_timer_properties_and_receives_each_at_its_time(tmp_path):
+    """A Java (4.9.8 remoting) producer sets TIMER_DELAY_SEC / TIMER_DELIVER_MS as user properties,
+    as a 4.x user does; a lite pull consumer gets each message once, stored (delivered) at or after
+    born + delay and within the precision after it, with RocketMQ's timer properties."""
+    from tests.helpers import java_client
+    from tests.helpers.ha_cluster import NameServer
+    java_client.check_installed()
+    ns = NameServer(tmp_path)
+    b = Broker(tmp_path, "b", ns.addr, "ASYNC_MASTER", 0, extra="autoCreateTopicEnable=true\n").start()
+    try:
+        topic = "JavaTimer"
+        wait_until(lambda: ns.route("TBW102") is not None, 30, "the broker registered")
+        deliver_at = int(time.time() * 1000) + 4000
+        specs = [{"tags": "T", "body": f"sec-{i}", "props": {"TIMER_DELAY_SEC": 2}} for i in range(3)]
+        specs.append({"tags": "T", "body": "at", "props": {"TIMER_DELIVER_MS": deliver_at}})
+        sent = java_client.run("produce", {"nameSrv": ns.addr, "group": "jtimer-pg", "topic": topic,
+                                           "messages": specs}, tmp_path / "p")
+        assert [s["status"] for s in sent] == ["SEND_OK"] * 4
+        got = java_client.run("litepull", {"nameSrv": ns.addr, "group": "jtimer-cg", "topic": topic, "expect": 4,
+                                           "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET"}, tmp_path / "c")
+        msgs = {m["body"]: m for m in got if "body" in m}
+        assert sorted(msgs) == ["at", "sec-0", "sec-1", "sec-2"]
+        for i in range(3):
+            m = msgs[f"sec-{i}"]
+            waited = m["storeTimestamp"] - m["bornTimestamp"]
+            assert 2000 <= waited <= 3500, waited
+            assert "REAL_TOPIC" not in m["props"] and "TIMER_OUT_MS" in m["props"] and m["topic"] == topic
+        assert deliver_at <= msgs["at"]["storeTimestamp"] <= deliver_at + 1500
+        assert {m["uniqKey"] for m in msgs.values()} == {s["msgId"] for s in sent}
+    finally:
+        b.stop()
+        ns.stop()
