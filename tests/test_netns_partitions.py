@@ -21,6 +21,7 @@ import pytest
 
 from broker.remoting import codes
 from tests.conftest import wait_for
+from tests.helpers.controller_mode import ControllerModeGroup
 from tests.helpers.dledger_cluster import DLedgerGroup
 from tests.helpers.ha_cluster import Broker, NameServer, call, wait_replicated
 from tests.helpers.history import History, Workload, drain
@@ -39,10 +40,12 @@ MAY_COMMIT = "may still commit"  # a deposed leader's answer for an entry alread
 
 
 def _create_topic(brokers) -> None:
+    """The topic on every broker, whoever leads later (a controller-mode broker refuses while it
+    switches roles: asked again)."""
     for b in brokers:
-        r = call(b.port, codes.UPDATE_AND_CREATE_TOPIC, {"topic": TOPIC, "readQueueNums": QUEUES,
-                                                          "writeQueueNums": QUEUES, "perm": 6}, host=b.host)
-        assert r.code == codes.SUCCESS, r.remark
+        wait_for(lambda: call(b.port, codes.UPDATE_AND_CREATE_TOPIC, {
+            "topic": TOPIC, "readQueueNums": QUEUES, "writeQueueNums": QUEUES, "perm": 6}, host=b.host).code
+                 == codes.SUCCESS, 30, f"{b.name} to create {TOPIC}")
 
 
 def _longest_gap(work: Workload, start: float, end: float) -> float:
@@ -54,11 +57,13 @@ def _longest_gap(work: Workload, start: float, end: float) -> float:
     return max(b - a for a, b in zip(marks, marks[1:]))
 
 
-def _served_twice(history: History) -> dict:
-    """(queue, offset) acknowledged for more than one message (SEND_OK or degraded)."""
+def _served_twice(history: History, outcomes=("ok",)) -> dict:
+    """(queue, offset) acknowledged for more than one message (SEND_OK; with "degraded" in
+    `outcomes` also FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE, which may be lost and their offset
+    then given to another message)."""
     seen: dict[tuple[int, int], list[int]] = {}
     for m, s in history.sends.items():
-        if s.outcome in ("ok", "degraded"):
+        if s.outcome in outcomes:
             seen.setdefault((s.queue, s.offset), []).append(m)
     return {k: v for k, v in seen.items() if len(v) > 1}
 
@@ -306,6 +311,89 @@ def test_sync_master_with_its_slave_cut_off_degrades_and_loses_nothing_acknowled
                 if b.child is not None:
                     b.stop()
             ns.stop()
+
+
+def test_controller_mode_master_cut_off_acknowledges_nothing_and_its_slave_takes_over(tmp_path: Path):
+    """Controller mode (allAckInSyncStateSet), every process on a host of its own: the master's host
+    cut off from the controllers, the name server and its slave while one client writes straight to
+    it and another to whoever the controllers elect. The slave is elected within ELECTION_S, the
+    cut-off master acknowledges nothing sent after the cut, and after the heal (both clients still
+    writing) it serves as a slave within HEAL_S and both brokers hold every acknowledged message once."""
+    with Hosts(["ns", "cn0", "cn1", "cn2", "b0", "b1"]) as hosts:
+        g = ControllerModeGroup(tmp_path, extra="allAckInSyncStateSet=true\nsyncFlushTimeout=1500\n", hosts=hosts).start()
+        history = History()
+        works: list[Workload] = []
+        changed: dict = {}
+        try:
+            old = g.master()
+            g.wait_in_sync(old, 2)
+            _create_topic(g.brokers.values())
+            current = [old]
+            majority = Workload(history, lambda: (current[0].host, current[0].port), TOPIC, QUEUES, timeout=8.0,
+                                reconnect_on=frozenset({codes.SYSTEM_BUSY, codes.SERVICE_NOT_AVAILABLE}))
+            straight = Workload(history, lambda: (old.host, old.port), TOPIC, QUEUES, inflight=2, timeout=8.0,
+                                first_id=10**7)
+            works = [majority.start(), straight.start()]
+            wait_for(lambda: majority.acked() > 100 and straight.acked() > 20, 30, "sends before the fault")
+
+            hosts.isolate(old.name)
+            cut_at, cut_id = time.monotonic(), straight.next_id
+            new = current[0] = g.master(timeout=ELECTION_S, exclude=old)
+            majority.redirect()  # the old master, reachable from here, still answers (FLUSH_SLAVE_TIMEOUT)
+            wait_for(lambda: len(majority.acked_since(cut_at)) > 50, ELECTION_S, "the new master to acknowledge")
+            during = _longest_gap(majority, cut_at, time.monotonic())
+            wait_for(lambda: straight.next_id > cut_id + 4, ELECTION_S, "sends tried on the cut-off master")
+            late = [m for m in straight.acked_since(cut_at) if m >= cut_id]
+            assert not late, f"the cut-off master acknowledged {len(late)} sends: {late[:10]}"
+            served_cut_off = _served(old)  # what a consumer reading the cut-off master gets now
+
+            hosts.heal()
+            healed_at = time.monotonic()
+            wait_for(lambda: g.role(old).get("controllerRole") == "slave", HEAL_S, f"{old.name} to serve as a slave")
+            rejoined = time.monotonic() - healed_at
+            late = [m for m in straight.acked_since(cut_at) if m >= cut_id]
+            assert not late, f"the cut-off master acknowledged {len(late)} sends: {late[:10]}"
+            g.wait_in_sync(new, 2, HEAL_S)
+            wait_for(lambda: len(majority.acked_since(healed_at)) > 50, HEAL_S, "sends after the heal")
+            for w in works:
+                w.stop()
+            works = []
+            after = _longest_gap(majority, healed_at, time.monotonic())
+            assert after < HEAL_S, f"the new master stopped acknowledging for {after:.1f}s after the heal"
+            wait_replicated(new, old, HEAL_S)
+            assert not _served_twice(history), _served_twice(history)
+            drained = {b.name: _check_member(history, b) for b in (new, old)}
+            final = {(q, o): m for m, q, o in drained[new.name].consumed}
+            changed = {k: (m, final.get(k)) for k, m in served_cut_off.items() if final.get(k) != m}
+            # what it served and lost was never acknowledged SEND_OK (else `lost`/`misplaced` above)
+            assert all(history.sends[m].outcome != "ok" for m, _ in changed.values())
+            rows = {name: h.check().row() for name, h in drained.items()}
+            print(f"controller: {old.name} cut off, {new.name} elected; outage {during:.2f}s, {old.name} a slave "
+                  f"{rejoined:.2f}s after the heal, longest gap after it {after:.2f}s; served while cut off and "
+                  f"replaced since: {len(changed)} offsets; {rows}")
+        except BaseException:
+            _dump(g.brokers.values(), hosts)
+            print("answers after the cut:", _answers_after(history, cut_at) if "cut_at" in locals() else None)
+            raise
+        finally:
+            for w in works:
+                w.stop_event.set()
+            for w in works:
+                w.thread.join(30)
+            g.stop()
+    if changed:
+        # A known divergence, kept visible: RocketMQ 5 dispatches to the consume queues only up to the
+        # commit log's confirmOffset (what every SyncStateSet member acknowledged), so a consumer never
+        # reads what a failover may cut; our reput dispatches up to the written end.
+        pytest.xfail(f"the cut-off master served {len(changed)} queue offsets to consumers with messages it "
+                     f"never replicated (answered FLUSH_SLAVE_TIMEOUT) and cut at the heal; the new master serves "
+                     f"other messages there (queue, offset): (then, now): {dict(list(changed.items())[:4])}")
+
+
+def _answers_after(history: History, t: float) -> dict:
+    """(outcome, code) -> count of the answers after monotonic time `t`: what a failure report shows."""
+    import collections
+    return dict(collections.Counter((s.outcome, s.code) for s in history.sends.values() if s.at > t))
 
 
 NETEM = netem_available()

@@ -106,6 +106,7 @@ class Workload:
         # unknown outcome, not a failure: fn(response) -> bool
         self.outcome_unknown = outcome_unknown
         self.stop_event = threading.Event()
+        self._loop = self._conn = None  # the workload's event loop and connection, for redirect()
         self.first_id = self.next_id = first_id  # two workloads on one history take ids from ranges of their own
         self.thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
 
@@ -119,8 +120,16 @@ class Workload:
         assert not self.thread.is_alive(), "the workload did not stop"
 
     def acked(self) -> int:
+        """How many of this workload's sends were acknowledged SEND_OK."""
         with self.history.lock:
-            return sum(1 for s in self.history.sends.values() if s.outcome == "ok")
+            return sum(1 for m, s in self.history.sends.items() if s.outcome == "ok" and self.first_id <= m < self.next_id)
+
+    def redirect(self) -> None:
+        """Drop the connection now and ask `port()` again: the test learnt of a new master while the
+        old one, still reachable, keeps answering (its in-flight sends become unknown)."""
+        loop, conn = self._loop, self._conn
+        if loop is not None and conn is not None:
+            loop.call_soon_threadsafe(conn.close)
 
     def acked_since(self, t: float) -> list[int]:
         """Ids of this workload's sends acknowledged SEND_OK after monotonic time `t`."""
@@ -129,6 +138,7 @@ class Workload:
                           if s.outcome == "ok" and s.at > t and self.first_id <= m < self.next_id)
 
     async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
         while not self.stop_event.is_set():
             try:
                 where = self.port()
@@ -138,6 +148,7 @@ class Workload:
                 # the broker is down or restarting, or its host answers nothing: ask port() again
                 await asyncio.sleep(0.05)
                 continue
+            self._conn = conn
             try:
                 await asyncio.gather(*(self._sender(conn) for _ in range(self.inflight)))
             finally:
