@@ -168,6 +168,8 @@ def test_dledger_leader_cut_off_commits_nothing_and_the_majority_takes_over(tmp_
             wait_for(lambda: len(majority.acked_since(cut_at)) > 50, ELECTION_S, "the majority to acknowledge again")
             wait_for(lambda: old.info()["dLedgerRole"] != "LEADER", ELECTION_S, "the old leader to step down")
             elected = time.monotonic()
+            dropped = sum(hosts.dropped(name) for name in hosts.names)
+            assert dropped > 0, "the partition's rules dropped nothing"
             during = _longest_gap(majority, cut_at, elected)
             late = [m for m in straight.acked_since(cut_at) if m >= cut_id]
             assert not late, f"the cut-off leader acknowledged {len(late)} sends it cannot commit: {late[:10]}"
@@ -200,7 +202,7 @@ def test_dledger_leader_cut_off_commits_nothing_and_the_majority_takes_over(tmp_
             assert not changed, f"offsets the cut-off member served hold other messages after the heal: {changed}"
             rows = {name: h.check().row() for name, h in drained.items()}
             assert rows[lead.name]["ok"] > 200, rows
-            print(f"{fault}-{n}: old leader {old.name} served {len(served_cut_off)} messages while cut off, new "
+            print(f"{fault}-{n}: {dropped} packets dropped; old leader {old.name} served {len(served_cut_off)} messages while cut off, new "
                   f"leader {new.name}; outage during the fault {during:.2f}s, "
                   f"after the heal {after:.2f}s, rejoined in {rejoined:.2f}s; {rows[lead.name]}")
         except BaseException:
@@ -214,10 +216,15 @@ def test_dledger_leader_cut_off_commits_nothing_and_the_majority_takes_over(tmp_
             g.stop()
 
 
-def test_dledger_follower_with_30_percent_loss_the_group_keeps_committing(tmp_path: Path):
-    """30 % of the packets between one follower's host and the others dropped (each way): the leader
-    commits with the other follower, no gap between acknowledgements grows past ELECTION_S, and once
-    the loss ends the lossy follower holds every acknowledged message once."""
+LOSS_S = 4.0  # how long the loss lasts
+
+
+@pytest.mark.parametrize("who,percent", [("follower", 30), ("leader", 5)], ids=["follower-30", "leader-5"])
+def test_dledger_member_with_packet_loss_the_group_keeps_committing(tmp_path: Path, who: str, percent: int):
+    """`percent` % of the packets between one member's host (a follower's, or the leader's) and the
+    other hosts dropped, each way, for LOSS_S: the group keeps acknowledging (no gap past
+    ELECTION_S, a new election included), and once the loss ends every member, the lossy one
+    included, holds every acknowledged message once."""
     with Hosts(["ns", "n0", "n1", "n2"]) as hosts:
         g = DLedgerGroup(tmp_path, extra=QUICK_HA, hosts=hosts).start()
         history = History()
@@ -225,30 +232,34 @@ def test_dledger_follower_with_30_percent_loss_the_group_keeps_committing(tmp_pa
         try:
             lead = g.leader()
             _create_topic(g.brokers.values())
-            lossy = next(b for b in g.brokers.values() if b is not lead)
+            lossy = lead if who == "leader" else next(b for b in g.brokers.values() if b is not lead)
             work = Workload(history, Leader(g), TOPIC, QUEUES, reconnect_on=frozenset({codes.SERVICE_NOT_AVAILABLE}),
                             outcome_unknown=lambda r: MAY_COMMIT in (r.remark or "")).start()
             wait_for(lambda: work.acked() > 100, 30, "sends before the loss")
-            hosts.loss(lossy.name, 30)
+            hosts.loss(lossy.name, percent)
             start = time.monotonic()
             before = work.acked()
-            wait_for(lambda: time.monotonic() - start > 6, 10, "six seconds under loss")  # the fault's length
+            time.sleep(LOSS_S)  # the fault's length, not a wait for anything
             acked = work.acked() - before
             gap = _longest_gap(work, start, time.monotonic())
+            dropped = hosts.dropped(lossy.name)
+            assert dropped > 0, "the loss rules dropped nothing"
             terms = {b.name: b.info()["dLedgerTerm"] for b in g.brokers.values()}
             hosts.heal()
             healed_at = time.monotonic()
             wait_for(lambda: len(work.acked_since(healed_at)) > 100, HEAL_S, "sends after the loss")
             work.stop()
-            assert acked > 100, f"only {acked} sends acknowledged in 6 s under 30 % loss on a follower"
-            assert gap < ELECTION_S, f"no acknowledgement for {gap:.1f}s under 30 % loss on a follower"
+            assert acked > 100, f"only {acked} sends acknowledged in {LOSS_S}s under {percent} % loss on the {who}"
+            assert gap < ELECTION_S, f"no acknowledgement for {gap:.1f}s under {percent} % loss on the {who}"
             lead = g.leader()
             wait_for(lambda: all((lambda i: i["dispatchedOffset"] >= i["commitLogMaxOffset"] ==
                                   lead.info()["commitLogMaxOffset"])(b.info()) for b in g.brokers.values()),
                      HEAL_S, "every member to hold and dispatch the whole log")
             assert not _served_twice(history)
             rows = {b.name: _check_member(history, b).check().row() for b in g.brokers.values()}
-            print(f"loss-30 on {lossy.name}: {acked} acks in 6 s, longest gap {gap:.2f}s, terms {terms}; "
+            print(f"loss-{percent} on the {who} {lossy.name}: {acked} acks in {LOSS_S}s, {dropped} packets dropped, "
+                  f"longest gap {gap:.2f}s, "
+                  f"terms {terms}; "
                   f"{rows[lead.name]}")
         except BaseException:
             _dump(g.brokers.values(), hosts)

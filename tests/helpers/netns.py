@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -176,7 +177,7 @@ class Hosts:
         """`dst` hears nothing from `src`: src's packets are dropped as they reach dst; dst's still
         reach src (a TCP connection between them is then dead both ways for data that needs an
         answer, but src keeps receiving what dst sends)."""
-        self._rules(dst, [f"input ip saddr {self.addr[src]} drop"])
+        self._rules(dst, [f"input ip saddr {self.addr[src]} counter drop"])
 
     def isolate(self, a: str) -> None:
         """a partitioned from every other host (the root namespace, the test's, still reaches it)."""
@@ -188,8 +189,8 @@ class Hosts:
         """Each packet between `a` and another host dropped at random with `percent` % chance, in
         each direction (the root namespace's traffic, the test's own reads, is spared)."""
         assert 0 < percent < 100, percent
-        self._rules(a, [f"input ip saddr != {self.gateway} numgen random mod 100 < {percent} drop",
-                        f"output ip daddr != {self.gateway} numgen random mod 100 < {percent} drop"])
+        self._rules(a, [f"input ip saddr != {self.gateway} numgen random mod 100 < {percent} counter drop",
+                        f"output ip daddr != {self.gateway} numgen random mod 100 < {percent} counter drop"])
 
     def netem(self, name: str, spec: str) -> None:
         """The host's outgoing packets through netem (`spec`: "delay 200ms 50ms", "delay 10ms reorder
@@ -205,5 +206,9 @@ class Hosts:
         self._netem.clear()
 
     def rules(self, name: str) -> str:
-        """The host's fault table as nft lists it (with counters none: for messages)."""
+        """The host's fault table as nft lists it, each rule with its counter: for messages."""
         return _run(self.wrap(name) + ["nft", "list", "table", "inet", "faults"])
+
+    def dropped(self, name: str) -> int:
+        """Packets the host's fault rules dropped so far: proof that a fault bit."""
+        return sum(int(m) for m in re.findall(r"counter packets (\d+)", self.rules(name)))
