@@ -146,10 +146,11 @@ def test_dledger_leader_cut_off_commits_nothing_and_the_majority_takes_over(tmp_
     acknowledged message once, where its ack said."""
     names = [f"n{i}" for i in range(n)]
     with Hosts(["ns", *names]) as hosts:
-        g = DLedgerGroup(tmp_path, n=n, extra=QUICK_HA, hosts=hosts).start()
+        g = DLedgerGroup(tmp_path, n=n, extra=QUICK_HA, hosts=hosts)
         history = History()
         works: list[Workload] = []
         try:
+            g.start()
             old = g.leader()
             _create_topic(g.brokers.values())
             others = [b for b in g.brokers.values() if b is not old]
@@ -176,6 +177,8 @@ def test_dledger_leader_cut_off_commits_nothing_and_the_majority_takes_over(tmp_
             # what a consumer reading the cut-off member now gets (its log's uncommitted tail, if it
             # served that, would be replaced after the heal: an offset served twice)
             served_cut_off = _served(old)
+            uncommitted = sorted(m for m in served_cut_off.values() if m >= cut_id)
+            assert not uncommitted, f"the cut-off leader served sends it never committed: {uncommitted[:10]}"
 
             hosts.heal()
             healed_at = time.monotonic()
@@ -202,8 +205,8 @@ def test_dledger_leader_cut_off_commits_nothing_and_the_majority_takes_over(tmp_
             assert not changed, f"offsets the cut-off member served hold other messages after the heal: {changed}"
             rows = {name: h.check().row() for name, h in drained.items()}
             assert rows[lead.name]["ok"] > 200, rows
-            print(f"{fault}-{n}: {dropped} packets dropped; old leader {old.name} served {len(served_cut_off)} messages while cut off, new "
-                  f"leader {new.name}; outage during the fault {during:.2f}s, "
+            print(f"{fault}-{n}: {dropped} packets dropped; old leader {old.name} served {len(served_cut_off)} "
+                  f"messages while cut off, new leader {new.name}; outage during the fault {during:.2f}s, "
                   f"after the heal {after:.2f}s, rejoined in {rejoined:.2f}s; {rows[lead.name]}")
         except BaseException:
             _dump(g.brokers.values(), hosts)
@@ -226,10 +229,11 @@ def test_dledger_member_with_packet_loss_the_group_keeps_committing(tmp_path: Pa
     ELECTION_S, a new election included), and once the loss ends every member, the lossy one
     included, holds every acknowledged message once."""
     with Hosts(["ns", "n0", "n1", "n2"]) as hosts:
-        g = DLedgerGroup(tmp_path, extra=QUICK_HA, hosts=hosts).start()
+        g = DLedgerGroup(tmp_path, extra=QUICK_HA, hosts=hosts)
         history = History()
         work = None
         try:
+            g.start()
             lead = g.leader()
             _create_topic(g.brokers.values())
             lossy = lead if who == "leader" else next(b for b in g.brokers.values() if b is not lead)
@@ -340,11 +344,12 @@ def test_controller_mode_master_cut_off_acknowledges_nothing_and_its_slave_takes
     cut-off master acknowledges nothing sent after the cut, and after the heal (both clients still
     writing) it serves as a slave within HEAL_S and both brokers hold every acknowledged message once."""
     with Hosts(["ns", "cn0", "cn1", "cn2", "b0", "b1"]) as hosts:
-        g = ControllerModeGroup(tmp_path, extra="allAckInSyncStateSet=true\nsyncFlushTimeout=1500\n", hosts=hosts).start()
+        g = ControllerModeGroup(tmp_path, extra="allAckInSyncStateSet=true\nsyncFlushTimeout=1500\n", hosts=hosts)
         history = History()
         works: list[Workload] = []
         changed: dict = {}
         try:
+            g.start()
             old = g.master()
             g.wait_in_sync(old, 2)
             _create_topic(g.brokers.values())
@@ -427,10 +432,11 @@ def test_dledger_under_delay_or_reordering_keeps_committing(tmp_path: Path, nete
     the group keeps committing and every member holds every acknowledged message once."""
     with Hosts(["ns", "n0", "n1", "n2"]) as hosts:
         g = DLedgerGroup(tmp_path, extra=QUICK_HA.replace("syncFlushTimeout=1500", "syncFlushTimeout=5000")
-                         + "heartBeatTimeIntervalMs=1000\n", hosts=hosts).start()
+                         + "heartBeatTimeIntervalMs=1000\n", hosts=hosts)
         history = History()
         work = None
         try:
+            g.start()
             g.leader()
             _create_topic(g.brokers.values())
             for name in g.ids:

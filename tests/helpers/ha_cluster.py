@@ -27,7 +27,8 @@ def call(port: int, code: int, ext: dict | None = None, body: bytes = b"", host:
 
 def runtime(port: int, host: str = "127.0.0.1") -> dict:
     r = call(port, codes.GET_BROKER_RUNTIME_INFO, host=host)
-    return {k: (int(v) if v.lstrip("-").isdigit() else v) for k, v in msgspec.json.decode(bytes(r.body))["table"].items()}
+    table = msgspec.json.decode(bytes(r.body))["table"]
+    return {k: (int(v) if v.lstrip("-").isdigit() else v) for k, v in table.items()}
 
 
 def send_all(port: int, topic: str, bodies: list[bytes], queues: int = 4) -> list:

@@ -122,7 +122,8 @@ class Workload:
     def acked(self) -> int:
         """How many of this workload's sends were acknowledged SEND_OK."""
         with self.history.lock:
-            return sum(1 for m, s in self.history.sends.items() if s.outcome == "ok" and self.first_id <= m < self.next_id)
+            return sum(1 for m, s in self.history.sends.items()
+                       if s.outcome == "ok" and self.first_id <= m < self.next_id)
 
     def redirect(self) -> None:
         """Drop the connection now and ask `port()` again: the test learnt of a new master while the
