@@ -63,6 +63,8 @@ class NetResult:
         by_process = self.extra.get("cpu_us_per_msg_by_process")
         cpu = (f"broker CPU-us/msg {loadgen.cpu_line(by_process)}" if by_process
                else f"broker CPU {1e6 * self.broker_cpu_s / max(1, self.msgs):.2f} us/msg")
+        if "client_cpu_us_per_msg" in self.extra:
+            cpu += f"; client (bench process) {self.extra['client_cpu_us_per_msg']:.2f} CPU-us/msg"
         if "loadgen_cpu_us_per_msg" in self.extra:
             cpu += f"; loadgen {self.extra['loadgen_cpu_us_per_msg']:.2f} CPU-us/msg"
         if self.extra.get("errors"):
