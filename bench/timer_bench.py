@@ -27,11 +27,20 @@ from bench.processes import BrokerProcess, NamesrvProcess
 
 
 def _runtime(addr: str) -> dict:
+    """GET_BROKER_RUNTIME_INFO's table (`broker admin status`)."""
     from broker.remoting import codes
-    from tests.helpers.ha_cluster import call
-    host, port = addr.rsplit(":", 1)
-    r = call(int(port), codes.GET_BROKER_RUNTIME_INFO)
-    return {k: v for k, v in json.loads(bytes(r.body))["table"].items()}
+    from broker.remoting.command import RemotingCommand
+    from broker.remoting.connection import connect
+
+    async def ask() -> dict:
+        host, port = addr.rsplit(":", 1)
+        conn = await connect(host, int(port))
+        try:
+            r = await conn.request(RemotingCommand.request(codes.GET_BROKER_RUNTIME_INFO), 10)
+            return json.loads(bytes(r.body))["table"]
+        finally:
+            conn.close()
+    return asyncio.run(ask())
 
 
 async def _send(namesrv: str, n: int, props_of, topic: str, in_flight: int = 64) -> float:
