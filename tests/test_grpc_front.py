@@ -459,3 +459,35 @@ def test_a_stopping_front_ends_idle_telemetry_streams_instead_of_waiting_its_gra
         channel.close()
     finally:
         second.close()
+
+
+def test_a_topic_typed_fifo_takes_fifo_messages_only_and_its_route_says_so(front, stub):
+    """RocketMQ 5's message.type attribute (set with UPDATE_AND_CREATE_TOPIC's attributes): the
+    front refuses a message of another type as the Java proxy does (MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+    its words), and QueryRoute's queues accept that type alone; a topic without the attribute takes
+    every type."""
+    from broker.remoting import codes
+    from tests.helpers.raw_wire import RawConn
+    topic = "GrpcTypedFifo"
+    conn = RawConn(front.cluster.port)
+    r = conn.request(codes.UPDATE_AND_CREATE_TOPIC, {
+        "topic": topic, "defaultTopic": "TBW102", "readQueueNums": 4, "writeQueueNums": 4, "perm": 6,
+        "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": False, "attributes": "+message.type=FIFO"})
+    assert r.code == codes.SUCCESS, r.remark
+    conn.close()
+    front.cluster.create_topic(topic)  # waits for the route (the attribute stays: no attributes header)
+    r = stub.SendMessage(spb.SendMessageRequest(messages=[_message(topic, b"plain")]), metadata=MD, timeout=30)
+    assert r.status.code == pb.Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, r
+    assert r.status.message == ("TopicMessageType validate failed, the expected type is FIFO, but actual type is "
+                                "NORMAL"), r
+    r = stub.SendMessage(spb.SendMessageRequest(messages=[_message(topic, b"in order", message_group="g1")]),
+                         metadata=MD, timeout=30)
+    assert r.status.code == pb.Code.OK, r
+    r = stub.QueryRoute(spb.QueryRouteRequest(topic=pb.Resource(name=topic), endpoints=pb.Endpoints(
+        scheme=pb.IPv4, addresses=[pb.Address(host="127.0.0.1", port=front.port)])), metadata=MD, timeout=30)
+    assert {tuple(q.accept_message_types) for q in r.message_queues} == {(pb.FIFO,)}
+    front.cluster.create_topic("GrpcUntyped")
+    r = stub.QueryRoute(spb.QueryRouteRequest(topic=pb.Resource(name="GrpcUntyped"), endpoints=pb.Endpoints(
+        scheme=pb.IPv4, addresses=[pb.Address(host="127.0.0.1", port=front.port)])), metadata=MD, timeout=30)
+    assert {tuple(q.accept_message_types) for q in r.message_queues} == {(pb.NORMAL, pb.FIFO, pb.DELAY,
+                                                                          pb.TRANSACTION)}

@@ -56,6 +56,8 @@ class ProxyConfig:
     # not a ProxyConfig key: local mode's TLS to the name servers (its broker's tls.enable), apart
     # from the TLS to its broker (its broker's port enforcing it); None: as tlsEnable
     tlsNamesrv: bool | None = None
+    # SendMessage checks a message's type against its topic's message.type attribute (broker.proxy.topic_types)
+    enableTopicMessageTypeCheck: bool = True
     # the broker that started this front as its child (local mode): logged, nothing more
     parentBroker: str = ""
     # ACL (broker.proxy.grpc_acl): 5.x clients' signed calls checked against a plain_acl.yml, as

@@ -22,6 +22,7 @@ from broker.proxy.protocol import service_pb2_grpc as rpc
 from broker.proxy.route_activity import RouteActivity
 from broker.proxy.send_activity import ProxyProducer, SendMessageActivity
 from broker.proxy.status import Code, ProxyError, status
+from broker.proxy.topic_types import TopicTypes
 from broker.proxy.transaction_activity import EndTransactionActivity, TransactionCheckRelay
 
 log = logging.getLogger("proxy")
@@ -50,8 +51,9 @@ class MessagingService(rpc.MessagingServiceServicer):
         self.config = config
         self.client = client
         self.channels = GrpcChannelManager()
-        self.routes = RouteActivity(client)
-        self.sender = SendMessageActivity(producer, config)
+        self.topic_types = TopicTypes(client, config.enableTopicMessageTypeCheck)
+        self.routes = RouteActivity(client, self.topic_types)
+        self.sender = SendMessageActivity(producer, config, self.topic_types)
         self.transactions = EndTransactionActivity(client)
         self.relay = TransactionCheckRelay(client, self.channels)
         self.consumers = ConsumerActivity(client, config)

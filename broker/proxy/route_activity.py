@@ -10,7 +10,7 @@ from broker.proxy.protocol import service_pb2 as spb
 from broker.proxy.status import Code, ProxyError, from_client_error, status
 from broker.common.topic_validator import TopicError, check_topic_name
 
-# a topic accepts every message type: the broker keeps no topic message type to check against
+# what a topic with no message.type attribute accepts here: every type (broker.proxy.topic_types)
 _ACCEPT = (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION)
 
 
@@ -23,7 +23,8 @@ def validate_topic(resource: pb.Resource) -> str:
     return resource.name
 
 
-def message_queues(topic: str, route: TopicRoute, endpoints: pb.Endpoints) -> list[pb.MessageQueue]:
+def message_queues(topic: str, route: TopicRoute, endpoints: pb.Endpoints,
+                   accept: list[int] | tuple = _ACCEPT) -> list[pb.MessageQueue]:
     """RouteActivity.genMessageQueueFromQueueData: min(read, write) READ_WRITE queues, then the
     extra read-only or write-only ones; only brokers with a master (id 0) are listed."""
     out = []
@@ -37,13 +38,14 @@ def message_queues(topic: str, route: TopicRoute, endpoints: pb.Endpoints) -> li
         for i in range(max(read, write)):
             perm = pb.READ_WRITE if i < read and i < write else pb.READ if i < read else pb.WRITE
             out.append(pb.MessageQueue(topic=pb.Resource(name=topic), id=i, permission=perm, broker=broker,
-                                       accept_message_types=_ACCEPT))
+                                       accept_message_types=accept))
     return out
 
 
 class RouteActivity:
-    def __init__(self, client: MQClientInstance):
+    def __init__(self, client: MQClientInstance, topic_types=None):
         self.client = client
+        self.topic_types = topic_types  # TopicTypes: the types a topic's queues accept
 
     async def query_route(self, request: spb.QueryRouteRequest, context) -> spb.QueryRouteResponse:
         topic = validate_topic(request.topic)
@@ -53,7 +55,8 @@ class RouteActivity:
             route = await self.client.routes.get(topic, refresh=True)
         except Exception as e:  # noqa: BLE001 - the remoting side's failure, answered as a Status
             return spb.QueryRouteResponse(status=status(*from_client_error(e)))
-        queues = message_queues(topic, route, request.endpoints)
+        accept = await self.topic_types.accepted(topic) if self.topic_types is not None else _ACCEPT
+        queues = message_queues(topic, route, request.endpoints, accept)
         if not queues:
             return spb.QueryRouteResponse(status=status(Code.TOPIC_NOT_FOUND, f"topic {topic} has no queue on a master"))
         return spb.QueryRouteResponse(status=status(), message_queues=queues)

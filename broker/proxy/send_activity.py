@@ -29,9 +29,10 @@ class ProxyProducer(Producer):
 
 
 class SendMessageActivity:
-    def __init__(self, producer: ProxyProducer, config: ProxyConfig):
+    def __init__(self, producer: ProxyProducer, config: ProxyConfig, topic_types=None):
         self.producer = producer
         self.config = config
+        self.topic_types = topic_types  # TopicTypes: the message.type each topic takes
 
     async def send_message(self, request: spb.SendMessageRequest, context) -> spb.SendMessageResponse:
         if not request.messages:
@@ -39,6 +40,9 @@ class SendMessageActivity:
         topic = validate_topic(request.messages[0].topic)
         peer = peer_host(context)
         msgs = [to_remoting(m, topic, self.config, peer) for m in request.messages]
+        if self.topic_types is not None:
+            for m in msgs:
+                await self.topic_types.validate(topic, m.properties)
         groups = [m.system_properties.message_group for m in request.messages]
         queues = None
         if any(groups):

@@ -231,6 +231,7 @@ class CreateTopicRequestHeader(_Header):
     topicFilterType: str = "SINGLE_TAG"
     topicSysFlag: Int32 = 0
     order: bool = False
+    attributes: str | None = None  # RocketMQ 5: "+message.type=FIFO,-key" (broker.common.topic_attributes)
 
 
 class ViewBrokerStatsDataRequestHeader(_Header):

@@ -13,7 +13,7 @@ import logging
 import os
 import re
 import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from broker.store.config_writer import ConfigFileWriter
 from broker.store.durable import fsync_dir
@@ -124,6 +124,9 @@ class TopicConfig:
     topicFilterType: str = "SINGLE_TAG"
     topicSysFlag: int = 0
     order: bool = False
+    # RocketMQ 5's topic attributes, as its topics.json keeps them: "message.type" (NORMAL, FIFO,
+    # DELAY, TRANSACTION, MIXED, UNSPECIFIED) is the one this broker knows (broker.common.topic_attributes)
+    attributes: dict = field(default_factory=dict)
 
 
 class TopicConfigTable:

@@ -14,7 +14,7 @@ Nothing here is counted per message on the request path:
   time of the message at each (ConsumerLagCalculator's formulas).
 
 Where a figure differs from RocketMQ's, docs/compat.md says how (throughput counts stored record
-bytes, not bodies; message_type is the topic's, as this broker keeps no per-message type).
+bytes, not bodies; message_type is the topic's message.type, as this broker keeps no per-message type).
 """
 from __future__ import annotations
 
@@ -38,7 +38,11 @@ def is_system(topic: str, group: str = "") -> bool:
 
 
 def message_type(cfg) -> str:
-    """TopicMessageType's metrics value: a topic made orderly is FIFO, any other NORMAL."""
+    """TopicMessageType's metrics value: the topic's message.type attribute, else FIFO for a topic
+    made orderly and NORMAL for any other."""
+    kind = (getattr(cfg, "attributes", None) or {}).get("message.type") if cfg is not None else None
+    if kind:
+        return kind.lower()
     return "fifo" if cfg is not None and getattr(cfg, "order", False) else "normal"
 
 

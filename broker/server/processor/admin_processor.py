@@ -7,6 +7,7 @@ from broker.remoting import codes
 from broker.remoting.command import RemotingCommand
 from broker.remoting.headers import CreateTopicRequestHeader, TopicHeader, decode
 from broker.remoting.refusals import BadRequest, TopicNotExist
+from broker.common.topic_attributes import AttributeError_, apply_attributes
 from broker.common.topic_validator import TopicError, not_sendable
 from broker.store.config_files import TopicConfig
 
@@ -30,8 +31,13 @@ class AdminProcessor:
         h = decode(CreateTopicRequestHeader, cmd.ext)
         if not (0 < h.readQueueNums <= 1024 and 0 < h.writeQueueNums <= 1024):
             raise TopicError("queue numbers must be 1..1024")
+        current = self.topics.get(h.topic)
+        try:
+            attributes = apply_attributes(current.attributes if current is not None else {}, h.attributes)
+        except AttributeError_ as e:
+            raise BadRequest(str(e)) from None
         self.topics.create(TopicConfig(h.topic, h.readQueueNums, h.writeQueueNums, h.perm, h.topicFilterType,
-                                       h.topicSysFlag, h.order))
+                                       h.topicSysFlag, h.order, attributes))
         # RocketMQ's reply keeps the remark its createResponseCommand put there before success
         return cmd.response(codes.SUCCESS, remark="not set any response code")
 
@@ -39,7 +45,8 @@ class AdminProcessor:
         """TopicConfigAndMappingSerializeWrapper, as RocketMQ 5 answers: no static topics here, so
         the queue mappings are empty and their version never moved; the count in the header."""
         wrapper = self.topics.serialize_wrapper()
-        table = {name: {**cfg, "attributes": {}} for name, cfg in wrapper["topicConfigTable"].items()}
+        table = {name: {**cfg, "attributes": dict(cfg.get("attributes") or {})}
+                 for name, cfg in wrapper["topicConfigTable"].items()}
         body = {**wrapper, "topicConfigTable": table, "topicQueueMappingInfoMap": {},
                 "topicQueueMappingDetailMap": {}, "mappingDataVersion": {"counter": 0, "stateVersion": 0,
                                                                          "timestamp": 0}}
@@ -51,7 +58,7 @@ class AdminProcessor:
         cfg = self.topics.get(topic)
         if cfg is None:
             raise TopicNotExist(f"No topic in this broker. topic: {topic}")
-        return cmd.response(codes.SUCCESS, body=msgspec.json.encode({**vars(cfg), "attributes": {}}))
+        return cmd.response(codes.SUCCESS, body=msgspec.json.encode(vars(cfg)))
 
     def delete_topic(self, cmd: RemotingCommand, conn):
         """As RocketMQ's deleteTopicInBroker: the topic's config goes (and with it its route at the

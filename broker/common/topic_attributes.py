@@ -1,0 +1,64 @@
+"""RocketMQ 5's topic attributes (TopicAttributes, AttributeParser): UPDATE_AND_CREATE_TOPIC's
+`attributes` header ("+message.type=FIFO", "-message.type", comma-separated), and the topic message
+types a 5.x producer's messages are checked against (TopicMessageType).
+
+The one attribute served is `message.type`; any other key is refused naming it, as RocketMQ
+refuses a key it does not know (queue.type and cleanup.policy name features this broker lacks).
+A topic with no message.type accepts every type here; RocketMQ reads it as NORMAL and its proxy
+refuses FIFO, DELAY and TRANSACTION messages to it (docs/compat.md)."""
+from __future__ import annotations
+
+MESSAGE_TYPE = "message.type"
+TOPIC_MESSAGE_TYPES = ("UNSPECIFIED", "NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED")
+
+
+class AttributeError_(ValueError):
+    """An attributes text that cannot be applied; the message is RocketMQ's."""
+
+
+def apply_attributes(current: dict, text: str | None) -> dict:
+    """`current` with the changes of an `attributes` header applied (a new dict)."""
+    out = dict(current)
+    if not text or not text.strip():
+        return out
+    for item in (x.strip() for x in text.split(",") if x.strip()):
+        if item[0] not in "+-":
+            raise AttributeError_(f"attribute format is illegal: {item} (each is +key=value or -key)")
+        if item[0] == "-":
+            key = item[1:]
+            if "=" in key:
+                raise AttributeError_(f"attribute format is illegal: {item} (a removal names the key alone)")
+            _check_key(key)
+            out.pop(key, None)
+            continue
+        key, sep, value = item[1:].partition("=")
+        if not sep:
+            raise AttributeError_(f"attribute format is illegal: {item} (+key=value)")
+        _check_key(key)
+        if value not in TOPIC_MESSAGE_TYPES:
+            raise AttributeError_(f"value is not in set: {sorted(TOPIC_MESSAGE_TYPES)}")
+        out[key] = value
+    return out
+
+
+def _check_key(key: str) -> None:
+    if key != MESSAGE_TYPE:
+        raise AttributeError_(f"unsupported key: {key}")
+
+
+def message_type_of(properties: dict) -> str:
+    """TopicMessageType.parseFromMessageProperty."""
+    if properties.get("TRAN_MSG") == "true":
+        return "TRANSACTION"
+    if any(k in properties for k in ("DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS")):
+        return "DELAY"
+    if "__SHARDINGKEY" in properties:
+        return "FIFO"
+    return "NORMAL"
+
+
+def accepts(topic_type: str | None, message_type: str) -> bool:
+    """DefaultTopicMessageTypeValidator, except that a topic with no type takes every one."""
+    if topic_type is None or topic_type == "MIXED":
+        return True
+    return topic_type == message_type

@@ -1,0 +1,60 @@
+"""The message type each topic takes (RocketMQ 5's `message.type` topic attribute), as the Java
+proxy's MetadataService reads it: GET_TOPIC_CONFIG from a master of the topic, cached a few seconds.
+A SendMessage of another type is refused MESSAGE_PROPERTY_CONFLICT_WITH_TYPE with the Java proxy's
+words (enableTopicMessageTypeCheck), and QueryRoute lists the types a topic's queues accept. A topic
+with no message.type (or one that cannot be asked) takes every type here (docs/compat.md)."""
+from __future__ import annotations
+
+import time
+
+import msgspec
+
+from broker.client.client_instance import MQClientInstance
+from broker.common.topic_attributes import MESSAGE_TYPE, accepts, message_type_of
+from broker.proxy.protocol import definition_pb2 as pb
+from broker.proxy.status import Code, ProxyError
+from broker.remoting import codes
+from broker.remoting.command import RemotingCommand
+
+TTL_S = 5.0
+_PB = {"NORMAL": [pb.NORMAL], "FIFO": [pb.FIFO], "DELAY": [pb.DELAY], "TRANSACTION": [pb.TRANSACTION]}
+ALL_TYPES = [pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION]
+
+
+class TopicTypes:
+    def __init__(self, client: MQClientInstance, check: bool = True):
+        self.client = client
+        self.check = check  # enableTopicMessageTypeCheck
+        self._cache: dict[str, tuple[float, str | None]] = {}
+
+    async def get(self, topic: str) -> str | None:
+        hit = self._cache.get(topic)
+        now = time.monotonic()
+        if hit is not None and now - hit[0] < TTL_S:
+            return hit[1]
+        kind = None
+        try:
+            route = await self.client.routes.get(topic)
+            addr = next(iter(route.broker_addrs().values()), None)
+            if addr is not None:
+                r = await self.client.invoke(addr, RemotingCommand.request(codes.GET_TOPIC_CONFIG, {"topic": topic}), 3)
+                if r.code == codes.SUCCESS:
+                    kind = (msgspec.json.decode(bytes(r.body)).get("attributes") or {}).get(MESSAGE_TYPE)
+        except Exception:  # noqa: BLE001 - a topic that cannot be asked takes every type
+            kind = None
+        self._cache[topic] = (now, kind)
+        return kind
+
+    async def validate(self, topic: str, properties: dict) -> None:
+        if not self.check or topic.startswith("%RETRY%") or topic.startswith("%DLQ%"):
+            return
+        expected = await self.get(topic)
+        actual = message_type_of(properties)
+        if not accepts(expected, actual):
+            raise ProxyError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                             f"TopicMessageType validate failed, the expected type is {expected}, but actual type "
+                             f"is {actual}")
+
+    async def accepted(self, topic: str) -> list[int]:
+        """QueryRoute's accept_message_types of the topic's queues."""
+        return _PB.get(await self.get(topic) or "MIXED", ALL_TYPES)
