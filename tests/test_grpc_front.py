@@ -93,21 +93,21 @@ def test_fifo_message_group_keeps_one_queue_in_order(front, tmp_path):
         assert {d["props"]["__SHARDINGKEY"] for d in mine} == {g}
 
 
-def test_delivery_time_becomes_a_delay_level(front, tmp_path):
+def test_delivery_time_is_kept_by_the_timer_wheel(front, tmp_path):
+    """A 5.x delivery timestamp goes to the broker as TIMER_DELIVER_MS (the Java proxy's default,
+    useDelayLevel=false): held in rmq_sys_wheel_timer to its time, not rounded to a delay level."""
     topic = "GrpcDelay"
     front.cluster.create_topic(topic)
-    before = int(time.time())
+    before = int(time.time() * 1000)
     [r] = py5_produce(front.endpoints, topic, [{"body": "later", "tag": "D", "delaySeconds": 2}])
     assert "messageId" in r, r
     with Consumer("py", front.cluster, tmp_path, topic, "delay-py", "delay-py") as py:
         [d] = _wait_all(py, 1, "the delayed message")
-    assert d["tags"] == "D" and d["props"]["UNIQ_KEY"] == r["messageId"]
-    # every test level is 100 ms, none as long as the wait: the last level, as the Java proxy picks;
-    # the message went through the schedule topic's queue of that level before its topic
-    held = [m for m in front.cluster.records("SCHEDULE_TOPIC_XXXX", 17) if m.properties.get("REAL_TOPIC") == topic]
-    assert [m.properties["DELAY"] for m in held] == ["18"]
-    assert held[0].properties["UNIQ_KEY"] == r["messageId"]
-    assert int(d["props"]["TIMER_DELIVER_MS"]) // 1000 >= before + 2
+    assert d["tags"] == "D" and d["props"]["UNIQ_KEY"] == r["messageId"] and "DELAY" not in d["props"]
+    deliver = int(d["props"]["TIMER_DELIVER_MS"])  # the client's time, in whole seconds
+    assert deliver >= before + 1000 and int(d["props"]["TIMER_DEQUEUE_MS"]) >= deliver  # never early
+    held = [m for m in front.cluster.records("rmq_sys_wheel_timer", 0) if m.properties.get("REAL_TOPIC") == topic]
+    assert [m.properties["UNIQ_KEY"] for m in held] == [r["messageId"]]
 
 
 def test_delivery_time_out_of_range_is_refused_with_a_reason(front):

@@ -42,8 +42,11 @@ class ProxyConfig:
     # 2000 cut the front's CPU per send by ~20 % at 64 sends in flight, but added ~0.7 ms to the
     # median at 8 in flight, and holds every send while a consumer long-polls (docs/grpc-front.md)
     remotingCoalesceMicros: int = 0
-    # the broker's delay levels: this broker has no timer wheel, so a 5.x delivery timestamp is
-    # carried as the first level not shorter than the wait (the Java proxy's useDelayLevel=true)
+    # a 5.x delivery timestamp goes to the broker as TIMER_DELIVER_MS, kept by its timer wheel to the
+    # precision (the Java proxy's default); useDelayLevel=true carries it as the first of the
+    # broker's delay levels (messageDelayLevel) not shorter than the wait instead, for a broker
+    # with timerWheelEnable=false
+    useDelayLevel: bool = False
     messageDelayLevel: str = DEFAULT_DELAY_LEVELS
     # TLS (broker.proxy.tls): tls.server.mode is TlsSystemConfig's, the three others ProxyConfig's
     tlsMode: str = "disabled"

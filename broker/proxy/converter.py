@@ -120,7 +120,7 @@ def to_remoting(m: pb.Message, topic: str, config: ProxyConfig, peer: str = "") 
         if deliver_ms - now_ms > config.maxDelayTimeMills:
             raise ProxyError(Code.ILLEGAL_DELIVERY_TIME, f"the max delay time of message is too large, max is "
                                                          f"{config.maxDelayTimeMills} ms")
-        if deliver_ms > now_ms:
+        if deliver_ms > now_ms and config.useDelayLevel:
             delay_level = _delay_level(deliver_ms, now_ms, config.delay_levels_ms)
         props[TIMER_DELIVER_MS] = str(deliver_ms)
     if sp.HasField("message_group") and sp.message_group:
