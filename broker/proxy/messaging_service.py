@@ -115,32 +115,32 @@ class MessagingService(rpc.MessagingServiceServicer):
         return await self.offsets.query_offset(request, context)
 
     async def PullMessage(self, request, context):
-        if self.acl is not None:
-            try:
-                self.acl.check(request, context)
-            except ProxyError as e:
-                yield spb.PullMessageResponse(status=status(e.code, e.message))
-                return
-        async for r in self.offsets.pull_message(request, context):
+        async for r in self._streamed(spb.PullMessageResponse, self.offsets.pull_message, request, context):
             yield r
 
     # -- what this front does not serve: a Status saying so, at once ---------------------------------
     @_answered(spb.RecallMessageResponse)
     async def RecallMessage(self, request, context):
-        raise ProxyError(Code.NOT_IMPLEMENTED, "RecallMessage is not implemented: the broker has no timer wheel")
+        raise ProxyError(Code.NOT_IMPLEMENTED, "RecallMessage is not implemented: a timer message cannot be recalled yet")
 
     @_answered(spb.SyncLiteSubscriptionResponse)
     async def SyncLiteSubscription(self, request, context):
         raise ProxyError(Code.NOT_IMPLEMENTED, "lite topics are not implemented by this front")
 
     async def ReceiveMessage(self, request, context):
+        async for r in self._streamed(spb.ReceiveMessageResponse, self.consumers.receive_message, request, context):
+            yield r
+
+    async def _streamed(self, response_type, activity, request, context):
+        """A server-streaming RPC: the ACL check first (a refusal is the one response), then the
+        activity's responses."""
         if self.acl is not None:
             try:
                 self.acl.check(request, context)
             except ProxyError as e:
-                yield spb.ReceiveMessageResponse(status=status(e.code, e.message))
+                yield response_type(status=status(e.code, e.message))
                 return
-        async for response in self.consumers.receive_message(request, context):
+        async for response in activity(request, context):
             yield response
 
     # -- Telemetry -----------------------------------------------------------------------------------

@@ -26,7 +26,8 @@ from broker.common.topic_validator import SCHEDULE_TOPIC
 from broker.services.message_store import GetStatus
 from broker.store.config_files import WRITER, read_with_backup, write_atomic
 from broker.store.errors import ServiceUnavailable, StoreError
-from broker.store.message import decode_message, encode_properties, host_bytes
+from broker.server.schedule.delivery import append_copy, destination
+from broker.store.message import decode_message
 
 log = logging.getLogger("schedule")
 
@@ -173,22 +174,13 @@ class ScheduleMessageService:
 
     def _deliver(self, msg, level: int) -> bool:
         props = msg.properties
-        topic = props.get(REAL_TOPIC)
-        try:
-            queue_id = int(props.get(REAL_QID, "0"))
-        except ValueError:
-            queue_id = 0
-        if not topic:
+        where = destination(self.topics, props)
+        if where is None:
             log.error("delay level %d: message %s has no REAL_TOPIC; dropped from the schedule", level, msg.msg_id)
             return True
-        cfg = self.topics.get_or_create(topic)
-        if cfg is not None and queue_id >= cfg.writeQueueNums:
-            queue_id = 0
+        topic, queue_id = where
         try:
-            result, _ = self.store.append(topic, queue_id, msg.body, encode_properties(props), flag=msg.flag,
-                                          sys_flag=msg.sys_flag, born_timestamp=msg.born_timestamp,
-                                          born_host=host_bytes(msg.born_host), reconsume_times=msg.reconsume_times,
-                                          wait=False)
+            result = append_copy(self.store, topic, queue_id, msg, props)
         except (StoreError, ServiceUnavailable) as e:
             log.warning("delay level %d: could not deliver %s to %s: %s", level, msg.msg_id, topic, e)
             return False

@@ -42,7 +42,8 @@ from broker.remoting.refusals import Refusal
 from broker.server.tasks import cancel_and_wait
 from broker.services.message_store import GetStatus
 from broker.store.errors import ServiceUnavailable, StoreError
-from broker.store.message import decode_message, encode_properties, host_bytes
+from broker.server.schedule.delivery import append_copy, destination
+from broker.store.message import decode_message
 from broker.store.timer_files import (MAGIC_DEFAULT, MAGIC_ROLL, SLOTS_TOTAL, TimerCheckpoint, TimerLog, TimerWheel,
                                       java_hash)
 
@@ -350,22 +351,13 @@ class TimerMessageService:
             props[TIMER_ROLL_TIMES] = str(int(props.get(TIMER_ROLL_TIMES, "0") or 0) + 1)
             topic, queue_id = TIMER_TOPIC, 0
         else:
-            topic = props.pop(REAL_TOPIC, "")
-            try:
-                queue_id = int(props.pop(REAL_QID, "0"))
-            except ValueError:
-                queue_id = 0
-            if not topic:
+            where = destination(self.topics, props, drop=True)
+            if where is None:
                 log.error("timer: message %s has no REAL_TOPIC; dropped", m.msg_id)
                 return True
-            cfg = self.topics.get_or_create(topic)
-            if cfg is not None and queue_id >= cfg.writeQueueNums:
-                queue_id = 0
+            topic, queue_id = where
         try:
-            result, _ = self.store.append(topic, queue_id, m.body, encode_properties(props), flag=m.flag,
-                                          sys_flag=m.sys_flag, born_timestamp=m.born_timestamp,
-                                          born_host=host_bytes(m.born_host), reconsume_times=m.reconsume_times,
-                                          wait=False)
+            result = append_copy(self.store, topic, queue_id, m, props)
         except (StoreError, ServiceUnavailable) as e:
             log.warning("timer: could not deliver %s to %s: %s", m.msg_id, topic, e)
             return False
