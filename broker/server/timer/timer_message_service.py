@@ -146,14 +146,23 @@ class TimerMessageService:
 
     def set_delivering(self, on: bool) -> None:
         if on and not self._tasks and self.config.timerWheelEnable:
-            self._open()
-            self._tasks = [asyncio.ensure_future(self._enqueue_loop()), asyncio.ensure_future(self._dequeue_loop()),
-                           asyncio.ensure_future(self._flush_loop())]
+            self._tasks = [asyncio.ensure_future(self._run())]
         elif not on and self._tasks:
             for t in self._tasks:
                 t.cancel()
             self._tasks = []
             self._checkpoint()
+
+    def _has_timers(self) -> bool:
+        return os.path.exists(self.ckpt_path) or self.store.max_offset(TIMER_TOPIC, 0) > 0
+
+    async def _run(self) -> None:
+        """The files are made when the first timer message is stored (the wheel is 38 MiB of disk a
+        broker that never sees one need not give), then enqueue, dequeue and checkpoint run."""
+        if not self._has_timers():
+            await self._arrived.wait()  # a send stored a timer message (its queue entry may lag)
+        self._open()
+        await asyncio.gather(self._enqueue_loop(), self._dequeue_loop(), self._flush_loop())
 
     async def close(self) -> None:
         await cancel_and_wait(self._tasks)
@@ -180,7 +189,7 @@ class TimerMessageService:
             self.timer_log.load()
             if self.timer_log.wrote:  # files without a checkpoint: start over from the topic
                 self.timer_log.truncate(0)
-            self.wheel.slots[:] = (0, -1, -1, 0, 0)
+            self.wheel.reset()
             self.queue_offset, self.read_ms, cl_offset = 0, now, None
         else:
             flush_pos = self.ckpt.flush_pos
