@@ -100,6 +100,13 @@ cdef class Appender:
     cdef dict _queues                   # (topic bytes, queue id) -> QueueState
     cdef readonly bytes store_host
     cdef readonly Py_ssize_t max_body
+    # entry mode (DLedger): each record is the body of one DLedger entry (48-byte header before
+    # it, a 32-byte index entry at entry_index x 32 in the index file attached as iseg)
+    cdef readonly bint entries
+    cdef MappedBuffer iseg
+    cdef readonly int64_t iseg_base
+    cdef readonly int64_t entry_index   # the next entry's index
+    cdef readonly int64_t term          # the term the entries are written in
     cpdef QueueState queue(self, bytes topic, int32_t queue_id)
     cdef int append_c(self, QueueState q, const uint8_t *body, Py_ssize_t body_len, const uint8_t *props,
                       Py_ssize_t props_len, int32_t flag, int32_t sys_flag, int64_t born_ts,

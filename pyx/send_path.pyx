@@ -12,6 +12,10 @@ are the sent ones as RocketMQ's SendMessageProcessor stores them: CLUSTER=<broke
 cluster a request-reply responder answers to), WAIT kept as sent (stored_props). Python touches the
 read once.
 
+With an Appender in entry mode (DLedger's commit log) each send is one entry of the Raft log,
+written in place (header, record, index entry); a parked reply then waits for the quorum to
+commit the entry (its `end` is the entry's end). Batches go to the processors there.
+
 Everything else goes back to Python at its position in the read (RUN_SLOW), where the
 processors handle it: other request codes, responses, a topic with no route (its first use,
 auto-creation, %RETRY%/%DLQ%, no write permission), a queue id out of range or negative, DELAY,
@@ -626,6 +630,9 @@ cdef class SendPipeline:
                         return self._slow(c, st, hs, hl, bs, bl, pos + 4 + length), pos
                     props = self._stored
                 q = <QueueState> route.queues[s.queue_id]
+                if batch and self.app.entries:
+                    # DLedger mode: the processors append a batch (one entry per message)
+                    return self._slow(c, st, hs, hl, bs, bl, pos + 4 + length), pos
                 if batch:
                     full = self._append_batch(c, q, &s, p + bs, bl, props, props_len, st, h.opaque,
                                               not (h.flag & FLAG_ONEWAY), wait)

@@ -252,6 +252,45 @@ class DLedgerEntryStore:
             self._begin = index
         return pos
 
+    # The leader's appends in place: the commit log's Appender in entry mode (broker.kernels.codec)
+    # writes header, body and index entry straight into the files attached here (the send kernel
+    # does it for a whole read), and the log's end follows it afterwards (took).
+    @property
+    def truncations(self) -> int:
+        """How many truncations this log has had (a writer placed before one is out of step)."""
+        return self._truncations
+
+    def place(self, app, term: int) -> None:
+        """Put an entry-mode Appender at the log's end: the next entry's position, index and
+        term, the data file holding that position and the index file holding its index entry.
+        Where the next entry cannot go there (it opens the next data file, after a blank), the
+        Appender declines it and this store's own append writes it; place again after."""
+        self._check_open()
+        if term < self._end_term:
+            raise TermRegression(self._end_index + 1, term, self._end_term)
+        index = self._end_index + 1
+        mf = self.data.file_for_write(self._wrote)
+        off = index * INDEX_UNIT_SIZE
+        imf = self.index.file_for_write(off)
+        app.place_entries(self._wrote, index, term)
+        app.attach(mf.buf, mf.base)
+        app.attach_index(imf.buf, imf.base)
+
+    def took(self, app) -> int:
+        """The entries an Appender placed by `place` wrote in place since: the log now ends after
+        them (as after as many appends). Returns how many there were."""
+        first = self._end_index + 1
+        n = app.entry_index - first
+        if n <= 0:
+            return 0
+        self._wrote = app.wrote
+        self._index_end = app.entry_index * INDEX_UNIT_SIZE
+        self._end_index = app.entry_index - 1
+        self._end_term = app.term
+        if self._begin < 0:
+            self._begin = first
+        return n
+
     def _take_first_pos(self, pos: int, index: int = 0) -> int:
         """An empty log takes the leader's position for its first entry `index`: the leader's
         data files start at its divided offset (the end of its old commit log) or, once its first

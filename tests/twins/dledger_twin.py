@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import re
 import struct
+import zlib
 from dataclasses import dataclass, field
 
 ENTRY_MAGIC = 1
@@ -205,3 +206,34 @@ def write_dledger_store(root: str, entries: list[tuple[int, bytes]], data_size: 
             with open(os.path.join(root, sub, f"{base:020d}"), "wb") as f:
                 f.write(chunk + bytes(size - len(chunk)))
     return positions
+
+
+# -- the leader's append of one RocketMQ record as one entry (the Appender's entry mode) ----------
+
+def append_entry(data, data_base: int, index, index_base: int, wrote: int, entry_index: int, term: int,
+                 queue_offset: int, store_ts: int, topic: bytes, queue_id: int, body: bytes, properties: bytes,
+                 flag: int, sys_flag: int, born_ts: int, born_host: bytes, store_host: bytes,
+                 reconsume_times: int):
+    """Write entry `entry_index` at absolute position `wrote` of the data file `data` (starting at
+    `data_base`): the 48-byte header, then the stored record (codec_twin.encode_record) whose
+    PHYSICALOFFSET is wrote + 48, and its 32-byte index unit at entry_index x 32 of the index file
+    `index` (starting at byte `index_base`). None, nothing written, when the entry would leave
+    fewer than 8 bytes in its data file or its index unit does not fit in the index file.
+    Returns (physical offset, entry size)."""
+    from tests.twins import codec_twin as C
+    total = C.record_length(len(body), len(topic), len(properties), len(born_host) == 20, len(store_host) == 20)
+    size = HEADER_LEN + total
+    at = wrote - data_base
+    iat = entry_index * INDEX_LEN - index_base
+    if size + BLANK_MIN > len(data) - at or iat < 0 or iat + INDEX_LEN > len(index):
+        return None
+    record = bytearray(total)
+    phys = wrote + HEADER_LEN
+    C.encode_record(record, 0, phys, queue_offset, store_ts, topic, queue_id, body, properties, flag, sys_flag,
+                    born_ts, born_host, store_host, reconsume_times, 0)
+    crc = zlib.crc32(record) & 0x7FFFFFFF
+    data[at:at + HEADER_LEN] = struct.pack(">iiqqqiiii", ENTRY_MAGIC, size, entry_index, term, wrote, 0, 0, crc,
+                                           total)
+    data[at + HEADER_LEN:at + size] = record
+    index[iat:iat + INDEX_LEN] = struct.pack(">iqiqq", ENTRY_MAGIC, wrote, size, entry_index, term)
+    return phys, size

@@ -64,7 +64,7 @@ class FastSendPath:
 
     def before_read(self, st: SendConn, conn) -> None:
         p = self.pipeline
-        p.enabled = not self.acl_enabled and self.store.fast_writable
+        p.enabled = not self.acl_enabled and self.store.ready_for_kernel()
         p.track_queues = self.holds.waiting > 0
         if p.parked and st.parked is None:
             st.parked = ParkedReplies(conn, self._store_host, REGION, TRACE_ON)
