@@ -143,13 +143,46 @@ def test_a_leader_deposed_before_the_commit_answers_errors_not_send_ok(tmp_path)
             await async_wait_until(lambda: store.ledger_end_index == end0 + n, 10, "the kernel's entries in the log")
             assert pipe.appended - before == n and store.committed_index == end0
             s.elector.change_role_to_candidate(s.state.term + 1)
-            codes_seen = []
+            replies = []
             for _ in range(n):
                 size = int.from_bytes(await asyncio.wait_for(reader.readexactly(4), 10), "big")
                 rest = await reader.readexactly(size)
                 hl = int.from_bytes(rest[:4], "big") & 0xFFFFFF
-                codes_seen.append(RemotingCommand.decode(rest[4:4 + hl], rest[4 + hl:], rest[0]).code)
+                replies.append(RemotingCommand.decode(rest[4:4 + hl], rest[4 + hl:], rest[0]))
             writer.close()
-            assert codes_seen == [STATUS_CODES[PutStatus.UNKNOWN_ERROR]] * n
-            assert codes.SUCCESS not in codes_seen
+            assert [r.code for r in replies] == [STATUS_CODES[PutStatus.UNKNOWN_ERROR]] * n
+            assert sorted(r.opaque for r in replies) == list(range(20, 20 + n))
+            # as the processors answer it: the outcome is unknown (a later leader may commit it)
+            assert all("may still commit" in r.remark and "term" in r.remark for r in replies), replies[0].remark
     asyncio.run(go())
+
+
+def test_parked_replies_render_a_remark_in_both_serialize_types():
+    """ParkedReplies.render(code, remark): each reply as the processors' response would carry it."""
+    from broker.kernels.codec import Appender, MappedBuffer
+    from broker.kernels.send_path import ParkedReplies, SendConn, SendPipeline
+    host = bytes([127, 0, 0, 1, 0, 0, 0x27, 0x11])
+    seg = bytearray(1 << 16)
+    app = Appender(host, 4096, {}, 0)
+    app.attach(MappedBuffer(seg), 0)
+    pipe = SendPipeline(app)
+    pipe.enabled = pipe.parked = True
+    pipe.set_route(b"R", 1)
+    conn = SendConn(host)
+    conn.parked = ParkedReplies(None, host, b"DefaultRegion", b"true")
+    frames = _v2("R", b"x", 0, opaque=5) + _v2("R", b"y", 0, opaque=6, serialize_type=1)
+    pipe.run(conn, frames, 0, len(frames))
+    assert len(conn.parked) == 2
+    for remark in (None, "term 3 began; not acknowledged \u00e9 \"quoted\"".encode()):
+        data = conn.parked.render(STATUS_CODES[PutStatus.UNKNOWN_ERROR], remark)
+        got, at = [], 0
+        while at < len(data):
+            n = int.from_bytes(data[at:at + 4], "big")
+            rest = data[at + 4:at + 4 + n]
+            hl = int.from_bytes(rest[:4], "big") & 0xFFFFFF
+            got.append((rest[0], RemotingCommand.decode(rest[4:4 + hl], rest[4 + hl:], rest[0])))
+            at += 4 + n
+        assert [(t, r.opaque) for t, r in got] == [(0, 5), (1, 6)]
+        for _, r in got:
+            assert r.code == STATUS_CODES[PutStatus.UNKNOWN_ERROR] and r.ext["queueId"] == "0"
+            assert r.remark == (remark.decode() if remark else None)

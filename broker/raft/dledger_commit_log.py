@@ -62,6 +62,10 @@ def put_status(err: BaseException | None) -> PutStatus:
     return PutStatus.UNKNOWN_ERROR
 
 
+# what a failed put's remark adds to the failure (a client's history checker reads it as "outcome unknown")
+UNACKNOWLEDGED = "not acknowledged: a later leader may still commit the message or drop it"
+
+
 class EntryPositionMismatch(RuntimeError):
     """A bug: the entry did not land where the record says it is."""
 
@@ -230,7 +234,7 @@ class DLedgerCommitLog:
             if err is not None:
                 # RocketMQ answers TERM_CHANGED with a bare UNKNOWN_ERROR: say which member stopped
                 # leading (or which entry no majority held), and that the outcome is unknown
-                out.remark = f"{err}; not acknowledged: a later leader may still commit the message or drop it"
+                out.remark = f"{err}; {UNACKNOWLEDGED}"
             if not out.done():
                 out.set_result(status)
         ack.add_done_callback(done)

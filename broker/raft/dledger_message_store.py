@@ -44,7 +44,7 @@ import time
 import numpy as np
 
 from broker.raft.config import DLedgerConfig
-from broker.raft.dledger_commit_log import DLedgerCommitLog, put_status
+from broker.raft.dledger_commit_log import UNACKNOWLEDGED, DLedgerCommitLog, put_status
 from broker.raft.divided_commit_log import open_old_commit_log
 from broker.raft.role_change_handler import DLedgerRoleChangeHandler
 from broker.raft.server import DLedgerServer
@@ -389,17 +389,23 @@ class DLedgerMessageStore(MessageStore):
         self.commit_log.took_in_place()
 
     def wait_put(self, end: int, resolve, arg) -> None:
-        """Call resolve(arg, status) once a majority holds the entries the send kernel appended
-        so far (their last one; `end`, where the parked puts end, is at or before its end), with
-        the status RocketMQ's DLedgerCommitLog answers a failure with (a term change, a timeout)."""
+        """Call resolve(arg, PUT_OK) once a majority holds the entries the send kernel appended
+        so far (their last one; `end`, where the parked puts end, is at or before its end), else
+        resolve(arg, status, why) with the status RocketMQ's DLedgerCommitLog answers the failure
+        with (a term change, a timeout) and why, as DLedgerCommitLog.append's futures say it."""
         s = self.server
         if s is None:
-            resolve(arg, PutStatus.SERVICE_NOT_AVAILABLE)
+            resolve(arg, PutStatus.SERVICE_NOT_AVAILABLE, "this broker's DLedger member is not running")
             return
         fut = s.wait_entry(s.store.ledger_end_index)
 
         def done(f) -> None:
-            resolve(arg, PutStatus.UNKNOWN_ERROR if f.cancelled() else put_status(f.exception()))
+            if f.cancelled():
+                resolve(arg, PutStatus.UNKNOWN_ERROR, UNACKNOWLEDGED)
+            elif f.exception() is not None:
+                resolve(arg, put_status(f.exception()), f"{f.exception()}; {UNACKNOWLEDGED}")
+            else:
+                resolve(arg, PutStatus.PUT_OK)
         fut.add_done_callback(done)
 
     # -- introspection ---------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from broker.kernels.codec import MAX_TOPIC_LEN
 from broker.kernels.send_path import ParkedReplies, SendConn, SendPipeline
-from broker.server.processor.send_processor import STATUS_CODES, born_host_of
+from broker.server.processor.send_processor import STATUS_CODES, STATUS_REMARKS, born_host_of
 from broker.common.topic_validator import DLQ_PREFIX, PERM_WRITE, RETRY_PREFIX, not_sendable
 from broker.store.results import PutStatus
 
@@ -84,9 +84,14 @@ class FastSendPath:
         if replies is not None:
             out.append(replies)
 
-    def _release(self, parked: ParkedReplies, status: PutStatus) -> None:
+    def _release(self, parked: ParkedReplies, status: PutStatus, why: str | None = None) -> None:
+        remark = None
         if status is not PutStatus.PUT_OK:
             self.store.put_failed[status] += len(parked)
+            # as the processors answer a failed put (SendMessageProcessor._after_flush)
+            remark = STATUS_REMARKS.get(status)
+            if why:
+                remark = f"{remark}: {why}" if remark else why
         conn = parked.conn
         if conn.transport is not None:
-            conn.send_bytes(parked.render(STATUS_CODES[status]))
+            conn.send_bytes(parked.render(STATUS_CODES[status], remark.encode() if remark else None))
