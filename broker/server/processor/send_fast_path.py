@@ -11,7 +11,9 @@ for a full disk) and ACL is off (signatures are checked by the processors); it r
 queues it appended to only while pulls are held. After the read (and before any frame handed to
 the processors), `settle` publishes the new write position, counts the puts, wakes the pulls
 held on those queues, and under SYNC_FLUSH / SYNC_MASTER hands the read's parked replies to the
-store's waiters as one entry, answered together when the put is durable.
+store's waiters as one entry, answered together when the put is durable. In DLedger mode the
+store is told of the entries the kernel appended (its log end and quorum follow) and the parked
+replies wait for the quorum to commit the read's last entry.
 """
 from __future__ import annotations
 
