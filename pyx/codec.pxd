@@ -67,8 +67,10 @@ cdef class Scanner:
     cdef int _last_topic_len
     cdef int32_t _last_topic_idx
     cdef int32_t _intern_topic(self, const uint8_t *p, int n) except -1
+    cdef tuple _scan_buf(self, buf, Py_ssize_t start, Py_ssize_t end, int64_t base_offset, bint check_crc,
+                         Py_ssize_t max_records, bint entries)
     cdef tuple _scan(self, const uint8_t *base, Py_ssize_t pos, Py_ssize_t end, int64_t base_offset,
-                     bint check_crc, Py_ssize_t max_records)
+                     bint check_crc, Py_ssize_t max_records, bint entries=*)
 
 
 cpdef int64_t java_string_hash(const uint8_t[::1] s) except? -1

@@ -65,6 +65,13 @@ class EncodeOverflow(ValueError):
 # ---------------------------------------------------------------------------------------------
 # Buffers
 
+cdef enum:
+    # DLedger 0.3.1.2's entry layout (broker/raft/entry_format.py)
+    DLEDGER_HEADER = 48
+    DLEDGER_INDEX_UNIT = 32
+    DLEDGER_MAGIC = 1
+
+
 @cython.final
 cdef class MappedBuffer:
     def __cinit__(self, obj, bint writable=True):
@@ -528,6 +535,20 @@ cdef class Scanner:
              Py_ssize_t max_records=-1):
         """Scan records in buf[start:end]. Returns (count, next_pos, status); entries[:count] hold the
         records, `reason` says what was wrong when status is SCAN_CORRUPT."""
+        return self._scan_buf(buf, start, end, base_offset, check_crc, max_records, False)
+
+    def scan_entries(self, buf, Py_ssize_t start, Py_ssize_t end, int64_t base_offset, bint check_crc=False,
+                     Py_ssize_t max_records=-1):
+        """As scan, over DLedger entries (DLedger's commit log): each entry's 48-byte header, then
+        one record filling its body exactly (its entry: phys_offset is the record's, pos + 48). An
+        entry with an empty body (a new leader's no-op) is stepped over, not counted. next_pos is
+        always an entry's start; SCAN_BLANK is DLedger's blank (magic -1) closing a file, SCAN_ZERO
+        8 zero bytes, SCAN_PARTIAL an entry not complete before `end`, SCAN_CORRUPT a header that is
+        not an entry's or a body that is not one record."""
+        return self._scan_buf(buf, start, end, base_offset, check_crc, max_records, True)
+
+    cdef tuple _scan_buf(self, buf, Py_ssize_t start, Py_ssize_t end, int64_t base_offset, bint check_crc,
+                         Py_ssize_t max_records, bint entries):
         cdef Buf b
         acquire(buf, &b, False)
         try:
@@ -535,16 +556,17 @@ cdef class Scanner:
                 raise ValueError(f"scan range [{start}, {end}) outside a buffer of {b.size}")
             if max_records < 0 or max_records > self._cap:
                 max_records = self._cap
-            return self._scan(b.ptr, start, end, base_offset, check_crc, max_records)
+            return self._scan(b.ptr, start, end, base_offset, check_crc, max_records, entries)
         finally:
             release(&b)
 
     cdef tuple _scan(self, const uint8_t *base, Py_ssize_t pos, Py_ssize_t end, int64_t base_offset,
-                     bint check_crc, Py_ssize_t max_records):
+                     bint check_crc, Py_ssize_t max_records, bint entries=False):
         cdef Py_ssize_t count = 0, avail, q, body_len, topic_len, props_len, host1, host2
+        cdef Py_ssize_t at = 0        # what next_pos says when the scan stops here (entries: the entry's start)
         cdef uint32_t total_u, magic
         cdef int64_t total
-        cdef int32_t sys_flag
+        cdef int32_t sys_flag, emagic, esize, ebody
         cdef const uint8_t *p
         cdef DispatchEntry *e
         cdef PropHits h
@@ -553,22 +575,58 @@ cdef class Scanner:
             avail = end - pos
             if avail == 0:
                 return count, pos, SCAN_END
+            if entries:
+                if avail < 8:
+                    return count, pos, SCAN_PARTIAL
+                p = base + pos
+                emagic = <int32_t> get_be32(p)
+                esize = <int32_t> get_be32(p + 4)
+                if emagic == -1:
+                    return count, pos, SCAN_BLANK
+                if emagic == 0 and esize == 0:
+                    return count, pos, SCAN_ZERO
+                if emagic != DLEDGER_MAGIC or esize < DLEDGER_HEADER:
+                    self.reason = f"entry header magic {emagic} size {esize}"
+                    return count, pos, SCAN_CORRUPT
+                if esize > avail:
+                    return count, pos, SCAN_PARTIAL
+                ebody = <int32_t> get_be32(p + 44)
+                if ebody != esize - DLEDGER_HEADER:
+                    self.reason = f"entry bodySize {ebody} + {DLEDGER_HEADER} != size {esize}"
+                    return count, pos, SCAN_CORRUPT
+                if ebody == 0:  # a new leader's no-op: nothing to dispatch
+                    pos += esize
+                    continue
+                at = pos
+                pos += DLEDGER_HEADER
+                avail = ebody  # the record fills the body exactly
+            else:
+                at = pos
             if avail < 8:
+                if entries:
+                    self.reason = f"entry body of {avail} bytes is not a record"
+                    return count, at, SCAN_CORRUPT
                 return count, pos, SCAN_PARTIAL
             p = base + pos
             total_u = get_be32(p)
             magic = get_be32(p + 4)
             total = <int32_t> total_u
+            if entries and total != avail:
+                self.reason = f"record of {total} bytes in an entry body of {avail}"
+                return count, at, SCAN_CORRUPT
             if magic == RECORD_BLANK_MAGIC:
+                if entries:
+                    self.reason = "a commit-log blank in an entry body"
+                    return count, at, SCAN_CORRUPT
                 return count, pos, SCAN_BLANK
             if magic == 0 and total == 0:
                 return count, pos, SCAN_ZERO
             if magic != RECORD_MESSAGE_MAGIC:
                 self.reason = f"bad magic code 0x{magic:08X}"
-                return count, pos, SCAN_CORRUPT
+                return count, at, SCAN_CORRUPT
             if total < RECORD_FIXED_LEN_V4:
                 self.reason = f"total size {total} below the minimum {RECORD_FIXED_LEN_V4}"
-                return count, pos, SCAN_CORRUPT
+                return count, at, SCAN_CORRUPT
             if total > avail:
                 return count, pos, SCAN_PARTIAL
             # Walk the variable part inside [p, p+total): every length is checked against total.
@@ -578,21 +636,21 @@ cdef class Scanner:
             q = 48 + host1 + 8 + host2 + 4 + 8
             if q + 4 > total:
                 self.reason = f"header of {q + 4} bytes exceeds total size {total}"
-                return count, pos, SCAN_CORRUPT
+                return count, at, SCAN_CORRUPT
             body_len = <int32_t> get_be32(p + q)
             q += 4
             if body_len < 0 or body_len > total - q - 1:
                 self.reason = f"body length {body_len} inconsistent with total size {total}"
-                return count, pos, SCAN_CORRUPT
+                return count, at, SCAN_CORRUPT
             if check_crc and body_crc(p + q, body_len) != get_be32(p + 8):
                 self.reason = f"body CRC 0x{body_crc(p + q, body_len):08X} != stored 0x{get_be32(p + 8):08X}"
-                return count, pos, SCAN_CORRUPT
+                return count, at, SCAN_CORRUPT
             q += body_len
             topic_len = <int8_t> p[q]
             q += 1
             if topic_len < 0 or topic_len > total - q - 2:
                 self.reason = f"topic length {topic_len} inconsistent with total size {total}"
-                return count, pos, SCAN_CORRUPT
+                return count, at, SCAN_CORRUPT
             e = &self._out[count]
             e.topic_idx = self._intern_topic(p + q, <int> topic_len)
             q += topic_len
@@ -600,7 +658,7 @@ cdef class Scanner:
             q += 2
             if props_len < 0 or q + props_len != total:
                 self.reason = f"properties length {props_len} inconsistent with total size {total}"
-                return count, pos, SCAN_CORRUPT
+                return count, at, SCAN_CORRUPT
             find_props(base, pos + q, props_len, &h)
             e.phys_offset = base_offset + pos
             e.size = <int32_t> total
@@ -752,11 +810,6 @@ def warm_file(int fd, Py_ssize_t start, Py_ssize_t end, Py_ssize_t chunk) -> Non
 
 from clock cimport now_ms
 
-cdef enum:
-    # DLedger 0.3.1.2's entry layout (broker/raft/entry_format.py)
-    DLEDGER_HEADER = 48
-    DLEDGER_INDEX_UNIT = 32
-    DLEDGER_MAGIC = 1
 
 
 @cython.final

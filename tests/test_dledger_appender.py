@@ -4,6 +4,8 @@ pure-Python twin (tests/twins/dledger_twin.append_entry) and as the entry store'
 writes it (followers compare headers, recovery checks the body CRC)."""
 from __future__ import annotations
 
+import struct
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -150,3 +152,59 @@ def test_place_refuses_an_earlier_term(tmp_path):
     s.place(app, 5)
     assert (app.wrote, app.entry_index, app.term) == (s.write_pos, 1, 5)
     s.close()
+
+
+# -- the reput's walk: Scanner.scan_entries ---------------------------------------------------------
+
+def kernel_scan_entries(buf, start, end, base_offset, check_crc, max_records):
+    """Scanner.scan_entries' records as codec.scan (the kernel's convenience form) reports them."""
+    from broker.kernels.codec import Scanner
+    s = Scanner(64)
+    count, pos, status = s.scan_entries(buf, start, end, base_offset, check_crc, max_records)
+    data = bytes(buf)
+    out = []
+    for i in range(count):
+        e = s.entries[i]
+        kp, kl, up, ul = int(e["keys_pos"]), int(e["keys_len"]), int(e["uniq_pos"]), int(e["uniq_len"])
+        out.append({"phys_offset": int(e["phys_offset"]), "size": int(e["size"]), "queue_id": int(e["queue_id"]),
+                    "queue_offset": int(e["queue_offset"]), "tag_hash": int(e["tag_hash"]),
+                    "store_ts": int(e["store_ts"]), "sys_flag": int(e["sys_flag"]), "topic": s.topics[e["topic_idx"]],
+                    "keys": data[kp:kp + kl] if kp >= 0 else b"", "uniq": data[up:up + ul] if up >= 0 else b"",
+                    "body_crc_ok": True})
+    return out, pos, status
+
+
+@st.composite
+def entry_log(draw):
+    """A data file's bytes: entries (records, no-ops), then a blank, zeros, or a damaged entry."""
+    buf = bytearray()
+    index = draw(st.integers(0, 50))
+    for _ in range(draw(st.integers(0, 8))):
+        if draw(st.integers(0, 5)) == 0:
+            body = b""  # a leader's no-op
+        else:
+            m = draw(message)
+            props = draw(st.sampled_from([b"", b"TAGS\x01t", b"KEYS\x01k1 k2\x02UNIQ_KEY\x01U\x02TAGS\x01x"]))
+            body = _record({**m, "properties": props}, len(buf) + 48, draw(st.integers(0, 99)), 7)
+        buf += struct.pack(">iiqqqiiii", 1, 48 + len(body), index, 2, len(buf), 0, 0, 0, len(body)) + body
+        index += 1
+    tail = draw(st.sampled_from(["end", "blank", "zeros", "damage", "cut"]))
+    if tail == "blank":
+        buf += struct.pack(">ii", -1, 64) + bytes(56)
+    elif tail == "zeros":
+        buf += bytes(16)
+    elif buf and tail in ("damage", "cut"):
+        at = draw(st.integers(0, len(buf) - 1))
+        if tail == "cut":
+            del buf[at:]
+        else:
+            buf[at] ^= 1 << draw(st.integers(0, 7))
+    return bytes(buf)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(entry_log(), st.booleans(), st.one_of(st.just(-1), st.integers(0, 6)), st.integers(0, 1 << 40))
+def test_scan_entries_reads_what_the_twin_reads(data, check_crc, max_records, base):
+    k = kernel_scan_entries(data, 0, len(data), base, check_crc, max_records)
+    t = twin.scan_entries(data, 0, len(data), base, check_crc, max_records)
+    assert k == t

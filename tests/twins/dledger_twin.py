@@ -237,3 +237,43 @@ def append_entry(data, data_base: int, index, index_base: int, wrote: int, entry
     data[at + HEADER_LEN:at + size] = record
     index[iat:iat + INDEX_LEN] = struct.pack(">iqiqq", ENTRY_MAGIC, wrote, size, entry_index, term)
     return phys, size
+
+
+def scan_entries(buf, start: int, end: int, base_offset: int, check_crc: bool, max_records: int | None = None):
+    """The records of the DLedger entries in buf[start:end] (the reput of DLedger's commit log), as
+    codec_twin.scan reports records: (records, next_pos, status). Each entry is a 48-byte header
+    and one record filling its body exactly (phys_offset: the record's, entry pos + 48); an entry
+    with an empty body (a leader's no-op) is stepped over and not counted. Checked at next_pos,
+    in this order: fewer than 8 bytes -> PARTIAL; magic -1 -> BLANK; magic and size 0 -> ZERO;
+    magic not 1 or size < 48 -> CORRUPT; size past `end` -> PARTIAL; bodySize != size - 48 ->
+    CORRUPT; a body that is not exactly one valid record -> CORRUPT. next_pos is an entry's start."""
+    from tests.twins import codec_twin as C
+    mv = memoryview(buf).cast("B") if not isinstance(buf, memoryview) else buf
+    out = []
+    pos = start
+    limit = None if max_records is None or max_records < 0 else max_records
+    while limit is None or len(out) < limit:
+        avail = end - pos
+        if avail == 0:
+            return out, pos, C.SCAN_END
+        if avail < BLANK_MIN:
+            return out, pos, C.SCAN_PARTIAL
+        magic, size = struct.unpack_from(">ii", mv, pos)
+        if magic == BLANK_MAGIC:
+            return out, pos, C.SCAN_BLANK
+        if magic == 0 and size == 0:
+            return out, pos, C.SCAN_ZERO
+        if magic != ENTRY_MAGIC or size < HEADER_LEN:
+            return out, pos, C.SCAN_CORRUPT
+        if size > avail:
+            return out, pos, C.SCAN_PARTIAL
+        (body_size,) = struct.unpack_from(">i", mv, pos + 44)
+        if body_size != size - HEADER_LEN:
+            return out, pos, C.SCAN_CORRUPT
+        if body_size:
+            recs, nxt, status = C.scan(mv, pos + HEADER_LEN, pos + size, base_offset, check_crc, 1)
+            if len(recs) != 1 or nxt != pos + size or status != C.SCAN_END:
+                return out, pos, C.SCAN_CORRUPT
+            out.append(recs[0])
+        pos += size
+    return out, pos, C.SCAN_END
