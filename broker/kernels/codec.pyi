@@ -65,6 +65,11 @@ class Scanner:
         self, buf: Buffer | MappedBuffer, start: int, end: int, base_offset: int, check_crc: bool = False,
         max_records: int = -1,
     ) -> tuple[int, int, int]: ...
+    # the same over DLedger entries (48-byte header, one record per body; no-ops stepped over)
+    def scan_entries(
+        self, buf: Buffer | MappedBuffer, start: int, end: int, base_offset: int, check_crc: bool = False,
+        max_records: int = -1,
+    ) -> tuple[int, int, int]: ...
 
 class _ScannedRecord(TypedDict):
     phys_offset: int
