@@ -13,8 +13,8 @@ cluster a request-reply responder answers to), WAIT kept as sent (stored_props).
 read once.
 
 With an Appender in entry mode (DLedger's commit log) each send is one entry of the Raft log,
-written in place (header, record, index entry); a parked reply then waits for the quorum to
-commit the entry (its `end` is the entry's end). Batches go to the processors there.
+written in place (header, record, index entry), and so is each message of a batch; a parked
+reply then waits for the quorum to commit the entry (its `end` is the entry's end).
 
 Everything else goes back to Python at its position in the read (RUN_SLOW), where the
 processors handle it: other request codes, responses, a topic with no route (its first use,
@@ -639,9 +639,6 @@ cdef class SendPipeline:
                         return self._slow(c, st, hs, hl, bs, bl, pos + 4 + length), pos
                     props = self._stored
                 q = <QueueState> route.queues[s.queue_id]
-                if batch and self.app.entries:
-                    # DLedger mode: the processors append a batch (one entry per message)
-                    return self._slow(c, st, hs, hl, bs, bl, pos + 4 + length), pos
                 if batch:
                     full = self._append_batch(c, q, &s, p + bs, bl, props, props_len, st, h.opaque,
                                               not (h.flag & FLAG_ONEWAY), wait)
@@ -731,6 +728,14 @@ cdef class SendPipeline:
             pos += tot
         if count == 0:
             return 1
+        if self.app.entries:
+            # one entry per message (as DLedgerCommitLog.append): its header, its index unit; a
+            # queue whose next offset this leadership has not read yet goes to the processors
+            if q.next_offset < 0:
+                return 1
+            total += 48 * count
+            if self.app.iseg is None or (self.app.entry_index + count) * 32 - self.app.iseg_base > self.app.iseg.size:
+                return 2
         if total + 8 > self.app.seg.size - (self.app.wrote - self.app.seg_base):
             return 2
         self._ids.clear()

@@ -11,7 +11,9 @@ import os
 import zlib
 
 from broker.raft.config import DLedgerConfig
+from broker.kernels import header as KH
 from broker.remoting import codes
+from broker.remoting.message_batch import encode_batch_body
 from broker.remoting.command import RemotingCommand
 from broker.remoting.connection import connect
 from broker.server.broker_config import BrokerConfig
@@ -22,6 +24,7 @@ from broker.store.results import PutStatus
 from tests.conftest import free_port
 from tests.helpers.procs import async_wait_until
 from tests.test_broker_remoting import Broker
+from tests.test_send_batch import _batch_header
 from tests.test_send_path import _burst, _queue, _v2
 from tests.twins import dledger_twin as twin
 
@@ -120,6 +123,33 @@ def test_single_sends_are_entries_appended_in_place_and_answered_once_committed(
         assert len(walk.entries) >= n + 3
         for e in walk.entries:
             assert e.body_crc == zlib.crc32(e.body) & 0x7FFFFFFF
+    asyncio.run(go())
+
+
+def test_a_batch_is_one_entry_per_message_in_place(tmp_path):
+    """SEND_BATCH_MESSAGE through the kernel: each message its own entry (as the processors' append,
+    and RocketMQ's DLedgerCommitLog), consecutive queue offsets, one reply naming every record."""
+    msgs = [(b"b%d" % i * (i + 1), f"TAGS\x01T{i}\x02KEYS\x01k{i}".encode(), 0) for i in range(6)]
+
+    async def go():
+        async with Group(tmp_path) as m:
+            await m.route("B")
+            pipe = m.leader.fast.pipeline
+            store = m.server.store
+            before, end0 = pipe.appended, store.ledger_end_index
+            header = KH.encode_header(0, codes.SEND_BATCH_MESSAGE, "JAVA", 395, 50, 0, None,
+                                      {k: str(v) for k, v in _batch_header("B", 0).items()})
+            body = encode_batch_body(msgs)
+            frame = (4 + len(header) + len(body)).to_bytes(4, "big") + len(header).to_bytes(4, "big") + header + body
+            r = (await _burst(m.port, frame, 1))[50]
+            assert r.code == codes.SUCCESS, r.remark
+            assert pipe.appended - before == len(msgs)  # the kernel's
+            assert store.ledger_end_index == end0 + len(msgs) and r.ext["queueOffset"] == "1"
+            ids = r.ext["msgId"].split(",")
+            for i, (mid, (b, _, _)) in enumerate(zip(ids, msgs)):
+                e = store.get(end0 + 1 + i)
+                assert int(mid[16:], 16) == e.pos + 48
+                assert bytes(e.body).find(b) > 0 and int.from_bytes(e.body[20:28], "big") == 1 + i  # queue offset
     asyncio.run(go())
 
 
