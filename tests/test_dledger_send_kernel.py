@@ -153,6 +153,31 @@ def test_a_batch_is_one_entry_per_message_in_place(tmp_path):
     asyncio.run(go())
 
 
+def test_a_log_end_the_kernel_cannot_take_leaves_the_send_to_the_processors(tmp_path):
+    """The entry store cannot place the Appender (a data file not made: a full disk): the kernel
+    stays off for the read (the connection lives on), the processors answer with an error, and
+    nothing is appended."""
+    async def go():
+        async with Group(tmp_path) as m:
+            await m.route("F")
+            store = m.server.store
+            pipe = m.leader.fast.pipeline
+            before, end0 = pipe.appended, store.ledger_end_index
+            real = store.place
+
+            def full_disk(app, term):
+                raise OSError(28, "No space left on device")
+            store.place = full_disk
+            m.leader.store.commit_log.appender.place_entries(0, 0, 0)  # out of step: it must be placed again
+            r = (await _burst(m.port, _v2("F", b"f", 0, opaque=60), 1))[60]
+            assert r.code == codes.SYSTEM_ERROR, (r.code, r.remark)
+            assert pipe.appended == before and store.ledger_end_index == end0
+            store.place = real
+            r = (await _burst(m.port, _v2("F", b"g", 0, opaque=61), 1))[61]
+            assert r.code == codes.SUCCESS and pipe.appended == before + 1
+    asyncio.run(go())
+
+
 def test_a_leader_deposed_before_the_commit_answers_errors_not_send_ok(tmp_path):
     """Both followers stopped: the leader's kernel still appends (it leads until its heartbeats
     fail), nothing is committed, and the leader stepping down fails every parked reply."""

@@ -28,6 +28,7 @@ entry store, which writes DLedger's blank first; the Appender is placed again af
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Callable
 
 from broker.kernels.codec import Appender, MappedBuffer, record_length
@@ -38,9 +39,11 @@ from broker.raft.errors import DLedgerBusy
 from broker.raft.protocol import ResponseCode
 from broker.raft.server import DLedgerServer
 from broker.store.config import MessageStoreConfig
-from broker.store.errors import MessageIllegal, ServiceUnavailable
+from broker.store.errors import MessageIllegal, ServiceUnavailable, StoreError
 from broker.store.mapped_file_queue import MappedFileQueue
 from broker.store.results import PutFuture, PutStatus
+
+log = logging.getLogger("raft")
 
 # DLedgerCommitLog.putMessage's mapping of the append's DLedgerResponseCode (what is not named
 # here, TERM_CHANGED among them, is RocketMQ's UNKNOWN_ERROR)
@@ -156,7 +159,11 @@ class DLedgerCommitLog:
         server = self.server
         if not server.leading or len(server.quorum.pending) >= server.quorum.max_pending:
             return False
-        self.place()
+        try:
+            self.place()
+        except (OSError, StoreError) as e:  # a file not made (a full disk): the processors say why
+            log.warning("dledger: the send kernel is off for this read: %s", e)
+            return False
         return True
 
     def took_in_place(self) -> int:
