@@ -154,7 +154,14 @@ $(VENV)/.testdeps: $(STAMP) requirements-test.txt requirements-spark.txt require
 	$(VPY) -m pip install -q -r requirements-test.txt
 	touch $@
 
-testdeps: $(VENV)/.testdeps .deps/servers .deps/java
+# The network-fault tests (tests/test_netns_partitions.py) give each broker a network namespace of
+# its own (iproute2's `ip netns`) and drop packets with nftables' `nft`, from Debian when missing.
+.deps/netns:
+	@(command -v ip >/dev/null && command -v nft >/dev/null) \
+	  || (apt-get update -qq && apt-get install -y -qq iproute2 nftables)
+	@mkdir -p .deps && touch $@
+
+testdeps: $(VENV)/.testdeps .deps/servers .deps/java .deps/netns
 
 test: install clients testdeps build/loadgen
 	$(VPY) -m pytest -q tests

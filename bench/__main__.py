@@ -94,6 +94,14 @@ TARGETS = {
     # PushConsumer of the same run
     "reliable_pg_msgs_per_s": 20_000,
     "reliable_pg_vs_plain": 0.3,
+    # real load shapes (issue 31): 50 connections x 1 in flight, beside redis-benchmark -c 50 -P 1
+    "conns50_vs_redis": 1.0,             # at least, in both flush modes
+    "conns50_cpu_us": 10.0,              # at most, every broker process together
+    "pipelined_vs_redis": 1.0,           # 64 in flight, beside -c 50 -P 16
+    "pipelined_cpu_us": 4.0,             # at most
+    "lone_p50_over_rtt": 3.0,            # ASYNC_FLUSH; SYNC_FLUSH: fdatasync p50 + 3 RTT
+    "crowd_rss_mib": 100.0,              # 5,000 connected clients, at most
+    "crowd_vs_alone": 0.9,               # the 50 senders beside them / alone, at least
 }
 
 
@@ -238,6 +246,46 @@ def evaluate(figs: dict) -> list[dict]:
         f = next((v for n, v in N.items() if n.startswith(key)), None)
         if f:
             add(label, f[field], TARGETS[target], "MB/s" if field == "mb_per_s" else "msgs/s")
+    vs_redis = figs.get("network_vs_redis") or {}
+    for flush, fsync in (("ASYNC_FLUSH", "everysec"), ("SYNC_FLUSH", "always")):
+        for shape, key, what in (("send 1 KiB, 50 connections x1 (", "conns50", "50 connections x 1 in flight"),
+                                 ("send 1 KiB x64 in flight (", "pipelined", "64 in flight")):
+            name = next((n for n in N if n.startswith(f"{flush} {shape}")), None)
+            if name is None:
+                continue
+            r = vs_redis.get(name)
+            if r:
+                add(f"{what} >= 1.0x Redis appendfsync {fsync} at -P {r['redis_pipeline']} ({flush})",
+                    r["throughput_ratio"], TARGETS[f"{key}_vs_redis"], "x", where=name)
+            total = (N[name].get("cpu_us_per_msg_by_process") or {}).get("total")
+            if total is not None:
+                add(f"{what}: the broker's processes <= {TARGETS[f'{key}_cpu_us']:g} CPU-us/msg ({flush})", total,
+                    TARGETS[f"{key}_cpu_us"], "us", higher=False, where=name)
+        lone = next((f for n, f in N.items() if n.startswith(f"{flush} send 1 KiB, 1 in flight")), None)
+        if lone is not None:
+            rtt = L["loopback_rtt_p50_us"]
+            if flush == "ASYNC_FLUSH":
+                add("lone send p50 <= 3x the loopback RTT (ASYNC_FLUSH)", lone["p50_us"] / rtt,
+                    TARGETS["lone_p50_over_rtt"], "x RTT", higher=False)
+            else:
+                add("lone send p50 <= fdatasync p50 + 3x RTT (SYNC_FLUSH)", lone["p50_us"],
+                    L["fdatasync_p50_us"] + TARGETS["lone_p50_over_rtt"] * rtt, "us", higher=False)
+    crowd = next((f for n, f in N.items() if "connected clients" in n), None)
+    if crowd is not None:
+        add(f"{crowd['crowd']:,} connected clients add <= 100 MiB to the broker's RSS", crowd["rss_added_mib"],
+            TARGETS["crowd_rss_mib"], "MiB", higher=False)
+        if "vs_conns50_alone" in crowd:
+            add("50 senders beside them within 10 % of the 50 alone", crowd["vs_conns50_alone"],
+                TARGETS["crowd_vs_alone"], "x")
+    T = figs.get("timer") or {}
+    if T:
+        add("timer enqueue >= 100,000 timers/s", T["enqueue"]["enqueued_per_s"], 100_000, "timers/s")
+        add("timer delivery p99 lateness <= 1,000 ms", T["precision"]["p99_ms"], 1000, "ms", higher=False)
+        add("timer delivered never early (earliest delivery at or after its time)",
+            T["precision"]["min_ms"] + 1, 1, "ms after its time + 1")
+        if T["enqueue"]["timers"] >= 1_000_000:
+            add("1,000,000 timers pending add <= 64 MiB to the broker's RSS", T["enqueue"]["rss_added_mib"], 64, "MiB",
+                higher=False)
     H = figs.get("ha") or {}
     if H:
         add("SYNC_MASTER >= 50% of ASYNC_MASTER throughput (64 in flight)", H["sync_vs_async"],
@@ -266,17 +314,20 @@ def evaluate(figs: dict) -> list[dict]:
 
 def network_vs_redis(N: dict, NP: dict) -> dict:
     """Each send cell of the network section beside redis-benchmark's XADD of the same run:
-    ASYNC_FLUSH against appendfsync everysec, SYNC_FLUSH against appendfsync always."""
+    ASYNC_FLUSH against appendfsync everysec, SYNC_FLUSH against appendfsync always; the cells of
+    many connections with one request each against `-c 50 -P 1`, the others against `-P 16`."""
     from bench.redis_benchmark import cell_name
     out = {}
     for name, f in N.items():
         flush, _, rest = name.partition(" ")
-        if not (rest.startswith("send ") or rest.startswith("client send ")):
+        if not (rest.startswith("send ") or rest.startswith("client send ")) or "1 in flight" in rest \
+                or "TLS" in rest:
             continue
         fsync = "everysec" if flush == "ASYNC_FLUSH" else "always"
-        peer = NP.get(cell_name(fsync))
+        peer_name = cell_name(fsync, pipeline=1 if "50 connections x1" in rest else 16)
+        peer = NP.get(peer_name)
         if peer and peer["msgs_per_s"]:
-            out[name] = {"redis": cell_name(fsync), "redis_fsync": fsync, "project_msgs_per_s": f["msgs_per_s"],
+            out[name] = {"redis": peer_name, "redis_pipeline": peer["pipeline"], "redis_fsync": fsync, "project_msgs_per_s": f["msgs_per_s"],
                          "redis_msgs_per_s": peer["msgs_per_s"],
                          "throughput_ratio": f["msgs_per_s"] / peer["msgs_per_s"],
                          "p50_ratio": f["p50_us"] / peer["p50_us"], "p99_ratio": f["p99_us"] / peer["p99_us"]}
@@ -429,9 +480,15 @@ def markdown(figs: dict) -> str:
                 cpu += f"; loadgen {f['loadgen_cpu_us_per_msg']:.2f}"
             if f.get("errors"):
                 cpu += f"; **{f['errors']:,} errors** {f.get('error_codes')}"
+            if "rss_added_mib" in f:
+                cpu += (f"; broker RSS {f['rss_before_mib']:,.0f} MiB, {f['rss_crowd_mib']:,.0f} with the "
+                        f"{f['crowd']:,} clients, {f['rss_crowd_busy_mib']:,.0f} after the senders: "
+                        f"**+{f['rss_added_mib']:,.0f} MiB**")
+                if "vs_conns50_alone" in f:
+                    cpu += f"; **{f['vs_conns50_alone']:.2f}x the 50 senders alone**"
             ratio = vs_redis.get(name)
             if ratio:
-                cpu += f"; **{ratio['throughput_ratio']:.2f}x Redis {ratio['redis_fsync']}**"
+                cpu += f"; **{ratio['throughput_ratio']:.2f}x Redis {ratio['redis_fsync']} -P {ratio['redis_pipeline']}**"
             row(name, f"{f['msgs_per_s']:,.0f} msgs/s ({f['mb_per_s']:,.1f} MB/s); p50 {f['p50_us']:,.0f} us, "
                 f"p99 {f['p99_us']:,.0f} us",
                 f"loopback {L['loopback_GiBps']:.2f} GiB/s, RTT p50 {L['loopback_rtt_p50_us']:.0f} us",
@@ -463,6 +520,20 @@ def markdown(figs: dict) -> str:
                 f"{c['MBps']:,.0f} MB/s ({c['bytes'] / 2**20:,.0f} MiB in {c['seconds']:.2f} s)",
                 f"loopback {lo['loopback_GiBps']:.2f} GiB/s; pwrite into a fresh file {lo['fresh_file_write_MBps']:,.0f} MB/s",
                 f"{100 * c['MBps'] / lo['fresh_file_write_MBps']:.0f} % of fresh-file writes")
+
+    T = figs.get("timer") or {}
+    if T:
+        row("**timer messages** (a `broker serve` process; the project's client, 64 in flight, 256 B bodies; "
+            "bench/timer_bench.py)", "", "", "")
+        e, p = T["enqueue"], T["precision"]
+        row(f"{e['timers']:,} timers 1 h ahead (TIMER_DELAY_SEC)",
+            f"{e['sends_per_s']:,.0f} sends/s; into the wheel {e['enqueued_per_s']:,.0f}/s",
+            "target: enqueue >= 100,000 timers/s",
+            f"broker RSS {e['rss_before_mib']:,.0f} -> {e['rss_pending_mib']:,.0f} MiB with them pending "
+            f"(+{e['rss_added_mib']:,.0f})")
+        row(f"{p['timers']:,} timers due at one time, {p['delivered']:,} delivered",
+            f"lateness p50 {p['p50_ms']} ms, p99 {p['p99_ms']} ms, max {p['max_ms']} ms, min {p['min_ms']} ms",
+            "target: p99 <= 1,000 ms (timerPrecisionMs=1000), never early", "")
 
     D = figs.get("dledger") or {}
     if D:
@@ -566,7 +637,8 @@ def git_commit() -> str:
     return head + (" + uncommitted changes" if dirty else "")
 
 
-SECTIONS = ("kernels", "store", "network", "ha", "dledger", "controller", "reliable", "java", "matrix", "peers")
+SECTIONS = ("kernels", "store", "network", "timer", "ha", "dledger", "controller", "reliable", "java", "matrix",
+            "peers")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -635,8 +707,8 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         runner, loop_name = asyncio.run, "asyncio"
     settings = store_bench.Settings.make(quick)
-    steps = ["limits"] + [x for x in ("kernels", "store", "network", "ha", "dledger", "controller", "reliable",
-                                      "java") if x in only] \
+    steps = ["limits"] + [x for x in ("kernels", "store", "network", "timer", "ha", "dledger", "controller",
+                                      "reliable", "java") if x in only] \
         + (["matrix"] if only & {"matrix", "peers"} else [])
     n = len(steps)
 
@@ -653,6 +725,7 @@ def main(argv: list[str] | None = None) -> int:
     R: dict = {}
     J: dict = {}
     M: dict = {}
+    T: dict = {}
     failed: dict[str, str] = {}
     secs = 2.0 if quick else 5.0
 
@@ -682,15 +755,21 @@ def main(argv: list[str] | None = None) -> int:
 
     def run_network() -> None:
         from bench import network_bench
-        for flush, cells in (("ASYNC_FLUSH", ["send", "send256", "batch", "pull", "client_send",
-                                              "client_batch", "client_pull", "grpc_send", "grpc_receive"]),
-                             ("SYNC_FLUSH", ["send", "send256", "batch", "client_send", "client_batch"])):
+        for flush, cells in (("ASYNC_FLUSH", ["send", "send256", "conns50", "crowd", "lone", "batch", "pull",
+                                              "client_send", "client_send_tls", "client_batch", "client_pull",
+                                              "grpc_send", "grpc_receive"]),
+                             ("SYNC_FLUSH", ["send", "send256", "conns50", "lone", "batch", "client_send",
+                                             "client_batch"])):
             for r in runner(network_bench.run_flush_mode(flush, secs, cells, workdir,
                                                          progress=lambda x: say("  " + x))):
                 N[r.name] = r.as_dict()
         if not args.no_peers:  # the figures the send cells are read against, same run
             from bench import redis_benchmark
             NP.update(redis_benchmark.run_both(secs, workdir, progress=lambda x: say("  " + x)))
+
+    def run_timer() -> None:
+        from bench import timer_bench
+        T.update(timer_bench.run(20_000 if quick else 1_000_000, 3.0, workdir, progress=lambda x: say("  " + x)))
 
     def run_ha() -> None:
         from bench import ha_bench
@@ -734,6 +813,7 @@ def main(argv: list[str] | None = None) -> int:
                 ("store", "store cells (fresh store per cell; ~5 s of segment pre-allocation each before its clock)",
                  run_store),
                 ("network", "network cells (broker process on loopback)", run_network),
+                ("timer", "timer messages (broker process on loopback; bench/timer_bench.py)", run_timer),
                 ("ha", "HA cells (master and slave processes on loopback)", run_ha),
                 ("dledger", "DLedger mode (three members on loopback): throughput, and the outage after kill -9s "
                             "of the leader", run_dledger),
@@ -761,7 +841,7 @@ def main(argv: list[str] | None = None) -> int:
                  "total_s": time.perf_counter() - t_start},
         "limits": L, "kernels": K, "store": S, "network": N, "network_peers": NP,
         "network_vs_redis": network_vs_redis(N, NP), "ha": H, "dledger": D, "controller": C,
-        "reliable": R, "java": J, "matrix": M,
+        "reliable": R, "java": J, "matrix": M, "timer": T,
     }
     figs["targets"] = evaluate(figs)
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S") + ("-quick" if quick else "")

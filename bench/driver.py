@@ -63,6 +63,8 @@ class NetResult:
         by_process = self.extra.get("cpu_us_per_msg_by_process")
         cpu = (f"broker CPU-us/msg {loadgen.cpu_line(by_process)}" if by_process
                else f"broker CPU {1e6 * self.broker_cpu_s / max(1, self.msgs):.2f} us/msg")
+        if "client_cpu_us_per_msg" in self.extra:
+            cpu += f"; client (bench process) {self.extra['client_cpu_us_per_msg']:.2f} CPU-us/msg"
         if "loadgen_cpu_us_per_msg" in self.extra:
             cpu += f"; loadgen {self.extra['loadgen_cpu_us_per_msg']:.2f} CPU-us/msg"
         if self.extra.get("errors"):
@@ -232,11 +234,15 @@ async def client_loop(call, in_flight: int, seconds: float, per_call: int) -> tu
     return count, lat, time.perf_counter() - t0
 
 
-async def bench_client_send(namesrv_addr: str, seconds: float, in_flight: int = 64, on_start=nothing) -> NetResult:
+async def bench_client_send(namesrv_addr: str, seconds: float, in_flight: int = 64, on_start=nothing,
+                            tls: bool = False) -> NetResult:
+    """Producer.send, `in_flight` at a time; with `tls` over TLS to the broker (a broker serving
+    tls.server.mode=permissive), the name server plaintext."""
+    from broker.client.client_instance import MQClientInstance
     from broker.client.message import Message
     from broker.client.producer import Producer
     body = os.urandom(BODY)
-    producer = Producer("bench_client", namesrv_addr)
+    producer = Producer("bench_client", client=MQClientInstance(namesrv_addr, tls=tls, tls_namesrv=False))
     await producer.start()
     try:
         def call():
@@ -247,7 +253,7 @@ async def bench_client_send(namesrv_addr: str, seconds: float, in_flight: int = 
         n, lat, dt = await client_loop(call, in_flight, seconds, 1)
     finally:
         await producer.shutdown()
-    return NetResult(f"client send 1 KiB x{in_flight} in flight", n, dt, n * BODY, lat)
+    return NetResult(f"client send 1 KiB x{in_flight} in flight{' over TLS' if tls else ''}", n, dt, n * BODY, lat)
 
 
 async def bench_client_batch(namesrv_addr: str, seconds: float, in_flight: int = 8, per_batch: int = 32,

@@ -7,14 +7,19 @@ Raw cells (the broker alone), driven by build/loadgen (bench/loadgen.c, C, one t
 its own CPU per message is reported beside the broker's): `send` (SEND_MESSAGE_V2, 1 KiB, 64
 requests in flight), `send256` (the same, 256 in flight), `batch` (SEND_BATCH_MESSAGE, 32 x 1 KiB
 per request, 8 in flight), `pull` (PULL_MESSAGE of what the cells before sent, 256 messages per
-request, 4 in flight), all on one connection. Each reports the CPU-µs per message of every
+request, 4 in flight), all on one connection; `conns50` (the same send on 50 connections, one
+request in flight on each: a service whose 50 threads each call send() and wait), `lone` (one
+send in flight: the latency floor, read against the loopback RTT) and `crowd` (conns50 beside
+5,000 connected clients that each sent a heartbeat, bench/crowd.py: the broker's RSS with them,
+and the 50 senders' throughput against conns50 alone). Each reports the CPU-µs per message of every
 process of the broker (the broker and its flush, reput, ha and clean services; bench.proc_cpu)
 over loadgen's measured window.
 
 Client cells (the project's client, broker.client, end to end): `client_send` (Producer.send,
 64 sends in flight), `client_batch` (Producer.send_batch of 32 x 1 KiB, 8 in flight),
 `client_pull` (PullConsumer.pull of what the client cells sent, 256 per pull, 4 queues at once,
-messages decoded by the client). They need a name server: one is started as a `broker namesrv`
+messages decoded by the client), `client_send_tls` (client_send over TLS: the broker then serves
+tls.server.mode=permissive, plaintext and TLS on its port). They need a name server: one is started as a `broker namesrv`
 subprocess and the broker registers with it; the client cells' topic is created on the broker
 (UPDATE_AND_CREATE_TOPIC, 4 queues) and the cells wait until the name server routes it. Their
 driver runs in this process.
@@ -34,6 +39,7 @@ import asyncio
 import contextlib
 import os
 import sys
+import time
 
 from bench import loadgen
 from bench.driver import (BODY, TOPIC, NetResult, bench_client_batch, bench_client_pull, bench_client_send, nothing,
@@ -50,7 +56,12 @@ LOADGEN_CELLS = {
     "send256": ("send", {"in_flight": 256}, "send 1 KiB x256 in flight"),
     "batch": ("batch", {"batch": 32, "in_flight": 8}, "batch 320 of 32 x 1 KiB x8 in flight"),
     "pull": ("pull", {"max_msgs": 256, "in_flight": 4}, "pull 256/request, 4 in flight, MB/s of stored records"),
+    # what a service with 50 threads each calling send() and waiting puts on the wire (issue 31)
+    "conns50": ("send", {"connections": 50, "in_flight": 1}, "send 1 KiB, 50 connections x1"),
+    # one producer, one send at a time: the latency floor (p50 against the loopback RTT)
+    "lone": ("send", {"in_flight": 1}, "send 1 KiB, 1 in flight"),
 }
+CROWD = 5000  # connected clients beside the 50 senders of the "crowd" cell
 
 
 def loadgen_cell(cell: str, broker: BrokerProcess, seconds: float) -> NetResult:
@@ -91,8 +102,30 @@ async def _grpc_send_coalesce(namesrv_addr: str, seconds: float, on_start=nothin
     return await bench_grpc_send(namesrv_addr, seconds, on_start=on_start, coalesce_us=2000)
 
 
-RAW_CELLS = LOADGEN_CELLS
-CLIENT_CELLS = {"client_send": bench_client_send, "client_batch": bench_client_batch, "client_pull": bench_client_pull,
+def crowd_cell(broker: BrokerProcess, seconds: float, n: int = CROWD) -> NetResult:
+    """`n` connected clients (each sent one heartbeat, bench.crowd) beside the 50 senders of
+    "conns50": the broker's RSS before the crowd, with it, and after the senders ran beside it."""
+    from bench.crowd import Crowd, rss_bytes
+    pid = broker.proc.pid
+    rss0 = rss_bytes(pid)
+    host, port = broker.addr.rsplit(":", 1)
+    with Crowd(host, int(port), n):
+        rss_idle = rss_bytes(pid)
+        r = loadgen_cell("conns50", broker, seconds)
+        rss_busy = rss_bytes(pid)
+    r.name = f"send 1 KiB, 50 connections x1 beside {n:,} connected clients (build/loadgen)"
+    r.extra.update({"crowd": n, "rss_before_mib": rss0 / (1 << 20), "rss_crowd_mib": rss_idle / (1 << 20),
+                    "rss_crowd_busy_mib": rss_busy / (1 << 20),
+                    "rss_added_mib": (max(rss_idle, rss_busy) - rss0) / (1 << 20)})
+    return r
+
+
+RAW_CELLS = {**LOADGEN_CELLS, "crowd": None}
+async def _client_send_tls(namesrv_addr: str, seconds: float, on_start=nothing) -> NetResult:
+    return await bench_client_send(namesrv_addr, seconds, on_start=on_start, tls=True)
+
+
+CLIENT_CELLS = {"client_send": bench_client_send, "client_send_tls": _client_send_tls, "client_batch": bench_client_batch, "client_pull": bench_client_pull,
                 "grpc_send": _grpc_send, "grpc_receive": _grpc_receive, "grpc_send_tls": _grpc_send_tls,
                 "grpc_send_coalesce": _grpc_send_coalesce}
 DEFAULT_CELLS = [*RAW_CELLS, *CLIENT_CELLS]
@@ -105,28 +138,41 @@ async def run_flush_mode(flush: str, seconds: float, cells: list[str], workdir: 
     out = []
     with contextlib.ExitStack() as stack:
         ns = stack.enter_context(NamesrvProcess()) if any(c in CLIENT_CELLS for c in cells) else None
-        b = stack.enter_context(BrokerProcess(flush, workdir, ns.addr if ns else ""))
+        # permissive TLS when a cell speaks it: plaintext cells only pass its first-byte check at accept
+        tls = "tls.server.mode=permissive\n" if "client_send_tls" in cells else ""
+        b = stack.enter_context(BrokerProcess(flush, workdir, ns.addr if ns else "", extra=tls))
         if ns is not None:
             await wait_for_route(ns.addr, b.addr)
         tree = ProcessTree(b.proc.pid)
         for cell in cells:
             if cell in RAW_CELLS:  # blocking (a subprocess), off the loop
-                r = await asyncio.get_running_loop().run_in_executor(None, loadgen_cell, cell, b, seconds)
+                r = await asyncio.get_running_loop().run_in_executor(
+                    None, crowd_cell if cell == "crowd" else loadgen_cell, *((b, seconds) if cell == "crowd"
+                                                                            else (cell, b, seconds)))
+                if cell == "crowd":  # beside the 50 senders alone, same broker, same run
+                    alone = next((x for x in out if x.name.startswith(f"{flush} send 1 KiB, 50 connections x1 ")),
+                                 None)
+                    if alone is not None:
+                        r.extra["vs_conns50_alone"] = r.msgs_per_s / alone.msgs_per_s
             else:
-                c0 = None
+                c0 = mine0 = None
                 snap0: dict = {}
 
                 def on_start() -> None:
-                    nonlocal c0
+                    nonlocal c0, mine0
                     c0 = b.cpu_seconds()
+                    mine0 = time.process_time()
                     snap0.update(tree.snapshot())
                 r = await CLIENT_CELLS[cell](ns.addr, seconds, on_start=on_start)
+                mine = time.process_time() - mine0  # the client's, and its driver loop's (this process)
                 r.broker_cpu_s = b.cpu_seconds() - c0
                 r.extra = {"driver": "the project's client (broker.client), in the bench process",
-                           "cpu_us_per_msg_by_process": cpu_us_per_msg(snap0, tree.snapshot(), r.msgs), **r.extra}
+                           "cpu_us_per_msg_by_process": cpu_us_per_msg(snap0, tree.snapshot(), r.msgs),
+                           "client_cpu_us_per_msg": 1e6 * mine / r.msgs if r.msgs else float("nan"), **r.extra}
                 # the front's cells beside the remoting path's on the same broker (goal for sends: half)
                 bases = {"grpc_send": (("vs_client_send", "client send 1 KiB x64"),
                                        ("vs_loadgen_send", "send 1 KiB x64 in flight")),
+                         "client_send_tls": (("vs_client_send", "client send 1 KiB x64 in flight"),),
                          "grpc_receive": (("vs_client_pull", "client pull"),)}
                 for key, prefix in bases.get("grpc_send" if cell.startswith("grpc_send") else cell, ()):
                     base = next((x for x in out if x.name.startswith(f"{flush} {prefix}")), None)

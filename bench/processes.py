@@ -85,13 +85,13 @@ class CliProcess:
 class BrokerProcess(CliProcess):
     """`broker serve` in a fresh store directory; stopped (SIGTERM, then waited for) on exit."""
 
-    def __init__(self, flush: str, workdir: str, namesrv_addr: str = ""):
+    def __init__(self, flush: str, workdir: str, namesrv_addr: str = "", extra: str = ""):
         self.port = free_port()
         self.root = tempfile.mkdtemp(prefix=f"net-{flush}-", dir=workdir)
         self.conf = os.path.join(self.root, "broker.conf")
         with open(self.conf, "w") as f:
             f.write(f"brokerIP1=127.0.0.1\nlistenPort={self.port}\nstorePathRootDir={self.root}/store\n"
-                    f"flushDiskType={flush}\nmappedFileSizeCommitLog={256 << 20}\nnamesrvAddr={namesrv_addr}\n")
+                    f"flushDiskType={flush}\nmappedFileSizeCommitLog={256 << 20}\nnamesrvAddr={namesrv_addr}\n{extra}")
         self.proc: subprocess.Popen | None = None
 
     @property

@@ -1,6 +1,8 @@
 """The Redis figures the broker's targets are stated against, measured in the same run with
-Redis's own load generator: `redis-benchmark -c 50 -P 16` of `XADD bench * d <1 KiB>` against a
-fresh `redis-server --appendonly yes --appendfsync everysec|always` on loopback.
+Redis's own load generator: `redis-benchmark -c 50 -P 16` (pipelined) and `-c 50 -P 1` (50
+clients, one request in flight each: the shape of the broker's conns50 cell) of
+`XADD bench * d <1 KiB>` against a fresh `redis-server --appendonly yes --appendfsync
+everysec|always` on loopback.
 
     python -m bench.redis_benchmark [--seconds 2]     # both fsync modes, one JSON line each
 
@@ -96,8 +98,8 @@ def xadd(fsync: str, seconds: float, workdir: str, body: int = 1024, clients: in
                       f"{version} --appendonly yes --appendfsync {fsync} --save ''"}
 
 
-def cell_name(fsync: str, body: int = 1024) -> str:
-    return f"Redis XADD {body // 1024} KiB appendfsync {fsync} (redis-benchmark -c {CLIENTS} -P {PIPELINE})"
+def cell_name(fsync: str, body: int = 1024, pipeline: int = PIPELINE) -> str:
+    return f"Redis XADD {body // 1024} KiB appendfsync {fsync} (redis-benchmark -c {CLIENTS} -P {pipeline})"
 
 
 def run_both(seconds: float, workdir: str, progress=print) -> dict:
@@ -108,10 +110,11 @@ def run_both(seconds: float, workdir: str, progress=print) -> dict:
         progress(f"redis-benchmark cells skipped: {why}")
         return {}
     out = {}
-    for fsync in ("everysec", "always"):
-        r = xadd(fsync, seconds, workdir)
-        out[cell_name(fsync)] = r
-        progress(f"{cell_name(fsync)}: {r['msgs_per_s']:,.0f} msgs/s, p50 {r['p50_us']:,.0f} us p99 "
+    for fsync, pipeline in (("everysec", PIPELINE), ("always", PIPELINE), ("everysec", 1), ("always", 1)):
+        r = xadd(fsync, seconds, workdir, pipeline=pipeline)
+        name = cell_name(fsync, pipeline=pipeline)
+        out[name] = r
+        progress(f"{name}: {r['msgs_per_s']:,.0f} msgs/s, p50 {r['p50_us']:,.0f} us p99 "
                  f"{r['p99_us']:,.0f} us; redis-server {r['server_cpu_us_per_msg']:.1f} CPU-us/msg, "
                  f"redis-benchmark {r['driver_cpu_us_per_msg']:.1f} CPU-us/msg")
     return out

@@ -54,7 +54,40 @@ cdef class Reply:
     cdef readonly int serialize_type
 
 
+# The fast sends in flight on one connection (SendSlots, client_codec.pyx): a ring indexed by
+# opaque, each slot holding what answering the send takes (the caller's future, the message, its
+# queue and UNIQ_KEY, the producer that sent it, deadline and timeout).
+cdef struct SendSlot:
+    int32_t opaque
+    int32_t queue_id
+    void *fut        # owned references while the slot is taken (NULL: free)
+    void *msg
+    void *mq
+    void *uniq
+    void *owner
+    double deadline
+    double timeout
+
+
+cdef class SendSlots:
+    cdef SendSlot *ring
+    cdef Py_ssize_t size
+    cdef readonly Py_ssize_t in_flight
+    cdef readonly double armed            # the deadline the channel's timer is armed at (inf: none)
+    cdef int32_t _opaque
+    cdef readonly object channel
+    cdef object _create_future, _time     # the channel's loop's (bind())
+    cdef bint _open
+    cdef object status_of                 # {response code: SendResult status} of a stored message
+    cdef object result_type               # SendResult
+    cdef WriteBuffer props                # the properties of the send being rendered
+    cdef int complete(self, Reply r) except -1
+    cpdef int send(self, WriteBuffer w, fut, owner, str group, msg, mq, int32_t queue_id, int32_t default_queues,
+                   Py_ssize_t compress_over, double now, double timeout) except -2
+
+
 cdef class ReplyReader:
+    cdef public SendSlots sends           # answers to these sends complete their futures here
     cdef readonly list replies            # Reply objects read since take()
     cdef readonly Py_ssize_t max_frame
     # the frame handed back (READ_SLOW)

@@ -30,6 +30,8 @@ from broker.kernels.remoting cimport FRAME_INCOMPLETE, FRAME_OK, FrameSpan, Fram
 
 cdef extern from "Python.h":
     ctypedef struct PyObject
+    void Py_INCREF(object o)
+    void Py_XDECREF(PyObject *o)
     const char *PyUnicode_AsUTF8AndSize(object s, Py_ssize_t *size) except NULL
 
 from clock cimport now_ms
@@ -277,18 +279,13 @@ cdef int send_header(WriteBuffer w, str group, str topic, int32_t default_queues
     return 0
 
 
-def render_send(WriteBuffer w not None, int32_t opaque, bint oneway, str group not None, str topic not None,
-                int32_t default_queues, int32_t queue_id, int32_t sys_flag, int32_t flag, body, tags, keys,
-                properties, int32_t delay_level=0, int32_t reconsume_times=0, int32_t max_reconsume_times=-1,
-                uniq_key=None, int64_t born_ts=-1):
-    """One SEND_MESSAGE_V2 frame into w: the header's properties built from tags, keys, the user's
-    `properties` and the delay level (build_properties), `body` as given (already compressed
-    when sys_flag says so). born_ts < 0: now; max_reconsume_times < 0: no `l` field; uniq_key: the
-    UNIQ_KEY to use when the properties have none (None: a new one). Returns the message's
-    UNIQ_KEY. On any error nothing is left in w."""
+cdef object _render_send(WriteBuffer w, WriteBuffer props, int32_t opaque, bint oneway, str group, str topic,
+                         int32_t default_queues, int32_t queue_id, int32_t sys_flag, int32_t flag, body, tags, keys,
+                         properties, int32_t delay_level, int32_t reconsume_times, int32_t max_reconsume_times,
+                         uniq_key, int64_t born_ts):
     cdef Py_buffer b
     cdef Py_ssize_t start = w.position()
-    cdef WriteBuffer props = WriteBuffer()
+    props._len = 0
     PyObject_GetBuffer(body, &b, PyBUF_SIMPLE)
     try:
         uniq = build_properties(props, tags, keys, properties, delay_level, uniq_key)
@@ -304,6 +301,19 @@ def render_send(WriteBuffer w not None, int32_t opaque, bint oneway, str group n
         raise
     finally:
         PyBuffer_Release(&b)
+
+
+def render_send(WriteBuffer w not None, int32_t opaque, bint oneway, str group not None, str topic not None,
+                int32_t default_queues, int32_t queue_id, int32_t sys_flag, int32_t flag, body, tags, keys,
+                properties, int32_t delay_level=0, int32_t reconsume_times=0, int32_t max_reconsume_times=-1,
+                uniq_key=None, int64_t born_ts=-1):
+    """One SEND_MESSAGE_V2 frame into w: the header's properties built from tags, keys, the user's
+    `properties` and the delay level (build_properties), `body` as given (already compressed
+    when sys_flag says so). born_ts < 0: now; max_reconsume_times < 0: no `l` field; uniq_key: the
+    UNIQ_KEY to use when the properties have none (None: a new one). Returns the message's
+    UNIQ_KEY. On any error nothing is left in w."""
+    return _render_send(w, WriteBuffer(), opaque, oneway, group, topic, default_queues, queue_id, sys_flag, flag, body,
+                        tags, keys, properties, delay_level, reconsume_times, max_reconsume_times, uniq_key, born_ts)
 
 
 cdef int batch_entry(WriteBuffer w, object msg, WriteBuffer props, list uniqs, object given) except -1:
@@ -523,6 +533,222 @@ cdef object read_text(const uint8_t *p, HeaderField *f):
             PyMem_Free(tmp)
 
 
+# -- fast sends -----------------------------------------------------------------------------------
+
+cdef object RESULT_TYPE = None   # SendResult (broker.client.producer)
+cdef dict STATUS_OF = {}         # response code of a stored message -> SendResult.status
+cdef double INF = float("inf")
+DEF MAX_OPAQUE = 0x7FFFFFFF      # opaques are Java ints
+
+
+def send_result_setup(result_type, dict status_of not None) -> None:
+    """What an answered send becomes: result_type(status, msg_id, offset_msg_id, queue,
+    queue_offset) with status_of[code]; set once by broker.client.producer."""
+    global RESULT_TYPE, STATUS_OF
+    RESULT_TYPE = result_type
+    STATUS_OF = dict(status_of)
+
+
+cdef inline tuple slot_tuple(SendSlot *s):
+    """The slot's references handed over as (fut, msg, mq, uniq, owner, deadline, timeout); the slot freed."""
+    cdef tuple t = (<object> s.fut, <object> s.msg, <object> s.mq, <object> s.uniq, <object> s.owner, s.deadline,
+                    s.timeout)
+    slot_clear(s)
+    return t
+
+
+cdef inline void slot_clear(SendSlot *s) noexcept:
+    Py_XDECREF(<PyObject *> s.fut)
+    Py_XDECREF(<PyObject *> s.msg)
+    Py_XDECREF(<PyObject *> s.mq)
+    Py_XDECREF(<PyObject *> s.uniq)
+    Py_XDECREF(<PyObject *> s.owner)
+    s.fut = s.msg = s.mq = s.uniq = s.owner = NULL
+
+
+@cython.final
+cdef class SendSlots:
+    """A connection's opaques, and its SEND_MESSAGE_V2 requests in flight that complete in C.
+
+    send() renders a message into the connection's WriteBuffer under the next opaque and keeps,
+    in the ring slot of that opaque, what its answer needs; ReplyReader.read, meeting the answer,
+    completes the caller's future with a SendResult made here (complete()), with no Reply, dict
+    or Python call of the channel's in between. An answer that is not a plain success (a failure
+    code, a queue other than the one asked), a frame only Python reads (take()), a deadline
+    passed (expire()) and a closed connection (take_all()) go to the owner's Python instead:
+    owner._send_answer(fut, answer, msg, mq, uniq, channel, deadline, timeout).
+
+    Deadlines: `armed` is the earliest deadline the channel's one timer waits for (inf: none);
+    send() returns 1 when a send's deadline comes before it (the channel re-arms), and expire()
+    scans the ring, which holds only the sends in flight."""
+
+    def __cinit__(self, channel=None, Py_ssize_t size=4096):
+        if size <= 0 or size & (size - 1):
+            raise ValueError(f"a ring of {size} slots: a power of two is needed")
+        self.size = size
+        self.channel = channel
+        self.armed = INF
+        self.props = WriteBuffer()
+
+    def __dealloc__(self):
+        cdef Py_ssize_t i
+        if self.ring != NULL:
+            for i in range(self.size):
+                slot_clear(&self.ring[i])
+            PyMem_Free(self.ring)
+
+    def bind(self, loop) -> None:
+        """The connection is open on `loop`: submit() makes its futures and reads its clock."""
+        self._create_future = loop.create_future
+        self._time = loop.time
+        self._open = True
+
+    def submit(self, WriteBuffer w not None, owner, str group not None, msg, mq, int32_t queue_id,
+               int32_t default_queues, Py_ssize_t compress_over, double timeout, double fresh_until):
+        """send() for the channel's loop (bind()): a new future, kept with `msg` rendered into w,
+        the channel's timer armed (channel._arm_sends()) and its flush scheduled
+        (channel._schedule_flush()) as needed; returns that future. None: not a send for here
+        (send() returned -1), nothing done; False: the connection is closed (take_all()) or the
+        route was fresh only until `fresh_until` (loop time), which has passed."""
+        cdef double now
+        cdef int r
+        if not self._open:
+            return False
+        now = self._time()
+        if now >= fresh_until:
+            return False
+        fut = self._create_future()
+        r = self.send(w, fut, owner, group, msg, mq, queue_id, default_queues, compress_over, now, timeout)
+        if r < 0:
+            return None
+        channel = self.channel
+        if r:
+            channel._arm_sends()
+        if not channel._flush_soon:
+            channel._schedule_flush()
+        return fut
+
+    def next_opaque(self) -> int:
+        """The connection's next opaque (1 .. 2^31-1, then 1 again): every request takes one here."""
+        self._opaque = self._opaque % MAX_OPAQUE + 1
+        return self._opaque
+
+    cpdef int send(self, WriteBuffer w, fut, owner, str group, msg, mq, int32_t queue_id,
+                   int32_t default_queues, Py_ssize_t compress_over, double now, double timeout) except -2:
+        """Render `msg` (a Message, to `mq`, whose queue id is queue_id) into w and keep it in
+        flight: 0; 1 when the channel's timer must be armed at `armed` now; -1 when the send is
+        not one for here (a body over compress_over, or the opaque's slot still taken by a send
+        4096 opaques old): nothing was rendered or kept."""
+        cdef SendSlot *s
+        cdef int32_t opaque
+        cdef Py_ssize_t i
+        if w is None or group is None:
+            raise TypeError("send() needs a WriteBuffer and a group")
+        body = msg.body
+        if len(body) > compress_over:
+            return -1
+        if self.ring == NULL:
+            self.ring = <SendSlot *> PyMem_Malloc(self.size * sizeof(SendSlot))
+            if self.ring == NULL:
+                raise MemoryError()
+            for i in range(self.size):
+                self.ring[i].fut = self.ring[i].msg = self.ring[i].mq = NULL
+                self.ring[i].uniq = self.ring[i].owner = NULL
+        opaque = self._opaque % MAX_OPAQUE + 1
+        s = &self.ring[opaque & (self.size - 1)]
+        if s.fut != NULL:
+            return -1
+        uniq = _render_send(w, self.props, opaque, False, group, msg.topic, default_queues, queue_id, 0, msg.flag,
+                            body, msg.tags, msg.keys, msg.properties, msg.delay_level, 0, -1, None, -1)
+        self._opaque = opaque
+        s.opaque = opaque
+        s.queue_id = queue_id
+        s.deadline = now + timeout
+        s.timeout = timeout
+        Py_INCREF(fut)
+        s.fut = <void *> fut
+        Py_INCREF(msg)
+        s.msg = <void *> msg
+        Py_INCREF(mq)
+        s.mq = <void *> mq
+        Py_INCREF(uniq)
+        s.uniq = <void *> uniq
+        Py_INCREF(owner)
+        s.owner = <void *> owner
+        self.in_flight += 1
+        if s.deadline < self.armed:
+            self.armed = s.deadline
+            return 1
+        return 0
+
+    cdef int complete(self, Reply r) except -1:
+        """1 when r answers a send kept here (its future completed, or the owner called); 0 if not."""
+        cdef SendSlot *s
+        cdef object status
+        cdef tuple t
+        if self.ring == NULL:
+            return 0
+        s = &self.ring[r.opaque & (self.size - 1)]
+        if s.fut == NULL or s.opaque != r.opaque:
+            return 0
+        self.in_flight -= 1
+        t = slot_tuple(s)
+        fut = t[0]
+        status = STATUS_OF.get(r.code)
+        if status is None or RESULT_TYPE is None or (r.fields & F_QUEUE_ID and r._queue_id != s.queue_id):
+            t[4]._send_answer(fut, r, t[1], t[2], t[3], self.channel, t[5], t[6])
+            return 1
+        if fut.done():  # its caller cancelled it
+            return 1
+        fut.set_result(RESULT_TYPE(status, t[3], r.msg_id if r.msg_id else "", t[2],
+                                   r._queue_offset if r.fields & F_QUEUE_OFFSET else -1))
+        return 1
+
+    def take(self, int32_t opaque):
+        """The send in flight under `opaque` as (fut, msg, mq, uniq, owner, deadline, timeout),
+        no longer kept; None when there is none."""
+        cdef SendSlot *s
+        if self.ring == NULL:
+            return None
+        s = &self.ring[opaque & (self.size - 1)]
+        if s.fut == NULL or s.opaque != opaque:
+            return None
+        self.in_flight -= 1
+        return slot_tuple(s)
+
+    def expire(self, double now) -> list:
+        """The sends whose deadline is at or before `now`, no longer kept (as take() gives them);
+        `armed` becomes the earliest deadline left (inf: none)."""
+        cdef list out = []
+        cdef Py_ssize_t i
+        cdef double nxt = INF
+        if self.ring != NULL and self.in_flight:
+            for i in range(self.size):
+                if self.ring[i].fut == NULL:
+                    continue
+                if self.ring[i].deadline <= now:
+                    self.in_flight -= 1
+                    out.append(slot_tuple(&self.ring[i]))
+                elif self.ring[i].deadline < nxt:
+                    nxt = self.ring[i].deadline
+        self.armed = nxt
+        return out
+
+    def take_all(self) -> list:
+        """Every send in flight (the connection closed), in no particular order; submit() takes
+        no more."""
+        cdef list out = []
+        cdef Py_ssize_t i
+        self._open = False
+        if self.ring != NULL and self.in_flight:
+            for i in range(self.size):
+                if self.ring[i].fut != NULL:
+                    out.append(slot_tuple(&self.ring[i]))
+        self.in_flight = 0
+        self.armed = INF
+        return out
+
+
 @cython.final
 cdef class ReplyReader:
     """Reads the frames of a client connection's receive buffer (read()), keeping a Reply for
@@ -560,6 +786,9 @@ cdef class ReplyReader:
                 if status != FRAME_OK:
                     raise_frame_error(status, pos, &f, self.max_frame)
                 r = self._reply(p, f.serialize_type, f.header_start, f.header_len, f.body_start, f.body_len)
+                if r is not None and self.sends is not None and self.sends.complete(r):
+                    pos = f.next
+                    continue
                 if r is None:
                     self.slow_type = f.serialize_type
                     self.slow_header_start = f.header_start
@@ -655,11 +884,14 @@ cdef class ReplyReader:
         return r
 
 
-def read_replies(buf, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t max_frame=DEFAULT_MAX_FRAME) -> tuple:
+def read_replies(buf, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t max_frame=DEFAULT_MAX_FRAME,
+                 SendSlots sends=None) -> tuple:
     """Every frame of buf[pos:end] through a ReplyReader, for the tests and the fuzz harness:
     (items, pos) where each item is a Reply or ("slow", type, header_start, header_len,
-    body_start, body_len), and pos is where the first incomplete frame begins."""
+    body_start, body_len), and pos is where the first incomplete frame begins. The answers to
+    the sends kept in `sends` complete them and leave no item."""
     cdef ReplyReader reader = ReplyReader(max_frame)
+    reader.sends = sends
     items = []
     while True:
         status, pos = reader.read(buf, pos, end)

@@ -19,6 +19,7 @@ reply then waits for the quorum to commit the entry (its `end` is the entry's en
 Everything else goes back to Python at its position in the read (RUN_SLOW), where the
 processors handle it: other request codes, responses, a topic with no route (its first use,
 auto-creation, %RETRY%/%DLQ%, no write permission), a queue id out of range or negative, DELAY,
+a delivery time (TIMER_DE...),
 transaction flags, a body over maxMessageSize, properties too long, a header field the kernel
 cannot read as Java would (the processors then name it). A record that does not fit in the
 segment goes to them too (RUN_ROLL): their append rolls to the next segment, or refuses naming why.
@@ -626,9 +627,11 @@ cdef class SendPipeline:
                     props = self._scratch
                 else:
                     props, props_len = s.props, s.props_len
-                # a delay level diverts to the schedule topic (the processors do that)
-                if props_len > RECORD_MAX_PROPS_LEN or (props_len >= 6 and
-                                                 memmem(props, props_len, b"DELAY\x01", 6) != NULL):
+                # a delay level diverts to the schedule topic, a delivery time (TIMER_DELIVER_MS,
+                # TIMER_DELAY_SEC, TIMER_DELAY_MS) to the timer topic: the processors do that
+                if props_len > RECORD_MAX_PROPS_LEN or (props_len >= 6 and (
+                        memmem(props, props_len, b"DELAY\x01", 6) != NULL
+                        or memmem(props, props_len, b"TIMER_DE", 8) != NULL)):
                     return self._slow(c, st, hs, hl, bs, bl, pos + 4 + length), pos
                 wait = True
                 if PyBytes_GET_SIZE(self.cluster) and not batch:  # RocketMQ 5.5.0 adds none to a batch's

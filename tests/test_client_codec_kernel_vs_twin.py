@@ -1,6 +1,10 @@
 """The client's wire kernel (broker.kernels.client_codec) against its twin and against the path it
 replaces (hypothesis):
 
+- sends kept in C (SendSlots): random sends, then random reads of their answers (successes,
+  failure codes, other queues, answers to nothing, hand-backs), then deadlines and a closed
+  connection complete the same futures with the same SendResults, and hand the same answers to
+  the producer, as the twin (the fuzz check sends_both);
 - replies: random reads of answers as brokers write them (JSON and ROCKETMQ, numbers and strings,
   the field shapes §4.2 hands back, remarks, bodies, requests from the broker, a partial frame at
   the end) read the same by the kernel and its twin (the fuzz check, tools/fuzz/checks.py);
@@ -25,7 +29,7 @@ from broker.kernels.wbuf import WriteBuffer
 from broker.remoting.command import RemotingCommand
 from broker.remoting.message_batch import encode_batch_body
 from tests.twins import client_codec_twin as T
-from tools.fuzz.checks import check_replies, reply_items
+from tools.fuzz.checks import SEND_RING_SIZES, check_replies, reply_items, sends_both
 
 i32 = st.integers(-2**31, 2**31 - 1)
 i64 = st.integers(-2**63, 2**63 - 1)
@@ -194,3 +198,53 @@ def test_uniq_keys_share_one_counter_and_are_32_hex_digits():
     a, (_, b), c = new_uniq_key(), K.message_properties(None, None, {}), new_uniq_key()
     assert len({a, b, c}) == 3 and all(len(x) == 32 and x.startswith(_ID_PREFIX) for x in (a, b, c))
     assert (int(b[-4:], 16) - int(a[-4:], 16)) % 65536 == 1 and (int(c[-4:], 16) - int(b[-4:], 16)) % 65536 == 1
+
+
+@st.composite
+def send_answer(draw):
+    """An answer to one of the first 16 opaques as a broker writes a send's (or does not)."""
+    stype = draw(st.sampled_from([0, 0, 1]))
+    ext = {"msgId": draw(st.sampled_from(["7F00000100002A9F0000000000000000", "", None, "a\\u0041"]))}
+    for name, values in (("queueId", [0, 1, 2, 3, 5, -1, None, "x"]), ("queueOffset", [0, 7, 2**40, -1, None, "+1"])):
+        if draw(st.booleans()):
+            ext[name] = draw(st.sampled_from(values))
+    if draw(st.booleans()):
+        ext["MSG_REGION"] = "DefaultRegion"
+    code = draw(st.sampled_from([0, 0, 0, 10, 11, 12, 1, 17, 2]))
+    flag = draw(st.sampled_from([1, 1, 1, 1, 0]))
+    opaque = draw(st.integers(0, 17))
+    ext = {k: v for k, v in ext.items() if v is not None or stype == 0}
+    if stype == 0:
+        header = json.dumps({"code": code, "language": "JAVA", "version": 395, "opaque": opaque, "flag": flag,
+                             "extFields": ext}).encode()
+    else:
+        header = KH.encode_header(1, code, "JAVA", 395, opaque, flag, None,
+                                  {k: v if isinstance(v, str) else json.dumps(v) for k, v in ext.items()})
+    return _frame(header, draw(st.binary(max_size=8)), stype)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.lists(send_answer(), max_size=20), st.binary(max_size=6), st.integers(0, 15), st.sampled_from(SEND_RING_SIZES),
+       st.integers(0, 7), st.integers(0, 2**16 - 1), st.integers(100, 106), st.integers(0, 2**16 - 1))
+def test_sends_kept_in_c_complete_as_the_twin_completes_them(answers, tail, n, size, skip, qids, expire_at,
+                                                              cancelled):
+    sends_both(b"".join(answers) + tail, n, size, skip, qids, float(expire_at), cancelled)
+
+
+def test_a_ring_slot_still_taken_refuses_the_send_and_renders_nothing():
+    from broker.client.message import Message
+    from broker.client.route import MessageQueue
+    slots, w = K.SendSlots(None, 4), WriteBuffer()
+
+    class Fut:
+        def done(self):
+            return False
+    mq = MessageQueue("T", "b", 0)
+    assert [slots.send(w, Fut(), None, "g", Message("T", b"x"), mq, 0, 4, 1024, 0.0, 3.0) for _ in range(4)] == [
+        1, 0, 0, 0]
+    size = len(w)
+    assert slots.send(w, Fut(), None, "g", Message("T", b"x"), mq, 0, 4, 1024, 0.0, 3.0) == -1  # opaque 5: slot 1
+    assert len(w) == size and slots.in_flight == 4
+    assert slots.next_opaque() == 5  # the refused send took no opaque
+    assert slots.send(w, Fut(), None, "g", Message("T", b"x" * 2000), mq, 0, 4, 1024, 0.0, 3.0) == -1  # to compress
+    assert [t[5] for t in slots.expire(3.0)] == [3.0] * 4 and slots.in_flight == 0 and slots.armed == float("inf")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from broker.proxy.config import ProxyConfig
 from broker.proxy.protocol import definition_pb2 as pb
@@ -245,8 +246,10 @@ def test_bad_requests_and_unserved_rpcs_are_answered_at_once(front, stub):
         spb.AckMessageEntry(message_id="m", receipt_handle="not a handle")]), metadata=MD, timeout=30)
     assert r.entries[0].status.code == pb.Code.INVALID_RECEIPT_HANDLE, r
     r = stub.UpdateOffset(spb.UpdateOffsetRequest(), metadata=MD, timeout=30)
-    assert r.status.code == pb.Code.NOT_IMPLEMENTED, r
+    assert r.status.code == pb.Code.ILLEGAL_CONSUMER_GROUP, r
     [r] = list(stub.PullMessage(spb.PullMessageRequest(), metadata=MD, timeout=30))
+    assert r.status.code == pb.Code.ILLEGAL_CONSUMER_GROUP, r
+    r = stub.RecallMessage(spb.RecallMessageRequest(), metadata=MD, timeout=30)
     assert r.status.code == pb.Code.NOT_IMPLEMENTED, r
     # still serving
     front.cluster.create_topic("GrpcAlive")
@@ -255,6 +258,94 @@ def test_bad_requests_and_unserved_rpcs_are_answered_at_once(front, stub):
     assert r.status.code == pb.Code.OK and len(r.message_queues) == 4
     assert {q.permission for q in r.message_queues} == {pb.READ_WRITE}
     assert r.message_queues[0].broker.endpoints.addresses[0].port == front.port
+
+
+def _mq(topic: str, queue_id: int, broker: str = "broker-a") -> pb.MessageQueue:
+    return pb.MessageQueue(topic=pb.Resource(name=topic), id=queue_id, broker=pb.Broker(name=broker))
+
+
+def test_the_pull_consumer_rpcs_pull_commit_and_query_offsets(front, stub):
+    """PullMessage, UpdateOffset, GetOffset and QueryOffset (the 5.x PullConsumer's), against what
+    the broker holds: the messages of a queue from an offset, in order, then where to go on; the
+    group's committed offset; the queue's first, end and by-time offsets."""
+    import time as _time
+    topic, group = "GrpcPull", "grpc-pull-g"
+    front.cluster.create_topic(topic)
+    t0 = int(_time.time() * 1000)
+    # one message group: all six on one queue, in the order sent
+    msgs = [_message(topic, f"p{i}".encode(), message_id=f"{0xABC0 + i:032X}", message_group="pull-order")
+            for i in range(6)]
+    for m in msgs:
+        r = stub.SendMessage(spb.SendMessageRequest(messages=[m]), metadata=MD, timeout=30)
+        assert r.status.code == pb.Code.OK, r
+    held = {q: [m.body.decode() for m in front.cluster.records(topic, q)] for q in range(4)}
+    [(q, bodies)] = [(q, b) for q, b in held.items() if b]
+    assert bodies == [f"p{i}" for i in range(6)]
+    g = pb.Resource(name=group)
+    r = stub.QueryOffset(spb.QueryOffsetRequest(message_queue=_mq(topic, q), query_offset_policy=pb.END),
+                         metadata=MD, timeout=30)
+    assert (r.status.code, r.offset) == (pb.Code.OK, len(bodies)), r
+    r = stub.QueryOffset(spb.QueryOffsetRequest(message_queue=_mq(topic, q), query_offset_policy=pb.BEGINNING),
+                         metadata=MD, timeout=30)
+    assert (r.status.code, r.offset) == (pb.Code.OK, 0), r
+    ts = Timestamp()
+    ts.FromMilliseconds(t0 - 60_000)
+    r = stub.QueryOffset(spb.QueryOffsetRequest(message_queue=_mq(topic, q), query_offset_policy=pb.TIMESTAMP,
+                                                timestamp=ts), metadata=MD, timeout=30)
+    assert (r.status.code, r.offset) == (pb.Code.OK, 0), r
+    # pull from 1, two at a time: status, the messages in order, then the next offset
+    out = list(stub.PullMessage(spb.PullMessageRequest(group=g, message_queue=_mq(topic, q), offset=1, batch_size=2,
+                                                       filter_expression=pb.FilterExpression(type=pb.TAG, expression="*")),
+                                metadata=MD, timeout=30))
+    assert out[0].status.code == pb.Code.OK and out[-1].next_offset == 1 + len(out[1:-1]), out
+    got = [x.message for x in out[1:-1]]
+    assert [m.body.decode() for m in got] == bodies[1:3] and [m.system_properties.queue_offset for m in got] == [1, 2]
+    assert all(m.topic.name == topic and m.system_properties.queue_id == q for m in got)
+    # at the end: nothing new, and where to come back
+    end = len(bodies)
+    out = list(stub.PullMessage(spb.PullMessageRequest(group=g, message_queue=_mq(topic, q), offset=end, batch_size=8),
+                                metadata=MD, timeout=30))
+    assert [x.status.code for x in out[:1]] == [pb.Code.MESSAGE_NOT_FOUND] and out[-1].next_offset == end, out
+    out = list(stub.PullMessage(spb.PullMessageRequest(group=g, message_queue=_mq(topic, q), offset=end + 100,
+                                                       batch_size=8), metadata=MD, timeout=30))
+    assert out[0].status.code == pb.Code.ILLEGAL_OFFSET and out[-1].next_offset == end, out
+    # long polling: a pull at the end waits for the next message instead of answering at once
+    import threading
+    from google.protobuf.duration_pb2 import Duration
+    held_pull: list = []
+    t = threading.Thread(target=lambda: held_pull.extend(stub.PullMessage(spb.PullMessageRequest(
+        group=g, message_queue=_mq(topic, q), offset=end, batch_size=8, long_polling_timeout=Duration(seconds=20)),
+        metadata=MD, timeout=40)))
+    t.start()
+    from tests.helpers.ha_cluster import runtime
+    from tests.helpers.procs import wait_until as _wait_until
+    _wait_until(lambda: int(runtime(front.cluster.port)["pullHeldRequests"]) > 0, 30, "the pull held at the broker")
+    late = _message(topic, b"late", message_id=f"{0xABCF:032X}", message_group="pull-order")
+    assert stub.SendMessage(spb.SendMessageRequest(messages=[late]), metadata=MD, timeout=30).status.code == pb.Code.OK
+    t.join(40)
+    assert held_pull[0].status.code == pb.Code.OK and [x.message.body for x in held_pull[1:-1]] == [b"late"]
+    assert held_pull[-1].next_offset == end + 1
+    # offsets: none committed (the broker answers 0 while the queue's first message is in memory,
+    # as RocketMQ's queryConsumerOffset), then the one committed
+    r = stub.GetOffset(spb.GetOffsetRequest(group=g, message_queue=_mq(topic, q)), metadata=MD, timeout=30)
+    assert (r.status.code, r.offset) == (pb.Code.OK, 0), r
+    r = stub.UpdateOffset(spb.UpdateOffsetRequest(group=g, message_queue=_mq(topic, q), offset=3), metadata=MD,
+                          timeout=30)
+    assert r.status.code == pb.Code.OK, r
+    r = stub.GetOffset(spb.GetOffsetRequest(group=g, message_queue=_mq(topic, q)), metadata=MD, timeout=30)
+    assert (r.status.code, r.offset) == (pb.Code.OK, 3), r
+    # bad input: a queue of no broker, a negative offset, an SQL filter
+    r = stub.GetOffset(spb.GetOffsetRequest(group=g, message_queue=_mq(topic, q, broker="no-such-broker")),
+                       metadata=MD, timeout=30)
+    assert r.status.code == pb.Code.NOT_FOUND, r
+    r = stub.UpdateOffset(spb.UpdateOffsetRequest(group=g, message_queue=_mq(topic, q), offset=-1), metadata=MD,
+                          timeout=30)
+    assert r.status.code == pb.Code.ILLEGAL_OFFSET, r
+    [r] = list(stub.PullMessage(spb.PullMessageRequest(group=g, message_queue=_mq(topic, q), batch_size=1,
+                                                       filter_expression=pb.FilterExpression(type=pb.SQL,
+                                                                                             expression="a > 1")),
+                                metadata=MD, timeout=30))
+    assert r.status.code == pb.Code.ILLEGAL_FILTER_EXPRESSION, r
 
 
 def _front_pids(cluster) -> list[int]:

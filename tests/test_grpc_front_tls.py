@@ -5,6 +5,8 @@ UNAVAILABLE, not left waiting; a certificate or key that cannot be read is refus
 naming its key, by `broker proxy` and by a broker whose grpcServerPort runs the front."""
 from __future__ import annotations
 
+import asyncio
+
 import ssl
 import subprocess
 import sys
@@ -134,14 +136,18 @@ def test_a_missing_certificate_refuses_the_front_and_the_broker_naming_the_key(t
 
 
 def test_local_mode_front_serves_tls_from_broker_conf(tmp_path):
-    """broker.conf with grpcServerPort and TlsSystemConfig's names: the broker's own front serves TLS."""
+    """broker.conf with grpcServerPort and TlsSystemConfig's names: the broker's own front serves TLS,
+    and so does its remoting port (tls.server.mode is one setting, as RocketMQ's TlsSystemConfig):
+    the front reaches its broker over TLS, a plaintext remoting client is refused."""
     cert, key = make_certificate(tmp_path)
     port = free_port()
     with Cluster(tmp_path / "cluster", f"grpcServerPort={port}\ntls.server.mode=enforcing\ntls.test.mode.enable=false\n"
                                        f"tls.server.certPath={cert}\ntls.server.keyPath={key}\n") as cluster:
         cluster.procs[1].wait_lines(lambda ls: any("grpc proxy listening" in line and "TLS" in line for line in ls),
                                     60, "the broker's front to listen with TLS")
-        cluster.create_topic("GrpcLocalTls")
+        # the topic is made on first use (the name server's autoCreateTopicEnable routes it)
         [r] = py5_produce(f"127.0.0.1:{port}", "GrpcLocalTls", [{"body": "local"}], tls=True,
                           env={"GRPC_DEFAULT_SSL_ROOTS_FILE_PATH": str(cert)})
         assert "messageId" in r, r
+        with pytest.raises((ConnectionError, OSError, asyncio.TimeoutError)):
+            cluster.create_topic("PlaintextRefused")

@@ -14,10 +14,16 @@ hands back (requests the broker sends us, a header of another shape) are decoded
 RemotingCommands, in frame order: a response resolves its waiter (a fast waiter then gets the
 RemotingCommand), a request goes to the handler.
 
+Sends the producer makes on its fast path (`sends.submit`) are kept in C instead (SendSlots, the
+reader's `sends`): the reader completes their futures with SendResults as it meets their answers,
+with no Reply handed to Python; what is not a plain success comes back to the producer's
+`_send_answer`. SendSlots also hands out every opaque of the connection (`_next_opaque`).
+
 Timeouts: requests with one timeout value expire in the order they were made, so each value
 keeps a FIFO of (deadline, opaque) and one timer is armed at the earliest deadline of all; the
 heads of the FIFOs that were answered are dropped as replies come in, so a FIFO holds about the
-requests in flight. A frame that cannot be valid closes the connection with one log line naming
+requests in flight; the kept sends have one timer of their own, armed at the earliest deadline
+among them (SendSlots.armed), which scans the ring when it fires. A frame that cannot be valid closes the connection with one log line naming
 the peer, as broker.remoting.connection does; every waiter then fails with ConnectionClosed.
 """
 from __future__ import annotations
@@ -27,7 +33,7 @@ import collections
 import logging
 from typing import Awaitable, Callable
 
-from broker.kernels.client_codec import READ_DONE, Reply, ReplyReader
+from broker.kernels.client_codec import READ_DONE, Reply, ReplyReader, SendSlots
 from broker.kernels.header import HeaderError
 from broker.kernels.remoting import FrameError, reallocate
 from broker.kernels.wbuf import WriteBuffer
@@ -40,7 +46,6 @@ log = logging.getLogger("client.channel")
 INITIAL_BUFFER = 1 << 20
 MIN_READ = 256 << 10  # a pull answer is up to 256 KiB: read it in one go when it is there
 MAX_FRAME = 16 * 1024 * 1024
-MAX_OPAQUE = 0x7FFFFFFF  # opaques are Java ints
 
 # handler(command, channel) -> response | awaitable of a response | None, for requests the broker sends
 Handler = Callable[[RemotingCommand, "ClientChannel"], "RemotingCommand | Awaitable | None"]
@@ -60,6 +65,7 @@ class ClientChannel(RequestHandling, asyncio.BufferedProtocol):
     def __init__(self, handler: Handler | None = None, max_frame: int = MAX_FRAME):
         self.handler = handler
         self.reader = ReplyReader(max_frame)
+        self.sends = self.reader.sends = SendSlots(self)  # the opaques, and the sends completed in C
         self.out = WriteBuffer()  # requests rendered this loop turn
         self.signer = None  # an AclClientRPCHook: requests signed as they leave (broker.client.acl_hook)
         self.buf = bytearray(INITIAL_BUFFER)
@@ -72,16 +78,17 @@ class ClientChannel(RequestHandling, asyncio.BufferedProtocol):
         self.commands: set[int] = set()  # opaques whose waiter wants a RemotingCommand (request())
         self.closed = asyncio.Event()
         self.tasks: set[asyncio.Task] = set()  # handlers of broker requests that returned awaitables
-        self._opaque = 0
         self._flush_soon = False
         self._fifos: dict[float, collections.deque] = {}  # timeout -> deque of (deadline, opaque)
         self._timer: asyncio.TimerHandle | None = None
+        self._send_timer: asyncio.TimerHandle | None = None  # armed at sends.armed
         self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- asyncio protocol ------------------------------------------------------------------------
     def connection_made(self, transport) -> None:
         self.transport = transport
         self._loop = asyncio.get_running_loop()
+        self.sends.bind(self._loop)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
 
@@ -144,12 +151,19 @@ class ClientChannel(RequestHandling, asyncio.BufferedProtocol):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self._send_timer is not None:
+            self._send_timer.cancel()
+            self._send_timer = None
+        sends = self.sends.take_all()
         waiters, self.waiters = self.waiters, {}
         self.commands.clear()
         self._fifos.clear()
         for fut in waiters.values():
             if not fut.done():
                 fut.set_exception(ConnectionClosed(f"connection to {self.peer} closed"))
+        for fut, msg, mq, uniq, owner, deadline, timeout in sends:
+            owner._send_answer(fut, ConnectionClosed(f"connection to {self.peer} closed"), msg, mq, uniq, self,
+                               deadline, timeout)
         for t in list(self.tasks):
             t.cancel()
         self.closed.set()
@@ -188,6 +202,12 @@ class ClientChannel(RequestHandling, asyncio.BufferedProtocol):
             if fut is not None and not fut.done():
                 cmd.body = bytes(cmd.body)  # the caller reads it after the buffer is reused
                 fut.set_result(cmd)
+            elif fut is None:
+                sent = self.sends.take(cmd.opaque)
+                if sent is not None:  # a send kept in C, answered by a frame only Python reads
+                    fut, msg, mq, uniq, owner, deadline, timeout = sent
+                    cmd.body = bytes(cmd.body)
+                    owner._send_answer(fut, cmd, msg, mq, uniq, self, deadline, timeout)
             return
         self._handle_request(cmd)
 
@@ -236,10 +256,23 @@ class ClientChannel(RequestHandling, asyncio.BufferedProtocol):
         if nxt is not None:
             self._timer = self._loop.call_at(nxt, self._expire)
 
+    def _arm_sends(self) -> None:
+        if self._send_timer is not None:
+            self._send_timer.cancel()
+        self._send_timer = self._loop.call_at(self.sends.armed, self._expire_sends)
+
+    def _expire_sends(self) -> None:
+        self._send_timer = None
+        expired = self.sends.expire(self._loop.time())
+        if self.sends.in_flight:
+            self._arm_sends()
+        for fut, msg, mq, uniq, owner, deadline, timeout in expired:
+            owner._send_answer(fut, asyncio.TimeoutError(f"no answer from {self.peer} within {timeout:g} s"), msg, mq,
+                               uniq, self, deadline, timeout)
+
     # -- requests --------------------------------------------------------------------------------
     def _next_opaque(self) -> int:
-        self._opaque = self._opaque % MAX_OPAQUE + 1
-        return self._opaque
+        return self.sends.next_opaque()
 
     def _kick(self) -> None:
         if not self._flush_soon:
@@ -247,7 +280,7 @@ class ClientChannel(RequestHandling, asyncio.BufferedProtocol):
 
     def _schedule_flush(self) -> None:
         self._flush_soon = True
-        if self.coalesce_delay and len(self.waiters) > 1:  # others in flight: a sequential caller is not held
+        if self.coalesce_delay and len(self.waiters) + self.sends.in_flight > 1:  # others in flight: a sequential caller is not held
             self._loop.call_later(self.coalesce_delay, self._flush)
         else:
             self._loop.call_soon(self._flush)
@@ -331,8 +364,9 @@ class ClientChannel(RequestHandling, asyncio.BufferedProtocol):
             self.transport.close()
 
 
-async def open_channel(host: str, port: int, handler: Handler | None = None, signer=None) -> ClientChannel:
+async def open_channel(host: str, port: int, handler: Handler | None = None, signer=None,
+                       ssl_context=None) -> ClientChannel:
     loop = asyncio.get_running_loop()
-    _, channel = await loop.create_connection(lambda: ClientChannel(handler), host, port)
+    _, channel = await loop.create_connection(lambda: ClientChannel(handler), host, port, ssl=ssl_context)
     channel.signer = signer
     return channel

@@ -22,6 +22,7 @@ from broker.client.route import RouteCache, TopicRoute, parse_route
 from broker.remoting import codes
 from broker.remoting.command import RemotingCommand
 from broker.client.acl_hook import AclClientRPCHook, SessionCredentials
+from broker.remoting.tls import client_context
 from broker.client.channel import ClientChannel, open_channel
 from broker.kernels.client_codec import Reply
 
@@ -56,8 +57,19 @@ class ConsumerMember(Protocol):
 
 class MQClientInstance:
     def __init__(self, namesrv_addr: str | None = None, heartbeat_interval: float = HEARTBEAT_INTERVAL,
-                 instance_name: str | None = None, credentials: SessionCredentials | None = None):
+                 instance_name: str | None = None, credentials: SessionCredentials | None = None,
+                 tls: bool | None = None, tls_namesrv: bool | None = None):
         self.namesrv_addrs = parse_namesrv_addr(namesrv_addr)
+        # tls.enable (the Java client's -Dtls.enable / setUseTLS): every connection, to name servers
+        # and brokers, speaks TLS; None reads ROCKETMQ_TLS_ENABLE ("true"). A test-mode client
+        # (the default, as RocketMQ's tls.test.mode.enable) trusts any certificate.
+        # tls_namesrv (default: as tls) apart for the name servers: a broker's own gRPC front reaches
+        # a TLS-only broker through plaintext name servers.
+        if tls is None:
+            tls = os.environ.get("ROCKETMQ_TLS_ENABLE", "").strip().lower() == "true"
+        self.ssl_context = client_context() if tls else None
+        self.namesrv_ssl_context = self.ssl_context if tls_namesrv is None else (
+            client_context() if tls_namesrv else None)
         # a broker with aclEnable: every request signed with these (AclClientRPCHook)
         self.signer = AclClientRPCHook(credentials) if credentials is not None else None
         n = next(_instances)
@@ -98,7 +110,9 @@ class MQClientInstance:
                 return conn
             host, _, port = addr.rpartition(":")
             try:
-                conn = await asyncio.wait_for(open_channel(host, int(port), self._handle, self.signer), CONNECT_TIMEOUT)
+                ctx = self.namesrv_ssl_context if addr in self.namesrv_addrs else self.ssl_context
+                conn = await asyncio.wait_for(open_channel(host, int(port), self._handle, self.signer,
+                                                           ssl_context=ctx), CONNECT_TIMEOUT)
             except asyncio.TimeoutError:
                 raise BrokerUnreachable(addr, f"connect timed out after {CONNECT_TIMEOUT:g} s") from None
             except (OSError, ValueError) as e:

@@ -8,10 +8,14 @@ failure. A body over 4 KiB is zlib-compressed and flagged COMPRESSED (compressMs
 Sends are pipelined: a request is rendered by the client kernel (broker.kernels.client_codec)
 straight into its connection's write buffer, which leaves at the end of the loop turn with the
 other requests of that turn, and its answer resolves a future from the connection's per-read loop.
-When the topic's route is cached and its broker connected (every send but a topic's first), the
-first attempt is made without awaiting anything but that answer: no task, no timer and no
-coroutine per send beyond the caller's own (send_async makes none at all). Retries take the
-general path (route refetched, connection awaited), and keep the message's UNIQ_KEY.
+When the topic's route is cached and its brokers connected (every send but a topic's first),
+send() is no coroutine: it renders the request and keeps it in the connection's SendSlots
+(client_codec.pyx), and returns the future that the connection's reply reader completes in C
+with the SendResult; no task, no timer and no Python object of ours per send (send_async makes
+none either). A pinned queue, a body to compress, a retry topic and a producer whose _body adds
+flags (transactions) take the coroutine path, which still awaits only the answer when it can.
+Retries take the general path (route refetched, connection awaited), and keep the message's
+UNIQ_KEY.
 """
 from __future__ import annotations
 
@@ -22,12 +26,13 @@ import random
 import time
 import zlib
 from dataclasses import dataclass
+from typing import Awaitable
 
 from broker.client.client_instance import MQClientInstance
 from broker.client.errors import BrokerUnreachable, ClientError, ResponseError, RouteNotFound, SendFailed
 from broker.client.message import COMPRESSED_FLAG, PROPERTY_MAX_RECONSUME_TIMES, Message
 from broker.client.route import MessageQueue, TopicRoute
-from broker.kernels.client_codec import Reply, render_batch, render_send
+from broker.kernels.client_codec import Reply, render_batch, render_send, send_result_setup
 from broker.remoting import codes
 
 COMPRESS_OVER = 4096
@@ -59,6 +64,19 @@ class SendResult:
                 f"queueOffset={self.queue_offset}")
 
 
+send_result_setup(SendResult, _SEND_STATUS)
+
+
+class _FastTopic:
+    """A topic's sends that need no Python of the channel's: its cached route entry (`hit`,
+    checked by identity: a refetch or invalidate replaces it), until when (loop time) that route
+    is fresh, and (queue, queue id, open channel) per write queue in selection order."""
+    __slots__ = ("hit", "fresh_until", "targets", "n", "rr")
+
+    def __init__(self, hit: tuple, fresh_until: float, targets: list, rr):
+        self.hit, self.fresh_until, self.targets, self.n, self.rr = hit, fresh_until, targets, len(targets), rr
+
+
 def _retry_counts(props: dict) -> tuple[dict, int, int]:
     """A consumer re-publishing a failed message: the counts travel in the header (j, l), not as
     properties (DefaultMQProducerImpl.sendKernelImpl)."""
@@ -81,6 +99,7 @@ class Producer:
         # topic -> (route, its write queues, brokerName -> master address), computed once per route object
         self._write_queues: dict[str, tuple[TopicRoute, list[MessageQueue], dict[str, str]]] = {}
         self._pending: set[asyncio.Future] = set()
+        self._fast: dict[str, _FastTopic] = {}
 
     async def start(self) -> None:
         self.client.producer_groups.add(self.group)
@@ -195,9 +214,105 @@ class Producer:
             return BrokerUnreachable(addr, str(e) or type(e).__name__)
         return e
 
-    async def send(self, msg: Message, timeout: float = 3.0, queue: MessageQueue | None = None) -> SendResult:
-        """Send and wait for the broker's answer; SendFailed once every attempt failed. `queue`
-        pins the message to one queue (Java's send(msg, mq)): every attempt goes there."""
+    def send(self, msg: Message, timeout: float = 3.0, queue: MessageQueue | None = None) -> Awaitable[SendResult]:
+        """Send; await what it returns for the broker's answer as a SendResult (SendFailed once
+        every attempt failed). `queue` pins the message to one queue (Java's send(msg, mq)):
+        every attempt goes there. The request is rendered at once (not when awaited); when the
+        topic's route is cached and its brokers connected, the awaitable is a future its answer
+        completes in C (SendSlots), otherwise a coroutine."""
+        if queue is None and len(msg.body) <= self.compress_over:  # _send_fast written out: a call less a send
+            topic = msg.topic
+            fast = self._fast.get(topic)
+            if fast is None or fast.hit is not self.client.routes.routes.get(topic):
+                fast = self._fast_topic(topic)
+            if fast is not None:
+                mq, qid, ch = fast.targets[next(fast.rr) % fast.n]
+                fut = ch.sends.submit(ch.out, self, self.group, msg, mq, qid, self.default_topic_queue_nums,
+                                      self.compress_over, timeout, fast.fresh_until)
+                if fut:
+                    return fut
+                if fut is False:  # the connection closed, or the route is stale: the general path refetches
+                    self._fast.pop(topic, None)
+        return self._send(msg, timeout, queue)
+
+    def _send_fast(self, msg: Message, timeout: float) -> asyncio.Future | None:
+        """A send kept in C (SendSlots.submit) when the topic's route is cached and fresh and its
+        brokers connected: the future its answer completes; None otherwise, nothing sent."""
+        if len(msg.body) > self.compress_over:  # before a queue is taken from the round-robin
+            return None
+        topic = msg.topic
+        fast = self._fast.get(topic)
+        if fast is None or fast.hit is not self.client.routes.routes.get(topic):
+            fast = self._fast_topic(topic)
+            if fast is None:
+                return None
+        mq, qid, ch = fast.targets[next(fast.rr) % fast.n]
+        fut = ch.sends.submit(ch.out, self, self.group, msg, mq, qid, self.default_topic_queue_nums,
+                              self.compress_over, timeout, fast.fresh_until)
+        if fut is False:
+            self._fast.pop(topic, None)
+            return None
+        return fut
+
+    def _fast_topic(self, topic: str) -> _FastTopic | None:
+        """The topic's fast sends when its route is cached and fresh, with writable queues all on
+        connected brokers; None otherwise: for a retry topic, whose counts travel in the header, and
+        for a producer whose _body sets other flags (a TransactionProducer's half messages), as
+        SendSlots renders the body as it is with sysFlag 0."""
+        self._fast.pop(topic, None)
+        routes = self.client.routes
+        hit = routes.routes.get(topic)
+        if hit is None or topic.startswith(RETRY_PREFIX) or type(self)._body is not Producer._body:
+            return None
+        left = routes.ttl - (time.monotonic() - hit[1])
+        if left <= 0:
+            return None
+        _, queues, addrs = self._publish_info(topic, hit[0])
+        targets = []
+        for mq in queues:
+            ch = self.client.channel_now(addrs.get(mq.broker_name, ""))
+            if ch is None:
+                return None
+            targets.append((mq, mq.queue_id, ch))
+        if not targets:
+            return None
+        rr = self._rr.get(topic)
+        if rr is None:
+            rr = self._rr[topic] = itertools.count(random.randrange(len(queues)))
+        fast = self._fast[topic] = _FastTopic(hit, targets[0][2]._loop.time() + left, targets, rr)
+        return fast
+
+    def _send_answer(self, fut: asyncio.Future, answer, msg: Message, mq: MessageQueue, uniq: str, ch,
+                     deadline: float, timeout: float) -> None:
+        """A fast send's answer that is no plain success (SendSlots): a failure code, another
+        queue, a frame only Python reads, a timeout or a closed connection (an exception). Read as
+        _result reads it; a retryable failure retries on another broker as send() does."""
+        if fut.done():  # the caller cancelled it
+            return
+        addr = next((a for a, c in self.client.conns.items() if c is ch), ch.peer)
+        try:
+            if isinstance(answer, BaseException):
+                raise answer
+            fut.set_result(self._result(answer, msg.topic, mq, addr, uniq))
+            return
+        except (OSError, ResponseError) as e:
+            cause = self._failure(e, addr, ch, codes.SEND_MESSAGE_V2, timeout)
+        except Exception as e:  # noqa: BLE001 - the caller's future gets it, not the connection's read
+            fut.set_exception(e)
+            return
+        if isinstance(cause, ResponseError) and cause.code not in RETRYABLE_CODES:
+            fut.set_exception(SendFailed(msg.topic, [cause]))
+            return
+        self.client.routes.invalidate(msg.topic)
+        self._fast.pop(msg.topic, None)
+        body, sys_flag = self._body(msg)
+        retry = asyncio.ensure_future(self._send_attempts(
+            msg, body, sys_flag, time.monotonic() + (deadline - ch._loop.time()), timeout, None, [cause],
+            mq.broker_name, 1, uniq))
+        retry.add_done_callback(functools.partial(_chain, fut))
+
+    async def _send(self, msg: Message, timeout: float, queue: MessageQueue | None) -> SendResult:
+        """send() by the channel's Python: a pinned queue, a topic's first sends, a retry topic."""
         deadline = time.monotonic() + timeout
         body, sys_flag = self._body(msg)
         target = self._target_now(msg.topic, queue)
@@ -286,27 +401,32 @@ class Producer:
         if given, is called with that future when it is done. No task is made for it: its first
         attempt's answer completes the future from the connection's read (a retry, and a topic's
         very first send, run as a task)."""
-        loop = asyncio.get_running_loop()
-        body, sys_flag = self._body(msg)
-        target = self._target_now(msg.topic, None)
-        if target is None:
-            out = asyncio.ensure_future(self._send_attempts(msg, body, sys_flag, time.monotonic() + timeout, timeout,
-                                                            None, [], None, 0, None))
-        else:
-            mq, addr, ch = target
-            out = loop.create_future()
-            opaque, fut = ch.fast_request(timeout)
-            try:
-                uniq = self._render(ch, opaque, False, msg, mq, body, sys_flag, None)
-            except BaseException:
-                ch.forget(opaque)
-                raise
-            fut.add_done_callback(functools.partial(self._async_answer, out, msg, body, sys_flag, mq, addr, ch, uniq,
-                                                    time.monotonic() + timeout, timeout))
+        out = self._send_fast(msg, timeout)
+        if out is None:
+            out = self._send_async_by_python(msg, timeout)
         self._pending.add(out)
         out.add_done_callback(self._pending.discard)
         if callback is not None:
             out.add_done_callback(callback)
+        return out
+
+    def _send_async_by_python(self, msg: Message, timeout: float) -> asyncio.Future:
+        """send_async's send when _send_fast does not take it (a compressed body, a topic's first)."""
+        body, sys_flag = self._body(msg)
+        target = self._target_now(msg.topic, None)
+        if target is None:
+            return asyncio.ensure_future(self._send_attempts(msg, body, sys_flag, time.monotonic() + timeout, timeout,
+                                                             None, [], None, 0, None))
+        mq, addr, ch = target
+        out = ch._loop.create_future()
+        opaque, fut = ch.fast_request(timeout)
+        try:
+            uniq = self._render(ch, opaque, False, msg, mq, body, sys_flag, None)
+        except BaseException:
+            ch.forget(opaque)
+            raise
+        fut.add_done_callback(functools.partial(self._async_answer, out, msg, body, sys_flag, mq, addr, ch, uniq,
+                                                time.monotonic() + timeout, timeout))
         return out
 
     def _async_answer(self, out: asyncio.Future, msg: Message, body, sys_flag: int, mq: MessageQueue, addr: str,

@@ -42,7 +42,9 @@ class SyncProducer:
         return p
 
     def send(self, msg: Message, timeout: float = 3.0, queue: MessageQueue | None = None) -> SendResult:
-        return self._lt.call(self._producer.send(msg, timeout, queue))
+        async def send() -> SendResult:  # on the loop's thread: send() renders when called
+            return await self._producer.send(msg, timeout, queue)
+        return self._lt.call(send())
 
     def send_batch(self, msgs: list[Message], timeout: float = 3.0) -> SendResult:
         return self._lt.call(self._producer.send_batch(msgs, timeout))

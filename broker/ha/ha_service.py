@@ -57,6 +57,8 @@ class HAService:
         with self._lock:
             if offset > self.table.load(Slot.ACKED):
                 self.table.store(Slot.ACKED, offset)
+        if self.table.load(Slot.ISR_MASK):
+            self.table.add(Slot.REPUT_WAKE, 1)  # the reput dispatches up to the SyncStateSet's acks
         notify(self.notify_fd)
 
     def connection_closed(self, conn: HAConnection) -> None:

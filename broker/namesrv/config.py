@@ -30,6 +30,11 @@ class NamesrvConfig:
     scanNotActiveBrokerInterval: float = 10.0  # seconds here; namesrv.conf gives milliseconds, as RocketMQ
     brokerExpiredSeconds: float = BROKER_EXPIRED_SECONDS
     enableControllerInNamesrv: bool = False
+    # TLS of its port (broker.remoting.tls), TlsSystemConfig's names
+    tlsMode: str = "disabled"
+    tlsTestModeEnable: bool = True
+    tlsKeyPath: str = ""
+    tlsCertPath: str = ""
 
     # namesrv.conf key -> (field, type). listenPort and bindAddress are NettyServerConfig's;
     # autoCreateTopicEnable and defaultTopicQueueNums are this name server's own (RocketMQ's
@@ -41,12 +46,18 @@ class NamesrvConfig:
         "enableControllerInNamesrv": ("enableControllerInNamesrv", bool),
         "autoCreateTopicEnable": ("autoCreateTopicEnable", bool),
         "defaultTopicQueueNums": ("defaultTopicQueueNums", int),
+        "tls.server.mode": ("tlsMode", str),
+        "tls.test.mode.enable": ("tlsTestModeEnable", bool),
+        "tls.server.keyPath": ("tlsKeyPath", str),
+        "tls.server.certPath": ("tlsCertPath", str),
     }
 
     def properties_text(self) -> str:
         """The keys RocketMQ names, as GET_NAMESRV_CONFIG answers them (intervals in milliseconds)."""
         lines = []
         for key, (field, typ) in self.KEYS.items():
+            if key.startswith("tls."):
+                continue  # TlsSystemConfig's: RocketMQ's name server answers them in no config
             v = getattr(self, field)
             if key == "scanNotActiveBrokerInterval":
                 v = int(v * 1000)
@@ -67,6 +78,9 @@ class NamesrvConfig:
                 raise StoreConfigError(key, f"{values[key]} must be positive")
         if "scanNotActiveBrokerInterval" in values:
             values["scanNotActiveBrokerInterval"] /= 1000
+        if "tls.server.mode" in values:
+            from broker.remoting.tls import check_mode
+            values["tls.server.mode"] = check_mode(values["tls.server.mode"].strip().lower())
         config = cls(**{cls.KEYS[key][0]: v for key, v in values.items()})
         return config, [k for k in props if k not in cls.KEYS]
 

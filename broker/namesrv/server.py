@@ -10,6 +10,7 @@ from broker.namesrv.config import NamesrvConfig
 from broker.namesrv.processor import NamesrvProcessor
 from broker.namesrv.route_info import RouteInfoManager
 from broker.remoting.connection import RemotingServer
+from broker.remoting.tls import server_context
 
 __all__ = ["NamesrvConfig", "NamesrvController"]
 
@@ -34,7 +35,10 @@ class NamesrvController:
         return f"{self.config.host}:{self.port}"
 
     async def start(self) -> None:
-        self.server = RemotingServer(self.processor.handle, self.config.host, self.config.port)
+        cfg = self.config
+        self.server = RemotingServer(self.processor.handle, cfg.host, cfg.port, tls_mode=cfg.tlsMode,
+                                     ssl_context=server_context(cfg.tlsMode, cfg.tlsTestModeEnable, cfg.tlsCertPath,
+                                                                cfg.tlsKeyPath))
         self.server.on_close.append(self.routes.connection_closed)
         await self.server.start()
         self._schedule_scan()

@@ -50,6 +50,12 @@ class ProxyConfig:
     tlsTestModeEnable: bool = True
     tlsKeyPath: str = ""
     tlsCertPath: str = ""
+    # tls.enable: the front's own connections to the name servers and brokers speak TLS (a
+    # broker whose remoting port enforces TLS needs it)
+    tlsEnable: bool = False
+    # not a ProxyConfig key: local mode's TLS to the name servers (its broker's tls.enable), apart
+    # from the TLS to its broker (its broker's port enforcing it); None: as tlsEnable
+    tlsNamesrv: bool | None = None
     # the broker that started this front as its child (local mode): logged, nothing more
     parentBroker: str = ""
     # ACL (broker.proxy.grpc_acl): 5.x clients' signed calls checked against a plain_acl.yml, as

@@ -54,6 +54,11 @@ def resources(request) -> dict[str, int]:
                               spb.ChangeInvisibleDurationRequest, spb.QueryAssignmentRequest)):
         need[_group(request.group)] = SUB
         need[request.topic.name] = SUB
+    elif isinstance(request, (spb.PullMessageRequest, spb.UpdateOffsetRequest, spb.GetOffsetRequest)):
+        need[_group(request.group)] = SUB
+        need[request.message_queue.topic.name] = SUB
+    elif isinstance(request, spb.QueryOffsetRequest):
+        need[request.message_queue.topic.name] = SUB
     elif isinstance(request, spb.NotifyClientTerminationRequest):
         if request.group.name:
             need[_group(request.group)] = SUB

@@ -24,7 +24,10 @@ class LocalGrpcFront:
                                   parentBroker=broker_config.brokerName,
                                   enableACL=broker_config.aclEnable, aclFile=broker_config.acl_file,
                                   tlsMode=broker_config.tlsMode, tlsTestModeEnable=broker_config.tlsTestModeEnable,
-                                  tlsKeyPath=broker_config.tlsKeyPath, tlsCertPath=broker_config.tlsCertPath)
+                                  tlsKeyPath=broker_config.tlsKeyPath, tlsCertPath=broker_config.tlsCertPath,
+                                  # its broker's port takes TLS only: so must its connections
+                                  tlsEnable=broker_config.tlsEnable or broker_config.tlsMode == "enforcing",
+                                  tlsNamesrv=broker_config.tlsEnable)
         self.config.validate()
         # a port another process holds would make the child exit at every restart, for ever: the
         # broker refuses to start instead, naming the key

@@ -11,10 +11,11 @@ import logging
 from broker.client.client_instance import MQClientInstance
 from broker.proxy.client_settings import reply_settings
 from broker.proxy.config import ProxyConfig
-from broker.proxy.consumer_activity import ConsumerActivity
+from broker.proxy.consumer_activity import ConsumerActivity, _group
 from broker.proxy.grpc_acl import GrpcAccessValidator
 from broker.proxy.grpc_channel_manager import GrpcChannelManager
 from broker.proxy.grpc_metadata import client_id_of
+from broker.proxy.offset_activity import OffsetActivity
 from broker.proxy.protocol import definition_pb2 as pb
 from broker.proxy.protocol import service_pb2 as spb
 from broker.proxy.protocol import service_pb2_grpc as rpc
@@ -54,6 +55,7 @@ class MessagingService(rpc.MessagingServiceServicer):
         self.transactions = EndTransactionActivity(client)
         self.relay = TransactionCheckRelay(client, self.channels)
         self.consumers = ConsumerActivity(client, config)
+        self.offsets = OffsetActivity(client, self.consumers._broker_addr, _group)
         self.acl = GrpcAccessValidator(config.aclFile) if config.enableACL else None
 
     # -- unary RPCs ----------------------------------------------------------------------------------
@@ -97,19 +99,30 @@ class MessagingService(rpc.MessagingServiceServicer):
     async def ForwardMessageToDeadLetterQueue(self, request, context):
         return await self.consumers.forward_to_dlq(request, context)
 
-    # -- what this front does not serve: a Status saying so, at once ---------------------------------
+    # -- the pull-style consumer (broker.proxy.offset_activity) ---------------------------------------
     @_answered(spb.UpdateOffsetResponse)
     async def UpdateOffset(self, request, context):
-        raise ProxyError(Code.NOT_IMPLEMENTED, "UpdateOffset is not implemented by this front")
+        return await self.offsets.update_offset(request, context)
 
     @_answered(spb.GetOffsetResponse)
     async def GetOffset(self, request, context):
-        raise ProxyError(Code.NOT_IMPLEMENTED, "GetOffset is not implemented by this front")
+        return await self.offsets.get_offset(request, context)
 
     @_answered(spb.QueryOffsetResponse)
     async def QueryOffset(self, request, context):
-        raise ProxyError(Code.NOT_IMPLEMENTED, "QueryOffset is not implemented by this front")
+        return await self.offsets.query_offset(request, context)
 
+    async def PullMessage(self, request, context):
+        if self.acl is not None:
+            try:
+                self.acl.check(request, context)
+            except ProxyError as e:
+                yield spb.PullMessageResponse(status=status(e.code, e.message))
+                return
+        async for r in self.offsets.pull_message(request, context):
+            yield r
+
+    # -- what this front does not serve: a Status saying so, at once ---------------------------------
     @_answered(spb.RecallMessageResponse)
     async def RecallMessage(self, request, context):
         raise ProxyError(Code.NOT_IMPLEMENTED, "RecallMessage is not implemented: the broker has no timer wheel")
@@ -117,9 +130,6 @@ class MessagingService(rpc.MessagingServiceServicer):
     @_answered(spb.SyncLiteSubscriptionResponse)
     async def SyncLiteSubscription(self, request, context):
         raise ProxyError(Code.NOT_IMPLEMENTED, "lite topics are not implemented by this front")
-
-    async def PullMessage(self, request, context):
-        yield spb.PullMessageResponse(status=status(Code.NOT_IMPLEMENTED, "PullMessage is not implemented by this front"))
 
     async def ReceiveMessage(self, request, context):
         if self.acl is not None:

@@ -36,7 +36,8 @@ async def serve(config, stop: asyncio.Event, ready=None) -> None:
     credentials = server_credentials(config)  # before anything starts: a refused file names its key
 
     ClientChannel.coalesce_delay = config.remotingCoalesceMicros / 1e6  # this process is the front alone
-    client = MQClientInstance(config.namesrvAddr, credentials=for_front(config))
+    client = MQClientInstance(config.namesrvAddr, credentials=for_front(config), tls=config.tlsEnable,
+                            tls_namesrv=config.tlsNamesrv)
     producer = ProxyProducer(PRODUCER_GROUP, client=client)
     await producer.start()
     server = grpc.aio.server(options=SERVER_OPTIONS)

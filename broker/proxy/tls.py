@@ -12,29 +12,10 @@ proxy's) serves a self-signed certificate made at start; false serves tlsCertPat
 """
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import tempfile
 
+from broker.remoting.tls import TLS_MODES, read_pem, self_signed
 from broker.store.errors import StoreConfigError
-
-TLS_MODES = ("disabled", "permissive", "enforcing")
-
-
-def _read_pem(key: str, path: str, what: str) -> bytes:
-    if not path:
-        raise StoreConfigError(key, f"is empty: tls.server.mode=enforcing with tlsTestModeEnable=false needs the {what}")
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise StoreConfigError(key, f"{path}: {e.strerror}") from None
-    if b"-----BEGIN " not in data:
-        raise StoreConfigError(key, f"{path} is not a PEM file (the {what})")
-    if key.endswith("KeyPath") and b"ENCRYPTED" in data:
-        raise StoreConfigError(key, f"{path} is an encrypted key: the front reads unencrypted PEM keys only")
-    return data
 
 
 def check_tls(config) -> None:
@@ -52,22 +33,8 @@ def check_tls(config) -> None:
                                    "openssl command, which is not on PATH: set tlsTestModeEnable=false with "
                                    "tlsCertPath and tlsKeyPath")
         return
-    _read_pem("tlsCertPath", config.tlsCertPath, "certificate chain")
-    _read_pem("tlsKeyPath", config.tlsKeyPath, "private key")
-
-
-def _self_signed() -> tuple[bytes, bytes]:
-    """(key, certificate) made now, as the Java proxy's SelfSignedCertificate of test mode."""
-    with tempfile.TemporaryDirectory(prefix="proxy-tls-") as d:
-        key, cert = os.path.join(d, "key.pem"), os.path.join(d, "cert.pem")
-        r = subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "365",
-                            "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
-                            "-keyout", key, "-out", cert], capture_output=True, text=True)
-        if r.returncode != 0:
-            raise StoreConfigError("tlsTestModeEnable", f"openssl could not make a self-signed certificate: "
-                                                        f"{r.stderr.strip()[-300:]}")
-        with open(key, "rb") as k, open(cert, "rb") as c:
-            return k.read(), c.read()
+    read_pem("tlsCertPath", config.tlsCertPath, "certificate chain")
+    read_pem("tlsKeyPath", config.tlsKeyPath, "private key")
 
 
 def server_credentials(config):
@@ -77,8 +44,8 @@ def server_credentials(config):
         return None
     import grpc
     if config.tlsTestModeEnable:
-        key, cert = _self_signed()
+        key, cert = self_signed("tlsTestModeEnable")
     else:
-        key = _read_pem("tlsKeyPath", config.tlsKeyPath, "private key")
-        cert = _read_pem("tlsCertPath", config.tlsCertPath, "certificate chain")
+        key = read_pem("tlsKeyPath", config.tlsKeyPath, "private key")
+        cert = read_pem("tlsCertPath", config.tlsCertPath, "certificate chain")
     return grpc.ssl_server_credentials([(key, cert)])

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
+import ssl
 from typing import Awaitable, Callable
 
 from broker.kernels.header import HeaderError
@@ -22,6 +24,7 @@ from broker.kernels.remoting import FrameError, reallocate, split_frames
 from broker.kernels.send_path import RUN_DONE, RUN_YIELD
 from broker.remoting.command import RemotingCommand
 from broker.remoting.request_handling import RequestHandling
+from broker.remoting.tls import TLS_RECORD_HANDSHAKE
 
 log = logging.getLogger("remoting")
 
@@ -87,6 +90,9 @@ class RemotingConnection(RequestHandling, asyncio.BufferedProtocol):
     # -- asyncio protocol ----------------------------------------------------------------------
     def connection_made(self, transport) -> None:
         self.transport = transport
+        # asyncio.get_running_loop() costs a getpid() system call (its fork check): a late reply
+        # per SYNC_FLUSH send paid one each
+        self._loop = asyncio.get_running_loop()
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         if self.backpressure:
@@ -94,7 +100,7 @@ class RemotingConnection(RequestHandling, asyncio.BufferedProtocol):
         if self.fast is not None:
             self.send_conn = self.fast.conn_state(self)
         if self.idle_timeout > 0:
-            loop = self._loop = asyncio.get_running_loop()
+            loop = self._loop
             self._active = loop.time()
             self._idle_timer = loop.call_later(self.idle_timeout, self._idle_check)
 
@@ -128,6 +134,12 @@ class RemotingConnection(RequestHandling, asyncio.BufferedProtocol):
                 self.buf = bytearray(FIRST_READ)
                 self.view = memoryview(self.buf)
                 return self.view
+            if len(self.buf) == FIRST_READ and self.end < FIRST_READ:
+                # A peer that sends one small request at a time (a heartbeat every 30 s, a producer
+                # waiting for each answer) keeps the small buffer: its reads, its EOF among them,
+                # fit. The big one is made once a read fills this one. (5,000 clients hanging up at
+                # once each zero-filled a megabyte for its EOF: 3 s of page faults, nothing answered.)
+                return self.view[self.end:]
             self._make_room(max(sizehint, MIN_READ))
         return self.view[self.end:]
 
@@ -217,7 +229,7 @@ class RemotingConnection(RequestHandling, asyncio.BufferedProtocol):
         elif self.transport is not None:
             if self._later is None:
                 self._later = []
-                asyncio.get_running_loop().call_soon(self._write_later)
+                self._loop.call_soon(self._write_later)
             self._later.append(data)
 
     def _make_room(self, want: int) -> None:
@@ -280,7 +292,7 @@ class RemotingConnection(RequestHandling, asyncio.BufferedProtocol):
             # once) leave together at the end of the event-loop turn: one write for all of them.
             if self._later is None:
                 self._later = []
-                asyncio.get_running_loop().call_soon(self._write_later)
+                self._loop.call_soon(self._write_later)
             self._later.extend(cmd.encode_parts())
 
     def _write_later(self) -> None:
@@ -329,9 +341,10 @@ class RemotingConnection(RequestHandling, asyncio.BufferedProtocol):
             self.transport.close()
 
 
-async def connect(host: str, port: int, handler: Handler | None = None) -> RemotingConnection:
+async def connect(host: str, port: int, handler: Handler | None = None, ssl_context=None) -> RemotingConnection:
+    """A connection to a remoting server; over TLS with `ssl_context` (broker.remoting.tls.client_context)."""
     loop = asyncio.get_running_loop()
-    _, conn = await loop.create_connection(lambda: RemotingConnection(handler), host, port)
+    _, conn = await loop.create_connection(lambda: RemotingConnection(handler), host, port, ssl=ssl_context)
     return conn
 
 
@@ -339,22 +352,35 @@ class RemotingServer:
     """Listens on host:port; every connection hands its requests to `handler`. With `fast_port` it
     listens there too, for the same handler: a broker's VIP channel (RocketMQ's fastRemotingServer
     on listenPort - 2), which Java clients with vipChannelEnabled and the Dashboard's admin calls
-    use. 0 picks either port."""
+    use. 0 picks either port.
+
+    TLS (broker.remoting.tls): `tls_mode` "enforcing" serves TLS only with `ssl_context`;
+    "permissive" serves TLS and plaintext on each port, telling them apart by a connection's first
+    byte, peeked before the transport is made (a peer that sends nothing is closed after the idle
+    timeout, as it would be once connected)."""
 
     def __init__(self, handler: Handler, host: str, port: int, idle_timeout: float = 0, fast=None,
-                 fast_port: int | None = None):
+                 fast_port: int | None = None, tls_mode: str = "disabled", ssl_context=None):
         self.handler = handler
         self.fast = fast  # the broker's send kernel, given to every connection
         self.host = host
         self.port = port
         self.fast_port = fast_port
         self.idle_timeout = idle_timeout  # seconds without traffic before a connection is closed; 0 = never
+        if tls_mode != "disabled" and ssl_context is None:
+            raise ValueError(f"tls mode {tls_mode} needs an SSL context")
+        self.tls_mode = tls_mode
+        self.ssl_context = ssl_context
         self.server: asyncio.AbstractServer | None = None
         self.fast_server: asyncio.AbstractServer | None = None
+        self._sniffing: list = []  # permissive mode: (listening socket, accept task) per port
+        self.tls_accepted = 0  # connections that began a TLS handshake (all of them when enforcing)
         self.connections: set[RemotingConnection] = set()
         self.on_close: list[Callable[[RemotingConnection], None]] = []
 
     def _protocol(self) -> RemotingConnection:
+        if self.tls_mode == "enforcing":
+            self.tls_accepted += 1
         conn = RemotingConnection(self.handler, self._closed, idle_timeout=self.idle_timeout, backpressure=True,
                                   fast=self.fast)
         self.connections.add(conn)
@@ -365,26 +391,98 @@ class RemotingServer:
         for cb in self.on_close:
             cb(conn)
 
-    async def start(self) -> None:
+    async def _listen(self, port: int):
+        """One listening port: an asyncio server, or in permissive mode a socket and its accept task.
+        Returns the port bound."""
         loop = asyncio.get_running_loop()
-        self.server = await loop.create_server(self._protocol, self.host, self.port, reuse_address=True,
-                                               backlog=1024)
-        self.port = self.server.sockets[0].getsockname()[1]
+        if self.tls_mode != "permissive":
+            server = await loop.create_server(self._protocol, self.host, port, reuse_address=True, backlog=1024,
+                                              ssl=self.ssl_context if self.tls_mode == "enforcing" else None)
+            return server, server.sockets[0].getsockname()[1]
+        sock = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self.host, port))
+            sock.listen(1024)
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            raise
+        task = loop.create_task(self._accept(sock))
+        self._sniffing.append((sock, task))
+        return None, sock.getsockname()[1]
+
+    async def _accept(self, sock) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                peer, _ = await loop.sock_accept(sock)
+            except OSError as e:  # EMFILE and the like: this connection is lost, the port is not
+                log.warning("accept on %s:%d failed: %s", self.host, sock.getsockname()[1], e)
+                await asyncio.sleep(0.1)  # a pause before the next accept, not a poll for a condition
+                continue
+            peer.setblocking(False)
+            peer.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._sniff(peer)
+
+    def _sniff(self, peer) -> None:
+        """Wait for the first byte without reading it: 0x16 (a TLS handshake record) gets TLS."""
+        loop = asyncio.get_running_loop()
+        fd = peer.fileno()
+        timer = None
+
+        def give_up() -> None:
+            loop.remove_reader(fd)
+            peer.close()
+
+        def readable() -> None:
+            try:
+                first = peer.recv(1, socket.MSG_PEEK)
+            except BlockingIOError:
+                return
+            except OSError:
+                first = b""
+            loop.remove_reader(fd)
+            if timer is not None:
+                timer.cancel()
+            if not first:  # hung up before a byte
+                peer.close()
+                return
+            ssl_context = self.ssl_context if first[0] == TLS_RECORD_HANDSHAKE else None
+            if ssl_context is not None:
+                self.tls_accepted += 1
+            loop.create_task(self._attach(peer, ssl_context))
+
+        loop.add_reader(fd, readable)
+        if self.idle_timeout > 0:
+            timer = loop.call_later(self.idle_timeout, give_up)
+
+    async def _attach(self, peer, ssl_context) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.connect_accepted_socket(self._protocol, peer, ssl=ssl_context)
+        except (OSError, ssl.SSLError) as e:  # a failed handshake closes this connection only
+            log.warning("TLS handshake with a client failed: %s", e)
+            peer.close()
+
+    async def start(self) -> None:
+        self.server, self.port = await self._listen(self.port)
         if self.fast_port is not None:
             try:
-                self.fast_server = await loop.create_server(self._protocol, self.host, self.fast_port,
-                                                            reuse_address=True, backlog=1024)
+                self.fast_server, self.fast_port = await self._listen(self.fast_port)
             except OSError as e:
-                self.server.close()  # neither port served
-                self.server = None
+                await self.close()  # neither port served
                 raise OSError(e.errno, f"cannot listen on {self.host}:{self.fast_port}, the VIP channel "
                                        f"(listenPort - 2): {e.strerror}") from e
-            self.fast_port = self.fast_server.sockets[0].getsockname()[1]
 
     async def close(self) -> None:
         servers = [s for s in (self.server, self.fast_server) if s is not None]
         for s in servers:
             s.close()
+        for sock, task in self._sniffing:
+            task.cancel()
+            sock.close()
+        self._sniffing.clear()
         for c in list(self.connections):
             c.close()
         for s in servers:

@@ -18,10 +18,12 @@ from broker.store.errors import StoreConfigError
 
 log = logging.getLogger("conf")
 
-# TlsSystemConfig's names (the Java broker's and proxy's -D properties, tls.config.file) of the gRPC
-# front's TLS settings, read in broker.conf and proxy.conf beside the proxy's own (broker.proxy.tls)
+# TlsSystemConfig's names (the Java broker's and proxy's -D properties, tls.config.file) of the TLS
+# settings of the remoting port and the gRPC front, read in broker.conf and proxy.conf beside the
+# proxy's own names (broker.remoting.tls, broker.proxy.tls)
 TLS_SYSTEM_CONFIG_KEYS = {"tls.server.mode": "tlsMode", "tls.test.mode.enable": "tlsTestModeEnable",
-                          "tls.server.keyPath": "tlsKeyPath", "tls.server.certPath": "tlsCertPath"}
+                          "tls.server.keyPath": "tlsKeyPath", "tls.server.certPath": "tlsCertPath",
+                          "tls.enable": "tlsEnable"}
 
 
 def renamed_tls_keys(props: dict[str, str]) -> dict[str, str]:
@@ -61,6 +63,11 @@ class BrokerConfig:
     # rocketmq.broker.rebalance.lockMaxLiveTime): a killed consumer's queues wait this long
     rebalanceLockMaxLiveTime: int = 60_000
     metricsPort: int = 0  # Prometheus /metrics on brokerIP1:metricsPort; 0 = off
+    # RocketMQ 5.1's keys for the same endpoint: metricsExporterType=PROM serves /metrics on
+    # metricsPromExporterHost (default brokerIP1) : metricsPromExporterPort
+    metricsExporterType: str = "DISABLE"
+    metricsPromExporterPort: int = 5557
+    metricsPromExporterHost: str = ""
     # NettyServerConfig's: a client connection with no read and no write for this long is closed
     # (clients heartbeat every 30 s, so only dead or idle hostile peers are); 0 = never
     serverChannelMaxIdleTimeSeconds: int = 120
@@ -91,15 +98,29 @@ class BrokerConfig:
     # the gRPC front for 5.x clients (broker.proxy) started as this broker's supervised child on
     # this port (RocketMQ 5's local mode; the key is ProxyConfig's); 0 = none
     grpcServerPort: int = 0
-    # its TLS (broker.proxy.tls; checked by the front's config when grpcServerPort is set)
+    # TLS of the remoting port (and its VIP twin) and of the gRPC front (broker.remoting.tls,
+    # broker.proxy.tls); tlsEnable (tls.enable): this broker's own connections to the name servers
+    # speak TLS, as a RocketMQ client with tls.enable does
     tlsMode: str = "disabled"  # tls.server.mode
     tlsTestModeEnable: bool = True
     tlsKeyPath: str = ""
     tlsCertPath: str = ""
+    tlsEnable: bool = False
 
     def __post_init__(self) -> None:
+        from broker.remoting.tls import check_mode
+        self.tlsMode = check_mode(self.tlsMode.strip().lower())
         if not 0 <= self.metricsPort < 65536:
             raise StoreConfigError("metricsPort", f"{self.metricsPort} is not a port (0 = off)")
+        self.metricsExporterType = self.metricsExporterType.strip().upper()
+        if self.metricsExporterType in ("OTLP_GRPC", "LOG"):
+            raise StoreConfigError("metricsExporterType", f"{self.metricsExporterType} is not served by this broker: "
+                                   "PROM (Prometheus /metrics) is, or DISABLE")
+        if self.metricsExporterType not in ("DISABLE", "PROM"):
+            raise StoreConfigError("metricsExporterType", f"{self.metricsExporterType!r} is not one of DISABLE, PROM, "
+                                   "OTLP_GRPC, LOG")
+        if not 0 <= self.metricsPromExporterPort < 65536:
+            raise StoreConfigError("metricsPromExporterPort", f"{self.metricsPromExporterPort} is not a port")
         if not 0 <= self.grpcServerPort < 65536:
             raise StoreConfigError("grpcServerPort", f"{self.grpcServerPort} is not a port (0 = no gRPC front)")
         if self.grpcServerPort and not self.namesrv_addrs:

@@ -14,6 +14,7 @@ from broker.server.processor.admin_processor import AdminProcessor
 from broker.server.broker_config import BrokerConfig
 from broker.remoting.command import RemotingCommand
 from broker.remoting.connection import RemotingServer, connect
+from broker.remoting.tls import client_context, server_context
 from broker.server.client.consumer_manager import ConsumerManager
 from broker.server.processor.consumer_processor import ConsumerProcessor
 from broker.server.metrics.broker_metrics import BrokerMetrics
@@ -27,6 +28,7 @@ from broker.server.processor.reset_offset_processor import ResetOffsetProcessor
 from broker.server.processor.stats_processor import StatsProcessor
 from broker.server.processor.query_processor import QueryMessageProcessor
 from broker.server.schedule.schedule_service import ScheduleMessageService
+from broker.server.timer.timer_message_service import TimerMessageService
 from broker.server.processor.send_fast_path import FastSendPath
 from broker.server.metrics.broker_stats_manager import BrokerStatsManager
 from broker.server.processor.reply_message_processor import ReplyMessageProcessor
@@ -91,6 +93,7 @@ class BrokerController:
         self.server: RemotingServer | None = None
         self.acl: PlainAccessValidator | None = None
         self.schedule: ScheduleMessageService | None = None
+        self.timer: TimerMessageService | None = None
         self.pop: PopService | None = None
         if config.aclEnable:  # before the store starts: a bad ACL file refuses to start, naming it
             self.acl = PlainAccessValidator(config.acl_file)
@@ -140,6 +143,7 @@ class BrokerController:
                 self.store.on_new_queues.append(lambda: self.topics.learn(self.store.queue_counts()))
             self.schedule = ScheduleMessageService(self.store, self.topics, self.config.messageDelayLevel,
                                                    on_delivered=self.holds.notify)
+            self.timer = TimerMessageService(self.store, self.topics, on_delivered=self.holds.notify)
             group_table = SubscriptionGroupTable(self.store_config.config_dir)
             group_table.load()  # neither it nor its .bak parses: refuses to start, naming the file
             self.groups = groups = SubscriptionGroupManager(group_table, self.config.autoCreateSubscriptionGroup,
@@ -154,8 +158,10 @@ class BrokerController:
                                                         self.config.rebalanceLockMaxLiveTime / 1000, groups=groups,
                                                         property_filter=self.config.enablePropertyFilter)
             self.broker_stats = broker_stats = BrokerStatsManager(store, topics, self.config.brokerClusterName)
+            self.metrics.bind(store, topics, self.consumers, broker_stats)
             sender = SendMessageProcessor(store, topics, schedule, holds, self.config.maxReconsumeTimes, bridge,
-                                          self.config.rejectTransactionMessage, self.config.brokerClusterName)
+                                          self.config.rejectTransactionMessage, self.config.brokerClusterName,
+                                          timer=self.timer)
             for proc in (sender, ReplyMessageProcessor(store, holds, self.producers, sender, lambda: self.addr),
                          PullMessageProcessor(store, topics, self.consumers, holds, self.config, groups=groups,
                                               stats=broker_stats),
@@ -181,13 +187,17 @@ class BrokerController:
                 self.handlers[GET_BROKER_EPOCH_CACHE] = self._epoch_cache
                 self.handlers[NOTIFY_BROKER_ROLE_CHANGED] = self._role_notified
             # the VIP channel on listenPort - 2, as RocketMQ's broker (0 and 1 give an ephemeral one)
+            cfg = self.config
             self.server = RemotingServer(self.handle, self.host, self.store_config.listenPort,
-                                         idle_timeout=self.config.serverChannelMaxIdleTimeSeconds, fast=self.fast,
-                                         fast_port=max(self.store_config.listenPort - 2, 0))
+                                         idle_timeout=cfg.serverChannelMaxIdleTimeSeconds, fast=self.fast,
+                                         fast_port=max(self.store_config.listenPort - 2, 0), tls_mode=cfg.tlsMode,
+                                         ssl_context=server_context(cfg.tlsMode, cfg.tlsTestModeEnable,
+                                                                    cfg.tlsCertPath, cfg.tlsKeyPath))
             self.server.on_close.append(self.consumer_processor.connection_closed)
             self.server.on_close.append(self.producers.connection_closed)
             await self.server.start()
             self.schedule.start(deliver=not self.store.is_slave)
+            self.timer.start(deliver=not self.store.is_slave)
             self.transaction_check.set_checking(not self.store.is_slave)
             self.pop.set_serving(not self.store.is_slave)
             self._serving = True  # from here a DLedger role switch re-registers and moves deliveries
@@ -197,7 +207,11 @@ class BrokerController:
         # debug: `broker serve` prints its own "broker ... listening on" line (see namesrv/server.py)
         log.debug("broker %s (%s) listening on %s:%d, name servers %s", self.config.brokerName,
                  self.config.brokerClusterName, self.host, self.server.port, self.config.namesrv_addrs or "none")
-        if self.config.metricsPort:
+        if self.config.metricsExporterType == "PROM":
+            self.metrics.start(self.config.metricsPromExporterHost or self.store_config.brokerIP1,
+                               self.config.metricsPromExporterPort)
+        if self.config.metricsPort and (self.config.metricsExporterType != "PROM"
+                                        or self.config.metricsPort != self.config.metricsPromExporterPort):
             self.metrics.start(self.store_config.brokerIP1, self.config.metricsPort)
         if self.replicas is not None:
             self.replicas.start()
@@ -251,6 +265,8 @@ class BrokerController:
             await self.server.close()
         if self.schedule is not None:
             await self.schedule.close()
+        if self.timer is not None:
+            await self.timer.close()
         if self.transaction_check is not None:
             await self.transaction_check.close()
         if self.pop is not None:
@@ -328,7 +344,8 @@ class BrokerController:
         conn = self._namesrv_conns.get(addr)
         if conn is None or conn.transport is None:
             host, _, port = addr.rpartition(":")
-            conn = self._namesrv_conns[addr] = await asyncio.wait_for(connect(host, int(port)), timeout)
+            conn = self._namesrv_conns[addr] = await asyncio.wait_for(
+                connect(host, int(port), ssl_context=client_context() if self.config.tlsEnable else None), timeout)
         return conn
 
     async def _register(self, addr: str, body: bytes) -> None:
@@ -375,6 +392,7 @@ class BrokerController:
                  self.config.brokerId)
         if self._serving:  # before that, start() delivers as the role says and registers once it listens
             self.schedule.set_delivering(master)
+            self.timer.set_delivering(master)
             self.transaction_check.set_checking(master)
             self.pop.set_serving(master)
             self.register_soon()
@@ -396,6 +414,8 @@ class BrokerController:
         self.holds.notify_all()
         if self.schedule is not None:
             self.schedule.set_delivering(False)
+        if self.timer is not None:
+            self.timer.set_delivering(False)
         if self.transaction_check is not None:
             self.transaction_check.set_checking(False)
         if self.pop is not None:
@@ -413,6 +433,8 @@ class BrokerController:
         self.topics.learn(self.store.queue_counts())
         if self.schedule is not None:
             self.schedule.set_delivering(role == "master")
+        if self.timer is not None:
+            self.timer.set_delivering(role == "master")
         if self.transaction_check is not None:
             self.transaction_check.set_checking(role == "master")
         if self.pop is not None:

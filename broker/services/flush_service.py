@@ -8,8 +8,8 @@ flushCommitLogLeastPages are dirty, and everything every flushCommitLogThoroughI
 fdatasync on the segment file writes back pages dirtied through the broker's own mapping, so
 this process needs no mapping of the log. A failed fdatasync is never reported as success:
 after one, `flushed` never advances again in this broker's life (the kernel may have dropped
-the dirty pages, so a later successful call proves nothing) and SYNC_FLUSH producers get
-FLUSH_DISK_TIMEOUT.
+the dirty pages, so a later successful call proves nothing), the broker refuses writes
+(RunningFlags) and SYNC_FLUSH producers waiting get FLUSH_DISK_TIMEOUT at once.
 """
 from __future__ import annotations
 
@@ -73,8 +73,10 @@ class FlushService:
         except OSError as e:
             self.failed = True
             self.table.add(Slot.FLUSH_ERRORS, 1)
-            log.error("fdatasync failed (%s): the commit log is not durable past %d; "
-                      "SYNC_FLUSH sends will time out until the broker restarts", e, flushed)
+            log.error("fdatasync failed (%s): the commit log is not durable past %d; writes are refused and "
+                      "SYNC_FLUSH sends waiting for this flush answered FLUSH_DISK_TIMEOUT until the broker "
+                      "restarts", e, flushed)
+            notify(self.notify_fd)  # the broker learns it now, not at its next wake-up
             return flushed
         self._observe(time.perf_counter_ns() - t0)
         # close descriptors of segments wholly behind us

@@ -7,7 +7,7 @@ through one eventfd (Notifier) and reaches the parts that wait on it:
 
 - GroupCommitService (SYNC_FLUSH) and GroupTransferService (SYNC_MASTER) answer the puts
   waiting for `flushed` / `acked`;
-- RunningFlags follows the cleaner's DISK_FULL and the reput's DISPATCH_BLOCKED;
+- RunningFlags follows the cleaner's DISK_FULL, the reput's DISPATCH_BLOCKED and the flush's FLUSH_ERRORS;
 - DispatchWaiters serve readers waiting for consume queues;
 - a deletion by the cleaner (MIN_OFFSET) drops maps here.
 
@@ -48,7 +48,7 @@ from broker.store.durable import fsync_dir
 from broker.store.errors import InSyncReplicasNotEnough, MessageIllegal, ServiceUnavailable, StoreConfigError
 from broker.store.index_service import recover_index
 from broker.store.message import StoredMessage, encode_properties
-from broker.store.offset_table import Slot, create_table
+from broker.store.offset_table import Slot, confirm_offset, create_table
 from broker.store.recovery import RecoveryResult, recover
 from broker.store.results import (BatchChunk, BatchPutResult, GetResult, GetStatus,  # noqa: F401 (re-exported)
                                   PutResult, PutStatus)
@@ -337,10 +337,13 @@ class MessageStore:
         work (the flush's last fdatasync)."""
         t = self.table
         t.add(_REPUT_WAKE, 1)
+        # in controller mode only what the SyncStateSet acknowledged is dispatched (confirm_offset):
+        # a master cut off from it stops with its unconfirmed tail undispatched, recovered at start
+        bound = confirm_offset(t, wrote)
         try:
-            await self.wait_dispatched(wrote, 30)
+            await self.wait_dispatched(bound, 30)
         except asyncio.TimeoutError:
-            log.error("reput did not catch up with %d before shutdown", wrote)
+            log.error("reput did not catch up with %d before shutdown", bound)
         # From here on a service that ends is one we asked to stop (it may see SHUTDOWN and finish
         # by itself while we are busy with another): it must not be restarted.
         for svc in self.services.values():
@@ -695,7 +698,8 @@ class MessageStore:
         out = {"min": t.load(Slot.MIN_OFFSET), "wrote": t.load(Slot.WROTE), "flushed": t.load(Slot.FLUSHED),
                "dispatched": t.load(Slot.DISPATCHED)}
         out.update(disk_usage=t.load(Slot.DISK_USAGE) / 1e6, disk_full=t.load(Slot.DISK_FULL),
-                   dispatch_blocked=t.load(Slot.DISPATCH_BLOCKED), deleted_files=t.load(Slot.DELETED_FILES))
+                   dispatch_blocked=t.load(Slot.DISPATCH_BLOCKED), deleted_files=t.load(Slot.DELETED_FILES),
+                   flush_errors=t.load(Slot.FLUSH_ERRORS))
         if self.is_slave:
             out.update(received=t.load(Slot.HA_RECEIVED), linked=t.load(Slot.HA_LINK))
         else:

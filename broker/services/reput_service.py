@@ -24,7 +24,7 @@ from broker.store.consume_queue import ConsumeQueue, ConsumeQueueStore
 from broker.store.delay_levels import deliver_timestamp, parse_delay_levels
 from broker.store.mapped_file_queue import MappedFileQueue
 from broker.store.message import decode_message
-from broker.store.offset_table import Slot, open_table
+from broker.store.offset_table import Slot, confirm_offset, open_table
 
 log = logging.getLogger("reput")
 
@@ -273,7 +273,9 @@ class ReputService:
                     log.info("consume queues of deleted topics closed: %s", ", ".join(gone) or "none open")
                     t.store(Slot.TOPICS_DELETED_ACK, deleted)
                     notify(self.notify_fd)
-                wrote = t.load(Slot.WROTE)
+                # controller mode: only what the SyncStateSet holds (a master cut off from it must
+                # not show consumers messages a new master will not have)
+                wrote = confirm_offset(t, t.load(Slot.WROTE))
                 try:
                     if dispatched < wrote:
                         dispatched = self.reput(dispatched, wrote)
@@ -302,7 +304,7 @@ class ReputService:
                 self.log.load()
                 self.cqs.load()
             try:
-                dispatched = self.reput(t.load(Slot.DISPATCHED), t.load(Slot.WROTE))
+                dispatched = self.reput(t.load(Slot.DISPATCHED), confirm_offset(t, t.load(Slot.WROTE)))
                 self.flush_queues(dispatched)
             except OSError as e:  # the next start re-dispatches from the checkpoint
                 dispatched = t.load(Slot.DISPATCHED)

@@ -58,6 +58,15 @@ class MessageStoreConfig:
     haTransferBatchSize: int = 32 * 1024
     haSlaveFallbehindMax: int = 256 * 1024 * 1024
     slaveReadEnable: bool = False
+    # RocketMQ 5's timer messages (broker.server.timer): a message with TIMER_DELIVER_MS,
+    # TIMER_DELAY_SEC or TIMER_DELAY_MS is kept in rmq_sys_wheel_timer until its time, by the
+    # timerlog and timerwheel files; false: such a message is refused, as RocketMQ refuses it
+    timerWheelEnable: bool = True
+    timerPrecisionMs: int = 1000
+    timerMaxDelaySec: int = 3 * 24 * 3600
+    timerRollWindowSlot: int = 2 * 24 * 3600
+    mappedFileSizeTimerLog: int = 100 * 1024 * 1024
+    timerFlushIntervalMs: int = 1000
     accessMessageInMemoryMaxRatio: int = 40
     # Expired-file deletion and disk watermarks (4.x CleanCommitLogService; ratios in percent
     # as 5.x writes them; 4.x's system-property fractions such as 0.90 are accepted too)
@@ -158,6 +167,11 @@ class MessageStoreConfig:
         too, with its meaning (a ratio it clamps is clamped, a size it rounds is rounded, an
         interval of 0 means "at once"). Refused, naming the key, are only values RocketMQ itself
         cannot run with: its broker would not start, or a service would fail on every pass."""
+        for key in ("timerPrecisionMs", "timerMaxDelaySec", "timerRollWindowSlot", "timerFlushIntervalMs"):
+            if getattr(self, key) <= 0:
+                raise StoreConfigError(key, f"{getattr(self, key)} must be positive")
+        if self.mappedFileSizeTimerLog < 52 * 16 + 16:
+            raise StoreConfigError("mappedFileSizeTimerLog", f"{self.mappedFileSizeTimerLog} bytes cannot hold timer units")
         if self.mappedFileSizeCommitLog <= 0:
             raise StoreConfigError("mappedFileSizeCommitLog", f"{self.mappedFileSizeCommitLog} must be positive")
         if self.mappedFileSizeConsumeQueue <= 0:

@@ -15,12 +15,13 @@ _NAME = re.compile(r"^\d{20}$")
 
 class MappedFileQueue:
     def __init__(self, directory: str, file_size: int, writable: bool, warm: bool = True,
-                 warm_chunk: int = WARM_CHUNK_ASYNC_FLUSH):
+                 warm_chunk: int = WARM_CHUNK_ASYNC_FLUSH, ahead: bool = True):
         self.directory = directory
         self.file_size = file_size
         self.writable = writable
         self.warm = warm
         self.warm_chunk = warm_chunk
+        self.ahead = ahead  # make the next segment before it is needed (the commit log's writer)
         self.files: list[MappedFile] = []
         self._ahead: threading.Thread | None = None
         self._ahead_error: BaseException | None = None
@@ -102,7 +103,7 @@ class MappedFileQueue:
             create_segment_file(self._path(base), self.file_size, self.warm, self.warm_chunk)
         mf = MappedFile(self._path(base), self.file_size, self.writable)
         self.files.append(mf)
-        if self.writable:
+        if self.writable and self.ahead:
             self.prepare_ahead()
         return mf
 

@@ -36,6 +36,9 @@ class Slot(enum.IntEnum):
     DISPATCH_BLOCKED = 27  # reput service: errno while it cannot write consume queues (writes refused), else 0
     QUEUES_SEEN = 28    # reput service: bumped when it starts writing a consume queue it had not written yet
     REPUT_WAKE = 29     # the commit log's writer: bumped (at most once a millisecond) when it wrote since
+    # broker (controller-mode master): bit b set for each SyncStateSet member b (a slave) whose
+    # acknowledgement bounds what the reput dispatches (RocketMQ 5's confirmOffset); 0: no bound
+    ISR_MASK = 30
     FLUSH_BUCKET0 = 32  # flush service: fdatasync rounds per latency bucket (FLUSH_BUCKETS), cumulative order
     # DLedger mode (FLUSHED is then where the member's entry data is durable up to): where its
     # index file is durable up to, in bytes, so what a power cut keeps can be told from outside
@@ -62,6 +65,24 @@ def slave_acks(table) -> dict[int, int]:
         if bid:
             out[bid - 1] = max(out.get(bid - 1, -1), table.load(Slot.HA_SLAVE_BASE + 2 * k + 1))
     return out
+
+
+def confirm_offset(table, wrote: int) -> int:
+    """What the consume queues may hold (RocketMQ 5's confirmOffset): the log's end, or in controller
+    mode the least of what the SyncStateSet's slaves acknowledged (a member not linked: nothing
+    past what is dispatched already)."""
+    mask = table.load(Slot.ISR_MASK)
+    if not mask:
+        return wrote
+    acks = slave_acks(table)
+    end = wrote
+    b = 0
+    while mask:
+        if mask & 1:
+            end = min(end, acks.get(b, 0))
+        mask >>= 1
+        b += 1
+    return end
 
 
 def table_path(store_root: str) -> str:

@@ -21,11 +21,13 @@ from tests.helpers.procs import Child
 class ControllerGroup:
     command = "controller"  # `broker controller -c controller-n0.conf`, ...
 
-    def __init__(self, root: Path, extra: str = "", n: int = 3):
-        self.root = root
+    def __init__(self, root: Path, extra: str = "", n: int = 3, hosts=None):
+        self.root, self.hosts = root, hosts
         self.ids = [f"n{i}" for i in range(n)]
         self.ports = dict(zip(self.ids, (free_port() for _ in self.ids)))  # the controllers' peer ports
-        peers = ";".join(f"{i}-127.0.0.1:{p}" for i, p in self.ports.items())
+        # with `hosts` (tests/helpers/netns.Hosts) controller `nK` runs on host `cnK`, at its address
+        self.addrs = {i: hosts.addr[f"c{i}"] if hosts else "127.0.0.1" for i in self.ids}
+        peers = ";".join(f"{i}-{self.addrs[i]}:{p}" for i, p in self.ports.items())
         self.children: dict[str, Child | None] = dict.fromkeys(self.ids)
         self.confs = {}
         for i in self.ids:
@@ -41,8 +43,9 @@ class ControllerGroup:
 
     def start(self, i: str | None = None) -> "ControllerGroup":
         for j in [i] if i else self.ids:
-            c = self.children[j] = Child([sys.executable, "-m", "broker.cli", self.command, "-c", str(self.confs[j])],
-                                         self.root / f"stderr.{j}")
+            wrap = self.hosts.wrap(f"c{j}") if self.hosts else []
+            c = self.children[j] = Child(wrap + [sys.executable, "-m", "broker.cli", self.command, "-c",
+                                                 str(self.confs[j])], self.root / f"stderr.{j}")
             # the controller's own line (a name server prints its own "listening on" first)
             c.wait_lines(lambda ls: any(line.startswith("controller ") and "listening on" in line for line in ls),
                          60, f"controller {j} to listen")
@@ -67,7 +70,7 @@ class ControllerGroup:
         return [i for i, c in self.children.items() if c is not None and c.proc.poll() is None]
 
     def ask(self, i: str, code: int, ext: dict | None = None, body: bytes = b""):
-        return call(self.ports[i], code, ext, body)
+        return call(self.ports[i], code, ext, body, host=self.addrs[i])
 
     def metadata(self, i: str) -> dict:
         return self.ask(i, codes.CONTROLLER_GET_METADATA_INFO).ext

@@ -2,7 +2,11 @@
 group with `enableControllerMode=true`, real processes on loopback with free ports. With
 `proxied=True` every link of broker i (to each controller, and its slave's HA link to it) goes
 through a Proxy of its own, so `isolate(i)` cuts broker i off the controllers and the other
-brokers while clients and the name server still reach it."""
+brokers while clients and the name server still reach it.
+
+With `hosts` (tests/helpers/netns.Hosts with hosts "ns", "cn0".. "cn2" and one per broker name
+b0, b1...) every process runs in a network namespace of its own, at its host's address, and the
+faults are the hosts' packet drops."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -20,22 +24,25 @@ FAST_CONTROLLER = "scanInactiveMasterInterval=500\n"
 
 
 class ControllerModeGroup:
-    def __init__(self, root: Path, n: int = 2, extra: str = "", proxied: bool = False, controller_extra: str = ""):
+    def __init__(self, root: Path, n: int = 2, extra: str = "", proxied: bool = False, controller_extra: str = "",
+                 hosts=None):
+        assert not (proxied and hosts), "proxies on loopback or hosts of their own, not both"
         self.root = root
-        self.namesrv = NameServer(root)
-        self.controllers = ControllerGroup(root, FAST_CONTROLLER + controller_extra)
+        placed = (lambda h: {"host": hosts.addr[h], "wrap": hosts.wrap(h)}) if hosts else (lambda h: {})
+        self.namesrv = NameServer(root, **placed("ns"))
+        self.controllers = ControllerGroup(root, FAST_CONTROLLER + controller_extra, hosts=hosts)
         self.names = [f"b{i}" for i in range(n)]
         self.proxies: dict[str, list[Proxy]] = {name: [] for name in self.names}
         self.brokers: dict[str, Broker] = {}
         for name in self.names:
-            ports = list(self.controllers.ports.values())
+            addrs = [(self.controllers.addrs[i], p) for i, p in self.controllers.ports.items()]
             if proxied:
-                px = [Proxy(p) for p in ports]
+                px = [Proxy(p) for _, p in addrs]
                 self.proxies[name] += px
-                ports = [p.port for p in px]
-            ctl = ";".join(f"127.0.0.1:{p}" for p in ports)
+                addrs = [("127.0.0.1", p.port) for p in px]
+            ctl = ";".join(f"{h}:{p}" for h, p in addrs)
             b = Broker(root, name, self.namesrv.addr, "ASYNC_MASTER", 0,
-                       f"enableControllerMode=true\ncontrollerAddr={ctl}\n{FAST_BROKER}{extra}")
+                       f"enableControllerMode=true\ncontrollerAddr={ctl}\n{FAST_BROKER}{extra}", **placed(name))
             self.brokers[name] = b
         if proxied:
             # a slave reaches broker i's HA port through a proxy of i's, the address i announces
@@ -75,7 +82,7 @@ class ControllerModeGroup:
     @staticmethod
     def role(b: Broker) -> dict:
         try:
-            return runtime(b.port)
+            return runtime(b.port, b.host)
         except Exception:
             return {}
 
@@ -88,7 +95,7 @@ class ControllerModeGroup:
                 return None
             route = self.namesrv.route("TBW102") or {}
             addrs = {int(k): v for d in route.get("brokerDatas", []) for k, v in d["brokerAddrs"].items()}
-            return ms[0] if addrs.get(0) == f"127.0.0.1:{ms[0].port}" else None
+            return ms[0] if addrs.get(0) == ms[0].addr else None
         return wait_for(find, timeout, "one master, routed by the name server")
 
     def wait_in_sync(self, master: Broker, n: int, timeout: float = 60) -> None:

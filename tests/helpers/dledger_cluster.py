@@ -7,7 +7,11 @@ HA fault tests' one): member i's dLegerPeers names itself at its real peer port 
 the port of the proxy i -> j. A DLedger member listens on its own entry's port and knows its peers
 by id only (votes, heartbeats and pushes name ids, never addresses), so the peer strings may
 differ from member to member. `isolate(b)` cuts both directions of every link of b while its
-client port and the name server stay reachable: a network partition of the Raft traffic alone."""
+client port and the name server stay reachable: a network partition of the Raft traffic alone.
+
+With `hosts` (tests/helpers/netns.Hosts with a host "ns" and one per member id) the name server
+and each member run in a network namespace of their own, at that host's address: the faults are
+then the hosts' (packet drops), not the proxies'."""
 from __future__ import annotations
 
 import os
@@ -27,23 +31,29 @@ FAST_RAFT = "heartBeatTimeIntervalMs=200\nmaxHeartBeatLeak=3\nminVoteIntervalMs=
 
 
 class DLedgerGroup:
-    def __init__(self, root: Path, n: int = 3, extra: str = "", proxied: bool = False):
-        self.root = root
-        self.namesrv = NameServer(root)
+    def __init__(self, root: Path, n: int = 3, extra: str = "", proxied: bool = False, hosts=None):
+        assert not (proxied and hosts), "proxies on loopback or hosts of their own, not both"
+        self.root, self.hosts = root, hosts
+        self.namesrv = NameServer(root, **self._placed("ns"))
         self.peer_ports = [free_port() for _ in range(n)]
         self.ids = [f"n{i}" for i in range(n)]
         port = dict(zip(self.ids, self.peer_ports))
+        ip = {i: self._placed(i).get("host", "127.0.0.1") for i in self.ids}
         # (from, to) -> the proxy `from` reaches `to` through
         self.links: dict[tuple[str, str], Proxy] = {
             (a, b): Proxy(port[b]) for a in self.ids for b in self.ids if proxied and a != b}
         self.brokers: dict[str, Broker] = {}
         self.frozen: set[str] = set()
         for sid in self.ids:
-            peers = ";".join(f"{i}-127.0.0.1:{self.links[sid, i].port if (sid, i) in self.links else port[i]}"
+            peers = ";".join(f"{i}-{ip[i]}:{self.links[sid, i].port if (sid, i) in self.links else port[i]}"
                              for i in self.ids)
             conf = (f"enableDLegerCommitLog=true\ndLegerGroup={GROUP}\ndLegerPeers={peers}\ndLegerSelfId={sid}\n"
                     f"{FAST_RAFT}{extra}")
-            self.brokers[sid] = Broker(root, sid, self.namesrv.addr, "ASYNC_MASTER", 0, conf)
+            self.brokers[sid] = Broker(root, sid, self.namesrv.addr, "ASYNC_MASTER", 0, conf, **self._placed(sid))
+
+    def _placed(self, name: str) -> dict:
+        """Where process `name` runs: its host's address and `ip netns exec` prefix, or loopback."""
+        return {"host": self.hosts.addr[name], "wrap": self.hosts.wrap(name)} if self.hosts else {}
 
     def start(self) -> "DLedgerGroup":
         for b in self.brokers.values():
@@ -112,7 +122,7 @@ class DLedgerGroup:
         def master():
             addr = self.broker_addrs(topic).get(0)
             for b in self.alive():
-                if b is not exclude and addr == f"127.0.0.1:{b.port}" and b.info().get("brokerRole") == "SYNC_MASTER":
+                if b is not exclude and addr == b.addr and b.info().get("brokerRole") == "SYNC_MASTER":
                     return b
             return None
         return wait_for(master, timeout, f"a master of {topic} registered as brokerId 0")

@@ -21,13 +21,14 @@ from tests.helpers.real_clients import _request
 SEGMENT = 1 << 20
 
 
-def call(port: int, code: int, ext: dict | None = None, body: bytes = b""):
-    return asyncio.run(_request(port, code, {k: str(v) for k, v in (ext or {}).items()}, body))
+def call(port: int, code: int, ext: dict | None = None, body: bytes = b"", host: str = "127.0.0.1"):
+    return asyncio.run(_request(port, code, {k: str(v) for k, v in (ext or {}).items()}, body, host))
 
 
-def runtime(port: int) -> dict:
-    r = call(port, codes.GET_BROKER_RUNTIME_INFO)
-    return {k: (int(v) if v.lstrip("-").isdigit() else v) for k, v in msgspec.json.decode(bytes(r.body))["table"].items()}
+def runtime(port: int, host: str = "127.0.0.1") -> dict:
+    r = call(port, codes.GET_BROKER_RUNTIME_INFO, host=host)
+    table = msgspec.json.decode(bytes(r.body))["table"]
+    return {k: (int(v) if v.lstrip("-").isdigit() else v) for k, v in table.items()}
 
 
 def send_all(port: int, topic: str, bodies: list[bytes], queues: int = 4) -> list:
@@ -55,8 +56,13 @@ class Broker:
     """`broker serve -c broker.conf` in its own process group."""
 
     def __init__(self, root: Path, name: str, namesrv: str, role: str, broker_id: int, extra: str = "",
-                 ha_port: int | None = None, logs: Path | None = None):
+                 ha_port: int | None = None, logs: Path | None = None, env: dict | None = None,
+                 host: str = "127.0.0.1", wrap: list[str] | None = None):
         self.root, self.name = root / name, name
+        self.env = env  # the process's environment (None: this one's), e.g. an LD_PRELOAD fault shim
+        # its address (brokerIP1, where it listens) and the argv prefix that starts it there: a
+        # network namespace of its own (tests/helpers/netns.py) instead of loopback
+        self.host, self.wrap = host, list(wrap or [])
         self.root.mkdir(parents=True, exist_ok=True)
         # where its stderr goes: beside the store unless told otherwise (a test that fills the
         # store's filesystem keeps the log elsewhere, as an operator's logs are)
@@ -67,7 +73,7 @@ class Broker:
         self.conf = self.root / "broker.conf"
         self.conf.write_text(
             f"brokerClusterName=DefaultCluster\nbrokerName=broker-a\nbrokerId={broker_id}\nbrokerRole={role}\n"
-            f"namesrvAddr={namesrv}\nlistenPort={self.port}\nhaListenPort={self.ha_port}\nbrokerIP1=127.0.0.1\n"
+            f"namesrvAddr={namesrv}\nlistenPort={self.port}\nhaListenPort={self.ha_port}\nbrokerIP1={host}\n"
             f"storePathRootDir={self.store}\nmappedFileSizeCommitLog={SEGMENT}\n"
             f"messageDelayLevel={' '.join(['100ms'] * 18)}\n{extra}")
         self.child: Child | None = None
@@ -75,8 +81,8 @@ class Broker:
 
     def start(self) -> "Broker":
         self.runs += 1
-        self.child = Child([sys.executable, "-m", "broker.cli", "serve", "-c", str(self.conf)],
-                           self.logs / f"stderr.{self.runs}")
+        self.child = Child(self.wrap + [sys.executable, "-m", "broker.cli", "serve", "-c", str(self.conf)],
+                           self.logs / f"stderr.{self.runs}", env=self.env)
         self.child.wait_lines(lambda ls: any("listening on" in line for line in ls), 60, f"{self.name} to listen")
         return self
 
@@ -94,20 +100,24 @@ class Broker:
     def stderr(self) -> str:
         return "".join(p.read_text(errors="replace") for p in sorted(self.logs.glob("stderr.*")))
 
+    @property
+    def addr(self) -> str:
+        return f"{self.host}:{self.port}"
+
     def info(self) -> dict:
-        return runtime(self.port)
+        return runtime(self.port, self.host)
 
 
 class NameServer:
-    def __init__(self, root: Path):
-        self.port = free_port()
-        self.addr = f"127.0.0.1:{self.port}"
-        self.child = Child([sys.executable, "-m", "broker.cli", "namesrv", "--listen", self.addr],
+    def __init__(self, root: Path, host: str = "127.0.0.1", wrap: list[str] | None = None):
+        self.port, self.host = free_port(), host
+        self.addr = f"{host}:{self.port}"
+        self.child = Child(list(wrap or []) + [sys.executable, "-m", "broker.cli", "namesrv", "--listen", self.addr],
                            root / "namesrv.err")
         self.child.wait_lines(lambda ls: any("listening" in line for line in ls), 30, "the name server")
 
     def route(self, topic: str) -> dict | None:
-        r = call(self.port, codes.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+        r = call(self.port, codes.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}, host=self.host)
         return msgspec.json.decode(bytes(r.body)) if r.code == codes.SUCCESS else None
 
     def stop(self) -> None:

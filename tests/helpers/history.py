@@ -33,6 +33,7 @@ class Send:
     offset: int = -1             # queue offset the ack named
     phys: int = -1               # commit-log offset the ack's msgId named
     code: int = -1
+    at: float = dataclasses.field(default_factory=time.monotonic)  # when the answer (or its absence) came
 
 
 @dataclasses.dataclass
@@ -90,10 +91,11 @@ def _phys_of(msg_id: str) -> int:
 
 class Workload:
     """Sends unique ids to `topic` on `queues` queues of the broker at `port()`, `inflight` at a time,
-    until stopped; reconnects after a drop (the broker may be restarting)."""
+    until stopped; reconnects after a drop (the broker may be restarting). `port()` may return a
+    (host, port) pair for a broker off loopback (a network namespace of its own)."""
 
     def __init__(self, history: History, port, topic: str, queues: int = 4, inflight: int = 8, timeout: float = 4.0,
-                 reconnect_on: frozenset = frozenset(), outcome_unknown=None):
+                 reconnect_on: frozenset = frozenset(), outcome_unknown=None, first_id: int = 0):
         self.history, self.port, self.topic, self.queues = history, port, topic, queues
         self.inflight, self.timeout = inflight, timeout
         # refusals that mean "not this broker" (a DLedger follower's SERVICE_NOT_AVAILABLE): the
@@ -104,7 +106,8 @@ class Workload:
         # unknown outcome, not a failure: fn(response) -> bool
         self.outcome_unknown = outcome_unknown
         self.stop_event = threading.Event()
-        self.next_id = 0
+        self._loop = self._conn = None  # the workload's event loop and connection, for redirect()
+        self.first_id = self.next_id = first_id  # two workloads on one history take ids from ranges of their own
         self.thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
 
     def start(self) -> "Workload":
@@ -117,16 +120,36 @@ class Workload:
         assert not self.thread.is_alive(), "the workload did not stop"
 
     def acked(self) -> int:
+        """How many of this workload's sends were acknowledged SEND_OK."""
         with self.history.lock:
-            return sum(1 for s in self.history.sends.values() if s.outcome == "ok")
+            return sum(1 for m, s in self.history.sends.items()
+                       if s.outcome == "ok" and self.first_id <= m < self.next_id)
+
+    def redirect(self) -> None:
+        """Drop the connection now and ask `port()` again: the test learnt of a new master while the
+        old one, still reachable, keeps answering (its in-flight sends become unknown)."""
+        loop, conn = self._loop, self._conn
+        if loop is not None and conn is not None:
+            loop.call_soon_threadsafe(conn.close)
+
+    def acked_since(self, t: float) -> list[int]:
+        """Ids of this workload's sends acknowledged SEND_OK after monotonic time `t`."""
+        with self.history.lock:
+            return sorted(m for m, s in self.history.sends.items()
+                          if s.outcome == "ok" and s.at > t and self.first_id <= m < self.next_id)
 
     async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
         while not self.stop_event.is_set():
             try:
-                conn = await connect("127.0.0.1", self.port())
-            except OSError:
-                await asyncio.sleep(0.05)  # the broker is down or restarting: retry its port
+                where = self.port()
+                host, port = where if isinstance(where, tuple) else ("127.0.0.1", where)
+                conn = await asyncio.wait_for(connect(host, port), self.timeout)
+            except (OSError, asyncio.TimeoutError):
+                # the broker is down or restarting, or its host answers nothing: ask port() again
+                await asyncio.sleep(0.05)
                 continue
+            self._conn = conn
             try:
                 await asyncio.gather(*(self._sender(conn) for _ in range(self.inflight)))
             finally:
@@ -159,11 +182,11 @@ class Workload:
                     return
 
 
-def drain(history: History, port: int, topic: str, queues: int = 4) -> int:
-    """Every message the broker at `port` holds in `topic`, from each queue's minimum to its maximum,
-    into the history. Returns how many."""
+def drain(history: History, port: int, topic: str, queues: int = 4, host: str = "127.0.0.1") -> int:
+    """Every message the broker at `host:port` holds in `topic`, from each queue's minimum to its
+    maximum, into the history. Returns how many."""
     async def main() -> int:
-        conn = await connect("127.0.0.1", port)
+        conn = await connect(host, port)
         n = 0
         try:
             for q in range(queues):

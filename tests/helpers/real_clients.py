@@ -191,8 +191,8 @@ class Cluster:
         return out
 
 
-async def _request(port: int, code: int, ext: dict, body: bytes = b"") -> RemotingCommand:
-    conn = await connect("127.0.0.1", port)
+async def _request(port: int, code: int, ext: dict, body: bytes = b"", host: str = "127.0.0.1") -> RemotingCommand:
+    conn = await connect(host, port)
     try:
         return await conn.request(RemotingCommand.request(code, ext, body), 10)
     finally:

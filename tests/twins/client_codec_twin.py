@@ -119,3 +119,98 @@ def read_replies(buf, pos: int, end: int, max_frame: int = DEFAULT_MAX_FRAME) ->
             items.append(("slow", stype, hs, hl, bs, bl))
         pos += 4 + length
     return items, pos
+
+
+# -- fast sends (SendSlots) -------------------------------------------------------------------------
+# Written from SendSlots' contract (pyx/client_codec.pyx docstring): the send kept under its opaque
+# in a ring of `size` slots; an answer that is a plain success completes the caller's future with
+# result_type(status, uniq, msgId or "", mq, queueOffset or -1), anything else goes to
+# owner._send_answer(fut, answer, msg, mq, uniq, channel, deadline, timeout).
+MAX_OPAQUE = 0x7FFFFFFF
+
+
+class SendSlots:
+    def __init__(self, channel=None, size: int = 4096, result_type=None, status_of: dict | None = None):
+        self.channel, self.size = channel, size
+        self.result_type, self.status_of = result_type, status_of or {}
+        self.kept: dict[int, list] = {}  # ring index -> [opaque, queue_id, fut, msg, mq, uniq, owner, deadline, timeout]
+        self.opaque = 0
+        self.armed = float("inf")
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.kept)
+
+    def next_opaque(self) -> int:
+        self.opaque = self.opaque % MAX_OPAQUE + 1
+        return self.opaque
+
+    def send(self, fut, owner, msg, mq, queue_id: int, compress_over: int, now: float, timeout: float,
+             uniq) -> tuple[int, int | None]:
+        """(status, opaque rendered under or None); `uniq`: what the render made."""
+        if len(msg.body) > compress_over:
+            return -1, None
+        opaque = self.opaque % MAX_OPAQUE + 1
+        if opaque % self.size in self.kept:
+            return -1, None
+        self.opaque = opaque
+        self.kept[opaque % self.size] = [opaque, queue_id, fut, msg, mq, uniq, owner, now + timeout, timeout]
+        if now + timeout < self.armed:
+            self.armed = now + timeout
+            return 1, opaque
+        return 0, opaque
+
+    def _pop(self, opaque: int):
+        s = self.kept.get(opaque % self.size)
+        if s is None or s[0] != opaque:
+            return None
+        del self.kept[opaque % self.size]
+        return s
+
+    def complete(self, reply: tuple) -> bool:
+        """True when the Reply tuple answers a send kept here."""
+        r = dict(zip(REPLY_FIELDS, reply))
+        s = self._pop(r["opaque"])
+        if s is None:
+            return False
+        _, queue_id, fut, msg, mq, uniq, owner, deadline, timeout = s
+        status = self.status_of.get(r["code"])
+        if status is None or self.result_type is None or (r["queue_id"] is not None and r["queue_id"] != queue_id):
+            owner._send_answer(fut, reply, msg, mq, uniq, self.channel, deadline, timeout)
+        elif not fut.done():
+            fut.set_result(self.result_type(status, uniq, r["msg_id"] or "", mq,
+                                            -1 if r["queue_offset"] is None else r["queue_offset"]))
+        return True
+
+    def take(self, opaque: int):
+        s = self._pop(opaque)
+        return None if s is None else tuple(s[2:])
+
+    def expire(self, now: float) -> list:
+        out = []
+        for i in sorted(self.kept):  # ring order
+            if self.kept[i][7] <= now:
+                out.append(tuple(self.kept.pop(i)[2:]))
+        self.armed = min((s[7] for s in self.kept.values()), default=float("inf"))
+        return out
+
+    def take_all(self) -> list:
+        out = [tuple(self.kept[i][2:]) for i in sorted(self.kept)]
+        self.kept.clear()
+        self.armed = float("inf")
+        return out
+
+
+def read_replies_with(buf, pos: int, end: int, sends: SendSlots, max_frame: int = DEFAULT_MAX_FRAME) -> tuple:
+    """read_replies with the sends kept in `sends` completed on the way, frame by frame (an
+    error in a later frame leaves the earlier ones completed); they leave no item."""
+    items: list = []
+    while end - pos >= 4:
+        (length,) = struct.unpack_from(">i", bytes(buf[pos:pos + 4]))
+        if length < 4 or length > max_frame or end - pos - 4 < length:
+            break  # read_replies below raises or stops as it should
+        one, nxt = read_replies(buf, pos, pos + 4 + length, max_frame)
+        items += [i for i in one if i[0] == "slow" or not sends.complete(i)]
+        pos = nxt
+    rest, pos = read_replies(buf, pos, end, max_frame)
+    return items + rest, pos

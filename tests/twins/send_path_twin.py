@@ -11,7 +11,7 @@ The pass over a read, frame by frame:
   string with no escapes; the properties a string); a field it cannot read, an escaped key, no
   topic, no queue id, a negative one, transaction bits in sysFlag (0xC), a body over max_body, no
   route for the topic, a queue id past the route's queues, properties over 32767 bytes once
-  unescaped (or over 65536 escaped), "DELAY\\x01" in them: RUN_SLOW;
+  unescaped (or over 65536 escaped), "DELAY\\x01" or "TIMER_DE" in them: RUN_SLOW;
 - else the record is appended at the write position (RUN_ROLL if it does not fit before the
   segment's 8-byte blank) and the reply rendered (or parked), unless the request is oneway.
 - SEND_BATCH_MESSAGE (320) has V2's header; its body is messages back to back, each
@@ -188,7 +188,7 @@ class Pipeline:
             raise Slow
         if topic not in self.routes or qid >= self.routes[topic]:
             raise Slow
-        if len(props) > 32767 or b"DELAY\x01" in props:
+        if len(props) > 32767 or b"DELAY\x01" in props or b"TIMER_DE" in props:
             raise Slow
         wait = True
         if self.cluster and not batch:

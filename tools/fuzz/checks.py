@@ -394,6 +394,118 @@ def check_replies(data: bytes) -> None:
                 raise Mismatch(f"Reply {r} but RemotingCommand {cmd!r} (remark {cmd.remark!r})")
 
 
+# -- sends: the answers of sends kept in C (SendSlots) completed by the reply reader -------------
+SEND_RING_SIZES = (4, 8, 4096)
+
+
+class _Fut:
+    """An asyncio future's two methods SendSlots calls."""
+
+    def __init__(self, cancelled: bool = False):
+        self.result, self.cancelled = None, cancelled
+
+    def done(self) -> bool:
+        return self.cancelled or self.result is not None
+
+    def set_result(self, r) -> None:
+        if self.done():
+            raise Mismatch(f"a future completed twice ({self.result} then {r})")
+        self.result = r
+
+
+class _Owner:
+    """A producer's _send_answer, recording what it was given (a Reply as the twin's tuple)."""
+
+    def __init__(self, futs: list):
+        self.futs, self.answers = futs, []
+
+    def _send_answer(self, fut, answer, msg, mq, uniq, channel, deadline, timeout) -> None:
+        if type(answer) is KCC.Reply:
+            answer = tuple(getattr(answer, f) for f in TCC.REPLY_FIELDS)
+        self.answers.append((self.futs.index(fut), answer, msg, mq, uniq, channel, deadline, timeout))
+
+
+def _slot_items(items: list, futs: list, owner) -> list:
+    """Slots handed over, their future as its index; the owner checked and left out."""
+    if any(t[4] is not owner for t in items):
+        raise Mismatch(f"a slot handed over with another owner: {items}")
+    return [(futs.index(t[0]),) + tuple(t[1:4]) + tuple(t[5:]) for t in items]
+
+
+def _sent_uniq(frame: bytes) -> tuple[int, str]:
+    """The opaque and UNIQ_KEY of a SEND_MESSAGE_V2 frame the kernel rendered."""
+    n, word = struct.unpack_from(">ii", frame, 0)
+    hl = word & 0xFFFFFF
+    cmd = RemotingCommand.decode(frame[8:8 + hl], frame[8 + hl:4 + n], word >> 24)
+    props = dict(p.split("\x01", 1) for p in cmd.get_str("i", "").split("\x02"))
+    return cmd.opaque, props["UNIQ_KEY"]
+
+
+def sends_both(read: bytes, n_sends: int, size: int, skip: int, qid_bits: int, expire_at: float,
+               cancelled_bits: int = 0, max_frame: int = KR.DEFAULT_MAX_FRAME) -> None:
+    """`n_sends` messages kept in the kernel's SendSlots and its twin's (a ring of `size`, after
+    `skip` opaques taken by other requests; send i asks queue i % 4, or 5 when bit i of qid_bits
+    is set; timeouts 1-5 s from t=100; a body over the 8 bytes compress_over every third one;
+    bit i of cancelled_bits: its caller cancelled it), then `read` read by both, then the sends
+    left expired at `expire_at`, then the rest taken (a closed connection): the same statuses,
+    opaques, deadlines, items handed on, SendResults and answers to the owner at every step."""
+    from broker.client.message import Message
+    from broker.client.producer import _SEND_STATUS, SendResult
+    from broker.client.route import MessageQueue
+    from broker.kernels.wbuf import WriteBuffer
+    kern, twin = KCC.SendSlots("ch", size), TCC.SendSlots("ch", size, SendResult, _SEND_STATUS)
+    for _ in range(skip):
+        if kern.next_opaque() != twin.next_opaque():
+            raise Mismatch("next_opaque differs")
+    fk, ft = [], []
+    ok, ot = _Owner(fk), _Owner(ft)
+    w = WriteBuffer()
+    for i in range(n_sends):
+        qid = 5 if qid_bits >> i & 1 else i % 4
+        msg = Message("T", b"b" * (9 if i % 3 == 2 else 1), tags="t")
+        mq = MessageQueue("T", "broker-a", qid)
+        fk.append(_Fut(bool(cancelled_bits >> i & 1)))
+        ft.append(_Fut(bool(cancelled_bits >> i & 1)))
+        before = len(w)
+        rk = kern.send(w, fk[-1], ok, "g", msg, mq, qid, 4, 8, 100.0, 1.0 + i * 7 % 5)
+        frame = w.getvalue()[before:]
+        opaque, uniq = _sent_uniq(frame) if rk >= 0 else (None, None)
+        rt, topaque = twin.send(ft[-1], ot, msg, mq, qid, 8, 100.0, 1.0 + i * 7 % 5, uniq)
+        if (rk, opaque) != (rt, topaque) or (rk < 0 and frame):
+            raise Mismatch(f"send {i}: kernel {rk} under {opaque} ({len(frame)} bytes), twin {rt} under {topaque}")
+        if (kern.armed, kern.in_flight) != (twin.armed, twin.in_flight):
+            raise Mismatch(f"after send {i}: kernel armed {kern.armed} with {kern.in_flight} in flight, twin "
+                           f"{twin.armed} with {twin.in_flight}")
+    kind, res = _same("read_replies with sends", lambda *a: reply_items(KCC.read_replies(*a, sends=kern)),
+                      lambda *a: TCC.read_replies_with(*a[:3], twin, a[3]), bytearray(read), 0, len(read), max_frame)
+
+    def state(step: str) -> None:
+        if [f.result for f in fk] != [f.result for f in ft] or ok.answers != ot.answers:
+            raise Mismatch(f"{step}: kernel {[f.result for f in fk]} {ok.answers}, twin {[f.result for f in ft]} "
+                           f"{ot.answers}")
+        if kern.in_flight != twin.in_flight:
+            raise Mismatch(f"{step}: {kern.in_flight} in flight, twin {twin.in_flight}")
+    state("read")
+    if kind == "ok":
+        ek, et = kern.expire(expire_at), twin.expire(expire_at)
+        if _slot_items(ek, fk, ok) != _slot_items(et, ft, ot) or kern.armed != twin.armed:
+            raise Mismatch(f"expire({expire_at}): kernel {ek} armed {kern.armed}, twin {et} armed {twin.armed}")
+        state("expire")
+    ak, at = kern.take_all(), twin.take_all()
+    if _slot_items(ak, fk, ok) != _slot_items(at, ft, ot) or kern.in_flight or kern.armed != float("inf"):
+        raise Mismatch(f"take_all: kernel {ak}, twin {at}")
+
+
+def check_sends(data: bytes) -> None:
+    """data[0]: the ring size (SEND_RING_SIZES) and, bits 2-4, opaques taken before the sends;
+    data[1]: how many sends (0-15); data[2]: which ask queue 5; data[3]: when the rest expire
+    and, bits 4-7, which were cancelled; the rest is what the socket read."""
+    if len(data) < 4:
+        return
+    sends_both(data[4:], data[1] % 16, SEND_RING_SIZES[data[0] % 3], data[0] >> 2 & 7, data[2],
+               100.0 + data[3] % 8, data[3] >> 4, MAX_FRAMES[(data[0] >> 5) % 3])
+
+
 # -- pulled: the pulled-records kernel's views and Spark columns against its twin -----------------
 def view_dicts(msgs: list) -> list[dict]:
     return [{f: getattr(m, f) for f in TP.MESSAGE_FIELDS} for m in msgs]
@@ -480,6 +592,7 @@ CHECKS = {
     "headers": check_headers,
     "send": check_send,
     "replies": check_replies,
+    "sends": check_sends,
     "pulled": check_pulled,
     "sql92": check_sql92,
 }

@@ -154,6 +154,28 @@ def replies_seeds() -> list[bytes]:
             b"\x01\x00\x00" + frame(0, send) + frame(0, pull, records(40), opaque=3)]
 
 
+def sends_seeds() -> list[bytes]:
+    """check_sends input: ring size and opaques skipped, how many sends, which ask queue 5, when
+    the rest expire and which were cancelled, then a read answering them: plain successes (JSON
+    and ROCKETMQ), a flush timeout, a failure code, another queue than asked, no queueId, an
+    answer to no send, a hand-back, an answer twice, a torn frame."""
+    from broker.kernels.header import encode_header
+
+    def frame(code, ext, opaque, stype=0, flag=1, remark=None, body=b""):
+        h = encode_header(stype, code, "JAVA", 395, opaque, flag, remark, ext)
+        return struct.pack(">ii", 4 + len(h) + len(body), (stype << 24) | len(h)) + h + body
+
+    def ok(opaque, qid, offset, stype=0):
+        return frame(0, {"msgId": "7F00000100002A9F00000000000000%02X" % opaque, "queueId": str(qid),
+                         "queueOffset": str(offset), "MSG_REGION": "DefaultRegion"}, opaque, stype)
+    read = (ok(1, 0, 10) + ok(2, 1, 11, stype=1) + frame(10, {"queueId": "2", "queueOffset": "5", "msgId": "m"}, 3)
+            + frame(17, {}, 4, remark="topic not exist") + ok(5, 3, 12) + frame(0, {"queueOffset": "7"}, 6)
+            + ok(99, 0, 1) + frame(40, {"consumerGroup": "cg"}, 7, flag=0) + ok(1, 0, 10)
+            + frame(0, {"msgId": "a\\u0041"}, 8))
+    return [b"\x00\x0c\x00\x07" + read, b"\x01\x0c\x10\x35" + read, b"\x02\x0c\x00\xa0" + read + read[:25],
+            b"\x00\x05\x00\x00" + read[:40] + b"\x00\x00\x00\x02xx", b"\x0c\x06\x00\x03" + read]
+
+
 def pulled_seeds() -> list[bytes]:
     """check_pulled input: the offset range (low end, width; 255 all), then a pulled body: plain
     records, IPv6 hosts, a compressed body, properties with every oddity, a torn record."""
@@ -188,7 +210,7 @@ def sql92_seeds() -> list[bytes]:
 def main() -> None:
     for name, make in (("frames", frames_seeds), ("scan", scan_seeds), ("properties", properties_seeds),
                        ("ha", ha_seeds), ("headers", headers_seeds),
-                       ("send", send_seeds), ("replies", replies_seeds), ("pulled", pulled_seeds),
+                       ("send", send_seeds), ("replies", replies_seeds), ("sends", sends_seeds), ("pulled", pulled_seeds),
                        ("sql92", sql92_seeds)):
         d = SEEDS / name
         d.mkdir(parents=True, exist_ok=True)

@@ -30,6 +30,9 @@ class ConsumerManager:
     def __init__(self, expire_after: float = 120.0):
         self.groups: dict[str, ConsumerGroupInfo] = {}
         self.expire_after = expire_after
+        # connection -> the (group, clientID) its heartbeats named, so that a closing connection
+        # costs its own members, not a scan of every group (see ProducerManager._by_conn)
+        self._by_conn: dict[object, set[tuple[str, str]]] = {}
 
     def heartbeat(self, data: dict, conn, now: float | None = None) -> list[str]:
         """Register a HeartbeatData; returns the groups whose membership changed."""
@@ -47,6 +50,8 @@ class ConsumerManager:
                 changed.append(name)
                 log.info("consumer %s joined group %s", client_id, name)
             g.clients[client_id] = (conn, now)
+            if conn is not None:
+                self._by_conn.setdefault(conn, set()).add((name, client_id))
             g.consume_from_where = cd.get("consumeFromWhere")
             g.message_model = cd.get("messageModel")
             g.consume_type = cd.get("consumeType")
@@ -69,15 +74,18 @@ class ConsumerManager:
         """Forget the clients of a closed connection; returns the groups that still have members
         and lost some (they are told to rebalance)."""
         changed = []
-        for name in list(self.groups):
-            g = self.groups[name]
-            gone = [c for c, (cn, _) in g.clients.items() if cn is conn]
-            for cid in gone:
-                del g.clients[cid]
-                log.info("consumer %s left group %s (connection closed)", cid, name)
+        for name, cid in sorted(self._by_conn.pop(conn, ())):
+            g = self.groups.get(name)
+            member = g.clients.get(cid) if g is not None else None
+            if member is None or member[0] is not conn:
+                continue  # left before, or its heartbeats come on another connection now
+            del g.clients[cid]
+            log.info("consumer %s left group %s (connection closed)", cid, name)
             if not g.clients:
                 del self.groups[name]
-            elif gone:
+                if name in changed:
+                    changed.remove(name)
+            elif name not in changed:
                 changed.append(name)
         return changed
 

@@ -433,6 +433,14 @@ class ReplicasManager:
     # -- the SyncStateSet (master) -----------------------------------------------------------------
     def _publish_isr(self, members: frozenset[int]) -> None:
         s = self.store
+        if s.table is not None:
+            # the reput dispatches only what these slaves acknowledged (RocketMQ 5's confirmOffset)
+            # (a store restarting as a slave while `role` still says master takes no bound)
+            serving = self.role == "master" and not s.is_slave
+            mask = sum(1 << b for b in members - {self.broker_id} if 0 <= b < 63) if serving else 0
+            if s.table.load(Slot.ISR_MASK) != mask:
+                s.table.store(Slot.ISR_MASK, mask)
+                s.table.add(Slot.REPUT_WAKE, 1)
         if self.role == "master":
             members = members | {self.broker_id}
             s.isr_members = members

@@ -1,10 +1,13 @@
 """Broker metrics: one snapshot (the shared offsets, the store's counters, the flush-latency
 histogram the flush service keeps in the offset table, disk usage, services, connections, held
-pulls) read on demand, served as Prometheus `/metrics` on metricsPort and as the runtime table of
+pulls) read on demand, served as Prometheus `/metrics` on metricsPort (or RocketMQ 5.1's
+metricsExporterType=PROM on metricsPromExporterPort) and as the runtime table of
 GET_BROKER_RUNTIME_INFO (`broker admin status`). Nothing is computed per message beyond the
-store's integer counters."""
+store's integer counters. Beside this project's own families, /metrics carries RocketMQ 5.1's by
+their names (rocketmq_metrics.py), computed on the event loop at each scrape."""
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import shutil
@@ -20,11 +23,23 @@ log = logging.getLogger("broker")
 class BrokerMetrics:
     def __init__(self, controller):
         self.c = controller
-        self._server = None
         # (monotonic time, messages put, messages got) every SAMPLE_PERIOD s: RocketMQ's putTps and
         # getTransferredTps are rates over the last 10 s, 1 min and 10 min
         self._samples: deque[tuple[float, int, int]] = deque(maxlen=61)
         self.boot_ms = int(time.time() * 1000)  # bootTimestamp: when this broker object came up
+        self.traffic = None  # rocketmq_metrics.TopicTraffic and ConsumerLag, once the store is up (bind)
+        self.lag = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._servers: list = []
+
+    def bind(self, store, topics, consumers, stats) -> None:
+        from broker.server.metrics.rocketmq_metrics import ConsumerLag, TopicTraffic
+        self.traffic = TopicTraffic(store, topics)
+        self.lag = ConsumerLag(store, topics, consumers, stats)
+
+    async def _rocketmq5(self, labels: dict) -> list:
+        from broker.server.metrics.rocketmq_metrics import families
+        return families(self.c, labels)
 
     def sample(self) -> None:
         """Called every 10 s by the broker (and at start): the history the TPS figures read."""
@@ -59,12 +74,17 @@ class BrokerMetrics:
                                  if k in ("min", "wrote", "flushed", "dispatched", "acked", "received")}
         out.update(put_messages=store.put_msgs, put_bytes=store.put_bytes, get_messages=store.get_msgs,
                    get_bytes=store.get_bytes, disk_usage_ratio=o["disk_usage"], disk_full=o["disk_full"],
-                   dispatch_blocked=o["dispatch_blocked"],
+                   dispatch_blocked=o["dispatch_blocked"], flush_errors=o.get("flush_errors", 0),
                    deleted_commitlog_files=o["deleted_files"], writes_refused=store.refused_writes,
                    connections=len(c.server.connections) if c.server else 0, held_pulls=c.holds.held(),
+                   tls_connections_accepted=c.server.tls_accepted if c.server else 0,
                    consumer_groups=len(c.consumers.groups))
         for status, n in store.put_status_counts().items():
             out[f"send_status_{status.name}"] = n
+        timer = getattr(c, "timer", None)
+        if timer is not None and timer.timer_log is not None:
+            out.update(timer_enqueued=timer.enqueued, timer_delivered=timer.delivered, timer_rolled=timer.rolled,
+                       timer_queue_offset=timer.queue_offset)
         if store.is_slave:
             out["slave_linked"] = o.get("linked", 0)
         else:
@@ -182,6 +202,15 @@ class BrokerMetrics:
             f = GaugeMetricFamily(f"rocketmq_{name}", doc, labels=keys + list(extra or {}))
             f.add_metric(values + list((extra or {}).values()), v)
             return f
+        if self._loop is not None and self.c.store is not None and self.c.topics is not None:
+            # RocketMQ 5.1's families read the queues and the tables the event loop changes: they
+            # are computed there, not in this HTTP server's thread
+            rlabels = {"cluster": self.c.config.brokerClusterName, "node_type": "broker",
+                       "node_id": self.c.config.brokerName}
+            try:
+                yield from asyncio.run_coroutine_threadsafe(self._rocketmq5(rlabels), self._loop).result(10)
+            except Exception as e:  # a scrape answers what it can; the log says what it could not
+                log.warning("RocketMQ 5 metrics not computed this scrape: %s", e)
         yield counter("put_messages", "messages appended to the commit log", snap["put_messages"])
         yield counter("put_bytes", "record bytes appended", snap["put_bytes"])
         yield counter("get_messages", "messages returned by pulls", snap["get_messages"])
@@ -209,7 +238,14 @@ class BrokerMetrics:
                           ("disk_full", "1 while writes are refused for disk usage"),
                           ("dispatch_blocked", "the errno consume queues cannot be written for (writes are "
                            "refused meanwhile), 0 when they can"),
+                          ("flush_errors", "failed fdatasync calls of the commit log (after one, writes are "
+                           "refused until a restart)"),
                           ("connections", "open remoting connections"), ("held_pulls", "long polls held"),
+                          ("tls_connections_accepted", "remoting connections that began a TLS handshake"),
+                          ("timer_enqueued", "timer messages put into the timer wheel since start"),
+                          ("timer_delivered", "timer messages delivered to their topics since start"),
+                          ("timer_rolled", "timer messages parked again past the roll window since start"),
+                          ("timer_queue_offset", "the next entry of rmq_sys_wheel_timer the wheel takes"),
                           ("consumer_groups", "consumer groups with members"), ("slaves", "linked slaves"),
                           ("slave_lag_bytes", "master's wrote minus the best slave's acknowledgement"),
                           ("slave_linked", "1 while this slave is linked to its master")):
@@ -241,16 +277,18 @@ class BrokerMetrics:
     def start(self, host: str, port: int) -> None:
         from prometheus_client import start_http_server
         from prometheus_client.core import CollectorRegistry
+        self._loop = asyncio.get_running_loop()
         registry = CollectorRegistry(auto_describe=False)
         registry.register(self)
-        self._server, _ = start_http_server(port, addr=host, registry=registry)
+        server, _ = start_http_server(port, addr=host, registry=registry)
+        self._servers.append(server)
         log.info("metrics on http://%s:%d/metrics", host, port)
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+        for server in self._servers:
+            server.shutdown()
+            server.server_close()
+        self._servers.clear()
 
 
 def _bytes(n: float) -> str:

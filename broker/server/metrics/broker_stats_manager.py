@@ -37,11 +37,18 @@ class BrokerStatsManager:
         self.topics = topics
         self.cluster = cluster
         self.group_gets: dict[str, list[int]] = {}  # "topic@group" -> [messages, bytes, pulls]
+        # (group, topic, queue) -> the offset after the last message a pull returned (RocketMQ's
+        # pull offset table: what the consumer has, committed or not; the lag metrics read it)
+        self.pull_offsets: dict[tuple[str, str, int], int] = {}
         self._samples = {name: deque(maxlen=n) for name, (_, n) in WINDOWS.items()}
         self._last = {name: -1e18 for name in WINDOWS}
 
-    def group_get(self, group: str, topic: str, messages: int, nbytes: int) -> None:
-        """A pull found `messages` (RocketMQ's incGroupGetNums / incGroupGetSize)."""
+    def group_get(self, group: str, topic: str, messages: int, nbytes: int, queue_id: int = -1,
+                  next_offset: int = -1) -> None:
+        """A pull found `messages` (RocketMQ's incGroupGetNums / incGroupGetSize) and the consumer
+        goes on from `next_offset` of the queue."""
+        if queue_id >= 0:
+            self.pull_offsets[(group, topic, queue_id)] = next_offset
         c = self.group_gets.get(f"{topic}@{group}")
         if c is None:
             c = self.group_gets[f"{topic}@{group}"] = [0, 0, 0]

@@ -108,7 +108,7 @@ class PullMessageProcessor:
         res = cmd.response(code, ext, r.messages, remark=remark)
         res.body_len = r.total_bytes
         if self.stats is not None:
-            self.stats.group_get(cmd.ext.get("consumerGroup", ""), topic, r.count or 0, r.total_bytes)
+            self.stats.group_get(cmd.ext.get("consumerGroup", ""), topic, r.count or 0, r.total_bytes, queue_id, nxt)
         return res
 
     async def _hold(self, cmd, topic, queue_id, offset, max_nums, flt, deadline, suspend) -> RemotingCommand:

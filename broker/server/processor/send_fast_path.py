@@ -10,10 +10,13 @@ Per read: the kernel is enabled only while the store takes writes (not a slave, 
 for a full disk) and ACL is off (signatures are checked by the processors); it reports the
 queues it appended to only while pulls are held. After the read (and before any frame handed to
 the processors), `settle` publishes the new write position, counts the puts, wakes the pulls
-held on those queues, and under SYNC_FLUSH / SYNC_MASTER hands the read's parked replies to the
-store's waiters as one entry, answered together when the put is durable. In DLedger mode the
+held on those queues, and under SYNC_FLUSH / SYNC_MASTER keeps the connection's parked replies
+for the end of the event-loop turn. Then every connection's replies parked in that turn go to the
+store's waiters as one entry, answered together when the puts are durable: one connection's
+replies leave in one write, and 50 producers with one send in flight each cost one waiter per
+turn, not a waiter, a timer check and a scheduled write per send. In DLedger mode the
 store is told of the entries the kernel appended (its log end and quorum follow) and the parked
-replies wait for the quorum to commit the read's last entry.
+replies wait for the quorum to commit the turn's last entry.
 """
 from __future__ import annotations
 
@@ -40,6 +43,8 @@ class FastSendPath:
         self.topics = topics
         self.holds = holds
         self.acl_enabled = acl_enabled
+        self._turn: dict[SendConn, None] = {}  # connections with replies parked in this loop turn
+        self._turn_store = None  # the store they were appended to (a role switch may rebind meanwhile)
         self.rebind(store)
 
     def rebind(self, store) -> None:
@@ -79,21 +84,42 @@ class FastSendPath:
             q.touched = 0
             self.holds.notify(q.topic.decode(), q.queue_id, q.last_end)
         parked = st.parked
-        if parked is not None and len(parked):
-            st.parked = ParkedReplies(parked.conn, self._store_host, REGION, TRACE_ON)
-            self.store.wait_put(parked.end, self._release, parked)
+        if parked is not None and len(parked) and st not in self._turn:
+            if not self._turn:
+                self._turn_store = self.store
+                self.store._loop.call_soon(self._park_turn)
+            self._turn[st] = None
         replies = st.take_replies()
         if replies is not None:
             out.append(replies)
 
-    def _release(self, parked: ParkedReplies, status: PutStatus, why: str | None = None) -> None:
+    def _park_turn(self) -> None:
+        """The end of a loop turn: the replies parked in it, one ParkedReplies per connection,
+        wait for durability as one entry (the highest end among them)."""
+        turn, self._turn = self._turn, {}
+        store, self._turn_store = self._turn_store, None
+        batch = []
+        end = 0
+        for st in turn:
+            parked = st.parked
+            st.parked = ParkedReplies(parked.conn, self._store_host, REGION, TRACE_ON)
+            batch.append(parked)
+            end = max(end, parked.end)
+        store.wait_put(end, self._release, (store, batch))
+
+    @staticmethod
+    def _release(arg: tuple, status: PutStatus, why: str | None = None) -> None:
+        store, batch = arg
         remark = None
         if status is not PutStatus.PUT_OK:
-            self.store.put_failed[status] += len(parked)
+            store.put_failed[status] += sum(len(p) for p in batch)
             # as the processors answer a failed put (SendMessageProcessor._after_flush)
             remark = STATUS_REMARKS.get(status)
             if why:
                 remark = f"{remark}: {why}" if remark else why
-        conn = parked.conn
-        if conn.transport is not None:
-            conn.send_bytes(parked.render(STATUS_CODES[status], remark.encode() if remark else None))
+        code = STATUS_CODES[status]
+        encoded = remark.encode() if remark else None
+        for parked in batch:
+            transport = parked.conn.transport
+            if transport is not None:
+                transport.write(parked.render(code, encoded))

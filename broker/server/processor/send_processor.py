@@ -19,6 +19,7 @@ from broker.remoting.headers import SendMessageRequestHeader, SendMessageRequest
 from broker.remoting.message_batch import decode_batch
 from broker.remoting.refusals import BadRequest, InvalidParameter, NoPermission, Refusal, TopicNotExist, response_code
 from broker.common.topic_validator import DLQ_PREFIX, PERM_WRITE, RETRY_PREFIX, not_sendable
+from broker.server.timer.timer_message_service import transform as transform_timer
 from broker.server.transaction import PROPERTY_TRANSACTION_PREPARED, TRANSACTION_TYPE_MASK, is_half
 from broker.store.errors import MessageIllegal
 from broker.store.message import decode_properties, encode_properties
@@ -111,8 +112,9 @@ def reply_when_put(put: asyncio.Future, answer) -> asyncio.Future:
 
 class SendMessageProcessor:
     def __init__(self, store, topics, schedule, holds, max_reconsume_times: int, transactions=None,
-                 reject_transactions: bool = False, cluster: str = ""):
+                 reject_transactions: bool = False, cluster: str = "", timer=None):
         self.store = store
+        self.timer = timer  # TimerMessageService: where messages with a delivery time wait
         self.cluster = cluster.encode()  # brokerClusterName: every message's CLUSTER property
         self.topics = topics
         self.schedule = schedule
@@ -180,6 +182,18 @@ class SendMessageProcessor:
             props = decode_properties(props_bytes)
             if is_half(h.sysFlag, props):
                 return self._send_half(cmd, conn, h, topic, queue_id, props, wait)
+        timed = False
+        if "TIMER_" in properties and not topic.startswith(DLQ_PREFIX):
+            # a delivery time (TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS): the timer topic
+            # until due (HookUtils.handleScheduleMessage), or refused as RocketMQ refuses it
+            props = props or decode_properties(props_bytes)
+            before = len(props)
+            moved = transform_timer(self.store.config, topic, queue_id, props)
+            if moved is not None:
+                topic, queue_id, props = moved
+                timed = True
+            if moved is not None or len(props) != before:
+                props_bytes = encode_properties(props)
         if "DELAY\x01" in properties and not topic.startswith(DLQ_PREFIX):
             # a producer-set delay level: kept in the schedule topic until due (CommitLog.putMessage)
             props = props or decode_properties(props_bytes)
@@ -192,6 +206,9 @@ class SendMessageProcessor:
             born_timestamp=h.bornTimestamp, born_host=born_host_of(conn), reconsume_times=h.reconsumeTimes)
         if level:
             self.schedule.arrived(level)
+        elif timed:
+            if self.timer is not None:
+                self.timer.arrived()
         else:
             self.holds.notify(topic, queue_id, result.end_offset)
         ext = {"msgId": result.msg_id, "queueId": asked, "queueOffset": result.queue_offset, **REPLY_EXT}

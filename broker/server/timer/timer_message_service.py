@@ -1,0 +1,399 @@
+"""TimerMessageStore as RocketMQ 5 runs it: timer messages at any delivery time, not the next
+delay level.
+
+The put side (`transform`, HookUtils.handleScheduleMessage): a message with TIMER_DELIVER_MS,
+TIMER_DELAY_SEC or TIMER_DELAY_MS whose time is ahead is stored in rmq_sys_wheel_timer queue 0,
+its time (rounded down to timerPrecisionMs, as RocketMQ rounds it) in TIMER_OUT_MS and its
+destination in REAL_TOPIC / REAL_QID. A message with a delay level keeps the level and loses its
+timer properties; one whose time has come is stored as it is; one beyond timerMaxDelaySec is
+refused MESSAGE_ILLEGAL, and every one when timerWheelEnable=false SYSTEM_ERROR, with RocketMQ's
+remarks.
+
+The service (the broker process: it is the commit log's only writer):
+- enqueue: the timer topic's new entries, in queue order; each becomes a 52-byte unit appended to
+  the timer log, linked into its slot's list in the timer wheel (broker.store.timer_files). A time
+  beyond timerRollWindowSlot slots is parked at the window's edge as a roll unit and stored in
+  the timer topic again when reached, as RocketMQ rolls it. Woken by a send that stored a timer
+  message, and by the dispatch of the queue.
+- dequeue: at each slot's time (a timer, not a poll), the slot's units in the order they came,
+  each message copied to its real topic (REAL_* dropped, TIMER_ENQUEUE_MS / TIMER_DEQUEUE_MS
+  added), never before its time.
+- the checkpoint (config/timercheck): every timerFlushIntervalMs the timer log and the wheel are
+  flushed first, then the read time, the flushed log end, the next queue offset and the commit
+  log's end at that moment. A restart cuts the timer log at the checkpoint, unlinks the wheel's
+  units past it, enqueues again from the checkpoint's queue offset, and dequeues again from its
+  read time; messages delivered after the checkpoint (found in the commit log past its offset,
+  by UNIQ_KEY and TIMER_OUT_MS) are not delivered twice. So after a kill -9 a timer message is
+  delivered once, at or after its time.
+A slave keeps no wheel of its own: a master made from it enqueues the replicated timer topic from
+the start of its queue, delivering at once what is due (docs/compat.md: not RocketMQ's takeover of
+the master's checkpoint).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+
+from broker.common.topic_validator import PERM_READ, PERM_WRITE, SYSTEM_TOPIC_PREFIX
+from broker.remoting import codes
+from broker.remoting.refusals import Refusal
+from broker.server.tasks import cancel_and_wait
+from broker.services.message_store import GetStatus
+from broker.store.errors import ServiceUnavailable, StoreError
+from broker.store.message import decode_message, encode_properties, host_bytes
+from broker.store.timer_files import (MAGIC_DEFAULT, MAGIC_ROLL, SLOTS_TOTAL, TimerCheckpoint, TimerLog, TimerWheel,
+                                      java_hash)
+
+log = logging.getLogger("timer")
+
+TIMER_TOPIC = SYSTEM_TOPIC_PREFIX + "wheel_timer"
+TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS = "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS"
+TIMER_OUT_MS, TIMER_ENQUEUE_MS, TIMER_DEQUEUE_MS = "TIMER_OUT_MS", "TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS"
+TIMER_ROLL_TIMES, TIMER_DEL_UNIQKEY = "TIMER_ROLL_TIMES", "TIMER_DEL_UNIQKEY"
+REAL_TOPIC, REAL_QID, DELAY, UNIQ_KEY = "REAL_TOPIC", "REAL_QID", "DELAY", "UNIQ_KEY"
+TIMER_BLANK_SLOTS = 60
+ENQUEUE_BATCH = 256
+
+
+class TimerRefused(Refusal):
+    """A timer message the put side refuses, with RocketMQ's response code and remark."""
+
+    def __init__(self, code: int, remark: str):
+        super().__init__(remark)
+        self.response_code = code
+
+
+def is_timer(properties: dict) -> bool:
+    return TIMER_DELIVER_MS in properties or TIMER_DELAY_SEC in properties or TIMER_DELAY_MS in properties
+
+
+def transform(config, topic: str, queue_id: int, props: dict, now_ms: int | None = None
+              ) -> tuple[str, int, dict] | None:
+    """Where a message with timer properties is stored (HookUtils.transformTimerMessage), or None to
+    store it as it is; TimerRefused for one RocketMQ refuses. `props` is changed in place."""
+    if topic == TIMER_TOPIC or TIMER_OUT_MS in props:
+        return None  # a timer message rolled or delivered by the service itself
+    if props.get(DELAY, "0") not in ("", "0"):
+        for k in (TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS):
+            props.pop(k, None)  # a delay level wins (checkIfTimerMessage)
+        return None
+    if not is_timer(props):
+        return None
+    if not config.timerWheelEnable:
+        raise TimerRefused(codes.SYSTEM_ERROR, "accurate timer message is not enabled, timerWheelEnable is false")
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    illegal = TimerRefused(codes.MESSAGE_ILLEGAL, f"timer message illegal, the delay time should not be bigger than "
+                                                  f"the max delay {config.timerMaxDelaySec * 1000}ms; or if set del "
+                                                  f"msg, the delay time should be bigger than the current time")
+    try:
+        if TIMER_DELAY_SEC in props:
+            deliver = now_ms + int(props[TIMER_DELAY_SEC]) * 1000
+        elif TIMER_DELAY_MS in props:
+            deliver = now_ms + int(props[TIMER_DELAY_MS])
+        else:
+            deliver = int(props[TIMER_DELIVER_MS])
+    except ValueError:
+        raise illegal from None
+    if deliver <= now_ms:
+        if TIMER_DEL_UNIQKEY in props:
+            raise illegal
+        return None
+    if deliver - now_ms > config.timerMaxDelaySec * 1000:
+        raise illegal
+    precision = config.timerPrecisionMs
+    deliver = deliver - precision if deliver % precision == 0 else deliver // precision * precision
+    props[TIMER_OUT_MS] = str(deliver)
+    props[REAL_TOPIC] = topic
+    props[REAL_QID] = str(queue_id)
+    return TIMER_TOPIC, 0, props
+
+
+class TimerMessageService:
+    def __init__(self, store, topics, on_delivered=None):
+        self.store = store
+        self.topics = topics
+        self.config = store.config
+        self.precision = self.config.timerPrecisionMs
+        self.roll_window = min(self.config.timerRollWindowSlot, SLOTS_TOTAL - TIMER_BLANK_SLOTS)
+        self.on_delivered = on_delivered  # (topic, queue_id, end_offset): wakes held pulls
+        root = self.config.storePathRootDir
+        self.log_dir = os.path.join(root, "timerlog")
+        self.wheel_path = os.path.join(root, "timerwheel")
+        self.ckpt_path = os.path.join(root, "config", "timercheck")
+        self.timer_log: TimerLog | None = None
+        self.wheel: TimerWheel | None = None
+        self.ckpt: TimerCheckpoint | None = None
+        self.queue_offset = 0  # next entry of the timer topic to enqueue
+        self.read_ms = 0  # the next slot to deliver
+        self._delivered_since: set[tuple[str, str]] = set()  # (UNIQ_KEY, TIMER_OUT_MS) past the checkpoint
+        self._arrived = asyncio.Event()
+        self._tasks: list[asyncio.Task] = []
+        self.enqueued = self.delivered = self.rolled = 0
+        self.delivery_lateness_ms: list[int] = []  # recent deliveries' lateness (bounded), for tests and metrics
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+    def start(self, deliver: bool = True) -> None:
+        if not self.config.timerWheelEnable:
+            return
+        if self.topics.get(TIMER_TOPIC) is None:  # a system topic of one queue, as RocketMQ makes it
+            from broker.store.config_files import TopicConfig
+            self.topics.create(TopicConfig(TIMER_TOPIC, 1, 1, PERM_READ | PERM_WRITE))
+        if deliver:
+            self.set_delivering(True)
+
+    def set_delivering(self, on: bool) -> None:
+        if on and not self._tasks and self.config.timerWheelEnable:
+            self._open()
+            self._tasks = [asyncio.ensure_future(self._enqueue_loop()), asyncio.ensure_future(self._dequeue_loop()),
+                           asyncio.ensure_future(self._flush_loop())]
+        elif not on and self._tasks:
+            for t in self._tasks:
+                t.cancel()
+            self._tasks = []
+            self._checkpoint()
+
+    async def close(self) -> None:
+        await cancel_and_wait(self._tasks)
+        self._tasks = []
+        if self.timer_log is not None:
+            self._checkpoint()
+            self.timer_log.close()
+            self.wheel.close()
+            self.ckpt.close()
+            self.timer_log = self.wheel = self.ckpt = None
+
+    def arrived(self) -> None:
+        self._arrived.set()
+
+    # -- recovery -------------------------------------------------------------------------------------
+    def _open(self) -> None:
+        if self.timer_log is not None:
+            return
+        self.ckpt = TimerCheckpoint(self.ckpt_path)
+        self.wheel = TimerWheel(self.wheel_path, self.precision)
+        self.timer_log = TimerLog(self.log_dir, self.config.mappedFileSizeTimerLog)
+        now = int(time.time() * 1000) // self.precision * self.precision
+        if not self.ckpt.existed:
+            self.timer_log.load()
+            if self.timer_log.wrote:  # files without a checkpoint: start over from the topic
+                self.timer_log.truncate(0)
+            self.wheel.slots[:] = (0, -1, -1, 0, 0)
+            self.queue_offset, self.read_ms, cl_offset = 0, now, None
+        else:
+            flush_pos = self.ckpt.flush_pos
+            self.timer_log.load(end=None)
+            self._unlink_past(flush_pos)
+            self.timer_log.truncate(flush_pos)
+            self.queue_offset = self.ckpt.queue_offset
+            self.read_ms = max(self.ckpt.last_read_ms,
+                               now - (SLOTS_TOTAL - TIMER_BLANK_SLOTS) * self.precision)
+            # 0: a checkpoint Apache RocketMQ wrote (it keeps no such offset): nothing to look for
+            cl_offset = self.ckpt.commit_log_offset or None
+        self._delivered_since = self._deliveries_after(cl_offset) if cl_offset is not None else set()
+        log.info("timer: recovered, next queue offset %d, reading from %d (%d deliveries after the checkpoint "
+                 "found)", self.queue_offset, self.read_ms, len(self._delivered_since))
+
+    def _unlink_past(self, end: int) -> None:
+        """Slots whose list reaches units at or past `end` (written after the checkpoint): their
+        lists are cut back to the last unit before it, or emptied."""
+        import numpy as np
+        slots = self.wheel.slots
+        hit = np.nonzero((slots["last"] >= end) & (slots["time"] != 0))[0]
+        for i in hit:
+            s = slots[i]
+            pos, first = int(s["last"]), int(s["first"])
+            num = int(s["num"])
+            while pos >= end:
+                try:
+                    u = self.timer_log.unit(pos)
+                except StoreError:
+                    pos = -1
+                    break
+                if int(u["size"]) != 52:
+                    pos = -1  # torn: what remains below is found no more, enqueued again instead
+                    break
+                pos = int(u["prev"])
+                num -= 1
+            if pos < 0 or first >= end:
+                slots[i] = (0, -1, -1, 0, 0)
+            else:
+                slots[i] = (int(s["time"]), first, pos, max(num, 0), int(s["magic"]))
+
+    def _deliveries_after(self, offset: int) -> set[tuple[str, str]]:
+        """(UNIQ_KEY, TIMER_OUT_MS) of the timer messages delivered past commit-log `offset`."""
+        out: set[tuple[str, str]] = set()
+        wrote = self.store.offsets()["wrote"]
+        pos = offset
+        while pos < wrote:
+            try:
+                view = self.store.record_view(pos)
+            except Exception:  # noqa: BLE001 - a blank at a segment's end: go to the next one
+                seg = self.config.mappedFileSizeCommitLog
+                pos = (pos // seg + 1) * seg
+                continue
+            size = int.from_bytes(view[:4], "big")
+            if size <= 0:
+                seg = self.config.mappedFileSizeCommitLog
+                pos = (pos // seg + 1) * seg
+                continue
+            if bytes(view[:size]).find(b"TIMER_DEQUEUE_MS") >= 0:
+                m = decode_message(view)
+                if m.topic != TIMER_TOPIC and UNIQ_KEY in m.properties:
+                    out.add((m.properties[UNIQ_KEY], m.properties.get(TIMER_OUT_MS, "")))
+            pos += size
+        return out
+
+    # -- enqueue --------------------------------------------------------------------------------------
+    async def _enqueue_loop(self) -> None:
+        while True:
+            self._arrived.clear()
+            n = self._enqueue_some()
+            if n:
+                continue
+            await self.store.wait_dispatched(self.store.offsets()["wrote"])
+            if self.store.max_offset(TIMER_TOPIC, 0) <= self.queue_offset:
+                await self._arrived.wait()
+
+    def _enqueue_some(self) -> int:
+        r = self.store.get(TIMER_TOPIC, 0, self.queue_offset, max_msgs=ENQUEUE_BATCH, max_bytes=4 << 20)
+        try:
+            if r.status in (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY):
+                log.warning("timer: queue offset %d outside [%d, %d], moving to %d", self.queue_offset,
+                            r.min_offset, r.max_offset, r.next_offset)
+                self.queue_offset = r.next_offset
+                return 1
+            if r.status != GetStatus.FOUND:
+                return 0
+            write_ms = int(time.time() * 1000) // self.precision * self.precision
+            for view, qo in zip(r.messages, r.queue_offsets):
+                m = decode_message(view)
+                try:
+                    delayed = int(m.properties[TIMER_OUT_MS])
+                except (KeyError, ValueError):
+                    log.error("timer: message at %d of %s has no TIMER_OUT_MS; skipped", qo, TIMER_TOPIC)
+                    self.queue_offset = qo + 1
+                    continue
+                if delayed < self.read_ms:  # its slot was read already: due now
+                    self._deliver(m, delayed, -1, False)
+                else:
+                    self._enqueue(m.physical_offset, len(view), delayed, write_ms, m.properties.get(REAL_TOPIC, ""))
+                self.enqueued += 1
+                self.queue_offset = qo + 1
+            return len(r.messages)
+        finally:
+            r.release()
+
+    def _enqueue(self, offset_py: int, size_py: int, delayed: int, write_ms: int, real_topic: str) -> None:
+        magic = MAGIC_DEFAULT
+        if delayed - write_ms >= self.roll_window * self.precision:
+            magic |= MAGIC_ROLL
+            if delayed - write_ms - self.roll_window * self.precision < self.roll_window // 3 * self.precision:
+                delayed = write_ms + self.roll_window // 2 * self.precision
+            else:
+                delayed = write_ms + self.roll_window * self.precision
+        first, last, num = self.wheel.get(delayed)
+        pos = self.timer_log.append(last, magic, write_ms, delayed - write_ms, offset_py, size_py,
+                                    java_hash(real_topic))
+        self.wheel.put(delayed, pos if first == -1 else first, pos, num + 1)
+
+    # -- dequeue --------------------------------------------------------------------------------------
+    async def _dequeue_loop(self) -> None:
+        while True:
+            # a slot holds the times [t, t + precision) rounded down to t: it is read once all of
+            # them have come, so that no message leaves before its time
+            now = int(time.time() * 1000)
+            due = self.read_ms + self.precision
+            if due > now:
+                await asyncio.sleep((due - now) / 1000)  # the clock is what wakes this
+                continue
+            if not self._deliver_slot(self.read_ms):
+                await asyncio.sleep(1.0)  # the store refused a write: this slot again shortly
+                continue
+            self.read_ms += self.precision
+
+    def _deliver_slot(self, slot_ms: int) -> bool:
+        first, last, num = self.wheel.get(slot_ms)
+        if last < 0:
+            return True
+        units = []
+        pos = last
+        while pos >= 0:
+            u = self.timer_log.unit(pos)
+            if int(u["size"]) != 52:
+                log.error("timer: unit at %d of the slot %d is torn; the rest of the slot is lost", pos, slot_ms)
+                break
+            units.append((int(u["offset_py"]), int(u["magic"]), int(u["write_ms"])))
+            pos = int(u["prev"])
+        for offset_py, magic, write_ms in reversed(units):
+            try:
+                m = self.store.lookup(offset_py)
+            except Exception as e:  # noqa: BLE001 - the record expired with its segment
+                log.error("timer: the message at commit-log offset %d is gone (%s); not delivered", offset_py, e)
+                continue
+            if not self._deliver(m, int(m.properties.get(TIMER_OUT_MS, slot_ms)), write_ms, bool(magic & MAGIC_ROLL)):
+                return False
+        self.wheel.clear(slot_ms)
+        return True
+
+    def _deliver(self, m, delayed: int, enqueue_ms: int, roll: bool) -> bool:
+        props = dict(m.properties)
+        key = (props.get(UNIQ_KEY, ""), props.get(TIMER_OUT_MS, ""))
+        if not roll and key[0] and key in self._delivered_since:
+            self._delivered_since.discard(key)
+            return True  # delivered before the restart, after the checkpoint
+        if enqueue_ms != -1:
+            props[TIMER_ENQUEUE_MS] = str(enqueue_ms)
+        props[TIMER_DEQUEUE_MS] = str(int(time.time() * 1000))
+        if roll:
+            props[TIMER_ROLL_TIMES] = str(int(props.get(TIMER_ROLL_TIMES, "0") or 0) + 1)
+            topic, queue_id = TIMER_TOPIC, 0
+        else:
+            topic = props.pop(REAL_TOPIC, "")
+            try:
+                queue_id = int(props.pop(REAL_QID, "0"))
+            except ValueError:
+                queue_id = 0
+            if not topic:
+                log.error("timer: message %s has no REAL_TOPIC; dropped", m.msg_id)
+                return True
+            cfg = self.topics.get_or_create(topic)
+            if cfg is not None and queue_id >= cfg.writeQueueNums:
+                queue_id = 0
+        try:
+            result, _ = self.store.append(topic, queue_id, m.body, encode_properties(props), flag=m.flag,
+                                          sys_flag=m.sys_flag, born_timestamp=m.born_timestamp,
+                                          born_host=host_bytes(m.born_host), reconsume_times=m.reconsume_times,
+                                          wait=False)
+        except (StoreError, ServiceUnavailable) as e:
+            log.warning("timer: could not deliver %s to %s: %s", m.msg_id, topic, e)
+            return False
+        if roll:
+            self.rolled += 1
+            self.arrived()
+        else:
+            self.delivered += 1
+            late = int(time.time() * 1000) - delayed
+            self.delivery_lateness_ms.append(late)
+            if len(self.delivery_lateness_ms) > 100_000:
+                del self.delivery_lateness_ms[:50_000]
+            if self.on_delivered is not None:
+                self.on_delivered(topic, queue_id, result.end_offset)
+        return True
+
+    # -- checkpoint -----------------------------------------------------------------------------------
+    async def _flush_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.timerFlushIntervalMs / 1000)  # RocketMQ's timerFlushIntervalMs
+            self._checkpoint()
+
+    def _checkpoint(self) -> None:
+        if self.timer_log is None:
+            return
+        self.timer_log.flush()
+        self.wheel.flush()
+        self.ckpt.set(last_read_ms=self.read_ms, flush_pos=self.timer_log.wrote, queue_offset=self.queue_offset,
+                      master_queue_offset=self.queue_offset, timestamp=int(time.time() * 1000),
+                      commit_log_offset=self.store.offsets()["wrote"])
+        self.ckpt.flush()

@@ -1,0 +1,125 @@
+"""RocketMQ 5.1's metric names on /metrics (metricsExporterType=PROM, metricsPromExporterPort), read
+while a client produces and consumes: messages and bytes in per topic, the message-size histogram,
+messages out per topic and group, and a consumer group's lag, in-flight and ready messages (the
+lag checked against `broker admin offsets`), connections, topics, groups and the storage gauges."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from broker.remoting import codes
+from broker.server.broker_config import BrokerConfig
+from broker.store.errors import StoreConfigError
+from tests.conftest import free_port
+from tests.helpers.ha_cluster import Broker, NameServer, send_all
+from tests.helpers.procs import REPO, wait_until
+from tests.helpers.raw_wire import RawConn, bodies
+
+TOPIC, GROUP = "MetricsT", "MetricsG"
+
+
+def _scrape(port: int) -> dict[tuple[str, frozenset], float]:
+    """Every sample: (name, its labels) -> value."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$", line)
+        if m:
+            labels = frozenset(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
+            out[(m.group(1), labels)] = float(m.group(3))
+    return out
+
+
+def _one(samples: dict, name: str, **want) -> float:
+    hits = [v for (n, labels), v in samples.items()
+            if n == name and all((k, str(x)) in labels for k, x in want.items())]
+    assert len(hits) == 1, f"{name} {want}: {len(hits)} samples"
+    return hits[0]
+
+
+def test_rocketmq5_names_count_traffic_and_the_lag_admin_offsets_reports(tmp_path):
+    ns = NameServer(tmp_path)
+    prom = free_port()
+    b = Broker(tmp_path, "b", ns.addr, "ASYNC_MASTER", 0,
+               extra=f"metricsExporterType=PROM\nmetricsPromExporterPort={prom}\nautoCreateTopicEnable=true\n")
+    b.start()
+    try:
+        wait_until(lambda: ns.route("TBW102") is not None, 30, "the broker registered")
+        responses = send_all(b.port, TOPIC, [b"x" * 100 for _ in range(40)], queues=4)  # 10 per queue
+        assert all(r.code == codes.SUCCESS for r in responses)
+        conn = RawConn(b.port)
+        beat = {"clientID": "127.0.0.1@metrics", "producerDataSet": [],
+                "consumerDataSet": [{"groupName": GROUP, "consumeType": "CONSUME_ACTIVELY",
+                                     "messageModel": "CLUSTERING", "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET",
+                                     "subscriptionDataSet": [{"topic": TOPIC, "subString": "*", "tagsSet": [],
+                                                              "codeSet": [], "subVersion": 0}], "unitMode": False}]}
+        assert conn.request(codes.HEART_BEAT, {}, json.dumps(beat).encode()).code == codes.SUCCESS
+        got = bodies(conn.request(codes.PULL_MESSAGE, {
+            "consumerGroup": GROUP, "topic": TOPIC, "queueId": 0, "queueOffset": "0", "maxMsgNums": 6, "sysFlag": 0,
+            "commitOffset": "0", "suspendTimeoutMillis": "0", "subscription": "*", "subVersion": "0"}))
+        assert len(got) == 6
+        for q, committed in enumerate((4, 10, 7, 0)):
+            r = conn.request(codes.UPDATE_CONSUMER_OFFSET, {"consumerGroup": GROUP, "topic": TOPIC, "queueId": q,
+                                                            "commitOffset": committed})
+            assert r.code == codes.SUCCESS
+        time.sleep(0.002)  # the lag latencies are in whole milliseconds: at least one has passed
+        # the in-counters follow the consume queues, a dispatch (about a millisecond) behind a SEND_OK
+        wait_until(lambda: _one(_scrape(prom), "rocketmq_message_size_count", topic=TOPIC) == 40, 10, "40 dispatched")
+        s = _scrape(prom)
+        common = {"cluster": "DefaultCluster", "node_type": "broker", "node_id": "broker-a"}
+        assert _one(s, "rocketmq_messages_in_total", topic=TOPIC, message_type="normal", **common) == 40
+        assert _one(s, "rocketmq_message_size_bucket", topic=TOPIC, le="1024") == 40
+        record_bytes = _one(s, "rocketmq_throughput_in_total", topic=TOPIC)
+        assert record_bytes == _one(s, "rocketmq_message_size_sum", topic=TOPIC) and 40 * 100 < record_bytes < 40 * 1024
+        assert _one(s, "rocketmq_messages_out_total", topic=TOPIC, consumer_group=GROUP, is_retry="false") == 6
+        assert 6 * 100 < _one(s, "rocketmq_throughput_out_total", topic=TOPIC, consumer_group=GROUP) < 6 * 1024
+        # lag: max - committed per queue (6 + 0 + 3 + 10); in flight: pulled - committed (queue 0:
+        # 6 - 4); ready: max - pulled (4 + 0 + 3 + 10)
+        lag = _one(s, "rocketmq_consumer_lag_messages", topic=TOPIC, consumer_group=GROUP, is_system="false")
+        assert lag == 19
+        assert _one(s, "rocketmq_consumer_inflight_messages", topic=TOPIC, consumer_group=GROUP) == 2
+        assert _one(s, "rocketmq_consumer_ready_messages", topic=TOPIC, consumer_group=GROUP) == 17
+        assert 0 < _one(s, "rocketmq_consumer_lag_latency", topic=TOPIC, consumer_group=GROUP) < 120_000
+        assert 0 < _one(s, "rocketmq_consumer_queueing_latency", topic=TOPIC, consumer_group=GROUP) < 120_000
+        assert _one(s, "rocketmq_consumer_connections", consumer_group=GROUP, consume_mode="pull") == 1
+        assert _one(s, "rocketmq_topic_number") >= 2 and _one(s, "rocketmq_consumer_group_number") >= 1
+        assert _one(s, "rocketmq_storage_size") > 40 * 100
+        for name in ("rocketmq_storage_flush_behind_bytes", "rocketmq_storage_dispatch_behind_bytes",
+                     "rocketmq_storage_message_reserve_time", "rocketmq_producer_connections"):
+            assert _one(s, name) >= 0
+        # what the operator's command line says is the same lag
+        r = subprocess.run([sys.executable, "-m", "broker.cli", "admin", "offsets", "-n", ns.addr, "-g", GROUP,
+                            "-t", TOPIC], capture_output=True, text=True, timeout=60, cwd=str(REPO))
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.splitlines()[-1] == f"total lag {int(lag)}"
+        # a send moves the counters at the next scrape, with no per-message work on the way
+        assert all(r.code == codes.SUCCESS for r in send_all(b.port, TOPIC, [b"y" * 2000], queues=1))
+        wait_until(lambda: _one(_scrape(prom), "rocketmq_messages_in_total", topic=TOPIC) == 41, 10, "41 dispatched")
+        s = _scrape(prom)
+        assert _one(s, "rocketmq_message_size_bucket", topic=TOPIC, le="4096") == 41
+        assert _one(s, "rocketmq_consumer_lag_messages", topic=TOPIC, consumer_group=GROUP) == 20
+        # the Grafana dashboard shipped in docs/ reads only families this broker serves
+        dashboard = json.loads((REPO / "docs" / "grafana" / "rocketmq-broker.json").read_text())
+        used = {re.sub(r"_(bucket|count|sum)$", "", n) for p in dashboard["panels"] for t in p["targets"]
+                for n in re.findall(r"rocketmq_\w+", t["expr"])}
+        served = {re.sub(r"_(bucket|count|sum)$", "", n) for n, _ in s}
+        assert used and used <= served, used - served
+        conn.close()
+    finally:
+        b.stop()
+        ns.stop()
+
+
+@pytest.mark.parametrize("value, why", [("OTLP_GRPC", "not served by this broker"), ("LOG", "not served by this broker"),
+                                        ("GRAPHITE", "is not one of")])
+def test_a_metrics_exporter_this_broker_does_not_serve_is_refused_naming_the_key(value, why):
+    with pytest.raises(StoreConfigError) as e:
+        BrokerConfig(metricsExporterType=value)
+    assert "metricsExporterType" in str(e.value) and why in str(e.value)
+    assert BrokerConfig(metricsExporterType="prom").metricsExporterType == "PROM"
