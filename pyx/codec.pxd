@@ -67,8 +67,10 @@ cdef class Scanner:
     cdef int _last_topic_len
     cdef int32_t _last_topic_idx
     cdef int32_t _intern_topic(self, const uint8_t *p, int n) except -1
+    cdef tuple _scan_buf(self, buf, Py_ssize_t start, Py_ssize_t end, int64_t base_offset, bint check_crc,
+                         Py_ssize_t max_records, bint entries)
     cdef tuple _scan(self, const uint8_t *base, Py_ssize_t pos, Py_ssize_t end, int64_t base_offset,
-                     bint check_crc, Py_ssize_t max_records)
+                     bint check_crc, Py_ssize_t max_records, bint entries=*)
 
 
 cpdef int64_t java_string_hash(const uint8_t[::1] s) except? -1
@@ -100,6 +102,13 @@ cdef class Appender:
     cdef dict _queues                   # (topic bytes, queue id) -> QueueState
     cdef readonly bytes store_host
     cdef readonly Py_ssize_t max_body
+    # entry mode (DLedger): each record is the body of one DLedger entry (48-byte header before
+    # it, a 32-byte index entry at entry_index x 32 in the index file attached as iseg)
+    cdef readonly bint entries
+    cdef MappedBuffer iseg
+    cdef readonly int64_t iseg_base
+    cdef readonly int64_t entry_index   # the next entry's index
+    cdef readonly int64_t term          # the term the entries are written in
     cpdef QueueState queue(self, bytes topic, int32_t queue_id)
     cdef int append_c(self, QueueState q, const uint8_t *body, Py_ssize_t body_len, const uint8_t *props,
                       Py_ssize_t props_len, int32_t flag, int32_t sys_flag, int64_t born_ts,

@@ -65,6 +65,13 @@ class EncodeOverflow(ValueError):
 # ---------------------------------------------------------------------------------------------
 # Buffers
 
+cdef enum:
+    # DLedger 0.3.1.2's entry layout (broker/raft/entry_format.py)
+    DLEDGER_HEADER = 48
+    DLEDGER_INDEX_UNIT = 32
+    DLEDGER_MAGIC = 1
+
+
 @cython.final
 cdef class MappedBuffer:
     def __cinit__(self, obj, bint writable=True):
@@ -528,6 +535,20 @@ cdef class Scanner:
              Py_ssize_t max_records=-1):
         """Scan records in buf[start:end]. Returns (count, next_pos, status); entries[:count] hold the
         records, `reason` says what was wrong when status is SCAN_CORRUPT."""
+        return self._scan_buf(buf, start, end, base_offset, check_crc, max_records, False)
+
+    def scan_entries(self, buf, Py_ssize_t start, Py_ssize_t end, int64_t base_offset, bint check_crc=False,
+                     Py_ssize_t max_records=-1):
+        """As scan, over DLedger entries (DLedger's commit log): each entry's 48-byte header, then
+        one record filling its body exactly (its entry: phys_offset is the record's, pos + 48). An
+        entry with an empty body (a new leader's no-op) is stepped over, not counted. next_pos is
+        always an entry's start; SCAN_BLANK is DLedger's blank (magic -1) closing a file, SCAN_ZERO
+        8 zero bytes, SCAN_PARTIAL an entry not complete before `end`, SCAN_CORRUPT a header that is
+        not an entry's or a body that is not one record."""
+        return self._scan_buf(buf, start, end, base_offset, check_crc, max_records, True)
+
+    cdef tuple _scan_buf(self, buf, Py_ssize_t start, Py_ssize_t end, int64_t base_offset, bint check_crc,
+                         Py_ssize_t max_records, bint entries):
         cdef Buf b
         acquire(buf, &b, False)
         try:
@@ -535,16 +556,17 @@ cdef class Scanner:
                 raise ValueError(f"scan range [{start}, {end}) outside a buffer of {b.size}")
             if max_records < 0 or max_records > self._cap:
                 max_records = self._cap
-            return self._scan(b.ptr, start, end, base_offset, check_crc, max_records)
+            return self._scan(b.ptr, start, end, base_offset, check_crc, max_records, entries)
         finally:
             release(&b)
 
     cdef tuple _scan(self, const uint8_t *base, Py_ssize_t pos, Py_ssize_t end, int64_t base_offset,
-                     bint check_crc, Py_ssize_t max_records):
+                     bint check_crc, Py_ssize_t max_records, bint entries=False):
         cdef Py_ssize_t count = 0, avail, q, body_len, topic_len, props_len, host1, host2
+        cdef Py_ssize_t at = 0        # what next_pos says when the scan stops here (entries: the entry's start)
         cdef uint32_t total_u, magic
         cdef int64_t total
-        cdef int32_t sys_flag
+        cdef int32_t sys_flag, emagic, esize, ebody
         cdef const uint8_t *p
         cdef DispatchEntry *e
         cdef PropHits h
@@ -553,22 +575,58 @@ cdef class Scanner:
             avail = end - pos
             if avail == 0:
                 return count, pos, SCAN_END
+            if entries:
+                if avail < 8:
+                    return count, pos, SCAN_PARTIAL
+                p = base + pos
+                emagic = <int32_t> get_be32(p)
+                esize = <int32_t> get_be32(p + 4)
+                if emagic == -1:
+                    return count, pos, SCAN_BLANK
+                if emagic == 0 and esize == 0:
+                    return count, pos, SCAN_ZERO
+                if emagic != DLEDGER_MAGIC or esize < DLEDGER_HEADER:
+                    self.reason = f"entry header magic {emagic} size {esize}"
+                    return count, pos, SCAN_CORRUPT
+                if esize > avail:
+                    return count, pos, SCAN_PARTIAL
+                ebody = <int32_t> get_be32(p + 44)
+                if ebody != esize - DLEDGER_HEADER:
+                    self.reason = f"entry bodySize {ebody} + {DLEDGER_HEADER} != size {esize}"
+                    return count, pos, SCAN_CORRUPT
+                if ebody == 0:  # a new leader's no-op: nothing to dispatch
+                    pos += esize
+                    continue
+                at = pos
+                pos += DLEDGER_HEADER
+                avail = ebody  # the record fills the body exactly
+            else:
+                at = pos
             if avail < 8:
+                if entries:
+                    self.reason = f"entry body of {avail} bytes is not a record"
+                    return count, at, SCAN_CORRUPT
                 return count, pos, SCAN_PARTIAL
             p = base + pos
             total_u = get_be32(p)
             magic = get_be32(p + 4)
             total = <int32_t> total_u
+            if entries and total != avail:
+                self.reason = f"record of {total} bytes in an entry body of {avail}"
+                return count, at, SCAN_CORRUPT
             if magic == RECORD_BLANK_MAGIC:
+                if entries:
+                    self.reason = "a commit-log blank in an entry body"
+                    return count, at, SCAN_CORRUPT
                 return count, pos, SCAN_BLANK
             if magic == 0 and total == 0:
                 return count, pos, SCAN_ZERO
             if magic != RECORD_MESSAGE_MAGIC:
                 self.reason = f"bad magic code 0x{magic:08X}"
-                return count, pos, SCAN_CORRUPT
+                return count, at, SCAN_CORRUPT
             if total < RECORD_FIXED_LEN_V4:
                 self.reason = f"total size {total} below the minimum {RECORD_FIXED_LEN_V4}"
-                return count, pos, SCAN_CORRUPT
+                return count, at, SCAN_CORRUPT
             if total > avail:
                 return count, pos, SCAN_PARTIAL
             # Walk the variable part inside [p, p+total): every length is checked against total.
@@ -578,21 +636,21 @@ cdef class Scanner:
             q = 48 + host1 + 8 + host2 + 4 + 8
             if q + 4 > total:
                 self.reason = f"header of {q + 4} bytes exceeds total size {total}"
-                return count, pos, SCAN_CORRUPT
+                return count, at, SCAN_CORRUPT
             body_len = <int32_t> get_be32(p + q)
             q += 4
             if body_len < 0 or body_len > total - q - 1:
                 self.reason = f"body length {body_len} inconsistent with total size {total}"
-                return count, pos, SCAN_CORRUPT
+                return count, at, SCAN_CORRUPT
             if check_crc and body_crc(p + q, body_len) != get_be32(p + 8):
                 self.reason = f"body CRC 0x{body_crc(p + q, body_len):08X} != stored 0x{get_be32(p + 8):08X}"
-                return count, pos, SCAN_CORRUPT
+                return count, at, SCAN_CORRUPT
             q += body_len
             topic_len = <int8_t> p[q]
             q += 1
             if topic_len < 0 or topic_len > total - q - 2:
                 self.reason = f"topic length {topic_len} inconsistent with total size {total}"
-                return count, pos, SCAN_CORRUPT
+                return count, at, SCAN_CORRUPT
             e = &self._out[count]
             e.topic_idx = self._intern_topic(p + q, <int> topic_len)
             q += topic_len
@@ -600,7 +658,7 @@ cdef class Scanner:
             q += 2
             if props_len < 0 or q + props_len != total:
                 self.reason = f"properties length {props_len} inconsistent with total size {total}"
-                return count, pos, SCAN_CORRUPT
+                return count, at, SCAN_CORRUPT
             find_props(base, pos + q, props_len, &h)
             e.phys_offset = base_offset + pos
             e.size = <int32_t> total
@@ -753,6 +811,7 @@ def warm_file(int fd, Py_ssize_t start, Py_ssize_t end, Py_ssize_t chunk) -> Non
 from clock cimport now_ms
 
 
+
 @cython.final
 cdef class QueueState:
     """One queue's place in the writer: its next queue offset (an entry of RocketMQ's
@@ -775,9 +834,21 @@ cdef class Appender:
     """The commit log's write position, queue table and current segment, so that one put is one
     call: it stamps the store time, assigns the queue offset, encodes the record at the write
     position and advances. A record that does not fit before the segment's 8-byte blank is not
-    written (append returns None, append_c 1): the caller seals the segment and attaches the next."""
+    written (append returns None, append_c 1): the caller seals the segment and attaches the next.
 
-    def __cinit__(self, bytes store_host not None, Py_ssize_t max_body, dict queue_offsets not None, int64_t wrote):
+    Entry mode (`entries=True`, DLedger's commit log): each record is the body of the next entry
+    of the Raft log, written as broker.raft.entry_store writes one: the 48-byte DLedger header
+    (magic 1, size, index, term, pos, channel 0, chainCrc 0, bodyCrc of the record, bodySize)
+    at the write position, the record after it (its PHYSICALOFFSET is pos + 48), and the 32-byte
+    index entry (magic 1, pos, size, index, term) at entry_index x 32 of the attached index file.
+    The entry goes only where it leaves 8 bytes in its data file and its index entry fits in the
+    index file, else append_c returns 1 and writes nothing: the entry store's own append then
+    writes the blank and opens the next files (place_entries and attach follow it). A queue
+    whose next offset is unknown (-1: a queue's first use in a leadership) also returns 1: the
+    caller reads it from the consume queue first."""
+
+    def __cinit__(self, bytes store_host not None, Py_ssize_t max_body, dict queue_offsets not None, int64_t wrote,
+                  bint entries=False):
         if len(store_host) != 8 and len(store_host) != 20:
             raise MessageIllegal(f"store host must be 8 or 20 bytes, got {len(store_host)}")
         self.store_host = store_host
@@ -788,13 +859,18 @@ cdef class Appender:
         self.wrote = wrote
         self.seg = None
         self.seg_base = -1
+        self.entries = entries
+        self.iseg = None
+        self.iseg_base = -1
+        self.entry_index = 0
+        self.term = 0
 
     cpdef QueueState queue(self, bytes topic, int32_t queue_id):
         """The queue's state, made on its first use."""
         key = (topic, queue_id)
         q = self._queues.get(key)
         if q is None:
-            q = QueueState(topic, queue_id, 0)
+            q = QueueState(topic, queue_id, -1 if self.entries else 0)
             self._queues[key] = q
         return <QueueState> q
 
@@ -811,9 +887,51 @@ cdef class Appender:
         """RocketMQ's topicQueueTable as a new dict: (topic bytes, queue id) -> next queue offset."""
         return {k: (<QueueState> q).next_offset for k, q in self._queues.items()}
 
+    def place_entries(self, int64_t wrote, int64_t entry_index, int64_t term):
+        """Entry mode: the next entry goes at `wrote` (the entry store's end) with this index and
+        term. Both files are detached: attach the data file holding `wrote` and the index file
+        holding entry_index x 32 before appending."""
+        if not self.entries:
+            raise ValueError("place_entries is for an Appender in entry mode")
+        if entry_index < 0 or wrote < 0:
+            raise ValueError(f"entry {entry_index} at {wrote}: both must be >= 0")
+        self.wrote = wrote
+        self.entry_index = entry_index
+        self.term = term
+        self.seg = None
+        self.seg_base = -1
+        self.iseg = None
+        self.iseg_base = -1
+
+    def attach_index(self, MappedBuffer iseg, int64_t base):
+        """Entry mode: the index file (starting at byte `base` of the index) the next entry's
+        32-byte index entry goes to."""
+        if not self.entries:
+            raise ValueError("attach_index is for an Appender in entry mode")
+        if iseg is not None and not (base <= self.entry_index * 32 <= base + iseg.size):
+            raise ValueError(f"index entry {self.entry_index} outside index file [{base}, {base + iseg.size})")
+        self.iseg = iseg
+        self.iseg_base = base
+
+    @property
+    def index_end(self) -> int:
+        """Entry mode: where the attached index file ends (-1: none attached)."""
+        return self.iseg_base + self.iseg.size if self.iseg is not None else -1
+
+    def forget_offsets(self):
+        """Every queue's next offset unknown again (-1): entry mode's leadership change, after
+        which each queue's next offset is read from its consume queue on its first use."""
+        for q in self._queues.values():
+            (<QueueState> q).next_offset = -1
+
+    def set_next_offset(self, bytes topic not None, int32_t queue_id, int64_t next_offset):
+        self.queue(topic, queue_id).next_offset = next_offset
+
     def rewind(self, int64_t wrote, bytes topic not None, int32_t queue_id, int64_t next_offset):
         """Take back unpublished records of one queue: the write position and the queue's next
         offset go back (the segment stays attached; the caller zeroes what it must)."""
+        if self.entries:
+            raise ValueError("an Appender in entry mode does not rewind (the entry store truncates)")
         if self.seg is not None and not (self.seg_base <= wrote <= self.wrote):
             raise ValueError(f"cannot rewind to {wrote}: the segment holds [{self.seg_base}, {self.wrote}]")
         self.wrote = wrote
@@ -834,6 +952,8 @@ cdef class Appender:
         """Close the current segment with the blank marker; the write position moves to its end."""
         if self.seg is None:
             raise ValueError("no segment attached")
+        if self.entries:
+            raise ValueError("an Appender in entry mode does not seal (the entry store writes DLedger's blank)")
         cdef Py_ssize_t pos = self.wrote - self.seg_base
         cdef Py_ssize_t remaining = self.seg.size - pos
         if remaining >= RECORD_END_FILE_MIN_BLANK:
@@ -850,10 +970,18 @@ cdef class Appender:
         """Append one record to queue q. Returns 0 with `out` filled, or 1 when it does not fit
         in the attached segment (or none is attached): nothing written. born_ts < 0: now."""
         cdef Fixed f
-        cdef Py_ssize_t total, pos
+        cdef Py_ssize_t total, pos, hdr = 0, ipos = 0
         cdef int64_t ts, phys
+        cdef uint8_t *e
         if self.seg is None:
             return 1
+        if self.entries:
+            if q.next_offset < 0 or self.iseg is None:
+                return 1
+            hdr = DLEDGER_HEADER
+            ipos = self.entry_index * DLEDGER_INDEX_UNIT - self.iseg_base
+            if ipos < 0 or ipos + DLEDGER_INDEX_UNIT > self.iseg.size:
+                return 1
         if body_len > self.max_body:
             raise MessageIllegal(f"body of {body_len} bytes exceeds maxMessageSize {self.max_body}")
         ts = now_ms()
@@ -873,12 +1001,30 @@ cdef class Appender:
         check_fixed(&f, props_len)
         total = rec_len(&f, body_len, props_len)
         pos = self.wrote - self.seg_base
-        if total + RECORD_END_FILE_MIN_BLANK > self.seg.size - pos:
+        if hdr + total + RECORD_END_FILE_MIN_BLANK > self.seg.size - pos:
             if pos == 0:
                 raise MessageIllegal(f"record of {total} bytes does not fit in a {self.seg.size}-byte segment")
             return 1
-        phys = self.wrote
-        put_record(self.seg.ptr + pos, &f, body, body_len, props, props_len, q.next_offset, phys)
+        phys = self.wrote + hdr
+        put_record(self.seg.ptr + pos + hdr, &f, body, body_len, props, props_len, q.next_offset, phys)
+        if hdr:
+            e = self.seg.ptr + pos
+            put_be32(e, DLEDGER_MAGIC)
+            put_be32(e + 4, <uint32_t> (hdr + total))
+            put_be64(e + 8, <uint64_t> self.entry_index)
+            put_be64(e + 16, <uint64_t> self.term)
+            put_be64(e + 24, <uint64_t> self.wrote)
+            put_be32(e + 32, 0)  # channel
+            put_be32(e + 36, 0)  # chainCrc (DLedger leaves it 0)
+            put_be32(e + 40, crc32_body(e + hdr, <size_t> total))
+            put_be32(e + 44, <uint32_t> total)
+            e = self.iseg.ptr + ipos
+            put_be32(e, DLEDGER_MAGIC)
+            put_be64(e + 4, <uint64_t> self.wrote)
+            put_be32(e + 12, <uint32_t> (hdr + total))
+            put_be64(e + 16, <uint64_t> self.entry_index)
+            put_be64(e + 24, <uint64_t> self.term)
+            self.entry_index += 1
         out.phys = phys
         out.queue_offset = q.next_offset
         out.size = <int32_t> total
@@ -914,6 +1060,8 @@ cdef class Appender:
         cdef int64_t ts = now_ms(), qo, phys
         cdef Py_ssize_t i, n = PyList_GET_SIZE(bodies)
         cdef object body
+        if self.entries:
+            raise ValueError("an Appender in entry mode appends one record per entry (append)")
         for i in range(n):
             body = <object> PyList_GET_ITEM(bodies, i)
             if len(body) > self.max_body:

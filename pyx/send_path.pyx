@@ -12,6 +12,10 @@ are the sent ones as RocketMQ's SendMessageProcessor stores them: CLUSTER=<broke
 cluster a request-reply responder answers to), WAIT kept as sent (stored_props). Python touches the
 read once.
 
+With an Appender in entry mode (DLedger's commit log) each send is one entry of the Raft log,
+written in place (header, record, index entry), and so is each message of a batch; a parked
+reply then waits for the quorum to commit the entry (its `end` is the entry's end).
+
 Everything else goes back to Python at its position in the read (RUN_SLOW), where the
 processors handle it: other request codes, responses, a topic with no route (its first use,
 auto-creation, %RETRY%/%DLQ%, no write permission), a queue id out of range or negative, DELAY,
@@ -34,6 +38,7 @@ from libc.string cimport memcmp, memcpy
 from broker.kernels.codec cimport AppendOut, Appender, QueueState
 from broker.kernels.header cimport (HeaderField, RemotingHeader, V_BYTES, V_ESCAPED, V_INT, V_STRING,
                                     json_ext_begin, json_ext_end, json_ext_field, json_header_begin,
+                                    json_header_remark,
                                     json_header_end, parse_json_header, parse_rocketmq_header,
                                     rocketmq_ext_field, rocketmq_header_begin, rocketmq_header_finish,
                                     unescape_json)
@@ -300,10 +305,10 @@ cdef class TopicRoute:
 
 cdef int render_send_reply(WriteBuffer w, int serialize_type, int32_t code, int32_t opaque, int32_t queue_id,
                            int64_t queue_offset, const uint8_t *mid, Py_ssize_t mn, bytes region,
-                           bytes trace) except -1:
+                           bytes trace, const uint8_t *remark=NULL, Py_ssize_t rn=0) except -1:
     """One SEND_MESSAGE response frame, as a 4.9 broker writes it: msgId (a batch's: every id,
     comma-joined), queueId, queueOffset (a batch's first), MSG_REGION, TRACE_ON
-    (SendMessageProcessor.handlePutMessageResult)."""
+    (SendMessageProcessor.handlePutMessageResult); a remark when rn > 0."""
     cdef uint8_t num[24]
     cdef uint8_t qo[24]
     cdef Py_ssize_t nn = ascii_int(queue_id, num)
@@ -312,6 +317,8 @@ cdef int render_send_reply(WriteBuffer w, int serialize_type, int32_t code, int3
     w.write(<const uint8_t *> b"\0\0\0\0\0\0\0\0", 8)
     if serialize_type == 0:
         json_header_begin(w, code, b"JAVA", VERSION_V4_9_4, opaque, FLAG_RESPONSE)
+        if rn > 0:
+            json_header_remark(w, remark, rn)
         json_ext_begin(w)
         json_ext_field(w, <const uint8_t *> b"msgId", 5, mid, mn, True)
         json_ext_field(w, <const uint8_t *> b"queueId", 7, num, nn, False)
@@ -323,7 +330,7 @@ cdef int render_send_reply(WriteBuffer w, int serialize_type, int32_t code, int3
         json_ext_end(w)
         json_header_end(w)
     else:
-        at = rocketmq_header_begin(w, code, LANGUAGE_JAVA, VERSION_V4_9_4, opaque, FLAG_RESPONSE, NULL, 0)
+        at = rocketmq_header_begin(w, code, LANGUAGE_JAVA, VERSION_V4_9_4, opaque, FLAG_RESPONSE, remark, rn)
         rocketmq_ext_field(w, <const uint8_t *> b"msgId", 5, mid, mn)
         rocketmq_ext_field(w, <const uint8_t *> b"queueId", 7, num, nn)
         rocketmq_ext_field(w, <const uint8_t *> b"queueOffset", 11, qo, qn)
@@ -406,22 +413,28 @@ cdef class ParkedReplies:
             self.end = end
         return 0
 
-    def render(self, int32_t code) -> bytes:
-        """Every parked reply with this response code, framed, in one bytes object."""
+    def render(self, int32_t code, bytes remark=None) -> bytes:
+        """Every parked reply with this response code (and remark: UTF-8, none when None or
+        empty), framed, in one bytes object."""
         cdef WriteBuffer w = WriteBuffer()
         cdef Py_ssize_t i, mn
         cdef uint8_t mid[56]
         cdef Parked *it
+        cdef const uint8_t *rp = NULL
+        cdef Py_ssize_t rn = 0
+        if remark is not None:
+            rp = <const uint8_t *> PyBytes_AS_STRING(remark)
+            rn = PyBytes_GET_SIZE(remark)
         for i in range(self._n):
             it = &self._items[i]
             if it.ids_at >= 0:
                 render_send_reply(w, it.serialize_type, code, it.opaque, it.queue_id, it.queue_offset,
-                                  self._ids._buf + it.ids_at, it.ids_len, self.region, self.trace)
+                                  self._ids._buf + it.ids_at, it.ids_len, self.region, self.trace, rp, rn)
             else:
                 mn = msg_id_hex(<const uint8_t *> PyBytes_AS_STRING(self.store_host),
                                 PyBytes_GET_SIZE(self.store_host), it.phys, mid)
                 render_send_reply(w, it.serialize_type, code, it.opaque, it.queue_id, it.queue_offset, mid, mn,
-                                  self.region, self.trace)
+                                  self.region, self.trace, rp, rn)
         return w.getvalue()
 
 
@@ -718,6 +731,14 @@ cdef class SendPipeline:
             pos += tot
         if count == 0:
             return 1
+        if self.app.entries:
+            # one entry per message (as DLedgerCommitLog.append): its header, its index unit; a
+            # queue whose next offset this leadership has not read yet goes to the processors
+            if q.next_offset < 0:
+                return 1
+            total += 48 * count
+            if self.app.iseg is None or (self.app.entry_index + count) * 32 - self.app.iseg_base > self.app.iseg.size:
+                return 2
         if total + 8 > self.app.seg.size - (self.app.wrote - self.app.seg_base):
             return 2
         self._ids.clear()

@@ -32,10 +32,21 @@ class _Leader:
         self.term = 1
 
     def begin_append(self, body):
+        self.check_leading()
         index, pos = self.store.append(self.term, body)
+        return index, pos, self.appended(index, pos)
+
+    @property
+    def state(self):
+        return self  # the member's term is this leader's
+
+    def check_leading(self) -> None:
+        pass  # always leads
+
+    def appended(self, index, pos):
         fut = asyncio.get_running_loop().create_future()
         fut.set_result((index, pos))
-        return index, pos, fut
+        return fut
 
 
 def test_records_are_entry_bodies_and_the_reput_dispatches_the_committed_prefix(tmp_path):

@@ -55,12 +55,24 @@ class _Leader:
 
     def __init__(self, store: DLedgerEntryStore):
         self.store = store
+        self.term = 1
 
     def begin_append(self, body):
-        index, pos = self.store.append(1, body)
+        self.check_leading()
+        index, pos = self.store.append(self.term, body)
+        return index, pos, self.appended(index, pos)
+
+    @property
+    def state(self):
+        return self  # the member's term is this leader's
+
+    def check_leading(self) -> None:
+        pass  # always leads
+
+    def appended(self, index, pos):
         fut = asyncio.get_running_loop().create_future()
         fut.set_result((index, pos))
-        return index, pos, fut
+        return fut
 
 
 def _config(root: Path):

@@ -17,13 +17,18 @@ RocketMQ does, an offset is used once the entry is in the leader's log, whatever
 says: an entry that times out may still be committed later. An entry that is truncated away
 instead (the leader was deposed) leaves no gap: the next leader counts from its consume queues.
 
-The record is encoded with the ordinary commit log's append kernel into a scratch buffer and
-copied into the entry (one copy more than the ordinary path, which encodes into the map): DLedger
-mode's sends go through the Python send processor and wait for a quorum round trip anyway.
+Appends go through one Appender in entry mode (broker.kernels.codec), placed at the log's end
+(DLedgerEntryStore.place): it writes the entry's header, the record and the index entry in
+place, as the entry store's own append would; the send kernel appends a whole read's sends
+through the same Appender (its queue states are the queue table), and `took_in_place` then moves
+the log's end and tells the leader's quorum once for them all. An entry the Appender declines
+(it opens the next data or index file) is encoded into a scratch buffer and appended by the
+entry store, which writes DLedger's blank first; the Appender is placed again after it.
 """
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Callable
 
 from broker.kernels.codec import Appender, MappedBuffer, record_length
@@ -34,9 +39,11 @@ from broker.raft.errors import DLedgerBusy
 from broker.raft.protocol import ResponseCode
 from broker.raft.server import DLedgerServer
 from broker.store.config import MessageStoreConfig
-from broker.store.errors import MessageIllegal, ServiceUnavailable
+from broker.store.errors import MessageIllegal, ServiceUnavailable, StoreError
 from broker.store.mapped_file_queue import MappedFileQueue
 from broker.store.results import PutFuture, PutStatus
+
+log = logging.getLogger("raft")
 
 # DLedgerCommitLog.putMessage's mapping of the append's DLedgerResponseCode (what is not named
 # here, TERM_CHANGED among them, is RocketMQ's UNKNOWN_ERROR)
@@ -58,6 +65,10 @@ def put_status(err: BaseException | None) -> PutStatus:
     return PutStatus.UNKNOWN_ERROR
 
 
+# what a failed put's remark adds to the failure (a client's history checker reads it as "outcome unknown")
+UNACKNOWLEDGED = "not acknowledged: a later leader may still commit the message or drop it"
+
+
 class EntryPositionMismatch(RuntimeError):
     """A bug: the entry did not land where the record says it is."""
 
@@ -72,7 +83,9 @@ class DLedgerCommitLog:
         self.store_host = config.store_host
         self.max_body = config.maxMessageSize
         self._queue_end = queue_end  # (topic, queue id) -> next offset as its consume queue says
-        self._next: dict[tuple[bytes, int], int] = {}
+        # the leader's writer; its queue states hold the next offsets (-1: not read this leadership)
+        self.appender = Appender(self.store_host, self.max_body, {}, 0, entries=True)
+        self._placed_truncations = -1
         self._scratch = bytearray(0)
         self._scratch_buf: MappedBuffer | None = None
 
@@ -120,11 +133,48 @@ class DLedgerCommitLog:
 
     def reset_queue_table(self) -> None:
         """A new leadership: next offsets are read again from the consume queues."""
-        self._next.clear()
+        self.appender.forget_offsets()
 
     def next_offset(self, topic: bytes, queue_id: int) -> int:
-        q = self._next.get((topic, queue_id))
-        return q if q is not None else self._queue_end(topic, queue_id)
+        q = self.appender.queue(topic, queue_id)
+        if q.next_offset < 0:
+            q.next_offset = self._queue_end(topic, queue_id)
+        return q.next_offset
+
+    # -- the Appender at the log's end -----------------------------------------------------------
+    def place(self) -> None:
+        """Put the Appender at the log's end in the current term, unless it is there already
+        (nothing else appended, truncated or changed term since)."""
+        app = self.appender
+        st = self.server.store
+        term = self.server.state.term
+        if (app.segment_end < 0 or app.index_end < 0 or app.wrote != st.write_pos or app.term != term
+                or app.entry_index != st.ledger_end_index + 1 or self._placed_truncations != st.truncations):
+            st.place(app, term)
+            self._placed_truncations = st.truncations
+
+    def ready_in_place(self) -> bool:
+        """Right before the send kernel runs a read: whether this member may append (it leads in
+        its quorum's term, with room for more waits), with the Appender placed at the log's end."""
+        server = self.server
+        if not server.leading or len(server.quorum.pending) >= server.quorum.max_pending:
+            return False
+        try:
+            self.place()
+        except (OSError, StoreError) as e:  # a file not made (a full disk): the processors say why
+            log.warning("dledger: the send kernel is off for this read: %s", e)
+            return False
+        return True
+
+    def took_in_place(self) -> int:
+        """After the send kernel appended through the Appender: the log's end follows it and the
+        leader's quorum counts the entries. Returns the last entry's index (-1: none appended)."""
+        server = self.server
+        if server.store.took(self.appender) == 0:
+            return -1
+        last = server.store.ledger_end_index
+        server.appended_in_place(last)
+        return last
 
     # -- appends ---------------------------------------------------------------------------------
     def _scratch_for(self, need: int) -> MappedBuffer:
@@ -149,28 +199,40 @@ class DLedgerCommitLog:
         if HEADER_SIZE + size + MIN_BLANK_LEN > store.data.file_size:
             raise MessageIllegal(f"a record of {size} bytes does not fit in a {store.data.file_size}-byte "
                                  f"DLedger data file (mappedFileSizeCommitLog)")
-        key = (topic, queue_id)
-        qo = self._next.get(key)
-        if qo is None:
-            qo = self._queue_end(topic, queue_id)
-        pos = store.next_pos(HEADER_SIZE + size)
-        phys = pos + HEADER_SIZE
-        buf = self._scratch_for(size + MIN_BLANK_LEN)
-        app = Appender(self.store_host, self.max_body, {key: qo}, phys)
-        app.attach(buf, phys)
-        r = app.append(topic, queue_id, body, properties, flag, sys_flag, born_ts, born_host, reconsume_times)
-        if r is None or r[2] != size:
-            raise EntryPositionMismatch(f"record of {size} bytes encoded as {r}")
-        _, _, _, ts = r
         try:
-            _, got, ack = server.begin_append(memoryview(self._scratch)[:size])
+            server.check_leading()
         except NotLeader as e:
             raise ServiceUnavailable(f"not the DLedger leader: {e}") from None
         except LeaderPendingFull as e:
             raise DLedgerBusy(str(e)) from None
-        if got != pos:
-            raise EntryPositionMismatch(f"entry at {got}, its record says {phys - HEADER_SIZE}")
-        self._next[key] = qo + 1
+        app = self.appender
+        q = app.queue(topic, queue_id)
+        qo = self.next_offset(topic, queue_id)
+        self.place()
+        r = app.append(topic, queue_id, body, properties, flag, sys_flag, born_ts, born_host, reconsume_times)
+        if r is not None:
+            phys, _, got_size, ts = r
+            if got_size != size:
+                raise EntryPositionMismatch(f"record of {size} bytes encoded as {r}")
+            store.took(app)
+            ack = server.appended(store.ledger_end_index, phys - HEADER_SIZE)
+        else:
+            # the entry opens the next data (or index) file: the entry store writes the blank
+            pos = store.next_pos(HEADER_SIZE + size)
+            phys = pos + HEADER_SIZE
+            buf = self._scratch_for(size + MIN_BLANK_LEN)
+            scratch = Appender(self.store_host, self.max_body, {(topic, queue_id): qo}, phys)
+            scratch.attach(buf, phys)
+            r = scratch.append(topic, queue_id, body, properties, flag, sys_flag, born_ts, born_host,
+                               reconsume_times)
+            if r is None or r[2] != size:
+                raise EntryPositionMismatch(f"record of {size} bytes encoded as {r}")
+            ts = r[3]
+            _, got, ack = server.begin_append(memoryview(self._scratch)[:size])
+            if got != pos:
+                raise EntryPositionMismatch(f"entry at {got}, its record says {phys - HEADER_SIZE}")
+            q.next_offset = qo + 1
+            self.place()
         out = PutFuture(loop=ack.get_loop())
 
         def done(f: asyncio.Future) -> None:
@@ -179,7 +241,7 @@ class DLedgerCommitLog:
             if err is not None:
                 # RocketMQ answers TERM_CHANGED with a bare UNKNOWN_ERROR: say which member stopped
                 # leading (or which entry no majority held), and that the outcome is unknown
-                out.remark = f"{err}; not acknowledged: a later leader may still commit the message or drop it"
+                out.remark = f"{err}; {UNACKNOWLEDGED}"
             if not out.done():
                 out.set_result(status)
         ack.add_done_callback(done)

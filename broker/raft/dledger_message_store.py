@@ -6,8 +6,10 @@ changes against the ordinary store, and why:
 
 - Puts go to DLedgerCommitLog.append on the serving master only and are answered once a
   majority holds the entry (the put's future, as SYNC_MASTER's), with RocketMQ's statuses for
-  DLedger's failures. The send kernel (the C fast path) is off: it writes records straight into
-  the ordinary commit log's segment; a fast path for DLedger mode is later work.
+  DLedger's failures. The send kernel appends single sends in place through the commit log's
+  Appender in entry mode (one entry each); after each read the log's end and the leader's
+  quorum learn of them at once (note_appended) and the read's parked replies wait for the last
+  entry to be committed (wait_put: one future per read, failed by a term change as every wait).
 - Consumers see committed entries only, on every member: the committed position is published in
   the offset table's WROTE slot, and the reput (broker.raft.dledger_reput, its own process)
   dispatches up to it. Reads by physical offset read the DLedger data files (pos + 48), and
@@ -42,7 +44,7 @@ import time
 import numpy as np
 
 from broker.raft.config import DLedgerConfig
-from broker.raft.dledger_commit_log import DLedgerCommitLog
+from broker.raft.dledger_commit_log import UNACKNOWLEDGED, DLedgerCommitLog, put_status
 from broker.raft.divided_commit_log import open_old_commit_log
 from broker.raft.role_change_handler import DLedgerRoleChangeHandler
 from broker.raft.server import DLedgerServer
@@ -134,9 +136,10 @@ class DLedgerMessageStore(MessageStore):
         cl = self.commit_log
         return cl is not None and (cl.min_offset > 0 or cl.server.store.ledger_begin_index > 0)
 
-    @property
-    def fast_writable(self) -> bool:
-        return False  # the send kernel writes the ordinary commit log only (see the module's doc)
+    def ready_for_kernel(self) -> bool:
+        """The send kernel may append while this member serves as master and leads in its
+        quorum's term (the Appender then placed at the log's end)."""
+        return self.fast_writable and self.commit_log.ready_in_place()
 
     def queue_write_end(self, topic: str, queue_id: int) -> int:
         return 0  # nothing appended is readable before the reput dispatched it (committed first)
@@ -379,7 +382,31 @@ class DLedgerMessageStore(MessageStore):
                               cl.store_host), fut
 
     def note_appended(self, msgs: int, nbytes: int) -> None:
-        raise RuntimeError("the send kernel does not run in DLedger mode")
+        """The send kernel appended `msgs` entries in place: the log's end moves past them and the
+        quorum counts them (nothing is published: consumers see them once committed)."""
+        self.put_msgs += msgs
+        self.put_bytes += nbytes
+        self.commit_log.took_in_place()
+
+    def wait_put(self, end: int, resolve, arg) -> None:
+        """Call resolve(arg, PUT_OK) once a majority holds the entries the send kernel appended
+        so far (their last one; `end`, where the parked puts end, is at or before its end), else
+        resolve(arg, status, why) with the status RocketMQ's DLedgerCommitLog answers the failure
+        with (a term change, a timeout) and why, as DLedgerCommitLog.append's futures say it."""
+        s = self.server
+        if s is None:
+            resolve(arg, PutStatus.SERVICE_NOT_AVAILABLE, "this broker's DLedger member is not running")
+            return
+        fut = s.wait_entry(s.store.ledger_end_index)
+
+        def done(f) -> None:
+            if f.cancelled():
+                resolve(arg, PutStatus.UNKNOWN_ERROR, UNACKNOWLEDGED)
+            elif f.exception() is not None:
+                resolve(arg, put_status(f.exception()), f"{f.exception()}; {UNACKNOWLEDGED}")
+            else:
+                resolve(arg, PutStatus.PUT_OK)
+        fut.add_done_callback(done)
 
     # -- introspection ---------------------------------------------------------------------------
     def offsets(self) -> dict[str, int]:

@@ -24,7 +24,7 @@ dispatchers and fails the waiting appends in the same call.
 """
 from __future__ import annotations
 
-import asyncio  # noqa: F401 (annotations)
+import asyncio
 import logging
 
 from broker.raft.append_errors import NotLeader, TermChanged
@@ -123,16 +123,59 @@ class DLedgerServer:
         (index, pos, future), the future giving (index, pos) once a majority holds it or failing
         with an AppendError. Appends made one after another from the loop take consecutive
         indexes in that order (the broker relies on it: its queue offsets follow entry order)."""
+        self.check_leading()
+        index, pos = self.store.append(self.state.term, body)
+        return index, pos, self.appended(index, pos)
+
+    def check_leading(self) -> None:
+        """What an append checks before writing: NotLeader unless this member leads in the term
+        its quorum counts, LeaderPendingFull when too many appends wait for their quorum."""
         st = self.state
-        if self._stopped or not st.is_leader or self.quorum.term != st.term:
+        if not self.leading:
             raise NotLeader(f"{self.self_id} is {'stopped' if self._stopped else st.role.value} in term {st.term}",
                             None if self._stopped else st.leader_id)
         self.quorum.check_room()
-        index, pos = self.store.append(st.term, body)
+
+    @property
+    def leading(self) -> bool:
+        """This member leads, and its quorum counts water marks in its term."""
+        st = self.state
+        return not self._stopped and st.is_leader and self.quorum.term == st.term
+
+    def appended(self, index: int, pos: int) -> "asyncio.Future":
+        """Entry `index` (at `pos`) was appended to this member's log by its leader's writer,
+        after check_leading: the bookkeeping of begin_append (votes see the new ledger end, the
+        leader's own water mark, the dispatchers woken) and the future of its quorum."""
         self.ledger_changed()
         fut = self.quorum.wait_ack(index, pos)
         self.pusher.wake()
-        return index, pos, fut
+        return fut
+
+    def appended_in_place(self, last: int) -> None:
+        """Entries up to `last` were written in place by the commit log's Appender (the send
+        kernel, entry mode) in this term, after check_leading: as appended() for each, without
+        a future per entry (wait_entry gives one for many)."""
+        self.ledger_changed()
+        if not self.durable:  # else the flusher moves the leader's own mark (_flushed)
+            self.quorum.update_water_mark(self.quorum.term, self.self_id, last)
+        self.pusher.wake()
+
+    def wait_entry(self, index: int) -> "asyncio.Future":
+        """A future for entry `index` of this member's log, appended in this term: (index, pos)
+        once a majority holds it; an AppendError (NotLeader when this member no longer leads)."""
+        loop = asyncio.get_running_loop()
+        store = self.store
+        if index <= store.committed_index:
+            fut = loop.create_future()
+            fut.set_result((index, store.position(index)[0]))
+            return fut
+        if not self.leading:
+            fut = loop.create_future()
+            st = self.state
+            fut.set_exception(NotLeader(f"{self.self_id} is {'stopped' if self._stopped else st.role.value} in "
+                                        f"term {st.term}: entry {index} not committed", st.leader_id))
+            return fut
+        return self.quorum.wait_ack(index, store.position(index)[0])
 
     async def append(self, body) -> tuple[int, int]:
         """Append `body` as the next entry of the group's log; (index, pos) once a majority holds

@@ -181,14 +181,11 @@ class BrokerController:
             self.handlers.update(self.pop.handlers())
             if not store.is_slave and self.dledger is None and self.replicas is None:
                 await self.pop.start()  # before serving: the pop offsets are recovered from the revive log
-            if self.dledger is None:
-                self.fast = FastSendPath(store, topics, holds, self.acl is not None, self.config.brokerClusterName)
-                topics.on_change.append(self.fast.sync_routes)
+            self.fast = FastSendPath(store, topics, holds, self.acl is not None, self.config.brokerClusterName)
+            topics.on_change.append(self.fast.sync_routes)
             if self.replicas is not None:
                 self.handlers[GET_BROKER_EPOCH_CACHE] = self._epoch_cache
                 self.handlers[NOTIFY_BROKER_ROLE_CHANGED] = self._role_notified
-            # DLedger mode: sends go through SendMessageProcessor (each waits for its quorum);
-            # the send kernel appends to the ordinary commit log only, a DLedger one is later work
             # the VIP channel on listenPort - 2, as RocketMQ's broker (0 and 1 give an ephemeral one)
             cfg = self.config
             self.server = RemotingServer(self.handle, self.host, self.store_config.listenPort,

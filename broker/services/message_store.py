@@ -563,6 +563,12 @@ class MessageStore:
         return (self._accepting and not self.is_slave and self.isr_refusal is None
                 and self.flags.why_not_writable() is None)
 
+    def ready_for_kernel(self) -> bool:
+        """Right before the send kernel runs a read: whether it may append (fast_writable). A
+        store whose kernel needs more than that (DLedger's: its Appender at the log's end) does
+        it here."""
+        return self.fast_writable
+
     def note_appended(self, msgs: int, nbytes: int) -> None:
         """The send kernel appended `msgs` records (`nbytes`) since the last note: publish the new
         write position and count them, as append() does for one."""

@@ -17,10 +17,11 @@ from typing import Any, Callable
 
 from broker.store.results import PutStatus
 
-Resolve = Callable[[Any, PutStatus], None]
+# resolve(arg, status), or resolve(arg, status, why) where a failure has a reason to tell (DLedger's)
+Resolve = Callable[..., None]
 
 
-def resolve_future(fut: asyncio.Future, status: PutStatus) -> None:
+def resolve_future(fut: asyncio.Future, status: PutStatus, why: str | None = None) -> None:
     if not fut.done():
         fut.set_result(status)
 

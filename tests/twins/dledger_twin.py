@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import re
 import struct
+import zlib
 from dataclasses import dataclass, field
 
 ENTRY_MAGIC = 1
@@ -205,3 +206,74 @@ def write_dledger_store(root: str, entries: list[tuple[int, bytes]], data_size: 
             with open(os.path.join(root, sub, f"{base:020d}"), "wb") as f:
                 f.write(chunk + bytes(size - len(chunk)))
     return positions
+
+
+# -- the leader's append of one RocketMQ record as one entry (the Appender's entry mode) ----------
+
+def append_entry(data, data_base: int, index, index_base: int, wrote: int, entry_index: int, term: int,
+                 queue_offset: int, store_ts: int, topic: bytes, queue_id: int, body: bytes, properties: bytes,
+                 flag: int, sys_flag: int, born_ts: int, born_host: bytes, store_host: bytes,
+                 reconsume_times: int):
+    """Write entry `entry_index` at absolute position `wrote` of the data file `data` (starting at
+    `data_base`): the 48-byte header, then the stored record (codec_twin.encode_record) whose
+    PHYSICALOFFSET is wrote + 48, and its 32-byte index unit at entry_index x 32 of the index file
+    `index` (starting at byte `index_base`). None, nothing written, when the entry would leave
+    fewer than 8 bytes in its data file or its index unit does not fit in the index file.
+    Returns (physical offset, entry size)."""
+    from tests.twins import codec_twin as C
+    total = C.record_length(len(body), len(topic), len(properties), len(born_host) == 20, len(store_host) == 20)
+    size = HEADER_LEN + total
+    at = wrote - data_base
+    iat = entry_index * INDEX_LEN - index_base
+    if size + BLANK_MIN > len(data) - at or iat < 0 or iat + INDEX_LEN > len(index):
+        return None
+    record = bytearray(total)
+    phys = wrote + HEADER_LEN
+    C.encode_record(record, 0, phys, queue_offset, store_ts, topic, queue_id, body, properties, flag, sys_flag,
+                    born_ts, born_host, store_host, reconsume_times, 0)
+    crc = zlib.crc32(record) & 0x7FFFFFFF
+    data[at:at + HEADER_LEN] = struct.pack(">iiqqqiiii", ENTRY_MAGIC, size, entry_index, term, wrote, 0, 0, crc,
+                                           total)
+    data[at + HEADER_LEN:at + size] = record
+    index[iat:iat + INDEX_LEN] = struct.pack(">iqiqq", ENTRY_MAGIC, wrote, size, entry_index, term)
+    return phys, size
+
+
+def scan_entries(buf, start: int, end: int, base_offset: int, check_crc: bool, max_records: int | None = None):
+    """The records of the DLedger entries in buf[start:end] (the reput of DLedger's commit log), as
+    codec_twin.scan reports records: (records, next_pos, status). Each entry is a 48-byte header
+    and one record filling its body exactly (phys_offset: the record's, entry pos + 48); an entry
+    with an empty body (a leader's no-op) is stepped over and not counted. Checked at next_pos,
+    in this order: fewer than 8 bytes -> PARTIAL; magic -1 -> BLANK; magic and size 0 -> ZERO;
+    magic not 1 or size < 48 -> CORRUPT; size past `end` -> PARTIAL; bodySize != size - 48 ->
+    CORRUPT; a body that is not exactly one valid record -> CORRUPT. next_pos is an entry's start."""
+    from tests.twins import codec_twin as C
+    mv = memoryview(buf).cast("B") if not isinstance(buf, memoryview) else buf
+    out = []
+    pos = start
+    limit = None if max_records is None or max_records < 0 else max_records
+    while limit is None or len(out) < limit:
+        avail = end - pos
+        if avail == 0:
+            return out, pos, C.SCAN_END
+        if avail < BLANK_MIN:
+            return out, pos, C.SCAN_PARTIAL
+        magic, size = struct.unpack_from(">ii", mv, pos)
+        if magic == BLANK_MAGIC:
+            return out, pos, C.SCAN_BLANK
+        if magic == 0 and size == 0:
+            return out, pos, C.SCAN_ZERO
+        if magic != ENTRY_MAGIC or size < HEADER_LEN:
+            return out, pos, C.SCAN_CORRUPT
+        if size > avail:
+            return out, pos, C.SCAN_PARTIAL
+        (body_size,) = struct.unpack_from(">i", mv, pos + 44)
+        if body_size != size - HEADER_LEN:
+            return out, pos, C.SCAN_CORRUPT
+        if body_size:
+            recs, nxt, status = C.scan(mv, pos + HEADER_LEN, pos + size, base_offset, check_crc, 1)
+            if len(recs) != 1 or nxt != pos + size or status != C.SCAN_END:
+                return out, pos, C.SCAN_CORRUPT
+            out.append(recs[0])
+        pos += size
+    return out, pos, C.SCAN_END

@@ -14,13 +14,15 @@ held on those queues, and under SYNC_FLUSH / SYNC_MASTER keeps the connection's 
 for the end of the event-loop turn. Then every connection's replies parked in that turn go to the
 store's waiters as one entry, answered together when the puts are durable: one connection's
 replies leave in one write, and 50 producers with one send in flight each cost one waiter per
-turn, not a waiter, a timer check and a scheduled write per send.
+turn, not a waiter, a timer check and a scheduled write per send. In DLedger mode the
+store is told of the entries the kernel appended (its log end and quorum follow) and the parked
+replies wait for the quorum to commit the turn's last entry.
 """
 from __future__ import annotations
 
 from broker.kernels.codec import MAX_TOPIC_LEN
 from broker.kernels.send_path import ParkedReplies, SendConn, SendPipeline
-from broker.server.processor.send_processor import STATUS_CODES, born_host_of
+from broker.server.processor.send_processor import STATUS_CODES, STATUS_REMARKS, born_host_of
 from broker.common.topic_validator import DLQ_PREFIX, PERM_WRITE, RETRY_PREFIX, not_sendable
 from broker.store.results import PutStatus
 
@@ -69,7 +71,7 @@ class FastSendPath:
 
     def before_read(self, st: SendConn, conn) -> None:
         p = self.pipeline
-        p.enabled = not self.acl_enabled and self.store.fast_writable
+        p.enabled = not self.acl_enabled and self.store.ready_for_kernel()
         p.track_queues = self.holds.waiting > 0
         if p.parked and st.parked is None:
             st.parked = ParkedReplies(conn, self._store_host, REGION, TRACE_ON)
@@ -106,12 +108,18 @@ class FastSendPath:
         store.wait_put(end, self._release, (store, batch))
 
     @staticmethod
-    def _release(arg: tuple, status: PutStatus) -> None:
+    def _release(arg: tuple, status: PutStatus, why: str | None = None) -> None:
         store, batch = arg
+        remark = None
         if status is not PutStatus.PUT_OK:
             store.put_failed[status] += sum(len(p) for p in batch)
+            # as the processors answer a failed put (SendMessageProcessor._after_flush)
+            remark = STATUS_REMARKS.get(status)
+            if why:
+                remark = f"{remark}: {why}" if remark else why
         code = STATUS_CODES[status]
+        encoded = remark.encode() if remark else None
         for parked in batch:
             transport = parked.conn.transport
             if transport is not None:
-                transport.write(parked.render(code))
+                transport.write(parked.render(code, encoded))
