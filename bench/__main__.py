@@ -272,7 +272,7 @@ def evaluate(figs: dict) -> list[dict]:
                     L["fdatasync_p50_us"] + TARGETS["lone_p50_over_rtt"] * rtt, "us", higher=False)
     crowd = next((f for n, f in N.items() if "connected clients" in n), None)
     if crowd is not None:
-        add(f"{crowd['crowd']:,} connected clients add <= 100 MiB to the broker's RSS", crowd["rss_added_mib"],
+        add(f"{crowd['crowd']:,} connected clients add <= 100 MiB to the broker's RSS (RssAnon)", crowd["rss_added_mib"],
             TARGETS["crowd_rss_mib"], "MiB", higher=False)
         if "vs_conns50_alone" in crowd:
             add("50 senders beside them within 10 % of the 50 alone", crowd["vs_conns50_alone"],
@@ -481,7 +481,7 @@ def markdown(figs: dict) -> str:
             if f.get("errors"):
                 cpu += f"; **{f['errors']:,} errors** {f.get('error_codes')}"
             if "rss_added_mib" in f:
-                cpu += (f"; broker RSS {f['rss_before_mib']:,.0f} MiB, {f['rss_crowd_mib']:,.0f} with the "
+                cpu += (f"; broker RssAnon {f['rss_before_mib']:,.0f} MiB, {f['rss_crowd_mib']:,.0f} with the "
                         f"{f['crowd']:,} clients, {f['rss_crowd_busy_mib']:,.0f} after the senders: "
                         f"**+{f['rss_added_mib']:,.0f} MiB**")
                 if "vs_conns50_alone" in f:

@@ -4,7 +4,8 @@ A real client connects and sends its HEART_BEAT (its client id, its producer gro
 anything else, then stays connected, sending a heartbeat every 30 s. `Crowd` opens `n` such
 connections from this process (plain blocking sockets: opening them is not what is measured),
 sends each one heartbeat, reads every answer, and keeps them open until closed. The broker's
-resident memory is read from /proc before and after (`rss_bytes`), and the network section runs
+anonymous resident memory (RssAnon: not the commit log's mapped pages, which the senders' writes
+grow) is read from /proc before and after (`rss_bytes`), and the network section runs
 its 50 senders beside the crowd to show what the idle connections cost the busy ones.
 """
 from __future__ import annotations
@@ -17,13 +18,14 @@ from broker.remoting import codes
 from broker.remoting.command import RemotingCommand
 
 
-def rss_bytes(pid: int) -> int:
-    """Resident set of one process (VmRSS), bytes."""
+def rss_bytes(pid: int, field: str = "VmRSS") -> int:
+    """Resident memory of one process, bytes: VmRSS (all of it, the commit log's mapped pages
+    included) or RssAnon (its own heap: what connections cost, not what the log's maps hold)."""
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no VmRSS for pid {pid}")
+    raise RuntimeError(f"no {field} for pid {pid}")
 
 
 def _read_frame(sock: socket.socket) -> bytes:

@@ -107,12 +107,12 @@ def crowd_cell(broker: BrokerProcess, seconds: float, n: int = CROWD) -> NetResu
     "conns50": the broker's RSS before the crowd, with it, and after the senders ran beside it."""
     from bench.crowd import Crowd, rss_bytes
     pid = broker.proc.pid
-    rss0 = rss_bytes(pid)
+    rss0 = rss_bytes(pid, "RssAnon")  # the broker's own memory: the log's mapped pages grow with the sends
     host, port = broker.addr.rsplit(":", 1)
     with Crowd(host, int(port), n):
-        rss_idle = rss_bytes(pid)
+        rss_idle = rss_bytes(pid, "RssAnon")
         r = loadgen_cell("conns50", broker, seconds)
-        rss_busy = rss_bytes(pid)
+        rss_busy = rss_bytes(pid, "RssAnon")
     r.name = f"send 1 KiB, 50 connections x1 beside {n:,} connected clients (build/loadgen)"
     r.extra.update({"crowd": n, "rss_before_mib": rss0 / (1 << 20), "rss_crowd_mib": rss_idle / (1 << 20),
                     "rss_crowd_busy_mib": rss_busy / (1 << 20),
