@@ -38,6 +38,7 @@ cdef enum ReplyField:
     F_MAX_OFFSET = 32
     F_SUGGEST_BROKER = 64
     F_TRANSACTION_ID = 128
+    F_RECALL_HANDLE = 256
 
 
 cdef class Reply:
@@ -47,6 +48,7 @@ cdef class Reply:
     cdef readonly object remark           # str or None
     cdef readonly object msg_id           # str or None
     cdef readonly object transaction_id   # str or None
+    cdef readonly object recall_handle    # str or None: a timer message's (RocketMQ 5.3's recallHandle)
     cdef int32_t _queue_id
     cdef int64_t _queue_offset, _next_begin, _min_offset, _max_offset, _suggest
     cdef readonly bytes body              # b"" when the frame has none

@@ -52,7 +52,7 @@ DEFAULT_MAX_FRAME = 16 * 1024 * 1024
 for _name, _v in (("F_MSG_ID", F_MSG_ID), ("F_QUEUE_ID", F_QUEUE_ID), ("F_QUEUE_OFFSET", F_QUEUE_OFFSET),
                   ("F_NEXT_BEGIN_OFFSET", F_NEXT_BEGIN_OFFSET), ("F_MIN_OFFSET", F_MIN_OFFSET),
                   ("F_MAX_OFFSET", F_MAX_OFFSET), ("F_SUGGEST_BROKER", F_SUGGEST_BROKER),
-                  ("F_TRANSACTION_ID", F_TRANSACTION_ID)):
+                  ("F_TRANSACTION_ID", F_TRANSACTION_ID), ("F_RECALL_HANDLE", F_RECALL_HANDLE)):
     globals()[_name] = _v
 
 cdef const char *HEX = b"0123456789ABCDEF"
@@ -446,7 +446,8 @@ cdef enum:  # the reply fields read (index into at[])
     K_MAX_OFFSET = 5
     K_SUGGEST = 6
     K_TRANSACTION_ID = 7
-    N_KNOWN = 8
+    K_RECALL_HANDLE = 8
+    N_KNOWN = 9
 
 
 cdef inline int known_key(const uint8_t *k, Py_ssize_t n) noexcept nogil:
@@ -467,6 +468,8 @@ cdef inline int known_key(const uint8_t *k, Py_ssize_t n) noexcept nogil:
         return K_SUGGEST
     if n == 13 and memcmp(k, b"transactionId", 13) == 0:
         return K_TRANSACTION_ID
+    if n == 12 and memcmp(k, b"recallHandle", 12) == 0:
+        return K_RECALL_HANDLE
     return K_NONE
 
 
@@ -695,7 +698,9 @@ cdef class SendSlots:
         t = slot_tuple(s)
         fut = t[0]
         status = STATUS_OF.get(r.code)
-        if status is None or RESULT_TYPE is None or (r.fields & F_QUEUE_ID and r._queue_id != s.queue_id):
+        # a timer message's recall handle: the owner's Python puts it in the SendResult
+        if status is None or RESULT_TYPE is None or (r.fields & F_QUEUE_ID and r._queue_id != s.queue_id) \
+                or r.fields & F_RECALL_HANDLE:
             t[4]._send_answer(fut, r, t[1], t[2], t[3], self.channel, t[5], t[6])
             return 1
         if fut.done():  # its caller cancelled it
@@ -867,6 +872,7 @@ cdef class ReplyReader:
         # strings: null is absent too
         r.msg_id = None
         r.transaction_id = None
+        r.recall_handle = None
         if at[K_MSG_ID] >= 0:
             r.msg_id = read_text(p, &ext[at[K_MSG_ID]])
             if r.msg_id is NotImplemented:
@@ -879,6 +885,12 @@ cdef class ReplyReader:
                 return None
             if r.transaction_id is not None:
                 fields |= F_TRANSACTION_ID
+        if at[K_RECALL_HANDLE] >= 0:
+            r.recall_handle = read_text(p, &ext[at[K_RECALL_HANDLE]])
+            if r.recall_handle is NotImplemented:
+                return None
+            if r.recall_handle is not None:
+                fields |= F_RECALL_HANDLE
         r.fields = fields
         r.body = PyBytes_FromStringAndSize(<const char *> buf + bs, bl) if bl > 0 else EMPTY
         return r

@@ -43,7 +43,7 @@ def _frame(header: bytes, body: bytes, stype: int) -> bytes:
 @st.composite
 def field_value(draw, name: str):
     """A known field's value in the shapes brokers write and some they do not."""
-    if name in ("msgId", "transactionId"):
+    if name in ("msgId", "transactionId", "recallHandle"):
         return draw(st.one_of(text, st.sampled_from(["7F00000100002A9F0000000000000000", "a\\u0041", None, 5])))
     bound = 2**31 if name == "queueId" else 2**63
     n = draw(st.one_of(st.integers(-bound, bound - 1), st.integers(-2 * bound, 2 * bound)))

@@ -250,7 +250,10 @@ def test_bad_requests_and_unserved_rpcs_are_answered_at_once(front, stub):
     [r] = list(stub.PullMessage(spb.PullMessageRequest(), metadata=MD, timeout=30))
     assert r.status.code == pb.Code.ILLEGAL_CONSUMER_GROUP, r
     r = stub.RecallMessage(spb.RecallMessageRequest(), metadata=MD, timeout=30)
-    assert r.status.code == pb.Code.NOT_IMPLEMENTED, r
+    assert r.status.code == pb.Code.ILLEGAL_TOPIC, r
+    r = stub.RecallMessage(spb.RecallMessageRequest(topic=pb.Resource(name="GrpcBad"), recall_handle="not a handle"),
+                           metadata=MD, timeout=30)
+    assert r.status.code == pb.Code.INTERNAL_SERVER_ERROR and r.status.message == "recall handle is invalid", r
     # still serving
     front.cluster.create_topic("GrpcAlive")
     r = stub.QueryRoute(spb.QueryRouteRequest(topic=pb.Resource(name="GrpcAlive"), endpoints=pb.Endpoints(

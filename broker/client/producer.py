@@ -33,7 +33,9 @@ from broker.client.errors import BrokerUnreachable, ClientError, ResponseError, 
 from broker.client.message import COMPRESSED_FLAG, PROPERTY_MAX_RECONSUME_TIMES, Message
 from broker.client.route import MessageQueue, TopicRoute
 from broker.kernels.client_codec import Reply, render_batch, render_send, send_result_setup
+from broker.common.recall_handle import BadRecallHandle, RecallHandle
 from broker.remoting import codes
+from broker.remoting.command import RemotingCommand
 
 COMPRESS_OVER = 4096
 COMPRESS_LEVEL = 5  # Java's zipCompressLevel default
@@ -58,6 +60,7 @@ class SendResult:
     offset_msg_id: str  # the broker's id: store address and commit-log offset
     queue: MessageQueue
     queue_offset: int
+    recall_handle: str | None = None  # a timer message's: what Producer.recall takes back
 
     def __str__(self) -> str:
         return (f"{self.status} msgId={self.msg_id} offsetMsgId={self.offset_msg_id} queue={self.queue} "
@@ -142,6 +145,24 @@ class Producer:
         a FIFO group's queue by index)."""
         return (await self._queues(topic))[1]
 
+    async def recall(self, topic: str, recall_handle: str, timeout: float = 3.0) -> str:
+        """Take back a timer message before its time (RocketMQ 5.3's recallMessage): RECALL_MESSAGE
+        to the master of the broker its handle names. Returns the message's id; ResponseError for
+        a refusal (ILLEGAL_OPERATION for a handle that is not one, or a time already come)."""
+        try:
+            broker_name = RecallHandle.decode(recall_handle).broker_name
+        except BadRecallHandle as e:
+            raise ResponseError(codes.ILLEGAL_OPERATION, str(e), f"recall of {topic}") from None
+        route = await self.client.routes.get(topic)
+        addr = route.master_addr(broker_name)
+        if addr is None:
+            raise RouteNotFound(topic, f"no master of {broker_name}")
+        r = await self.client.invoke(addr, RemotingCommand.request(codes.RECALL_MESSAGE, {
+            "topic": topic, "recallHandle": recall_handle, "producerGroup": self.group}), timeout)
+        if r.code != codes.SUCCESS:
+            raise ResponseError(r.code, r.remark, f"recall of {topic} at {addr}")
+        return r.get_str("msgId", "")
+
     def _select(self, topic: str, queues: list[MessageQueue], avoid: str | None) -> MessageQueue:
         rr = self._rr.get(topic)
         if rr is None:
@@ -195,15 +216,16 @@ class Producer:
             status = _SEND_STATUS.get(r.code)
             if status is None:
                 raise ResponseError(r.code, r.remark, f"send to {mq} at {addr}")
-            qid, qo, offset_id = r.queue_id, r.queue_offset, r.msg_id
+            qid, qo, offset_id, recall = r.queue_id, r.queue_offset, r.msg_id, r.recall_handle
         else:  # a frame the kernel handed back: read as a RemotingCommand
             status = _SEND_STATUS.get(r.code)
             if status is None:
                 raise ResponseError(r.code, r.remark, f"send to {mq} at {addr}")
             qid, qo, offset_id = r.get_int("queueId", mq.queue_id), r.get_int("queueOffset", -1), r.get_str("msgId", "")
+            recall = r.get_str("recallHandle", "") or None
         if (qid is not None and qid != mq.queue_id) or mq.topic != topic:
             mq = MessageQueue(topic, mq.broker_name, mq.queue_id if qid is None else qid)
-        return SendResult(status, msg_id, offset_id or "", mq, -1 if qo is None else qo)
+        return SendResult(status, msg_id, offset_id or "", mq, -1 if qo is None else qo, recall)
 
     def _failure(self, e: BaseException, addr: str, ch, code: int, timeout: float) -> ClientError:
         """An attempt's failure as the error the retry loop weighs (transport: BrokerUnreachable)."""

@@ -17,6 +17,7 @@ F_MIN_OFFSET: Final[int]
 F_MAX_OFFSET: Final[int]
 F_SUGGEST_BROKER: Final[int]
 F_TRANSACTION_ID: Final[int]
+F_RECALL_HANDLE: Final[int]
 
 def uniq_key_setup(prefix: str, start_ms: int) -> None: ...
 def new_uniq_key() -> str: ...
@@ -50,6 +51,7 @@ class Reply:
     remark: str | None
     msg_id: str | None
     transaction_id: str | None
+    recall_handle: str | None
     body: bytes
     header_start: int
     header_len: int

@@ -118,10 +118,11 @@ class MessagingService(rpc.MessagingServiceServicer):
         async for r in self._streamed(spb.PullMessageResponse, self.offsets.pull_message, request, context):
             yield r
 
-    # -- what this front does not serve: a Status saying so, at once ---------------------------------
     @_answered(spb.RecallMessageResponse)
     async def RecallMessage(self, request, context):
-        raise ProxyError(Code.NOT_IMPLEMENTED, "RecallMessage is not implemented: a timer message cannot be recalled yet")
+        return await self.sender.recall_message(request, context)
+
+    # -- what this front does not serve: a Status saying so, at once ---------------------------------
 
     @_answered(spb.SyncLiteSubscriptionResponse)
     async def SyncLiteSubscription(self, request, context):

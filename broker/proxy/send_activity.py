@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
+from broker.client.errors import ResponseError
 from broker.client.producer import FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT, SEND_OK, SLAVE_NOT_AVAILABLE, Producer
 from broker.client.transaction_producer import offset_of, prepared_body
 from broker.proxy.config import ProxyConfig
@@ -14,7 +15,9 @@ from broker.proxy.grpc_metadata import peer_host
 from broker.proxy.protocol import service_pb2 as spb
 from broker.proxy.queue_selector import queue_index_for_group
 from broker.proxy.route_activity import validate_topic
-from broker.proxy.status import Code, ProxyError, from_client_error, status
+from broker.common.recall_handle import BadRecallHandle, RecallHandle
+from broker.common.topic_attributes import accepts
+from broker.proxy.status import Code, ProxyError, from_broker_refusal, from_client_error, status
 from broker.proxy.transaction_id import TransactionId
 
 _STATUS_CODE = {SEND_OK: Code.OK, FLUSH_DISK_TIMEOUT: Code.MASTER_PERSISTENCE_TIMEOUT,
@@ -78,4 +81,27 @@ class SendMessageActivity:
             route = self.producer.client.routes.peek(r.queue.topic) or await self.producer.client.routes.get(r.queue.topic)
             addr = route.master_addr(r.queue.broker_name) or ""
             tid = str(TransactionId(addr, offset_of(r.offset_msg_id), r.queue_offset))
-        return spb.SendResultEntry(status=status(), message_id=r.msg_id, transaction_id=tid, offset=r.queue_offset)
+        return spb.SendResultEntry(status=status(), message_id=r.msg_id, transaction_id=tid, offset=r.queue_offset,
+                                   recall_handle=r.recall_handle or "")
+
+    async def recall_message(self, request: spb.RecallMessageRequest, context) -> spb.RecallMessageResponse:
+        """RecallMessage (the Java proxy's RecallMessageActivity): RECALL_MESSAGE to the master of
+        the broker the handle names; the topic must take DELAY messages (enableTopicMessageTypeCheck)."""
+        topic = validate_topic(request.topic)
+        if self.topic_types is not None and self.topic_types.check:
+            expected = await self.topic_types.get(topic)
+            if not accepts(expected, "DELAY"):
+                raise ProxyError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                                 f"TopicMessageType validate failed, the expected type is {expected}, but actual type "
+                                 f"is DELAY")
+        try:
+            RecallHandle.decode(request.recall_handle)
+        except BadRecallHandle as e:  # as the Java proxy answers it
+            raise ProxyError(Code.INTERNAL_SERVER_ERROR, str(e)) from None
+        try:
+            msg_id = await self.producer.recall(topic, request.recall_handle, timeout=2.0)
+        except ResponseError as e:
+            return spb.RecallMessageResponse(status=status(*from_broker_refusal(e)))
+        except Exception as e:  # noqa: BLE001 - no route, no master: answered as a Status
+            return spb.RecallMessageResponse(status=status(*from_client_error(e)))
+        return spb.RecallMessageResponse(status=status(), message_id=msg_id)

@@ -55,6 +55,8 @@ SEND_MESSAGE_V2 = 310
 GET_BROKER_CONSUME_STATS = 317
 GET_NAMESRV_CONFIG = 319
 SEND_BATCH_MESSAGE = 320
+# RocketMQ 5.3: taking back a timer message before its time (its send reply's recallHandle)
+RECALL_MESSAGE = 370
 VIEW_BROKER_STATS_DATA = 315
 # request-reply (RocketMQ 4.6+): the responder's reply, and the broker's push of it to the requester
 SEND_REPLY_MESSAGE = 324
@@ -75,6 +77,7 @@ FLUSH_DISK_TIMEOUT = 10
 SLAVE_NOT_AVAILABLE = 11
 FLUSH_SLAVE_TIMEOUT = 12
 MESSAGE_ILLEGAL = 13
+ILLEGAL_OPERATION = 604
 SERVICE_NOT_AVAILABLE = 14
 NO_PERMISSION = 16
 TOPIC_NOT_EXIST = 17

@@ -270,6 +270,12 @@ class EndTransactionRequestHeader(_Header):
     transactionId: str = ""
 
 
+class RecallMessageRequestHeader(_Header):
+    topic: str
+    recallHandle: str
+    producerGroup: str = ""
+
+
 UNIQUE_MSG_QUERY_FLAG = "_UNIQUE_KEY_QUERY"  # MixAll: in QUERY_MESSAGE's ext, the key is a client msgId (UNIQ_KEY)
 
 

@@ -93,6 +93,8 @@ class BrokerConfig:
     # consumers filtering by SQL92 over message properties (broker.server.filter.sql92). RocketMQ's
     # default, false, refuses an SQL92 subscription as RocketMQ does (expression_type)
     enablePropertyFilter: bool = False
+    # RECALL_MESSAGE (a timer message taken back before its time): off unless enabled, as in RocketMQ
+    recallMessageEnable: bool = False
     # pop consumption (broker.server.pop): queues of rmq_sys_REVIVE_LOG_<brokerClusterName>
     reviveQueueNum: int = 8
     # the gRPC front for 5.x clients (broker.proxy) started as this broker's supervised child on

@@ -22,6 +22,7 @@ from broker.server.longpolling.pull_hold import PullHoldService
 from broker.server.pop.pop_service import PopService
 from broker.server.client.producer_manager import ProducerManager
 from broker.server.processor.pull_processor import PullMessageProcessor
+from broker.server.processor.recall_message_processor import RecallMessageProcessor
 from broker.server.processor.broker_config_processor import BrokerConfigProcessor
 from broker.server.processor.connection_list_processor import ConnectionListProcessor
 from broker.server.processor.reset_offset_processor import ResetOffsetProcessor
@@ -161,8 +162,9 @@ class BrokerController:
             self.metrics.bind(store, topics, self.consumers, broker_stats)
             sender = SendMessageProcessor(store, topics, schedule, holds, self.config.maxReconsumeTimes, bridge,
                                           self.config.rejectTransactionMessage, self.config.brokerClusterName,
-                                          timer=self.timer)
-            for proc in (sender, ReplyMessageProcessor(store, holds, self.producers, sender, lambda: self.addr),
+                                          timer=self.timer, broker_name=self.config.brokerName)
+            for proc in (sender, RecallMessageProcessor(sender, self.config, self.store_config),
+                         ReplyMessageProcessor(store, holds, self.producers, sender, lambda: self.addr),
                          PullMessageProcessor(store, topics, self.consumers, holds, self.config, groups=groups,
                                               stats=broker_stats),
                          self.consumer_processor,

@@ -10,7 +10,8 @@ for tests/test_grpc_front.py. Runs in its own venv (.venv-rocketmq5): its packag
                                             stdin closes; then shutdown and {"done": true}
 
 Options: endpoints (the front's host:port), topic, mode "sync" | "async", messages [{tag, keys,
-props, body, group (FIFO message group), delaySeconds}], transaction "commit" | "rollback" |
+props, body, group (FIFO message group), delaySeconds, recall (recall_message with the receipt's
+recall handle right after the send: a {"recalled": id} or {"recallError": text} line)}], transaction "commit" | "rollback" |
 "unknown" (each message a half message of its own transaction, ended so; "unknown" leaves it to
 the broker's check), checker "commit" | "rollback" (what the check-back answers), checks N (stay
 until the checker answered N times, printing {"checked": message_id, "topic", "tag"} each time),
@@ -72,7 +73,8 @@ def credentials(opt):
 
 
 def receipt(r):
-    return {"messageId": r.message_id, "transactionId": r.transaction_id, "offset": r.offset}
+    return {"messageId": r.message_id, "transactionId": r.transaction_id, "offset": r.offset,
+            "recallHandle": r.recall_handle}
 
 
 def produce(opt):
@@ -96,7 +98,13 @@ def produce(opt):
                 elif opt.get("mode") == "async":
                     futures.append(producer.send_async(msg))
                 else:
-                    out(receipt(producer.send(msg)))
+                    r = producer.send(msg)
+                    out(receipt(r))
+                    if m.get("recall"):  # take the timer message back at once (recall_message)
+                        try:
+                            out({"recalled": producer.recall_message(opt["topic"], r.recall_handle)})
+                        except Exception as e:
+                            out({"recallError": f"{type(e).__name__}: {e}"})
             except Exception as e:  # the client's own exception types: the test reads the text
                 out({"error": f"{type(e).__name__}: {e}"})
         for f in futures:

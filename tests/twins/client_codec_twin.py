@@ -20,11 +20,11 @@ INT32 = (-(1 << 31), (1 << 31) - 1)
 INT64 = (-(1 << 63), (1 << 63) - 1)
 INT_FIELDS = {"queueId": INT32, "queueOffset": INT64, "nextBeginOffset": INT64, "minOffset": INT64,
               "maxOffset": INT64, "suggestWhichBrokerId": INT64}
-STRING_FIELDS = ("msgId", "transactionId")
-REPLY_FIELDS = ("opaque", "code", "remark", "msg_id", "transaction_id", "queue_id", "queue_offset",
+STRING_FIELDS = ("msgId", "transactionId", "recallHandle")
+REPLY_FIELDS = ("opaque", "code", "remark", "msg_id", "transaction_id", "recall_handle", "queue_id", "queue_offset",
                 "next_begin_offset", "min_offset", "max_offset", "suggest_which_broker_id", "body",
                 "header_start", "header_len", "serialize_type")
-_NAMES = {"msgId": "msg_id", "transactionId": "transaction_id", "queueId": "queue_id", "queueOffset": "queue_offset",
+_NAMES = {"msgId": "msg_id", "transactionId": "transaction_id", "recallHandle": "recall_handle", "queueId": "queue_id", "queueOffset": "queue_offset",
           "nextBeginOffset": "next_begin_offset", "minOffset": "min_offset", "maxOffset": "max_offset",
           "suggestWhichBrokerId": "suggest_which_broker_id"}
 _DIGITS = re.compile(rb"-?[0-9]{1,19}")
@@ -175,7 +175,8 @@ class SendSlots:
             return False
         _, queue_id, fut, msg, mq, uniq, owner, deadline, timeout = s
         status = self.status_of.get(r["code"])
-        if status is None or self.result_type is None or (r["queue_id"] is not None and r["queue_id"] != queue_id):
+        if status is None or self.result_type is None or (r["queue_id"] is not None and r["queue_id"] != queue_id) \
+                or r["recall_handle"] is not None:
             owner._send_answer(fut, reply, msg, mq, uniq, self.channel, deadline, timeout)
         elif not fut.done():
             fut.set_result(self.result_type(status, uniq, r["msg_id"] or "", mq,

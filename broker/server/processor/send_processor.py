@@ -19,6 +19,8 @@ from broker.remoting.headers import SendMessageRequestHeader, SendMessageRequest
 from broker.remoting.message_batch import decode_batch
 from broker.remoting.refusals import BadRequest, InvalidParameter, NoPermission, Refusal, TopicNotExist, response_code
 from broker.common.topic_validator import DLQ_PREFIX, PERM_WRITE, RETRY_PREFIX, not_sendable
+from broker.common.recall_handle import RecallHandle
+from broker.server.timer.timer_message_service import REAL_TOPIC, TIMER_OUT_MS, UNIQ_KEY
 from broker.server.timer.timer_message_service import transform as transform_timer
 from broker.server.transaction import PROPERTY_TRANSACTION_PREPARED, TRANSACTION_TYPE_MASK, is_half
 from broker.store.errors import MessageIllegal
@@ -112,8 +114,9 @@ def reply_when_put(put: asyncio.Future, answer) -> asyncio.Future:
 
 class SendMessageProcessor:
     def __init__(self, store, topics, schedule, holds, max_reconsume_times: int, transactions=None,
-                 reject_transactions: bool = False, cluster: str = "", timer=None):
+                 reject_transactions: bool = False, cluster: str = "", timer=None, broker_name: str = ""):
         self.store = store
+        self.broker_name = broker_name  # what a timer message's recall handle names
         self.timer = timer  # TimerMessageService: where messages with a delivery time wait
         self.cluster = cluster.encode()  # brokerClusterName: every message's CLUSTER property
         self.topics = topics
@@ -212,6 +215,10 @@ class SendMessageProcessor:
         else:
             self.holds.notify(topic, queue_id, result.end_offset)
         ext = {"msgId": result.msg_id, "queueId": asked, "queueOffset": result.queue_offset, **REPLY_EXT}
+        if timed and not props[REAL_TOPIC].startswith(RETRY_PREFIX) and props.get(UNIQ_KEY):
+            # SendMessageProcessor.attachRecallHandle: TIMER_OUT_MS + 1, a time in the message's slot
+            ext["recallHandle"] = RecallHandle(props[REAL_TOPIC], self.broker_name, str(int(props[TIMER_OUT_MS]) + 1),
+                                               props[UNIQ_KEY]).encode()
         if flushed is None or not wait:
             return cmd.response(codes.SUCCESS, ext)
         return self._after_flush(cmd, ext, flushed)

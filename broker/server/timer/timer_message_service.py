@@ -44,7 +44,7 @@ from broker.services.message_store import GetStatus
 from broker.store.errors import ServiceUnavailable, StoreError
 from broker.server.schedule.delivery import append_copy, destination
 from broker.store.message import decode_message
-from broker.store.timer_files import (MAGIC_DEFAULT, MAGIC_ROLL, SLOTS_TOTAL, TimerCheckpoint, TimerLog, TimerWheel,
+from broker.store.timer_files import (MAGIC_DEFAULT, MAGIC_DELETE, MAGIC_ROLL, SLOTS_TOTAL, TimerCheckpoint, TimerLog, TimerWheel,
                                       java_hash)
 
 log = logging.getLogger("timer")
@@ -81,6 +81,8 @@ def transform(config, topic: str, queue_id: int, props: dict, now_ms: int | None
             props.pop(k, None)  # a delay level wins (checkIfTimerMessage)
         return None
     if not is_timer(props):
+        if TIMER_DEL_UNIQKEY in props:  # a recall's marker with no time (HookUtils: WHEEL_TIMER_MSG_ILLEGAL)
+            raise TimerRefused(codes.MESSAGE_ILLEGAL, "timer message illegal, a delete marker needs a delivery time")
         return None
     if not config.timerWheelEnable:
         raise TimerRefused(codes.SYSTEM_ERROR, "accurate timer message is not enabled, timerWheelEnable is false")
@@ -131,7 +133,7 @@ class TimerMessageService:
         self._delivered_since: set[tuple[str, str]] = set()  # (UNIQ_KEY, TIMER_OUT_MS) past the checkpoint
         self._arrived = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
-        self.enqueued = self.delivered = self.rolled = 0
+        self.enqueued = self.delivered = self.rolled = self.recalled = 0
         self.delivery_lateness_ms: list[int] = []  # recent deliveries' lateness (bounded), for tests and metrics
 
     # -- lifecycle ------------------------------------------------------------------------------------
@@ -288,15 +290,17 @@ class TimerMessageService:
                 if delayed < self.read_ms:  # its slot was read already: due now
                     self._deliver(m, delayed, -1, False)
                 else:
-                    self._enqueue(m.physical_offset, len(view), delayed, write_ms, m.properties.get(REAL_TOPIC, ""))
+                    self._enqueue(m.physical_offset, len(view), delayed, write_ms, m.properties.get(REAL_TOPIC, ""),
+                                  TIMER_DEL_UNIQKEY in m.properties)
                 self.enqueued += 1
                 self.queue_offset = qo + 1
             return len(r.messages)
         finally:
             r.release()
 
-    def _enqueue(self, offset_py: int, size_py: int, delayed: int, write_ms: int, real_topic: str) -> None:
-        magic = MAGIC_DEFAULT
+    def _enqueue(self, offset_py: int, size_py: int, delayed: int, write_ms: int, real_topic: str,
+                 delete: bool = False) -> None:
+        magic = MAGIC_DEFAULT | (MAGIC_DELETE if delete else 0)
         if delayed - write_ms >= self.roll_window * self.precision:
             magic |= MAGIC_ROLL
             if delayed - write_ms - self.roll_window * self.precision < self.roll_window // 3 * self.precision:
@@ -336,19 +340,34 @@ class TimerMessageService:
                 break
             units.append((int(u["offset_py"]), int(u["magic"]), int(u["write_ms"])))
             pos = int(u["prev"])
+        # a recall's delete marker (MAGIC_DELETE, not rolling) takes its message out of the slot,
+        # whichever of the two came first; the marker itself is never delivered
+        msgs, deleted = [], set()
         for offset_py, magic, write_ms in reversed(units):
             try:
                 m = self.store.lookup(offset_py)
             except Exception as e:  # noqa: BLE001 - the record expired with its segment
                 log.error("timer: the message at commit-log offset %d is gone (%s); not delivered", offset_py, e)
                 continue
-            if not self._deliver(m, int(m.properties.get(TIMER_OUT_MS, slot_ms)), write_ms, bool(magic & MAGIC_ROLL)):
+            roll = bool(magic & MAGIC_ROLL)
+            if magic & MAGIC_DELETE and not roll:
+                deleted.add(m.properties.get(TIMER_DEL_UNIQKEY, ""))
+            else:
+                msgs.append((m, write_ms, roll))
+        for m, write_ms, roll in msgs:
+            if deleted and not roll and \
+                    f"{m.properties.get(REAL_TOPIC, '')}+{m.properties.get(UNIQ_KEY, '')}" in deleted:
+                self.recalled += 1
+                continue
+            if not self._deliver(m, int(m.properties.get(TIMER_OUT_MS, slot_ms)), write_ms, roll):
                 return False
         self.wheel.clear(slot_ms)
         return True
 
     def _deliver(self, m, delayed: int, enqueue_ms: int, roll: bool) -> bool:
         props = dict(m.properties)
+        if not roll and TIMER_DEL_UNIQKEY in props:
+            return True  # a recall's marker whose slot was read already: nothing left to take back
         key = (props.get(UNIQ_KEY, ""), props.get(TIMER_OUT_MS, ""))
         if not roll and key[0] and key in self._delivered_since:
             self._delivered_since.discard(key)
