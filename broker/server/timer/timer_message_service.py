@@ -271,6 +271,13 @@ class TimerMessageService:
     def _enqueue_some(self) -> int:
         r = self.store.get(TIMER_TOPIC, 0, self.queue_offset, max_msgs=ENQUEUE_BATCH, max_bytes=4 << 20)
         try:
+            if r.status == GetStatus.OFFSET_OVERFLOW_BADLY and r.next_offset < self.queue_offset:
+                # the queue's end read below what was enqueued already: moving back would enqueue
+                # those timers twice. Only when everything written is dispatched is that end the
+                # truth (the queue was cut, e.g. a slave's diverged tail), and only then go back.
+                o = self.store.offsets()
+                if o["dispatched"] < o["wrote"]:
+                    return 0
             if r.status in (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY):
                 log.warning("timer: queue offset %d outside [%d, %d], moving to %d", self.queue_offset,
                             r.min_offset, r.max_offset, r.next_offset)
