@@ -30,13 +30,17 @@ def _create(conn: RawConn, topic: str, attributes: str | None, queues: int = 1):
 
 
 def _send(conn: RawConn, topic: str, key: str | None, body: bytes) -> int:
+    r = _send_raw(conn, topic, key, body)
+    assert r.code == codes.SUCCESS, (r.code, r.remark)
+    return int(r.ext["queueOffset"])
+
+
+def _send_raw(conn: RawConn, topic: str, key: str | None, body: bytes):
     props = (f"KEYS\x01{key}\x02" if key is not None else "") + "TAGS\x01t"
-    r = conn.request(codes.SEND_MESSAGE, {
+    return conn.request(codes.SEND_MESSAGE, {
         "producerGroup": "compaction-pg", "topic": topic, "defaultTopic": "TBW102", "defaultTopicQueueNums": 1,
         "queueId": 0, "sysFlag": 0, "bornTimestamp": str(int(time.time() * 1000)), "flag": 0,
         "properties": props, "reconsumeTimes": 0, "unitMode": False}, body)
-    assert r.code == codes.SUCCESS, (r.code, r.remark)
-    return int(r.ext["queueOffset"])
 
 
 def _pull(conn: RawConn, topic: str, offset: int, max_nums: int = 32):
@@ -92,6 +96,10 @@ def test_a_consumer_from_0_reads_the_newest_per_key_then_the_tail_and_after_the_
         assert r.remark == "attempt to update an unchangeable attribute. key: cleanup.policy"
         r = conn.request(codes.GET_TOPIC_CONFIG, {"topic": TOPIC})
         assert json.loads(bytes(r.body))["attributes"] == {"cleanup.policy": "COMPACTION"}
+        # a message without a key cannot be kept by key: refused as RocketMQ's SendMessageProcessor does
+        r = _send_raw(conn, TOPIC, None, b"no key")
+        assert (r.code, r.remark) == (codes.MESSAGE_ILLEGAL, "Required message key is missing")
+        assert _send_raw(conn, PLAIN, None, b"no key").code == codes.SUCCESS
 
         # 4 KiB records over 4 keys, then one key written over and over until the commit log
         # (1 MiB segments) has three segments: the newest of k0..k3 lie in the first one
@@ -121,7 +129,7 @@ def test_a_consumer_from_0_reads_the_newest_per_key_then_the_tail_and_after_the_
         assert [m[0] for m in msgs] == [39] and int(r.ext["nextBeginOffset"]) == 599
         # the topic without the policy keeps every message
         plain = _read_all(conn, PLAIN)
-        assert [m[2] for m in plain] == [f"plain{i}".encode() for i in range(40)]
+        assert [m[2] for m in plain] == [b"no key"] + [f"plain{i}".encode() for i in range(40)]
 
         # the cleaner deletes the commit log's old segments: the view still serves what it kept
         commitlog = b.store / "commitlog"
