@@ -418,3 +418,17 @@ def test_consumer_status_asks_the_java_consumer(cluster, tmp_path):
     assert "#Consumer Subscription#" in info and "MqaStatusT" in info and "#Consumer Offset#" in info, info
     r = admin(cluster, "consumerStatus", "-g", "MqaJavaGroup")
     assert "CODE: 206" in r.err and "not online" in r.err, r  # the consumer gone: RocketMQ's own error
+
+
+def test_update_topic_sets_the_compaction_policy(cluster):
+    """RocketMQ 5's `updateTopic -a +cleanup.policy=COMPACTION` makes a compacted topic
+    (tests/test_compaction_topic.py); a policy RocketMQ does not know is refused naming it."""
+    ns, broker, _ = cluster
+    r = admin(cluster, "updateTopic", "-c", "DefaultCluster", "-t", "MqaCompacted", "-r", "1", "-w", "1",
+              "-a", "+cleanup.policy=COMPACTION")
+    assert r.out.splitlines()[0] == f"create topic to 127.0.0.1:{broker.port} success.", r
+    got = call(broker.port, codes.GET_TOPIC_CONFIG, {"topic": "MqaCompacted"})
+    assert json.loads(bytes(got.body))["attributes"] == {"cleanup.policy": "COMPACTION"}
+    r = admin(cluster, "updateTopic", "-c", "DefaultCluster", "-t", "MqaBadPolicy", "-a", "+cleanup.policy=SHRINK")
+    assert "value is not in set" in r.out + r.err and "cleanup.policy" in r.out + r.err, r
+    assert call(broker.port, codes.GET_TOPIC_CONFIG, {"topic": "MqaBadPolicy"}).code == codes.TOPIC_NOT_EXIST

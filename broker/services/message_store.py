@@ -28,6 +28,7 @@ import struct
 import time
 
 from broker.kernels.codec import MAX_TOPIC_LEN
+from broker.services.compaction_service import CompactionService
 from broker.services.dispatch_waiters import DispatchWaiters
 from broker.services.group_commit import GroupCommitService
 from broker.services.group_transfer import GroupTransferService, SyncStateSetTransfer
@@ -122,6 +123,7 @@ class MessageStore:
         self.dispatch: DispatchWaiters | None = None
         self.reader = QueueReader(self)
         self.queries = MessageQuery(self)
+        self.compaction = CompactionService(self)
         self.on_new_queues: list = []  # called when the reput starts writing a queue (queue_counts)
         self._lock_fd = -1
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -278,6 +280,8 @@ class MessageStore:
         self._seen_min = self.commit_log.min_offset
         self.cqs.correct_min(self._seen_min)  # queues may still have files below an earlier deletion
         self.cqs.load()
+        self.compaction.load()
+        self.compaction.start()
         self._accepting = True
         self._persist_timer = loop.call_later(cfg.flushConsumerOffsetInterval / 1000, self._persist_offsets)
 
@@ -299,6 +303,7 @@ class MessageStore:
                                   timeout)
 
     async def close(self) -> None:
+        await self.compaction.stop()
         if not self._open:
             await self._teardown()
             return
@@ -658,6 +663,9 @@ class MessageStore:
         return self.reader.max_offset(topic, queue_id)
 
     def min_offset(self, topic: str, queue_id: int) -> int:
+        view = self.compaction.view_for(topic, queue_id)
+        if view is not None:  # a compacted queue starts at its view's first kept message
+            return min(view.first, self.reader.min_offset(topic, queue_id))
         return self.reader.min_offset(topic, queue_id)
 
     def queue_write_end(self, topic: str, queue_id: int) -> int:
@@ -669,6 +677,11 @@ class MessageStore:
 
     def get(self, topic: str, queue_id: int, offset: int, max_msgs: int = 32, max_bytes: int = 256 * 1024,
             tag_hashes: set[int] | None = None, spans: bool = False, sql: bytes | None = None) -> GetResult:
+        view = self.compaction.view_for(topic, queue_id)
+        if view is not None and offset < view.end:  # a compacted queue: its view, then its tail
+            hi = max(view.end, self.reader.max_offset(topic, queue_id))
+            return self.compaction.get(view, offset, max_msgs, max_bytes, tag_hashes, spans, sql,
+                                       self.min_offset(topic, queue_id), hi)
         return self.reader.get(topic, queue_id, offset, max_msgs, max_bytes, tag_hashes, spans, sql)
 
     def record_view(self, physical_offset: int) -> memoryview:
@@ -738,6 +751,7 @@ class MessageStore:
         for q in queues:
             app.rewind(app.wrote, tb, q, 0)
         self.reader.forget_ends()
+        self.compaction.forget(topic)
         log.info("topic %s: consume queues %s deleted (%d messages)", topic, queues, held)
         return held
 

@@ -117,6 +117,11 @@ class MessageStoreConfig:
     # a broker key copied here (RocketMQ keeps it in MessageStoreConfig): the reput writes a
     # delayed message's consume-queue entry with its delivery time, as RocketMQ's dispatch does
     messageDelayLevel: str = DEFAULT_LEVELS
+    # RocketMQ 5.1's compacted topics (cleanup.policy=COMPACTION; broker.services.compaction_service):
+    # the schedule (ms; RocketMQ's key is spelled "Internal"), and the compaction log's file size
+    enableCompaction: bool = True
+    compactionScheduleInternal: int = 15 * 60 * 1000
+    compactionMappedFileSize: int = 100 * 1024 * 1024
 
     def __post_init__(self) -> None:
         self.validate()
@@ -186,6 +191,11 @@ class MessageStoreConfig:
         for key in ("flushConsumerOffsetInterval", "cleanResourceInterval", "serviceStartTimeout"):
             if getattr(self, key) <= 0:
                 raise StoreConfigError(key, f"{getattr(self, key)} must be positive")
+        if self.compactionScheduleInternal <= 0:  # RocketMQ's scheduleWithFixedDelay refuses it
+            raise StoreConfigError("compactionScheduleInternal", f"{self.compactionScheduleInternal} must be positive")
+        if self.compactionMappedFileSize < self.maxMessageSize:
+            raise StoreConfigError("compactionMappedFileSize", f"{self.compactionMappedFileSize} bytes cannot hold a "
+                                   f"message of maxMessageSize ({self.maxMessageSize})")
         if self.maxMessageSize <= 0:
             raise StoreConfigError("maxMessageSize", f"{self.maxMessageSize} must be positive: every message would be refused")
         try:

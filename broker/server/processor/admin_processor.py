@@ -33,7 +33,8 @@ class AdminProcessor:
             raise TopicError("queue numbers must be 1..1024")
         current = self.topics.get(h.topic)
         try:
-            attributes = apply_attributes(current.attributes if current is not None else {}, h.attributes)
+            attributes = apply_attributes(current.attributes if current is not None else {}, h.attributes,
+                                          create=current is None)
         except AttributeError_ as e:
             raise BadRequest(str(e)) from None
         self.topics.create(TopicConfig(h.topic, h.readQueueNums, h.writeQueueNums, h.perm, h.topicFilterType,

@@ -23,6 +23,7 @@ from __future__ import annotations
 from broker.kernels.codec import MAX_TOPIC_LEN
 from broker.kernels.send_path import ParkedReplies, SendConn, SendPipeline
 from broker.server.processor.send_processor import STATUS_CODES, STATUS_REMARKS, born_host_of
+from broker.common.topic_attributes import is_compaction
 from broker.common.topic_validator import DLQ_PREFIX, PERM_WRITE, RETRY_PREFIX, not_sendable
 from broker.store.results import PutStatus
 
@@ -31,7 +32,8 @@ TRACE_ON = b"true"  # BrokerConfig.traceOn
 
 
 def routable(name: str, cfg) -> bool:
-    return (bool(cfg.perm & PERM_WRITE) and cfg.writeQueueNums > 0 and not name.startswith(RETRY_PREFIX)
+    # a compacted topic's sends go down the slow path, which refuses one without a key
+    return (bool(cfg.perm & PERM_WRITE) and not is_compaction(cfg.attributes) and cfg.writeQueueNums > 0 and not name.startswith(RETRY_PREFIX)
             and not name.startswith(DLQ_PREFIX) and not not_sendable(name)
             and 0 < len(name.encode()) <= MAX_TOPIC_LEN)
 

@@ -18,6 +18,7 @@ from broker.remoting.command import RemotingCommand
 from broker.remoting.headers import SendMessageRequestHeader, SendMessageRequestHeaderV2, decode
 from broker.remoting.message_batch import decode_batch
 from broker.remoting.refusals import BadRequest, InvalidParameter, NoPermission, Refusal, TopicNotExist, response_code
+from broker.common.topic_attributes import is_compaction
 from broker.common.topic_validator import DLQ_PREFIX, PERM_WRITE, RETRY_PREFIX, not_sendable
 from broker.common.recall_handle import RecallHandle
 from broker.server.timer.timer_message_service import REAL_TOPIC, TIMER_OUT_MS, UNIQ_KEY
@@ -177,6 +178,10 @@ class SendMessageProcessor:
             raise MessageIllegal(_TOO_LARGE.format(self.store.config.maxMessageSize))
         properties = h.properties
         props_bytes, wait = stored(properties.encode(), self.cluster)
+        cfg = self.topics.get(topic)
+        if cfg is not None and is_compaction(cfg.attributes) and not decode_properties(props_bytes).get("KEYS", "").strip():
+            # a compacted topic keeps the newest message per key: a message must have one
+            raise MessageIllegal("Required message key is missing")
         level = 0
         props = None
         asked = queue_id  # a delayed message's reply names it, not the schedule queue (as RocketMQ's)
