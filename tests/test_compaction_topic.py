@@ -239,3 +239,34 @@ def test_an_install_cut_short_is_finished_at_start_and_an_uncommitted_view_dropp
     assert v.end == 9 and list(v.offsets) == [0]
     with pytest.raises(ValueError, match="does not fit"):
         clog.ViewWriter(root, TOPIC, 0, 50).append(rec, 0, 0, 0)
+
+
+def test_the_cleaner_keeps_segments_whose_records_are_not_compacted_yet(tmp_path):
+    """Records are copied into a view only when a round reaches them: until then the cleaner keeps
+    their commit-log segments, however expired (Slot.COMPACTION_NEED), and deletes them after."""
+    b = Broker(tmp_path, "b", "", "ASYNC_MASTER", 0,
+               extra="deleteWhen=99\ncleanResourceInterval=200\nfileReservedTime=0\n"
+                     "compactionScheduleInternal=600000\n").start()
+    conf = b.conf.read_text()
+    try:
+        conn = RawConn(b.port)
+        assert _create(conn, TOPIC, "+cleanup.policy=COMPACTION").code == codes.SUCCESS
+        sent = [(_send(conn, TOPIC, f"k{i % 4}", f"k{i % 4}={i};".encode() + b"x" * 4000), f"k{i % 4}",
+                 f"k{i % 4}={i};".encode() + b"x" * 4000) for i in range(600)]  # three 1 MiB segments
+        assert conn.request(codes.DELETE_EXPIRED_COMMITLOG).code == codes.SUCCESS
+        wait_until(lambda: "kept: compacted topics' records from offset 0" in b.stderr(), 20,
+                   "the cleaner to hold the segments back")
+        assert int(b.info()["commitLogMinOffset"]) == 0
+        assert len(_read_all(conn, TOPIC)) == 600  # nothing compacted, nothing deleted
+        conn.close()
+        b.stop()
+        b.conf.write_text(conf + "compactionScheduleInternal=200\n")
+        b.start()
+        conn = RawConn(b.port)
+        wait_until(lambda: _compacted_up_to(b) == 600, 20, "the compaction")
+        assert conn.request(codes.DELETE_EXPIRED_COMMITLOG).code == codes.SUCCESS
+        wait_until(lambda: int(b.info()["commitLogMinOffset"]) >= 2 << 20, 20, "the cleaner to delete them now")
+        assert _read_all(conn, TOPIC) == _newest(sent)
+        conn.close()
+    finally:
+        b.stop()

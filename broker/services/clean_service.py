@@ -37,6 +37,7 @@ class CleanService:
         self.policy = policy or CleanPolicy(config, lambda: filesystem_usage(config.storePathRootDir))
         self.manual_rounds = 0
         self.seen_manual = self.table.load(Slot.MANUAL_CLEAN)
+        self.kept_for_compaction = -1  # the COMPACTION_NEED last logged as holding a segment back
 
     def _pause(self, ms: int) -> None:
         if ms > 0:
@@ -78,12 +79,23 @@ class CleanService:
         seg = cfg.mappedFileSizeCommitLog
         # Never what the flush or the reput still needs (nor, through them, the segment being written).
         safe_end = min(t.load(Slot.FLUSHED), t.load(Slot.DISPATCHED))
+        # nor, unless forced (the disk is full), a compacted topic's records not yet in its view
+        need = t.load(Slot.COMPACTION_NEED) - 1
         deleted: list[int] = []
         for name in names[:-1]:
             base = int(name)
             path = os.path.join(directory, name)
             if base + seg > safe_end:
                 break
+            if 0 <= need < base + seg:
+                if not forcibly:
+                    if need != self.kept_for_compaction:  # said once per position, not every pass
+                        self.kept_for_compaction = need
+                        log.info("commit-log segment %s kept: compacted topics' records from offset %d are not in "
+                                 "their compacted views yet", name, need)
+                    break
+                log.warning("deleting commit-log segment %s (%s) though compacted topics' records from offset %d "
+                            "are not in their compacted views yet: those are lost", name, reason, need)
             try:
                 mtime = os.stat(path).st_mtime
             except FileNotFoundError:

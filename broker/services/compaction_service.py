@@ -34,6 +34,7 @@ from broker.kernels.queue_read import Collected, collect
 from broker.store import compaction_log as clog
 from broker.store.compaction_log import CompactedView, ViewWriter, is_compaction
 from broker.store.errors import StoreError
+from broker.store.offset_table import Slot
 from broker.store.message import decode_message
 from broker.store.results import GetResult, GetStatus
 
@@ -86,6 +87,8 @@ class CompactionService:
 
     async def stop(self) -> None:
         self._stopping = True
+        if self.s.table is not None:
+            self.s.table.store(Slot.COMPACTION_NEED, 0)
         if self._task is not None:
             self._task.cancel()
             try:
@@ -108,12 +111,17 @@ class CompactionService:
     # -- the schedule -----------------------------------------------------------------------------
     async def _run(self) -> None:
         interval = self.s.config.compactionScheduleInternal / 1000
+        self._publish_need(self._uncompacted())
         while True:
             try:
                 await asyncio.wait_for(self._wake.wait(), interval)
             except asyncio.TimeoutError:
                 pass
             self._wake.clear()
+            # every record of a compacted queue dispatched by now is in its view once the round
+            # compacted that queue: what the cleaner must keep is at or after this offset, or at
+            # the first record of a queue the round failed on
+            need = self.s.table.load(Slot.DISPATCHED)
             for topic, cfg in list(self.s.topic_config.topics.items()):
                 if not is_compaction(cfg.attributes):
                     continue
@@ -124,6 +132,36 @@ class CompactionService:
                         raise
                     except Exception:  # noqa: BLE001 - one queue's failure must not stop the others
                         log.exception("compaction of %s:%d failed; its previous view stays", topic, qid)
+                        first = self._first_uncompacted(topic, qid)
+                        need = need if first is None else min(need, first)
+            self._publish_need(need)
+
+    def _first_uncompacted(self, topic: str, queue_id: int) -> int | None:
+        """The commit-log offset of the queue's first record not in its view (None: none)."""
+        view = self.views.get((topic, queue_id))
+        cq = self.s.reader.queue(topic, queue_id)
+        if cq is None:
+            return None
+        i = max(view.end if view is not None else 0, cq.min_offset)
+        if i >= self.s.max_offset(topic, queue_id):
+            return None
+        e = cq.entry(i)
+        return e[0] if e is not None and e[1] > 0 else None
+
+    def _uncompacted(self) -> int:
+        """Where the records not yet compacted begin (at start: before the first round)."""
+        need = self.s.table.load(Slot.DISPATCHED)
+        for topic, cfg in list(self.s.topic_config.topics.items()):
+            if is_compaction(cfg.attributes):
+                for qid in range(cfg.writeQueueNums):
+                    first = self._first_uncompacted(topic, qid)
+                    need = need if first is None else min(need, first)
+        return need
+
+    def _publish_need(self, need: int) -> None:
+        """The cleaner keeps every commit-log segment at or after `need` (Slot.COMPACTION_NEED):
+        a compacted topic's records are copied into its view only when a round reaches them."""
+        self.s.table.store(Slot.COMPACTION_NEED, need + 1)
 
     async def compact(self, topic: str, queue_id: int) -> bool:
         """Compact one queue up to what its consume queue holds now; True if a new view went in."""

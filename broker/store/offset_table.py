@@ -42,6 +42,9 @@ class Slot(enum.IntEnum):
     FLUSH_BUCKET0 = 32  # flush service: fdatasync rounds per latency bucket (FLUSH_BUCKETS), cumulative order
     # DLedger mode (FLUSHED is then where the member's entry data is durable up to): where its
     # index file is durable up to, in bytes, so what a power cut keeps can be told from outside
+    # compaction service: 1 + the lowest commit-log offset a compacted topic's queues still need
+    # (messages not yet in their compacted view), which the cleaner keeps unless forced; 0: none
+    COMPACTION_NEED = 47
     ENTRY_INDEX_FLUSHED = 48
     # broker (DLedger mode): the lowest data position this member's log must keep for the group,
     # so the cleaner never deletes what a live follower still needs (broker.raft.dledger_clean)
