@@ -57,6 +57,8 @@ GET_NAMESRV_CONFIG = 319
 SEND_BATCH_MESSAGE = 320
 # RocketMQ 5.3: taking back a timer message before its time (its send reply's recallHandle)
 RECALL_MESSAGE = 370
+# RocketMQ 5: the timer store's checkpoint, which a slave copies from its master (SlaveSynchronize)
+GET_TIMER_CHECK_POINT = 60
 VIEW_BROKER_STATS_DATA = 315
 # request-reply (RocketMQ 4.6+): the responder's reply, and the broker's push of it to the requester
 SEND_REPLY_MESSAGE = 324

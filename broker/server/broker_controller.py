@@ -145,6 +145,7 @@ class BrokerController:
             self.schedule = ScheduleMessageService(self.store, self.topics, self.config.messageDelayLevel,
                                                    on_delivered=self.holds.notify)
             self.timer = TimerMessageService(self.store, self.topics, on_delivered=self.holds.notify)
+            self.handlers.update(self.timer.handlers())
             group_table = SubscriptionGroupTable(self.store_config.config_dir)
             group_table.load()  # neither it nor its .bak parses: refuses to start, naming the file
             self.groups = groups = SubscriptionGroupManager(group_table, self.config.autoCreateSubscriptionGroup,
@@ -394,7 +395,10 @@ class BrokerController:
                  self.config.brokerId)
         if self._serving:  # before that, start() delivers as the role says and registers once it listens
             self.schedule.set_delivering(master)
-            self.timer.set_delivering(master)
+            if master:
+                self.timer.set_delivering(True)
+            else:
+                self.timer.follow()  # a follower builds the wheel it may take over
             self.transaction_check.set_checking(master)
             self.pop.set_serving(master)
             self.register_soon()
@@ -436,7 +440,10 @@ class BrokerController:
         if self.schedule is not None:
             self.schedule.set_delivering(role == "master")
         if self.timer is not None:
-            self.timer.set_delivering(role == "master")
+            if role == "slave":
+                self.timer.follow()
+            else:
+                self.timer.set_delivering(role == "master")
         if self.transaction_check is not None:
             self.transaction_check.set_checking(role == "master")
         if self.pop is not None:

@@ -84,7 +84,7 @@ class BrokerMetrics:
         timer = getattr(c, "timer", None)
         if timer is not None and timer.timer_log is not None:
             out.update(timer_enqueued=timer.enqueued, timer_delivered=timer.delivered, timer_rolled=timer.rolled,
-                       timer_queue_offset=timer.queue_offset)
+                       timer_queue_offset=timer.queue_offset, timer_read_ms=timer.read_ms)
         if store.is_slave:
             out["slave_linked"] = o.get("linked", 0)
         else:
@@ -246,6 +246,7 @@ class BrokerMetrics:
                           ("timer_delivered", "timer messages delivered to their topics since start"),
                           ("timer_rolled", "timer messages parked again past the roll window since start"),
                           ("timer_queue_offset", "the next entry of rmq_sys_wheel_timer the wheel takes"),
+                          ("timer_read_ms", "the next timer slot to read (a slave: its master's, as copied)"),
                           ("consumer_groups", "consumer groups with members"), ("slaves", "linked slaves"),
                           ("slave_lag_bytes", "master's wrote minus the best slave's acknowledgement"),
                           ("slave_linked", "1 while this slave is linked to its master")):

@@ -1,5 +1,5 @@
-"""SlaveSynchronize: a slave copies its master's topic config, consumer offsets, delay offsets and
-subscription groups every 10 s (3 s after start), as RocketMQ's does (a DLedger follower every
+"""SlaveSynchronize: a slave copies its master's topic config, consumer offsets, delay offsets,
+subscription groups and timer checkpoint every 10 s (3 s after start), as RocketMQ's does (a DLedger follower every
 flushConsumerOffsetInterval: see BrokerController.start), so that consumers reading from it while the
 master is down find their topics and resume where they were, and a failover keeps each group's
 settings (a FIFO group stays FIFO, retryMaxTimes stays the group's). Offsets only move forward: an
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 
 import msgspec
 
@@ -29,14 +30,14 @@ class SlaveSynchronize:
         self._conn = None
         self._failing: str | None = None
 
-    async def _call(self, code: int):
+    async def _call(self, code: int, raw: bool = False):
         if self._conn is None or self._conn.transport is None:
             host, _, port = self.master_addr.rpartition(":")
             self._conn = await asyncio.wait_for(connect(host, int(port)), 3)
         r = await self._conn.request(RemotingCommand.request(code, {}), 5)
         if r.code != codes.SUCCESS:
             raise OSError(f"code {r.code}: {r.remark}")
-        return msgspec.json.decode(bytes(r.body))
+        return bytes(r.body) if raw else msgspec.json.decode(bytes(r.body))
 
     async def sync_all(self) -> None:
         if not self.master_addr:
@@ -52,6 +53,8 @@ class SlaveSynchronize:
                 self.c.schedule.merge({int(k): int(v) for k, v in delay.items()})
                 self.c.schedule.persist_soon()
             self._groups(await self._call(codes.GET_ALL_SUBSCRIPTIONGROUP_CONFIG))
+            if self.c.timer is not None and self.c.store.config.timerWheelEnable:
+                self._timer(await self._call(codes.GET_TIMER_CHECK_POINT, raw=True))
             if self._failing:
                 log.info("synchronizing from master %s again", self.master_addr)
             self._failing = None
@@ -84,6 +87,15 @@ class SlaveSynchronize:
                   for name, cfg in (data.get("subscriptionGroupTable") or {}).items()}
         table.replace(groups, version)
         log.info("subscription groups copied from master %s: %d groups", self.master_addr, len(groups))
+
+    def _timer(self, body: bytes) -> None:
+        """syncTimerCheckPoint: the master's read time and queue offset (TimerCheckpoint.encode's
+        56 bytes; ours add the commit log's end at that checkpoint)."""
+        if len(body) < 56:
+            raise ValueError(f"a timer checkpoint of {len(body)} bytes")
+        last_read_ms, _, _, master_queue_offset = struct.unpack_from(">4q", body)
+        cl_offset = struct.unpack_from(">q", body, 56)[0] if len(body) >= 64 else 0
+        self.c.timer.sync_from_master(last_read_ms, master_queue_offset, cl_offset)
 
     def close(self) -> None:
         if self._conn is not None:

@@ -25,15 +25,20 @@ The service (the broker process: it is the commit log's only writer):
   read time; messages delivered after the checkpoint (found in the commit log past its offset,
   by UNIQ_KEY and TIMER_OUT_MS) are not delivered twice. So after a kill -9 a timer message is
   delivered once, at or after its time.
-A slave keeps no wheel of its own: a master made from it enqueues the replicated timer topic from
-the start of its queue, delivering at once what is due (docs/compat.md: not RocketMQ's takeover of
-the master's checkpoint).
+A slave builds a wheel of its own from the replicated timer topic, as RocketMQ's does: it
+enqueues (never delivers) up to the queue offset its master's checkpoint names, and keeps the
+master's read time, both copied by SlaveSynchronize (GET_TIMER_CHECK_POINT) with the commit-log
+offset of that checkpoint. A slave made master (DLedger, controller mode) goes on from there: it
+reads the wheel from the master's read time, enqueues the rest of the topic, and skips what the
+old master delivered after its checkpoint (found in the replicated log, as after a restart). So a
+takeover delivers neither early nor twice what the old master delivered.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 import os
+import struct
 import time
 
 from broker.common.topic_validator import PERM_READ, PERM_WRITE, SYSTEM_TOPIC_PREFIX
@@ -56,6 +61,16 @@ TIMER_ROLL_TIMES, TIMER_DEL_UNIQKEY = "TIMER_ROLL_TIMES", "TIMER_DEL_UNIQKEY"
 REAL_TOPIC, REAL_QID, DELAY, UNIQ_KEY = "REAL_TOPIC", "REAL_QID", "DELAY", "UNIQ_KEY"
 TIMER_BLANK_SLOTS = 60
 ENQUEUE_BATCH = 256
+
+
+async def _first(*aws) -> None:
+    """Until the first of `aws` is done; the others are cancelled."""
+    tasks = [asyncio.ensure_future(a) for a in aws]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in tasks:
+            t.cancel()
 
 
 class TimerRefused(Refusal):
@@ -133,7 +148,16 @@ class TimerMessageService:
         self._delivered_since: set[tuple[str, str]] = set()  # (UNIQ_KEY, TIMER_OUT_MS) past the checkpoint
         self._arrived = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
+        # a slave: the master's checkpoint as last copied (SlaveSynchronize), None on a master
+        # (last_read_ms, master_queue_offset, commit_log_offset); the enqueue stops at its offset
+        self._following: tuple[int, int, int] | None = None
+        self._dequeue: asyncio.Task | None = None
+        # after a takeover: (the old master's queue offset, its read time) as last copied: a timer
+        # below the one, due before the other, was delivered by it
+        self._past: tuple[int, int] = (0, 0)
+        self._scan_from: int | None = None  # a takeover before the files were open: where _open looks
         self.enqueued = self.delivered = self.rolled = self.recalled = 0
+        self._pending = 0  # timer messages appended (arrived()) and not enqueued yet, as far as known
         self.delivery_lateness_ms: list[int] = []  # recent deliveries' lateness (bounded), for tests and metrics
 
     # -- lifecycle ------------------------------------------------------------------------------------
@@ -145,18 +169,72 @@ class TimerMessageService:
             self.topics.create(TopicConfig(TIMER_TOPIC, 1, 1, PERM_READ | PERM_WRITE))
         if deliver:
             self.set_delivering(True)
+        else:
+            self.follow()
 
     def set_delivering(self, on: bool) -> None:
-        if on and not self._tasks and self.config.timerWheelEnable:
-            self._tasks = [asyncio.ensure_future(self._run())]
-        elif not on and self._tasks:
+        """on: a master's wheel (enqueue, deliver, checkpoint), taking over where the copied
+        checkpoint of the master it followed left off; off: nothing runs (a switch in progress)."""
+        if on:
+            if self._following is not None:
+                self._take_over()
+            if not self._tasks and self.config.timerWheelEnable:
+                self._tasks = [asyncio.ensure_future(self._run())]
+            elif self._tasks and self._dequeue is None and self.timer_log is not None:
+                self._start_dequeue()
+        elif self._tasks:
             for t in self._tasks:
                 t.cancel()
-            self._tasks = []
+            self._tasks, self._dequeue = [], None
             self._checkpoint()
 
+    def follow(self) -> None:
+        """A slave's wheel: enqueue up to the master's checkpoint, never deliver."""
+        self.set_delivering(False)
+        self._following = self._following or (0, 0, 0)
+        if self.config.timerWheelEnable:
+            self._tasks = [asyncio.ensure_future(self._run())]
+
+    def sync_from_master(self, last_read_ms: int, master_queue_offset: int, commit_log_offset: int) -> None:
+        """SlaveSynchronize's copy of the master's timer checkpoint (syncTimerCheckPoint). Taken
+        only once this log holds the master's log up to that checkpoint (its commit_log_offset):
+        the deliveries its read time counts as done are then here too, and none is skipped."""
+        if self._following is None:
+            return  # a master's own
+        if commit_log_offset and self.store.offsets()["wrote"] < commit_log_offset:
+            return  # not replicated that far yet: the last copy stands
+        f = self._following
+        self._following = (max(f[0], last_read_ms), max(f[1], master_queue_offset), commit_log_offset or f[2])
+        self.read_ms = max(self.read_ms, self._following[0])  # syncLastReadTimeMs
+        if self._following[1] > self.queue_offset:
+            self._arrived.set()
+
+    def _take_over(self) -> None:
+        """From a slave to a master: go on from the master's copied checkpoint. Timers below its
+        queue offset whose time is before its read time were delivered by the old master: not
+        again; the old master's deliveries after its checkpoint are found in the log."""
+        last_read_ms, master_queue_offset, cl_offset = self._following
+        self._following = None
+        self._past = (master_queue_offset, last_read_ms)
+        # never copied: whatever the replicated log shows delivered, from its start
+        self._scan_from = (cl_offset or None) if last_read_ms else self.store.offsets()["min"]
+        if self.timer_log is not None:
+            if not last_read_ms:
+                self.read_ms = max(self.read_ms, int(time.time() * 1000) // self.precision * self.precision)
+            self._delivered_since = self._deliveries_after(self._scan_from) if self._scan_from is not None else set()
+            self._scan_from = None
+            log.info("timer: taking over the master's wheel: reading from %d, enqueuing from %d, %d deliveries "
+                     "of the old master after its checkpoint found", self.read_ms, self.queue_offset,
+                     len(self._delivered_since))
+        self._arrived.set()
+
+    def _start_dequeue(self) -> None:
+        self._dequeue = asyncio.ensure_future(self._dequeue_loop())
+        self._tasks.append(self._dequeue)
+
     def _has_timers(self) -> bool:
-        return os.path.exists(self.ckpt_path) or self.store.max_offset(TIMER_TOPIC, 0) > 0
+        return os.path.exists(self.ckpt_path) or self.store.max_offset(TIMER_TOPIC, 0) > 0 or \
+            (self._following is not None and self._following[1] > 0)
 
     async def _run(self) -> None:
         """The files are made when the first timer message is stored (the wheel is 38 MiB of disk a
@@ -164,11 +242,13 @@ class TimerMessageService:
         if not self._has_timers():
             await self._arrived.wait()  # a send stored a timer message (its queue entry may lag)
         self._open()
-        await asyncio.gather(self._enqueue_loop(), self._dequeue_loop(), self._flush_loop())
+        if self._following is None:
+            self._start_dequeue()
+        await asyncio.gather(self._enqueue_loop(), self._flush_loop())
 
     async def close(self) -> None:
         await cancel_and_wait(self._tasks)
-        self._tasks = []
+        self._tasks, self._dequeue = [], None
         if self.timer_log is not None:
             self._checkpoint()
             self.timer_log.close()
@@ -177,6 +257,8 @@ class TimerMessageService:
             self.timer_log = self.wheel = self.ckpt = None
 
     def arrived(self) -> None:
+        """A timer message was appended to the timer topic (a send, a roll, a recall)."""
+        self._pending += 1
         self._arrived.set()
 
     # -- recovery -------------------------------------------------------------------------------------
@@ -193,6 +275,8 @@ class TimerMessageService:
                 self.timer_log.truncate(0)
             self.wheel.reset()
             self.queue_offset, self.read_ms, cl_offset = 0, now, None
+            if self._following is not None:  # a slave reads nothing: the master's read time, once copied
+                self.read_ms = self._following[0]
         else:
             flush_pos = self.ckpt.flush_pos
             self.timer_log.load(end=None)
@@ -203,6 +287,13 @@ class TimerMessageService:
                                now - (SLOTS_TOTAL - TIMER_BLANK_SLOTS) * self.precision)
             # 0: a checkpoint Apache RocketMQ wrote (it keeps no such offset): nothing to look for
             cl_offset = self.ckpt.commit_log_offset or None
+            if self._following is not None:  # a slave's checkpoint holds its master's, as last copied
+                f = self._following
+                self._following = (max(f[0], self.ckpt.last_read_ms), max(f[1], self.ckpt.master_queue_offset),
+                                   f[2] or self.ckpt.commit_log_offset)
+                cl_offset = None
+        if self._scan_from is not None:  # a takeover came first: the old master's deliveries
+            cl_offset, self._scan_from = self._scan_from, None
         self._delivered_since = self._deliveries_after(cl_offset) if cl_offset is not None else set()
         log.info("timer: recovered, next queue offset %d, reading from %d (%d deliveries after the checkpoint "
                  "found)", self.queue_offset, self.read_ms, len(self._delivered_since))
@@ -263,13 +354,29 @@ class TimerMessageService:
             self._arrived.clear()
             n = self._enqueue_some()
             if n:
+                self._pending = max(0, self._pending - n)
+                continue
+            if self._following is not None:
+                await self._arrived.wait()  # the next copy of the master's checkpoint
                 continue
             await self.store.wait_dispatched(self.store.offsets()["wrote"])
-            if self.store.max_offset(TIMER_TOPIC, 0) <= self.queue_offset:
+            if self.store.max_offset(TIMER_TOPIC, 0) > self.queue_offset:
+                continue
+            if self._pending:
+                # appended, not readable yet, and `wrote` may not count it (DLedger publishes its
+                # committed end): the next dispatch, or the next arrival
+                await _first(self._arrived.wait(), self.store.wait_dispatched(self.store.offsets()["dispatched"] + 1))
+            else:
+                self._pending = 0
                 await self._arrived.wait()
 
     def _enqueue_some(self) -> int:
-        r = self.store.get(TIMER_TOPIC, 0, self.queue_offset, max_msgs=ENQUEUE_BATCH, max_bytes=4 << 20)
+        batch = ENQUEUE_BATCH
+        if self._following is not None:  # a slave: no further than its master's checkpoint
+            batch = min(batch, self._following[1] - self.queue_offset)
+            if batch <= 0:
+                return 0
+        r = self.store.get(TIMER_TOPIC, 0, self.queue_offset, max_msgs=batch, max_bytes=4 << 20)
         try:
             if r.status == GetStatus.OFFSET_OVERFLOW_BADLY and r.next_offset < self.queue_offset:
                 # the queue's end read below what was enqueued already: moving back would enqueue
@@ -294,7 +401,14 @@ class TimerMessageService:
                     log.error("timer: message at %d of %s has no TIMER_OUT_MS; skipped", qo, TIMER_TOPIC)
                     self.queue_offset = qo + 1
                     continue
-                if delayed < self.read_ms:  # its slot was read already: due now
+                if self._following is not None:
+                    # a slave: a time its master read already was delivered there; the rest waits
+                    if delayed >= self._following[0]:
+                        self._enqueue(m.physical_offset, len(view), delayed, write_ms,
+                                      m.properties.get(REAL_TOPIC, ""), TIMER_DEL_UNIQKEY in m.properties)
+                elif qo < self._past[0] and delayed < self._past[1]:
+                    pass  # the master this one took over from delivered it
+                elif delayed < self.read_ms:  # its slot was read already: due now
                     self._deliver(m, delayed, -1, False)
                 else:
                     self._enqueue(m.physical_offset, len(view), delayed, write_ms, m.properties.get(REAL_TOPIC, ""),
@@ -409,6 +523,19 @@ class TimerMessageService:
                 self.on_delivered(topic, queue_id, result.end_offset)
         return True
 
+    # -- the checkpoint a slave copies -----------------------------------------------------------------
+    def handlers(self) -> dict:
+        return {codes.GET_TIMER_CHECK_POINT: self._checkpoint_request}
+
+    def _checkpoint_request(self, cmd, conn):
+        """GET_TIMER_CHECK_POINT: the last checkpoint written, in TimerCheckpoint.encode's 56 bytes
+        (read time, timer log flush position, queue offset, master queue offset, data version),
+        then the commit log's end when it was written (ours: a Java slave reads the 56 only)."""
+        values = [0] * 8
+        if self.ckpt is not None:
+            values = [getattr(self.ckpt, f) for f in TimerCheckpoint.FIELDS]
+        return cmd.response(codes.SUCCESS, body=struct.pack(">8q", *values))
+
     # -- checkpoint -----------------------------------------------------------------------------------
     async def _flush_loop(self) -> None:
         while True:
@@ -420,7 +547,11 @@ class TimerMessageService:
             return
         self.timer_log.flush()
         self.wheel.flush()
+        if self._following is not None:  # a slave keeps its master's, to go on from after a restart
+            master_queue_offset, cl_offset = self._following[1], self._following[2]
+        else:
+            master_queue_offset, cl_offset = self.queue_offset, self.store.offsets()["wrote"]
         self.ckpt.set(last_read_ms=self.read_ms, flush_pos=self.timer_log.wrote, queue_offset=self.queue_offset,
-                      master_queue_offset=self.queue_offset, timestamp=int(time.time() * 1000),
-                      commit_log_offset=self.store.offsets()["wrote"])
+                      master_queue_offset=master_queue_offset, timestamp=int(time.time() * 1000),
+                      commit_log_offset=cl_offset)
         self.ckpt.flush()
