@@ -53,6 +53,10 @@ class Servicer:
     async def abort(self, request: bytes, context) -> bytes:
         context.abort(grpc.StatusCode.FAILED_PRECONDITION, "no: é")
 
+    async def slow(self, request: bytes, context) -> bytes:
+        await asyncio.sleep(float(request))
+        return request
+
     async def count(self, request: bytes, context):
         for i in range(int(request)):
             yield str(i).encode()
@@ -68,6 +72,7 @@ def _handlers(s: Servicer) -> dict:
         "Sleep": grpc.unary_unary_rpc_method_handler(s.sleep),
         "Fail": grpc.unary_unary_rpc_method_handler(s.fail),
         "Abort": grpc.unary_unary_rpc_method_handler(s.abort),
+        "Slow": grpc.unary_unary_rpc_method_handler(s.slow),
         "Count": grpc.unary_stream_rpc_method_handler(s.count),
         "Chat": grpc.stream_stream_rpc_method_handler(s.chat),
     }
@@ -195,6 +200,39 @@ def test_many_streams_on_one_connection(ep):
         echo = _unary(ch, "Echo")
         futures = [echo.future(str(i).encode(), timeout=20) for i in range(1500)]  # above 1000 concurrent
         assert [f.result() for f in futures] == [str(i).encode() for i in range(1500)]
+
+
+def test_idle_streams_cost_no_task_of_ours(ep):
+    """1,000 open, idle stream-stream calls: the handlers' own tasks and nothing more (no task or
+    timer of the endpoint per stream), then each still answers and ends."""
+    async def main():
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{ep.port}") as ch:
+            chat = ch.stream_stream(f"/{SERVICE}/Chat")
+            calls = [chat() for _ in range(1000)]
+            for c in calls:
+                await c.write(b"hi")
+            assert [await c.read() for c in calls] == [b"HI"] * 1000
+
+            async def census():
+                return len(asyncio.all_tasks()) - 1, len(asyncio.get_running_loop()._scheduled)
+            tasks, timers = asyncio.run_coroutine_threadsafe(census(), ep.loop).result(5)
+            assert tasks == 1000 and timers == 0, (tasks, timers)
+            for c in calls:
+                await c.done_writing()
+            for c in calls:
+                assert await c.read() == grpc.aio.EOF
+                assert await c.code() == grpc.StatusCode.OK
+    asyncio.run(main())
+
+
+def test_stop_lets_calls_in_flight_finish():
+    with Endpoint() as e, e.channel() as ch:
+        fut = _unary(ch, "Slow").future(b"0.5", timeout=10)
+        wait_for(lambda: any(c.calls for c in e.server.connections), 5, "the call in flight")
+        asyncio.run_coroutine_threadsafe(e.server.stop(5), e.loop).result(10)  # GOAWAY, then the grace
+        assert fut.result() == b"0.5"
+        with pytest.raises(ConnectionRefusedError):
+            _raw(e.port)
 
 
 @pytest.mark.parametrize("garbage", [b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\xff" * 64])
