@@ -179,6 +179,17 @@ def test_message_above_the_limit_resource_exhausted():
             _unary(ch, "Echo")(b"x" * ((1 << 20) + 1), timeout=10)
         assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert _unary(ch, "Echo")(b"y" * (1 << 20), timeout=10) == b"y" * (1 << 20)
+        wait_for(lambda: not any(c.calls for c in small.server.connections), 5, "the refused call released")
+
+
+def test_deadline_of_a_request_never_ended(ep):
+    """A request whose client never ends it: DEADLINE_EXCEEDED at its grpc-timeout, the call released."""
+    s = _raw(ep.port)
+    s.sendall(_preface() + _headers_frame(1, f"/{SERVICE}/Echo", end=False, extra=(("grpc-timeout", "200m"),)))
+    first, block = _read_until_end(s, 1)
+    assert first and (b"\x014" in block or b"\x81\x67" in block), block  # grpc-status 4, raw or Huffman
+    wait_for(lambda: not any(c.calls for c in ep.server.connections), 5, "the expired call released")
+    s.close()
 
 
 def test_compressed_request_without_encoding_unimplemented(ep):
@@ -269,9 +280,10 @@ def _literal(name: str, value: str) -> bytes:  # HPACK literal without indexing,
     return b"\x00" + bytes([len(n)]) + n + bytes([len(v)]) + v
 
 
-def _headers_frame(sid: int, path: str, end: bool) -> bytes:
+def _headers_frame(sid: int, path: str, end: bool, extra=()) -> bytes:
     block = (b"\x83\x86" + _literal(":path", path) + _literal(":authority", "x")  # POST, http
-             + _literal("content-type", "application/grpc") + _literal("te", "trailers"))
+             + _literal("content-type", "application/grpc") + _literal("te", "trailers")
+             + b"".join(_literal(k, v) for k, v in extra))
     return _frame(1, 0x4 | (0x1 if end else 0), sid, block)
 
 

@@ -147,7 +147,9 @@ class Call:
         self.finished = True
         self._stop_timer()
         self.conn.finish(self.sid, code, encode_message(details))
-        if self.task is not None and self.task is not asyncio.current_task():
+        if self.task is None:  # refused before its handler ran: nothing else will release it
+            self.conn.call_done(self)
+        elif self.task is not asyncio.current_task():
             self.task.cancel()
 
     def _stop_timer(self) -> None:
@@ -181,7 +183,12 @@ class Call:
                     raise CallError(INTERNAL if self.count == 0 else UNIMPLEMENTED,
                                     "no request message" if self.count == 0 else
                                     f"{self.count} request messages to a unary method")
-                arg = h.request_deserializer(self.payload) if h.request_deserializer is not None else self.payload
+                arg = self.payload
+                if h.request_deserializer is not None:
+                    try:
+                        arg = h.request_deserializer(arg)
+                    except Exception:  # noqa: BLE001 - a request that does not parse: INTERNAL, as grpcio
+                        raise CallError(INTERNAL, "Exception deserializing request!") from None
             serialize = h.response_serializer
             if h.response_streaming:
                 behavior = h.unary_stream if h.unary_stream is not None else h.stream_stream
