@@ -233,13 +233,22 @@ cdef class ServerSession:
         """One read's events (see the module's doc); H2Error when nghttp2 refuses the input."""
         cdef const uint8_t[::1] view = data
         cdef ssize_t rv
-        self.events = []
         if view.shape[0] == 0:
-            return self.events
+            return self.take_events()
         rv = nghttp2_session_mem_recv(self.s, &view[0], view.shape[0])
         if rv < 0:
             raise H2Error(nghttp2_strerror(<int>rv).decode())
-        return self.events
+        return self.take_events()
+
+    def take_events(self) -> list:
+        """The events not handed out yet (those `drain` caused: a stream nghttp2 closed while sending)."""
+        events = self.events
+        self.events = []
+        return events
+
+    @property
+    def has_events(self) -> bool:
+        return len(self.events) != 0
 
     def drain(self) -> bytes:
         """Every byte nghttp2 has to send now (frames, DATA out of the streams' buffers, trailers)."""

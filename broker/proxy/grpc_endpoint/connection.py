@@ -51,6 +51,10 @@ class H2Connection(asyncio.Protocol):
         except H2Error as e:
             self._abandon(str(e))
             return
+        self._dispatch(events)
+        self.flush()
+
+    def _dispatch(self, events: list) -> None:
         calls = self.calls
         for ev in events:
             kind = ev[0]
@@ -72,7 +76,6 @@ class H2Connection(asyncio.Protocol):
                 call = calls.get(ev[1])
                 if call is not None:
                     too_large(call, ev[2], self.server.max_message)
-        self.flush()
 
     def connection_lost(self, exc) -> None:
         self._closed = True
@@ -127,6 +130,9 @@ class H2Connection(asyncio.Protocol):
             return
         if out:
             self.transport.write(out)
+        if self.session.has_events:  # a stream nghttp2 closed while sending: its call is told
+            self._dispatch(self.session.take_events())
+            self.flush_soon()
         if not self.session.want_io():
             reason = self.session.last_error
             if reason:
