@@ -10,9 +10,11 @@ KERNELS := $(wildcard pyx/*.pyx pyx/*.pxd pyx/*.h)
 $(VPY):
 	$(PY) -m venv $(VENV)
 
-# Debian packages the build needs (zlib for the CRC in the codec kernel); installed when missing.
+# Debian packages the build needs (zlib for the CRC in the codec kernel, libnghttp2 for the gRPC
+# endpoint's HTTP/2 session kernel); installed when missing.
 .deps/debian:
 	@test -f /usr/include/zlib.h || (apt-get update -qq && apt-get install -y -qq zlib1g-dev)
+	@test -f /usr/include/nghttp2/nghttp2.h || (apt-get update -qq && apt-get install -y -qq libnghttp2-dev)
 	@mkdir -p .deps && touch $@
 
 $(STAMP): $(VPY) requirements.txt setup.py .deps/debian

@@ -29,6 +29,7 @@ KERNELS = {
     "queue_read": (["pyx/queue_read.pyx"], []),
     "index_dispatch": (["pyx/index_dispatch.pyx"], []),
     "sql92": (["pyx/sql92.pyx"], []),
+    "h2_session": (["pyx/h2_session.pyx"], ["nghttp2"]),
 }
 
 flags = ["-O3", "-Wall", "-Wno-unused-function", "-Wno-unreachable-code"]

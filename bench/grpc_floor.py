@@ -6,7 +6,8 @@ that moment.
 
     python -m bench.grpc_floor PORT [MODE]     # prints "grpc floor listening" once it serves
 
-MODE: `aio` (grpc.aio, as the front; the default), `syncN` (the synchronous grpc.server with N
+MODE: `aio` (grpc.aio, the front's server until its own endpoint; the default), `h2` (the front's
+own endpoint, broker.proxy.grpc_endpoint on libnghttp2, with the same servicer), `syncN` (the synchronous grpc.server with N
 pool threads), `bridgeN` (syncN whose handler awaits a coroutine on an asyncio loop in another
 thread, as a synchronous front would reach its asyncio remoting client). `python -m bench.grpc_bench
 floors` drives each.
@@ -31,11 +32,11 @@ def _answer():
     return answer
 
 
-async def serve_aio(port: int) -> None:
+async def serve_aio(port: int, own_endpoint: bool = False) -> None:
     import grpc
 
     from broker.proxy.protocol import service_pb2_grpc as rpc
-    from broker.proxy.startup import SERVER_OPTIONS
+    from broker.proxy.startup import MAX_MESSAGE, SERVER_OPTIONS
 
     answer = _answer()
 
@@ -43,7 +44,11 @@ async def serve_aio(port: int) -> None:
         async def SendMessage(self, request, context):
             return answer(request)
 
-    server = grpc.aio.server(options=SERVER_OPTIONS)
+    if own_endpoint:
+        from broker.proxy.grpc_endpoint import GrpcServer
+        server = GrpcServer(MAX_MESSAGE)
+    else:
+        server = grpc.aio.server(options=SERVER_OPTIONS)
     rpc.add_MessagingServiceServicer_to_server(Floor(), server)
     if server.add_insecure_port(f"127.0.0.1:{port}") == 0:
         raise OSError(f"cannot listen on 127.0.0.1:{port}")
@@ -91,10 +96,10 @@ def serve_sync(port: int, threads: int, bridge: bool) -> None:
 
 if __name__ == "__main__":
     port, mode = int(sys.argv[1]), (sys.argv[2] if len(sys.argv) > 2 else "aio")
-    if mode == "aio":
-        asyncio.run(serve_aio(port))
+    if mode in ("aio", "h2"):
+        asyncio.run(serve_aio(port, own_endpoint=mode == "h2"))
     elif mode.startswith(("sync", "bridge")):
         threads = mode.removeprefix("sync").removeprefix("bridge")
         serve_sync(port, int(threads or 8), mode.startswith("bridge"))
     else:
-        sys.exit(f"unknown mode {mode!r}: aio, syncN or bridgeN")
+        sys.exit(f"unknown mode {mode!r}: aio, h2, syncN or bridgeN")

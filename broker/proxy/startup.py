@@ -1,8 +1,9 @@
 """The gRPC front's process: `broker proxy -c proxy.conf` (cluster mode: brokers found through
 namesrvAddr), or `python -m broker.proxy.startup --config JSON --parent PID` as a broker's
 supervised child (local mode, grpcServerPort in broker.conf: ServiceProcess starts it so and
-restarts it if it dies). grpc.aio runs on the default asyncio loop, with the remoting client
-(MQClientInstance, the front's Producer) on the same loop."""
+restarts it if it dies). The gRPC endpoint (broker.proxy.grpc_endpoint: HTTP/2 on libnghttp2) runs
+on the default asyncio loop, with the remoting client (MQClientInstance, the front's Producer) on
+the same loop."""
 from __future__ import annotations
 
 import asyncio
@@ -15,40 +16,38 @@ import sys
 log = logging.getLogger("proxy")
 
 PRODUCER_GROUP = "PROXY_SEND_GROUP"  # the send header's group; checks go by each message's PGROUP
-# the server's channel arguments, shared with bench/grpc_floor.py (the bare grpcio server the bench
-# measures beside the front). Measured and not kept (bench/grpc_bench.py): optimization_target
-# "throughput", bdp_probe off, max_concurrent_streams, a synchronous grpc.server: none cut the
-# CPU per SendMessage; the synchronous server bridged to this asyncio loop cost more than grpc.aio.
-SERVER_OPTIONS = (("grpc.max_receive_message_length", 130 * 1024 * 1024),)
+MAX_MESSAGE = 130 * 1024 * 1024  # the largest request message; above it the call ends RESOURCE_EXHAUSTED
+# The grpcio server's channel arguments of bench/grpc_floor.py (grpcio's floor, printed beside the
+# front's figures; the front was a grpc.aio server until its own endpoint replaced it).
+SERVER_OPTIONS = (("grpc.max_receive_message_length", MAX_MESSAGE),)
 
 
 async def serve(config, stop: asyncio.Event, ready=None) -> None:
-    import grpc
-
     from broker.client.channel import ClientChannel
     from broker.client.client_instance import MQClientInstance
     from broker.proxy.messaging_service import MessagingService
     from broker.proxy.protocol import service_pb2_grpc as rpc
     from broker.proxy.send_activity import ProxyProducer
     from broker.proxy.inner_credentials import for_front
-    from broker.proxy.tls import server_credentials
+    from broker.proxy.grpc_endpoint import GrpcServer
+    from broker.proxy.tls import server_ssl_context
 
-    credentials = server_credentials(config)  # before anything starts: a refused file names its key
+    tls_context = server_ssl_context(config)  # before anything starts: a refused file names its key
 
     ClientChannel.coalesce_delay = config.remotingCoalesceMicros / 1e6  # this process is the front alone
     client = MQClientInstance(config.namesrvAddr, credentials=for_front(config), tls=config.tlsEnable,
                             tls_namesrv=config.tlsNamesrv)
     producer = ProxyProducer(PRODUCER_GROUP, client=client)
     await producer.start()
-    server = grpc.aio.server(options=SERVER_OPTIONS)
+    server = GrpcServer(MAX_MESSAGE)
     service = MessagingService(config, client, producer)
     rpc.add_MessagingServiceServicer_to_server(service, server)
     addr = f"{config.bindAddress}:{config.grpcServerPort}"
-    bound = server.add_insecure_port(addr) if credentials is None else server.add_secure_port(addr, credentials)
+    bound = server.add_insecure_port(addr) if tls_context is None else server.add_secure_port(addr, tls_context)
     if bound == 0:
         raise OSError(f"cannot listen on {addr}")
     await server.start()
-    tls = "" if credentials is None else (" (TLS, a self-signed test certificate)" if config.tlsTestModeEnable
+    tls = "" if tls_context is None else (" (TLS, a self-signed test certificate)" if config.tlsTestModeEnable
                                           else f" (TLS, {config.tlsCertPath})")
     print(f"grpc proxy listening on {addr}{tls}; name servers {config.namesrvAddr}"
           + (f"; started by broker {config.parentBroker}" if config.parentBroker else ""), flush=True)

@@ -5,14 +5,17 @@ tls.server.keyPath, tls.server.certPath: broker.server.broker_config.TLS_SYSTEM_
 
 tls.server.mode: "disabled" (this front's default: plaintext) or "enforcing" (TLS only). The Java
 proxy's default, "permissive", sniffs each connection and serves TLS and plaintext on one port;
-grpcio serves one or the other on a port, so permissive is refused naming the key rather than
+this front serves one or the other on a port, so permissive is refused naming the key rather than
 quietly serving one of the two. In enforcing mode, tlsTestModeEnable (true by default, as the Java
 proxy's) serves a self-signed certificate made at start; false serves tlsCertPath and tlsKeyPath
 (PEM, the key unencrypted), which must be readable when the front starts.
 """
 from __future__ import annotations
 
+import os
 import shutil
+import ssl
+import tempfile
 
 from broker.remoting.tls import TLS_MODES, read_pem, self_signed
 from broker.store.errors import StoreConfigError
@@ -24,7 +27,7 @@ def check_tls(config) -> None:
         raise StoreConfigError("tls.server.mode", f"{config.tlsMode!r} is not one of {', '.join(TLS_MODES)}")
     if config.tlsMode == "permissive":
         raise StoreConfigError("tls.server.mode", "permissive (TLS and plaintext on one port) is not served by "
-                                                  "grpcio: choose enforcing (TLS) or disabled (plaintext)")
+                                                  "this front: choose enforcing (TLS) or disabled (plaintext)")
     if config.tlsMode != "enforcing":
         return
     if config.tlsTestModeEnable:
@@ -37,15 +40,28 @@ def check_tls(config) -> None:
     read_pem("tlsKeyPath", config.tlsKeyPath, "private key")
 
 
-def server_credentials(config):
-    """grpc.ServerCredentials for tls.server.mode=enforcing; None for a plaintext front."""
+def server_ssl_context(config) -> ssl.SSLContext | None:
+    """The front's SSLContext (ALPN h2, as gRPC requires) for tls.server.mode=enforcing; None for a
+    plaintext front."""
     check_tls(config)
     if config.tlsMode != "enforcing":
         return None
-    import grpc
     if config.tlsTestModeEnable:
         key, cert = self_signed("tlsTestModeEnable")
     else:
         key = read_pem("tlsKeyPath", config.tlsKeyPath, "private key")
         cert = read_pem("tlsCertPath", config.tlsCertPath, "certificate chain")
-    return grpc.ssl_server_credentials([(key, cert)])
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2  # HTTP/2 over TLS needs 1.2 or later (RFC 9113 9.2)
+    ctx.set_alpn_protocols(["h2"])
+    with tempfile.TemporaryDirectory(prefix="tls-") as d:  # load_cert_chain reads files only
+        kp, cp = os.path.join(d, "key.pem"), os.path.join(d, "cert.pem")
+        with open(kp, "wb") as f:
+            f.write(key)
+        with open(cp, "wb") as f:
+            f.write(cert)
+        try:
+            ctx.load_cert_chain(cp, kp)
+        except ssl.SSLError as e:
+            raise StoreConfigError("tlsCertPath", f"the certificate and key do not load: {e}") from None
+    return ctx

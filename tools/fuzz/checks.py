@@ -16,6 +16,7 @@ from broker.kernels import client_codec as KCC
 from broker.kernels import codec as KC
 from broker.kernels import ha as KH
 from broker.kernels import index_dispatch as KI
+from broker.kernels import h2_session as KH2
 from broker.kernels import header as KHD
 from broker.kernels import pulled as KP
 from broker.kernels import remoting as KR
@@ -28,6 +29,7 @@ from tests.twins import client_codec_twin as TCC
 from tests.twins import codec_twin as TC
 from tests.twins import ha_twin as TH
 from tests.twins import index_dispatch_twin as TI
+from tests.twins import grpc_message_twin as TG
 from tests.twins import header_twin as THD
 from tests.twins import pulled_twin as TP
 from tests.twins import remoting_twin as TR
@@ -583,6 +585,59 @@ def check_sql92(data: bytes) -> None:
     _same("sql92 matches", KS.matches, TS.matches, prog, props)
 
 
+# -- the gRPC endpoint: nghttp2's server session on client bytes, and the message reassembly ---------
+H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+GRPC_LIMITS = (0, 5, 64, 1 << 20)
+
+
+def check_grpc(data: bytes) -> None:
+    """data[0]: bit 0 the client preface and an empty SETTINGS put before the rest (so nghttp2's
+    frame parser, not only its preface check, sees the garbage), bits 1-2 the reader's limit, bits
+    3-7 the cut step; the rest is fed to a server session in pieces, each read's streams answered
+    (a message, a status, a reset in turn) and its output drained, as the endpoint does; the same
+    bytes go through the message reader and its twin."""
+    if len(data) < 2:
+        return
+    rest = data[1:]
+    if data[0] & 1:
+        rest = H2_PREFACE + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00" + rest
+    limit = GRPC_LIMITS[(data[0] >> 1) & 3]
+    step = 1 + (data[0] >> 3) * 7
+    session = KH2.ServerSession(limit)
+    session.drain()
+    for at in range(0, len(rest), step):
+        try:
+            events = session.feed(rest[at:at + step])
+        except KH2.H2Error:
+            break
+        for ev in events:
+            if ev[0] == KH2.EV_HEADERS:
+                sid = ev[1]
+                turn = sid % 4
+                if turn == 0:
+                    session.unary(sid, ev[2].encode() if ev[2] else b"")
+                elif turn == 1:
+                    session.send_message(sid, b"x" * (sid % 300))
+                    session.finish(sid, 2, b"a%20b")
+                elif turn == 2:
+                    session.finish(sid, 12, None)
+                else:
+                    session.reset(sid)
+        try:
+            session.drain()
+        except KH2.H2Error:
+            break
+        if not session.want_io():
+            break
+    k, t = KH2.MessageReader(limit), TG.MessageReader(limit)
+    for at in range(0, len(rest), step):
+        kr = _outcome(k.feed, rest[at:at + step])
+        if kr != _outcome(t.feed, rest[at:at + step]):
+            raise Mismatch(f"MessageReader: kernel {kr!r} != twin")
+        if kr[0] == "raised":
+            break
+
+
 CHECKS = {
     "frames": check_frames,
     "scan": check_scan,
@@ -595,4 +650,5 @@ CHECKS = {
     "sends": check_sends,
     "pulled": check_pulled,
     "sql92": check_sql92,
+    "grpc": check_grpc,
 }

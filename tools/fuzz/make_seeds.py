@@ -207,11 +207,29 @@ def sql92_seeds() -> list[bytes]:
     return out
 
 
+def grpc_seeds() -> list[bytes]:
+    """A grpcio-like client's first bytes (preface put by check_grpc: data[0] bit 0), a unary call
+    to /apache.rocketmq.v2.MessagingService/SendMessage; and a bare stream of gRPC messages."""
+    def frame(kind: int, flags: int, sid: int, payload: bytes) -> bytes:
+        return struct.pack(">I", len(payload))[1:] + bytes([kind, flags]) + struct.pack(">I", sid) + payload
+
+    def literal(name: bytes, value: bytes) -> bytes:
+        return b"\x00" + bytes([len(name)]) + name + bytes([len(value)]) + value
+
+    block = (b"\x83\x86" + literal(b":path", b"/apache.rocketmq.v2.MessagingService/SendMessage")
+             + literal(b":authority", b"127.0.0.1:8081") + literal(b"content-type", b"application/grpc")
+             + literal(b"te", b"trailers") + literal(b"grpc-timeout", b"3S") + literal(b"x-mq-client-id", b"c1"))
+    msg = b"\x00" + struct.pack(">I", 11) + b"hello world"
+    call = frame(1, 4, 1, block) + frame(0, 0, 1, msg[:7]) + frame(0, 1, 1, msg[7:])
+    two = call + frame(1, 4, 3, block) + frame(0, 1, 3, msg) + frame(3, 0, 3, struct.pack(">I", 8))
+    return [b"\x01" + call, b"\x09" + two, b"\x06" + msg * 3, b"\x00" + b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"]
+
+
 def main() -> None:
     for name, make in (("frames", frames_seeds), ("scan", scan_seeds), ("properties", properties_seeds),
                        ("ha", ha_seeds), ("headers", headers_seeds),
                        ("send", send_seeds), ("replies", replies_seeds), ("sends", sends_seeds), ("pulled", pulled_seeds),
-                       ("sql92", sql92_seeds)):
+                       ("sql92", sql92_seeds), ("grpc", grpc_seeds)):
         d = SEEDS / name
         d.mkdir(parents=True, exist_ok=True)
         for data in make():

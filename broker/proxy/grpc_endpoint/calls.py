@@ -1,0 +1,234 @@
+"""One gRPC call on a connection: its handler (a grpc.RpcMethodHandler) run in a task of its own,
+unary or streaming either way, its deadline (grpc-timeout) and its cancellation (RST_STREAM).
+
+A unary request is run when the client's side ends (its one message then known); a streaming
+request starts its handler at once with a RequestStream the incoming messages feed. An idle stream
+costs this object and its handler's own task: no task, timer or poll of ours waits on it."""
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import zlib
+
+from broker.proxy.grpc_endpoint.context import ServicerContext
+from broker.proxy.grpc_endpoint.status import (
+    CANCELLED, DEADLINE_EXCEEDED, INTERNAL, OK, RESOURCE_EXHAUSTED, UNIMPLEMENTED, UNKNOWN, AbortError,
+    encode_message)
+
+log = logging.getLogger("proxy")
+
+_DECOMPRESS = {"gzip": lambda b: zlib.decompress(b, 31), "deflate": zlib.decompress}
+
+
+class CallError(Exception):
+    """The request itself is wrong (a compressed message we cannot read, no request message)."""
+
+    def __init__(self, code: int, details: str):
+        super().__init__(details)
+        self.code = code
+
+
+class RequestStream:
+    """The request iterator of a streaming request: incoming messages, deserialized when read."""
+    __slots__ = ("_queue", "_waiter", "_ended", "_deserialize", "_loop")
+
+    def __init__(self, deserialize, loop):
+        self._queue = collections.deque()
+        self._waiter = None
+        self._ended = False
+        self._deserialize = deserialize
+        self._loop = loop
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self):
+        while not self._queue:
+            if self._ended:
+                raise StopAsyncIteration
+            self._waiter = self._loop.create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        payload = self._queue.popleft()
+        return self._deserialize(payload) if self._deserialize is not None else payload
+
+    async def read(self):
+        try:
+            return await self.__anext__()
+        except StopAsyncIteration:
+            return None  # grpc.aio's EOF is a sentinel; nothing here reads that way
+
+    def put(self, payload: bytes) -> None:
+        self._queue.append(payload)
+        self._wake()
+
+    def end(self) -> None:
+        self._ended = True
+        self._wake()
+
+    def _wake(self) -> None:
+        w = self._waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+
+class Call:
+    __slots__ = ("conn", "sid", "handler", "context", "deadline", "timer", "task", "payload", "count",
+                 "requests", "encoding", "expired", "finished", "path")
+
+    def __init__(self, conn, sid: int, path: str, handler, metadata: list, timeout: float | None,
+                 encoding: str | None):
+        self.conn = conn
+        self.sid = sid
+        self.path = path
+        self.handler = handler
+        self.context = ServicerContext(self, metadata)
+        self.encoding = encoding
+        self.payload = None
+        self.count = 0
+        self.requests = None
+        self.task = None
+        self.expired = False
+        self.finished = False
+        if timeout is not None:
+            self.deadline = conn.loop.time() + timeout
+            self.timer = conn.loop.call_at(self.deadline, self.expire)
+        else:
+            self.deadline = None
+            self.timer = None
+        if handler.request_streaming:
+            self.requests = RequestStream(handler.request_deserializer, conn.loop)
+            self.task = conn.loop.create_task(self.run())
+
+    # -- what the connection tells the call ---------------------------------------------------------
+    def on_message(self, flag: int, payload: bytes) -> None:
+        if flag:
+            payload = self._decompressed(flag, payload)
+            if payload is None:
+                return
+        if self.requests is not None:
+            self.requests.put(payload)
+        else:
+            self.payload = payload
+            self.count += 1
+
+    def on_end(self) -> None:
+        if self.requests is not None:
+            self.requests.end()
+        elif self.task is None and not self.finished:
+            self.task = self.conn.loop.create_task(self.run())
+
+    def on_closed(self) -> None:
+        """The client reset the stream (or the connection went): the handler is cancelled."""
+        self.context.cancelled_ = True
+        self.finished = True
+        self._stop_timer()
+        if self.task is not None:
+            self.task.cancel()
+
+    def expire(self) -> None:
+        """The deadline passed: DEADLINE_EXCEEDED now, the handler cancelled."""
+        self.timer = None
+        if self.finished:
+            return
+        self.expired = True
+        self.context.cancelled_ = True
+        self.fail(DEADLINE_EXCEEDED, "Deadline Exceeded")
+        if self.task is not None:
+            self.task.cancel()
+
+    def fail(self, code: int, details: str) -> None:
+        """End the call with `code` (trailers, or trailers-only before any response)."""
+        if self.finished:
+            return
+        self.finished = True
+        self._stop_timer()
+        self.conn.finish(self.sid, code, encode_message(details))
+        if self.task is None:  # refused before its handler ran: nothing else will release it
+            self.conn.call_done(self)
+        elif self.task is not asyncio.current_task():
+            self.task.cancel()
+
+    def _stop_timer(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def _decompressed(self, flag: int, payload: bytes):
+        decompress = _DECOMPRESS.get(self.encoding) if flag == 1 else None
+        if decompress is None:
+            self.fail(UNIMPLEMENTED if flag == 1 else INTERNAL,
+                      f"a compressed message with grpc-encoding {self.encoding!r}, which this server does not read"
+                      if flag == 1 else f"a message with compressed flag {flag}")
+            return None
+        try:
+            return decompress(payload)
+        except zlib.error as e:
+            self.fail(INTERNAL, f"a {self.encoding} message that does not decompress: {e}")
+            return None
+
+    # -- the handler ----------------------------------------------------------------------------------
+    async def run(self) -> None:
+        h = self.handler
+        ctx = self.context
+        conn = self.conn
+        try:
+            if self.requests is not None:
+                arg = self.requests
+            else:
+                if self.count != 1:
+                    raise CallError(INTERNAL if self.count == 0 else UNIMPLEMENTED,
+                                    "no request message" if self.count == 0 else
+                                    f"{self.count} request messages to a unary method")
+                arg = self.payload
+                if h.request_deserializer is not None:
+                    try:
+                        arg = h.request_deserializer(arg)
+                    except Exception:  # noqa: BLE001 - a request that does not parse: INTERNAL, as grpcio
+                        raise CallError(INTERNAL, "Exception deserializing request!") from None
+            serialize = h.response_serializer
+            if h.response_streaming:
+                behavior = h.unary_stream if h.unary_stream is not None else h.stream_stream
+                async for response in behavior(arg, ctx):
+                    if self.finished:
+                        break
+                    conn.send_message(self.sid, serialize(response) if serialize is not None else response)
+                if not self.finished:
+                    self.finished = True
+                    code = ctx.code_ or OK
+                    conn.finish(self.sid, code, encode_message(ctx.details_) if code else None)
+            else:
+                behavior = h.unary_unary if h.unary_unary is not None else h.stream_unary
+                response = behavior(arg, ctx)
+                if asyncio.iscoroutine(response):
+                    response = await response
+                if not self.finished:
+                    self.finished = True
+                    if ctx.code_:
+                        conn.finish(self.sid, ctx.code_, encode_message(ctx.details_))
+                    else:
+                        conn.unary(self.sid, serialize(response) if serialize is not None else response)
+        except asyncio.CancelledError:
+            if not self.finished:  # the front stopping: the client learns the call was cancelled
+                self.fail(CANCELLED, "Cancelled")
+        except AbortError:
+            self.fail(ctx.code_ or UNKNOWN, ctx.details_ or "")
+        except CallError as e:
+            self.fail(e.code, str(e))
+        except Exception as e:  # noqa: BLE001 - the call ends UNKNOWN, logged; the connection lives
+            if ctx.code_:  # the servicer's default (UNIMPLEMENTED, then NotImplementedError)
+                self.fail(ctx.code_, ctx.details_ or str(e))
+            else:
+                log.exception("gRPC call %s from %s failed", self.path, conn.peer)
+                self.fail(UNKNOWN, f"Unexpected {type(e)}: {e}")
+        finally:
+            self._stop_timer()
+            ctx.done_ = True
+            conn.call_done(self)
+
+
+def too_large(call: Call, length: int, limit: int) -> None:
+    call.fail(RESOURCE_EXHAUSTED, f"Received message larger than max ({length} vs. {limit})")

@@ -1,0 +1,168 @@
+"""One HTTP/2 connection of the gRPC endpoint: an asyncio Protocol feeding its nghttp2 session
+(broker.kernels.h2_session) and writing the session's output once per read, or once per loop
+iteration for answers that come later (flush_soon), never once per frame."""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from broker.kernels.h2_session import (
+    EV_CLOSED, EV_END, EV_HEADERS, EV_MESSAGE, EV_TOO_LARGE, H2Error, ServerSession)
+from broker.proxy.grpc_endpoint.calls import Call, too_large
+from broker.proxy.grpc_endpoint.status import UNAVAILABLE, UNIMPLEMENTED, encode_message, timeout_seconds
+
+log = logging.getLogger("proxy")
+
+
+def peer_of(transport) -> str:
+    """grpcio's peer format: ipv4:127.0.0.1:5555, ipv6:[::1]:5555."""
+    addr = transport.get_extra_info("peername")
+    if not addr:
+        return "unknown"
+    if len(addr) >= 4 or ":" in addr[0]:
+        return f"ipv6:[{addr[0]}]:{addr[1]}"
+    return f"ipv4:{addr[0]}:{addr[1]}"
+
+
+class H2Connection(asyncio.Protocol):
+    def __init__(self, server):
+        self.server = server
+        self.loop = server.loop
+        self.calls: dict[int, Call] = {}
+        self.transport = None
+        self.session = None
+        self.peer = "unknown"
+        self._flush_pending = False
+        self._closed = False
+
+    # -- asyncio.Protocol -----------------------------------------------------------------------------
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        self.peer = peer_of(transport)
+        self.session = ServerSession(self.server.max_message)
+        self.server.connections.add(self)
+        if self.server.stopping:
+            self.session.goaway()
+        self.flush()
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            events = self.session.feed(data)
+        except H2Error as e:
+            self._abandon(str(e))
+            return
+        self._dispatch(events)
+        self.flush()
+
+    def _dispatch(self, events: list) -> None:
+        calls = self.calls
+        for ev in events:
+            kind = ev[0]
+            if kind == EV_MESSAGE:
+                call = calls.get(ev[1])
+                if call is not None:
+                    call.on_message(ev[2], ev[3])
+            elif kind == EV_HEADERS:
+                self._open(ev)
+            elif kind == EV_END:
+                call = calls.get(ev[1])
+                if call is not None:
+                    call.on_end()
+            elif kind == EV_CLOSED:
+                call = calls.pop(ev[1], None)
+                if call is not None:
+                    call.on_closed()
+            elif kind == EV_TOO_LARGE:
+                call = calls.get(ev[1])
+                if call is not None:
+                    too_large(call, ev[2], self.server.max_message)
+
+    def connection_lost(self, exc) -> None:
+        self._closed = True
+        self.server.connections.discard(self)
+        calls, self.calls = self.calls, {}
+        for call in calls.values():
+            call.on_closed()
+        self.server.connection_gone()
+
+    # -- calls ----------------------------------------------------------------------------------------
+    def _open(self, ev) -> None:
+        _, sid, path, metadata, timeout, encoding = ev
+        handler = self.server.handler_of(path)
+        if handler is None:
+            self.session.finish(sid, UNIMPLEMENTED, encode_message(f"Method not found: {path}"))
+            return
+        self.calls[sid] = Call(self, sid, path, handler, metadata, timeout_seconds(timeout), encoding)
+
+    def call_done(self, call: Call) -> None:
+        if self.calls.get(call.sid) is call:
+            del self.calls[call.sid]
+        self.flush_soon()
+        if not self.calls:
+            self.server.connection_gone()
+
+    def send_message(self, sid: int, payload: bytes) -> None:
+        if self.session.send_message(sid, payload):
+            self.flush_soon()
+
+    def unary(self, sid: int, payload: bytes) -> None:
+        if self.session.unary(sid, payload):
+            self.flush_soon()
+
+    def finish(self, sid: int, code: int, message: bytes | None) -> None:
+        if self.session.finish(sid, code, message):
+            self.flush_soon()
+
+    # -- output ---------------------------------------------------------------------------------------
+    def flush_soon(self) -> None:
+        if not self._flush_pending:
+            self._flush_pending = True
+            self.loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        self._flush_pending = False
+        if self._closed:
+            return
+        try:
+            out = self.session.drain()
+        except H2Error as e:
+            self._abandon(str(e))
+            return
+        if out:
+            self.transport.write(out)
+        if self.session.has_events:  # a stream nghttp2 closed while sending: its call is told
+            self._dispatch(self.session.take_events())
+            self.flush_soon()
+        if not self.session.want_io():
+            reason = self.session.last_error
+            if reason:
+                log.warning("gRPC connection from %s closed: %s", self.peer, reason)
+            self._closed = True
+            self.transport.close()
+
+    def goaway(self) -> None:
+        """The server stops: no new streams; the calls in flight go on."""
+        if not self._closed:
+            self.session.goaway()
+            self.flush()
+
+    def abort(self) -> None:
+        """The grace is over: the calls left are cancelled and the connection closed."""
+        for call in list(self.calls.values()):
+            call.fail(UNAVAILABLE, "the server is stopping")
+        self.flush()
+        if not self._closed:
+            self._closed = True
+            self.transport.close()
+
+    def _abandon(self, reason: str) -> None:
+        """nghttp2 refused this connection's input: logged naming the peer, this connection alone closed."""
+        log.warning("gRPC connection from %s closed: HTTP/2 protocol error: %s", self.peer, reason)
+        try:
+            out = self.session.drain()  # its GOAWAY, when nghttp2 has one to say
+            if out:
+                self.transport.write(out)
+        except H2Error:
+            pass
+        self._closed = True
+        self.transport.close()

@@ -1,0 +1,498 @@
+# cython: language_level=3
+"""The gRPC endpoint's HTTP/2 server session on libnghttp2 (broker.proxy.grpc_endpoint).
+
+Everything HTTP/2 (the preface, HPACK, SETTINGS, PING, flow control, GOAWAY, stream states) is
+nghttp2's; this kernel only keeps per-call Python work small. `feed(data)` runs one read through
+nghttp2_session_mem_recv and returns that read's events as small tuples:
+
+    (EV_HEADERS, stream_id, path, metadata, grpc_timeout, grpc_encoding)  a request's headers
+    (EV_MESSAGE, stream_id, compressed_flag, payload)                      one whole gRPC message
+    (EV_END, stream_id)                                                    the client's side ended
+    (EV_CLOSED, stream_id, h2_error_code)                                  closed before we finished it
+    (EV_TOO_LARGE, stream_id, length)                                      a message above the limit
+
+The gRPC messages (1 byte compressed flag, 4 byte big-endian length, payload) are reassembled
+here from DATA chunks (MessageReader; its twin is tests/twins/grpc_message_twin.py). Responses are
+queued per stream (`send_message`, `finish`, `unary`, `reset`) and `drain()` returns the bytes to
+write, once per read: a stream's messages go out through a data provider over its own buffer
+(deferred when the buffer is empty, resumed when a message is queued); its trailers follow.
+"""
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
+from libc.stdint cimport int32_t, uint8_t, uint32_t
+from libc.string cimport memcpy
+
+from binascii import a2b_base64
+
+EV_HEADERS = 0
+EV_MESSAGE = 1
+EV_END = 2
+EV_CLOSED = 3
+EV_TOO_LARGE = 4
+
+# gRPC's default receive limit on this front (grpc.max_receive_message_length of the grpcio server)
+DEFAULT_MAX_MESSAGE = 130 * 1024 * 1024
+MAX_CONCURRENT_STREAMS = 1000
+STREAM_WINDOW = 16 * 1024 * 1024  # generous: nghttp2 consumes what we read and updates the windows
+CONNECTION_WINDOW = 64 * 1024 * 1024
+H2_CANCEL = NGHTTP2_CANCEL
+
+
+class H2Error(Exception):
+    """nghttp2 refused the connection's input (a bad preface, a flood, a broken frame)."""
+
+
+class MessageTooLarge(ValueError):
+    """A gRPC message whose length prefix exceeds the reader's limit."""
+
+
+cdef extern from "nghttp2/nghttp2.h":
+    ctypedef int (*nghttp2_error_callback2)(nghttp2_session *, int, const char *, size_t, void *) noexcept
+    void nghttp2_session_callbacks_set_error_callback2(nghttp2_session_callbacks *, nghttp2_error_callback2)
+
+
+cdef class MessageReader:
+    """gRPC length-prefixed messages out of a byte stream cut anywhere."""
+    cdef bytearray pending
+    cdef size_t need          # bytes `pending` must hold before a parse can yield a message
+    cdef readonly size_t max_length
+
+    def __cinit__(self, size_t max_length=DEFAULT_MAX_MESSAGE):
+        self.pending = bytearray()
+        self.need = 5
+        self.max_length = max_length
+
+    @property
+    def buffered(self) -> int:
+        return PyByteArray_GET_SIZE(self.pending)
+
+    cdef Py_ssize_t _parse(self, const uint8_t *b, size_t n, list out, int32_t sid) except -2:
+        """Whole messages of b[:n] appended to out; the bytes consumed, or -1 past the limit."""
+        cdef size_t pos = 0
+        cdef size_t length
+        while n - pos >= 5:
+            length = (<size_t>b[pos + 1] << 24) | (<size_t>b[pos + 2] << 16) | (<size_t>b[pos + 3] << 8) | b[pos + 4]
+            if length > self.max_length:
+                self.need = length
+                return -1
+            if n - pos - 5 < length:
+                self.need = 5 + length
+                return pos
+            payload = PyBytes_FromStringAndSize(<const char *>b + pos + 5, length)
+            if sid >= 0:
+                out.append((EV_MESSAGE, sid, b[pos], payload))
+            else:
+                out.append((b[pos], payload))
+            pos += 5 + length
+        self.need = 5
+        return pos
+
+    cdef Py_ssize_t push(self, const uint8_t *data, size_t n, list out, int32_t sid) except -2:
+        """Append the whole messages `data` completes to out; 0, or -1 when one is above the limit
+        (its length then in self.need)."""
+        cdef Py_ssize_t k, have = PyByteArray_GET_SIZE(self.pending)
+        if have == 0:
+            k = self._parse(data, n, out, sid)
+            if k < 0:
+                return -1
+            if <size_t>k < n:
+                PyByteArray_Resize(self.pending, n - k)
+                memcpy(PyByteArray_AS_STRING(self.pending), data + k, n - k)
+            return 0
+        PyByteArray_Resize(self.pending, have + n)
+        memcpy(PyByteArray_AS_STRING(self.pending) + have, data, n)
+        if <size_t>(have + n) < self.need:
+            return 0
+        k = self._parse(<const uint8_t *>PyByteArray_AS_STRING(self.pending), have + n, out, sid)
+        if k < 0:
+            return -1
+        del self.pending[:k]
+        return 0
+
+    def feed(self, data) -> list:
+        """The (compressed_flag, payload) of every message `data` completes; MessageTooLarge past the limit."""
+        cdef const uint8_t[::1] view = data
+        cdef list out = []
+        if view.shape[0] == 0:
+            return out
+        if self.push(&view[0], view.shape[0], out, -1) < 0:
+            raise MessageTooLarge(f"a message of {self.need} bytes is above the limit of {self.max_length}")
+        return out
+
+
+cdef class _Stream:
+    cdef int32_t sid
+    cdef list meta
+    cdef object path
+    cdef object timeout
+    cdef object encoding
+    cdef MessageReader reader
+    cdef bytearray out          # length-prefixed messages not yet handed to nghttp2
+    cdef Py_ssize_t out_pos
+    cdef bint responded         # the response HEADERS (with a data provider) are submitted
+    cdef bint finishing         # trailers go after `out` drains
+    cdef bint done              # the call is finished on our side (trailers or RST): no EV_CLOSED
+    cdef bint discard           # a message above the limit: the rest of its data is dropped
+    cdef bint deferred          # the data provider returned DEFERRED: resume on the next message
+    cdef bytes status
+    cdef bytes message
+
+
+cdef bytes _STATUS = b":status"
+cdef bytes _S200 = b"200"
+cdef bytes _CT = b"content-type"
+cdef bytes _GRPC = b"application/grpc"
+cdef bytes _GS = b"grpc-status"
+cdef bytes _GM = b"grpc-message"
+
+
+cdef inline void _nv(nghttp2_nv *nv, bytes name, bytes value):
+    nv.name = <uint8_t *>PyBytes_AS_STRING(name)
+    nv.namelen = PyBytes_GET_SIZE(name)
+    nv.value = <uint8_t *>PyBytes_AS_STRING(value)
+    nv.valuelen = PyBytes_GET_SIZE(value)
+    nv.flags = NGHTTP2_NV_FLAG_NONE
+
+
+cdef int _submit_trailer(nghttp2_session *s, _Stream st) noexcept:
+    cdef nghttp2_nv nva[2]
+    _nv(&nva[0], _GS, st.status)
+    if st.message is not None:
+        _nv(&nva[1], _GM, st.message)
+    return nghttp2_submit_trailer(s, st.sid, nva, 2 if st.message is not None else 1)
+
+
+cdef ssize_t _read_cb(nghttp2_session *s, int32_t sid, uint8_t *buf, size_t length, uint32_t *flags,
+                      nghttp2_data_source *source, void *user_data) noexcept:
+    cdef _Stream st = <_Stream>source.ptr
+    cdef Py_ssize_t avail = PyByteArray_GET_SIZE(st.out) - st.out_pos
+    cdef size_t n = 0
+    if avail > 0:
+        n = <size_t>avail if <size_t>avail < length else length
+        memcpy(buf, PyByteArray_AS_STRING(st.out) + st.out_pos, n)
+        st.out_pos += n
+        if st.out_pos < PyByteArray_GET_SIZE(st.out):
+            return n
+        PyByteArray_Resize(st.out, 0)
+        st.out_pos = 0
+    if st.finishing:
+        flags[0] |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM
+        if _submit_trailer(s, st) != 0:
+            return NGHTTP2_ERR_CALLBACK_FAILURE
+        return n
+    if n:
+        return n
+    st.deferred = True
+    return NGHTTP2_ERR_DEFERRED
+
+
+cdef class ServerSession:
+    """One HTTP/2 connection's server side (see the module's doc)."""
+    cdef nghttp2_session *s
+    cdef list events
+    cdef dict streams
+    cdef size_t max_message
+    cdef readonly object last_error
+
+    def __cinit__(self, size_t max_message=DEFAULT_MAX_MESSAGE, uint32_t max_concurrent_streams=MAX_CONCURRENT_STREAMS):
+        cdef nghttp2_session_callbacks *cbs
+        cdef nghttp2_option *opt
+        cdef nghttp2_settings_entry iv[2]
+        self.events = []
+        self.streams = {}
+        self.max_message = max_message
+        if nghttp2_session_callbacks_new(&cbs) != 0:
+            raise MemoryError()
+        nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, _on_begin_headers)
+        nghttp2_session_callbacks_set_on_header_callback(cbs, _on_header)
+        nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, _on_frame_recv)
+        nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, _on_data_chunk)
+        nghttp2_session_callbacks_set_on_stream_close_callback(cbs, _on_stream_close)
+        nghttp2_session_callbacks_set_error_callback2(cbs, _on_error)
+        if nghttp2_option_new(&opt) != 0:
+            nghttp2_session_callbacks_del(cbs)
+            raise MemoryError()
+        rv = nghttp2_session_server_new2(&self.s, cbs, <void *>self, opt)
+        nghttp2_option_del(opt)
+        nghttp2_session_callbacks_del(cbs)
+        if rv != 0:
+            raise MemoryError(nghttp2_strerror(rv).decode())
+        iv[0].settings_id = NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS
+        iv[0].value = max_concurrent_streams
+        iv[1].settings_id = NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE
+        iv[1].value = STREAM_WINDOW
+        nghttp2_submit_settings(self.s, NGHTTP2_FLAG_NONE, iv, 2)
+        nghttp2_session_set_local_window_size(self.s, NGHTTP2_FLAG_NONE, 0, CONNECTION_WINDOW)
+
+    def __dealloc__(self):
+        if self.s is not NULL:
+            nghttp2_session_del(self.s)
+            self.s = NULL
+
+    def feed(self, data) -> list:
+        """One read's events (see the module's doc); H2Error when nghttp2 refuses the input."""
+        cdef const uint8_t[::1] view = data
+        cdef ssize_t rv
+        if view.shape[0] == 0:
+            return self.take_events()
+        rv = nghttp2_session_mem_recv(self.s, &view[0], view.shape[0])
+        if rv < 0:
+            raise H2Error(nghttp2_strerror(<int>rv).decode())
+        return self.take_events()
+
+    def take_events(self) -> list:
+        """The events not handed out yet (those `drain` caused: a stream nghttp2 closed while sending)."""
+        events = self.events
+        self.events = []
+        return events
+
+    @property
+    def has_events(self) -> bool:
+        return len(self.events) != 0
+
+    def drain(self) -> bytes:
+        """Every byte nghttp2 has to send now (frames, DATA out of the streams' buffers, trailers)."""
+        cdef const uint8_t *p
+        cdef ssize_t n = nghttp2_session_mem_send(self.s, &p)
+        if n < 0:
+            raise H2Error(nghttp2_strerror(<int>n).decode())
+        if n == 0:
+            return b""
+        first = PyBytes_FromStringAndSize(<const char *>p, n)
+        n = nghttp2_session_mem_send(self.s, &p)
+        if n == 0:
+            return first
+        parts = [first]
+        while n > 0:
+            parts.append(PyBytes_FromStringAndSize(<const char *>p, n))
+            n = nghttp2_session_mem_send(self.s, &p)
+        if n < 0:
+            raise H2Error(nghttp2_strerror(<int>n).decode())
+        return b"".join(parts)
+
+    def want_io(self) -> bool:
+        """False once the connection is over (GOAWAY both ways and no stream left, or a fatal error)."""
+        return nghttp2_session_want_read(self.s) != 0 or nghttp2_session_want_write(self.s) != 0
+
+    def want_write(self) -> bool:
+        return nghttp2_session_want_write(self.s) != 0
+
+    @property
+    def open_streams(self) -> int:
+        return len(self.streams)
+
+    cdef int _respond(self, _Stream st) except -1:
+        cdef nghttp2_nv nva[2]
+        cdef nghttp2_data_provider prd
+        _nv(&nva[0], _STATUS, _S200)
+        _nv(&nva[1], _CT, _GRPC)
+        prd.source.ptr = <void *>st
+        prd.read_callback = _read_cb
+        rv = nghttp2_submit_response(self.s, st.sid, nva, 2, &prd)
+        if rv != 0:
+            raise H2Error(nghttp2_strerror(rv).decode())
+        st.responded = True
+        return 0
+
+    cdef inline void _queue(self, _Stream st, bytes payload):
+        cdef Py_ssize_t n = PyBytes_GET_SIZE(payload)
+        cdef Py_ssize_t have = PyByteArray_GET_SIZE(st.out)
+        cdef char *p
+        PyByteArray_Resize(st.out, have + 5 + n)
+        p = PyByteArray_AS_STRING(st.out) + have
+        p[0] = 0
+        p[1] = <char>((n >> 24) & 0xff)
+        p[2] = <char>((n >> 16) & 0xff)
+        p[3] = <char>((n >> 8) & 0xff)
+        p[4] = <char>(n & 0xff)
+        memcpy(p + 5, PyBytes_AS_STRING(payload), n)
+
+    cdef int _kick(self, _Stream st) except -1:
+        if not st.responded:
+            self._respond(st)
+        elif st.deferred:
+            st.deferred = False
+            nghttp2_session_resume_data(self.s, st.sid)
+        return 0
+
+    def send_message(self, int32_t sid, bytes payload) -> bool:
+        """Queue one response message (the response headers first, once); False if the stream is gone."""
+        cdef _Stream st = self.streams.get(sid)
+        if st is None or st.done:
+            return False
+        self._queue(st, payload)
+        self._kick(st)
+        return True
+
+    def finish(self, int32_t sid, int code, bytes message=None) -> bool:
+        """End the call with grpc-status `code` (grpc-message `message`, percent-encoded by the
+        caller): trailers after the queued messages, or a trailers-only response."""
+        cdef _Stream st = self.streams.get(sid)
+        cdef nghttp2_nv nva[4]
+        if st is None or st.done:
+            return False
+        st.done = True
+        st.status = str(code).encode() if code else b"0"
+        st.message = message if message else None
+        if st.responded:
+            st.finishing = True
+            if st.deferred:
+                st.deferred = False
+                nghttp2_session_resume_data(self.s, sid)
+            return True
+        _nv(&nva[0], _STATUS, _S200)
+        _nv(&nva[1], _CT, _GRPC)
+        _nv(&nva[2], _GS, st.status)
+        if st.message is not None:
+            _nv(&nva[3], _GM, st.message)
+        rv = nghttp2_submit_response(self.s, sid, nva, 4 if st.message is not None else 3, NULL)
+        if rv != 0:
+            raise H2Error(nghttp2_strerror(rv).decode())
+        return True
+
+    def unary(self, int32_t sid, bytes payload) -> bool:
+        """A unary call's answer: headers, the one message and grpc-status 0, in one call."""
+        cdef _Stream st = self.streams.get(sid)
+        if st is None or st.done:
+            return False
+        self._queue(st, payload)
+        st.done = True
+        st.finishing = True
+        st.status = b"0"
+        st.message = None
+        self._kick(st)
+        return True
+
+    def reset(self, int32_t sid, uint32_t error_code=NGHTTP2_CANCEL) -> bool:
+        """RST_STREAM the call (the handler is gone and no status can be said)."""
+        cdef _Stream st = self.streams.get(sid)
+        if st is None or st.done:
+            return False
+        st.done = True
+        nghttp2_submit_rst_stream(self.s, NGHTTP2_FLAG_NONE, sid, error_code)
+        return True
+
+    def goaway(self, uint32_t error_code=NGHTTP2_NO_ERROR) -> None:
+        """No new streams: the ones already opened carry on."""
+        nghttp2_submit_goaway(self.s, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(self.s),
+                              error_code, NULL, 0)
+
+
+cdef inline ServerSession _sess(void *user_data):
+    return <ServerSession>user_data
+
+
+cdef int _on_begin_headers(nghttp2_session *s, const nghttp2_frame *frame, void *user_data) noexcept:
+    cdef ServerSession self = _sess(user_data)
+    cdef _Stream st
+    if frame.hd.type != NGHTTP2_HEADERS or frame.headers.cat != NGHTTP2_HCAT_REQUEST:
+        return 0
+    try:
+        st = _Stream.__new__(_Stream)
+        st.sid = frame.hd.stream_id
+        st.meta = []
+        st.out = bytearray()
+        st.reader = MessageReader(self.max_message)
+        self.streams[st.sid] = st
+        nghttp2_session_set_stream_user_data(s, st.sid, <void *>st)
+    except BaseException:
+        return NGHTTP2_ERR_CALLBACK_FAILURE
+    return 0
+
+
+cdef int _on_header(nghttp2_session *s, const nghttp2_frame *frame, const uint8_t *name, size_t namelen,
+                    const uint8_t *value, size_t valuelen, uint8_t flags, void *user_data) noexcept:
+    cdef void *p
+    cdef _Stream st
+    if frame.hd.type != NGHTTP2_HEADERS or frame.headers.cat != NGHTTP2_HCAT_REQUEST:
+        return 0
+    p = nghttp2_session_get_stream_user_data(s, frame.hd.stream_id)
+    if p is NULL:
+        return 0
+    st = <_Stream>p
+    try:
+        if name[0] == 58:  # ':'
+            if namelen == 5 and name[1] == 112:  # :path
+                st.path = (<const char *>value)[:valuelen].decode("latin-1")
+            return 0
+        key = (<const char *>name)[:namelen].decode("latin-1")
+        if key == "grpc-timeout":
+            st.timeout = (<const char *>value)[:valuelen].decode("latin-1")
+        elif key == "grpc-encoding":
+            st.encoding = (<const char *>value)[:valuelen].decode("latin-1")
+        elif key == "content-type" or key == "te" or key == "grpc-accept-encoding":
+            pass
+        elif key.endswith("-bin"):
+            raw = (<const char *>value)[:valuelen]
+            st.meta.append((key, a2b_base64(raw + b"=" * (-len(raw) % 4))))
+        else:
+            st.meta.append((key, (<const char *>value)[:valuelen].decode("latin-1")))
+    except BaseException:
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE  # that stream is reset, the connection lives
+    return 0
+
+
+cdef int _on_frame_recv(nghttp2_session *s, const nghttp2_frame *frame, void *user_data) noexcept:
+    cdef ServerSession self
+    cdef void *p
+    cdef _Stream st
+    if frame.hd.type != NGHTTP2_HEADERS and frame.hd.type != NGHTTP2_DATA:
+        return 0
+    p = nghttp2_session_get_stream_user_data(s, frame.hd.stream_id)
+    if p is NULL:
+        return 0
+    st = <_Stream>p
+    self = _sess(user_data)
+    try:
+        if frame.hd.type == NGHTTP2_HEADERS and frame.headers.cat == NGHTTP2_HCAT_REQUEST:
+            self.events.append((EV_HEADERS, st.sid, st.path, st.meta, st.timeout, st.encoding))
+        if frame.hd.flags & NGHTTP2_FLAG_END_STREAM:
+            self.events.append((EV_END, st.sid))
+    except BaseException:
+        return NGHTTP2_ERR_CALLBACK_FAILURE
+    return 0
+
+
+cdef int _on_data_chunk(nghttp2_session *s, uint8_t flags, int32_t sid, const uint8_t *data, size_t n,
+                        void *user_data) noexcept:
+    cdef ServerSession self
+    cdef _Stream st
+    cdef void *p = nghttp2_session_get_stream_user_data(s, sid)
+    if p is NULL:
+        return 0
+    st = <_Stream>p
+    if st.discard:
+        return 0
+    self = _sess(user_data)
+    try:
+        if st.reader.push(data, n, self.events, sid) < 0:
+            st.discard = True
+            self.events.append((EV_TOO_LARGE, sid, st.reader.need))
+    except BaseException:
+        return NGHTTP2_ERR_CALLBACK_FAILURE
+    return 0
+
+
+cdef int _on_stream_close(nghttp2_session *s, int32_t sid, uint32_t error_code, void *user_data) noexcept:
+    cdef ServerSession self = _sess(user_data)
+    cdef void *p = nghttp2_session_get_stream_user_data(s, sid)
+    cdef _Stream st
+    if p is NULL:
+        return 0
+    st = <_Stream>p
+    try:
+        if not st.done:
+            self.events.append((EV_CLOSED, sid, error_code))
+        del self.streams[sid]
+    except BaseException:
+        return NGHTTP2_ERR_CALLBACK_FAILURE
+    return 0
+
+
+cdef int _on_error(nghttp2_session *s, int code, const char *msg, size_t n, void *user_data) noexcept:
+    cdef ServerSession self = _sess(user_data)
+    try:
+        self.last_error = msg[:n].decode("utf-8", "replace")
+    except BaseException:
+        pass
+    return 0
