@@ -89,6 +89,15 @@ def test_rocketmq5_names_count_traffic_and_the_lag_admin_offsets_reports(tmp_pat
         assert 0 < _one(s, "rocketmq_consumer_queueing_latency", topic=TOPIC, consumer_group=GROUP) < 120_000
         assert _one(s, "rocketmq_consumer_connections", consumer_group=GROUP, consume_mode="pull") == 1
         assert _one(s, "rocketmq_topic_number") >= 2 and _one(s, "rocketmq_consumer_group_number") >= 1
+        # rocketmq_rpc_latency: every request answered, by RocketMQ's code names, in RocketMQ's buckets
+        rpc = {"protocol_type": "remoting", "is_long_polling": "false", "result": "success"}
+        assert _one(s, "rocketmq_rpc_latency_count", request_code="update_consumer_offset", response_code="success",
+                    **rpc) == 4
+        assert _one(s, "rocketmq_rpc_latency_bucket", request_code="heart_beat", le="1.0", **rpc) <= 1
+        assert _one(s, "rocketmq_rpc_latency_bucket", request_code="heart_beat", le="+Inf", **rpc) == 1
+        assert _one(s, "rocketmq_rpc_latency_count", request_code="pull_message", is_long_polling="true") == 1
+        assert sum(v for (n, labels), v in s.items() if n == "rocketmq_rpc_latency_count" and
+                   {("request_code", "send_message"), ("request_code", "send_message_v2")} & labels) == 40
         assert _one(s, "rocketmq_storage_size") > 40 * 100
         for name in ("rocketmq_storage_flush_behind_bytes", "rocketmq_storage_dispatch_behind_bytes",
                      "rocketmq_storage_message_reserve_time", "rocketmq_producer_connections"):

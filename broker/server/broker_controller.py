@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 import msgspec
 
@@ -18,6 +19,7 @@ from broker.remoting.tls import client_context, server_context
 from broker.server.client.consumer_manager import ConsumerManager
 from broker.server.processor.consumer_processor import ConsumerProcessor
 from broker.server.metrics.broker_metrics import BrokerMetrics
+from broker.server.metrics.rpc_latency import ONEWAY, RpcLatency
 from broker.server.longpolling.pull_hold import PullHoldService
 from broker.server.pop.pop_service import PopService
 from broker.server.client.producer_manager import ProducerManager
@@ -60,6 +62,33 @@ def dledger_follower_id(dledger: DLedgerConfig) -> int:
     if sid[1:].isdigit():
         return int(sid[1:]) + 1
     return list(dledger.peers).index(sid) + 1
+
+
+def _timed_done(latency: RpcLatency, cmd: RemotingCommand, f: asyncio.Future, t0: int, held: bool) -> None:
+    if f.cancelled():
+        latency.record(cmd.code, None, time.perf_counter_ns() - t0, held, "cancelled")
+    elif f.exception() is not None:
+        latency.record(cmd.code, None, time.perf_counter_ns() - t0, held, "process_request_failed")
+    elif f.result() is not None:
+        latency.record(cmd.code, f.result().code, time.perf_counter_ns() - t0, held)
+
+
+async def _timed(latency: RpcLatency, cmd: RemotingCommand, coro, t0: int):
+    held = cmd.code in _LONG_POLLING  # RocketMQ's is_long_polling: a pull or pop that may be held
+    try:
+        res = await coro
+    except asyncio.CancelledError:
+        latency.record(cmd.code, None, time.perf_counter_ns() - t0, held, "cancelled")
+        raise
+    except BaseException:
+        latency.record(cmd.code, None, time.perf_counter_ns() - t0, held, "process_request_failed")
+        raise
+    if res is not None:
+        latency.record(cmd.code, res.code, time.perf_counter_ns() - t0, held)
+    return res
+
+
+_LONG_POLLING = frozenset((codes.PULL_MESSAGE, codes.POP_MESSAGE))
 
 
 class BrokerController:
@@ -114,6 +143,7 @@ class BrokerController:
         self.slave_sync = (SlaveSynchronize(self) if store_config.is_slave or self.dledger or self.replicas
                            else None)
         self.metrics = BrokerMetrics(self)
+        self.rpc_latency = RpcLatency()
         self.fast: FastSendPath | None = None
         # as RocketMQ's BrokerStartup: a slave needs an id of its own, a master is always 0
         if self.dledger is not None or self.replicas is not None:
@@ -184,7 +214,8 @@ class BrokerController:
             self.handlers.update(self.pop.handlers())
             if not store.is_slave and self.dledger is None and self.replicas is None:
                 await self.pop.start()  # before serving: the pop offsets are recovered from the revive log
-            self.fast = FastSendPath(store, topics, holds, self.acl is not None, self.config.brokerClusterName)
+            self.fast = FastSendPath(store, topics, holds, self.acl is not None, self.config.brokerClusterName,
+                                     latency=self.rpc_latency)
             topics.on_change.append(self.fast.sync_routes)
             if self.replicas is not None:
                 self.handlers[GET_BROKER_EPOCH_CACHE] = self._epoch_cache
@@ -278,6 +309,23 @@ class BrokerController:
 
     # -- requests --------------------------------------------------------------------------------
     def handle(self, cmd: RemotingCommand, conn):
+        """A request's answer (broker.remoting.request_handling takes what this returns), timed
+        into rocketmq_rpc_latency."""
+        t0 = time.perf_counter_ns()
+        res = self._handle(cmd, conn)
+        latency = self.rpc_latency
+        if res is None:
+            if cmd.is_oneway:
+                latency.record(cmd.code, None, time.perf_counter_ns() - t0, result=ONEWAY)
+        elif type(res) is RemotingCommand:
+            latency.record(cmd.code, res.code, time.perf_counter_ns() - t0)
+        elif isinstance(res, asyncio.Future):
+            res.add_done_callback(lambda f: _timed_done(latency, cmd, f, t0, False))
+        else:  # a coroutine (a held pull, a pop, a call out): timed by a frame around it
+            return _timed(latency, cmd, res, t0)
+        return res
+
+    def _handle(self, cmd: RemotingCommand, conn):
         if self._switching and cmd.code not in (NOTIFY_BROKER_ROLE_CHANGED, GET_BROKER_EPOCH_CACHE):
             # controller mode: the store restarts in its new role (half a second)
             return None if cmd.is_oneway else cmd.response(

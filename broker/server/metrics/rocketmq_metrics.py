@@ -195,6 +195,12 @@ def families(c, labels: dict) -> list:
             inflight.add_metric(values + extra, r["inflight"])
             queueing.add_metric(values + extra, now - r["unpulled_ts"] if r["unpulled_ts"] else 0)
             ready.add_metric(values + extra, r["ready"])
+    latency = getattr(c, "rpc_latency", None)
+    if latency is not None:
+        rpc = family(HistogramMetricFamily, "rocketmq_rpc_latency", "Rpc latency (milliseconds)",
+                     ("protocol_type", "request_code", "response_code", "is_long_polling", "result"))
+        for req, resp, long_polling, result, cumulative, total in latency.rows():
+            rpc.add_metric(values + ["remoting", req, resp, _bool(long_polling), result], cumulative, total)
     producers = family(GaugeMetricFamily, "rocketmq_producer_connections", "Producer connections",
                        ("protocol_type",))
     producers.add_metric(values + ["remoting"], sum(len(m) for m in list(c.producers.groups.values())))

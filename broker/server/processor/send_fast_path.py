@@ -20,11 +20,14 @@ replies wait for the quorum to commit the turn's last entry.
 """
 from __future__ import annotations
 
+import time
+
 from broker.kernels.codec import MAX_TOPIC_LEN
 from broker.kernels.send_path import ParkedReplies, SendConn, SendPipeline
 from broker.server.processor.send_processor import STATUS_CODES, STATUS_REMARKS, born_host_of
 from broker.common.topic_attributes import is_compaction
 from broker.common.topic_validator import DLQ_PREFIX, PERM_WRITE, RETRY_PREFIX, not_sendable
+from broker.remoting.codes import SEND_MESSAGE_V2, SUCCESS
 from broker.store.results import PutStatus
 
 REGION = b"DefaultRegion"  # BrokerConfig.regionId
@@ -39,14 +42,16 @@ def routable(name: str, cfg) -> bool:
 
 
 class FastSendPath:
-    def __init__(self, store, topics, holds, acl_enabled: bool, cluster: str = ""):
+    def __init__(self, store, topics, holds, acl_enabled: bool, cluster: str = "", latency=None):
         self.store = store
+        self.latency = latency  # RpcLatency: a read's immediate replies, a parked batch's wait
         self.cluster = cluster.encode()  # stored as every message's CLUSTER property
         self.topics = topics
         self.holds = holds
         self.acl_enabled = acl_enabled
         self._turn: dict[SendConn, None] = {}  # connections with replies parked in this loop turn
         self._turn_store = None  # the store they were appended to (a role switch may rebind meanwhile)
+        self._parked_before = 0  # the read's connection's parked replies before it (before_read)
         self.rebind(store)
 
     def rebind(self, store) -> None:
@@ -77,11 +82,17 @@ class FastSendPath:
         p.track_queues = self.holds.waiting > 0
         if p.parked and st.parked is None:
             st.parked = ParkedReplies(conn, self._store_host, REGION, TRACE_ON)
+        self._parked_before = len(st.parked) if st.parked is not None else 0
 
     def settle(self, st: SendConn, out: list) -> None:
         msgs, nbytes, max_end, touched = st.take()
         if msgs:
             self.store.note_appended(msgs, nbytes)
+            if self.latency is not None:  # the replies written with this read: answered within it
+                now_parked = len(st.parked) if st.parked is not None else 0
+                immediate = msgs - (now_parked - self._parked_before)
+                if immediate > 0:
+                    self.latency.record(SEND_MESSAGE_V2, SUCCESS, 0, n=immediate)
         for q in touched:
             q.touched = 0
             self.holds.notify(q.topic.decode(), q.queue_id, q.last_end)
@@ -107,11 +118,11 @@ class FastSendPath:
             st.parked = ParkedReplies(parked.conn, self._store_host, REGION, TRACE_ON)
             batch.append(parked)
             end = max(end, parked.end)
-        store.wait_put(end, self._release, (store, batch))
+        store.wait_put(end, self._release, (store, batch, self.latency, time.perf_counter_ns()))
 
     @staticmethod
     def _release(arg: tuple, status: PutStatus, why: str | None = None) -> None:
-        store, batch = arg
+        store, batch, latency, parked_at = arg
         remark = None
         if status is not PutStatus.PUT_OK:
             store.put_failed[status] += sum(len(p) for p in batch)
@@ -120,6 +131,8 @@ class FastSendPath:
             if why:
                 remark = f"{remark}: {why}" if remark else why
         code = STATUS_CODES[status]
+        if latency is not None:
+            latency.record(SEND_MESSAGE_V2, code, time.perf_counter_ns() - parked_at, n=sum(len(p) for p in batch))
         encoded = remark.encode() if remark else None
         for parked in batch:
             transport = parked.conn.transport
