@@ -125,10 +125,78 @@ def test_rocketmq5_names_count_traffic_and_the_lag_admin_offsets_reports(tmp_pat
         ns.stop()
 
 
-@pytest.mark.parametrize("value, why", [("OTLP_GRPC", "not served by this broker"), ("LOG", "not served by this broker"),
+@pytest.mark.parametrize("value, why", [("OTLP_GRPC", "metricsGrpcExporterTarget"), ("LOG", "not served by this broker"),
                                         ("GRAPHITE", "is not one of")])
 def test_a_metrics_exporter_this_broker_does_not_serve_is_refused_naming_the_key(value, why):
     with pytest.raises(StoreConfigError) as e:
         BrokerConfig(metricsExporterType=value)
-    assert "metricsExporterType" in str(e.value) and why in str(e.value)
+    assert ("metricsExporterType" in str(e.value) or value == "OTLP_GRPC") and why in str(e.value)
     assert BrokerConfig(metricsExporterType="prom").metricsExporterType == "PROM"
+
+
+class _Collector:
+    """An OpenTelemetry collector's MetricsService on a loopback port (grpcio's server, in this
+    process): what each Export brought, with its metadata."""
+
+    def __init__(self):
+        import grpc
+        from concurrent import futures
+        from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2 as ms
+        from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2_grpc as rpc
+        self.requests: list = []
+        outer = self
+
+        class Service(rpc.MetricsServiceServicer):
+            def Export(self, request, context):
+                outer.requests.append((request, dict(context.invocation_metadata())))
+                return ms.ExportMetricsServiceResponse()
+        self.server = grpc.server(futures.ThreadPoolExecutor(2))
+        rpc.add_MetricsServiceServicer_to_server(Service(), self.server)
+        self.port = self.server.add_insecure_port("127.0.0.1:0")
+        self.server.start()
+
+    def points(self, name: str) -> list:
+        """The data points of metric `name` in the last request, each as (attributes, point)."""
+        request, _ = self.requests[-1]
+        out = []
+        for rm in request.resource_metrics:
+            for sm in rm.scope_metrics:
+                for m in sm.metrics:
+                    if m.name == name:
+                        kind = m.WhichOneof("data")
+                        for p in getattr(m, kind).data_points:
+                            out.append(({a.key: a.value.string_value for a in p.attributes}, p))
+        return out
+
+
+def test_otlp_grpc_pushes_the_same_families_to_a_collector(tmp_path):
+    """metricsExporterType=OTLP_GRPC: the broker pushes RocketMQ's names to an OpenTelemetry
+    collector, with metricsLabel on every point and metricsGrpcExporterHeader as metadata."""
+    collector = _Collector()
+    ns = NameServer(tmp_path)
+    b = Broker(tmp_path, "b", ns.addr, "ASYNC_MASTER", 0,
+               extra=f"metricsExporterType=OTLP_GRPC\nmetricsGrpcExporterTarget=http://127.0.0.1:{collector.port}\n"
+                     "metricsGrpcExporterHeader=authorization:Bearer t0k\nmetricGrpcExporterIntervalInMills=300\n"
+                     "metricsLabel=region:test-1\nautoCreateTopicEnable=true\n")
+    b.start()
+    try:
+        assert all(r.code == codes.SUCCESS for r in send_all(b.port, TOPIC, [b"x" * 100 for _ in range(12)], queues=4))
+
+        def pushed_12() -> bool:
+            if not collector.requests:
+                return False
+            return sum(p.as_double for a, p in collector.points("rocketmq_messages_in_total")
+                       if a.get("topic") == TOPIC) == 12
+        wait_until(pushed_12, 20, "a push counting the 12 messages")
+        attrs, point = next((a, p) for a, p in collector.points("rocketmq_messages_in_total") if a.get("topic") == TOPIC)
+        assert attrs["region"] == "test-1" and attrs["node_id"] == "broker-a" and attrs["cluster"] == "DefaultCluster"
+        assert point.start_time_unix_nano < point.time_unix_nano
+        [(_, size)] = [(a, p) for a, p in collector.points("rocketmq_message_size") if a.get("topic") == TOPIC]
+        assert size.count == 12 and list(size.explicit_bounds)[:2] == [1024.0, 4096.0] and size.bucket_counts[0] == 12
+        assert any(a.get("request_code") for a, _ in collector.points("rocketmq_rpc_latency"))
+        assert collector.points("rocketmq_storage_size")[0][1].as_double > 0  # a gauge
+        assert collector.requests[-1][1].get("authorization") == "Bearer t0k"
+    finally:
+        b.stop()
+        ns.stop()
+        collector.server.stop(0)

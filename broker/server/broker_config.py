@@ -68,6 +68,14 @@ class BrokerConfig:
     metricsExporterType: str = "DISABLE"
     metricsPromExporterPort: int = 5557
     metricsPromExporterHost: str = ""
+    # metricsExporterType=OTLP_GRPC (broker.server.metrics.otlp_exporter): the collector, "host:port"
+    # (TLS) or "http://host:port"; "k:v,k:v" gRPC headers; timeout and interval of each push; and
+    # "k:v,k:v" labels added to every point (metricsLabel, which /metrics does not add)
+    metricsGrpcExporterTarget: str = ""
+    metricsGrpcExporterHeader: str = ""
+    metricGrpcExporterTimeOutInMills: int = 3_000
+    metricGrpcExporterIntervalInMills: int = 60_000
+    metricsLabel: str = ""
     # NettyServerConfig's: a client connection with no read and no write for this long is closed
     # (clients heartbeat every 30 s, so only dead or idle hostile peers are); 0 = never
     serverChannelMaxIdleTimeSeconds: int = 120
@@ -115,10 +123,16 @@ class BrokerConfig:
         if not 0 <= self.metricsPort < 65536:
             raise StoreConfigError("metricsPort", f"{self.metricsPort} is not a port (0 = off)")
         self.metricsExporterType = self.metricsExporterType.strip().upper()
-        if self.metricsExporterType in ("OTLP_GRPC", "LOG"):
+        if self.metricsExporterType == "LOG":
             raise StoreConfigError("metricsExporterType", f"{self.metricsExporterType} is not served by this broker: "
-                                   "PROM (Prometheus /metrics) is, or DISABLE")
-        if self.metricsExporterType not in ("DISABLE", "PROM"):
+                                   "PROM (Prometheus /metrics) and OTLP_GRPC are, or DISABLE")
+        if self.metricsExporterType == "OTLP_GRPC" and not self.metricsGrpcExporterTarget.strip():
+            raise StoreConfigError("metricsGrpcExporterTarget", "metricsExporterType=OTLP_GRPC needs the collector's "
+                                   "address (host:port, or http://host:port without TLS)")
+        for key in ("metricGrpcExporterTimeOutInMills", "metricGrpcExporterIntervalInMills"):
+            if getattr(self, key) <= 0:
+                raise StoreConfigError(key, f"{getattr(self, key)} is not a positive number of milliseconds")
+        if self.metricsExporterType not in ("DISABLE", "PROM", "OTLP_GRPC"):
             raise StoreConfigError("metricsExporterType", f"{self.metricsExporterType!r} is not one of DISABLE, PROM, "
                                    "OTLP_GRPC, LOG")
         if not 0 <= self.metricsPromExporterPort < 65536:

@@ -244,6 +244,8 @@ class BrokerController:
         if self.config.metricsExporterType == "PROM":
             self.metrics.start(self.config.metricsPromExporterHost or self.store_config.brokerIP1,
                                self.config.metricsPromExporterPort)
+        if self.config.metricsExporterType == "OTLP_GRPC":
+            self.metrics.start_otlp(self.config)
         if self.config.metricsPort and (self.config.metricsExporterType != "PROM"
                                         or self.config.metricsPort != self.config.metricsPromExporterPort):
             self.metrics.start(self.store_config.brokerIP1, self.config.metricsPort)

@@ -31,6 +31,7 @@ class BrokerMetrics:
         self.lag = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._servers: list = []
+        self.otlp = None  # OtlpExporter under metricsExporterType=OTLP_GRPC
 
     def bind(self, store, topics, consumers, stats) -> None:
         from broker.server.metrics.rocketmq_metrics import ConsumerLag, TopicTraffic
@@ -285,7 +286,16 @@ class BrokerMetrics:
         self._servers.append(server)
         log.info("metrics on http://%s:%d/metrics", host, port)
 
+    def start_otlp(self, config) -> None:
+        from broker.server.metrics.otlp_exporter import OtlpExporter
+        self._loop = asyncio.get_running_loop()
+        self.otlp = OtlpExporter(self.collect, config)
+        self.otlp.start()
+
     def stop(self) -> None:
+        if self.otlp is not None:
+            self.otlp.stop()
+            self.otlp = None
         for server in self._servers:
             server.shutdown()
             server.server_close()
