@@ -16,9 +16,11 @@ The killed broker is started again (a slave) before the next round.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import multiprocessing
 import os
 import re
+import signal
 import statistics
 import sys
 import tempfile
@@ -35,6 +37,7 @@ SWITCHED = re.compile(r"master of \S+ at master epoch (\d+) \(switched in ([0-9.
 
 
 def _spin() -> None:
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: never outlive the bench
     while True:
         pass
 
