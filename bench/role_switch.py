@@ -1,21 +1,22 @@
-"""A controller-mode master kill under CPU load: how long the new master's role switch takes and the
-write outage a sender sees.
+"""A controller-mode master kill under CPU load: how long the new master's role switch takes, and
+the write outage the project's client sees.
 
-A group of two brokers, three controllers and a name server (tests/helpers/controller_mode, real
-processes on loopback, allAckInSyncStateSet), a sender writing without pause (8 in flight), and
-`--load` Python busy loops beside them (no stress-ng here) to push the load average up. Each of
-`--kills` rounds waits for both brokers in the SyncStateSet, kills -9 the master, and reads:
-- switch: the new master's own figure, its log line "... (switched in X s)";
-- outage: from the kill to the first SEND_OK of a send made after the kill (the sender is pointed
-  at the surviving broker right after the kill, so no route lookup is counted; an answer of the dead
-  master read after the kill does not count).
-The killed broker is started again (a slave) before the next round.
+bench/controller_bench.py's group (two brokers, allAckInSyncStateSet=true, three controllers, a
+name server; its "short" intervals unless told), its outage cell (four senders through the
+project's client, which finds the new master through the name server's route; kill -9 of the
+master, restart, the next kill once the group is whole), and `--load` Python busy loops beside them
+(stress-ng is not installed here) to push the load average up first. Per kill:
+- switch: the new master's own figure, its log line "... master of <group> at master epoch E
+  (switched in X s)" (a role switch restarted the store's service processes before issue 34; in
+  place now);
+- outage: from the last SEND_OK before the kill to the first SEND_OK the new master stored, and
+  from the kill itself.
 
-    PYTHONPATH=$PWD .venv/bin/python -m bench.role_switch --kills 5 --load 8
+    PYTHONPATH=$PWD .venv/bin/python -m bench.role_switch --kills 10 --load 8
 """
 from __future__ import annotations
 
-import argparse
+import asyncio
 import ctypes
 import multiprocessing
 import os
@@ -23,17 +24,13 @@ import re
 import signal
 import statistics
 import sys
-import tempfile
 import time
-from pathlib import Path
 
-from broker.remoting import codes
-from tests.conftest import wait_for
-from tests.helpers.controller_mode import ControllerModeGroup
-from tests.helpers.history import History, Workload
+from bench import controller_bench, failover
+from bench.processes import NamesrvProcess
 
-TOPIC = "SwitchTopic"
-SWITCHED = re.compile(r"master of \S+ at master epoch (\d+) \(switched in ([0-9.]+) s\)")
+TOPIC = "RoleSwitchBench"
+SWITCHED = re.compile(r"master of \S+ at master epoch \d+ \(switched in ([0-9.]+) s\)")
 
 
 def _spin() -> None:
@@ -42,75 +39,69 @@ def _spin() -> None:
         pass
 
 
-def switch_time(stderr: str, epoch: int) -> float | None:
-    for e, s in SWITCHED.findall(stderr):
-        if int(e) == epoch:
-            return float(s)
-    return None
+def _switches(m: failover.Member) -> list[float]:
+    try:
+        with open(os.path.join(m.root, "broker.err"), errors="replace") as f:
+            return [float(x) for x in SWITCHED.findall(f.read())]
+    except FileNotFoundError:
+        return []
 
 
-def run(kills: int, load: int, root: Path) -> list[tuple[float, float]]:
+async def run(workdir: str, kills: int, load: int, config: str) -> dict:
     busy = [multiprocessing.Process(target=_spin, daemon=True) for _ in range(load)]
     for p in busy:
         p.start()
-    if load:  # the load average is a minute's mean: let it climb first
-        try:
-            wait_for(lambda: os.getloadavg()[0] >= 0.75 * load, 120, f"load average {0.75 * load:.0f}")
-        except AssertionError:
-            print(f"load average only {os.getloadavg()[0]:.1f}", flush=True)
-    g = ControllerModeGroup(root, extra="allAckInSyncStateSet=true\n").start()
-    history = History()
-    port = [1]
-    work = Workload(history, lambda: port[0], TOPIC,
-                    reconnect_on=frozenset({codes.SYSTEM_BUSY, codes.SERVICE_NOT_AVAILABLE}))
-    out = []
     try:
-        m = g.master()
-        port[0] = m.port
-        work.start()
-        for i in range(kills):
-            g.wait_in_sync(m, 2)
-            before = work.acked()
-            wait_for(lambda: work.acked() >= before + 50, 60, "50 sends acknowledged")
-            epoch = int(g.role(m).get("masterEpoch") or 0)
-            other = next(b for b in g.brokers.values() if b is not m)
-            t0 = time.monotonic()
-            m.kill9()
-            n0 = work.next_id  # sends from here on went out after the kill: an ok among them is the new master's
-            port[0] = other.port
-            work.redirect()
-            wait_for(lambda: [i for i in work.acked_since(t0) if i >= n0], 60, "a send acknowledged by the new master")
-            with history.lock:
-                first = min(s.at for i, s in history.sends.items() if s.outcome == "ok" and i >= n0)
-            outage = first - t0
-            took = wait_for(lambda: switch_time(other.stderr(), epoch + 1), 30, "the new master's switch line")
-            load_avg = os.getloadavg()[0]
-            print(f"kill {i + 1}: switched in {took:.2f} s, outage {outage:.2f} s (load average {load_avg:.1f})",
-                  flush=True)
-            out.append((took, outage))
-            m.start()
-            m = other
-        work.stop()
+        deadline = time.monotonic() + 120  # the load average is a minute's mean: let it climb first
+        while load and os.getloadavg()[0] < 0.75 * load and time.monotonic() < deadline:
+            await asyncio.sleep(1)
+        with NamesrvProcess() as ns:
+            g = controller_bench.Group(workdir, ns.addr, config)
+            for m in g.members:
+                m.log_level = "INFO"  # the switch's own line
+            with g:
+                from broker.client.admin import Admin
+                async with Admin(ns.addr) as admin:
+                    await g.ready(admin)  # the first election's switch is not a kill's
+                seen = {m.label: len(_switches(m)) for m in g.members}
+                took: list[float] = []
+                loads: list[float] = []
+
+                def progress(line: str) -> None:
+                    new = []
+                    for m in g.members:
+                        s = _switches(m)
+                        new += s[seen[m.label]:]
+                        seen[m.label] = len(s)
+                    took.extend(new)
+                    loads.append(os.getloadavg()[0])
+                    print(f"{line}; switched in {', '.join(f'{x:.2f}' for x in new) or '?'} s "
+                          f"(load average {loads[-1]:.1f})", flush=True)
+
+                o = await failover.outage_cell(ns.addr, g, kills, TOPIC, "role_switch_bench", progress)
     finally:
-        if work.thread.is_alive():
-            work.stop_event.set()
-        g.stop()
         for p in busy:
             p.kill()
             p.join()
-    return out
+    o.update(switch_s=took, load_avg=loads)
+    return o
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--kills", type=int, default=5)
-    p.add_argument("--load", type=int, default=8, help="Python busy loops beside the group")
-    a = p.parse_args()
-    with tempfile.TemporaryDirectory(prefix="role-switch-") as d:
-        res = run(a.kills, a.load, Path(d))
-    sw, ou = [r[0] for r in res], [r[1] for r in res]
-    print(f"switch s: median {statistics.median(sw):.2f} max {max(sw):.2f}; "
-          f"outage s: median {statistics.median(ou):.2f} max {max(ou):.2f} ({len(res)} kills, load {a.load})")
+def main(argv: list[str] | None = None) -> int:
+    def more(ap):
+        ap.add_argument("--load", type=int, default=8, help="Python busy loops beside the group")
+        ap.add_argument("--config", default="short", choices=list(controller_bench.CONFIGS))
+
+    _, a = failover.cli(__doc__.split("\n\n")[0], argv, more)
+
+    async def go(workdir: str) -> None:
+        o = await run(workdir, a.kills, a.load, a.config)
+        sw = o["switch_s"]
+        print(f"switch: p50 {statistics.median(sw):.2f} s, max {max(sw):.2f} s; outage: "
+              f"{failover.outage_line(o)}; load average {min(o['load_avg']):.1f}-{max(o['load_avg']):.1f} "
+              f"({a.load} busy loops, {a.config} intervals)")
+
+    return failover.run_in_workdir("role-switch-", a.workdir, go)
 
 
 if __name__ == "__main__":
