@@ -6,11 +6,19 @@ milliseconds, and the write outage after a kill -9 of the master is the controll
 plus that. Every acknowledged send is still there afterwards."""
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import time
 
+import pytest
+
 from broker.remoting import codes
+from broker.services.message_store import GetStatus, MessageStore
+from broker.store.config import MessageStoreConfig
+from broker.store.errors import ServiceUnavailable
+from broker.store.message import decode_message
+from broker.store.offset_table import Slot
 from tests.conftest import wait_for
 from tests.helpers.controller_mode import ControllerModeGroup
 from tests.helpers.history import History, Workload, drain
@@ -91,3 +99,47 @@ def test_a_switch_keeps_the_service_processes_and_the_outage_is_short(tmp_path):
         if work.thread.is_alive():
             work.stop_event.set()
         g.stop()
+
+
+def test_the_store_switches_roles_in_place_and_its_queues_continue(tmp_path):
+    """MessageStore.quiesce/resume, the store's part of a switch: master -> master (a new epoch: the
+    writer's own queue table), master -> slave -> master (the queue table rebuilt from what the reput
+    dispatched), the same service processes throughout; a slave refuses puts."""
+    async def main() -> None:
+        cfg = MessageStoreConfig(storePathRootDir=str(tmp_path / "store"), mappedFileSizeCommitLog=1 << 20,
+                                 enableControllerMode=True, brokerRole="SLAVE")
+        s = MessageStore(cfg)
+        await s.start()
+        try:
+            pids = s.service_pids()
+            sent = []
+
+            async def put(n: int) -> None:
+                for _ in range(n):
+                    body = b"m%d" % len(sent)
+                    r = await s.put("RoleT", 0, body)
+                    assert r.queue_offset == len(sent), (r.queue_offset, len(sent))
+                    sent.append(body)
+
+            assert await s.quiesce() == 0
+            await s.resume("ASYNC_MASTER")
+            await put(10)
+            await s.quiesce()
+            await s.resume("ASYNC_MASTER")
+            await put(5)
+            end = await s.quiesce()
+            await s.resume("SLAVE")
+            with pytest.raises(ServiceUnavailable):
+                await s.put("RoleT", 0, b"refused")
+            assert await s.quiesce() == end
+            await s.resume("ASYNC_MASTER")
+            await put(3)
+            await s.wait_dispatched(s.table.load(Slot.WROTE), 10)
+            r = s.get("RoleT", 0, 0, 64)
+            assert r.status is GetStatus.FOUND
+            assert [bytes(decode_message(v).body) for v in r.messages] == sent
+            assert s.service_pids() == pids and all(pids.values()), (pids, s.service_pids())
+        finally:
+            await s.close()
+
+    asyncio.run(main())
