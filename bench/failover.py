@@ -55,6 +55,7 @@ class Member:
                     f"storePathRootDir={self.root}/store\nnamesrvAddr={namesrv}\nmappedFileSizeCommitLog={SEGMENT}\n"
                     f"autoCreateTopicEnable=true\n{keys}")
         self.proc: subprocess.Popen | None = None
+        self.log_level = "WARNING"  # of its log, broker.err in its directory
 
     @property
     def addr(self) -> str:
@@ -64,7 +65,7 @@ class Member:
         return self.proc is not None and self.proc.poll() is None
 
     def start(self) -> None:
-        env = dict(os.environ, BROKER_LOG_LEVEL="WARNING")
+        env = dict(os.environ, BROKER_LOG_LEVEL=self.log_level)
         # its warnings (peers refusing while one is down: expected here) go to its own file
         with open(os.path.join(self.root, "broker.err"), "a") as err:
             self.proc = subprocess.Popen([sys.executable, "-m", "broker.cli", "serve", "-c", self.conf,

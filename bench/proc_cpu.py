@@ -1,8 +1,7 @@
 """CPU time of a broker process and each of its service processes, read from /proc.
 
 The broker (`broker serve`) runs its services as child processes (`python -m
-broker.services.flush_service`, `reput_service`, `clean_service`, `broker.ha.ha_service` or
-`ha_client`); a benchmark cell wants the CPU each of them spent per message over its measured
+broker.services.flush_service`, `reput_service`, `clean_service`, `broker.ha.ha_process`); a benchmark cell wants the CPU each of them spent per message over its measured
 window, so that a figure says which process a message costs the most in.
 
     tree = ProcessTree(broker_pid)
@@ -21,9 +20,8 @@ import os
 
 TICK = os.sysconf("SC_CLK_TCK")
 
-# module of a child process -> its label; the ha service and the slave's ha client are both "ha"
-LABELS = {"flush_service": "flush", "reput_service": "reput", "clean_service": "clean", "ha_service": "ha",
-          "ha_client": "ha"}
+# module of a child process -> its label
+LABELS = {"flush_service": "flush", "reput_service": "reput", "clean_service": "clean", "ha_process": "ha"}
 ORDER = ("broker", "warm-ahead", "flush", "reput", "ha", "clean")
 # Threads counted apart from their process, by their OS name: the commit log's warm-ahead thread
 # (broker.store.warm_ahead) pays the page cache's first touch of memory, a cost of this machine

@@ -1,4 +1,4 @@
-"""HAClient as its own process (slave): the slave's only commit-log writer.
+"""HAClient, the HA process's part on a slave (broker.ha.ha_process): the slave's only commit-log writer.
 
 Connects to the master's HA port (reconnecting with back-off), reports its log's end at once and
 then after every append and at least every haSendHeartbeatInterval. `dispatch_read_request`
@@ -13,15 +13,16 @@ import logging
 import os
 import socket
 import struct
+import threading
 import time
 
 from broker.store import ha_master_address as master_address
 from broker.kernels.ha import (HA_HEADER, HAFrameError, dispatch_read_request, reallocate_byte_buffer,
                                record_boundary)
 from broker.ha.ha_connection import HELLO_MAGIC
-from broker.services.process import enter_service, notify, run_service
+from broker.services.process import notify
 from broker.store.mapped_file_queue import MappedFileQueue
-from broker.store.offset_table import Slot, open_table
+from broker.store.offset_table import Slot
 
 log = logging.getLogger("ha")
 READ_BUFFER = 4 * 1024 * 1024  # RocketMQ's slave buffer; grown to hold a configured bigger batch
@@ -32,10 +33,13 @@ class LinkDropped(Exception):
 
 
 class HAClient:
-    def __init__(self, config, notify_fd: int):
+    def __init__(self, config, notify_fd: int, table):
         self.config = config
-        self.table = open_table(config.storePathRootDir)
+        self.table = table
         self.notify_fd = notify_fd
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._sock: socket.socket | None = None
         # Segments are reserved (fallocate), not warmed with zeros: replicated bytes arrive in large
         # frames written once with pwrite, and zeros written ahead would double a catch-up's disk
         # traffic (fresh slave catch-up, 1 MiB frames: 290 MB/s warmed + stores through the map,
@@ -107,7 +111,8 @@ class HAClient:
         # continue exactly where our log ends.
         expected = self.received if self.received or self.log.files else -1
         if cfg.enableControllerMode:
-            sock.sendall(struct.pack(">qqq", HELLO_MAGIC, cfg.controllerBrokerId, cfg.controllerMasterEpoch))
+            t = self.table  # the broker's id and the epoch it follows, as it switched roles
+            sock.sendall(struct.pack(">qqq", HELLO_MAGIC, t.load(Slot.HA_BROKER_ID), t.load(Slot.HA_EPOCH)))
         self._report(sock)
         last_report = last_read = time.monotonic()
         self.table.store(Slot.HA_LINK, 1)
@@ -144,62 +149,75 @@ class HAClient:
                 self._report(sock)
                 last_report = now
 
-    def run(self) -> None:
+    def serve(self) -> None:
+        """The slave's part until stop(): follow the master named in runtime/ha_master (run in a
+        thread of the HA process, broker.ha.ha_process, which starts another on a new address)."""
         t = self.table
         cfg = self.config
-
-        def main_loop() -> None:
-            self.log.load()
-            self.log.prepare_ahead()  # the segment the first frames go to, made off the receive path
-            # the broker recovered the log to its last whole record before starting us
-            self.received = self.boundary = t.load(Slot.WROTE)
-            t.store(Slot.HA_RECEIVED, self.received)
-            t.store(Slot.HA_PID, os.getpid())
-            notify(self.notify_fd)
-            pause, said = 0.1, None
-            while not t.load(Slot.SHUTDOWN):
-                seen = t.load(Slot.HA_MASTER)
-                addr = master_address.read(cfg.storePathRootDir, cfg.haMasterAddress)
-                if addr is None:
-                    t.wait_change(Slot.HA_MASTER, seen, 5.0)  # woken when the broker learns it
-                    continue
-                peer = f"{addr[0]}:{addr[1]}"
+        self.log.load()
+        self.log.prepare_ahead()  # the segment the first frames go to, made off the receive path
+        # the broker recovered the log to its last whole record (or wrote it) before starting us
+        self.received = self.boundary = t.load(Slot.WROTE)
+        t.store(Slot.HA_RECEIVED, self.received)
+        pause, said = 0.1, None
+        while not self._stopping.is_set():
+            addr = master_address.read(cfg.storePathRootDir, cfg.haMasterAddress)
+            if addr is None:
+                self._stopping.wait(5.0)  # the broker bumps HA_MASTER when it learns one: we are replaced
+                continue
+            peer = f"{addr[0]}:{addr[1]}"
+            sock = socket.socket(socket.AF_INET6 if ":" in addr[0] else socket.AF_INET, socket.SOCK_STREAM)
+            with self._lock:
+                self._sock = sock
+                stopping = self._stopping.is_set()
+            try:
+                if stopping:
+                    return
                 try:
-                    sock = socket.create_connection(addr, timeout=3)
+                    sock.settimeout(3)
+                    sock.connect(addr)  # stop() shuts the socket down: a connect under way fails at once
                 except OSError as e:
+                    if self._stopping.is_set():
+                        return
                     if said != (peer, str(e)):
                         log.warning("cannot reach master %s: %s (retrying)", peer, e)
                         said = (peer, str(e))
-                    t.wait_change(Slot.HA_MASTER, seen, pause)
+                    self._stopping.wait(pause)
                     pause = min(pause * 2, 5.0)
                     continue
                 said, pause = None, 0.1
                 try:
                     self._serve(sock, peer)
                 except (LinkDropped, OSError) as e:
+                    if self._stopping.is_set():
+                        return
                     log.warning("link to master %s dropped: %s", peer, e)
                     pause = 1.0  # the same cause would recur at once: do not spin on it
-                finally:
-                    t.store(Slot.HA_LINK, 0)
-                    sock.close()
-                t.wait_change(Slot.HA_MASTER, seen, pause)
+            finally:
+                t.store(Slot.HA_LINK, 0)
+                with self._lock:
+                    self._sock = None
+                sock.close()
+            self._stopping.wait(pause)
 
-        def final() -> None:
-            t.store(Slot.HA_LINK, 0)
-            t.store(Slot.HA_PID, 0)
-            for fd in self._fds.values():
-                os.close(fd)
-            self.log.close()
-            notify(self.notify_fd)
-            log.info("HA client stopped: log ends at %d (whole records to %d)", self.received, self.boundary)
+    def stop(self) -> None:
+        """From another thread: serve() returns soon, between two frames (a blocked recv or
+        connect fails on the shut socket); after it the log is written to whole records only."""
+        with self._lock:
+            self._stopping.set()
+            sock = self._sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
-        run_service(main_loop, final)
-
-
-def main() -> None:
-    args, config = enter_service("ha")
-    HAClient(config, args.notify_fd).run()
-
-
-if __name__ == "__main__":
-    main()
+    def close(self) -> None:
+        """After serve() returned."""
+        self.table.store(Slot.HA_LINK, 0)
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+        self.log.close()
+        notify(self.notify_fd)
+        log.info("HA client stopped: log ends at %d (whole records to %d)", self.received, self.boundary)

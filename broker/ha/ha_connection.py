@@ -89,7 +89,7 @@ class HAConnection:
                            "slave (docs/ha.md, With Apache RocketMQ's broker)", logging.ERROR)
                 return False
         magic, bid, epoch = struct.unpack_from(">qqq", buf)
-        mine = self.config.controllerMasterEpoch
+        mine = self.table.load(Slot.HA_EPOCH)  # the broker's, as it switched roles
         if magic != HELLO_MAGIC or bid < 0:
             self.close(f"its first bytes are not a controller-mode hello (magic {magic}, brokerId {bid}): a slave "
                        "not in controller mode cannot follow a controller-mode master", logging.ERROR)

@@ -1,7 +1,7 @@
-"""HAService as its own process (master): accepts slaves on haListenPort and runs one
-HAConnection per slave. Publishes `acked` (the highest offset a slave confirmed, RocketMQ's
-push2SlaveMaxOffset) and the number of linked slaves, and writes the broker's eventfd so that
-SYNC_MASTER producers waiting on `acked` complete at once."""
+"""HAService, the HA process's part on a master (broker.ha.ha_process): accepts slaves on
+haListenPort and runs one HAConnection per slave. Publishes `acked` (the highest offset a slave
+confirmed, RocketMQ's push2SlaveMaxOffset) and the number of linked slaves, and writes the broker's
+eventfd so that SYNC_MASTER producers waiting on `acked` complete at once."""
 from __future__ import annotations
 
 import logging
@@ -11,20 +11,22 @@ import socket
 import threading
 
 from broker.ha.ha_connection import HAConnection
-from broker.services.process import enter_service, notify, run_service
-from broker.store.offset_table import HA_SLAVE_PAIRS, Slot, open_table
+from broker.services.process import notify
+from broker.store.offset_table import HA_SLAVE_PAIRS, Slot
 
 log = logging.getLogger("ha")
 _NAME = re.compile(r"^\d{20}$")
 
 
 class HAService:
-    def __init__(self, config, notify_fd: int):
+    def __init__(self, config, notify_fd: int, table):
         self.config = config
-        self.table = open_table(config.storePathRootDir)
+        self.table = table
         self.notify_fd = notify_fd
         self.connections: set[HAConnection] = set()
         self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._server: socket.socket | None = None
 
     def min_offset(self) -> int:
         names = sorted(n for n in os.listdir(self.config.commitlog_dir) if _NAME.match(n))
@@ -70,59 +72,73 @@ class HAService:
             self.table.store(Slot.HA_SLAVES, len(self.connections))
         notify(self.notify_fd)  # SYNC_MASTER waiters re-check: with no slave they fail at once
 
-    def run(self) -> None:
+    def serve(self) -> None:
+        """The master's part until stop(): listen on haListenPort and link every slave that comes
+        (run in a thread of the HA process, broker.ha.ha_process)."""
         t = self.table
-        server: socket.socket | None = None
-
-        def main_loop() -> None:
-            nonlocal server
-            addr = (self.config.brokerIP1, self.config.ha_port)
+        addr = (self.config.brokerIP1, self.config.ha_port)
+        with self._lock:
             t.store(Slot.HA_SLAVES, 0)
-            for k in range(HA_SLAVE_PAIRS):  # pairs a killed predecessor left
+            for k in range(HA_SLAVE_PAIRS):  # pairs a killed predecessor or an earlier term left
                 t.store(Slot.HA_SLAVE_BASE + 2 * k, 0)
-            t.store(Slot.HA_PID, os.getpid())
-            notify(self.notify_fd)
-            said = None
-            while server is None:
-                try:
-                    server = socket.create_server(addr, backlog=16)
-                except OSError as e:
-                    # the broker serves on without slaves rather than failing to start; say why
-                    if said != str(e):
-                        log.error("HA service cannot listen on %s:%d (%s): no slave can connect; retrying", *addr, e)
-                        said = str(e)
-                    t.wait_change(Slot.SHUTDOWN, 0, 5.0)
-                    if t.load(Slot.SHUTDOWN):
-                        return
-            log.info("HA service listening on %s:%d", *addr)
-            while not t.load(Slot.SHUTDOWN):
-                sock, peer = server.accept()  # a SIGTERM interrupts this with Shutdown
-                conn = HAConnection(self, sock, f"{peer[0]}:{peer[1]}")
-                with self._lock:
-                    self.connections.add(conn)
-                    t.store(Slot.HA_SLAVES, len(self.connections))
-                notify(self.notify_fd)  # whoever waits for a slave (SYNC_MASTER, status) looks again
-                conn.start()
+            t.store(Slot.ACKED, 0)  # a term of its own: what slaves acknowledged to an earlier one is not ours
+        notify(self.notify_fd)
+        said = None
+        server = None
+        while server is None:
+            try:
+                server = socket.create_server(addr, backlog=16)
+            except OSError as e:
+                # the broker serves on without slaves rather than failing to start; say why
+                if said != str(e):
+                    log.error("HA service cannot listen on %s:%d (%s): no slave can connect; retrying", *addr, e)
+                    said = str(e)
+                if self._stopping.wait(5.0):
+                    return
+                continue
+            with self._lock:
+                self._server = server
+                if self._stopping.is_set():
+                    server.close()
+                    return
+        log.info("HA service listening on %s:%d", *addr)
+        while not self._stopping.is_set():
+            try:
+                sock, peer = server.accept()  # stop() shuts the socket down: accept fails at once
+            except OSError as e:
+                if self._stopping.is_set():
+                    break
+                log.warning("HA service: accept failed: %s", e)  # EMFILE, ECONNABORTED: the next one may do
+                self._stopping.wait(0.1)
+                continue
+            conn = HAConnection(self, sock, f"{peer[0]}:{peer[1]}")
+            with self._lock:
+                self.connections.add(conn)
+                t.store(Slot.HA_SLAVES, len(self.connections))
+            notify(self.notify_fd)  # whoever waits for a slave (SYNC_MASTER, status) looks again
+            conn.start()
 
-        def final() -> None:
-            if server is not None:
-                server.close()
-            for conn in list(self.connections):
-                conn.close("the master is stopping", logging.INFO)
+    def stop(self) -> None:
+        """From another thread: serve() returns soon (its accept fails on the shut socket)."""
+        with self._lock:
+            self._stopping.set()
+            server = self._server
+        if server is not None:
+            try:
+                server.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        """After serve() returned: every slave's link closed, their slots freed."""
+        t = self.table
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.connections):
+            conn.close("the master is stopping", logging.INFO)
+        with self._lock:
             t.store(Slot.HA_SLAVES, 0)
             for k in range(HA_SLAVE_PAIRS):
                 t.store(Slot.HA_SLAVE_BASE + 2 * k, 0)
-            t.store(Slot.HA_PID, 0)
-            notify(self.notify_fd)
-            log.info("HA service stopped; slaves acknowledged up to %d", t.load(Slot.ACKED))
-
-        run_service(main_loop, final)
-
-
-def main() -> None:
-    args, config = enter_service("ha")
-    HAService(config, args.notify_fd).run()
-
-
-if __name__ == "__main__":
-    main()
+        notify(self.notify_fd)
+        log.info("HA service stopped; slaves acknowledged up to %d", t.load(Slot.ACKED))

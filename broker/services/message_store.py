@@ -37,7 +37,7 @@ from broker.services.offset_waiters import Resolve, resolve_future
 from broker.services.query_message import MessageQuery, QueryMessageResult
 from broker.services.queue_reader import QueueReader
 from broker.services.running_flags import RunningFlags
-from broker.services.service_specs import specs_for
+from broker.services.service_specs import SPECS
 from broker.services.supervisor import ServiceProcess
 from broker.store import ha_master_address, paths
 from broker.store.checkpoint import StoreCheckpoint
@@ -49,7 +49,8 @@ from broker.store.durable import fsync_dir
 from broker.store.errors import InSyncReplicasNotEnough, MessageIllegal, ServiceUnavailable, StoreConfigError
 from broker.store.index_service import recover_index
 from broker.store.message import StoredMessage, encode_properties
-from broker.store.offset_table import Slot, confirm_offset, create_table
+from broker.store.mapped_file import zero_torn_tail
+from broker.store.offset_table import HA_ROLE_MASTER, HA_ROLE_NONE, HA_ROLE_SLAVE, Slot, confirm_offset, create_table
 from broker.store.recovery import RecoveryResult, recover
 from broker.store.results import (BatchChunk, BatchPutResult, GetResult, GetStatus,  # noqa: F401 (re-exported)
                                   PutResult, PutStatus)
@@ -146,6 +147,7 @@ class MessageStore:
         # puts are refused while it is smaller than minInSyncReplicas
         self.isr_members: frozenset[int] = frozenset()
         self.isr_refusal: str | None = None
+        self._left_off: tuple[int, dict] | None = None  # a master's write position and queue table, quiesced
 
     def _take_role(self) -> None:
         cfg = self.config
@@ -161,6 +163,112 @@ class MessageStore:
         self.config.brokerRole = role
         self.config.validate()
         self._take_role()
+
+    def _make_group_transfer(self) -> None:
+        cfg, t = self.config, self.table
+        if self.sync_master and cfg.enableControllerMode:
+            self.group_transfer = SyncStateSetTransfer(t, self._loop, cfg.syncFlushTimeout, cfg)
+            self.group_transfer.set_members(self.isr_members)
+        elif self.sync_master:
+            self.group_transfer = GroupTransferService(t, self._loop, cfg.syncFlushTimeout, cfg.haSlaveFallbehindMax)
+        if self.group_transfer is not None:
+            self.notifier.listeners.append(self.group_transfer.on_wake)
+
+    def _tell_ha(self, role: int) -> int:
+        """The HA process's role (and controller mode's epoch and broker id for its hello), taken
+        up at the next bump of HA_MASTER, which this returns (HA_ROLE_ACK reaches it once done)."""
+        t, cfg = self.table, self.config
+        t.store(Slot.HA_EPOCH, cfg.controllerMasterEpoch)
+        t.store(Slot.HA_BROKER_ID, max(cfg.controllerBrokerId, 0))
+        t.store(Slot.HA_ROLE, role)
+        gen = t.load(Slot.HA_MASTER) + 1
+        t.store(Slot.HA_MASTER, gen)  # store() wakes the HA process sleeping on it
+        return gen
+
+    async def _ha_switched(self, gen: int) -> None:
+        t = self.table
+        try:
+            await self.wait_condition(lambda: t.load(Slot.HA_ROLE_ACK) >= gen, self.config.serviceStartTimeout / 1000)
+        except asyncio.TimeoutError:
+            raise ServiceUnavailable("the HA service did not take up its new role in time") from None
+
+    # -- controller mode: a role switch in place ---------------------------------------------------
+    async def quiesce(self) -> int:
+        """The first half of a controller-mode role switch: the store stops taking writes and the
+        HA process leaves its role (a slave's link is closed, a master's slaves are dropped), so
+        that nothing writes the log; returns where it ends. The service processes keep running
+        (flush, reput and cleaner do not depend on the role): a switch costs milliseconds, not
+        their restart. Then either resume() in the new role, or close() and start() again (a
+        slave's diverged tail is cut while the store is closed)."""
+        if not self._open:
+            raise ServiceUnavailable("the store is not started")
+        self._accepting = False
+        if self.group_transfer is not None:
+            self.notifier.listeners.remove(self.group_transfer.on_wake)
+            self.group_transfer.close()  # puts waiting for a slave: answered with what it acknowledged
+            self.group_transfer = None
+        if self.commit_log.queue.writable:
+            # a read-only map from here: the writer's segments made ahead must not race the HA
+            # client's, should this broker become a slave
+            self._left_off = (self.commit_log.wrote, dict(self.commit_log.queue_offsets))
+            self.commit_log.close()
+            self.commit_log = CommitLog(self.config, writable=False)
+            self.commit_log.load()
+        await self._ha_switched(self._tell_ha(HA_ROLE_NONE))
+        self.commit_log.queue.refresh()
+        return self.table.load(Slot.WROTE)
+
+    async def resume(self, role: str, master_ha_addr: str = "") -> None:
+        """After quiesce(): serve as `role` (brokerRole; a SLAVE follows `master_ha_addr`, or
+        nobody with ""). A master appends from where the log ends: its queues' next offsets are
+        what the reput dispatched, once it dispatched everything."""
+        self.config.brokerRole = role
+        self.config.validate()
+        self._take_role()
+        t = self.table
+        if self.is_slave:
+            if master_ha_addr:
+                ha_master_address.write(self.root, master_ha_addr)
+            else:
+                try:
+                    os.unlink(ha_master_address.path(self.root))
+                except FileNotFoundError:
+                    pass
+            await self._ha_switched(self._tell_ha(HA_ROLE_SLAVE))
+        else:
+            wrote = t.load(Slot.WROTE)
+            if self._left_off is not None and self._left_off[0] == wrote:
+                offsets = self._left_off[1]  # this broker wrote the log last: its own queue table
+            else:
+                offsets = await self._queue_offsets_at(wrote)
+            cl = CommitLog(self.config, writable=True)
+            cl.load()
+            # what the HA client received past the last whole record goes (as recovery's torn
+            # tail); a segment it made ahead stays, for the appends to come
+            for mf in cl.queue.files:
+                if mf.end > wrote and zero_torn_tail(mf.mm, max(wrote - mf.base, 0)) >= 0:
+                    mf.mm.flush()
+            self.commit_log.close()
+            self.commit_log = cl
+            cl.set_write_position(wrote, offsets)
+            self._make_group_transfer()
+            await self._ha_switched(self._tell_ha(HA_ROLE_MASTER))
+        self._left_off = None
+        self.reader.forget_ends()
+        self._accepting = True
+
+    async def _queue_offsets_at(self, wrote: int) -> dict[tuple[bytes, int], int]:
+        """Every queue's next offset for a log that ends at `wrote` and that another wrote (the HA
+        client): what the reput dispatched, once it dispatched all of it (on a slave nothing bounds
+        the reput)."""
+        self.table.add(_REPUT_WAKE, 1)
+        await self.wait_dispatched(wrote, self.config.serviceStartTimeout / 1000)
+        cqs = ConsumeQueueStore(self.config.consumequeue_dir, self.config.mappedFileSizeConsumeQueue, writable=False)
+        cqs.load()
+        try:
+            return {(topic.encode(), qid): cq.max_offset_on_disk() for (topic, qid), cq in cqs.queues.items()}
+        finally:
+            cqs.close()
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def __aenter__(self) -> "MessageStore":
@@ -202,6 +310,7 @@ class MessageStore:
 
     async def _start(self) -> None:
         cfg = self.config
+        self._left_off = None
         refuse_dledger_log(self.root)
         for d in (cfg.commitlog_dir, cfg.consumequeue_dir, cfg.config_dir):
             os.makedirs(d, exist_ok=True)
@@ -259,15 +368,10 @@ class MessageStore:
         if self.sync_flush:
             self.group_commit = GroupCommitService(t, loop, cfg.syncFlushTimeout)
             n.listeners.append(self.group_commit.on_wake)
-        if self.sync_master and cfg.enableControllerMode:
-            self.group_transfer = SyncStateSetTransfer(t, loop, cfg.syncFlushTimeout, cfg)
-            self.group_transfer.set_members(self.isr_members)
-        elif self.sync_master:
-            self.group_transfer = GroupTransferService(t, loop, cfg.syncFlushTimeout, cfg.haSlaveFallbehindMax)
-        if self.group_transfer is not None:
-            n.listeners.append(self.group_transfer.on_wake)
+        self._make_group_transfer()
         n.listeners += [self._on_min_offset, self.flags.on_wake, self._on_queues_seen, self.dispatch.on_wake]
-        self._specs = specs_for(self.is_slave)
+        self._tell_ha(HA_ROLE_SLAVE if self.is_slave else HA_ROLE_MASTER)
+        self._specs = SPECS
         for spec in self._specs:
             svc = self.services[spec.name] = ServiceProcess(spec.name, spec.module, cfg, n.fd, loop)
             svc.start()

@@ -16,10 +16,10 @@ class ServiceSpec:
 
 FLUSH = ServiceSpec("flush", "broker.services.flush_service", Slot.FLUSH_PID)
 REPUT = ServiceSpec("reput", "broker.services.reput_service", Slot.REPUT_PID)
-HA_SERVICE = ServiceSpec("ha", "broker.ha.ha_service", Slot.HA_PID)  # a master's: streams the log to slaves
-HA_CLIENT = ServiceSpec("ha", "broker.ha.ha_client", Slot.HA_PID)  # a slave's: its log's only writer
+# a master's streams the log to slaves, a slave's is its log's only writer; one process, whose role
+# follows Slot.HA_ROLE (a controller-mode switch does not restart it)
+HA = ServiceSpec("ha", "broker.ha.ha_process", Slot.HA_PID)
 CLEAN = ServiceSpec("clean", "broker.services.clean_service", Slot.CLEAN_PID)
 
 
-def specs_for(is_slave: bool) -> tuple[ServiceSpec, ...]:
-    return FLUSH, REPUT, HA_CLIENT if is_slave else HA_SERVICE, CLEAN
+SPECS = (FLUSH, REPUT, HA, CLEAN)  # every role runs the same ones

@@ -16,16 +16,24 @@ class Slot(enum.IntEnum):
     MIN_OFFSET = 4      # cleaner: commit-log minimum
     TOPICS_DELETED = 5  # broker: bumped when it deleted topics' consume-queue directories (deleteTopic)
     TOPICS_DELETED_ACK = 6  # reput service: the TOPICS_DELETED it let go of those queues' maps for
+    # broker: the role the HA process serves in (HA_ROLE_*), the master epoch a controller-mode slave
+    # follows or master serves (its hello, the epoch a slave's hello must name) and this broker's id
+    # in controller mode; the HA process takes them up when HA_MASTER is bumped
+    HA_ROLE = 7
     FLUSH_PID = 8       # flush service: its pid while alive
     REPUT_PID = 9       # reput service: its pid while alive
     HA_PID = 10         # HA service (master: writer, slave: reader): its pid while alive
     HA_SLAVES = 11      # HA writer: slaves connected now
     HA_LINK = 12        # HA reader: 1 while linked to the master
     HA_RECEIVED = 13    # HA reader: bytes received from the master (may end inside a record)
+    HA_EPOCH = 14
+    HA_BROKER_ID = 15
     SHUTDOWN = 16       # broker: 1 asks every service to finish and exit
     WANT_DISPATCH = 17  # broker: >0 while pulls wait for dispatches (reput then writes the eventfd)
     FLUSH_ERRORS = 18   # flush service: count of failed fdatasync calls
-    HA_MASTER = 19      # broker (slave): bumped when the master's HA address (runtime/ha_master) changes
+    # broker: bumped when the HA process's role or, on a slave, its master's HA address (runtime/ha_master)
+    # changes; the HA process publishes in HA_ROLE_ACK the value it serves by once it left the old role
+    HA_MASTER = 19
     DISK_FULL = 20      # cleaner: 1 while disk usage is above diskSpaceWarningLevelRatio (writes refused)
     MANUAL_CLEAN = 21   # broker: bumped by `broker admin clean` (the cleaner sleeps on it)
     CLEAN_PID = 22      # cleaner: its pid while alive
@@ -39,6 +47,7 @@ class Slot(enum.IntEnum):
     # broker (controller-mode master): bit b set for each SyncStateSet member b (a slave) whose
     # acknowledgement bounds what the reput dispatches (RocketMQ 5's confirmOffset); 0: no bound
     ISR_MASK = 30
+    HA_ROLE_ACK = 31
     FLUSH_BUCKET0 = 32  # flush service: fdatasync rounds per latency bucket (FLUSH_BUCKETS), cumulative order
     # DLedger mode (FLUSHED is then where the member's entry data is durable up to): where its
     # index file is durable up to, in bytes, so what a power cut keeps can be told from outside
@@ -53,6 +62,10 @@ class Slot(enum.IntEnum):
     # (0: the pair is free) then the offset it acknowledged (HA_SLAVE_PAIRS pairs)
     HA_SLAVE_BASE = 50
 
+
+HA_ROLE_NONE = 0  # a controller-mode broker no master was named to: no HA link, no writes
+HA_ROLE_MASTER = 1  # listens for slaves and streams them the log
+HA_ROLE_SLAVE = 2  # connects to the master (runtime/ha_master) and is the log's only writer
 
 # upper bounds of the flush-latency histogram's buckets, seconds (the last is +Inf)
 FLUSH_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, float("inf"))

@@ -206,7 +206,9 @@ def drain(history: History, port: int, topic: str, queues: int = 4, host: str = 
                         pos += m.size
                         history.consumed.append((int(bytes(m.body).split(b"|", 1)[0][1:]), m.queue_id, m.queue_offset))
                         n += 1
-                    off = int(r.ext["nextBeginOffset"])
+                    nxt = int(r.ext["nextBeginOffset"])
+                    assert nxt > off, f"pull {topic}/{q}@{off} of {top}: no progress ({r.remark}, {dict(r.ext)})"
+                    off = nxt
             return n
         finally:
             conn.close()
