@@ -6,6 +6,9 @@ of the same broker:
   runs as long against bench/grpc_floor.py, a bare grpc.aio server with the front's channel
   arguments answering SendMessage at once: grpcio's own floor on this machine in this run, printed
   beside the front's figures (the front cannot be cheaper per message than that floor);
+- grpc_send_local, grpc_receive_local: the same drivers against the broker's own front (local
+  mode: grpcServerPort in the bench broker's broker.conf, the front in the broker's process); the
+  front's CPU is then the broker process's (front and broker together);
 - grpc_receive: ReceiveMessage of up to 32 messages (pop, 30 s invisible) then one AckMessage of
   the batch's receipt handles, 4 such loops at once, from the start of the client cells' topic
   until caught up (a receive that finds nothing) or the clock ends; a fresh consumer group each
@@ -55,6 +58,35 @@ class FrontProcess(CliProcess):
     def __exit__(self, *exc) -> None:
         super().__exit__()
         os.unlink(self.conf)
+
+
+class LocalFront:
+    """The broker's own front (local mode: grpcServerPort in its broker.conf), in place of a
+    FrontProcess: its endpoints, and as its CPU the broker process's (where the front runs) plus a
+    front child's if the broker has one (a broker whose local front was a child process)."""
+
+    def __init__(self, broker, grpc_port: int):
+        self.broker = broker
+        self.endpoints = f"127.0.0.1:{grpc_port}"
+
+    def __enter__(self) -> "LocalFront":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def cpu_seconds(self) -> float:
+        import psutil
+        root = psutil.Process(self.broker.proc.pid)
+        total = 0.0
+        for p in (root, *root.children(recursive=True)):
+            try:
+                if p is root or "broker.proxy.startup" in p.cmdline():
+                    t = p.cpu_times()
+                    total += t.user + t.system
+            except psutil.NoSuchProcess:
+                pass
+        return total
 
 
 class FloorProcess(CliProcess):
@@ -212,29 +244,33 @@ async def _receive_loop(endpoints: str, in_flight: int, warmup: float, seconds: 
 
 
 async def bench_grpc_send(namesrv_addr: str, seconds: float, in_flight: int = 64, on_start=nothing,
-                          workdir: str | None = None, tls: bool = False, coalesce_us: int = 0) -> NetResult:
+                          workdir: str | None = None, tls: bool = False, coalesce_us: int = 0,
+                          local: LocalFront | None = None) -> NetResult:
     """`tls`: the front in TLS test mode (tls.server.mode=enforcing), the driver over TLS;
-    `coalesce_us`: the front's remotingCoalesceMicros. The floor is run for the plain cell only."""
+    `coalesce_us`: the front's remotingCoalesceMicros; `local`: the broker's own front instead of
+    `broker proxy`. The floor is run for the plain cluster-mode cell only."""
     import tempfile
     workdir = workdir or tempfile.gettempdir()
     loop = asyncio.get_running_loop()
-    with FrontProcess(namesrv_addr, workdir, tls, f"remotingCoalesceMicros={coalesce_us}\n") as front:
+    with local or FrontProcess(namesrv_addr, workdir, tls, f"remotingCoalesceMicros={coalesce_us}\n") as front:
         n, lat, dt, front_cpu = await loop.run_in_executor(
             None, _drive, front.endpoints, in_flight, seconds, front, on_start, tls)
     extra = {"driver": "grpc.aio SendMessage (broker.proxy.protocol stubs), in the bench process",
              "front_cpu_us_per_msg": 1e6 * front_cpu / n if n else float("nan")}
-    if not tls and not coalesce_us:
+    if not tls and not coalesce_us and local is None:
         with FloorProcess() as floor:
             fn, _, fdt, floor_cpu = await loop.run_in_executor(
                 None, _drive, floor.endpoints, in_flight, seconds, floor, nothing)
         extra.update(floor_calls_per_s=fn / fdt, floor_cpu_us_per_call=1e6 * floor_cpu / fn if fn else float("nan"))
     how = (", TLS" if tls else "") + (f", remotingCoalesceMicros={coalesce_us}" if coalesce_us else "")
-    return NetResult(f"grpc send 1 KiB x{in_flight} in flight (through the front{how})",
+    where = "the broker's local front" if local is not None else "the front"
+    return NetResult(f"grpc send 1 KiB x{in_flight} in flight (through {where}{how})",
                      n, dt, n * BODY, lat, extra=extra)
 
 
 async def bench_grpc_receive(namesrv_addr: str, seconds: float, in_flight: int = 4, on_start=nothing,
-                             workdir: str | None = None) -> NetResult:
+                             workdir: str | None = None, local: LocalFront | None = None) -> NetResult:
+    """`local`: the broker's own front instead of `broker proxy`."""
     from broker.client.pull_consumer import PullConsumer
     consumer = PullConsumer("bench_grpc_receive_fill", namesrv_addr)
     await consumer.start()
@@ -244,11 +280,12 @@ async def bench_grpc_receive(namesrv_addr: str, seconds: float, in_flight: int =
         await consumer.shutdown()
     import tempfile
     loop = asyncio.get_running_loop()
-    with FrontProcess(namesrv_addr, workdir or tempfile.gettempdir()) as front:
+    with local or FrontProcess(namesrv_addr, workdir or tempfile.gettempdir()) as front:
         (n, lat, dt, nbytes), front_cpu = await loop.run_in_executor(
             None, _drive_with, front, on_start, lambda started: _receive_loop(
                 front.endpoints, in_flight, min(1.0, seconds / 4), seconds, started))
-    return NetResult(f"grpc receive+ack 32/receive, x{in_flight} (through the front, MB/s of bodies)", n, dt, nbytes,
+    where = "the broker's local front" if local is not None else "the front"
+    return NetResult(f"grpc receive+ack 32/receive, x{in_flight} (through {where}, MB/s of bodies)", n, dt, nbytes,
                      lat, extra={"driver": "ours: grpc.aio ReceiveMessage + AckMessage of each batch "
                                            "(broker.proxy.protocol stubs), in the bench process",
                                  "front_cpu_us_per_msg": 1e6 * front_cpu / n if n else float("nan")})

@@ -45,7 +45,7 @@ from bench import loadgen
 from bench.driver import (BODY, TOPIC, NetResult, bench_client_batch, bench_client_pull, bench_client_send, nothing,
                           wait_for_route)
 from bench.proc_cpu import ProcessTree, cpu_us_per_msg
-from bench.processes import BrokerProcess, NamesrvProcess
+from bench.processes import BrokerProcess, NamesrvProcess, free_port
 
 # -- build/loadgen (bench/loadgen.c) ----------------------------------------------------------------
 
@@ -102,6 +102,34 @@ async def _grpc_send_coalesce(namesrv_addr: str, seconds: float, on_start=nothin
     return await bench_grpc_send(namesrv_addr, seconds, on_start=on_start, coalesce_us=2000)
 
 
+async def _grpc_send_local(namesrv_addr: str, seconds: float, on_start=nothing, local=None) -> NetResult:
+    from bench.grpc_bench import bench_grpc_send
+    return await bench_grpc_send(namesrv_addr, seconds, on_start=on_start, local=local)
+
+
+async def _grpc_receive_local(namesrv_addr: str, seconds: float, on_start=nothing, local=None) -> NetResult:
+    from bench.grpc_bench import bench_grpc_receive
+    return await bench_grpc_receive(namesrv_addr, seconds, on_start=on_start, local=local)
+
+
+async def _wait_listening(port: int, timeout: float = 60.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        try:
+            _, w = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            if loop.time() > deadline:
+                raise
+            await asyncio.sleep(0.1)  # a poll of the port, not a wait for an event
+            continue
+        w.close()
+        return
+
+
+LOCAL_FRONT_CELLS = ("grpc_send_local", "grpc_receive_local")  # the broker's own front: grpcServerPort in broker.conf
+
+
 def crowd_cell(broker: BrokerProcess, seconds: float, n: int = CROWD) -> NetResult:
     """`n` connected clients (each sent one heartbeat, bench.crowd) beside the 50 senders of
     "conns50": the broker's RSS before the crowd, with it, and after the senders ran beside it."""
@@ -127,7 +155,8 @@ async def _client_send_tls(namesrv_addr: str, seconds: float, on_start=nothing) 
 
 CLIENT_CELLS = {"client_send": bench_client_send, "client_send_tls": _client_send_tls, "client_batch": bench_client_batch, "client_pull": bench_client_pull,
                 "grpc_send": _grpc_send, "grpc_receive": _grpc_receive, "grpc_send_tls": _grpc_send_tls,
-                "grpc_send_coalesce": _grpc_send_coalesce}
+                "grpc_send_coalesce": _grpc_send_coalesce, "grpc_send_local": _grpc_send_local,
+                "grpc_receive_local": _grpc_receive_local}
 DEFAULT_CELLS = [*RAW_CELLS, *CLIENT_CELLS]
 
 
@@ -140,7 +169,11 @@ async def run_flush_mode(flush: str, seconds: float, cells: list[str], workdir: 
         ns = stack.enter_context(NamesrvProcess()) if any(c in CLIENT_CELLS for c in cells) else None
         # permissive TLS when a cell speaks it: plaintext cells only pass its first-byte check at accept
         tls = "tls.server.mode=permissive\n" if "client_send_tls" in cells else ""
-        b = stack.enter_context(BrokerProcess(flush, workdir, ns.addr if ns else "", extra=tls))
+        grpc_port = free_port() if any(c in LOCAL_FRONT_CELLS for c in cells) else 0
+        b = stack.enter_context(BrokerProcess(flush, workdir, ns.addr if ns else "",
+                                              extra=tls + (f"grpcServerPort={grpc_port}\n" if grpc_port else "")))
+        if grpc_port:  # the front listens before the broker prints its line; a child front (an older broker) after
+            await _wait_listening(grpc_port)
         if ns is not None:
             await wait_for_route(ns.addr, b.addr)
         tree = ProcessTree(b.proc.pid)
@@ -163,7 +196,11 @@ async def run_flush_mode(flush: str, seconds: float, cells: list[str], workdir: 
                     c0 = b.cpu_seconds()
                     mine0 = time.process_time()
                     snap0.update(tree.snapshot())
-                r = await CLIENT_CELLS[cell](ns.addr, seconds, on_start=on_start)
+                if cell in LOCAL_FRONT_CELLS:
+                    from bench.grpc_bench import LocalFront
+                    r = await CLIENT_CELLS[cell](ns.addr, seconds, on_start=on_start, local=LocalFront(b, grpc_port))
+                else:
+                    r = await CLIENT_CELLS[cell](ns.addr, seconds, on_start=on_start)
                 mine = time.process_time() - mine0  # the client's, and its driver loop's (this process)
                 r.broker_cpu_s = b.cpu_seconds() - c0
                 r.extra = {"driver": "the project's client (broker.client), in the bench process",
@@ -174,7 +211,8 @@ async def run_flush_mode(flush: str, seconds: float, cells: list[str], workdir: 
                                        ("vs_loadgen_send", "send 1 KiB x64 in flight")),
                          "client_send_tls": (("vs_client_send", "client send 1 KiB x64 in flight"),),
                          "grpc_receive": (("vs_client_pull", "client pull"),)}
-                for key, prefix in bases.get("grpc_send" if cell.startswith("grpc_send") else cell, ()):
+                for key, prefix in bases.get("grpc_send" if cell.startswith("grpc_send") else
+                                             "grpc_receive" if cell.startswith("grpc_receive") else cell, ()):
                     base = next((x for x in out if x.name.startswith(f"{flush} {prefix}")), None)
                     if base is not None:
                         r.extra[key] = r.msgs_per_s / base.msgs_per_s

@@ -31,7 +31,7 @@ async def _serve(args: argparse.Namespace) -> int:
 
     dledger = load_dledger_config(props) if store_config.enableDLegerCommitLog else None
     front = None
-    if broker_config.grpcServerPort:  # local mode: the gRPC front as a supervised child
+    if broker_config.grpcServerPort:  # local mode: the gRPC front in this process, on its own port
         from broker.proxy.local_mode import LocalGrpcFront
         front = LocalGrpcFront(broker_config, store_config.brokerIP1)  # refuses a port taken, naming the key
     controller = BrokerController(broker_config, store_config, host=store_config.brokerIP1, dledger=dledger)
@@ -47,7 +47,11 @@ async def _serve(args: argparse.Namespace) -> int:
     gc.freeze()
     gc.set_threshold(10_000, 50, 100)
     if front is not None:
-        front.start(controller.acl)
+        try:
+            await front.start(controller.server, controller.addr, controller.acl)
+        except BaseException:
+            await controller.close()
+            raise
     store = controller.store
     print(f"broker {broker_config.brokerName} ({broker_config.brokerClusterName}) listening on {controller.addr}; "
           f"store {store_config.storePathRootDir} "
@@ -260,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="the name server's address (default 127.0.0.1:9876)")
     r.add_argument("--listen-port", type=int, default=10911, help="the broker's listenPort (default 10911)")
     r.add_argument("--grpc-port", type=int, default=8081,
-                   help="grpcServerPort: the gRPC front for 5.x clients, a child of the broker (default 8081; 0: none)")
+                   help="grpcServerPort: the gRPC front for 5.x clients, in the broker (default 8081; 0: none)")
     r.add_argument("--broker-ip", default="127.0.0.1", help="brokerIP1: the address clients are routed to")
     r.add_argument("--status-interval", type=float, default=0.0, metavar="SECONDS",
                    help="the broker logs a one-line status every SECONDS; 0 (default): never")

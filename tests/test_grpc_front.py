@@ -364,27 +364,50 @@ def _front_pids(cluster) -> list[int]:
     return out
 
 
-def test_local_mode_front_is_a_supervised_child_of_the_broker(tmp_path):
-    """grpcServerPort in broker.conf: the broker starts the front as its child; killed with -9, it is
-    started again and serves again."""
+def _tcp_sockets(pid: int) -> list[tuple[str, int, int]]:
+    """(state, local port, remote port) of each TCP socket process `pid` holds (its fds' inodes
+    against /proc/net/tcp*)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    out = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            f = line.split()
+            if f[9] in inodes:
+                out.append((f[3], int(f[1].rsplit(":", 1)[1], 16), int(f[2].rsplit(":", 1)[1], 16)))
+    return out
+
+
+def test_local_mode_front_runs_in_the_broker_process_and_stops_with_it(tmp_path):
+    """grpcServerPort in broker.conf: the front listens in the broker's own process (no child); a
+    send through it reaches a consumer, with no TCP connection from the broker to itself; a SIGTERM to the broker stops the front, then the broker,
+    cleanly."""
     port = free_port()
     with Cluster(tmp_path / "cluster", f"grpcServerPort={port}\n") as cluster:
         broker = cluster.procs[1]
         broker.wait_lines(lambda ls: any("grpc proxy listening" in line and "started by broker broker-a" in line
                                          for line in ls), 60, "the broker's front to listen")
+        assert _front_pids(cluster) == [] and ("0A", port, 0) in _tcp_sockets(broker.proc.pid)  # 0A: LISTEN
         cluster.create_topic("GrpcLocal")
         endpoints = f"127.0.0.1:{port}"
         [a] = py5_produce(endpoints, "GrpcLocal", [{"body": "one", "tag": "L"}])
-        [first] = _front_pids(cluster)
-        os.kill(first, signal.SIGKILL)
-        broker.wait_lines(lambda ls: sum("grpc proxy listening" in line for line in ls) >= 2, 60,
-                          "the front to be restarted")
-        assert first not in _front_pids(cluster) and len(_front_pids(cluster)) == 1
-        [b] = py5_produce(endpoints, "GrpcLocal", [{"body": "two", "tag": "L"}])
         with Consumer("py", cluster, tmp_path, "GrpcLocal", "local-py", "local-py") as py:
-            got = _wait_all(py, 2, "both messages")
-        assert sorted((d["body"], d["props"]["UNIQ_KEY"]) for d in got) == [("one", a["messageId"]),
-                                                                              ("two", b["messageId"])]
+            got = _wait_all(py, 1, "the message")
+        assert [(d["body"], d["props"]["UNIQ_KEY"]) for d in got] == [("one", a["messageId"])]
+        # the front reached its broker in-process: no TCP connection from the broker to its own port
+        assert not [t for t in _tcp_sockets(broker.proc.pid) if t[2] == cluster.port], _tcp_sockets(broker.proc.pid)
+        broker.proc.send_signal(signal.SIGTERM)
+        assert broker.proc.wait(60) == 0
+        lines = broker.wait_lines(lambda ls: broker.eof and ls, 30, "the broker's stdout to end")
+        stopped = [line for line in lines if line in ("grpc proxy stopped", "stopped cleanly")]
+        assert stopped == ["grpc proxy stopped", "stopped cleanly"], lines[-10:]
+        assert "Traceback" not in broker.stderr_tail(100_000)
 
 
 @pytest.mark.parametrize("props, key", [

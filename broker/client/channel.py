@@ -90,7 +90,11 @@ class ClientChannel(RequestHandling, asyncio.BufferedProtocol):
         self._loop = asyncio.get_running_loop()
         self.sends.bind(self._loop)
         peer = transport.get_extra_info("peername")
-        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        if isinstance(peer, tuple):
+            self.peer = f"{peer[0]}:{peer[1]}"
+        elif peer:
+            self.peer = str(peer)
+        # else an unnamed AF_UNIX peer (open_channel_on): the name it was given stays
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if len(self.buf) - self.end < MIN_READ:
@@ -368,5 +372,20 @@ async def open_channel(host: str, port: int, handler: Handler | None = None, sig
                        ssl_context=None) -> ClientChannel:
     loop = asyncio.get_running_loop()
     _, channel = await loop.create_connection(lambda: ClientChannel(handler), host, port, ssl=ssl_context)
+    channel.signer = signer
+    return channel
+
+
+async def open_channel_on(sock, peer: str, handler: Handler | None = None, signer=None) -> ClientChannel:
+    """A channel on a socket already connected (a broker's own front reaching it over a socketpair:
+    RemotingServer.connect_local); `peer` names the other side in errors and logs."""
+    loop = asyncio.get_running_loop()
+
+    def protocol() -> ClientChannel:
+        channel = ClientChannel(handler)
+        channel.peer = peer
+        return channel
+
+    _, channel = await loop.create_connection(protocol, sock=sock)
     channel.signer = signer
     return channel

@@ -12,7 +12,7 @@ import itertools
 import logging
 import os
 import socket
-from typing import Protocol
+from typing import Awaitable, Callable, Protocol
 
 import msgspec
 
@@ -23,7 +23,7 @@ from broker.remoting import codes
 from broker.remoting.command import RemotingCommand
 from broker.client.acl_hook import AclClientRPCHook, SessionCredentials
 from broker.remoting.tls import client_context
-from broker.client.channel import ClientChannel, open_channel
+from broker.client.channel import ClientChannel, open_channel, open_channel_on
 from broker.kernels.client_codec import Reply
 
 log = logging.getLogger("client")
@@ -83,6 +83,12 @@ class MQClientInstance:
             self.client_id = f"{_local_ip()}@{os.getpid()}" + (f"#{n}" if n else "")
         self.heartbeat_interval = heartbeat_interval
         self.conns: dict[str, ClientChannel] = {}
+        # addresses reached in-process, not over TCP: "host:port" -> an async callable giving a
+        # connected socket (a broker's local-mode gRPC front reaching its own broker:
+        # RemotingServer.connect_local). A route naming that address uses it like any connection.
+        self.dialers: dict[str, Callable[[], Awaitable[socket.socket]]] = {}
+        # seconds a request waits on a dialed channel for others to share its write (ClientChannel.coalesce_delay)
+        self.dialed_coalesce_delay = 0.0
         self._locks: dict[str, asyncio.Lock] = {}
         self.routes = RouteCache(self._fetch_route)
         self.producer_groups: set[str] = set()
@@ -107,6 +113,12 @@ class MQClientInstance:
         async with lock:  # concurrent first sends share one connect
             conn = self.conns.get(addr)
             if conn is not None and conn.transport is not None:
+                return conn
+            dial = self.dialers.get(addr)
+            if dial is not None:
+                conn = await open_channel_on(await dial(), addr, self._handle, self.signer)
+                conn.coalesce_delay = self.dialed_coalesce_delay
+                self.conns[addr] = conn
                 return conn
             host, _, port = addr.rpartition(":")
             try:

@@ -1,10 +1,10 @@
 """The front's own credentials toward brokers with aclEnable: every remoting request it makes is
 signed with them (broker.client.acl_hook), after the 5.x client's own call passed the front's ACL.
 
-- Local mode: the broker makes an admin account for its child at each start (PlainAccessValidator.
-  inner, never written to plain_acl.yml) and hands it over in the child's environment, not on its
-  command line. RocketMQ's local mode calls the broker in-process, past its ACL: this is the same
-  trust, for a front in a process of its own.
+- Local mode: the broker makes an admin account for its in-process front at each start
+  (PlainAccessValidator.inner, never written to plain_acl.yml). RocketMQ's local mode calls the
+  broker past its ACL: this is the same trust, while the front's requests still take the path
+  (and the checks) of any remoting request.
 - Cluster mode: `enableAclRpcHookForClusterMode=true` signs with the accessKey/secretKey of
   tools.yml (RocketMQ's conf/tools.yml, the account its admin tools use), as the Java proxy does.
 """
@@ -15,8 +15,6 @@ import secrets
 
 from broker.client.acl_hook import SessionCredentials
 from broker.store.errors import StoreConfigError
-
-ENV = "BROKER_PROXY_INNER_CREDENTIALS"
 
 
 def default_tools_file(config_path: str | None) -> str:
@@ -47,22 +45,18 @@ def load_tools_yml(path: str) -> SessionCredentials:
 
 
 def for_front(config) -> SessionCredentials | None:
-    """What the front signs with: its parent broker's account (local mode), tools.yml's (cluster
-    mode with enableAclRpcHookForClusterMode), or nothing."""
-    handed = os.environ.pop(ENV, "")
-    if handed:
-        ak, _, sk = handed.partition(":")
-        return SessionCredentials(ak, sk)
+    """What a cluster-mode front signs with: tools.yml's account with
+    enableAclRpcHookForClusterMode, or nothing (local mode: local_account)."""
     if config.enableAclRpcHookForClusterMode:
         return load_tools_yml(config.aclToolsFile)
     return None
 
 
-def make_local(validator) -> dict[str, str]:
-    """A fresh admin account in the broker's `validator` for its local front; the child's
-    environment that carries it."""
+def local_account(validator) -> SessionCredentials:
+    """A fresh admin account in the broker's `validator` for its local front (never written to
+    plain_acl.yml; a new one at each start)."""
     from broker.server.plain_access_validator import PlainAccount
 
     account = PlainAccount(f"local-front-{secrets.token_hex(6)}", secrets.token_urlsafe(32), admin=True)
     validator.inner = account
-    return {ENV: f"{account.access_key}:{account.secret_key}"}
+    return SessionCredentials(account.access_key, account.secret_key)

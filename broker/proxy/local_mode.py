@@ -1,19 +1,21 @@
-"""Local mode: a broker with grpcServerPort in its broker.conf runs the gRPC front as a supervised
-child process (broker.services.supervisor.ServiceProcess: restarted if it dies, dies with the
-broker), so the broker's own event loop stays remoting-only and one code path (broker.proxy.startup)
-serves both modes. The child reaches brokers through the broker's name servers, as in cluster mode;
-its delay levels are the broker's."""
+"""Local mode: a broker with grpcServerPort in its broker.conf runs the gRPC front in its own process
+and event loop, on its own port (RocketMQ's local-mode proxy). One code path serves both modes:
+broker.proxy.startup.serve, whose remoting client reaches this broker over an in-process
+connection (RemotingServer.connect_local: a socketpair the broker serves as an accepted
+connection, so a SendMessage meets the same send kernel as a remoting send, with no TCP hop) and
+other brokers over TCP, found through the broker's name servers as in cluster mode. Its delay
+levels are the broker's."""
 from __future__ import annotations
 
 import asyncio
-import os
+import logging
 import socket
 
 from broker.proxy.config import ProxyConfig
-from broker.proxy.inner_credentials import make_local
-from broker.proxy.startup import LOCAL_STOP_SIGNAL
-from broker.services.supervisor import ServiceProcess
+from broker.proxy.inner_credentials import local_account
 from broker.store.errors import StoreConfigError
+
+log = logging.getLogger("proxy")
 
 
 class LocalGrpcFront:
@@ -29,8 +31,8 @@ class LocalGrpcFront:
                                   tlsEnable=broker_config.tlsEnable or broker_config.tlsMode == "enforcing",
                                   tlsNamesrv=broker_config.tlsEnable)
         self.config.validate()
-        # a port another process holds would make the child exit at every restart, for ever: the
-        # broker refuses to start instead, naming the key
+        # a port another process holds: the broker refuses to start before it opens its store,
+        # naming the key
         with socket.socket() as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
@@ -38,22 +40,46 @@ class LocalGrpcFront:
             except OSError as e:
                 raise StoreConfigError("grpcServerPort", f"{host}:{broker_config.grpcServerPort} cannot be listened "
                                                          f"on: {e.strerror}") from None
-        self.process: ServiceProcess | None = None
-        self._fd = -1
+        self.task: asyncio.Task | None = None
+        self._stop = asyncio.Event()
 
-    def start(self, acl=None) -> None:
-        """`acl`: the broker's PlainAccessValidator when it has aclEnable; the front then signs its
-        requests with an account the broker makes for it (broker.proxy.inner_credentials)."""
-        # the supervisor's wake-up for who waits on a service's state: nothing here does
-        self._fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
-        self.process = ServiceProcess("grpc front", "broker.proxy.startup", self.config, self._fd,
-                                      asyncio.get_running_loop(), env=make_local(acl) if acl is not None else None,
-                                      stop_signal=LOCAL_STOP_SIGNAL)
-        self.process.start()
+    async def start(self, remoting, addr: str, acl=None) -> None:
+        """Serve on grpcServerPort from this loop; returns once it listens (an error starting it is
+        raised here). `remoting`: the broker's RemotingServer, reached in-process wherever a route
+        names `addr`, the broker's own address ("brokerIP1:listenPort"). `acl`: the broker's
+        PlainAccessValidator when it has aclEnable; the front then signs its requests with an
+        account the broker makes for it (broker.proxy.inner_credentials)."""
+        from broker.proxy.startup import serve
+
+        peer = f"{self.config.bindAddress}:{self.config.grpcServerPort}"  # the born host of what it sends
+        dialers = {addr: lambda: remoting.connect_local(peer)}
+        loop = asyncio.get_running_loop()
+        ready = loop.create_future()
+        self.task = loop.create_task(serve(self.config, self._stop, lambda: ready.done() or ready.set_result(None),
+                                           credentials=local_account(acl) if acl is not None else None,
+                                           dialers=dialers), name="grpc front")
+        await asyncio.wait([ready, self.task], return_when=asyncio.FIRST_COMPLETED)
+        if not ready.done():  # serve ended before listening: its error
+            task, self.task = self.task, None
+            task.result()
+            raise OSError(f"the gRPC front on {peer} stopped while starting")
+        self.task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task) -> None:
+        if not task.cancelled() and task.exception() is not None and not self._stop.is_set():
+            log.error("the gRPC front stopped: %r", task.exception(), exc_info=task.exception())
 
     async def stop(self) -> None:
-        if self.process is not None:
-            await self.process.stop(self.config.grpcShutdownTimeSeconds + 5)
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        """Its GOAWAY and the calls' grace (grpcShutdownTimeSeconds), then its client's shutdown:
+        before the broker closes."""
+        task, self.task = self.task, None
+        if task is None:
+            return
+        self._stop.set()
+        try:
+            await asyncio.wait_for(asyncio.shield(task), self.config.grpcShutdownTimeSeconds + 5)
+        except asyncio.TimeoutError:
+            log.warning("the gRPC front did not stop within %d s: cancelled", self.config.grpcShutdownTimeSeconds + 5)
+            task.cancel()
+        except Exception as e:  # already logged by _ended
+            log.debug("the gRPC front ended with %r", e)

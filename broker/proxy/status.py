@@ -17,8 +17,11 @@ class ProxyError(Exception):
         self.message = message
 
 
+_NAMES = {number: name for name, number in Code.items()}  # Code.Name's answers, without its lookup per call
+
+
 def status(code: int = Code.OK, message: str | None = None) -> pb.Status:
-    return pb.Status(code=code, message=Code.Name(code) if message is None else message)
+    return pb.Status(code=code, message=(_NAMES.get(code) or Code.Name(code)) if message is None else message)
 
 
 # ResponseCode → v2 Code (ResponseBuilder.buildStatus(int remotingResponseCode, ...) in RocketMQ)

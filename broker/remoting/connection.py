@@ -94,7 +94,11 @@ class RemotingConnection(RequestHandling, asyncio.BufferedProtocol):
         # per SYNC_FLUSH send paid one each
         self._loop = asyncio.get_running_loop()
         peer = transport.get_extra_info("peername")
-        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        if isinstance(peer, tuple):
+            self.peer = f"{peer[0]}:{peer[1]}"
+        elif peer:
+            self.peer = str(peer)
+        # else an unnamed AF_UNIX peer (RemotingServer.connect_local): the name it was given stays
         if self.backpressure:
             transport.set_write_buffer_limits(high=WRITE_HIGH, low=WRITE_LOW)
         if self.fast is not None:
@@ -385,6 +389,31 @@ class RemotingServer:
                                   fast=self.fast)
         self.connections.add(conn)
         return conn
+
+    async def connect_local(self, peer: str) -> socket.socket:
+        """A connection to this server from its own process that is not TCP: one end of an AF_UNIX
+        socketpair served as an accepted connection (same handler, send kernel and ACL as any
+        other; no TLS, the bytes never leave the process), the other end returned for the caller's
+        client channel. `peer`: the "host:port" the connection is known by (born host, ACL's
+        address, logs), as a TCP peer would be by its address."""
+        ours, theirs = socket.socketpair()
+        ours.setblocking(False)
+        theirs.setblocking(False)
+
+        def protocol() -> RemotingConnection:
+            conn = RemotingConnection(self.handler, self._closed, idle_timeout=self.idle_timeout, backpressure=True,
+                                      fast=self.fast)
+            conn.peer = peer  # before connection_made: the send kernel's born host is taken there
+            self.connections.add(conn)
+            return conn
+
+        try:
+            await asyncio.get_running_loop().connect_accepted_socket(protocol, ours)
+        except BaseException:
+            ours.close()
+            theirs.close()
+            raise
+        return theirs
 
     def _closed(self, conn: RemotingConnection) -> None:
         self.connections.discard(conn)
