@@ -49,6 +49,7 @@ async def _serve(args: argparse.Namespace) -> int:
     if front is not None:
         try:
             await front.start(controller.server, controller.addr, controller.acl)
+            controller.front_metrics = front.metrics_rows  # its clients in the broker's metrics
         except BaseException:
             await controller.close()
             raise

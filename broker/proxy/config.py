@@ -72,6 +72,14 @@ class ProxyConfig:
     # inner_credentials); aclToolsFile (not a ProxyConfig key) names it, default beside proxy.conf
     enableAclRpcHookForClusterMode: bool = False
     aclToolsFile: str = ""
+    # metrics (broker.proxy.proxy_metrics): ProxyConfig's keys; `broker proxy` serves /metrics on
+    # metricsPromExporterHost (default bindAddress) : metricsPromExporterPort when PROM; the labels
+    # of its rocketmq_proxy_up
+    metricsExporterType: str = "DISABLE"
+    metricsPromExporterPort: int = 5557
+    metricsPromExporterHost: str = ""
+    proxyClusterName: str = "DefaultCluster"
+    proxyName: str = "DEFAULT_PROXY"
 
     @classmethod
     def from_properties(cls, props: dict[str, str]) -> tuple["ProxyConfig", list[str]]:
@@ -112,6 +120,12 @@ class ProxyConfig:
         if self.enableAclRpcHookForClusterMode:
             from broker.proxy.inner_credentials import load_tools_yml
             load_tools_yml(self.aclToolsFile)  # names the key when the file is missing or incomplete
+        self.metricsExporterType = self.metricsExporterType.strip().upper()
+        if self.metricsExporterType not in ("DISABLE", "PROM"):
+            raise StoreConfigError("metricsExporterType", f"{self.metricsExporterType!r}: the front serves DISABLE or "
+                                   "PROM (a broker in local mode serves its front's metrics with its own)")
+        if not 0 < self.metricsPromExporterPort < 65536:
+            raise StoreConfigError("metricsPromExporterPort", f"{self.metricsPromExporterPort} is not a port")
         check_tls(self)
 
     @functools.cached_property

@@ -42,6 +42,13 @@ class LocalGrpcFront:
                                                          f"on: {e.strerror}") from None
         self.task: asyncio.Task | None = None
         self._stop = asyncio.Event()
+        self.service = None  # its MessagingService once serving: what its metrics read
+
+    def metrics_rows(self) -> dict | None:
+        """The connected 5.x clients (broker.proxy.proxy_metrics.client_rows), for the broker's
+        rocketmq_producer/consumer_connections rows with protocol_type grpc_v2; None: not serving."""
+        from broker.proxy.proxy_metrics import client_rows
+        return client_rows(self.service) if self.service is not None else None
 
     async def start(self, remoting, addr: str, acl=None) -> None:
         """Serve on grpcServerPort from this loop; returns once it listens (an error starting it is
@@ -57,13 +64,16 @@ class LocalGrpcFront:
         ready = loop.create_future()
         self.task = loop.create_task(serve(self.config, self._stop, lambda: ready.done() or ready.set_result(None),
                                            credentials=local_account(acl) if acl is not None else None,
-                                           dialers=dialers), name="grpc front")
+                                           dialers=dialers, on_service=self._serving), name="grpc front")
         await asyncio.wait([ready, self.task], return_when=asyncio.FIRST_COMPLETED)
         if not ready.done():  # serve ended before listening: its error
             task, self.task = self.task, None
             task.result()
             raise OSError(f"the gRPC front on {peer} stopped while starting")
         self.task.add_done_callback(self._ended)
+
+    def _serving(self, service) -> None:
+        self.service = service
 
     def _ended(self, task: asyncio.Task) -> None:
         if not task.cancelled() and task.exception() is not None and not self._stop.is_set():

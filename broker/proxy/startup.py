@@ -19,11 +19,12 @@ MAX_MESSAGE = 130 * 1024 * 1024  # the largest request message; above it the cal
 SERVER_OPTIONS = (("grpc.max_receive_message_length", MAX_MESSAGE),)
 
 
-async def serve(config, stop: asyncio.Event, ready=None, *, credentials=None, dialers=None) -> None:
+async def serve(config, stop: asyncio.Event, ready=None, *, credentials=None, dialers=None, on_service=None) -> None:
     """Run the front until `stop` is set. `credentials`: what its requests to brokers are signed
     with (default: inner_credentials.for_front); `dialers`: brokers reached in-process, not over
     TCP (local mode: the front's own broker, MQClientInstance.dialers). `ready()` is called once
-    it listens."""
+    it listens; `on_service(service)` once its MessagingService exists (local mode: the broker's
+    metrics read its clients)."""
     from broker.client.channel import ClientChannel
     from broker.client.client_instance import MQClientInstance
     from broker.proxy.messaging_service import MessagingService
@@ -44,10 +45,15 @@ async def serve(config, stop: asyncio.Event, ready=None, *, credentials=None, di
         client.dialed_coalesce_delay = config.remotingCoalesceMicros / 1e6
     producer = ProxyProducer(PRODUCER_GROUP, client=client)
     await producer.start()
-    server = service = None
+    server = service = metrics = None
     try:
         server = GrpcServer(MAX_MESSAGE)
         service = MessagingService(config, client, producer)
+        if on_service is not None:
+            on_service(service)
+        elif config.metricsExporterType == "PROM":  # cluster mode: its own /metrics
+            from broker.proxy.proxy_metrics import start_cluster_mode
+            metrics = start_cluster_mode(service, config)
         rpc.add_MessagingServiceServicer_to_server(service, server)
         addr = f"{config.bindAddress}:{config.grpcServerPort}"
         bound = server.add_insecure_port(addr) if tls_context is None else server.add_secure_port(addr, tls_context)
@@ -69,6 +75,9 @@ async def serve(config, stop: asyncio.Event, ready=None, *, credentials=None, di
             await server.stop(config.grpcShutdownTimeSeconds)
         if service is not None:
             service.consumers.renewals.close()
+        if metrics is not None:
+            metrics.shutdown()
+            metrics.server_close()
         await producer.shutdown()
     print("grpc proxy stopped", flush=True)
 

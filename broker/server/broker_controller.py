@@ -144,6 +144,9 @@ class BrokerController:
                            else None)
         self.metrics = BrokerMetrics(self)
         self.rpc_latency = RpcLatency()
+        # local mode: the front in this process; a callable giving its connected 5.x clients
+        # (broker.proxy.proxy_metrics.client_rows), set by whoever started it (broker.cli)
+        self.front_metrics = None
         self.fast: FastSendPath | None = None
         # as RocketMQ's BrokerStartup: a slave needs an id of its own, a master is always 0
         if self.dledger is not None or self.replicas is not None:

@@ -210,6 +210,15 @@ def families(c, labels: dict) -> list:
         mode = "pop" if info.consume_type == "CONSUME_POP" else (
             "pull" if info.consume_type == "CONSUME_ACTIVELY" else "push")
         consumers.add_metric(values + [group, mode, "remoting", _bool(is_system("", group))], len(info.clients))
+    front = c.front_metrics() if getattr(c, "front_metrics", None) is not None else None
+    if front is not None:  # local mode: the 5.x clients of the front in this process, as a Java broker's
+        producers.add_metric(values + ["grpc_v2"], front["producers"])
+        for (group, mode), n in sorted(front["consumers"].items()):
+            consumers.add_metric(values + [group, mode, "grpc_v2", _bool(is_system("", group))], n)
+        up = GaugeMetricFamily("rocketmq_proxy_up", "proxy status", labels=["cluster", "node_type", "node_id",
+                                                                           "proxy_mode"])
+        up.add_metric([labels.get("cluster", ""), "proxy", labels.get("node_id", ""), "local"], 1)
+        out.append(up)
     topics = c.topics.table.topics if c.topics is not None else {}
     family(GaugeMetricFamily, "rocketmq_topic_number", "Topics this broker holds").add_metric(values, len(topics))
     groups = getattr(c, "groups", None)
