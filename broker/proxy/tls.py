@@ -12,12 +12,10 @@ proxy's) serves a self-signed certificate made at start; false serves tlsCertPat
 """
 from __future__ import annotations
 
-import os
 import shutil
 import ssl
-import tempfile
 
-from broker.remoting.tls import TLS_MODES, read_pem, self_signed
+from broker.remoting.tls import TLS_MODES, load_key_and_cert, read_pem, self_signed
 from broker.store.errors import StoreConfigError
 
 
@@ -54,14 +52,5 @@ def server_ssl_context(config) -> ssl.SSLContext | None:
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2  # HTTP/2 over TLS needs 1.2 or later (RFC 9113 9.2)
     ctx.set_alpn_protocols(["h2"])
-    with tempfile.TemporaryDirectory(prefix="tls-") as d:  # load_cert_chain reads files only
-        kp, cp = os.path.join(d, "key.pem"), os.path.join(d, "cert.pem")
-        with open(kp, "wb") as f:
-            f.write(key)
-        with open(cp, "wb") as f:
-            f.write(cert)
-        try:
-            ctx.load_cert_chain(cp, kp)
-        except ssl.SSLError as e:
-            raise StoreConfigError("tlsCertPath", f"the certificate and key do not load: {e}") from None
+    load_key_and_cert(ctx, key, cert, "tlsCertPath")
     return ctx

@@ -79,7 +79,14 @@ def server_context(mode: str, test_mode: bool, cert_path: str, key_path: str) ->
         key = read_pem("tls.server.keyPath", key_path, "private key")
         cert = read_pem("tls.server.certPath", cert_path, "certificate chain")
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    with tempfile.TemporaryDirectory(prefix="tls-") as d:  # load_cert_chain reads files only
+    load_key_and_cert(ctx, key, cert, "tls.server.certPath")
+    return ctx
+
+
+def load_key_and_cert(ctx: ssl.SSLContext, key: bytes, cert: bytes, cert_key: str) -> None:
+    """PEM bytes into a server context (load_cert_chain reads files only: a private temporary
+    directory holds them meanwhile); a pair that does not load is refused naming `cert_key`."""
+    with tempfile.TemporaryDirectory(prefix="tls-") as d:
         kp, cp = os.path.join(d, "key.pem"), os.path.join(d, "cert.pem")
         with open(kp, "wb") as f:
             f.write(key)
@@ -88,8 +95,7 @@ def server_context(mode: str, test_mode: bool, cert_path: str, key_path: str) ->
         try:
             ctx.load_cert_chain(cp, kp)
         except ssl.SSLError as e:
-            raise StoreConfigError("tls.server.certPath", f"the certificate and key do not load: {e}") from None
-    return ctx
+            raise StoreConfigError(cert_key, f"the certificate and key do not load: {e}") from None
 
 
 def client_context(trust_cert_path: str = "", test_mode: bool = True) -> ssl.SSLContext:
