@@ -45,21 +45,24 @@ def _runtime(addr: str) -> dict:
     return asyncio.run(ask())
 
 
-async def _send(namesrv: str, n: int, props_of, topic: str, in_flight: int = 64) -> float:
+async def _send(namesrv: str, n: int, props_of, topic: str, in_flight: int = 64, pin: bool = True) -> float:
+    """n sends, `in_flight` at a time (as many workers, not a task per message: a million tasks
+    cost the bench more than the broker); `pin`: all to queue 0 (the precision cell reads it),
+    else the producer's own queue choice (its C send path)."""
     from broker.client.message import Message
     from broker.client.producer import Producer
     from broker.client.route import MessageQueue
     producer = Producer("timer_bench", namesrv_addr=namesrv)
     await producer.start()
     try:
-        sem = asyncio.Semaphore(in_flight)
-        mq = MessageQueue(topic, "broker-a", 0)
+        mq = MessageQueue(topic, "broker-a", 0) if pin else None
+        body = b"t" * 256
 
-        async def one(i: int) -> None:
-            async with sem:
-                await producer.send(Message(topic, b"t" * 256, properties=props_of(i)), queue=mq)
+        async def worker(first: int) -> None:
+            for i in range(first, n, in_flight):
+                await producer.send(Message(topic, body, properties=props_of(i)), queue=mq)
         t0 = time.perf_counter()
-        await asyncio.gather(*(one(i) for i in range(n)))
+        await asyncio.gather(*(worker(w) for w in range(in_flight)))
         return time.perf_counter() - t0
     finally:
         await producer.shutdown()
@@ -82,7 +85,7 @@ def run(timers: int, delay_s: float, workdir: str, progress=print) -> dict:
         asyncio.run(wait_for_route(ns.addr, b.addr))
         rss0 = _rss_anon(b.proc.pid)
         t0 = time.perf_counter()
-        send_s = asyncio.run(_send(ns.addr, timers, lambda i: {"TIMER_DELAY_SEC": "3600"}, "TimerBench"))
+        send_s = asyncio.run(_send(ns.addr, timers, lambda i: {"TIMER_DELAY_SEC": "3600"}, "TimerBench", pin=False))
         while int(_runtime(b.addr).get("timer_enqueued", 0)) < timers:
             time.sleep(0.05)  # a poll of another process's counter, for a figure
         enq_s = time.perf_counter() - t0
