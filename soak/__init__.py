@@ -7,4 +7,4 @@ RocketMQ clients, with a fault every SOAK_FAULT_EVERY seconds, for SOAK_HOURS ho
 One concern per module: cluster.py starts the processes, load.py is the project's throttled
 producer, clients.py the real clients' rounds, faults.py the rotation of faults, sampler.py the
 /proc samples, check.py the history check after the drain, trend.py the fits of memory, report.py
-the files written and plot.py the figures."""
+the files written, plot.py the figures and rejudge.py the memory verdict again from a run's samples."""

@@ -1,6 +1,7 @@
 """The soak's figure from a run's folder (matplotlib, Agg backend), faults marked on every panel:
 
-- RssAnon (MiB) of each role's main process and of its largest service, over time;
+- RssAnon (MiB) of each role's main process and of its largest service, over time (the project's
+  processes; the Java consumer's JVM is in samples.csv);
 - their descriptors other than the store's files (sockets, pipes...);
 - p99 (and p50) of the acknowledged sends' latency per minute, per bulk topic, log scale;
 - acknowledged sends per second, per minute, per bulk topic.
@@ -15,6 +16,8 @@ import sys
 from pathlib import Path
 
 import matplotlib
+
+from .trend import NOT_JUDGED
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -31,9 +34,10 @@ def _series(run: Path, column: str):
 
 
 def _shown(by) -> list:
-    """Each role's main process and its service with the most memory at the end (a few lines)."""
+    """Each role's main process and its service with the most memory at the end (a few lines); the
+    project's processes only (a client's JVM would flatten the scale)."""
     keys = []
-    for role in sorted({k[0] for k in by}):
+    for role in sorted({k[0] for k in by} - set(NOT_JUDGED)):
         mine = [k for k in by if k[0] == role]
         keys += [k for k in mine if k[1] in ("main", "java")]
         services = [k for k in mine if k[1] not in ("main", "java")]
@@ -68,6 +72,7 @@ def plot(run: Path, png: Path) -> None:
         for r in csv.DictReader(f):
             minutes[r["topic"]].append(r)
     for topic, rows in minutes.items():
+        rows = [r for r in rows if float(r["t_s"]) + 60 <= summary["settings"]["seconds"] + 1]  # whole minutes
         t = [float(r["t_s"]) / 60 for r in rows]
         axes[2].plot(t, [float(r["p99_ms"]) if r["p99_ms"] else float("nan") for r in rows], lw=1,
                      label=f"{topic} p99")
@@ -84,8 +89,8 @@ def plot(run: Path, png: Path) -> None:
         _faults(ax, faults)
         ax.grid(alpha=0.3)
     v = summary["verdict"]
-    fig.suptitle(f"soak {summary['settings']['seconds'] / 3600:.2f} h: {summary['messages']['acked']} acknowledged, "
-                 f"{v['acknowledged_lost']} lost, {len(faults)} faults; growth: "
+    fig.suptitle(f"soak {summary['settings']['seconds'] / 3600:.2f} h: {summary['messages']['acked']:,} acknowledged, "
+                 f"{v['acknowledged_lost']} lost, {len(faults)} faults\nstill growing at the end: "
                  f"{'none' if v['no_unbounded_growth'] else ', '.join(v['growing'])}", fontsize=10)
     png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=90)

@@ -83,5 +83,11 @@ def test_the_memory_verdict_tells_growth_that_goes_on_from_growth_that_levels_of
     v = trend.verdicts(rows)
     assert v["rss_anon"]["a/main"]["verdict"] == "levels off"
     assert v["rss_anon"]["b/main"]["verdict"] == "grows" and v["other_fds"]["b/main"]["verdict"] == "grows"
-    assert v["rss_anon"]["c/main"]["samples"] == 20  # the restarted process: its last incarnation only
+    # the restarted process: its last incarnation only (too short to judge), and each one's peak
+    c = v["rss_anon"]["c/main"]
+    assert c["samples"] == 20 and c["verdict"] == "too short" and c["peaks"] == [200 << 20, 80 << 20]
     assert v["growing"] == ["other_fds: b/main", "rss_anon: b/main"]
+    # a real client's JVM is shown, not judged
+    jvm = [(i * 60.0, "java-consumer", "java", 9, 0, (70 + i) << 20, 0, 30, 0) for i in range(60)]
+    v = trend.verdicts(jvm)
+    assert v["rss_anon"]["java-consumer/java"]["verdict"] == "grows" and v["growing"] == []
