@@ -56,9 +56,9 @@ def main() -> int:
     root = Path(os.environ.get("SOAK_ROOT") or tempfile.mkdtemp(prefix="soak-"))
     log(f"settings {s}; stores under {root}")
     t0 = time.monotonic()
-    cluster = SoakCluster(root)
-    senders, rounds, consumer, sampler = [], [], None, None
+    cluster, senders, rounds, consumer, sampler = None, [], [], None, None
     try:
+        cluster = SoakCluster(root)
         cluster.start()
         log(f"cluster up in {time.monotonic() - t0:.0f}s: namesrv {cluster.namesrv.addr}, "
             f"front {cluster.front.endpoints}")
@@ -151,7 +151,8 @@ def main() -> int:
             consumer.close()
         if sampler is not None:
             sampler.stop()
-        cluster.stop()
+        if cluster is not None:
+            cluster.stop()
         if not os.environ.get("SOAK_ROOT"):
             shutil.rmtree(root, ignore_errors=True)
 
