@@ -5,7 +5,7 @@ VPY     := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 KERNELS := $(wildcard pyx/*.pyx pyx/*.pxd pyx/*.h)
 
-.PHONY: run install clients testdeps test spark-example bench fuzz clean protocol
+.PHONY: run install clients testdeps test spark-example bench fuzz clean protocol soak
 
 $(VPY):
 	$(PY) -m venv $(VENV)
@@ -201,6 +201,15 @@ $(VENV)/.benchdeps: $(STAMP) requirements-reliable.txt
 
 bench: install build/loadgen $(VENV)/.benchdeps .deps/servers $(JAVABROKER)
 	$(VPY) -m bench
+
+# The soak (soak/, docs/soak.md): a DLedger group and a master/slave group under the project's
+# Producer at a fixed rate and the real Java 4.x and Python 5.x (gRPC front) clients, a fault every
+# SOAK_FAULT_EVERY seconds, RSS / descriptors / latency sampled, then every acknowledged message
+# checked; the figure goes to docs/soak/. Not part of `make test`: it runs for SOAK_HOURS hours.
+SOAK_HOURS ?= 24
+
+soak: install $(VENV)/.testdeps $(JAVA_CLIENTS) $(RQ5_VENV)/.installed .deps/java
+	SOAK_HOURS=$(SOAK_HOURS) $(VPY) -m soak
 
 # Fuzzing (tools/fuzz/): the kernels built twice more from the same sources, each in its own
 # folder and loaded through BROKER_KERNELS_DIR: clang with ASan and libFuzzer's coverage hooks
