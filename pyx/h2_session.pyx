@@ -22,7 +22,7 @@ from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyBy
 from libc.stdint cimport int32_t, uint8_t, uint32_t
 from libc.string cimport memcpy
 
-from binascii import a2b_base64
+from binascii import a2b_base64 as _a2b_base64  # a private name: not part of the module's surface
 
 EV_HEADERS = 0
 EV_MESSAGE = 1
@@ -424,7 +424,7 @@ cdef int _on_header(nghttp2_session *s, const nghttp2_frame *frame, const uint8_
             pass
         elif key.endswith("-bin"):
             raw = (<const char *>value)[:valuelen]
-            st.meta.append((key, a2b_base64(raw + b"=" * (-len(raw) % 4))))
+            st.meta.append((key, _a2b_base64(raw + b"=" * (-len(raw) % 4))))
         else:
             st.meta.append((key, (<const char *>value)[:valuelen].decode("latin-1")))
     except BaseException:
