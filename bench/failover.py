@@ -17,6 +17,9 @@ project's client, and the write outage a client sees after kill -9s of the maste
   SEND_OK after it that a live member stored (the store host in its offsetMsgId is not the killed
   member: an answer the dead master sent before it died but the client read after the kill does not
   end the outage); the same first SEND_OK is also timed from the kill itself.
+
+Debugging a cell: BENCH_BROKER_LOG_LEVEL=INFO gives the brokers' logs (broker.err in each member's
+directory), and BENCH_KEEP_WORKDIR=1 keeps the directories after the run.
 """
 from __future__ import annotations
 
@@ -55,7 +58,7 @@ class Member:
                     f"storePathRootDir={self.root}/store\nnamesrvAddr={namesrv}\nmappedFileSizeCommitLog={SEGMENT}\n"
                     f"autoCreateTopicEnable=true\n{keys}")
         self.proc: subprocess.Popen | None = None
-        self.log_level = "WARNING"  # of its log, broker.err in its directory
+        self.log_level = os.environ.get("BENCH_BROKER_LOG_LEVEL", "WARNING")  # of its log, broker.err in its directory
 
     @property
     def addr(self) -> str:
@@ -117,7 +120,8 @@ class Group:
         finally:
             self._stop_others()
             for d in self._dirs:
-                shutil.rmtree(d, ignore_errors=True)
+                if not os.environ.get("BENCH_KEEP_WORKDIR"):
+                    shutil.rmtree(d, ignore_errors=True)
 
     def is_master(self, status: dict) -> bool:
         raise NotImplementedError
@@ -276,5 +280,6 @@ def run_in_workdir(prefix: str, parent: str | None, run) -> int:
     try:
         asyncio.run(run(workdir))
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+        if not os.environ.get("BENCH_KEEP_WORKDIR"):
+            shutil.rmtree(workdir, ignore_errors=True)
     return 0

@@ -82,6 +82,11 @@ class ReplicasManager:
         self._tasks: list[asyncio.Task] = []
         self._wake = asyncio.Event()
         self._registered = asyncio.Event()  # the heartbeats start the moment we have an id
+        # a switch done: heartbeat now, not a period later. A new master's heartbeat connection
+        # then carries the two heartbeats that make the controller treat its closing as the
+        # process's death (a switch takes milliseconds: a master killed in its first second
+        # would otherwise wait out controllerHeartBeatTimeoutMills)
+        self._beat_now = asyncio.Event()
         self._switch_lock = asyncio.Lock()
         self._altering = False
         self._caught_up: dict[int, float] = {}
@@ -204,7 +209,11 @@ class ReplicasManager:
                         c.oneway(RemotingCommand.request(ccodes.BROKER_HEARTBEAT, ext, oneway=True))
                     except (OSError, asyncio.TimeoutError):
                         self._conns.pop(addr, None)
-            await asyncio.sleep(period)  # a heartbeat is a period by nature
+            try:
+                await asyncio.wait_for(self._beat_now.wait(), period)  # a heartbeat is a period by nature
+            except asyncio.TimeoutError:
+                pass
+            self._beat_now.clear()
 
     # -- following the controller ------------------------------------------------------------------
     def notified(self, cmd: RemotingCommand) -> None:
@@ -390,6 +399,7 @@ class ReplicasManager:
             b.resume_after_switch(role, master_addr)
             log.info("controller mode: %s of %s at master epoch %d (switched in %.2f s)", role or "no role",
                      self.config.brokerName, epoch, time.monotonic() - t0)
+            self._beat_now.set()
             if role == "master" and self._on_store_wake not in self.store.notifier.listeners:
                 self.store.notifier.listeners.append(self._on_store_wake)
 
