@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 
@@ -70,3 +71,53 @@ def small_fs(tmp_path):
         yield mnt
     finally:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+# --- fixture directories leave with their module -------------------------------------------
+# pyproject's tmp_path_retention_policy removes a passed test's tmp_path at its teardown, but a
+# directory a module- or session-scoped fixture makes with tmp_path_factory.mktemp stays until
+# the session ends. Those hold whole clusters (1 GiB commit-log segments fallocated, DLedger's
+# index files written ahead): about 10 GB by the end of a suite, which pushed CI's disk past
+# diskSpaceCleanForciblyRatio (85 %) and let the cleaner delete a later test's segments. So each
+# module's fixture directories are removed once its fixtures are torn down, unless one of its
+# tests failed (the logs are the evidence).
+_fixture_dirs: dict[str, list] = {}
+_failed_modules: set[str] = set()
+_current_module: list[str] = [""]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session):
+    factory = session.config._tmp_path_factory
+    mktemp = factory.mktemp
+
+    def recording_mktemp(basename, numbered=True):
+        path = mktemp(basename, numbered)
+        _fixture_dirs.setdefault(_current_module[0], []).append(path)
+        return path
+
+    factory.mktemp = recording_mktemp
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    _current_module[0] = item.nodeid.split("::", 1)[0]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed:
+        _failed_modules.add(item.nodeid.split("::", 1)[0])
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    yield  # the module's fixtures (its brokers) are torn down inside
+    module = item.nodeid.split("::", 1)[0]
+    if nextitem is not None and nextitem.nodeid.split("::", 1)[0] == module:
+        return
+    for path in _fixture_dirs.pop(module, []):
+        if module not in _failed_modules:
+            shutil.rmtree(path, ignore_errors=True)

@@ -36,9 +36,9 @@ def _unique(prefix: str) -> str:
 
 # -- fixtures --------------------------------------------------------------------------------------
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def spark(tmp_path_factory):
-    """One local[2] session for every test: starting one costs ~10 s here. local_session sets
+    """One local[2] session for every test of this module: starting one costs ~10 s here. local_session sets
     PYSPARK_PYTHON to this interpreter, SPARK_LOCAL_IP=127.0.0.1 and PYTHONPATH to the repo
     (the workers import broker.spark) before the JVM starts; they are put back afterwards."""
     saved = {k: os.environ.get(k) for k in ("PYSPARK_PYTHON", "SPARK_LOCAL_IP", "PYTHONPATH")}
