@@ -31,6 +31,7 @@ class Servicer:
         self.cancelled: list[str] = []
         self.started: list[str] = []
         self.peers: list[str] = []
+        self.held: dict[bytes, asyncio.Future] = {}
 
     async def echo(self, request: bytes, context) -> bytes:
         self.peers.append(context.peer())
@@ -57,6 +58,22 @@ class Servicer:
         await asyncio.sleep(float(request))
         return request
 
+    async def fast_or_not(self, request: bytes, context) -> bytes:
+        return b"task:" + request
+
+    def fast(self, request: bytes, context):
+        """Fast's answer without a task (GrpcServer.add_fast_unary): declines, raises, holds or answers."""
+        if request in (b"decline", b"raise"):
+            if request == b"raise":
+                raise ValueError("run() answers it")
+            return None
+        fut = asyncio.get_running_loop().create_future()
+        if request.startswith(b"hold:"):
+            self.held[request] = fut
+        else:
+            fut.set_result(request.upper())
+        return fut, (lambda done: done.result() if request != b"bad-respond" else 1 / 0)
+
     async def count(self, request: bytes, context):
         for i in range(int(request)):
             yield str(i).encode()
@@ -75,6 +92,7 @@ def _handlers(s: Servicer) -> dict:
         "Slow": grpc.unary_unary_rpc_method_handler(s.slow),
         "Count": grpc.unary_stream_rpc_method_handler(s.count),
         "Chat": grpc.stream_stream_rpc_method_handler(s.chat),
+        "Fast": grpc.unary_unary_rpc_method_handler(s.fast_or_not),
     }
 
 
@@ -87,6 +105,7 @@ class Endpoint:
         self.server = GrpcServer(max_message)
         handlers = _handlers(self.servicer)
         self.server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
+        self.server.add_fast_unary(f"/{SERVICE}/Fast", self.servicer.fast)
         self.port = self.server.add_insecure_port("127.0.0.1:0")
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
 
@@ -141,6 +160,29 @@ def test_client_cancel_cancels_the_handler(ep):
         fut.cancel()  # RST_STREAM
         wait_for(lambda: "cancel" in ep.servicer.cancelled, 5, "the handler cancelled by RST_STREAM")
         assert _unary(ch, "Echo")(b"still", timeout=5) == b"still"  # the connection lives on
+
+
+def test_a_fast_unary_answers_without_a_task_or_declines_to_the_handler(ep, caplog):
+    with ep.channel() as ch:
+        fast = _unary(ch, "Fast")
+        assert fast(b"abc", timeout=5) == b"ABC"  # the fast answer
+        assert fast(b"decline", timeout=5) == b"task:decline"  # declined: the method's handler
+        assert fast(b"raise", timeout=5) == b"task:raise"  # raised: the handler answers it as it would
+        with pytest.raises(grpc.RpcError) as e:
+            fast(b"bad-respond", timeout=5)
+        assert e.value.code() == grpc.StatusCode.UNKNOWN and "ZeroDivisionError" in e.value.details()
+        # an answer later than the call's deadline is dropped; the connection and its calls go on
+        with pytest.raises(grpc.RpcError) as e:
+            fast(b"hold:1", timeout=0.3)
+        assert e.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        held = ep.servicer.held[b"hold:1"]
+        ep.loop.call_soon_threadsafe(held.set_result, b"late")
+        assert fast(b"after", timeout=5) == b"AFTER"
+        # a call answered later than its request, but within its deadline
+        f = fast.future(b"hold:2", timeout=10)
+        wait_for(lambda: b"hold:2" in ep.servicer.held, 5, "the second call held")
+        ep.loop.call_soon_threadsafe(ep.servicer.held[b"hold:2"].set_result, b"in time")
+        assert f.result(5) == b"in time"
 
 
 def test_unknown_method_unimplemented(ep):

@@ -90,6 +90,11 @@ def _retry_counts(props: dict) -> tuple[dict, int, int]:
 
 
 class Producer:
+    # SendSlots renders a body as Producer._body makes it (plain, or compressed, sysFlag 0 or the
+    # compressed flag): a subclass whose _body adds flags is kept off the fast path, unless it says
+    # here that its send() keeps the messages that get them off it (ProxyProducer's half messages)
+    fast_bodies = False
+
     def __init__(self, group: str, namesrv_addr: str | None = None, client: MQClientInstance | None = None,
                  retry_times: int = RETRY_TIMES_WHEN_SEND_FAILED, compress_over: int = COMPRESS_OVER,
                  default_topic_queue_nums: int = 4):
@@ -284,7 +289,7 @@ class Producer:
         self._fast.pop(topic, None)
         routes = self.client.routes
         hit = routes.routes.get(topic)
-        if hit is None or topic.startswith(RETRY_PREFIX) or type(self)._body is not Producer._body:
+        if hit is None or topic.startswith(RETRY_PREFIX) or not (self.fast_bodies or type(self)._body is Producer._body):
             return None
         left = routes.ttl - (time.monotonic() - hit[1])
         if left <= 0:

@@ -79,6 +79,11 @@ class MessagingService(rpc.MessagingServiceServicer):
     async def SendMessage(self, request, context):
         return await self.sender.send_message(request, context)
 
+    def send_message_now(self, request, context):
+        """SendMessage's fast answer (GrpcServer.add_fast_unary): SendMessageActivity.send_now, for
+        a front without ACL (a checked call takes the method's own path)."""
+        return None if self.acl is not None else self.sender.send_now(request, context)
+
     @_answered(spb.EndTransactionResponse)
     async def EndTransaction(self, request, context):
         return await self.transactions.end_transaction(request, context)

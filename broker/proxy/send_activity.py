@@ -8,7 +8,7 @@ import asyncio
 
 from broker.client.errors import ResponseError
 from broker.client.producer import FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT, SEND_OK, SLAVE_NOT_AVAILABLE, Producer
-from broker.client.transaction_producer import offset_of, prepared_body
+from broker.client.transaction_producer import PROPERTY_TRANSACTION_PREPARED, offset_of, prepared_body
 from broker.proxy.config import ProxyConfig
 from broker.proxy.converter import TRAN_MSG, to_remoting
 from broker.proxy.grpc_metadata import peer_host
@@ -25,10 +25,17 @@ _STATUS_CODE = {SEND_OK: Code.OK, FLUSH_DISK_TIMEOUT: Code.MASTER_PERSISTENCE_TI
 
 
 class ProxyProducer(Producer):
-    """The front's remoting producer: half messages get the PREPARED type, as a TransactionProducer's."""
+    """The front's remoting producer: half messages get the PREPARED type, as a TransactionProducer's,
+    and take the general path; every other message the fast one (SendSlots), as a plain Producer's."""
+    fast_bodies = True
 
     def _body(self, msg):
         return prepared_body(msg, super()._body(msg))
+
+    def send(self, msg, timeout: float = 3.0, queue=None):
+        if msg.properties.get(PROPERTY_TRANSACTION_PREPARED) == "true":
+            return self._send(msg, timeout, queue)
+        return Producer.send(self, msg, timeout, queue)
 
 
 class SendMessageActivity:
@@ -68,6 +75,44 @@ class SendMessageActivity:
         top = status(Code.MULTIPLE_RESULTS) if len(codes) > 1 else status(entries[0].status.code,
                                                                             entries[0].status.message)
         return spb.SendMessageResponse(status=top, entries=entries)
+
+    def send_now(self, request: spb.SendMessageRequest, context):
+        """SendMessage without a task or a coroutine, for what nearly every call is (one message,
+        no message group, no half message, a topic whose type is cached): (the producer's future,
+        a function of it giving the response), or None: send_message then answers the call, errors
+        included. Nothing is sent before the last step, so a None leaves nothing behind."""
+        msgs = request.messages
+        if len(msgs) != 1:
+            return None
+        pm = msgs[0]
+        sp = pm.system_properties
+        if sp.message_group:
+            return None
+        topic = validate_topic(pm.topic)
+        msg = to_remoting(pm, topic, self.config, peer_host(context))
+        if msg.properties.get(TRAN_MSG) == "true":
+            return None
+        if self.topic_types is not None and not self.topic_types.accepts_now(topic, msg.properties):
+            return None
+        fut = self.producer.send(msg)
+        if not isinstance(fut, asyncio.Future):  # not on the fast path: a coroutine, which send_message would have
+            fut = asyncio.ensure_future(fut)
+        message_id = sp.message_id
+        return fut, lambda done: spb.SendMessageResponse(status=(e := self._entry(done, message_id)).status,
+                                                         entries=(e,))
+
+    def _entry(self, done: asyncio.Future, message_id: str) -> spb.SendResultEntry:
+        """The SendResultEntry of a send_now's finished future (a plain message: no transaction id)."""
+        e = done.exception()
+        if e is not None:
+            return spb.SendResultEntry(status=status(*from_client_error(e)), message_id=message_id)
+        r = done.result()
+        code = _STATUS_CODE.get(r.status, Code.INTERNAL_SERVER_ERROR)
+        if code != Code.OK:
+            return spb.SendResultEntry(status=status(code, f"send message failed, sendStatus={r.status}"),
+                                       message_id=message_id)
+        return spb.SendResultEntry(status=status(), message_id=r.msg_id, offset=r.queue_offset,
+                                   recall_handle=r.recall_handle or "")
 
     async def _send_single(self, pm, topic: str, peer: str) -> spb.SendMessageResponse:
         """send_message of a request with one message, without the lists and gathers of a batch."""

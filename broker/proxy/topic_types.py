@@ -55,6 +55,16 @@ class TopicTypes:
                              f"TopicMessageType validate failed, the expected type is {expected}, but actual type "
                              f"is {actual}")
 
+    def accepts_now(self, topic: str, properties: dict) -> bool | None:
+        """validate() without waiting: True when the message may go, None when the topic's type
+        is not cached (or the message does not match: validate() then says why)."""
+        if not self.check or topic.startswith("%RETRY%") or topic.startswith("%DLQ%"):
+            return True
+        hit = self._cache.get(topic)
+        if hit is None or time.monotonic() - hit[0] >= TTL_S:
+            return None
+        return True if accepts(hit[1], message_type_of(properties)) else None
+
     async def accepted(self, topic: str) -> list[int]:
         """QueryRoute's accept_message_types of the topic's queues."""
         return _PB.get(await self.get(topic) or "MIXED", ALL_TYPES)

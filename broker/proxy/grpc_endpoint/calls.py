@@ -77,7 +77,7 @@ class RequestStream:
 
 class Call:
     __slots__ = ("conn", "sid", "handler", "context", "deadline", "timer", "task", "payload", "count",
-                 "requests", "encoding", "expired", "finished", "path")
+                 "requests", "encoding", "expired", "finished", "path", "fast")
 
     def __init__(self, conn, sid: int, path: str, handler, metadata: list, timeout: float | None,
                  encoding: str | None):
@@ -93,6 +93,7 @@ class Call:
         self.task = None
         self.expired = False
         self.finished = False
+        self.fast = None  # the method's fast answer (GrpcServer.add_fast_unary), set by the connection
         if timeout is not None:
             self.deadline = conn.loop.time() + timeout
             self.timer = conn.loop.call_at(self.deadline, self.expire)
@@ -119,7 +120,42 @@ class Call:
         if self.requests is not None:
             self.requests.end()
         elif self.task is None and not self.finished:
-            self.task = self.conn.loop.create_task(self.run())
+            if self.fast is None or not self.run_now():
+                self.task = self.conn.loop.create_task(self.run())
+
+    def run_now(self) -> bool:
+        """The method's fast answer (a unary call with its one message): False when it declines,
+        and run() answers the call. The answer is written when the fast answer's future is done,
+        unless the call ended first (deadline, reset): then it is dropped, as a cancelled
+        handler's would be."""
+        if self.count != 1:
+            return False
+        h = self.handler
+        try:
+            request = self.payload if h.request_deserializer is None else h.request_deserializer(self.payload)
+            taken = self.fast(request, self.context)
+        except Exception:  # noqa: BLE001 - run() meets it again and answers it as the method does
+            return False
+        if taken is None:
+            return False
+        fut, respond = taken
+
+        def done(fut) -> None:
+            if self.finished:
+                return
+            self.finished = True
+            self._stop_timer()
+            self.context.done_ = True
+            conn = self.conn
+            try:
+                response = respond(fut)
+                conn.unary(self.sid, response if h.response_serializer is None else h.response_serializer(response))
+            except Exception as e:  # noqa: BLE001 - the call ends UNKNOWN, logged; the connection lives
+                log.exception("gRPC call %s from %s failed", self.path, conn.peer)
+                conn.finish(self.sid, UNKNOWN, encode_message(f"Unexpected {type(e)}: {e}"))
+            conn.call_done(self)
+        fut.add_done_callback(done)
+        return True
 
     def on_closed(self) -> None:
         """The client reset the stream (or the connection went): the handler is cancelled."""

@@ -92,7 +92,8 @@ class H2Connection(asyncio.Protocol):
         if handler is None:
             self.session.finish(sid, UNIMPLEMENTED, encode_message(f"Method not found: {path}"))
             return
-        self.calls[sid] = Call(self, sid, path, handler, metadata, timeout_seconds(timeout), encoding)
+        call = self.calls[sid] = Call(self, sid, path, handler, metadata, timeout_seconds(timeout), encoding)
+        call.fast = self.server.fast.get(path)
 
     def call_done(self, call: Call) -> None:
         if self.calls.get(call.sid) is call:

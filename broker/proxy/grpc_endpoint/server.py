@@ -46,6 +46,8 @@ class GrpcServer:
         self.connections: set[H2Connection] = set()
         self.stopping = False
         self._methods: dict[str, object] = {}
+        # path -> fast(request, context): a unary method's answer without a task (Call.run_now)
+        self.fast: dict[str, object] = {}
         self._generic: list = []
         self._ports: list[tuple[socket.socket, object]] = []
         self._servers: list[asyncio.AbstractServer] = []
@@ -58,6 +60,12 @@ class GrpcServer:
     def add_registered_method_handlers(self, service_name: str, method_handlers: dict) -> None:
         for method, handler in method_handlers.items():
             self._methods[f"/{service_name}/{method}"] = handler
+
+    def add_fast_unary(self, path: str, fast) -> None:
+        """`fast(request, context)` answers calls of the unary method `path` when it can: (a future,
+        a function of it giving the response), or None, and the method's handler runs as a task.
+        A task, a coroutine chain and the servicer's wrappers cost more than a short call itself."""
+        self.fast[path] = fast
 
     def handler_of(self, path: str):
         """The RpcMethodHandler of `path` (/package.Service/Method), or None (UNIMPLEMENTED)."""
