@@ -94,7 +94,6 @@ class ClientChannel(RequestHandling, asyncio.BufferedProtocol):
             self.peer = f"{peer[0]}:{peer[1]}"
         elif peer:
             self.peer = str(peer)
-        # else an unnamed AF_UNIX peer (open_channel_on): the name it was given stays
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if len(self.buf) - self.end < MIN_READ:
@@ -376,16 +375,11 @@ async def open_channel(host: str, port: int, handler: Handler | None = None, sig
     return channel
 
 
-async def open_channel_on(sock, peer: str, handler: Handler | None = None, signer=None) -> ClientChannel:
-    """A channel on a socket already connected (a broker's own front reaching it over a socketpair:
-    RemotingServer.connect_local); `peer` names the other side in errors and logs."""
-    loop = asyncio.get_running_loop()
-
-    def protocol() -> ClientChannel:
-        channel = ClientChannel(handler)
-        channel.peer = peer
-        return channel
-
-    _, channel = await loop.create_connection(protocol, sock=sock)
+def open_channel_in_process(dial, peer: str, handler: Handler | None = None, signer=None) -> ClientChannel:
+    """A channel connected by `dial(channel)` inside this process, with no socket (a broker's own
+    front reaching it: RemotingServer.connect_local); `peer` names the other side in errors and logs."""
+    channel = ClientChannel(handler)
+    channel.peer = peer
     channel.signer = signer
+    dial(channel)
     return channel

@@ -23,7 +23,7 @@ from broker.remoting import codes
 from broker.remoting.command import RemotingCommand
 from broker.client.acl_hook import AclClientRPCHook, SessionCredentials
 from broker.remoting.tls import client_context
-from broker.client.channel import ClientChannel, open_channel, open_channel_on
+from broker.client.channel import ClientChannel, open_channel, open_channel_in_process
 from broker.kernels.client_codec import Reply
 
 log = logging.getLogger("client")
@@ -83,10 +83,10 @@ class MQClientInstance:
             self.client_id = f"{_local_ip()}@{os.getpid()}" + (f"#{n}" if n else "")
         self.heartbeat_interval = heartbeat_interval
         self.conns: dict[str, ClientChannel] = {}
-        # addresses reached in-process, not over TCP: "host:port" -> an async callable giving a
-        # connected socket (a broker's local-mode gRPC front reaching its own broker:
+        # addresses reached in-process, not over TCP: "host:port" -> dial(channel), connecting the
+        # channel with no socket (a broker's local-mode gRPC front reaching its own broker:
         # RemotingServer.connect_local). A route naming that address uses it like any connection.
-        self.dialers: dict[str, Callable[[], Awaitable[socket.socket]]] = {}
+        self.dialers: dict[str, Callable[[ClientChannel], None]] = {}
         # seconds a request waits on a dialed channel for others to share its write (ClientChannel.coalesce_delay)
         self.dialed_coalesce_delay = 0.0
         self._locks: dict[str, asyncio.Lock] = {}
@@ -116,7 +116,7 @@ class MQClientInstance:
                 return conn
             dial = self.dialers.get(addr)
             if dial is not None:
-                conn = await open_channel_on(await dial(), addr, self._handle, self.signer)
+                conn = open_channel_in_process(dial, addr, self._handle, self.signer)
                 conn.coalesce_delay = self.dialed_coalesce_delay
                 self.conns[addr] = conn
                 return conn

@@ -1,8 +1,9 @@
 """Local mode: a broker with grpcServerPort in its broker.conf runs the gRPC front in its own process
 and event loop, on its own port (RocketMQ's local-mode proxy). One code path serves both modes:
 broker.proxy.startup.serve, whose remoting client reaches this broker over an in-process
-connection (RemotingServer.connect_local: a socketpair the broker serves as an accepted
-connection, so a SendMessage meets the same send kernel as a remoting send, with no TCP hop) and
+connection (RemotingServer.connect_local: no socket, broker.remoting.memory_transport, served as
+an accepted connection, so a SendMessage meets the same send kernel as a remoting send, with no
+system call between them) and
 other brokers over TCP, found through the broker's name servers as in cluster mode. Its delay
 levels are the broker's."""
 from __future__ import annotations
@@ -59,7 +60,7 @@ class LocalGrpcFront:
         from broker.proxy.startup import serve
 
         peer = f"{self.config.bindAddress}:{self.config.grpcServerPort}"  # the born host of what it sends
-        dialers = {addr: lambda: remoting.connect_local(peer)}
+        dialers = {addr: lambda channel: remoting.connect_local(peer, channel, addr)}
         loop = asyncio.get_running_loop()
         ready = loop.create_future()
         self.task = loop.create_task(serve(self.config, self._stop, lambda: ready.done() or ready.set_result(None),

@@ -22,6 +22,7 @@ from typing import Awaitable, Callable
 from broker.kernels.header import HeaderError
 from broker.kernels.remoting import FrameError, reallocate, split_frames
 from broker.kernels.send_path import RUN_DONE, RUN_YIELD
+from broker.remoting import memory_transport
 from broker.remoting.command import RemotingCommand
 from broker.remoting.request_handling import RequestHandling
 from broker.remoting.tls import TLS_RECORD_HANDSHAKE
@@ -98,7 +99,6 @@ class RemotingConnection(RequestHandling, asyncio.BufferedProtocol):
             self.peer = f"{peer[0]}:{peer[1]}"
         elif peer:
             self.peer = str(peer)
-        # else an unnamed AF_UNIX peer (RemotingServer.connect_local): the name it was given stays
         if self.backpressure:
             transport.set_write_buffer_limits(high=WRITE_HIGH, low=WRITE_LOW)
         if self.fast is not None:
@@ -390,30 +390,17 @@ class RemotingServer:
         self.connections.add(conn)
         return conn
 
-    async def connect_local(self, peer: str) -> socket.socket:
-        """A connection to this server from its own process that is not TCP: one end of an AF_UNIX
-        socketpair served as an accepted connection (same handler, send kernel and ACL as any
-        other; no TLS, the bytes never leave the process), the other end returned for the caller's
-        client channel. `peer`: the "host:port" the connection is known by (born host, ACL's
-        address, logs), as a TCP peer would be by its address."""
-        ours, theirs = socket.socketpair()
-        ours.setblocking(False)
-        theirs.setblocking(False)
-
-        def protocol() -> RemotingConnection:
-            conn = RemotingConnection(self.handler, self._closed, idle_timeout=self.idle_timeout, backpressure=True,
-                                      fast=self.fast)
-            conn.peer = peer  # before connection_made: the send kernel's born host is taken there
-            self.connections.add(conn)
-            return conn
-
-        try:
-            await asyncio.get_running_loop().connect_accepted_socket(protocol, ours)
-        except BaseException:
-            ours.close()
-            theirs.close()
-            raise
-        return theirs
+    def connect_local(self, peer: str, protocol: asyncio.BaseProtocol, addr: str) -> None:
+        """Connect `protocol` (the caller's client channel) to this server from its own process,
+        with no socket: an in-process connection (broker.remoting.memory_transport) served as an
+        accepted one (same handler, send kernel and ACL as any other; no TLS, the bytes never
+        leave the process). `peer`: the "host:port" the connection is known by here (born host,
+        ACL's address, logs), as a TCP peer would be by its address; `addr`: this server's, as
+        the caller's channel sees it."""
+        conn = RemotingConnection(self.handler, self._closed, idle_timeout=self.idle_timeout, backpressure=True,
+                                  fast=self.fast)
+        self.connections.add(conn)
+        memory_transport.connect(asyncio.get_running_loop(), conn, peer, protocol, addr)
 
     def _closed(self, conn: RemotingConnection) -> None:
         self.connections.discard(conn)
