@@ -200,6 +200,7 @@ $(VENV)/.benchdeps: $(STAMP) requirements-reliable.txt
 	touch $@
 
 bench: install build/loadgen $(VENV)/.benchdeps .deps/servers $(JAVABROKER)
+	@command -v h2load >/dev/null || (apt-get update -qq && apt-get install -y -qq nghttp2-client)  # the gRPC cell's C driver
 	$(VPY) -m bench
 
 # The soak (soak/, docs/soak.md): a DLedger group and a master/slave group under the project's

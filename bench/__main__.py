@@ -102,6 +102,11 @@ TARGETS = {
     "lone_p50_over_rtt": 3.0,            # ASYNC_FLUSH; SYNC_FLUSH: fdatasync p50 + 3 RTT
     "crowd_rss_mib": 100.0,              # 5,000 connected clients, at most
     "crowd_vs_alone": 0.9,               # the 50 senders beside them / alone, at least
+    # the gRPC front (issue 32): SendMessage through the broker's own front driven by h2load (a C
+    # driver: grpc.aio's own ~50 CPU-us per call bounded the grpc.aio cells), beside the remoting
+    # client's send in the same run
+    "grpc_send_vs_remoting": 0.5,        # at least
+    "grpc_front_share_cpu_us": 15.0,     # at most: the broker process per call, less a remoting send's
 }
 
 
@@ -277,6 +282,17 @@ def evaluate(figs: dict) -> list[dict]:
         if "vs_conns50_alone" in crowd:
             add("50 senders beside them within 10 % of the 50 alone", crowd["vs_conns50_alone"],
                 TARGETS["crowd_vs_alone"], "x")
+    grpc = next(((n, f) for n, f in N.items() if n.startswith("ASYNC_FLUSH grpc send 1 KiB, h2load")), None)
+    remoting = next((f for n, f in N.items() if n.startswith("ASYNC_FLUSH client send 1 KiB x64")), None)
+    if grpc is not None and remoting is not None:
+        name, g = grpc
+        add("gRPC SendMessage >= 50 % of the remoting client's send rate (h2load, the broker's local front)",
+            g["msgs_per_s"] / remoting["msgs_per_s"], TARGETS["grpc_send_vs_remoting"], "x", where=name)
+        per_g = (g.get("cpu_us_per_msg_by_process") or {}).get("broker")
+        per_r = (remoting.get("cpu_us_per_msg_by_process") or {}).get("broker")
+        if per_g is not None and per_r is not None:
+            add("the front's share <= 15 CPU-us per SendMessage (the broker process per call, less a remoting send's)",
+                per_g - per_r, TARGETS["grpc_front_share_cpu_us"], "us", higher=False, where=name)
     T = figs.get("timer") or {}
     if T:
         add("timer enqueue >= 100,000 timers/s", T["enqueue"]["enqueued_per_s"], 100_000, "timers/s")
@@ -521,6 +537,17 @@ def markdown(figs: dict) -> str:
                 f"loopback {lo['loopback_GiBps']:.2f} GiB/s; pwrite into a fresh file {lo['fresh_file_write_MBps']:,.0f} MB/s",
                 f"{100 * c['MBps'] / lo['fresh_file_write_MBps']:.0f} % of fresh-file writes")
 
+    grpc = next(((n, f) for n, f in N.items() if n.startswith("ASYNC_FLUSH grpc send 1 KiB, h2load")), None)
+    remoting = next((f for n, f in N.items() if n.startswith("ASYNC_FLUSH client send 1 KiB x64")), None)
+    if grpc is not None and remoting is not None:
+        name, g = grpc
+        add("gRPC SendMessage >= 50 % of the remoting client's send rate (h2load, the broker's local front)",
+            g["msgs_per_s"] / remoting["msgs_per_s"], TARGETS["grpc_send_vs_remoting"], "x", where=name)
+        per_g = (g.get("cpu_us_per_msg_by_process") or {}).get("broker")
+        per_r = (remoting.get("cpu_us_per_msg_by_process") or {}).get("broker")
+        if per_g is not None and per_r is not None:
+            add("the front's share <= 15 CPU-us per SendMessage (the broker process per call, less a remoting send's)",
+                per_g - per_r, TARGETS["grpc_front_share_cpu_us"], "us", higher=False, where=name)
     T = figs.get("timer") or {}
     if T:
         row("**timer messages** (a `broker serve` process; the project's client, 64 in flight, 256 B bodies; "
@@ -758,7 +785,7 @@ def main(argv: list[str] | None = None) -> int:
         from bench import network_bench
         for flush, cells in (("ASYNC_FLUSH", ["send", "send256", "conns50", "crowd", "lone", "batch", "pull",
                                               "client_send", "client_send_tls", "client_batch", "client_pull",
-                                              "grpc_send", "grpc_receive"]),
+                                              "grpc_send", "grpc_send_h2load_local", "grpc_receive"]),
                              ("SYNC_FLUSH", ["send", "send256", "conns50", "lone", "batch", "client_send",
                                              "client_batch"])):
             for r in runner(network_bench.run_flush_mode(flush, secs, cells, workdir,

@@ -268,6 +268,79 @@ async def bench_grpc_send(namesrv_addr: str, seconds: float, in_flight: int = 64
                      n, dt, n * BODY, lat, extra=extra)
 
 
+def send_request_frame(topic: str) -> bytes:
+    """One SendMessage request of one 1 KiB message as a gRPC message (flag, length, protobuf)."""
+    from broker.proxy.protocol import definition_pb2 as pb
+    from broker.proxy.protocol import service_pb2 as spb
+    sp = pb.SystemProperties(tag="bench", keys=["k"], message_id=os.urandom(16).hex().upper(),
+                             message_type=pb.NORMAL, body_encoding=pb.IDENTITY)
+    m = spb.SendMessageRequest(messages=[pb.Message(topic=pb.Resource(name=topic), body=os.urandom(BODY),
+                                                    system_properties=sp)]).SerializeToString()
+    return b"\0" + len(m).to_bytes(4, "big") + m
+
+
+def _h2load(endpoints: str, body_path: str, args: list[str], log_path: str | None = None) -> dict:
+    """h2load's SendMessage calls on `endpoints` with `body_path` as every request's body: its counts."""
+    cmd = ["h2load", *args, "-d", body_path, "-H", "content-type: application/grpc", "-H", "te: trailers",
+           "-H", "x-mq-client-id: h2load@bench", *(["--log-file", log_path] if log_path else []),
+           f"http://{endpoints}/apache.rocketmq.v2.MessagingService/SendMessage"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    import re
+    m = re.search(r"requests: (\d+) total, (\d+) started, (\d+) done, (\d+) succeeded, (\d+) failed", out)
+    if m is None:
+        raise RuntimeError(f"h2load printed no request counts: {out[-500:]}")
+    return {"done": int(m.group(3)), "succeeded": int(m.group(4)), "failed": int(m.group(5))}
+
+
+async def bench_grpc_send_h2load(namesrv_addr: str, seconds: float, on_start=nothing, local: LocalFront | None = None,
+                                 connections: int = 1, streams: int = 64, workdir: str | None = None) -> NetResult:
+    """SendMessage driven by h2load (Debian's nghttp2-client, libnghttp2's load generator in C)
+    instead of grpc.aio, whose ~50 CPU-us per call in the bench process bounded the other cells:
+    `connections` HTTP/2 connections of `streams` streams each, one 1 KiB message per call, the same
+    request body every time (one message id for all: the broker stores each, as RocketMQ would).
+    h2load reads HTTP statuses, not gRPC's: the messages the topic gained are counted and must be
+    at least the calls it saw succeed. Latencies from its per-request log."""
+    import tempfile
+    from broker.client.pull_consumer import PullConsumer
+    workdir = workdir or tempfile.gettempdir()
+    body_path = os.path.join(workdir, "grpc-send-request.bin")
+    log_path = os.path.join(workdir, "h2load-requests.log")
+    with open(body_path, "wb") as f:
+        f.write(send_request_frame(CLIENT_TOPIC))
+    consumer = PullConsumer("bench_grpc_h2load_count", namesrv_addr)
+    await consumer.start()
+    loop = asyncio.get_running_loop()
+    try:
+        with local or FrontProcess(namesrv_addr, workdir) as front:
+            flags = ["-c", str(connections), "-m", str(streams)]
+            await loop.run_in_executor(None, _h2load, front.endpoints, body_path, ["-n", "5000", *flags])  # warm
+            queues = await consumer.fetch_queues(CLIENT_TOPIC)
+            stored0 = sum([await consumer.max_offset(mq) for mq in queues])
+            c0 = front.cpu_seconds()
+            on_start()
+            t0 = time.perf_counter()
+            counts = await loop.run_in_executor(None, _h2load, front.endpoints, body_path,
+                                                ["-D", f"{seconds:g}", *flags], log_path)
+            dt = time.perf_counter() - t0
+            front_cpu = front.cpu_seconds() - c0
+            stored = sum([await consumer.max_offset(mq) for mq in queues]) - stored0
+    finally:
+        await consumer.shutdown()
+    with open(log_path) as f:
+        lat = [int(line.split("\t")[2]) * 1000 for line in f if line.count("\t") >= 2]
+    os.unlink(log_path)
+    n = counts["succeeded"]
+    where = "the broker's local front" if local is not None else "the front"
+    extra = {"driver": f"h2load (nghttp2-client, C), {connections} connection(s) x {streams} streams, in its own "
+                       f"process", "front_cpu_us_per_msg": 1e6 * front_cpu / n if n else float("nan"),
+             "stored": stored, "h2load_failed": counts["failed"]}
+    if stored < n:
+        extra["errors"] = n - stored  # calls h2load saw succeed that stored nothing: refused in gRPC status
+    # h2load's wall time includes its connect; the main duration is what it measured
+    return NetResult(f"grpc send 1 KiB, h2load {connections}x{streams} streams (through {where})",
+                     n, min(dt, seconds), n * BODY, lat, extra=extra)
+
+
 async def bench_grpc_receive(namesrv_addr: str, seconds: float, in_flight: int = 4, on_start=nothing,
                              workdir: str | None = None, local: LocalFront | None = None) -> NetResult:
     """`local`: the broker's own front instead of `broker proxy`."""
