@@ -15,6 +15,7 @@ from broker.proxy.grpc_metadata import peer_host
 from broker.proxy.protocol import service_pb2 as spb
 from broker.proxy.queue_selector import queue_index_for_group
 from broker.proxy.route_activity import validate_topic
+from broker.proxy.send_reply import send_ok
 from broker.common.recall_handle import BadRecallHandle, RecallHandle
 from broker.common.topic_attributes import accepts
 from broker.proxy.status import Code, ProxyError, from_broker_refusal, from_client_error, status
@@ -98,21 +99,23 @@ class SendMessageActivity:
         if not isinstance(fut, asyncio.Future):  # not on the fast path: a coroutine, which send_message would have
             fut = asyncio.ensure_future(fut)
         message_id = sp.message_id
-        return fut, lambda done: spb.SendMessageResponse(status=(e := self._entry(done, message_id)).status,
-                                                         entries=(e,))
+        return fut, lambda done: self._response(done, message_id)
 
-    def _entry(self, done: asyncio.Future, message_id: str) -> spb.SendResultEntry:
-        """The SendResultEntry of a send_now's finished future (a plain message: no transaction id)."""
+    @staticmethod
+    def _response(done: asyncio.Future, message_id: str) -> spb.SendMessageResponse | bytes:
+        """send_now's response from its finished future (a plain message: no transaction id); a
+        stored message's as bytes (send_reply.send_ok), a failure's as a message."""
         e = done.exception()
-        if e is not None:
-            return spb.SendResultEntry(status=status(*from_client_error(e)), message_id=message_id)
-        r = done.result()
-        code = _STATUS_CODE.get(r.status, Code.INTERNAL_SERVER_ERROR)
-        if code != Code.OK:
-            return spb.SendResultEntry(status=status(code, f"send message failed, sendStatus={r.status}"),
-                                       message_id=message_id)
-        return spb.SendResultEntry(status=status(), message_id=r.msg_id, offset=r.queue_offset,
-                                   recall_handle=r.recall_handle or "")
+        if e is None:
+            r = done.result()
+            if r.status == SEND_OK:
+                return send_ok(r.msg_id, r.queue_offset, r.recall_handle or "")
+            code = _STATUS_CODE.get(r.status, Code.INTERNAL_SERVER_ERROR)
+            entry = spb.SendResultEntry(status=status(code, f"send message failed, sendStatus={r.status}"),
+                                        message_id=message_id)
+        else:
+            entry = spb.SendResultEntry(status=status(*from_client_error(e)), message_id=message_id)
+        return spb.SendMessageResponse(status=entry.status, entries=(entry,))
 
     async def _send_single(self, pm, topic: str, peer: str) -> spb.SendMessageResponse:
         """send_message of a request with one message, without the lists and gathers of a batch."""

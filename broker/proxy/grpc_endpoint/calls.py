@@ -125,7 +125,7 @@ class Call:
 
     def run_now(self) -> bool:
         """The method's fast answer (a unary call with its one message): False when it declines,
-        and run() answers the call. The answer is written when the fast answer's future is done,
+        and run() answers the call. Its response may come as bytes, already serialized. The answer is written when the fast answer's future is done,
         unless the call ended first (deadline, reset): then it is dropped, as a cancelled
         handler's would be."""
         if self.count != 1:
@@ -148,8 +148,9 @@ class Call:
             self.context.done_ = True
             conn = self.conn
             try:
-                response = respond(fut)
-                conn.unary(self.sid, response if h.response_serializer is None else h.response_serializer(response))
+                response = respond(fut)  # bytes: already serialized
+                conn.unary(self.sid, response if h.response_serializer is None or type(response) is bytes
+                           else h.response_serializer(response))
             except Exception as e:  # noqa: BLE001 - the call ends UNKNOWN, logged; the connection lives
                 log.exception("gRPC call %s from %s failed", self.path, conn.peer)
                 conn.finish(self.sid, UNKNOWN, encode_message(f"Unexpected {type(e)}: {e}"))

@@ -12,6 +12,7 @@ from broker.proxy.grpc_endpoint.calls import Call, too_large
 from broker.proxy.grpc_endpoint.status import UNAVAILABLE, UNIMPLEMENTED, encode_message, timeout_seconds
 
 log = logging.getLogger("proxy")
+LINGER_S = 1.0  # a closing connection waits this long for the client's close (H2Connection._close)
 
 
 def peer_of(transport) -> str:
@@ -34,6 +35,7 @@ class H2Connection(asyncio.Protocol):
         self.peer = "unknown"
         self._flush_pending = False
         self._closed = False
+        self._linger: asyncio.TimerHandle | None = None
 
     # -- asyncio.Protocol -----------------------------------------------------------------------------
     def connection_made(self, transport) -> None:
@@ -46,6 +48,8 @@ class H2Connection(asyncio.Protocol):
         self.flush()
 
     def data_received(self, data: bytes) -> None:
+        if self._closed:  # lingering after our last frames (_close): the client's bytes are dropped
+            return
         try:
             events = self.session.feed(data)
         except H2Error as e:
@@ -79,6 +83,9 @@ class H2Connection(asyncio.Protocol):
 
     def connection_lost(self, exc) -> None:
         self._closed = True
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
         self.server.connections.discard(self)
         calls, self.calls = self.calls, {}
         for call in calls.values():
@@ -138,8 +145,7 @@ class H2Connection(asyncio.Protocol):
             reason = self.session.last_error
             if reason:
                 log.warning("gRPC connection from %s closed: %s", self.peer, reason)
-            self._closed = True
-            self.transport.close()
+            self._close()
 
     def goaway(self) -> None:
         """The server stops: no new streams; the calls in flight go on."""
@@ -153,8 +159,23 @@ class H2Connection(asyncio.Protocol):
             call.fail(UNAVAILABLE, "the server is stopping")
         self.flush()
         if not self._closed:
-            self._closed = True
-            self.transport.close()
+            self._close()
+
+    def _close(self) -> None:
+        """FIN after what was written, then the client's own close awaited (LINGER_S at most) while
+        what it still sends is read and dropped. Closing a socket with unread input makes the
+        kernel answer RST, and a client that had not yet read our last frames (a stream's
+        trailers after GOAWAY) lost them: grpcio then saw the stream fail instead of end."""
+        self._closed = True
+        t = self.transport
+        try:
+            if t.can_write_eof():
+                t.write_eof()
+                self._linger = self.loop.call_later(LINGER_S, t.close)
+                return
+        except (OSError, RuntimeError):
+            pass
+        t.close()
 
     def _abandon(self, reason: str) -> None:
         """nghttp2 refused this connection's input: logged naming the peer, this connection alone closed."""

@@ -8,7 +8,7 @@ import logging
 import socket
 
 from broker.kernels.h2_session import DEFAULT_MAX_MESSAGE
-from broker.proxy.grpc_endpoint.connection import H2Connection
+from broker.proxy.grpc_endpoint.connection import LINGER_S, H2Connection
 
 log = logging.getLogger("proxy")
 
@@ -52,6 +52,7 @@ class GrpcServer:
         self._ports: list[tuple[socket.socket, object]] = []
         self._servers: list[asyncio.AbstractServer] = []
         self._idle: asyncio.Event | None = None
+        self._all_closed: asyncio.Event | None = None
 
     # -- handlers (grpc.Server's registration methods) -----------------------------------------------
     def add_generic_rpc_handlers(self, generic_rpc_handlers) -> None:
@@ -121,6 +122,12 @@ class GrpcServer:
                 pass
         for conn in list(self.connections):
             conn.abort()
+        if self.connections:  # each closes once its client has read our last frames (H2Connection._close)
+            self._all_closed = asyncio.Event()
+            try:
+                await asyncio.wait_for(self._all_closed.wait(), LINGER_S + 0.5)
+            except asyncio.TimeoutError:
+                pass
         for server in self._servers:
             await server.wait_closed()
         await asyncio.sleep(0)  # the connections' transports close on the loop's next turn
@@ -128,6 +135,8 @@ class GrpcServer:
     def connection_gone(self) -> None:
         if self._idle is not None and not any(c.calls for c in self.connections):
             self._idle.set()
+        if self._all_closed is not None and not self.connections:
+            self._all_closed.set()
 
     async def wait_for_termination(self) -> None:
         for server in self._servers:
