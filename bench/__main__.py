@@ -107,6 +107,7 @@ TARGETS = {
     # client's send in the same run
     "grpc_send_vs_remoting": 0.5,        # at least
     "grpc_front_share_cpu_us": 15.0,     # at most: the broker process per call, less a remoting send's
+    "grpc_idle_rss_mib": 64.0,           # 1,000 idle 5.x clients, each with its Telemetry stream open, at most
 }
 
 
@@ -293,6 +294,10 @@ def evaluate(figs: dict) -> list[dict]:
         if per_g is not None and per_r is not None:
             add("the front's share <= 15 CPU-us per SendMessage (the broker process per call, less a remoting send's)",
                 per_g - per_r, TARGETS["grpc_front_share_cpu_us"], "us", higher=False, where=name)
+    idle = next((f for n, f in N.items() if "idle_streams" in f), None)
+    if idle is not None:
+        add(f"{idle['idle_streams']:,} idle 5.x clients (Telemetry streams open) add <= 64 MiB to the process serving "
+            f"them (RssAnon)", idle["idle_rss_added_mib"], TARGETS["grpc_idle_rss_mib"], "MiB", higher=False)
     T = figs.get("timer") or {}
     if T:
         add("timer enqueue >= 100,000 timers/s", T["enqueue"]["enqueued_per_s"], 100_000, "timers/s")
@@ -487,6 +492,11 @@ def markdown(figs: dict) -> str:
             "broker.client, routed by a name server; CPU-us/msg of each broker process over the clock; Redis: "
             "redis-benchmark in the same run)", "", "", "")
         for name, f in N.items():
+            if "idle_streams" in f:  # no messages: what idle 5.x clients cost (bench/grpc_idle.py)
+                row(name, f"broker RssAnon {f['rss_before_mib']:,.0f} MiB, {f['rss_with_mib']:,.0f} MiB with them: "
+                    f"**+{f['idle_rss_added_mib']:,.1f} MiB**", "target: <= 64 MiB (issue 32)",
+                    f"the broker's CPU while they idle: {f['idle_cpu_ms_per_s']:.1f} ms per s")
+                continue
             by_process = f.get("cpu_us_per_msg_by_process")
             if by_process:
                 cpu = _cpu_by_process(by_process)
@@ -785,7 +795,8 @@ def main(argv: list[str] | None = None) -> int:
         from bench import network_bench
         for flush, cells in (("ASYNC_FLUSH", ["send", "send256", "conns50", "crowd", "lone", "batch", "pull",
                                               "client_send", "client_send_tls", "client_batch", "client_pull",
-                                              "grpc_send", "grpc_send_h2load_local", "grpc_receive"]),
+                                              "grpc_send", "grpc_send_h2load_local", "grpc_idle_local",
+                                              "grpc_receive"]),
                              ("SYNC_FLUSH", ["send", "send256", "conns50", "lone", "batch", "client_send",
                                              "client_batch"])):
             for r in runner(network_bench.run_flush_mode(flush, secs, cells, workdir,

@@ -60,6 +60,9 @@ class NetResult:
                 **self.extra}
 
     def line(self) -> str:
+        if "idle_streams" in self.extra:  # no messages: what idle clients cost (bench.grpc_idle)
+            from bench.grpc_idle import line
+            return line(self.name, self.extra)
         by_process = self.extra.get("cpu_us_per_msg_by_process")
         cpu = (f"broker CPU-us/msg {loadgen.cpu_line(by_process)}" if by_process
                else f"broker CPU {1e6 * self.broker_cpu_s / max(1, self.msgs):.2f} us/msg")

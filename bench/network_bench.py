@@ -153,7 +153,16 @@ def crowd_cell(broker: BrokerProcess, seconds: float, n: int = CROWD) -> NetResu
     return r
 
 
-RAW_CELLS = {**LOADGEN_CELLS, "crowd": None}
+def grpc_idle_cell(broker: BrokerProcess, grpc_port: int, seconds: float, n: int = 1000) -> NetResult:
+    """`n` 5.x clients with their Telemetry streams open and idle on the broker's own front: its
+    RssAnon before and with them, its CPU while they idle (bench.grpc_idle)."""
+    from bench import grpc_idle
+    f = grpc_idle.run(f"127.0.0.1:{grpc_port}", broker.proc.pid, broker.cpu_seconds, n, seconds)
+    return NetResult(f"{n:,} idle Telemetry streams, one connection each (the broker's local front)", n,
+                     f["idle_s"], 0, extra={"driver": "grpc.aio channels in the bench process", **f})
+
+
+RAW_CELLS = {**LOADGEN_CELLS, "crowd": None, "grpc_idle_local": None}
 async def _client_send_tls(namesrv_addr: str, seconds: float, on_start=nothing) -> NetResult:
     return await bench_client_send(namesrv_addr, seconds, on_start=on_start, tls=True)
 
@@ -172,10 +181,11 @@ async def run_flush_mode(flush: str, seconds: float, cells: list[str], workdir: 
         raise ValueError(f"unknown cell(s) {unknown}; known: {DEFAULT_CELLS}")
     out = []
     with contextlib.ExitStack() as stack:
-        ns = stack.enter_context(NamesrvProcess()) if any(c in CLIENT_CELLS for c in cells) else None
+        ns = stack.enter_context(NamesrvProcess()) if any(c in CLIENT_CELLS or c == "grpc_idle_local"
+                                                           for c in cells) else None
         # permissive TLS when a cell speaks it: plaintext cells only pass its first-byte check at accept
         tls = "tls.server.mode=permissive\n" if "client_send_tls" in cells else ""
-        grpc_port = free_port() if any(c in LOCAL_FRONT_CELLS for c in cells) else 0
+        grpc_port = free_port() if any(c in LOCAL_FRONT_CELLS or c == "grpc_idle_local" for c in cells) else 0
         b = stack.enter_context(BrokerProcess(flush, workdir, ns.addr if ns else "",
                                               extra=tls + (f"grpcServerPort={grpc_port}\n" if grpc_port else "")))
         if grpc_port:  # the front listens before the broker prints its line; a child front (an older broker) after
@@ -184,7 +194,9 @@ async def run_flush_mode(flush: str, seconds: float, cells: list[str], workdir: 
             await wait_for_route(ns.addr, b.addr)
         tree = ProcessTree(b.proc.pid)
         for cell in cells:
-            if cell in RAW_CELLS:  # blocking (a subprocess), off the loop
+            if cell == "grpc_idle_local":  # blocking (its own loop in a thread), off this one
+                r = await asyncio.get_running_loop().run_in_executor(None, grpc_idle_cell, b, grpc_port, seconds)
+            elif cell in RAW_CELLS:  # blocking (a subprocess), off the loop
                 r = await asyncio.get_running_loop().run_in_executor(
                     None, crowd_cell if cell == "crowd" else loadgen_cell, *((b, seconds) if cell == "crowd"
                                                                             else (cell, b, seconds)))
