@@ -2,6 +2,8 @@
 broker's own, and the permission bits. Shared by the broker, the gRPC front and the client library."""
 from __future__ import annotations
 
+import re
+
 from broker.kernels.codec import MAX_TOPIC_LEN
 from broker.remoting.refusals import BadRequest
 
@@ -35,8 +37,13 @@ class TopicError(BadRequest):
     """A name that cannot be a topic (answered SYSTEM_ERROR naming it)."""
 
 
+_VALID_TOPIC = re.compile(r"[%|a-zA-Z0-9_-]{1," + str(MAX_TOPIC_LEN) + "}")  # ASCII only: characters are bytes
+
+
 def check_topic_name(topic: str) -> None:
     """RocketMQ's TopicValidator: 1-127 chars of [%|a-zA-Z0-9_-]."""
+    if _VALID_TOPIC.fullmatch(topic) is not None:  # one C call for what every send checks
+        return
     if not topic or len(topic.encode()) > MAX_TOPIC_LEN:
         raise TopicError(f"topic {topic!r} must be 1..{MAX_TOPIC_LEN} bytes")
     for ch in topic:

@@ -1,6 +1,8 @@
 """What a call says of its 5.x client: its metadata (the clients' Signature.metadata) and its peer."""
 from __future__ import annotations
 
+import functools
+
 
 def client_id_of(context) -> str:
     """x-mq-client-id: the client instance, as its Telemetry stream and heartbeats name it."""
@@ -12,7 +14,11 @@ def client_id_of(context) -> str:
 
 def peer_host(context) -> str:
     """'ipv4:127.0.0.1:5555' / 'ipv6:[::1]:5555' → the host."""
-    peer = context.peer() or ""
+    return _host_of(context.peer() or "")
+
+
+@functools.lru_cache(maxsize=4096)  # one parse per connection, not one per send
+def _host_of(peer: str) -> str:
     kind, _, rest = peer.partition(":")
     host = rest.rpartition(":")[0] if kind in ("ipv4", "ipv6") else rest
     return host.strip("[]")
