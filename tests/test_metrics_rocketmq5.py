@@ -13,6 +13,7 @@ import urllib.request
 
 import pytest
 
+from broker.common import extra_info as ei
 from broker.remoting import codes
 from broker.server.broker_config import BrokerConfig
 from broker.store.errors import StoreConfigError
@@ -21,7 +22,7 @@ from tests.helpers.ha_cluster import Broker, NameServer, send_all
 from tests.helpers.procs import REPO, wait_until
 from tests.helpers.raw_wire import RawConn, bodies
 
-TOPIC, GROUP = "MetricsT", "MetricsG"
+TOPIC, GROUP, POP_GROUP = "MetricsT", "MetricsG", "MetricsPopG"
 
 
 def _scrape(port: int) -> dict[tuple[str, frozenset], float]:
@@ -64,6 +65,21 @@ def test_rocketmq5_names_count_traffic_and_the_lag_admin_offsets_reports(tmp_pat
             "consumerGroup": GROUP, "topic": TOPIC, "queueId": 0, "queueOffset": "0", "maxMsgNums": 6, "sysFlag": 0,
             "commitOffset": "0", "suspendTimeoutMillis": "0", "subscription": "*", "subVersion": "0"}))
         assert len(got) == 6
+        # a pop group (as a 5.x SimpleConsumer through the front): 5 popped from queue 1, 2 of them acked
+        beat["consumerDataSet"][0].update(groupName=POP_GROUP, consumeType="CONSUME_POP")
+        assert conn.request(codes.HEART_BEAT, {}, json.dumps(beat).encode()).code == codes.SUCCESS
+        r = conn.request(codes.POP_MESSAGE, {
+            "consumerGroup": POP_GROUP, "topic": TOPIC, "queueId": "1", "maxMsgNums": "5", "invisibleTime": "60000",
+            "pollTime": "0", "bornTime": str(int(time.time() * 1000)), "initMode": "0", "expType": "TAG",
+            "exp": "*", "order": "false"})
+        assert r.code == codes.SUCCESS and len(bodies(r)) == 5, (r.code, r.remark)
+        start = ei.parse_start_offset_info(r.ext["startOffsetInfo"])[ei.queue_key(TOPIC, 1)]
+        for offset in (start, start + 1):
+            handle = ei.build(start, int(r.ext["popTime"]), int(r.ext["invisibleTime"]), int(r.ext["reviveQid"]),
+                              TOPIC, "broker-a", 1, offset)
+            a = conn.request(codes.ACK_MESSAGE, {"consumerGroup": POP_GROUP, "topic": TOPIC, "queueId": 1,
+                                                 "extraInfo": handle, "offset": offset})
+            assert a.code == codes.SUCCESS, a.remark
         for q, committed in enumerate((4, 10, 7, 0)):
             r = conn.request(codes.UPDATE_CONSUMER_OFFSET, {"consumerGroup": GROUP, "topic": TOPIC, "queueId": q,
                                                             "commitOffset": committed})
@@ -85,6 +101,12 @@ def test_rocketmq5_names_count_traffic_and_the_lag_admin_offsets_reports(tmp_pat
         assert lag == 19
         assert _one(s, "rocketmq_consumer_inflight_messages", topic=TOPIC, consumer_group=GROUP) == 2
         assert _one(s, "rocketmq_consumer_ready_messages", topic=TOPIC, consumer_group=GROUP) == 17
+        # the pop group (ConsumerLagCalculator's pop formulas): in flight, the 3 popped and not acked;
+        # ready, queue 1's 10 less the 5 popped; lag, both (the other queues: no offset, no lag)
+        assert _one(s, "rocketmq_consumer_inflight_messages", topic=TOPIC, consumer_group=POP_GROUP) == 3
+        assert _one(s, "rocketmq_consumer_ready_messages", topic=TOPIC, consumer_group=POP_GROUP) == 5
+        assert _one(s, "rocketmq_consumer_lag_messages", topic=TOPIC, consumer_group=POP_GROUP) == 8
+        assert _one(s, "rocketmq_consumer_connections", consumer_group=POP_GROUP, consume_mode="pop") == 1
         assert 0 < _one(s, "rocketmq_consumer_lag_latency", topic=TOPIC, consumer_group=GROUP) < 120_000
         assert 0 < _one(s, "rocketmq_consumer_queueing_latency", topic=TOPIC, consumer_group=GROUP) < 120_000
         assert _one(s, "rocketmq_consumer_connections", consumer_group=GROUP, consume_mode="pull") == 1
@@ -93,8 +115,8 @@ def test_rocketmq5_names_count_traffic_and_the_lag_admin_offsets_reports(tmp_pat
         rpc = {"protocol_type": "remoting", "is_long_polling": "false", "result": "success"}
         assert _one(s, "rocketmq_rpc_latency_count", request_code="update_consumer_offset", response_code="success",
                     **rpc) == 4
-        assert _one(s, "rocketmq_rpc_latency_bucket", request_code="heart_beat", le="1.0", **rpc) <= 1
-        assert _one(s, "rocketmq_rpc_latency_bucket", request_code="heart_beat", le="+Inf", **rpc) == 1
+        assert _one(s, "rocketmq_rpc_latency_bucket", request_code="heart_beat", le="1.0", **rpc) <= 2
+        assert _one(s, "rocketmq_rpc_latency_bucket", request_code="heart_beat", le="+Inf", **rpc) == 2
         assert _one(s, "rocketmq_rpc_latency_count", request_code="pull_message", is_long_polling="true") == 1
         assert sum(v for (n, labels), v in s.items() if n == "rocketmq_rpc_latency_count" and
                    {("request_code", "send_message"), ("request_code", "send_message_v2")} & labels) == 40

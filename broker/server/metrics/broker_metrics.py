@@ -36,7 +36,11 @@ class BrokerMetrics:
     def bind(self, store, topics, consumers, stats) -> None:
         from broker.server.metrics.rocketmq_metrics import ConsumerLag, TopicTraffic
         self.traffic = TopicTraffic(store, topics)
-        self.lag = ConsumerLag(store, topics, consumers, stats)
+        self.lag = ConsumerLag(store, topics, consumers, stats, self._pop_inflight)
+
+    def _pop_inflight(self) -> dict | None:
+        pop = self.c.pop  # made after bind(), and absent on a broker without pop
+        return pop.revive.inflight_counts() if pop is not None else None
 
     async def _rocketmq5(self, labels: dict) -> list:
         from broker.server.metrics.rocketmq_metrics import families

@@ -11,7 +11,8 @@ Nothing here is counted per message on the request path:
   counts (BrokerStatsManager, which mqadmin statsAll reads too);
 - lag, in-flight, ready and the two latencies are computed per queue at scrape time from the
   queue's max offset, the group's committed offset and its last pulled offset, with the store
-  time of the message at each (ConsumerLagCalculator's formulas).
+  time of the message at each (ConsumerLagCalculator's formulas); for a pop group the offset its
+  pops moved and the messages its checkpoints hold unacked.
 
 Where a figure differs from RocketMQ's, docs/compat.md says how (throughput counts stored record
 bytes, not bodies; message_type is the topic's message.type, as this broker keeps no per-message type).
@@ -96,17 +97,23 @@ class ConsumerLag:
     RocketMQ's processAllGroup): lag, in-flight and ready messages, and the store times of the
     first unconsumed and the first unpulled message."""
 
-    def __init__(self, store, topics, consumers, stats):
+    def __init__(self, store, topics, consumers, stats, pop_inflight=None):
         self.store = store
         self.topics = topics
         self.consumers = consumers
         self.stats = stats
+        # () -> {(group, topic, queue id): popped, not acked} (PopReviveService.inflight_counts), or None
+        self.pop_inflight = pop_inflight
 
     def rows(self) -> list[dict]:
         out = []
         offsets = self.store.consumer_offsets
         pulled = self.stats.pull_offsets if self.stats is not None else {}
+        popped = None  # counted once per scrape, when a pop group asks
         for group, info in list(self.consumers.groups.items()):
+            pop = info.consume_type == "CONSUME_POP"
+            if pop and popped is None:
+                popped = (self.pop_inflight() if self.pop_inflight is not None else None) or {}
             for topic in list(info.subscriptions):
                 if topic.startswith(RETRY_PREFIX) or topic.startswith(DLQ_PREFIX):
                     continue
@@ -119,11 +126,21 @@ class ConsumerLag:
                     top = max(self.store.max_offset(topic, q), 0)
                     committed = offsets.query(group, topic, q)
                     committed = top if committed < 0 else min(committed, top)
-                    pull = pulled.get((group, topic, q), committed)
-                    pull = min(max(pull, committed), top)
-                    row["lag"] += top - committed
-                    row["inflight"] += pull - committed
-                    row["ready"] += top - pull
+                    if pop:
+                        # a pop moves the group's offset as it pops: that is the pull offset, and
+                        # what is in flight are the popped messages not acked (getConsumerLagStats)
+                        pull = committed
+                        inflight = popped.get((group, topic, q), 0)
+                        committed = max(pull - inflight, 0)
+                        row["lag"] += top - pull + inflight
+                        row["inflight"] += inflight
+                        row["ready"] += top - pull
+                    else:
+                        pull = pulled.get((group, topic, q), committed)
+                        pull = min(max(pull, committed), top)
+                        row["lag"] += top - committed
+                        row["inflight"] += pull - committed
+                        row["ready"] += top - pull
                     for offset, key in ((committed, "unconsumed_ts"), (pull, "unpulled_ts")):
                         if offset < top:
                             ts = queue_store_time(self.store, topic, q, offset)

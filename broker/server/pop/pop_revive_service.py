@@ -197,6 +197,18 @@ class PopReviveService:
                               f"(it popped {ck.offsets()})")
         return ck, i
 
+    def inflight_counts(self) -> dict[tuple[str, str, int], int]:
+        """Messages popped and not acked, per (group, topic, queue id): RocketMQ's
+        PopInflightMessageCounter, counted from the checkpoints in flight when asked (a scrape),
+        not kept up per pop and ack."""
+        out: dict[tuple[str, str, int], int] = {}
+        for ck in self.inflight.values():
+            left = (len(ck.diffs) if ck.diffs else ck.num) - bin(ck.bitmap).count("1")
+            if left > 0:
+                key = (ck.group, ck.topic, ck.queue_id)
+                out[key] = out.get(key, 0) + left
+        return out
+
     def ack(self, ck: PopCheckPoint, index: int) -> None:
         """Write the ack and mark the message (a second ack of it is a no-op)."""
         if ck.bitmap >> index & 1:
