@@ -305,6 +305,7 @@ def test_kill9_loses_no_unacked_message_and_brings_back_no_acked_one(tmp_path):
     try:
         acked: list[str] = []
         unacked: list[str] = []
+        batch_unacked: list[str] = []
 
         async def before(client, addr):
             for i in range(8):
@@ -315,6 +316,20 @@ def test_kill9_loses_no_unacked_message_and_brings_back_no_acked_one(tmp_path):
                 await c.ack(m)
             acked.extend(_bodies(msgs[:5]))
             unacked.extend(_bodies(msgs[5:]))
+            # three of a batch of four acked by one BATCH_ACK_MESSAGE: one revive-log record (bAck),
+            # which the restart must read as three acks
+            for i in range(4):
+                await _send(client, addr, "PopCrashBatch", f"bb{i}", queue_id=0)
+            cb = P.SimpleConsumer(client, addr, "PopCrashG", "PopCrashBatch")
+            bmsgs = await _receive_until(cb, 4, invisible_ms=2000, queue_id=0)
+            so, pt, _, rq = (int(x) for x in P.handle_of(bmsgs[0]).split()[:4])
+            bits = sum(1 << (m.queue_offset - so) for m in bmsgs[:3])
+            body = msgspec.json.encode({"brokerName": "broker-a", "acks": [{
+                "c": "PopCrashG", "t": "PopCrashBatch", "r": "0", "so": so, "q": 0, "rq": rq, "pt": pt, "it": 2000,
+                "b": base64.b64encode(bits.to_bytes(8, "little")).decode()}]})
+            r = await client.invoke(addr, RemotingCommand.request(codes.BATCH_ACK_MESSAGE, {}, body), 5)
+            assert r.code == codes.SUCCESS, r.remark
+            batch_unacked.extend(_bodies(bmsgs[3:]))
             # revived, then consumed from the retry topic and acked: not revived again after the crash
             await _send(client, addr, "PopCrash", "kr")
             await _receive_until(c, 1, invisible_ms=300)
@@ -344,6 +359,11 @@ def test_kill9_loses_no_unacked_message_and_brings_back_no_acked_one(tmp_path):
             assert all(m.reconsume_times == 1 for m in back)
             for m in back:
                 await c.ack(m)
+            cb = P.SimpleConsumer(client, addr, "PopCrashG", "PopCrashBatch")
+            [bback] = await _receive_until(cb, 1, invisible_ms=60_000)
+            assert _bodies([bback]) == batch_unacked  # the three batch-acked never come back
+            await cb.ack(bback)
+            assert await cb.receive(1000, poll_ms=2500) == []
             await _send(client, addr, "PopCrash", "k-new")
             [new] = await _receive_until(c, 1, invisible_ms=60_000)
             assert _bodies([new]) == ["k-new"]  # the pop offsets were recovered: k0..k7 are not popped again

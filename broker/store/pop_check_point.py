@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-CK_TAG, ACK_TAG = "ck", "ack"
+CK_TAG, ACK_TAG, BATCH_ACK_TAG = "ck", "ack", "bAck"  # PopAckConstants
 # an orderly pop's batch and its acks (ours: RocketMQ keeps them in consumerOrderInfo.json, which
 # a kill -9 leaves up to flushConsumerOffsetInterval behind; a RocketMQ revive service skips them)
 ORDER_CK_TAG, ORDER_ACK_TAG = "oCk", "oAck"
@@ -93,3 +93,37 @@ class AckMsg:
                        str(d.get("bn") or ""))
         except (ValueError, KeyError, TypeError) as e:
             raise CheckPointFormatError(f"not an ack: {e}") from None
+
+
+@dataclass
+class BatchAckMsg:
+    """Several acks of one checkpoint in one revive-log record (RocketMQ's BatchAckMsg, tag bAck):
+    a batch of 32 popped messages acked together is one record, not 32."""
+    ack_offsets: list[int]
+    start_offset: int
+    group: str
+    topic: str
+    queue_id: int
+    pop_time: int
+    broker_name: str = ""
+
+    def to_json(self) -> bytes:
+        return json.dumps({"aol": self.ack_offsets, "so": self.start_offset, "c": self.group, "t": self.topic,
+                           "q": self.queue_id, "pt": self.pop_time, "bn": self.broker_name},
+                          separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json(cls, body: bytes) -> "BatchAckMsg":
+        try:
+            d = json.loads(body)
+            offsets = d.get("aol", d.get("ackOffsetList"))
+            if not isinstance(offsets, list):
+                raise TypeError("no ackOffsetList")
+            return cls([int(o) for o in offsets], int(d["so"]), str(d["c"]), str(d["t"]), int(d["q"]),
+                       int(d["pt"]), str(d.get("bn") or ""))
+        except (ValueError, KeyError, TypeError) as e:
+            raise CheckPointFormatError(f"not a batch ack: {e}") from None
+
+    def acks(self) -> list[AckMsg]:
+        return [AckMsg(o, self.start_offset, self.group, self.topic, self.queue_id, self.pop_time, self.broker_name)
+                for o in self.ack_offsets]

@@ -45,7 +45,8 @@ from broker.common.topic_validator import DLQ_PREFIX, PERM_READ, PERM_WRITE, RET
 from broker.store.config_files import TopicConfig
 from broker.store.errors import ServiceUnavailable, StoreError
 from broker.store.message import decode_message, host_bytes
-from broker.store.pop_check_point import (ACK_TAG, CK_TAG, ORDER_ACK_TAG, ORDER_CK_TAG, AckMsg, CheckPointFormatError,
+from broker.store.pop_check_point import (ACK_TAG, BATCH_ACK_TAG, CK_TAG, ORDER_ACK_TAG, ORDER_CK_TAG, AckMsg,
+                                          BatchAckMsg, CheckPointFormatError,
                                           PopCheckPoint)
 from broker.store.results import GetStatus
 
@@ -119,6 +120,8 @@ class PopReviveService:
                     self._advance_pop_offset(ck)
                 elif tag == ACK_TAG:
                     acks.append(AckMsg.from_json(body))
+                elif tag == BATCH_ACK_TAG:
+                    acks.extend(BatchAckMsg.from_json(body).acks())
                 elif tag == ORDER_CK_TAG:
                     self.order_info.replay_popped(PopCheckPoint.from_json(body), rq, pos)
                 elif tag == ORDER_ACK_TAG:
@@ -217,6 +220,22 @@ class PopReviveService:
         uniq = "@".join(map(str, (a.topic, a.queue_id, a.ack_offset, a.group, a.pop_time, a.broker_name, ACK_TAG)))
         self.log.append(ck.rq, ACK_TAG, uniq, a.to_json())
         self._ack_index(ck, index)
+
+    def ack_many(self, ck: PopCheckPoint, indexes: list[int]) -> None:
+        """Acks of several messages of one checkpoint: one record (BatchAckMsg), not one per message."""
+        todo = sorted({i for i in indexes if not ck.bitmap >> i & 1})
+        if len(todo) <= 1:
+            if todo:
+                self.ack(ck, todo[0])
+            return
+        offsets = ck.offsets()
+        b = BatchAckMsg([offsets[i] for i in todo], ck.start_offset, ck.group, ck.topic, ck.queue_id, ck.pop_time,
+                        ck.broker_name)
+        uniq = "@".join(map(str, (b.topic, b.queue_id, b.ack_offsets, b.group, b.pop_time, b.broker_name,
+                                  BATCH_ACK_TAG)))  # genBatchAckUniqueId
+        self.log.append(ck.rq, BATCH_ACK_TAG, uniq, b.to_json())
+        for i in todo:
+            self._ack_index(ck, i)
 
     def _ack_index(self, ck: PopCheckPoint, index: int) -> None:
         ck.bitmap |= 1 << index

@@ -77,6 +77,7 @@ class AckMessageProcessor:
         failed = []
         mark = self.revive.log.appended
         for group, topic, queue_id, ck_offset, rq, pop_time, offsets in _batch_acks(bytes(cmd.body or b"")):
+            found: dict[int, tuple] = {}  # id(checkpoint) -> (checkpoint, its indexes acked here)
             for offset in offsets:
                 try:
                     handle = ei.SEP.join(map(str, (ck_offset, pop_time, 0, rq, ei.retry_flag(topic), "", queue_id,
@@ -85,9 +86,12 @@ class AckMessageProcessor:
                     if info.is_order:
                         self._ack_orderly(_OrderAck(group, topic, queue_id, offset), info)
                     else:
-                        self.revive.ack(*self.revive.find(group, topic, queue_id, ck_offset, pop_time, offset, rq))
+                        ck, i = self.revive.find(group, topic, queue_id, ck_offset, pop_time, offset, rq)
+                        found.setdefault(id(ck), (ck, []))[1].append(i)
                 except Refusal as e:
                     failed.append(f"{topic}@{queue_id}:{offset} ({e})")
+            for ck, indexes in found.values():  # one revive-log record per checkpoint (BatchAckMsg)
+                self.revive.ack_many(ck, indexes)
         res = (cmd.response(codes.NO_MESSAGE, remark=f"not acked: {'; '.join(failed)[:2000]}") if failed
                else cmd.response(codes.SUCCESS))  # (the acks not named in the remark were made)
         return reply_when_durable(cmd, res, self.revive.log.durable_since(mark))
