@@ -8,6 +8,8 @@ from __future__ import annotations
 
 
 
+import time
+
 import pytest
 
 from broker.proxy.protocol import definition_pb2 as pb
@@ -227,3 +229,42 @@ def test_a_consumer_is_told_the_fronts_long_polling_time_and_batch_size(front, s
     sub = consumer_settings_reply(stub, "GrpcSettings", "GrpcSettingsG").subscription
     assert sub.long_polling_timeout.ToMilliseconds() == 20_000 and sub.receive_batch_size == 32
     assert sub.group.name == "GrpcSettingsG" and sub.subscriptions[0].topic.name == "GrpcSettings"
+
+
+def test_an_ack_of_several_handles_is_one_batch_and_each_entry_gets_its_status(front, stub):
+    """AckMessage with several entries goes to the broker as one BATCH_ACK_MESSAGE (one revive-log
+    record per checkpoint); a bad handle among them is answered alone, and a batch the broker
+    refuses falls back to one ACK_MESSAGE per handle, so every entry still gets its own status. The acked
+    messages are not received again once their invisible duration has passed."""
+    topic, group = "GrpcBatchAck", "GrpcBatchAckG"
+    front.cluster.create_topic(topic, queues=1)
+    py5_produce(front.endpoints, topic, [{"body": f"b{i}"} for i in range(4)])
+    got: list = []
+    wait_for(lambda: got.extend(_receive(stub, topic, group, invisible_s=10)) or len(got) >= 4, 60, "4 received")
+    got.sort(key=lambda m: m.body)
+
+    def ack(*entries):
+        return stub.AckMessage(spb.AckMessageRequest(group=pb.Resource(name=group), topic=pb.Resource(name=topic),
+                                                     entries=list(entries)), metadata=MD, timeout=30)
+
+    def entry(m):
+        return spb.AckMessageEntry(message_id=m.system_properties.message_id,
+                                   receipt_handle=m.system_properties.receipt_handle)
+
+    bad = spb.AckMessageEntry(message_id="m", receipt_handle="not a handle")
+    r = ack(entry(got[0]), bad, entry(got[1]), entry(got[2]))
+    assert [e.status.code for e in r.entries] == [pb.Code.OK, pb.Code.INVALID_RECEIPT_HANDLE, pb.Code.OK, pb.Code.OK]
+    assert r.status.code == pb.Code.MULTIPLE_RESULTS
+    assert [e.receipt_handle for e in r.entries] == [got[0].system_properties.receipt_handle, "not a handle",
+                                                      got[1].system_properties.receipt_handle,
+                                                      got[2].system_properties.receipt_handle]
+    # one acked already in a checkpoint still out, one not: both OK, as an ACK_MESSAGE of each would be
+    r = ack(entry(got[1]), entry(got[3]))
+    assert [e.status.code for e in r.entries] == [pb.Code.OK, pb.Code.OK], r
+    # the checkpoint is done: the broker refuses the batch, and each handle acked alone is refused too
+    r = ack(entry(got[0]), entry(got[3]))
+    assert [e.status.code for e in r.entries] == [pb.Code.INVALID_RECEIPT_HANDLE] * 2, r
+    # receives (5 s long polls) until past the invisible duration: an unacked one would come back
+    end = time.monotonic() + 11
+    while time.monotonic() < end:
+        assert _receive(stub, topic, group, invisible_s=10) == []

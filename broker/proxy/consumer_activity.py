@@ -12,8 +12,11 @@ The pop requests are the project client's (broker.client.pop).
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import time
+
+import msgspec
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
@@ -32,6 +35,7 @@ from broker.proxy.route_activity import validate_topic
 from broker.proxy.status import Code, ProxyError, from_broker_refusal, from_client_error, status
 from broker.proxy.subscription_groups import SubscriptionGroups, orderly
 from broker.remoting import codes
+from broker.remoting.command import RemotingCommand
 from broker.server.filter.expression_type import SQL92, TAG
 
 from broker.client import pop as _pop
@@ -182,11 +186,12 @@ class ConsumerActivity:
         if not request.entries:
             raise ProxyError(Code.BAD_REQUEST, "no receipt handle to ack")
 
-        async def ack(entry) -> spb.AckMessageResultEntry:
+        async def ack(i: int, entry) -> spb.AckMessageResultEntry:
             try:
                 info = self._handle(entry.receipt_handle)
                 addr = await self._broker_addr(topic, info.broker_name)
-                await _pop.ack(self.client, addr, group, topic, await self.renewals.take(group, entry.receipt_handle))
+                handle = taken[i] if i in taken else await self.renewals.take(group, entry.receipt_handle)
+                await _pop.ack(self.client, addr, group, topic, handle)
                 st = status()
             except ProxyError as e:
                 st = status(e.code, e.message)
@@ -198,12 +203,64 @@ class ConsumerActivity:
                 st = status(*from_client_error(e))
             return spb.AckMessageResultEntry(message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=st)
 
-        # each handle is its own ACK_MESSAGE, all in flight at once on the broker's connection
-        # (one after another, a batch of 32 cost 32 round trips)
-        out = await asyncio.gather(*(ack(entry) for entry in request.entries))
+        entries = list(request.entries)
+        out: list = [None] * len(entries)
+        taken: dict[int, str] = {}  # entry index -> the handle in force (renewals.take, asked once)
+        if len(entries) > 1:  # what a SimpleConsumer acking what it received sends
+            await self._batch_ack(group, topic, entries, out, taken)
+        # the rest (one handle, or a batch the broker did not take whole): each its own ACK_MESSAGE,
+        # all in flight at once on the broker's connection
+        left = [i for i, e in enumerate(out) if e is None]
+        for i, e in zip(left, await asyncio.gather(*(ack(i, entries[i]) for i in left))):
+            out[i] = e
         codes_ = {e.status.code for e in out}
         top = status(Code.MULTIPLE_RESULTS) if len(codes_) > 1 else status(out[0].status.code, out[0].status.message)
         return spb.AckMessageResponse(status=top, entries=out)
+
+    async def _batch_ack(self, group: str, topic: str, entries: list, out: list, taken: dict) -> None:
+        """The handles of `entries` acked by one BATCH_ACK_MESSAGE per broker (the Java proxy's
+        batch ack; the broker writes one revive-log record per checkpoint instead of one per
+        message). A broker's batch answered SUCCESS sets its entries in `out`; any other answer
+        (a handle it does not have in flight, a broker without batch acks) leaves them None, and
+        each is acked alone, which gives each its own status. A handle that does not parse is
+        answered here. `taken`: the handle in force of each entry (a renewed one's latest), for
+        the acks made alone too: the front renews it no more once asked."""
+        batches: dict[str, tuple[list[int], dict]] = {}  # broker address -> (entry indexes, acks by checkpoint)
+        for i, entry in enumerate(entries):
+            try:
+                self._handle(entry.receipt_handle)
+                taken[i] = await self.renewals.take(group, entry.receipt_handle)
+                info = self._handle(taken[i])
+                addr = await self._broker_addr(topic, info.broker_name)
+            except ProxyError as e:
+                out[i] = spb.AckMessageResultEntry(message_id=entry.message_id, receipt_handle=entry.receipt_handle,
+                                                   status=status(e.code, e.message))
+                continue
+            if info.queue_offset is None:
+                continue  # a 7-field handle: its offset travels in the request, acked alone
+            idx, acks = batches.setdefault(addr, ([], {}))
+            idx.append(i)
+            key = (info.retry, info.queue_id, info.ck_offset, info.revive_qid, info.pop_time, info.invisible_time)
+            acks[key] = acks.get(key, 0) | 1 << (info.queue_offset - info.ck_offset)
+        if not batches:
+            return
+
+        async def one(addr: str, idx: list[int], acks: dict) -> None:
+            if len(idx) < 2:
+                return
+            body = msgspec.json.encode({"brokerName": self._handle(taken[idx[0]]).broker_name, "acks": [
+                {"c": group, "t": topic, "r": retry, "so": so, "q": q, "rq": rq, "pt": pt, "it": it,
+                 "b": base64.b64encode(bits.to_bytes((bits.bit_length() + 7) // 8, "little")).decode()}
+                for (retry, q, so, rq, pt, it), bits in acks.items()]})
+            try:
+                r = await self.client.invoke(addr, RemotingCommand.request(codes.BATCH_ACK_MESSAGE, {}, body), 5)
+            except Exception:  # noqa: BLE001 - each handle is then acked alone, and answered alone
+                return
+            if r.code == codes.SUCCESS:
+                for i in idx:
+                    out[i] = spb.AckMessageResultEntry(message_id=entries[i].message_id,
+                                                       receipt_handle=entries[i].receipt_handle, status=status())
+        await asyncio.gather(*(one(addr, idx, acks) for addr, (idx, acks) in batches.items()))
 
     async def change_invisible_duration(self, request, context) -> spb.ChangeInvisibleDurationResponse:
         group, topic = _group(request.group), validate_topic(request.topic)
