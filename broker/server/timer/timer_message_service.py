@@ -256,9 +256,9 @@ class TimerMessageService:
             self.ckpt.close()
             self.timer_log = self.wheel = self.ckpt = None
 
-    def arrived(self) -> None:
-        """A timer message was appended to the timer topic (a send, a roll, a recall)."""
-        self._pending += 1
+    def arrived(self, n: int = 1) -> None:
+        """`n` timer messages were appended to the timer topic (a send, a roll, a recall)."""
+        self._pending += n
         self._arrived.set()
 
     # -- recovery -------------------------------------------------------------------------------------
