@@ -11,8 +11,8 @@ remarks.
 
 The service (the broker process: it is the commit log's only writer):
 - enqueue: the timer topic's new entries, in queue order; each becomes a 52-byte unit appended to
-  the timer log, linked into its slot's list in the timer wheel (broker.store.timer_files); on a
-  master the kernel (broker.kernels.timer_wheel) does that for runs of records in one call each. A time
+  the timer log, linked into its slot's list in the timer wheel (broker.store.timer_files), for
+  runs of records, in one call each to the kernel broker.kernels.timer_wheel. A time
   beyond timerRollWindowSlot slots is parked at the window's edge as a roll unit and stored in
   the timer topic again when reached, as RocketMQ rolls it. Woken by a send that stored a timer
   message, and by the dispatch of the queue.
@@ -62,8 +62,8 @@ TIMER_OUT_MS, TIMER_ENQUEUE_MS, TIMER_DEQUEUE_MS = "TIMER_OUT_MS", "TIMER_ENQUEU
 TIMER_ROLL_TIMES, TIMER_DEL_UNIQKEY = "TIMER_ROLL_TIMES", "TIMER_DEL_UNIQKEY"
 REAL_TOPIC, REAL_QID, DELAY, UNIQ_KEY = "REAL_TOPIC", "REAL_QID", "DELAY", "UNIQ_KEY"
 TIMER_BLANK_SLOTS = 60
-ENQUEUE_BATCH = 256
-ENQUEUE_SPAN_BATCH = 8192  # a master's read of the timer topic: records the kernel takes in one pass each run
+ENQUEUE_BATCH = 8192  # timer-topic records read at a time: the kernel takes each run of them in one call
+_NEVER = (1 << 63) - 1
 
 
 async def _first(*aws) -> None:
@@ -375,15 +375,11 @@ class TimerMessageService:
 
     def _enqueue_some(self) -> int:
         batch = ENQUEUE_BATCH
-        spans = self._following is None  # a master: the kernel takes runs of records (_enqueue_spans)
-        if spans:
-            batch = ENQUEUE_SPAN_BATCH
-        else:  # a slave: no further than its master's checkpoint
+        if self._following is not None:  # a slave: no further than its master's checkpoint
             batch = min(batch, self._following[1] - self.queue_offset)
             if batch <= 0:
                 return 0
-        r = self.store.get(TIMER_TOPIC, 0, self.queue_offset, max_msgs=batch, max_bytes=16 << 20 if spans else 4 << 20,
-                           spans=spans)
+        r = self.store.get(TIMER_TOPIC, 0, self.queue_offset, max_msgs=batch, max_bytes=16 << 20, spans=True)
         try:
             if r.status == GetStatus.OFFSET_OVERFLOW_BADLY and r.next_offset < self.queue_offset:
                 # the queue's end read below what was enqueued already: moving back would enqueue
@@ -400,27 +396,29 @@ class TimerMessageService:
             if r.status != GetStatus.FOUND:
                 return 0
             write_ms = int(time.time() * 1000) // self.precision * self.precision
-            if spans:
-                self._enqueue_spans(r.messages, write_ms)
-                return r.count
-            for view, qo in zip(r.messages, r.queue_offsets):
-                self._enqueue_record(view, qo, write_ms)
-            return len(r.messages)
+            self._enqueue_spans(r.messages, write_ms)
+            return r.count
         finally:
             r.release()
 
     def _enqueue_spans(self, spans, write_ms: int) -> None:
         """Runs of the timer topic's records, as they lie in the commit log, into the wheel: the
         kernel (enqueue_records) takes each run as far as it can; a record it leaves is taken
-        here, and a full timer log segment is rolled here."""
+        here, and a full timer log segment is rolled here. A slave's rule (_enqueue_record) in
+        the kernel's terms: a time its master read already is skipped whatever its queue offset,
+        and nothing is due now (a slave never delivers)."""
         wheel, tl = self.wheel, self.timer_log
+        if self._following is None:
+            past_qo, past_ms, read_ms = self._past[0], self._past[1], self.read_ms
+        else:
+            past_qo, past_ms, read_ms = _NEVER, self._following[0], -_NEVER
         for span in spans:
             pos, end = 0, len(span)
             while pos < end:
                 seg = tl.room()
                 status, pos, n, nxt, tl.wrote = enqueue_records(
                     span, pos, wheel.slots, wheel.n, self.precision, seg.mm, seg.base, tl.wrote, tl.file_size,
-                    write_ms, self.read_ms, self._past[0], self._past[1], self.roll_window)
+                    write_ms, read_ms, past_qo, past_ms, self.roll_window)
                 self.enqueued += n
                 if nxt >= 0:
                     self.queue_offset = nxt
