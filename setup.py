@@ -30,6 +30,7 @@ KERNELS = {
     "index_dispatch": (["pyx/index_dispatch.pyx"], []),
     "sql92": (["pyx/sql92.pyx"], []),
     "h2_session": (["pyx/h2_session.pyx"], ["nghttp2"]),
+    "timer_wheel": (["pyx/timer_wheel.pyx"], []),
 }
 
 flags = ["-O3", "-Wall", "-Wno-unused-function", "-Wno-unreachable-code"]

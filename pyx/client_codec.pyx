@@ -546,7 +546,7 @@ DEF MAX_OPAQUE = 0x7FFFFFFF      # opaques are Java ints
 
 def send_result_setup(result_type, dict status_of not None) -> None:
     """What an answered send becomes: result_type(status, msg_id, offset_msg_id, queue,
-    queue_offset) with status_of[code]; set once by broker.client.producer."""
+    queue_offset, recall_handle) with status_of[code]; set once by broker.client.producer."""
     global RESULT_TYPE, STATUS_OF
     RESULT_TYPE = result_type
     STATUS_OF = dict(status_of)
@@ -698,15 +698,14 @@ cdef class SendSlots:
         t = slot_tuple(s)
         fut = t[0]
         status = STATUS_OF.get(r.code)
-        # a timer message's recall handle: the owner's Python puts it in the SendResult
-        if status is None or RESULT_TYPE is None or (r.fields & F_QUEUE_ID and r._queue_id != s.queue_id) \
-                or r.fields & F_RECALL_HANDLE:
+        if status is None or RESULT_TYPE is None or (r.fields & F_QUEUE_ID and r._queue_id != s.queue_id):
             t[4]._send_answer(fut, r, t[1], t[2], t[3], self.channel, t[5], t[6])
             return 1
         if fut.done():  # its caller cancelled it
             return 1
+        # a timer message's answer carries its recall handle (None for the others)
         fut.set_result(RESULT_TYPE(status, t[3], r.msg_id if r.msg_id else "", t[2],
-                                   r._queue_offset if r.fields & F_QUEUE_OFFSET else -1))
+                                   r._queue_offset if r.fields & F_QUEUE_OFFSET else -1, r.recall_handle))
         return 1
 
     def take(self, int32_t opaque):

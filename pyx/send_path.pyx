@@ -19,10 +19,19 @@ reply then waits for the quorum to commit the entry (its `end` is the entry's en
 Everything else goes back to Python at its position in the read (RUN_SLOW), where the
 processors handle it: other request codes, responses, a topic with no route (its first use,
 auto-creation, %RETRY%/%DLQ%, no write permission), a queue id out of range or negative, DELAY,
-a delivery time (TIMER_DE...),
 transaction flags, a body over maxMessageSize, properties too long, a header field the kernel
 cannot read as Java would (the processors then name it). A record that does not fit in the
 segment goes to them too (RUN_ROLL): their append rolls to the next segment, or refuses naming why.
+
+A timer message (a delivery time: TIMER_DELIVER_MS, TIMER_DELAY_SEC or TIMER_DELAY_MS) is taken
+here once Python installed the timer topic's queue (`set_timer`), as the processors take it
+(broker.server.timer.timer_message_service.transform): stored in rmq_sys_wheel_timer queue 0 with
+TIMER_OUT_MS (the time rounded down to the precision), REAL_TOPIC and REAL_QID appended to its
+properties, the reply naming the queue asked for and carrying the recall handle (when the message
+has a UNIQ_KEY). Only the plain case: properties the processors would store byte for byte as sent
+(well-formed UTF-8, every entry a key and a value, no key twice), a time ahead and within the
+maximum delay, no DELAY, TIMER_OUT_MS, REAL_TOPIC, REAL_QID or TIMER_DEL_UNIQKEY, a reply that is
+not parked; anything else goes to the processors, which refuse or store it as they do.
 
 A frame the protocol cannot carry (bad lengths, a header that is not one) raises FrameError or
 HeaderError naming the offset: the connection is closed, as split_frames and the header decoder
@@ -44,6 +53,8 @@ from broker.kernels.header cimport (HeaderField, RemotingHeader, V_BYTES, V_ESCA
                                     unescape_json)
 from broker.kernels.wbuf cimport WriteBuffer
 from ascii cimport ascii_int, msg_id_hex
+from clock cimport now_ms
+from utf8 cimport utf8_sequence
 from bytesex cimport get_be16, get_be32
 from broker.kernels.remoting cimport FRAME_INCOMPLETE, FRAME_OK, FrameSpan, FrameStatus, frame_at, raise_frame_error
 from record cimport RECORD_MAX_PROPS_LEN, RECORD_SYSFLAG_TRANSACTION, record_length_of
@@ -59,6 +70,7 @@ cdef enum:
     RUN_ROLL_ = 2
     RUN_YIELD_ = 3
     MAX_EXT = 32
+    MAX_TIMER_ENTRIES = 64     # properties with more entries go to the processors (duplicate check)
     SCRATCH = 65536            # unescaped properties (at most 32767 bytes are accepted)
     CODE_SEND_MESSAGE = 10
     CODE_SEND_MESSAGE_V2 = 310
@@ -284,6 +296,63 @@ def stored_properties(bytes props not None, bytes cluster not None) -> tuple:
         PyMem_Free(out)
 
 
+# -- timer messages -----------------------------------------------------------------------------
+
+cdef Py_ssize_t b64url(const uint8_t *src, Py_ssize_t n, uint8_t *out) noexcept nogil:
+    """URL-safe base64 with padding (Python's base64.urlsafe_b64encode); returns the length."""
+    cdef const char *a = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    cdef Py_ssize_t i = 0, o = 0
+    cdef uint32_t v
+    while n - i >= 3:
+        v = (<uint32_t> src[i] << 16) | (<uint32_t> src[i + 1] << 8) | src[i + 2]
+        out[o] = a[v >> 18]
+        out[o + 1] = a[(v >> 12) & 63]
+        out[o + 2] = a[(v >> 6) & 63]
+        out[o + 3] = a[v & 63]
+        i += 3
+        o += 4
+    if n - i == 1:
+        v = <uint32_t> src[i] << 16
+        out[o] = a[v >> 18]
+        out[o + 1] = a[(v >> 12) & 63]
+        out[o + 2] = 61
+        out[o + 3] = 61
+        o += 4
+    elif n - i == 2:
+        v = (<uint32_t> src[i] << 16) | (<uint32_t> src[i + 1] << 8)
+        out[o] = a[v >> 18]
+        out[o + 1] = a[(v >> 12) & 63]
+        out[o + 2] = a[(v >> 6) & 63]
+        out[o + 3] = 61
+        o += 4
+    return o
+
+
+cdef bint timer_value(const uint8_t *v, Py_ssize_t n, int64_t *out) noexcept nogil:
+    """A timer property's value as int() reads it, for an optional '-' and at most 15 digits (no
+    overflow once scaled to ms); False for anything else (the processors read it then)."""
+    cdef Py_ssize_t i = 0
+    cdef int64_t r = 0
+    cdef bint neg = False
+    if n > 0 and v[0] == 45:
+        neg = True
+        i = 1
+    if i >= n or n - i > 15:
+        return False
+    while i < n:
+        if v[i] < 48 or v[i] > 57:
+            return False
+        r = r * 10 + (v[i] - 48)
+        i += 1
+    out[0] = -r if neg else r
+    return True
+
+
+cdef inline Py_ssize_t put(uint8_t *d, Py_ssize_t o, const char *s, Py_ssize_t n) noexcept nogil:
+    memcpy(d + o, s, n)
+    return o + n
+
+
 # -- routes -------------------------------------------------------------------------------------
 
 @cython.final
@@ -305,10 +374,12 @@ cdef class TopicRoute:
 
 cdef int render_send_reply(WriteBuffer w, int serialize_type, int32_t code, int32_t opaque, int32_t queue_id,
                            int64_t queue_offset, const uint8_t *mid, Py_ssize_t mn, bytes region,
-                           bytes trace, const uint8_t *remark=NULL, Py_ssize_t rn=0) except -1:
+                           bytes trace, const uint8_t *remark=NULL, Py_ssize_t rn=0, const uint8_t *recall=NULL,
+                           Py_ssize_t recall_len=0) except -1:
     """One SEND_MESSAGE response frame, as a 4.9 broker writes it: msgId (a batch's: every id,
     comma-joined), queueId, queueOffset (a batch's first), MSG_REGION, TRACE_ON
-    (SendMessageProcessor.handlePutMessageResult); a remark when rn > 0."""
+    (SendMessageProcessor.handlePutMessageResult), then a timer message's recallHandle when
+    recall_len > 0 (attachRecallHandle); a remark when rn > 0."""
     cdef uint8_t num[24]
     cdef uint8_t qo[24]
     cdef Py_ssize_t nn = ascii_int(queue_id, num)
@@ -327,6 +398,8 @@ cdef int render_send_reply(WriteBuffer w, int serialize_type, int32_t code, int3
                        PyBytes_GET_SIZE(region), False)
         json_ext_field(w, <const uint8_t *> b"TRACE_ON", 8, <const uint8_t *> PyBytes_AS_STRING(trace),
                        PyBytes_GET_SIZE(trace), False)
+        if recall_len > 0:
+            json_ext_field(w, <const uint8_t *> b"recallHandle", 12, recall, recall_len, False)
         json_ext_end(w)
         json_header_end(w)
     else:
@@ -338,6 +411,8 @@ cdef int render_send_reply(WriteBuffer w, int serialize_type, int32_t code, int3
                            PyBytes_GET_SIZE(region))
         rocketmq_ext_field(w, <const uint8_t *> b"TRACE_ON", 8, <const uint8_t *> PyBytes_AS_STRING(trace),
                            PyBytes_GET_SIZE(trace))
+        if recall_len > 0:
+            rocketmq_ext_field(w, <const uint8_t *> b"recallHandle", 12, recall, recall_len)
         rocketmq_header_finish(w, at)
     hl = w.position() - start - 8
     w.patch_be32(start, <uint32_t> (4 + hl))
@@ -450,6 +525,7 @@ cdef class SendConn:
     cdef readonly int64_t msgs
     cdef readonly int64_t bytes_appended
     cdef readonly int64_t max_end
+    cdef readonly int64_t timers         # timer messages appended since take_timers
     cdef readonly list touched           # QueueStates appended to, when the pipeline tracks them
     # the frame handed back to Python (RUN_SLOW)
     cdef readonly int slow_type
@@ -463,6 +539,13 @@ cdef class SendConn:
         self.parked = None
         self.touched = []
         self.msgs = self.bytes_appended = self.max_end = 0
+        self.timers = 0
+
+    def take_timers(self) -> int:
+        """Timer messages appended (into the timer topic) since the last call, and reset."""
+        n = self.timers
+        self.timers = 0
+        return n
 
     def take_replies(self):
         """The replies rendered since the last call, as one bytes object (None if there are none)."""
@@ -499,6 +582,13 @@ cdef class SendPipeline:
     cdef uint8_t *_batch_props           # one batched message's properties with the batch's
     cdef WriteBuffer _ids                # a batch reply's msgIds
     cdef readonly int64_t appended       # messages the kernel appended (the rest went to the processors)
+    cdef readonly bytes timer_topic      # the timer topic (set_timer), None: timer messages go to Python
+    cdef QueueState _timer_q             # its queue 0
+    cdef int64_t _timer_precision, _timer_max_ms
+    cdef bytes _broker_name              # what a recall handle names
+    cdef public int64_t timer_clock_ms   # the time timer messages are taken at; 0: the wall clock
+    cdef Py_ssize_t _recall_len          # the last timer message's recall handle, in _scratch
+    cdef uint8_t _mid[56]
 
     def __cinit__(self, Appender app not None, bytes region=b"DefaultRegion", bytes trace=b"true",
                   Py_ssize_t max_frame=DEFAULT_MAX_FRAME, bytes cluster=b""):
@@ -513,6 +603,10 @@ cdef class SendPipeline:
         self.trace = trace
         self.max_frame = max_frame
         self.appended = 0
+        self.timer_topic = None
+        self._timer_q = None
+        self._broker_name = b""
+        self.timer_clock_ms = 0
         self._scratch = <uint8_t *> PyMem_Malloc(SCRATCH)
         self._batch_props = <uint8_t *> PyMem_Malloc(RECORD_MAX_PROPS_LEN + 1)
         self._stored = <uint8_t *> PyMem_Malloc(RECORD_MAX_PROPS_LEN + 1)
@@ -537,6 +631,20 @@ cdef class SendPipeline:
         self.app = app
         self._routes.clear()
         self._last = None
+        if self.timer_topic is not None:
+            self._timer_q = app.queue(self.timer_topic, 0)
+
+    def set_timer(self, bytes topic, int64_t precision_ms=1000, int64_t max_delay_ms=0, bytes broker_name=b""):
+        """Take timer messages into `topic` queue 0 (None: hand them to Python), their time
+        rounded down to `precision_ms`, refused (by the processors) past `max_delay_ms` ahead."""
+        if topic is None:
+            self.timer_topic, self._timer_q = None, None
+            return
+        if precision_ms <= 0 or max_delay_ms <= 0 or broker_name is None:
+            raise ValueError(f"timer precision {precision_ms} ms and max delay {max_delay_ms} ms must be positive")
+        self.timer_topic = topic
+        self._timer_q = self.app.queue(topic, 0)
+        self._timer_precision, self._timer_max_ms, self._broker_name = precision_ms, max_delay_ms, broker_name
 
     def set_route(self, bytes topic not None, int32_t write_queues) -> None:
         """Let the kernel append to `topic`'s queues 0 .. write_queues - 1."""
@@ -587,7 +695,7 @@ cdef class SendPipeline:
         cdef const uint8_t *props
         cdef bint batch
         cdef int full
-        cdef bint wait
+        cdef bint wait, timed
         cdef int64_t msgs0 = c.msgs
         try:
             check_range(pos, end, view.size)
@@ -627,11 +735,14 @@ cdef class SendPipeline:
                     props = self._scratch
                 else:
                     props, props_len = s.props, s.props_len
-                # a delay level diverts to the schedule topic, a delivery time (TIMER_DELIVER_MS,
-                # TIMER_DELAY_SEC, TIMER_DELAY_MS) to the timer topic: the processors do that
-                if props_len > RECORD_MAX_PROPS_LEN or (props_len >= 6 and (
-                        memmem(props, props_len, b"DELAY\x01", 6) != NULL
-                        or memmem(props, props_len, b"TIMER_DE", 8) != NULL)):
+                # a delay level diverts to the schedule topic: the processors do that; a delivery
+                # time (TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS) to the timer topic: here
+                # when the timer topic is installed, in the plain case (_timer_props)
+                if props_len > RECORD_MAX_PROPS_LEN or (props_len >= 6 and
+                                                        memmem(props, props_len, b"DELAY\x01", 6) != NULL):
+                    return self._slow(c, st, hs, hl, bs, bl, pos + 4 + length), pos
+                timed = props_len >= 8 and memmem(props, props_len, b"TIMER_DE", 8) != NULL
+                if timed and (self._timer_q is None or batch):
                     return self._slow(c, st, hs, hl, bs, bl, pos + 4 + length), pos
                 wait = True
                 if PyBytes_GET_SIZE(self.cluster) and not batch:  # RocketMQ 5.5.0 adds none to a batch's
@@ -642,6 +753,16 @@ cdef class SendPipeline:
                         return self._slow(c, st, hs, hl, bs, bl, pos + 4 + length), pos
                     props = self._stored
                 q = <QueueState> route.queues[s.queue_id]
+                if timed:
+                    if self.parked and wait:
+                        return self._slow(c, st, hs, hl, bs, bl, pos + 4 + length), pos
+                    if props != self._stored:
+                        memcpy(self._stored, props, props_len)
+                        props = self._stored
+                    props_len = self._timer_props(props_len, s.topic, s.topic_len, s.queue_id)
+                    if props_len < 0:
+                        return self._slow(c, st, hs, hl, bs, bl, pos + 4 + length), pos
+                    q = self._timer_q
                 if batch:
                     full = self._append_batch(c, q, &s, p + bs, bl, props, props_len, st, h.opaque,
                                               not (h.flag & FLAG_ONEWAY), wait)
@@ -656,7 +777,13 @@ cdef class SendPipeline:
                         return self._slow(c, st, hs, hl, bs, bl, pos + 4 + length), pos
                     if full == 0:
                         self._appended(c, q, 1, out.size)
-                        if not (h.flag & FLAG_ONEWAY):
+                        if timed:
+                            c.timers += 1
+                            if not (h.flag & FLAG_ONEWAY):  # never parked (above)
+                                render_send_reply(c.out, st, 0, h.opaque, s.queue_id, out.queue_offset,
+                                                  self._msg_id(out.phys), 16 + 2 * PyBytes_GET_SIZE(self.app.store_host),
+                                                  self.region, self.trace, NULL, 0, self._scratch, self._recall_len)
+                        elif not (h.flag & FLAG_ONEWAY):
                             self._reply(c, st, h.opaque, s.queue_id, out.queue_offset, out.phys, NULL, 0, 1, wait)
                 if full:
                     # the processors take this one: their append rolls to the next segment (or
@@ -678,6 +805,115 @@ cdef class SendPipeline:
         if self.track_queues and not q.touched:
             q.touched = 1
             c.touched.append(q)
+
+    cdef const uint8_t *_msg_id(self, int64_t phys):
+        """The msgId of the record at `phys`, in _mid (valid until the next call)."""
+        msg_id_hex(<const uint8_t *> PyBytes_AS_STRING(self.app.store_host), PyBytes_GET_SIZE(self.app.store_host),
+                   phys, self._mid)
+        return self._mid
+
+    cdef Py_ssize_t _timer_props(self, Py_ssize_t n, const uint8_t *topic, Py_ssize_t topic_len,
+                                 int32_t queue_id) noexcept:
+        """A timer message's properties (_stored[:n], as stored) as the processors store them in
+        the timer topic: TIMER_OUT_MS, REAL_TOPIC, REAL_QID appended; its recall handle (if it has
+        a UNIQ_KEY) into _scratch (_recall_len, 0: none). The new length, or -1 when the processors
+        must take it: properties they would not store byte for byte as sent (not UTF-8, an entry
+        without a key or a value, a key twice, more than MAX_TIMER_ENTRIES entries), a time not
+        ahead or past the maximum delay, one of DELAY, TIMER_OUT_MS, REAL_TOPIC, REAL_QID,
+        TIMER_DEL_UNIQKEY, no timer property, a value that is not [-]digits, too long a result."""
+        cdef uint8_t *d = self._stored
+        cdef uint8_t *raw = self._batch_props
+        cdef Py_ssize_t i = 0, k, j, end, nent = 0, vpos, vlen
+        cdef Py_ssize_t ks[MAX_TIMER_ENTRIES]
+        cdef Py_ssize_t kl[MAX_TIMER_ENTRIES]
+        cdef const uint8_t *e
+        cdef const uint8_t *sep
+        cdef int64_t now, deliver = 0, v, p = self._timer_precision
+        cdef Py_ssize_t sec_at = -1, sec_len = 0, ms_at = -1, ms_len = 0, at_at = -1, at_len = 0
+        cdef Py_ssize_t uniq_at = -1, uniq_len = 0, o, bn = PyBytes_GET_SIZE(self._broker_name)
+        cdef uint8_t num[24]
+        cdef uint8_t qnum[40]      # the queue id's digits, then (at 12) TIMER_OUT_MS + 1's, to measure
+        if n <= 0 or d[n - 1] == 2:
+            return -1  # a trailing separator: decoded and encoded again it would be gone
+        while i < n:
+            if d[i] >= 0x80:
+                k = utf8_sequence(d, n, i)
+                if k < 0:
+                    return -1
+                i += k
+            else:
+                i += 1
+        i = 0
+        while i < n:
+            e = <const uint8_t *> memchr(d + i, 2, n - i)
+            end = (e - d) if e != NULL else n
+            sep = <const uint8_t *> memchr(d + i, 1, end - i)
+            if sep == NULL or sep == d + i or sep + 1 == d + end or nent == MAX_TIMER_ENTRIES:
+                return -1  # no key or no value (dropped when decoded), or an empty entry
+            k = sep - (d + i)
+            for j in range(nent):
+                if kl[j] == k and memcmp(d + ks[j], d + i, k) == 0:
+                    return -1  # a key twice: decoded, the last value would stand in the first's place
+            ks[nent] = i
+            kl[nent] = k
+            nent += 1
+            vpos = i + k + 1
+            vlen = end - vpos
+            if is_key(d + i, k, b"TIMER_DELAY_SEC", 15):
+                sec_at, sec_len = vpos, vlen
+            elif is_key(d + i, k, b"TIMER_DELAY_MS", 14):
+                ms_at, ms_len = vpos, vlen
+            elif is_key(d + i, k, b"TIMER_DELIVER_MS", 16):
+                at_at, at_len = vpos, vlen
+            elif is_key(d + i, k, b"UNIQ_KEY", 8):
+                uniq_at, uniq_len = vpos, vlen
+            elif (is_key(d + i, k, b"TIMER_OUT_MS", 12) or is_key(d + i, k, b"REAL_TOPIC", 10)
+                  or is_key(d + i, k, b"REAL_QID", 8) or is_key(d + i, k, b"TIMER_DEL_UNIQKEY", 17)
+                  or is_key(d + i, k, b"DELAY", 5)):
+                return -1
+            i = end + 1
+        now = self.timer_clock_ms if self.timer_clock_ms > 0 else now_ms()
+        if sec_at >= 0:  # the order transform reads them in
+            if not timer_value(d + sec_at, sec_len, &v):
+                return -1
+            deliver = now + v * 1000
+        elif ms_at >= 0:
+            if not timer_value(d + ms_at, ms_len, &v):
+                return -1
+            deliver = now + v
+        elif at_at >= 0:
+            if not timer_value(d + at_at, at_len, &v):
+                return -1
+            deliver = v
+        else:
+            return -1
+        if deliver <= now or deliver - now > self._timer_max_ms:
+            return -1
+        deliver = deliver - p if deliver % p == 0 else deliver // p * p
+        k = ascii_int(deliver, num)
+        j = ascii_int(queue_id, qnum)
+        if n + 36 + k + topic_len + j > RECORD_MAX_PROPS_LEN:
+            return -1
+        self._recall_len = 0
+        if uniq_at >= 0:  # "v1 <topic> <brokerName> <TIMER_OUT_MS + 1> <UNIQ_KEY>", base64url
+            if 6 + topic_len + bn + ascii_int(deliver + 1, qnum + 12) + uniq_len > RECORD_MAX_PROPS_LEN:
+                return -1
+            o = put(raw, 0, b"v1 ", 3)
+            o = put(raw, o, <const char *> topic, topic_len)
+            raw[o] = 32
+            o = put(raw, o + 1, PyBytes_AS_STRING(self._broker_name), bn)
+            raw[o] = 32
+            o += 1
+            o += ascii_int(deliver + 1, raw + o)
+            raw[o] = 32
+            o = put(raw, o + 1, <const char *> d + uniq_at, uniq_len)
+            self._recall_len = b64url(raw, o, self._scratch)
+        o = put(d, n, b"\x02TIMER_OUT_MS\x01", 14)
+        o = put(d, o, <const char *> num, k)
+        o = put(d, o, b"\x02REAL_TOPIC\x01", 12)
+        o = put(d, o, <const char *> topic, topic_len)
+        o = put(d, o, b"\x02REAL_QID\x01", 10)
+        return put(d, o, <const char *> qnum, j)
 
     cdef int _reply(self, SendConn c, int st, int32_t opaque, int32_t queue_id, int64_t queue_offset, int64_t phys,
                     const uint8_t *ids, Py_ssize_t ids_len, int64_t msgs, bint wait) except -1:

@@ -210,6 +210,8 @@ def send_answer(draw):
             ext[name] = draw(st.sampled_from(values))
     if draw(st.booleans()):
         ext["MSG_REGION"] = "DefaultRegion"
+    if draw(st.integers(0, 2)) == 0:  # a timer message's
+        ext["recallHandle"] = draw(st.sampled_from(["djEgVCBiIDEgVQ==", "", None, "a\\u0041"]))
     code = draw(st.sampled_from([0, 0, 0, 10, 11, 12, 1, 17, 2]))
     flag = draw(st.sampled_from([1, 1, 1, 1, 0]))
     opaque = draw(st.integers(0, 17))

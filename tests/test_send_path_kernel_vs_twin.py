@@ -21,13 +21,25 @@ from tests.twins import send_path_twin as T
 from tools.fuzz.checks import SEND_BORN_HOST as BORN_HOST
 from tools.fuzz.checks import SEND_MAX_BODY as MAX_BODY
 from tools.fuzz.checks import SEND_STORE_HOST as STORE_HOST
-from tools.fuzz.checks import send_both
+from tools.fuzz.checks import SEND_TIMER, send_both
 
 i32 = st.integers(-2**31, 2**31 - 1)
 props_text = st.sampled_from(["", "TAGS\x01t", "TAGS\x01a\x02KEYS\x01k1 k2\x02UNIQ_KEY\x01ABCD",
                               "KEYS\x01\u00e9\U0001f600\"\\/", "a\x01b\x02DELAYx\x011", "TAGS\x01t", "DELAY\x013",
                               "TAGS\x01t\x02WAIT\x01true\x02", "WAIT\x01false\x02KEYS\x01k", "WAIT\x01TRUE",
                               "CLUSTER\x01other\x02\x02x\x02WAIT", "a\x01b\x02CLUSTER\x01"])
+# timer messages (SEND_TIMER's clock is 1,800,000,000,000 ms): taken, or handed back for each rule
+_NOW = SEND_TIMER[4]
+timer_props = st.sampled_from([
+    "TIMER_DELAY_SEC\x0160\x02UNIQ_KEY\x01AC1F0001", f"TIMER_DELIVER_MS\x01{_NOW + 5500}\x02KEYS\x01k",
+    f"TIMER_DELIVER_MS\x01{_NOW + 5000}", "TIMER_DELAY_MS\x01999\x02TAGS\x01t\x02UNIQ_KEY\x01\u00e9x",
+    "UNIQ_KEY\x01U\x02TIMER_DELAY_SEC\x013\x02TIMER_DELAY_MS\x019", "TIMER_DELAY_SEC\x0110\x02WAIT\x01false",
+    "TIMER_DELAY_SEC\x01-5", f"TIMER_DELIVER_MS\x01{_NOW}", "TIMER_DELAY_SEC\x01999999999",
+    "TIMER_DELAY_MS\x01abc", "TIMER_DELAY_MS\x01+5", "TIMER_DELAY_SEC\x011\x02TIMER_DELAY_SEC\x012",
+    "TIMER_DELAY_SEC\x011\x02REAL_TOPIC\x01x", "TIMER_DELAY_SEC\x011\x02TIMER_OUT_MS\x011",
+    "TIMER_DELAY_SEC\x011\x02TIMER_DEL_UNIQKEY\x01a+b", "TIMER_DELAY_SEC\x011\x02KEYS\x01",
+    "TIMER_DELAY_SEC\x011\x02", "TIMER_DELAY_SEC\x011\x02\x02TAGS\x01t", "TIMER_DELAY_SEC\x011\x02noval",
+    "TIMER_DEx\x011", "TIMER_DELAY_SEC\x01" + "9" * 16, "CLUSTER\x01c\x02TIMER_DELAY_SEC\x0130"])
 
 
 @st.composite
@@ -55,7 +67,7 @@ def send_frame(draw):
     fields = {"topic": topic, "queueId": draw(st.sampled_from([0, 0, 1, 0, 0, 1, 0, -1, 2])),
               "sysFlag": draw(st.sampled_from([0, 0, 0, 0, 0, 0, 1, 4, 8])),
               "bornTimestamp": draw(st.integers(0, 2**41)), "flag": draw(i32),
-              "properties": draw(props_text), "reconsumeTimes": draw(st.integers(0, 3))}
+              "properties": draw(timer_props if draw(st.integers(0, 2)) == 0 else props_text), "reconsumeTimes": draw(st.integers(0, 3))}
     # how clients type the values: numbers (ali-ons), strings for 64-bit ones (C++), all strings
     typing = draw(st.sampled_from(["numbers", "cpp", "strings"]))
     ext = {}
@@ -99,12 +111,13 @@ def _frame(header: bytes, body: bytes, stype: int) -> bytes:
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.lists(st.one_of(send_frame(), send_frame(), send_frame(), other_frame()), max_size=12),
        st.binary(max_size=12), st.booleans(), st.sampled_from([True, True, True, False]), st.sampled_from([0, 1, 2, 5]),
-       st.sampled_from([b"", b"DefaultCluster"]))
-def test_kernel_and_twin_take_the_same_frames_the_same_way(frames, tail, parked, enabled, yield_after, cluster):
+       st.sampled_from([b"", b"DefaultCluster"]), st.booleans())
+def test_kernel_and_twin_take_the_same_frames_the_same_way(frames, tail, parked, enabled, yield_after, cluster, timer):
     # a partial frame (or garbage) may follow; the comparison is the fuzz check's (tools/fuzz);
     # yield_after: the run stops after that many messages (RUN_YIELD) and is resumed from there;
-    # cluster: stored as CLUSTER, WAIT left out (and WAIT=false answered without parking)
-    send_both(b"".join(frames) + tail, parked, enabled, yield_after=yield_after, cluster=cluster)
+    # cluster: stored as CLUSTER, WAIT left out (and WAIT=false answered without parking);
+    # timer: timer messages taken into the timer topic (else handed back)
+    send_both(b"".join(frames) + tail, parked, enabled, yield_after=yield_after, cluster=cluster, timer=timer)
 
 
 def test_a_send_that_does_not_fit_is_handed_back_to_roll():

@@ -37,6 +37,7 @@ class SendConn:
     msgs: int
     bytes_appended: int
     max_end: int
+    timers: int  # timer messages appended since take_timers
     touched: list[QueueState]
     slow_type: int
     slow_header_start: int
@@ -46,6 +47,7 @@ class SendConn:
     slow_next: int
     def __init__(self, born_host: bytes) -> None: ...
     def take_replies(self) -> bytes | None: ...
+    def take_timers(self) -> int: ...
     # (messages, bytes, highest end offset, touched queues)
     def take(self) -> tuple[int, int, int, list[QueueState]]: ...
 
@@ -57,6 +59,8 @@ class SendPipeline:
     trace: bytes
     cluster: bytes  # brokerClusterName, stored as CLUSTER (WAIT left out); empty: properties as sent
     appended: int
+    timer_topic: bytes | None  # set_timer's topic; None: timer messages go to Python
+    timer_clock_ms: int  # the time timer messages are taken at; 0: the wall clock
     def __init__(
         self, app: Appender, region: bytes = b"DefaultRegion", trace: bytes = b"true", max_frame: int = ...,
         cluster: bytes = b"",
@@ -64,6 +68,9 @@ class SendPipeline:
     @property
     def appender(self) -> Appender: ...
     def set_appender(self, app: Appender) -> None: ...
+    def set_timer(
+        self, topic: bytes | None, precision_ms: int = 1000, max_delay_ms: int = 0, broker_name: bytes = b""
+    ) -> None: ...
     def set_route(self, topic: bytes, write_queues: int) -> None: ...
     def drop_routes(self) -> None: ...
     def routes(self) -> dict[bytes, int]: ...

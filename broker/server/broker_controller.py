@@ -218,7 +218,7 @@ class BrokerController:
             if not store.is_slave and self.dledger is None and self.replicas is None:
                 await self.pop.start()  # before serving: the pop offsets are recovered from the revive log
             self.fast = FastSendPath(store, topics, holds, self.acl is not None, self.config.brokerClusterName,
-                                     latency=self.rpc_latency)
+                                     latency=self.rpc_latency, timer=self.timer, broker_name=self.config.brokerName)
             topics.on_change.append(self.fast.sync_routes)
             if self.replicas is not None:
                 self.handlers[GET_BROKER_EPOCH_CACHE] = self._epoch_cache

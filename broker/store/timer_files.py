@@ -88,9 +88,10 @@ class TimerLog:
             raise CorruptStoreError(self.queue.directory, pos, "timer log unit outside every segment")
         return np.frombuffer(mf.mm, dtype=UNIT, count=1, offset=pos - mf.base)[0]
 
-    def append(self, prev: int, magic: int, write_ms: int, delay_ms: int, offset_py: int, size_py: int,
-               topic_hash: int) -> int:
-        """One unit at the end; returns its position."""
+    def room(self):
+        """The segment the next unit goes to, made (and the one before closed by a blank) when
+        the last one cannot hold it: the mapped file, whose `mm` and `base` the enqueue kernel
+        (broker.kernels.timer_wheel) writes units into from `wrote`."""
         last = self.queue.last()
         if last is None or self.wrote >= last.end:
             last = self.queue.roll(self.wrote - self.wrote % self.file_size if last is None else last.end)
@@ -101,7 +102,13 @@ class TimerLog:
             blank[0] = (self.file_size - rel, 0, BLANK_MAGIC)
             last = self.queue.roll(last.end)
             self.wrote = last.base
-            rel = 0
+        return last
+
+    def append(self, prev: int, magic: int, write_ms: int, delay_ms: int, offset_py: int, size_py: int,
+               topic_hash: int) -> int:
+        """One unit at the end; returns its position."""
+        last = self.room()
+        rel = self.wrote - last.base
         u = np.frombuffer(last.mm, dtype=UNIT, count=1, offset=rel)
         u[0] = (UNIT_SIZE, prev, magic, write_ms, delay_ms, offset_py, size_py, topic_hash, 0)
         pos = self.wrote

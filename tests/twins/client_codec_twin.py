@@ -124,7 +124,7 @@ def read_replies(buf, pos: int, end: int, max_frame: int = DEFAULT_MAX_FRAME) ->
 # -- fast sends (SendSlots) -------------------------------------------------------------------------
 # Written from SendSlots' contract (pyx/client_codec.pyx docstring): the send kept under its opaque
 # in a ring of `size` slots; an answer that is a plain success completes the caller's future with
-# result_type(status, uniq, msgId or "", mq, queueOffset or -1), anything else goes to
+# result_type(status, uniq, msgId or "", mq, queueOffset or -1, recallHandle or None), anything else goes to
 # owner._send_answer(fut, answer, msg, mq, uniq, channel, deadline, timeout).
 MAX_OPAQUE = 0x7FFFFFFF
 
@@ -175,12 +175,11 @@ class SendSlots:
             return False
         _, queue_id, fut, msg, mq, uniq, owner, deadline, timeout = s
         status = self.status_of.get(r["code"])
-        if status is None or self.result_type is None or (r["queue_id"] is not None and r["queue_id"] != queue_id) \
-                or r["recall_handle"] is not None:
+        if status is None or self.result_type is None or (r["queue_id"] is not None and r["queue_id"] != queue_id):
             owner._send_answer(fut, reply, msg, mq, uniq, self.channel, deadline, timeout)
         elif not fut.done():
             fut.set_result(self.result_type(status, uniq, r["msg_id"] or "", mq,
-                                            -1 if r["queue_offset"] is None else r["queue_offset"]))
+                                            -1 if r["queue_offset"] is None else r["queue_offset"], r["recall_handle"]))
         return True
 
     def take(self, opaque: int):

@@ -11,7 +11,8 @@ The pass over a read, frame by frame:
   string with no escapes; the properties a string); a field it cannot read, an escaped key, no
   topic, no queue id, a negative one, transaction bits in sysFlag (0xC), a body over max_body, no
   route for the topic, a queue id past the route's queues, properties over 32767 bytes once
-  unescaped (or over 65536 escaped), "DELAY\\x01" or "TIMER_DE" in them: RUN_SLOW;
+  unescaped (or over 65536 escaped), "DELAY\\x01" in them, "TIMER_DE" in them with no timer topic
+  set or in a batch: RUN_SLOW;
 - else the record is appended at the write position (RUN_ROLL if it does not fit before the
   segment's 8-byte blank) and the reply rendered (or parked), unless the request is oneway.
 - SEND_BATCH_MESSAGE (320) has V2's header; its body is messages back to back, each
@@ -26,9 +27,22 @@ The pass over a read, frame by frame:
   cluster appended last, a single message's WAIT entry dropped (a batch's kept); entries joined
   by \x02, none after CLUSTER; over 32767 bytes then: RUN_SLOW. WAIT's value other than "true" (any case)
   means the reply is not parked.
+- a timer message ("TIMER_DE" in the properties, a timer topic set): after the cluster rule, its
+  properties must be well-formed UTF-8, not end with \x02, have at most 64 entries each of a key,
+  \x01 and a value, no key twice, none of DELAY, TIMER_OUT_MS, REAL_TOPIC, REAL_QID,
+  TIMER_DEL_UNIQKEY; its time is now + TIMER_DELAY_SEC * 1000, else now + TIMER_DELAY_MS, else
+  TIMER_DELIVER_MS (a value of an optional '-' and 1 to 15 digits), ahead of now and at most the
+  maximum delay ahead; rounded down to the precision (a multiple: one precision earlier). Then
+  "\x02TIMER_OUT_MS\x01<time>\x02REAL_TOPIC\x01<topic>\x02REAL_QID\x01<queue id>" is appended
+  (at most 32767 bytes in all) and the record goes to the timer topic's queue 0; the reply names
+  the queue asked for and, with a UNIQ_KEY, a recallHandle: URL-safe base64 (padded) of
+  "v1 <topic> <broker name> <time + 1> <UNIQ_KEY>" (at most 32767 bytes before encoding). A reply
+  that would be parked (WAIT not false under parking), or any rule broken: RUN_SLOW.
 """
 from __future__ import annotations
 
+import base64
+import re
 import struct
 
 from tests.twins import codec_twin as C
@@ -111,11 +125,64 @@ class Conn:
         self.slow: tuple | None = None   # (type, header start, header len, body start, body len, next)
 
 
+_FORBIDDEN = (b"DELAY", b"TIMER_OUT_MS", b"REAL_TOPIC", b"REAL_QID", b"TIMER_DEL_UNIQKEY")
+
+
+def _timer_value(v: bytes) -> int:
+    if not re.fullmatch(rb"-?[0-9]{1,15}", v):
+        raise Slow
+    return int(v)
+
+
+def timer_props(props: bytes, topic: bytes, qid: int, timer: tuple) -> tuple[bytes, bytes | None]:
+    """(the properties as stored in the timer topic, the recall handle or None); Slow otherwise."""
+    _, precision, max_ms, broker, now = timer
+    try:
+        props.decode("utf-8")
+    except UnicodeDecodeError:
+        raise Slow from None
+    if not props or props.endswith(b"\x02"):
+        raise Slow
+    entries = props.split(b"\x02")
+    if len(entries) > 64:
+        raise Slow
+    seen: dict[bytes, bytes] = {}
+    for e in entries:
+        k, sep, v = e.partition(b"\x01")
+        if not k or not sep or not v or k in seen or k in _FORBIDDEN:
+            raise Slow
+        seen[k] = v
+    if b"TIMER_DELAY_SEC" in seen:
+        at = now + _timer_value(seen[b"TIMER_DELAY_SEC"]) * 1000
+    elif b"TIMER_DELAY_MS" in seen:
+        at = now + _timer_value(seen[b"TIMER_DELAY_MS"])
+    elif b"TIMER_DELIVER_MS" in seen:
+        at = _timer_value(seen[b"TIMER_DELIVER_MS"])
+    else:
+        raise Slow
+    if at <= now or at - now > max_ms:
+        raise Slow
+    at = at - precision if at % precision == 0 else at // precision * precision
+    out = props + b"\x02TIMER_OUT_MS\x01%d\x02REAL_TOPIC\x01%s\x02REAL_QID\x01%d" % (at, topic, qid)
+    if len(out) > 32767:
+        raise Slow
+    handle = None
+    if b"UNIQ_KEY" in seen:
+        raw = b" ".join((b"v1", topic, broker, b"%d" % (at + 1), seen[b"UNIQ_KEY"]))
+        if len(raw) > 32767:
+            raise Slow
+        handle = base64.urlsafe_b64encode(raw)
+    return out, handle
+
+
 class Pipeline:
     def __init__(self, app: Appender, routes: dict[bytes, int], enabled=True, parked=False,
-                 max_frame=16 * 1024 * 1024, cluster: bytes = b""):
+                 max_frame=16 * 1024 * 1024, cluster: bytes = b"", timer: tuple | None = None):
         self.app, self.routes, self.enabled, self.parked, self.max_frame = app, routes, enabled, parked, max_frame
         self.cluster = cluster
+        # (timer topic, precision ms, max delay ms, broker name, now ms) or None
+        self.timer = timer
+        self.timers = 0
 
     def run(self, c: Conn, buf: bytes, pos: int, end: int, yield_after: int = 0) -> tuple[int, int]:
         msgs0 = len(self.app.records)
@@ -188,7 +255,10 @@ class Pipeline:
             raise Slow
         if topic not in self.routes or qid >= self.routes[topic]:
             raise Slow
-        if len(props) > 32767 or b"DELAY\x01" in props or b"TIMER_DE" in props:
+        if len(props) > 32767 or b"DELAY\x01" in props:
+            raise Slow
+        timed = b"TIMER_DE" in props
+        if timed and (self.timer is None or batch):
             raise Slow
         wait = True
         if self.cluster and not batch:
@@ -198,13 +268,22 @@ class Pipeline:
         parked = self.parked and wait
         if batch:
             return self._batch(c, h, st, topic, qid, bytes(buf[bs:bs + bl]), props, sys_flag, born, reconsume, parked)
-        r = self.app.append(topic, qid, bytes(buf[bs:bs + bl]), props, flag, sys_flag, born, c.born_host, reconsume)
+        handle, into, into_qid = None, topic, qid
+        if timed:
+            if parked:
+                raise Slow
+            props, handle = timer_props(props, topic, qid, self.timer)
+            into, into_qid = self.timer[0], 0
+        r = self.app.append(into, into_qid, bytes(buf[bs:bs + bl]), props, flag, sys_flag, born, c.born_host, reconsume)
         if r is None:
             return RUN_ROLL
         phys, qo, _ = r
+        self.timers += timed
         if not h["flag"] & 2:
             ext_out = {"msgId": (self.app.store_host + phys.to_bytes(8, "big", signed=True)).hex().upper(),
                        "queueId": str(qid), "queueOffset": str(qo), "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+            if handle is not None:
+                ext_out["recallHandle"] = handle.decode()
             (c.parked if parked else c.replies).append((st, 0, h["opaque"], 1, ext_out))
         return RUN_DONE
 

@@ -270,6 +270,8 @@ SEND_BORN_HOST = bytes([10, 1, 2, 3]) + (40000).to_bytes(4, "big")
 SEND_MAX_BODY = 300
 SEND_SEG = 1 << 20
 SEND_BASE = 3 * SEND_SEG
+# the timer topic, timerPrecisionMs, the maximum delay (ms), the broker name, the clock (ms)
+SEND_TIMER = (b"rmq_sys_wheel_timer", 1000, 3 * 24 * 3600 * 1000, b"broker-a", 1_800_000_000_000)
 
 
 def _send_replies(data) -> list[tuple]:
@@ -297,11 +299,12 @@ def _blank_store_ts(seg, records) -> bytes:
 
 
 def send_both(buf: bytes, parked: bool, enabled: bool, rounds: int = 64, yield_after: int | None = None,
-              cluster: bytes = b"") -> int:
+              cluster: bytes = b"", timer: bool = False) -> int:
     """Run the send kernel and its twin over `buf` (routes R1 with 2 queues, R2 with 1), resuming
     after every frame handed back, and compare everything: statuses and positions, the frame
     handed back, the records byte for byte, replies, counters, queue offsets. Returns the number of
-    records the kernel appended. `cluster`: the broker's, stored as CLUSTER (empty: properties as sent)."""
+    records the kernel appended. `cluster`: the broker's, stored as CLUSTER (empty: properties as sent);
+    `timer`: timer messages taken into SEND_TIMER's topic at its clock."""
     from broker.kernels.send_path import ParkedReplies, SendConn, SendPipeline
     from tests.twins import send_path_twin as TS
     seg_k, seg_t = bytearray(SEND_SEG), bytearray(SEND_SEG)
@@ -311,10 +314,13 @@ def send_both(buf: bytes, parked: bool, enabled: bool, rounds: int = 64, yield_a
     for topic, n in SEND_ROUTES.items():
         pipe.set_route(topic, n)
     pipe.enabled, pipe.parked = enabled, parked
+    if timer:
+        pipe.set_timer(SEND_TIMER[0], SEND_TIMER[1], SEND_TIMER[2], SEND_TIMER[3])
+        pipe.timer_clock_ms = SEND_TIMER[4]
     conn = SendConn(SEND_BORN_HOST)
     conn.parked = ParkedReplies(None, SEND_STORE_HOST, b"DefaultRegion", b"true")
     tapp = TS.Appender(seg_t, SEND_BASE, SEND_BASE, SEND_STORE_HOST, SEND_MAX_BODY)
-    twin = TS.Pipeline(tapp, SEND_ROUTES, enabled, parked, cluster=cluster)
+    twin = TS.Pipeline(tapp, SEND_ROUTES, enabled, parked, cluster=cluster, timer=SEND_TIMER if timer else None)
     tconn = TS.Conn(SEND_BORN_HOST)
     if yield_after is None:  # the fuzzers' inputs choose it too (0: never yield)
         yield_after = len(buf) % 4
@@ -342,6 +348,9 @@ def send_both(buf: bytes, parked: bool, enabled: bool, rounds: int = 64, yield_a
     msgs, nbytes, _, _ = conn.take()
     if msgs != len(tapp.records) or nbytes != sum(s for _, s in tapp.records) or pipe.appended != msgs:
         raise Mismatch(f"counters: {msgs} messages, {nbytes} bytes; the twin {len(tapp.records)}")
+    timers = conn.take_timers()
+    if timers != twin.timers:
+        raise Mismatch(f"timer messages: kernel {timers}, twin {twin.timers}")
     for (topic, qid), nxt in tapp.next.items():
         if app.next_offset(topic, qid) != nxt:
             raise Mismatch(f"next offset of {topic!r}/{qid}: {app.next_offset(topic, qid)}, twin {nxt}")
@@ -350,9 +359,10 @@ def send_both(buf: bytes, parked: bool, enabled: bool, rounds: int = 64, yield_a
 
 def check_send(data: bytes) -> None:
     """data[0]: bit 0 parked replies, bit 1 the kernel disabled, bit 2 a cluster name stored as
-    CLUSTER; the rest is what a socket read."""
+    CLUSTER, bit 3 timer messages taken; the rest is what a socket read."""
     if data:
-        send_both(data[1:], bool(data[0] & 1), not data[0] & 2, cluster=b"DefaultCluster" if data[0] & 4 else b"")
+        send_both(data[1:], bool(data[0] & 1), not data[0] & 2, cluster=b"DefaultCluster" if data[0] & 4 else b"",
+                  timer=bool(data[0] & 8))
 
 
 # -- replies: the client's reply reader, then the RemotingCommand decode of what it hands back ----

@@ -106,9 +106,10 @@ def headers_seeds() -> list[bytes]:
 
 
 def send_seeds() -> list[bytes]:
-    """check_send input: a flags byte (bit 0 parked replies, bit 1 the kernel off), then a read:
-    sends as ali-ons (V2, JSON numbers) and the C++ client (long names, strings) write them, a
-    ROCKETMQ-serialized one, other codes, and a torn frame at the end."""
+    """check_send input: a flags byte (bit 0 parked replies, bit 1 the kernel off, bit 2 a cluster,
+    bit 3 timer messages taken), then a read: sends as ali-ons (V2, JSON numbers) and the C++
+    client (long names, strings) write them, a ROCKETMQ-serialized one, other codes, timer
+    messages (taken, refused, due already), and a torn frame at the end."""
     from broker.kernels.header import encode_header
 
     def frame(code, ext, body, stype=0, opaque=1, flag=0):
@@ -121,8 +122,13 @@ def send_seeds() -> list[bytes]:
     read = (frame(310, v2, b"hello") + frame(10, v1, b"world", opaque=2) + frame(310, v2, b"bin", stype=1, opaque=3)
             + frame(30, {"topic": "R1", "queueId": 0}, b"", opaque=4) + frame(310, {**v2, "b": "U"}, b"slow", opaque=5)
             + frame(310, {**v2, "i": "DELAY\x012"}, b"later", opaque=6) + frame(310, v2, b"oneway", opaque=7, flag=2))
+    timers = (frame(310, {**v2, "i": "TIMER_DELAY_SEC\x0160\x02UNIQ_KEY\x01ABC"}, b"t1", opaque=8)
+              + frame(310, {**v2, "i": "TIMER_DELIVER_MS\x011800000005500"}, b"t2", stype=1, opaque=9)
+              + frame(310, {**v2, "i": "TIMER_DELAY_SEC\x0199999999"}, b"refused", opaque=10)
+              + frame(310, {**v2, "i": "TIMER_DELIVER_MS\x011"}, b"due", opaque=11))
     return [bytes([0]) + read, bytes([1]) + read, bytes([2]) + read, bytes([0]) + read + read[:17],
-            bytes([0]) + frame(310, v2, bytes(400)), bytes([0]) + b"\x00\x00\x00\x02garbage"]
+            bytes([0]) + frame(310, v2, bytes(400)), bytes([0]) + b"\x00\x00\x00\x02garbage",
+            bytes([8]) + timers + read, bytes([12]) + timers]
 
 
 def replies_seeds() -> list[bytes]:

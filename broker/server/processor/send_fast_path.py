@@ -17,6 +17,10 @@ replies leave in one write, and 50 producers with one send in flight each cost o
 turn, not a waiter, a timer check and a scheduled write per send. In DLedger mode the
 store is told of the entries the kernel appended (its log end and quorum follow) and the parked
 replies wait for the quorum to commit the turn's last entry.
+
+Timer messages: once the timer service made its topic (rmq_sys_wheel_timer), the kernel stores
+the plain ones there itself (SendPipeline.set_timer, with timerPrecisionMs, timerMaxDelaySec and
+the broker name their recall handles carry); `settle` tells the timer service how many arrived.
 """
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ from broker.server.processor.send_processor import STATUS_CODES, STATUS_REMARKS,
 from broker.common.topic_attributes import is_compaction
 from broker.common.topic_validator import DLQ_PREFIX, PERM_WRITE, RETRY_PREFIX, not_sendable
 from broker.remoting.codes import SEND_MESSAGE_V2, SUCCESS
+from broker.server.timer.timer_message_service import TIMER_TOPIC
 from broker.store.results import PutStatus
 
 REGION = b"DefaultRegion"  # BrokerConfig.regionId
@@ -42,8 +47,11 @@ def routable(name: str, cfg) -> bool:
 
 
 class FastSendPath:
-    def __init__(self, store, topics, holds, acl_enabled: bool, cluster: str = "", latency=None):
+    def __init__(self, store, topics, holds, acl_enabled: bool, cluster: str = "", latency=None, timer=None,
+                 broker_name: str = ""):
         self.store = store
+        self.timer = timer  # TimerMessageService: told of the timer messages the kernel stored
+        self.broker_name = broker_name.encode()
         self.latency = latency  # RpcLatency: a read's immediate replies, a parked batch's wait
         self.cluster = cluster.encode()  # stored as every message's CLUSTER property
         self.topics = topics
@@ -71,6 +79,12 @@ class FastSendPath:
         for name, cfg in self.topics.table.topics.items():
             if routable(name, cfg):
                 p.set_route(name.encode(), cfg.writeQueueNums)
+        timer_cfg = self.topics.table.topics.get(TIMER_TOPIC)
+        config = self.store.config
+        if self.timer is not None and config.timerWheelEnable and timer_cfg is not None and timer_cfg.writeQueueNums > 0:
+            p.set_timer(TIMER_TOPIC.encode(), config.timerPrecisionMs, config.timerMaxDelaySec * 1000, self.broker_name)
+        else:
+            p.set_timer(None)
 
     # -- per connection and per read -------------------------------------------------------------
     def conn_state(self, conn) -> SendConn:
@@ -93,6 +107,8 @@ class FastSendPath:
                 immediate = msgs - (now_parked - self._parked_before)
                 if immediate > 0:
                     self.latency.record(SEND_MESSAGE_V2, SUCCESS, 0, n=immediate)
+        if st.timers:
+            self.timer.arrived(st.take_timers())
         for q in touched:
             q.touched = 0
             self.holds.notify(q.topic.decode(), q.queue_id, q.last_end)

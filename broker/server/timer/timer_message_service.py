@@ -11,7 +11,8 @@ remarks.
 
 The service (the broker process: it is the commit log's only writer):
 - enqueue: the timer topic's new entries, in queue order; each becomes a 52-byte unit appended to
-  the timer log, linked into its slot's list in the timer wheel (broker.store.timer_files). A time
+  the timer log, linked into its slot's list in the timer wheel (broker.store.timer_files), for
+  runs of records, in one call each to the kernel broker.kernels.timer_wheel. A time
   beyond timerRollWindowSlot slots is parked at the window's edge as a roll unit and stored in
   the timer topic again when reached, as RocketMQ rolls it. Woken by a send that stored a timer
   message, and by the dispatch of the queue.
@@ -42,6 +43,7 @@ import struct
 import time
 
 from broker.common.topic_validator import PERM_READ, PERM_WRITE, SYSTEM_TOPIC_PREFIX
+from broker.kernels.timer_wheel import ENQ_PYTHON, enqueue_records
 from broker.remoting import codes
 from broker.remoting.refusals import Refusal
 from broker.server.tasks import cancel_and_wait
@@ -60,7 +62,8 @@ TIMER_OUT_MS, TIMER_ENQUEUE_MS, TIMER_DEQUEUE_MS = "TIMER_OUT_MS", "TIMER_ENQUEU
 TIMER_ROLL_TIMES, TIMER_DEL_UNIQKEY = "TIMER_ROLL_TIMES", "TIMER_DEL_UNIQKEY"
 REAL_TOPIC, REAL_QID, DELAY, UNIQ_KEY = "REAL_TOPIC", "REAL_QID", "DELAY", "UNIQ_KEY"
 TIMER_BLANK_SLOTS = 60
-ENQUEUE_BATCH = 256
+ENQUEUE_BATCH = 8192  # timer-topic records read at a time: the kernel takes each run of them in one call
+_NEVER = (1 << 63) - 1
 
 
 async def _first(*aws) -> None:
@@ -256,9 +259,9 @@ class TimerMessageService:
             self.ckpt.close()
             self.timer_log = self.wheel = self.ckpt = None
 
-    def arrived(self) -> None:
-        """A timer message was appended to the timer topic (a send, a roll, a recall)."""
-        self._pending += 1
+    def arrived(self, n: int = 1) -> None:
+        """`n` timer messages were appended to the timer topic (a send, a roll, a recall)."""
+        self._pending += n
         self._arrived.set()
 
     # -- recovery -------------------------------------------------------------------------------------
@@ -376,7 +379,7 @@ class TimerMessageService:
             batch = min(batch, self._following[1] - self.queue_offset)
             if batch <= 0:
                 return 0
-        r = self.store.get(TIMER_TOPIC, 0, self.queue_offset, max_msgs=batch, max_bytes=4 << 20)
+        r = self.store.get(TIMER_TOPIC, 0, self.queue_offset, max_msgs=batch, max_bytes=16 << 20, spans=True)
         try:
             if r.status == GetStatus.OFFSET_OVERFLOW_BADLY and r.next_offset < self.queue_offset:
                 # the queue's end read below what was enqueued already: moving back would enqueue
@@ -393,31 +396,60 @@ class TimerMessageService:
             if r.status != GetStatus.FOUND:
                 return 0
             write_ms = int(time.time() * 1000) // self.precision * self.precision
-            for view, qo in zip(r.messages, r.queue_offsets):
-                m = decode_message(view)
-                try:
-                    delayed = int(m.properties[TIMER_OUT_MS])
-                except (KeyError, ValueError):
-                    log.error("timer: message at %d of %s has no TIMER_OUT_MS; skipped", qo, TIMER_TOPIC)
-                    self.queue_offset = qo + 1
-                    continue
-                if self._following is not None:
-                    # a slave: a time its master read already was delivered there; the rest waits
-                    if delayed >= self._following[0]:
-                        self._enqueue(m.physical_offset, len(view), delayed, write_ms,
-                                      m.properties.get(REAL_TOPIC, ""), TIMER_DEL_UNIQKEY in m.properties)
-                elif qo < self._past[0] and delayed < self._past[1]:
-                    pass  # the master this one took over from delivered it
-                elif delayed < self.read_ms:  # its slot was read already: due now
-                    self._deliver(m, delayed, -1, False)
-                else:
-                    self._enqueue(m.physical_offset, len(view), delayed, write_ms, m.properties.get(REAL_TOPIC, ""),
-                                  TIMER_DEL_UNIQKEY in m.properties)
-                self.enqueued += 1
-                self.queue_offset = qo + 1
-            return len(r.messages)
+            self._enqueue_spans(r.messages, write_ms)
+            return r.count
         finally:
             r.release()
+
+    def _enqueue_spans(self, spans, write_ms: int) -> None:
+        """Runs of the timer topic's records, as they lie in the commit log, into the wheel: the
+        kernel (enqueue_records) takes each run as far as it can; a record it leaves is taken
+        here, and a full timer log segment is rolled here. A slave's rule (_enqueue_record) in
+        the kernel's terms: a time its master read already is skipped whatever its queue offset,
+        and nothing is due now (a slave never delivers)."""
+        wheel, tl = self.wheel, self.timer_log
+        if self._following is None:
+            past_qo, past_ms, read_ms = self._past[0], self._past[1], self.read_ms
+        else:
+            past_qo, past_ms, read_ms = _NEVER, self._following[0], -_NEVER
+        for span in spans:
+            pos, end = 0, len(span)
+            while pos < end:
+                seg = tl.room()
+                status, pos, n, nxt, tl.wrote = enqueue_records(
+                    span, pos, wheel.slots, wheel.n, self.precision, seg.mm, seg.base, tl.wrote, tl.file_size,
+                    write_ms, read_ms, past_qo, past_ms, self.roll_window)
+                self.enqueued += n
+                if nxt >= 0:
+                    self.queue_offset = nxt
+                if status == ENQ_PYTHON:
+                    size = int.from_bytes(span[pos:pos + 4], "big")
+                    view = span[pos:pos + size]
+                    self._enqueue_record(view, decode_message(view).queue_offset, write_ms)
+                    pos += size
+
+    def _enqueue_record(self, view, qo: int, write_ms: int) -> None:
+        m = decode_message(view)
+        try:
+            delayed = int(m.properties[TIMER_OUT_MS])
+        except (KeyError, ValueError):
+            log.error("timer: message at %d of %s has no TIMER_OUT_MS; skipped", qo, TIMER_TOPIC)
+            self.queue_offset = qo + 1
+            return
+        if self._following is not None:
+            # a slave: a time its master read already was delivered there; the rest waits
+            if delayed >= self._following[0]:
+                self._enqueue(m.physical_offset, len(view), delayed, write_ms,
+                              m.properties.get(REAL_TOPIC, ""), TIMER_DEL_UNIQKEY in m.properties)
+        elif qo < self._past[0] and delayed < self._past[1]:
+            pass  # the master this one took over from delivered it
+        elif delayed < self.read_ms:  # its slot was read already: due now
+            self._deliver(m, delayed, -1, False)
+        else:
+            self._enqueue(m.physical_offset, len(view), delayed, write_ms, m.properties.get(REAL_TOPIC, ""),
+                          TIMER_DEL_UNIQKEY in m.properties)
+        self.enqueued += 1
+        self.queue_offset = qo + 1
 
     def _enqueue(self, offset_py: int, size_py: int, delayed: int, write_ms: int, real_topic: str,
                  delete: bool = False) -> None:
