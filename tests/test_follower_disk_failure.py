@@ -19,6 +19,9 @@ import pytest
 from broker.remoting import codes
 from broker.store.message import decode_message
 from tests.conftest import wait_for
+from tests.helpers.dledger_checks import TOPIC as DLEDGER_TOPIC
+from tests.helpers.dledger_checks import check_history
+from tests.helpers.dledger_cluster import DLedgerGroup
 from tests.helpers.fault_shim import build_shim, faults_logged, shim_env
 from tests.helpers.ha_cluster import Broker, NameServer, call, send_all, wait_replicated
 
@@ -112,3 +115,119 @@ def test_a_slave_whose_fdatasync_fails_once_acknowledges_nothing_more_and_recove
         slave.stop()
         master.stop()
         ns.stop()
+
+
+@pytest.mark.parametrize("fault", ["eio-once fdatasync", "eio fdatasync"])
+def test_dledger_followers_whose_write_back_fails_acknowledge_nothing_more_and_recover_after_a_restart(
+        tmp_path, shim, fault):
+    """flushDiskType=SYNC_FLUSH: the leader counts a follower for an entry only once the follower
+    wrote it back. Both followers' write-back fails (the flusher's fdatasync, once or always): with
+    no durable majority left, no send may be SEND_OK, even once their fdatasync works again; after
+    a restart they recover and the group takes writes again."""
+    g = DLedgerGroup(tmp_path, extra="flushDiskType=SYNC_FLUSH\n")
+    ctls = {}
+    for sid, b in g.brokers.items():  # every member under the shim: which one leads is learnt later
+        ctls[sid] = tmp_path / f"{sid}.ctl"
+        b.env = shim_env(shim, ctls[sid], match="/dledger-")
+    tried, acked = [], []
+
+    def send(bodies: list[bytes], to: Broker) -> list:
+        replies = send_all(to.port, DLEDGER_TOPIC, bodies)
+        tried.extend(bodies)
+        acked.extend(b for r, b in zip(replies, bodies) if r.code == codes.SUCCESS)
+        return replies
+
+    try:
+        g.start()
+        leader = g.leader()
+        followers = [b for b in g.brokers.values() if b is not leader]
+        for f in followers:
+            g.wait_follows(f, leader)
+        assert all(r.code == codes.SUCCESS for r in send(_bodies(100, 1), leader))
+        for f in followers:
+            ctls[f.name].write_text(fault)
+        seed = 2
+
+        def both_failed() -> bool:
+            nonlocal seed
+            send(_bodies(10, seed), leader)  # entries to write back
+            seed += 1
+            return all(f.info()["dledger_disk_failed"] == 1 for f in followers)
+        wait_for(both_failed, 60, "both followers' write-back to fail")
+        for f in followers:
+            assert any(line.startswith(fault.split()[1]) for line in faults_logged(ctls[f.name]))
+            assert "takes and acknowledges no more entries until it is restarted" in f.stderr()
+            if fault.startswith("eio-once"):
+                assert ctls[f.name].read_text() == ""  # their fdatasync works again
+                assert len(faults_logged(ctls[f.name])) == 1
+        # no durable majority: nothing is SEND_OK, and the followers refuse the leader's pushes
+        assert not any(r.code == codes.SUCCESS for r in send(_bodies(10, 999), leader))
+        assert "DISK_ERROR" in leader.stderr()
+
+        for f in followers:
+            f.stop()
+            ctls[f.name].write_text("")
+        for f in followers:
+            f.start()
+        leader = g.leader()
+        for f in g.brokers.values():
+            if f is not leader:
+                g.wait_follows(f, leader)
+            assert f.info()["dledger_disk_failed"] == 0
+        wait_for(lambda: all(r.code == codes.SUCCESS for r in send(_bodies(10, seed + 1000), leader)), 30,
+                 "the group to take writes again")
+        # every SEND_OK is on the leader once, and on every member with the same queues and files
+        check_history(g, acked, tried, members=list(g.brokers.values()))
+    finally:
+        g.stop()
+
+
+@pytest.mark.parametrize("how", ["msync", "fdatasync"])
+def test_an_entry_store_whose_write_back_failed_never_moves_its_flushed_marks_again(tmp_path, monkeypatch, how):
+    """The store's side, for the call the group test does not reach: msync (mmap.flush) is the
+    write-back of flush(), which the checkpoint, a truncation and close use; the flusher's
+    fdatasync goes through write_back and written_back."""
+    import broker.raft.entry_files as entry_files
+    from broker.raft.entry_store import DLedgerEntryStore
+    from broker.raft.errors import EntryStoreDiskFailed
+    from broker.raft.protocol import ResponseCode
+    s = DLedgerEntryStore(str(tmp_path), data_file_size=64 * 1024, index_file_size=32 * 64)
+    for i in range(5):
+        s.append(1, b"e%d" % i)
+    s.update_committed_index(4)
+    s.persist_checkpoint()
+    ckpt = (tmp_path / "checkpoint").read_text()
+    for i in range(5, 10):
+        s.append(1, b"e%d" % i)
+
+    def eio(*_):
+        raise OSError(5, "Input/output error")
+    if how == "msync":
+        monkeypatch.setattr(entry_files, "msync", eio)
+        with pytest.raises(EntryStoreDiskFailed) as raised:
+            s.flush()
+        err = raised.value
+    else:
+        plan = s.flush_plan()
+        monkeypatch.setattr(entry_files.os, "fdatasync", eio)
+        with pytest.raises(OSError) as raised:
+            s.write_back(plan)  # in the flusher's thread, which then reports it on the loop:
+        err = s.write_back_failed("fdatasync of the entry files", raised.value)
+    assert err.code is ResponseCode.DISK_ERROR and "until it is restarted" in str(err)
+    assert s.flushed_index == 4 and s.disk_failed
+    monkeypatch.undo()  # the disk answers again: that proves nothing, the marks stay
+    with pytest.raises(EntryStoreDiskFailed):
+        s.flush()
+    plan = s.flush_plan()
+    s.write_back(plan)
+    s.written_back(plan)
+    assert s.flushed_index == 4
+    with pytest.raises(EntryStoreDiskFailed):
+        s.persist_checkpoint()
+    s.update_committed_index(9)
+    s.close()  # no checkpoint naming entries the failed write-back covered
+    assert (tmp_path / "checkpoint").read_text() == ckpt
+    s = DLedgerEntryStore(str(tmp_path), data_file_size=64 * 1024, index_file_size=32 * 64)
+    assert s.ledger_end_index == 9 and s.committed_index == 4  # recovered by CRC past the checkpoint
+    assert [bytes(s.get(i).body) for i in range(10)] == [b"e%d" % i for i in range(10)]
+    s.close()

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from broker.raft.append_errors import NotLeader, TermChanged
+from broker.raft.append_errors import DiskError, NotLeader, TermChanged
 from broker.raft.committed import CommittedIndex
 from broker.raft.config import DLedgerConfig
 from broker.raft.elector import LeaderElector
@@ -67,6 +67,7 @@ class DLedgerServer:
         self.handler = EntryHandler(self.state, self.store, self.elector, self.committed, self.ledger_changed,
                                     durable)
         self.flusher.on_flushed.append(self._flushed)
+        self.flusher.on_disk_failed.append(self.handler.disk_failed)
         self.remoting = ElectionServer(config, self.elector, host, port, push=self.handler.handle,
                                        other=other)  # the controller's requests share the peer port
         self.elector.handlers.append(self._on_role_change)
@@ -134,6 +135,8 @@ class DLedgerServer:
         if not self.leading:
             raise NotLeader(f"{self.self_id} is {'stopped' if self._stopped else st.role.value} in term {st.term}",
                             None if self._stopped else st.leader_id)
+        if self.store.disk_failed:
+            raise DiskError(self.store.disk_failed)
         self.quorum.check_room()
 
     @property

@@ -261,7 +261,9 @@ class BrokerMetrics:
                           ("dledger_leader", "1 while this DLedger member leads its group"),
                           ("dledger_committed_index", "the last entry a majority holds"),
                           ("dledger_end_index", "the last entry of this member's log"),
-                          ("dledger_flushed_index", "the last entry written back to this member's disk")):
+                          ("dledger_flushed_index", "the last entry written back to this member's disk"),
+                          ("dledger_disk_failed", "1 once a write-back of this member's log failed: it takes and "
+                           "acknowledges no entries until restarted")):
             if name in snap:
                 yield gauge(name, doc, snap[name])
         lag = GaugeMetricFamily("rocketmq_dledger_follower_lag_entries", "on the DLedger leader: entries a follower "
