@@ -231,3 +231,76 @@ def test_an_entry_store_whose_write_back_failed_never_moves_its_flushed_marks_ag
     assert s.ledger_end_index == 9 and s.committed_index == 4  # recovered by CRC past the checkpoint
     assert [bytes(s.get(i).body) for i in range(10)] == [b"e%d" % i for i in range(10)]
     s.close()
+
+
+def test_a_short_pwrite_is_continued_and_one_that_writes_nothing_is_an_error(tmp_path, monkeypatch):
+    """pwrite_all (the HA slave's frames, the store checkpoint's first zeros) under a pwrite that
+    writes half of what it is asked, then under one that writes nothing."""
+    import os
+
+    from broker.store import checkpoint as checkpoint_mod
+    from broker.store.durable import ShortWrite, pwrite_all
+    real = os.pwrite
+    calls = []
+
+    def half(fd, data, offset):
+        calls.append(len(data))
+        return real(fd, memoryview(data)[:max(1, len(data) // 2)], offset)
+    monkeypatch.setattr(os, "pwrite", half)
+    ck = checkpoint_mod.StoreCheckpoint(str(tmp_path / "checkpoint"))
+    assert os.path.getsize(tmp_path / "checkpoint") == checkpoint_mod.SIZE and len(calls) > 1
+    ck.set(flushedOffset=77)
+    assert ck.get("flushedOffset") == 77
+    data = random.Random(3).randbytes(100_000)
+    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT)
+    try:
+        pwrite_all(fd, data, 10)
+        assert (tmp_path / "f").read_bytes() == bytes(10) + data
+        monkeypatch.setattr(os, "pwrite", lambda fd, data, offset: 0)
+        with pytest.raises(ShortWrite, match="wrote nothing of 5 bytes"):
+            pwrite_all(fd, b"12345", 0)
+    finally:
+        os.close(fd)
+
+
+def test_a_member_whose_write_back_failed_asks_for_no_votes_but_still_gives_them(tmp_path):
+    """Such a member could not append as leader: it never stands (the group elects another, or
+    waits for its restart), and it answers the others' vote requests as before."""
+    import asyncio
+
+    from broker.raft.config import DLedgerConfig
+    from broker.raft.elector import LeaderElector
+    from broker.raft.member_state import MemberState
+    from broker.raft.protocol import VoteRequest, VoteResult
+
+    asked = []
+
+    class Rpc:
+        async def vote(self, peer, req, timeout):
+            asked.append(peer)
+            raise ConnectionError("no network in this test")
+
+        async def heartbeat(self, *a):
+            raise ConnectionError("no network in this test")
+    cfg = DLedgerConfig(enableDLegerCommitLog=True, dLegerGroup="g", dLegerSelfId="n0",
+                        dLegerPeers="n0-127.0.0.1:40911;n1-127.0.0.1:40912;n2-127.0.0.1:40913")
+    e = LeaderElector(MemberState(cfg, str(tmp_path)), Rpc())
+    failed = True
+    e.may_stand = lambda: not failed
+    e.change_role_to_candidate(0)
+    term, before = e.state.term, e.now_ms()
+    asyncio.run(e._maintain_as_candidate())
+    assert asked == [] and e.next_vote_at > before  # no round, and no busy loop on a past deadline
+    asyncio.run(e._maintain_as_candidate())
+    assert e.state.term == term  # no term of its own: a leader's heartbeats stay current here
+
+    def ask(term: int):
+        return e.handle_vote(VoteRequest(group="g", leaderId="n1", term=term, ledgerEndIndex=-1, ledgerEndTerm=-1,
+                                         localId="n1", remoteId="n0")).voteResult
+    assert ask(term + 2) == VoteResult.REJECT_TERM_NOT_READY  # as any member: it takes the term next turn
+    asyncio.run(e._maintain_as_candidate())
+    assert e.state.term == term + 2 and ask(term + 2) == VoteResult.ACCEPT and asked == []
+    failed = False  # (after a restart, in life)
+    e.next_vote_at = -1
+    asyncio.run(e._maintain_as_candidate())
+    assert sorted(asked) == ["n1", "n2"]

@@ -59,6 +59,7 @@ class DLedgerServer:
         self.ledger_changed()
         self.committed = CommittedIndex(self.store.committed_index)
         self.elector = LeaderElector(self.state, PeerClients(config))
+        self.elector.may_stand = lambda: not self.store.disk_failed
         self.quorum = QuorumAckChecker(config, self.store, self.committed)
         self.quorum.durable = durable
         self.pusher = DLedgerEntryPusher(config, self.state, self.store, self.quorum, self.elector,
