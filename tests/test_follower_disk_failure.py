@@ -304,3 +304,27 @@ def test_a_member_whose_write_back_failed_asks_for_no_votes_but_still_gives_them
     e.next_vote_at = -1
     asyncio.run(e._maintain_as_candidate())
     assert sorted(asked) == ["n1", "n2"]
+
+
+def test_a_truncation_whose_write_back_fails_stops_the_store_and_the_restart_ends_at_the_cut(tmp_path, monkeypatch):
+    import broker.raft.entry_files as entry_files
+    from broker.raft.entry_store import DLedgerEntryStore
+    from broker.raft.errors import EntryStoreDiskFailed
+
+    def eio(*_):
+        raise OSError(5, "Input/output error")
+    s = DLedgerEntryStore(str(tmp_path), data_file_size=64 * 1024, index_file_size=32 * 64)
+    for i in range(10):
+        s.append(1, b"e%d" % i)
+    s.flush()
+    monkeypatch.setattr(entry_files, "msync", eio)
+    with pytest.raises(EntryStoreDiskFailed, match="writing back the truncation failed"):
+        s.truncate(7)
+    monkeypatch.undo()
+    with pytest.raises(EntryStoreDiskFailed):  # nothing more, though msync works again
+        s.truncate(8)
+    s.close()
+    s = DLedgerEntryStore(str(tmp_path), data_file_size=64 * 1024, index_file_size=32 * 64)
+    # the zeros were stored through the map before the failed msync: the log ends at the cut
+    assert s.ledger_end_index == 6 and [bytes(s.get(i).body) for i in range(7)] == [b"e%d" % i for i in range(7)]
+    s.close()

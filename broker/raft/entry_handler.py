@@ -50,7 +50,7 @@ from typing import Callable
 from broker.raft.committed import CommittedIndex
 from broker.raft.elector import LeaderElector
 from broker.raft.entry_store import DLedgerEntryStore
-from broker.raft.errors import OldCommitLogMismatch, EntryStoreError
+from broker.raft.errors import EntryStoreDiskFailed, EntryStoreError, OldCommitLogMismatch
 from broker.raft.member_state import MemberState
 from broker.raft.protocol import HeartBeatRequest, ProtocolError, ResponseCode
 from broker.raft.push_protocol import PushEntryRequest, PushEntryResponse, PushType, parse_header, split_entries
@@ -222,6 +222,8 @@ class EntryHandler:
             dropped = (req.index + 1, store.ledger_end_index)
             try:
                 store.truncate(req.index + 1)
+            except EntryStoreDiskFailed as e:  # its write-back failed: the flusher stops the member
+                raise Refused(ResponseCode.DISK_ERROR, str(e), level=logging.ERROR) from None
             except EntryStoreError as e:  # below the committed index: never in a correct group
                 raise Refused(ResponseCode.INCONSISTENT_STATE, str(e), level=logging.ERROR) from None
             finally:

@@ -439,6 +439,7 @@ class DLedgerEntryStore:
         checkpoint rewritten with the new endIndex. The log then ends
         right after entry from_index - 1, where the leader's entry from_index will go."""
         self._check_open()
+        self._check_disk()
         if from_index == self._end_index + 1:
             return
         if from_index <= self._committed:
@@ -459,8 +460,11 @@ class DLedgerEntryStore:
         # data files on its own, kept reading its maps of the deleted ones: zeros where the new
         # entries were, and it stopped (the fault loop's kill-leader cell, a restarted member).
         # A stale map could as well have shown the dropped entries themselves.
-        self.data.zero_span(cut, self._wrote)
-        self.index.zero_span(index_cut, self._index_end)
+        try:
+            self.data.zero_span(cut, self._wrote)
+            self.index.zero_span(index_cut, self._index_end)
+        except OSError as e:  # half zeroed: the restart's recovery cuts the log at the first zero
+            raise self.write_back_failed("writing back the truncation", e) from None
         log.info("dledger truncate: entries [%d, %d] dropped, the log ends at %d", from_index, self._end_index, cut)
         self._wrote = cut
         self._index_end = index_cut

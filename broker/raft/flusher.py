@@ -61,6 +61,12 @@ class EntryFlusher:
                 pass
             self._task = None
 
+    def _disk_failed(self) -> None:
+        """Said by the store; the member stops taking and acknowledging entries, and nothing is
+        written back again in its life (see the module's doc)."""
+        for fn in self.on_disk_failed:
+            fn()
+
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         next_checkpoint = loop.time() + self.checkpoint_s
@@ -73,8 +79,9 @@ class EntryFlusher:
             self._dirty.clear()
             if self.flush_s:
                 await asyncio.sleep(self.flush_s)
-            if self.store.disk_failed:
-                return  # nothing is written back again in this member's life (see the module's doc)
+            if self.store.disk_failed:  # failed elsewhere: a truncation's or close's msync
+                self._disk_failed()
+                return
             try:
                 if self.store.flushed_pos < self.store.write_pos:
                     # fdatasync in a thread: an msync (mmap.flush) keeps the GIL, and every 10 ms
@@ -93,9 +100,7 @@ class EntryFlusher:
                         self._persisted = self.store.committed_index
                         self.store.persist_checkpoint()
             except EntryStoreDiskFailed:
-                # said by the store; the member stops taking and acknowledging entries
-                for fn in self.on_disk_failed:
-                    fn()
+                self._disk_failed()
                 return
             except Exception:  # not the disk (the store closed under us, a bug): said, tried again at the next wake-up
                 log.exception("[%s] flushing the entry store failed", self.name)
