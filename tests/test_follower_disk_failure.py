@@ -187,6 +187,54 @@ def test_dledger_followers_whose_write_back_fails_acknowledge_nothing_more_and_r
         g.stop()
 
 
+def test_a_dledger_leader_whose_write_back_fails_steps_down_and_the_others_go_on(tmp_path, shim):
+    """The leader's own write-back fails once: it could append nothing more, so it steps down and
+    asks for no votes; the two members whose disks work elect one of them and take writes; the old
+    leader, restarted, recovers and follows."""
+    g = DLedgerGroup(tmp_path, extra="flushDiskType=SYNC_FLUSH\n")
+    ctls = {}
+    for sid, b in g.brokers.items():
+        ctls[sid] = tmp_path / f"{sid}.ctl"
+        b.env = shim_env(shim, ctls[sid], match="/dledger-")
+    tried, acked = [], []
+
+    def send(bodies: list[bytes], to: Broker) -> list:
+        replies = send_all(to.port, DLEDGER_TOPIC, bodies)
+        tried.extend(bodies)
+        acked.extend(b for r, b in zip(replies, bodies) if r.code == codes.SUCCESS)
+        return replies
+
+    try:
+        g.start()
+        old = g.leader()
+        others = [b for b in g.brokers.values() if b is not old]
+        assert all(r.code == codes.SUCCESS for r in send(_bodies(100, 1), old))
+        ctls[old.name].write_text("eio-once fdatasync")
+        seed = 2
+
+        def stepped_down() -> bool:
+            nonlocal seed
+            send(_bodies(10, seed), old)
+            seed += 1
+            return old.info()["dledger_disk_failed"] == 1
+        wait_for(stepped_down, 60, "the leader's write-back to fail")
+        assert ctls[old.name].read_text() == "" and len(faults_logged(ctls[old.name])) == 1
+        assert "stepping down from leading term" in old.stderr()
+        new = g.leader(among=others)
+        wait_for(lambda: old.info()["dledger_leader"] == 0, 30, "the old leader to have stepped down")
+        wait_for(lambda: all(r.code == codes.SUCCESS for r in send(_bodies(10, seed + 1000), new)), 30,
+                 "the new leader to take writes")
+        assert old.info()["dledger_leader"] == 0  # it never stood again, its disk working or not
+        old.stop()
+        ctls[old.name].write_text("")
+        old.start()
+        g.wait_follows(old, new)
+        assert all(r.code == codes.SUCCESS for r in send(_bodies(10, seed + 2000), new))
+        check_history(g, acked, tried, members=list(g.brokers.values()))
+    finally:
+        g.stop()
+
+
 @pytest.mark.parametrize("how", ["msync", "fdatasync"])
 def test_an_entry_store_whose_write_back_failed_never_moves_its_flushed_marks_again(tmp_path, monkeypatch, how):
     """The store's side, for the call the group test does not reach: msync (mmap.flush) is the

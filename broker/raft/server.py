@@ -68,7 +68,7 @@ class DLedgerServer:
         self.handler = EntryHandler(self.state, self.store, self.elector, self.committed, self.ledger_changed,
                                     durable)
         self.flusher.on_flushed.append(self._flushed)
-        self.flusher.on_disk_failed.append(self.handler.disk_failed)
+        self.flusher.on_disk_failed.append(self._disk_failed)
         self.remoting = ElectionServer(config, self.elector, host, port, push=self.handler.handle,
                                        other=other)  # the controller's requests share the peer port
         self.elector.handlers.append(self._on_role_change)
@@ -118,6 +118,17 @@ class DLedgerServer:
             if self.state.is_leader:
                 self.quorum.update_water_mark(self.quorum.term, self.self_id, index)
             self.handler.flushed(index)
+
+    def _disk_failed(self) -> None:
+        """The flusher's write-back failed (the store said why): a follower's answers waiting for
+        it say DISK_ERROR, and a leader steps down, as it could append nothing more (check_leading)
+        while a member whose disk works can lead; it asks for no votes (elector.may_stand)."""
+        self.handler.disk_failed()
+        st = self.state
+        if st.is_leader:
+            log.error("[%s] stepping down from leading term %d: this member's log cannot be written back", st.self_id,
+                      st.term)
+            self.elector.change_role_to_candidate(st.term)
 
     # -- the leader's append ---------------------------------------------------------------------
     def begin_append(self, body) -> tuple[int, int, "asyncio.Future"]:
