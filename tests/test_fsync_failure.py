@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import time
 import urllib.request
 from pathlib import Path
@@ -20,19 +19,17 @@ import pytest
 
 from broker.remoting import codes
 from tests.conftest import free_port
+from tests.helpers.fault_shim import build_shim
 from tests.helpers.ha_cluster import Broker
 from tests.helpers.procs import wait_until
 from tests.helpers.raw_wire import RawConn, bodies, pull, send_message
 
-SHIM_SRC = Path(__file__).parent / "faults" / "fsync_fault.c"
 TOPIC = "FsyncFault"
 
 
 @pytest.fixture(scope="module")
 def shim(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("shim") / "fsync_fault.so"
-    subprocess.run(["gcc", "-shared", "-fPIC", "-O2", "-Wall", "-o", str(out), str(SHIM_SRC), "-ldl"], check=True)
-    return out
+    return build_shim(tmp_path_factory.mktemp("shim"))
 
 
 def _broker(tmp_path: Path, shim: Path, flush: str) -> tuple[Broker, Path, int]:

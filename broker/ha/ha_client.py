@@ -6,6 +6,15 @@ then after every append and at least every haSendHeartbeatInterval. `dispatch_re
 each frame's bytes are copied once into the mapped segment. `wrote` is published only at whole
 records (`record_boundary`, kernel), so reput, flush and recovery never see half a record; the
 received end, which may lie inside one, is what we acknowledge, as RocketMQ's slave does.
+
+A failed fdatasync of our commit log (the flush service counts it in FLUSH_ERRORS) ends
+replication until the slave is restarted: the kernel may have dropped the pages the failed sync
+covered, so this log no longer holds what we acknowledged past the last good flush, and a later
+sync that succeeds proves nothing. The client then writes no more frames, sends no more
+acknowledgements (the check comes before each append and each report, so nothing received after
+the failure is ever counted by a SYNC_MASTER), and closes the link: the master sees no slave and
+answers SYNC_MASTER sends SLAVE_NOT_AVAILABLE rather than counting on this disk. The restart
+recovers the log by CRC from what is on disk and asks the master for the rest.
 """
 from __future__ import annotations
 
@@ -21,6 +30,7 @@ from broker.kernels.ha import (HA_HEADER, HAFrameError, dispatch_read_request, r
                                record_boundary)
 from broker.ha.ha_connection import HELLO_MAGIC
 from broker.services.process import notify
+from broker.store.durable import pwrite_all
 from broker.store.mapped_file_queue import MappedFileQueue
 from broker.store.offset_table import Slot
 
@@ -30,6 +40,10 @@ READ_BUFFER = 4 * 1024 * 1024  # RocketMQ's slave buffer; grown to hold a config
 
 class LinkDropped(Exception):
     """This link is unusable (mismatch, silence, a bad frame): reconnect after a pause."""
+
+
+class SlaveDiskFailed(Exception):
+    """Our commit log's fdatasync failed: replication stops until the slave is restarted."""
 
 
 class HAClient:
@@ -72,8 +86,7 @@ class HAClient:
             for old in [b for b in self._fds if b < mf.base]:
                 os.close(self._fds.pop(old))
             fd = self._fds[mf.base] = os.open(mf.path, os.O_RDWR)
-        if os.pwrite(fd, data, phy - mf.base) != len(data):
-            raise OSError(f"short write to {mf.path} at {phy - mf.base}")
+        pwrite_all(fd, data, phy - mf.base)  # a short write continues where it stopped
 
     def _advance_boundary(self) -> None:
         b = self.boundary
@@ -94,8 +107,15 @@ class HAClient:
             self.table.store(Slot.WROTE, b)  # store() wakes the flush service sleeping on it
             self.table.add(Slot.REPUT_WAKE, 1)  # and the reput, once per whole-records batch
 
+    def _check_disk(self) -> None:
+        """Before every append and every acknowledgement: after a failed sync neither may happen."""
+        if self.table.load(Slot.FLUSH_ERRORS):
+            raise SlaveDiskFailed(f"the commit log's fdatasync failed (flushed to {self.table.load(Slot.FLUSHED)}, "
+                                  f"received to {self.received})")
+
     # -- the link -------------------------------------------------------------------------------
     def _report(self, sock: socket.socket) -> None:
+        self._check_disk()
         sock.sendall(self.received.to_bytes(8, "big"))
 
     def _serve(self, sock: socket.socket, peer: str) -> None:
@@ -134,6 +154,8 @@ class HAClient:
                     frames, pos, expected, mismatch = dispatch_read_request(self.buf, 0, fill, expected, max_body)
                 except HAFrameError as e:
                     raise LinkDropped(str(e)) from None
+                if frames:
+                    self._check_disk()
                 for phy, at, size in frames:
                     self._append(phy, mv[at:at + size])
                 if frames:
@@ -161,6 +183,9 @@ class HAClient:
         t.store(Slot.HA_RECEIVED, self.received)
         pause, said = 0.1, None
         while not self._stopping.is_set():
+            if t.load(Slot.FLUSH_ERRORS):
+                self._stop_for_disk(None)
+                return
             addr = master_address.read(cfg.storePathRootDir, cfg.haMasterAddress)
             if addr is None:
                 self._stopping.wait(5.0)  # the broker bumps HA_MASTER when it learns one: we are replaced
@@ -188,6 +213,9 @@ class HAClient:
                 said, pause = None, 0.1
                 try:
                     self._serve(sock, peer)
+                except SlaveDiskFailed as e:
+                    self._stop_for_disk(e)
+                    return
                 except (LinkDropped, OSError) as e:
                     if self._stopping.is_set():
                         return
@@ -199,6 +227,13 @@ class HAClient:
                     self._sock = None
                 sock.close()
             self._stopping.wait(pause)
+
+    def _stop_for_disk(self, e: SlaveDiskFailed | None) -> None:
+        log.error("%s: this slave stops replicating and acknowledges nothing more to its master; it "
+                  "must be restarted (it then recovers its commit log by CRC from what is on disk and "
+                  "catches up)", e or "the commit log's fdatasync failed")
+        self.table.store(Slot.HA_LINK, 0)
+        notify(self.notify_fd)
 
     def stop(self) -> None:
         """From another thread: serve() returns soon, between two frames (a blocked recv or

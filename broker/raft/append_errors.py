@@ -43,6 +43,13 @@ class WaitQuorumAckTimeout(AppendError):
     code = ResponseCode.WAIT_QUORUM_ACK_TIMEOUT
 
 
+class DiskError(AppendError):
+    """A write-back of this member's log failed (DLedgerEntryStore.disk_failed): it appends
+    nothing more until it is restarted."""
+
+    code = ResponseCode.DISK_ERROR
+
+
 class LeaderPendingFull(AppendError):
     """maxPendingRequestsNum appends already wait for their quorum: the entry was not appended."""
 

@@ -51,6 +51,7 @@ _STATUS = {ResponseCode.NOT_LEADER: PutStatus.SERVICE_NOT_AVAILABLE,
            ResponseCode.INCONSISTENT_LEADER: PutStatus.SERVICE_NOT_AVAILABLE,
            ResponseCode.LEADER_NOT_READY: PutStatus.SERVICE_NOT_AVAILABLE,
            ResponseCode.DISK_FULL: PutStatus.SERVICE_NOT_AVAILABLE,
+           ResponseCode.DISK_ERROR: PutStatus.SERVICE_NOT_AVAILABLE,
            # "Do not return flush_slave_timeout to the client, for the ons client will ignore it"
            ResponseCode.WAIT_QUORUM_ACK_TIMEOUT: PutStatus.OS_PAGECACHE_BUSY,
            ResponseCode.LEADER_PENDING_FULL: PutStatus.OS_PAGECACHE_BUSY}

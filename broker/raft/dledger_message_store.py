@@ -434,7 +434,8 @@ class DLedgerMessageStore(MessageStore):
         end = store.ledger_end_index
         out = {"dledger_term": float(st.term), "dledger_leader": 1.0 if st.is_leader else 0.0,
                "dledger_committed_index": float(store.committed_index), "dledger_end_index": float(end),
-               "dledger_flushed_index": float(store.flushed_index)}
+               "dledger_flushed_index": float(store.flushed_index),
+               "dledger_disk_failed": 1.0 if store.disk_failed else 0.0}
         if st.is_leader:
             for peer, mark in s.quorum.water_marks.items():
                 if peer != st.self_id:

@@ -129,6 +129,9 @@ class LeaderElector:
         self.need_increase_term = False
         self.last_parse = ParseResult.WAIT_TO_REVOTE
         self.handlers: list[RoleChangeHandler] = []
+        # whether this member may ask for votes: not once its log's write-back failed (it could
+        # not append as leader; the server sets this), though it still votes for others
+        self.may_stand: Callable[[], bool] = lambda: True
         self.peers_live: dict[str, bool] = {}
         self._wake = asyncio.Event()
         self._stopped = False
@@ -418,6 +421,14 @@ class LeaderElector:
         if self.now_ms() < self.next_vote_at and not self.need_increase_term:
             return
         if not st.is_candidate:
+            return
+        if not self.may_stand():
+            if self.need_increase_term:
+                # the term a peer's vote request or heartbeat named, so that it is answered next
+                # time; never a term of its own (that would depose a leader it cannot replace)
+                st.next_term()
+                self.need_increase_term = False
+            self.next_vote_at = self._next_vote_time()  # looked at again then, never in a busy loop
             return
         if self.last_parse is ParseResult.WAIT_TO_VOTE_NEXT or self.need_increase_term:
             term = st.next_term()

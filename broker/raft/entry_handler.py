@@ -29,6 +29,12 @@ Order of the checks, so that a bad push changes nothing:
             logged once per leader and term naming both offsets (the old log is never cut).
    COMMIT   the commit index, and nothing else.
 
+A member whose write-back failed (DLedgerEntryStore.disk_failed) refuses every push with
+DISK_ERROR once the push passed as a heartbeat (so it goes on following its leader rather than
+calling an election), and the SUCCESS answers waiting for that write-back (durable mode) are
+answered DISK_ERROR instead: the leader never counts this member for entries the failed sync
+covered, nor for any later one, until the member is restarted.
+
 The commit index the leader sends is applied only up to `matched`: the last index this log is
 known, in this term and from this leader, to hold exactly as the leader does (set by COMPARE,
 TRUNCATE and APPEND). A follower with a stale uncommitted tail never marks that tail committed,
@@ -44,7 +50,7 @@ from typing import Callable
 from broker.raft.committed import CommittedIndex
 from broker.raft.elector import LeaderElector
 from broker.raft.entry_store import DLedgerEntryStore
-from broker.raft.errors import OldCommitLogMismatch, EntryStoreError
+from broker.raft.errors import EntryStoreDiskFailed, EntryStoreError, OldCommitLogMismatch
 from broker.raft.member_state import MemberState
 from broker.raft.protocol import HeartBeatRequest, ProtocolError, ResponseCode
 from broker.raft.push_protocol import PushEntryRequest, PushEntryResponse, PushType, parse_header, split_entries
@@ -93,6 +99,19 @@ class EntryHandler:
             else:
                 keep.append(waiting)
         self._unflushed = keep
+
+    def disk_failed(self) -> None:
+        """The store's write-back failed: the answers waiting for it say DISK_ERROR, not SUCCESS."""
+        waiting, self._unflushed = self._unflushed, []
+        for _, answer, fut in waiting:
+            if not fut.done():
+                fut.set_result(self._refuse_answer(answer))
+
+    @staticmethod
+    def _refuse_answer(answer: RemotingCommand) -> RemotingCommand:
+        """A SUCCESS answer made DISK_ERROR, its other fields (term, index, ends) kept."""
+        answer.ext["code"] = int(ResponseCode.DISK_ERROR)
+        return answer
 
     def _after_flush(self, answer: RemotingCommand, index: int) -> RemotingCommand | asyncio.Future:
         if not self.durable or index <= self.store.flushed_index:
@@ -150,6 +169,10 @@ class EntryHandler:
         if self.leader != (req.term, req.leader_id):
             self.leader = (req.term, req.leader_id)
             self.matched = -1
+        if self.store.disk_failed:
+            log.debug("[%s] %s of index %d from %s refused: %s", me, req.type.value, req.index, req.leader_id,
+                      self.store.disk_failed)  # said once, as an error, by the store
+            return self._answer(cmd, req, ResponseCode.DISK_ERROR)
         try:
             if req.type is PushType.APPEND:
                 index = self._append(req, entries)
@@ -199,6 +222,8 @@ class EntryHandler:
             dropped = (req.index + 1, store.ledger_end_index)
             try:
                 store.truncate(req.index + 1)
+            except EntryStoreDiskFailed as e:  # its write-back failed: the flusher stops the member
+                raise Refused(ResponseCode.DISK_ERROR, str(e), level=logging.ERROR) from None
             except EntryStoreError as e:  # below the committed index: never in a correct group
                 raise Refused(ResponseCode.INCONSISTENT_STATE, str(e), level=logging.ERROR) from None
             finally:

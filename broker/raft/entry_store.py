@@ -43,7 +43,8 @@ from broker.raft.entry_format import (BLANK, BLANK_MAGIC, DEFAULT_DATA_FILE_SIZE
                                       HEADER_SIZE, INDEX, INDEX_UNIT_SIZE, MAGIC_1, MIN_BLANK_LEN, Entry, Header,
                                       body_crc, byte_view)
 from broker.raft.entry_recovery import RecoveredLog, recover
-from broker.raft.errors import (OldCommitLogMismatch, EntryTooLarge, InconsistentIndex, InconsistentPos,
+from broker.raft.errors import (OldCommitLogMismatch, EntryStoreDiskFailed, EntryTooLarge, InconsistentIndex,
+                                InconsistentPos,
                                 IndexOutOfRange, StoreClosed, TermRegression, TruncateCommitted)
 from broker.store import paths
 from broker.store.errors import CorruptStoreError, StoreConfigError
@@ -119,6 +120,7 @@ class DLedgerEntryStore:
         self._index_flushed = self._index_end
         self._committed = -1
         self._truncations = 0  # a flush planned before one must not move the marks after it
+        self.disk_failed: str | None = None  # why a write-back failed; then nothing is flushed again
         self._committed_pos = -1
         # fn(data durable up to, index durable up to), whenever those marks move (a write-back, a
         # truncation): the broker publishes them in its offset table
@@ -437,6 +439,7 @@ class DLedgerEntryStore:
         checkpoint rewritten with the new endIndex. The log then ends
         right after entry from_index - 1, where the leader's entry from_index will go."""
         self._check_open()
+        self._check_disk()
         if from_index == self._end_index + 1:
             return
         if from_index <= self._committed:
@@ -457,8 +460,11 @@ class DLedgerEntryStore:
         # data files on its own, kept reading its maps of the deleted ones: zeros where the new
         # entries were, and it stopped (the fault loop's kill-leader cell, a restarted member).
         # A stale map could as well have shown the dropped entries themselves.
-        self.data.zero_span(cut, self._wrote)
-        self.index.zero_span(index_cut, self._index_end)
+        try:
+            self.data.zero_span(cut, self._wrote)
+            self.index.zero_span(index_cut, self._index_end)
+        except OSError as e:  # half zeroed: the restart's recovery cuts the log at the first zero
+            raise self.write_back_failed("writing back the truncation", e) from None
         log.info("dledger truncate: entries [%d, %d] dropped, the log ends at %d", from_index, self._end_index, cut)
         self._wrote = cut
         self._index_end = index_cut
@@ -476,12 +482,33 @@ class DLedgerEntryStore:
     def flush(self) -> None:
         """Write back every entry appended so far, data then index (msync of the dirty ranges)."""
         self._check_open()
-        self.data.flush_range(self._data_flushed, self._wrote)
+        self._check_disk()
+        try:
+            self.data.flush_range(self._data_flushed, self._wrote)
+        except OSError as e:
+            raise self.write_back_failed("msync of the data files", e) from None
         self._data_flushed = self._wrote
-        self.index.flush_range(self._index_flushed, self._index_end)
+        try:
+            self.index.flush_range(self._index_flushed, self._index_end)
+        except OSError as e:
+            raise self.write_back_failed("msync of the index files", e) from None
         self._index_flushed = self._index_end
         self._flushed_index = self._end_index
         self._durable()
+
+    def _check_disk(self) -> None:
+        if self.disk_failed:
+            raise EntryStoreDiskFailed(self.disk_failed)
+
+    def write_back_failed(self, what: str, e: OSError) -> EntryStoreDiskFailed:
+        """Record that a write-back failed (the first time, said once): from now on the flushed
+        marks stay where the last good write-back left them. Returns the error to raise."""
+        if not self.disk_failed:
+            self.disk_failed = (f"{what} failed ({e}): entries past index {self._flushed_index} may not be on disk; "
+                                f"this member takes and acknowledges no more entries until it is restarted")
+            log.error("dledger store %s: %s (the restart recovers the log by CRC from what is on disk)", self.dir,
+                      self.disk_failed)
+        return EntryStoreDiskFailed(self.disk_failed)
 
     def _durable(self) -> None:
         for fn in self.on_durable:
@@ -505,7 +532,7 @@ class DLedgerEntryStore:
         """On the loop after write_back: the flushed marks move to the plan's ends, unless a
         truncation came in between (what it cut may have been written again since)."""
         _, d1, _, i1, end_index, truncations = plan
-        if truncations == self._truncations and not self.closed:
+        if truncations == self._truncations and not self.closed and not self.disk_failed:
             self._data_flushed = max(self._data_flushed, d1)
             self._index_flushed = max(self._index_flushed, i1)
             self._flushed_index = max(self._flushed_index, end_index)
@@ -534,7 +561,7 @@ class DLedgerEntryStore:
     def persist_checkpoint(self) -> None:
         """Flush the entries, then write the checkpoint: a committedIndex on disk never names an
         entry that is not on disk (recovery relies on it to tell corruption from a torn tail)."""
-        self.flush()
+        self.flush()  # raises EntryStoreDiskFailed after a failed write-back: no checkpoint then
         persist_checkpoint(self.dir, self._end_index, self._committed)
 
     def close(self) -> None:
@@ -543,7 +570,8 @@ class DLedgerEntryStore:
         try:
             if self._warm_ahead is not None:
                 self._warm_ahead.stop()  # joined before the maps go
-            self.persist_checkpoint()
+            if not self.disk_failed:  # else the checkpoint on disk stays: the restart recovers by CRC
+                self.persist_checkpoint()
         finally:
             self.closed = True
             self.data.close()

@@ -18,6 +18,15 @@ class EntryStoreError(StoreError):
     code = ResponseCode.INTERNAL_ERROR
 
 
+class EntryStoreDiskFailed(EntryStoreError):
+    """A write-back (fdatasync or msync) of this member's entry files failed. The kernel may have
+    dropped the pages it covered, so a later write-back that succeeds proves nothing: the flushed
+    marks never move again, and the member takes and acknowledges nothing more until it is
+    restarted and has recovered its log by CRC from what is on disk."""
+
+    code = ResponseCode.DISK_ERROR
+
+
 class InconsistentIndex(EntryStoreError):
     """A follower was handed an entry that is not the next one of its log (appendAsFollower)."""
 

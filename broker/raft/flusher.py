@@ -8,6 +8,12 @@ a wake-up (an append, on either side), then the interval (so one msync covers ev
 burst), with fdatasync in a thread so that the loop goes on meanwhile. The checkpoint (the
 committed index, flushed entries first) is written every
 checkPointInterval when the committed index moved, and by the store when it closes.
+
+A write-back that fails is never retried: after a failed fdatasync or msync the kernel may have
+dropped the dirty pages it covered ("fsyncgate"), so a later call that succeeds proves nothing.
+The store records the failure (DLedgerEntryStore.disk_failed), its flushed marks never move
+again, and `on_disk_failed` tells the member, which then takes and acknowledges no more entries
+until it is restarted; the restart recovers the log by CRC from what is on disk.
 """
 from __future__ import annotations
 
@@ -15,6 +21,7 @@ import asyncio
 import logging
 
 from broker.raft.entry_store import DLedgerEntryStore
+from broker.raft.errors import EntryStoreDiskFailed
 
 log = logging.getLogger("raft")
 
@@ -32,6 +39,7 @@ class EntryFlusher:
         self.durable = durable
         self.flush_s = 0.0 if durable else flush_interval_ms / 1000.0
         self.on_flushed: list = []  # fn(flushed index), after each write-back
+        self.on_disk_failed: list = []  # fn(), once, when a write-back failed
         self.checkpoint_s = checkpoint_interval_ms / 1000.0
         self.name = name
         self._dirty = asyncio.Event()
@@ -53,6 +61,12 @@ class EntryFlusher:
                 pass
             self._task = None
 
+    def _disk_failed(self) -> None:
+        """Said by the store; the member stops taking and acknowledging entries, and nothing is
+        written back again in its life (see the module's doc)."""
+        for fn in self.on_disk_failed:
+            fn()
+
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         next_checkpoint = loop.time() + self.checkpoint_s
@@ -65,12 +79,18 @@ class EntryFlusher:
             self._dirty.clear()
             if self.flush_s:
                 await asyncio.sleep(self.flush_s)
+            if self.store.disk_failed:  # failed elsewhere: a truncation's or close's msync
+                self._disk_failed()
+                return
             try:
                 if self.store.flushed_pos < self.store.write_pos:
                     # fdatasync in a thread: an msync (mmap.flush) keeps the GIL, and every 10 ms
                     # it stopped the leader's loop for ~2 ms (cProfile, issue 17's bench)
                     plan = self.store.flush_plan()
-                    await loop.run_in_executor(None, self.store.write_back, plan)
+                    try:
+                        await loop.run_in_executor(None, self.store.write_back, plan)
+                    except OSError as e:
+                        raise self.store.write_back_failed("fdatasync of the entry files", e) from None
                     self.store.written_back(plan)
                     for fn in self.on_flushed:
                         fn(self.store.flushed_index)
@@ -79,5 +99,8 @@ class EntryFlusher:
                     if self.store.committed_index != self._persisted:
                         self._persisted = self.store.committed_index
                         self.store.persist_checkpoint()
-            except Exception:  # a full or failing disk: said, and tried again at the next wake-up
+            except EntryStoreDiskFailed:
+                self._disk_failed()
+                return
+            except Exception:  # not the disk (the store closed under us, a bug): said, tried again at the next wake-up
                 log.exception("[%s] flushing the entry store failed", self.name)

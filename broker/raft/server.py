@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from broker.raft.append_errors import NotLeader, TermChanged
+from broker.raft.append_errors import DiskError, NotLeader, TermChanged
 from broker.raft.committed import CommittedIndex
 from broker.raft.config import DLedgerConfig
 from broker.raft.elector import LeaderElector
@@ -59,6 +59,7 @@ class DLedgerServer:
         self.ledger_changed()
         self.committed = CommittedIndex(self.store.committed_index)
         self.elector = LeaderElector(self.state, PeerClients(config))
+        self.elector.may_stand = lambda: not self.store.disk_failed
         self.quorum = QuorumAckChecker(config, self.store, self.committed)
         self.quorum.durable = durable
         self.pusher = DLedgerEntryPusher(config, self.state, self.store, self.quorum, self.elector,
@@ -67,6 +68,7 @@ class DLedgerServer:
         self.handler = EntryHandler(self.state, self.store, self.elector, self.committed, self.ledger_changed,
                                     durable)
         self.flusher.on_flushed.append(self._flushed)
+        self.flusher.on_disk_failed.append(self._disk_failed)
         self.remoting = ElectionServer(config, self.elector, host, port, push=self.handler.handle,
                                        other=other)  # the controller's requests share the peer port
         self.elector.handlers.append(self._on_role_change)
@@ -117,6 +119,17 @@ class DLedgerServer:
                 self.quorum.update_water_mark(self.quorum.term, self.self_id, index)
             self.handler.flushed(index)
 
+    def _disk_failed(self) -> None:
+        """The flusher's write-back failed (the store said why): a follower's answers waiting for
+        it say DISK_ERROR, and a leader steps down, as it could append nothing more (check_leading)
+        while a member whose disk works can lead; it asks for no votes (elector.may_stand)."""
+        self.handler.disk_failed()
+        st = self.state
+        if st.is_leader:
+            log.error("[%s] stepping down from leading term %d: this member's log cannot be written back", st.self_id,
+                      st.term)
+            self.elector.change_role_to_candidate(st.term)
+
     # -- the leader's append ---------------------------------------------------------------------
     def begin_append(self, body) -> tuple[int, int, "asyncio.Future"]:
         """The synchronous half of append(): the entry is in this member's log when this returns
@@ -134,6 +147,8 @@ class DLedgerServer:
         if not self.leading:
             raise NotLeader(f"{self.self_id} is {'stopped' if self._stopped else st.role.value} in term {st.term}",
                             None if self._stopped else st.leader_id)
+        if self.store.disk_failed:
+            raise DiskError(self.store.disk_failed)
         self.quorum.check_room()
 
     @property

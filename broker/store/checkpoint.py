@@ -19,6 +19,8 @@ import mmap
 import os
 import struct
 
+from broker.store.durable import pwrite_all
+
 SIZE = 4096
 MAGIC = b"PYRMQCK1"
 _Q = struct.Struct(">q")
@@ -38,7 +40,7 @@ class StoreCheckpoint:
             if have < SIZE:
                 # zeros written, not a hole made by ftruncate: a later store through the map must
                 # never need a block from a disk that has filled up meanwhile (SIGBUS)
-                os.pwrite(fd, bytes(SIZE - have), have)
+                pwrite_all(fd, bytes(SIZE - have), have)
             self._mm = mmap.mmap(fd, SIZE, mmap.MAP_SHARED)
         finally:
             os.close(fd)

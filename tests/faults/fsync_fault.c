@@ -1,14 +1,21 @@
-/* An LD_PRELOAD shim that makes fdatasync/fsync fail or stall on chosen files, for the tests of a
- * disk that fails (tests/test_fsync_failure.py). Built by the tests with gcc.
+/* An LD_PRELOAD shim that makes fdatasync/fsync/msync fail or stall, and pwrite write short, on
+ * chosen files, for the tests of a disk that fails (tests/test_fsync_failure.py,
+ * tests/test_follower_disk_failure.py). Built by the tests with gcc (tests/helpers/fault_shim.py).
  *
- * FSYNC_FAULT_CTL names a control file read at every call; its first word says what the call
- * does to a descriptor whose path contains FSYNC_FAULT_MATCH (default "/commitlog/"):
+ * FSYNC_FAULT_CTL names a control file read at every call; its first word says what a sync call
+ * does to a file whose path contains FSYNC_FAULT_MATCH (default "/commitlog/"; for msync, the
+ * file mapped at the address given):
  *   (empty) or "ok"   the real call;
  *   "eio"             fail with EIO, every time;
  *   "eio-once"        fail with EIO once, then the control file is emptied (later calls pass);
- *   "delay <ms>"      sleep <ms>, then the real call (a slow disk).
- * Every failure injected appends a line to FSYNC_FAULT_CTL".log", so that a test knows the fault
- * was reached. Descriptors on other paths always get the real call. */
+ *   "eio <call>", "eio-once <call>"   the same for one call only: fdatasync, fsync or msync
+ *                     (a new segment's fsync by the pre-allocation is not the flush's fdatasync);
+ *   "delay <ms>"      sleep <ms>, then the real call (a slow disk);
+ *   "short-pwrite"    sync calls pass; pwrite/pwrite64 of more than one byte writes only the
+ *                     first half of the buffer and returns that count (a short write, as a
+ *                     signal or a filling disk may cause), every time.
+ * Every fault injected appends a line to FSYNC_FAULT_CTL".log", so that a test knows the fault
+ * was reached. Files on other paths always get the real call. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -44,13 +51,46 @@ static void note(const char *ctl, const char *what, int fd) {
     }
 }
 
-/* 0: call through; -1 with errno set: fail */
-static int fault(int fd, const char *what) {
+/* whether the file mapped at addr (from /proc/self/maps) matches, as matches() does for a descriptor */
+static int maps_match(const void *addr) {
+    const char *match = getenv("FSYNC_FAULT_MATCH");
+    char line[4352];
+    unsigned long lo, hi, a = (unsigned long)addr;
+    int found = 0;
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (f == NULL)
+        return 0;
+    while (!found && fgets(line, sizeof line, f)) {
+        if (sscanf(line, "%lx-%lx", &lo, &hi) == 2 && a >= lo && a < hi) {
+            char *path = strchr(line, '/');
+            found = path != NULL && strstr(path, match && *match ? match : "/commitlog/") != NULL ? 1 : -1;
+        }
+    }
+    fclose(f);
+    return found == 1;
+}
+
+/* the control file's mode, or 0 if none; returns its length */
+static ssize_t read_mode(const char *ctl, char *mode, size_t size) {
+    int cfd = open(ctl, O_RDONLY);
+    ssize_t n;
+    if (cfd < 0)
+        return 0;
+    n = read(cfd, mode, size - 1);
+    close(cfd);
+    if (n <= 0)
+        return 0;
+    mode[n] = 0;
+    return n;
+}
+
+/* 0: call through; -1 with errno set: fail. `hit`: whether the file matches FSYNC_FAULT_MATCH */
+static int fault_on(int hit, int fd, const char *what) {
     const char *ctl = getenv("FSYNC_FAULT_CTL");
     char mode[64] = {0};
     int cfd;
     ssize_t n;
-    if (ctl == NULL || !matches(fd))
+    if (ctl == NULL || !hit)
         return 0;
     cfd = open(ctl, O_RDONLY);
     if (cfd < 0)
@@ -60,6 +100,15 @@ static int fault(int fd, const char *what) {
     if (n <= 0)
         return 0;
     mode[n] = 0;
+    if (strncmp(mode, "eio", 3) == 0) {
+        /* "eio <call>", "eio-once <call>": only that call fails (fdatasync, fsync or msync) */
+        char *call = strchr(mode, ' ');
+        if (call != NULL) {
+            call[strcspn(call, "\n")] = 0;
+            if (strcmp(call + 1, what) != 0)
+                return 0;
+        }
+    }
     if (strncmp(mode, "eio-once", 8) == 0) {
         cfd = open(ctl, O_WRONLY | O_TRUNC);
         if (cfd >= 0)
@@ -81,6 +130,10 @@ static int fault(int fd, const char *what) {
     return 0;
 }
 
+static int fault(int fd, const char *what) {
+    return getenv("FSYNC_FAULT_CTL") == NULL ? 0 : fault_on(matches(fd), fd, what);
+}
+
 int fdatasync(int fd) {
     static sync_fn real;
     if (!real)
@@ -97,4 +150,42 @@ int fsync(int fd) {
     if (fault(fd, "fsync") < 0)
         return -1;
     return real(fd);
+}
+
+typedef int (*msync_fn)(void *, size_t, int);
+
+int msync(void *addr, size_t len, int flags) {
+    static msync_fn real;
+    if (!real)
+        real = (msync_fn)dlsym(RTLD_NEXT, "msync");
+    if (getenv("FSYNC_FAULT_CTL") != NULL && fault_on(maps_match(addr), -1, "msync") < 0)
+        return -1;
+    return real(addr, len, flags);
+}
+
+typedef ssize_t (*pwrite_fn)(int, const void *, size_t, off_t);
+
+/* the count pwrite is let write: half of it under "short-pwrite" on a matching file */
+static size_t short_count(int fd, size_t count) {
+    const char *ctl = getenv("FSYNC_FAULT_CTL");
+    char mode[64] = {0};
+    if (ctl == NULL || count < 2 || !read_mode(ctl, mode, sizeof mode) || strncmp(mode, "short-pwrite", 12) != 0
+        || !matches(fd))
+        return count;
+    note(ctl, "short-pwrite", fd);
+    return count / 2;
+}
+
+ssize_t pwrite(int fd, const void *buf, size_t count, off_t offset) {
+    static pwrite_fn real;
+    if (!real)
+        real = (pwrite_fn)dlsym(RTLD_NEXT, "pwrite");
+    return real(fd, buf, short_count(fd, count), offset);
+}
+
+ssize_t pwrite64(int fd, const void *buf, size_t count, off_t offset) {
+    static pwrite_fn real;
+    if (!real)
+        real = (pwrite_fn)dlsym(RTLD_NEXT, "pwrite64");
+    return real(fd, buf, short_count(fd, count), offset);
 }

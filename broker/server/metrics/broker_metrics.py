@@ -92,6 +92,8 @@ class BrokerMetrics:
                        timer_queue_offset=timer.queue_offset, timer_read_ms=timer.read_ms)
         if store.is_slave:
             out["slave_linked"] = o.get("linked", 0)
+            # the HA client stops for good on the first failed fdatasync (broker.ha.ha_client)
+            out["slave_replication_stopped"] = 1 if o.get("flush_errors") else 0
         else:
             out["slaves"] = o.get("slaves", 0)
             if o.get("slaves"):
@@ -254,14 +256,18 @@ class BrokerMetrics:
                           ("timer_read_ms", "the next timer slot to read (a slave: its master's, as copied)"),
                           ("consumer_groups", "consumer groups with members"), ("slaves", "linked slaves"),
                           ("slave_lag_bytes", "master's wrote minus the best slave's acknowledgement"),
-                          ("slave_linked", "1 while this slave is linked to its master")):
+                          ("slave_linked", "1 while this slave is linked to its master"),
+                          ("slave_replication_stopped", "1 once this slave's commit-log fdatasync failed: it "
+                           "replicates and acknowledges nothing more until restarted")):
             if name in snap:
                 yield gauge(name, doc, snap[name])
         for name, doc in (("dledger_term", "this DLedger member's term"),
                           ("dledger_leader", "1 while this DLedger member leads its group"),
                           ("dledger_committed_index", "the last entry a majority holds"),
                           ("dledger_end_index", "the last entry of this member's log"),
-                          ("dledger_flushed_index", "the last entry written back to this member's disk")):
+                          ("dledger_flushed_index", "the last entry written back to this member's disk"),
+                          ("dledger_disk_failed", "1 once a write-back of this member's log failed: it takes and "
+                           "acknowledges no entries until restarted")):
             if name in snap:
                 yield gauge(name, doc, snap[name])
         lag = GaugeMetricFamily("rocketmq_dledger_follower_lag_entries", "on the DLedger leader: entries a follower "
