@@ -37,6 +37,7 @@ import logging
 import os
 from typing import NamedTuple
 
+from broker.kernels.entry_push import append_entries
 from broker.raft.entry_checkpoint import load_checkpoint, persist_checkpoint
 from broker.raft.entry_files import EntryFileList
 from broker.raft.entry_format import (BLANK, BLANK_MAGIC, DEFAULT_DATA_FILE_SIZE, DEFAULT_INDEX_FILE_SIZE, HEADER,
@@ -219,6 +220,46 @@ class DLedgerEntryStore:
             self._check_open()
             raise InconsistentIndex(self._end_index + 1, index)
         return self._append(index, term, body, pos, crc)
+
+    def append_pushed(self, body) -> int:
+        """A follower's append of the entries of a push (checked by push_protocol.check_append),
+        the first of which continues this log: it is the next index, or this log is empty and
+        takes it at the leader's position (append_at). The entries of a push lie back to back as
+        the leader's files hold them: each run continuing this log in one data file is copied by
+        the entry_push kernel (one copy, the index units with it, no Python object per entry);
+        an entry that opens the next file (after DLedger's blank), or that this log cannot take
+        where the leader placed it, goes through append_at, which writes the blank or raises
+        (InconsistentPos, TermRegression, EntryTooLarge, ...). Returns how many entries were
+        appended; when one is refused, the ones before it stay appended."""
+        self._check_open()
+        view = byte_view(body)
+        n = len(view)
+        at = 0
+        done = 0
+        while at < n:
+            index = self._end_index + 1
+            if self._end_index >= 0:  # an empty log's first entry sets where the log is (append_at)
+                mf = self.data.file_for_write(self._wrote)
+                imf = self.index.file_for_write(index * INDEX_UNIT_SIZE)
+                k, at_after, wrote, term = append_entries(view, at, index, self._wrote, self._end_term,
+                                                          mf.mv, mf.base, imf.mv, imf.base)
+                if k:
+                    at = at_after
+                    done += k
+                    self._wrote = wrote
+                    self._end_index = index + k - 1
+                    self._index_end = (index + k) * INDEX_UNIT_SIZE
+                    self._end_term = term
+                    if self._warm_ahead is not None:
+                        self._warm_ahead.note(wrote)
+                    continue
+            h = Header._make(HEADER.unpack_from(view, at))
+            if h.size < HEADER_SIZE or h.size > n - at:  # a caller's bug: the push was checked
+                raise ValueError(f"entry {h.index} of size {h.size} at {at} of a {n}-byte push")
+            self.append_at(h.index, h.term, view[at + HEADER_SIZE:at + h.size], pos=h.pos, crc=h.body_crc)
+            at += h.size
+            done += 1
+        return done
 
     def _append(self, index: int, term: int, body, expect_pos: int | None, crc: int | None = None) -> int:
         self._check_open()
