@@ -212,6 +212,18 @@ def test_entry_span_is_views_of_the_maps_split_at_file_ends(tmp_path):
             for v in span.views:  # views of the map itself, not copies
                 assert isinstance(v, memoryview) and v.readonly and type(v.obj).__name__ == "memmap"
             assert b"".join(span.views) == b"".join(raw[e.pos:e.pos + e.size] for e in entries)
+        # the span is found by a binary search over the index: the same entries as taking them one
+        # by one while they keep within both limits (the first always)
+        for first, max_count, max_bytes in ((rng.randrange(80), rng.choice([1, 2, 5, 30, 100]),
+                                             rng.choice([1, 5_000, 20_000, 70_000, 1 << 20])) for _ in range(200)):
+            n, total = 1, walk.entries[first].size
+            while (n < max_count and first + n < 80
+                   and total + walk.entries[first + n].size <= max_bytes):
+                total += walk.entries[first + n].size
+                n += 1
+            span = store.entry_span(first, max_count, max_bytes)
+            assert (span.count, span.nbytes) == (n, total), (first, max_count, max_bytes)
+            assert b"".join(span.views) == b"".join(raw[e.pos:e.pos + e.size] for e in walk.entries[first:first + n])
     finally:
         store.close()
 

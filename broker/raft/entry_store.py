@@ -451,25 +451,45 @@ class DLedgerEntryStore:
         of the maps, so a leader hands its followers the bytes its own log holds without copying
         them; they stay valid until the entries are truncated away (then they read zeros)."""
         end = min(self._end_index, first + max_count - 1)
-        pos, size = self.position(first)
+        pos, _ = self.position(first)
         views = []
-        run_mf = self._data_file(pos, first)
-        run_start, run_end = pos, pos + size
-        nbytes = size
-        i = first + 1
-        while i <= end:
-            p, s = self.position(i)
-            if nbytes + s > max_bytes:
+        nbytes = 0
+        i = first
+        run_pos = pos
+        while True:
+            mf = self._data_file(run_pos, i)
+            # entries lie back to back inside a file: a run is found with a few index lookups
+            # (its last entry, or a binary search for it), not one per entry
+            j = self._run_last(i, end, run_pos, mf.end, max_bytes - nbytes)
+            if j < i:
+                if i > first:
+                    break
+                j = i  # the first entry goes whatever its size
+            p, s = self.position(j)
+            views.append(mf.view(run_pos, p + s).toreadonly())
+            nbytes += p + s - run_pos
+            i = j + 1
+            if i > end:
                 break
-            if p != run_end:  # the entry opens the next file, after a blank
-                views.append(run_mf.view(run_start, run_end).toreadonly())
-                run_mf = self._data_file(p, i)
-                run_start = p
-            run_end = p + s
-            nbytes += s
-            i += 1
-        views.append(run_mf.view(run_start, run_end).toreadonly())
+            run_pos, _ = self.position(i)
         return EntrySpan(first, i - first, pos, nbytes, views)
+
+    def _run_last(self, i: int, end: int, run_pos: int, file_end: int, budget: int) -> int:
+        """The last entry j in [i, end] that lies in the file ending at file_end with the run from
+        entry i (at run_pos) to it within `budget` bytes; i - 1 if entry i alone is not. Both
+        conditions hold up to some j and not after it (positions grow with the index)."""
+        p, s = self.position(end)
+        if p < file_end and p + s - run_pos <= budget:
+            return end
+        lo, hi = i - 1, end - 1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            p, s = self.position(mid)
+            if p < file_end and p + s - run_pos <= budget:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
 
     # -- truncation ------------------------------------------------------------------------------
     def truncate(self, from_index: int) -> None:
