@@ -598,6 +598,18 @@ def test_bad_pushes_are_refused_and_change_nothing(tmp_path, caplog):
             r = await push(dict(type=PushType.APPEND, index=5, pos=w, count=1, prev_term=2), good)
             assert r.response_code is ResponseCode.SUCCESS and store.ledger_end_index == 5
             assert st.ledger_end_index == 5 and st.ledger_end_term == 3  # what votes are compared on
+            # a push sent again (the leader compared after a lost answer): entries held are checked, not
+            # written again, and the ones after them appended; a held entry that differs is refused
+            held = files()
+            r = await push(dict(type=PushType.APPEND, index=5, pos=w, count=1, prev_term=2), good)
+            assert r.response_code is ResponseCode.SUCCESS and r.index == 5 and files() == held
+            other5 = twin.encode_entry(5, 3, w, b"another", body_crc=0)  # headers differ (size)
+            r = await push(dict(type=PushType.APPEND, index=5, pos=w, count=1, prev_term=2), other5)
+            assert r.response_code is ResponseCode.INCONSISTENT_STATE and files() == held
+            more = twin.encode_entry(6, 3, w + len(good), b"more", body_crc=0)
+            r = await push(dict(type=PushType.APPEND, index=5, pos=w, count=2, prev_term=2), good + more)
+            assert r.response_code is ResponseCode.SUCCESS and r.index == 6 and store.ledger_end_index == 6
+            assert bytes(store.header_view(6)) == more[:48] and bytes(store.get(6).body) == b"more"
             r = await push(dict(type=PushType.TRUNCATE, index=2), header(2))
             assert r.response_code is ResponseCode.SUCCESS and r.end_index == 2
             entries, _, end = read_log_at(data_dir)

@@ -250,6 +250,8 @@ class DLedgerEntryStore:
                     self._end_index = index + k - 1
                     self._index_end = (index + k) * INDEX_UNIT_SIZE
                     self._end_term = term
+                    if self._begin < 0:  # every entry was truncated away
+                        self._begin = index
                     if self._warm_ahead is not None:
                         self._warm_ahead.note(wrote)
                     continue
