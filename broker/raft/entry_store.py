@@ -133,6 +133,8 @@ class DLedgerEntryStore:
         # writer, as the commit log's segments: a first touch of a page the machine never used
         # costs ~2.6 CPU-us per KiB (bench.limits), paid inside each copy into the map otherwise
         # (a quarter of a follower's CPU under 1 KiB sends, py-spy)
+        self.data.advise_unwritten(self._wrote)  # before the warm-ahead thread caches any of them
+        self.index.advise_unwritten(self._index_end)
         self._warm_ahead = WarmAheadService(self.data.find) if not warm else None
         if self._warm_ahead is not None:
             self._warm_ahead.start(self._wrote)
