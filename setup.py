@@ -20,6 +20,7 @@ KERNELS = {
     "atomics": (["pyx/atomics.pyx"], []),
     "remoting": (["pyx/remoting.pyx"], []),
     "ha": (["pyx/ha.pyx"], []),
+    "entry_push": (["pyx/entry_push.pyx"], ["z"]),
     "wbuf": (["pyx/wbuf.pyx"], []),
     "header": (["pyx/header.pyx"], []),
     "cq_dispatch": (["pyx/cq_dispatch.pyx"], []),

@@ -318,6 +318,49 @@ def test_follower_appends_land_where_the_leader_put_them(tmp_path):
     assert walks[0] == walks[1]
 
 
+
+def test_pushed_entries_are_appended_in_bulk_byte_for_byte_as_the_leader_holds_them(tmp_path):
+    """append_pushed (a follower's APPEND, copied by the entry_push kernel a file at a time): the
+    leader's spans, blanks between files and index files rolling over, land as the leader's files
+    hold them, also into an empty log that takes the leader's first position; an entry this log
+    cannot place (InconsistentPos) stops the push after the ones before it."""
+    leader = open_store(tmp_path / "leader")
+    follower = open_store(tmp_path / "follower")
+    rnd = random.Random(5)
+    expected = []
+    for i in range(300):
+        term = 1 + i // 100
+        b = rnd.randbytes(rnd.choice([0, 100, 500, 7000, 30000]))
+        leader.append(term, b)
+        expected.append((term, b))
+    first = 0
+    while first <= leader.ledger_end_index:
+        span = leader.entry_span(first, rnd.choice([1, 3, 40]), 1 << 20)
+        assert follower.append_pushed(b"".join(bytes(v) for v in span.views)) == span.count
+        first = span.last + 1
+        assert (follower.ledger_end_index, follower.ledger_end_term, follower.write_pos) == (
+            span.last, leader.entry_term(span.last), sum(leader.position(span.last)))
+    assert [follower.entry_header(i) for i in range(300)] == [leader.entry_header(i) for i in range(300)]
+    # a push whose third entry is placed elsewhere by the leader: the first two are taken
+    nxt = [leader.append(4, bytes([i]) * 200) for i in range(3)]
+    bad = bytearray(b"".join(bytes(v) for v in leader.entry_span(300, 3, 1 << 20).views))
+    struct.pack_into(">q", bad, 2 * 248 + 24, nxt[2][1] + 8)
+    with pytest.raises(InconsistentPos):
+        follower.append_pushed(bad)
+    assert follower.ledger_end_index == 301
+    span = leader.entry_span(302, 1, 1 << 20)
+    assert follower.append_pushed(span.views[0]) == 1
+    expected += [(4, bytes([i]) * 200) for i in range(3)]
+    walks = []
+    for s, d in ((leader, tmp_path / "leader"), (follower, tmp_path / "follower")):
+        s.close()
+        walks.append([(e.at, e.size, e.index, e.term, e.body_crc) for e in check_files(d, expected).entries])
+    assert walks[0] == walks[1]
+    for sub in ("data", "index"):
+        for name in sorted(os.listdir(tmp_path / "leader" / sub)):
+            assert (tmp_path / "leader" / sub / name).read_bytes() == (tmp_path / "follower" / sub / name).read_bytes()
+
+
 # -- truncation ---------------------------------------------------------------------------------------
 SIZES = [3000, 100, 20000, 0, 9000, 30000, 30000, 500, 64000, 10, 25000, 25000, 40000, 1, 2, 3]
 

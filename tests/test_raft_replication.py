@@ -212,6 +212,18 @@ def test_entry_span_is_views_of_the_maps_split_at_file_ends(tmp_path):
             for v in span.views:  # views of the map itself, not copies
                 assert isinstance(v, memoryview) and v.readonly and type(v.obj).__name__ == "memmap"
             assert b"".join(span.views) == b"".join(raw[e.pos:e.pos + e.size] for e in entries)
+        # the span is found by a binary search over the index: the same entries as taking them one
+        # by one while they keep within both limits (the first always)
+        for first, max_count, max_bytes in ((rng.randrange(80), rng.choice([1, 2, 5, 30, 100]),
+                                             rng.choice([1, 5_000, 20_000, 70_000, 1 << 20])) for _ in range(200)):
+            n, total = 1, walk.entries[first].size
+            while (n < max_count and first + n < 80
+                   and total + walk.entries[first + n].size <= max_bytes):
+                total += walk.entries[first + n].size
+                n += 1
+            span = store.entry_span(first, max_count, max_bytes)
+            assert (span.count, span.nbytes) == (n, total), (first, max_count, max_bytes)
+            assert b"".join(span.views) == b"".join(raw[e.pos:e.pos + e.size] for e in walk.entries[first:first + n])
     finally:
         store.close()
 
@@ -586,6 +598,18 @@ def test_bad_pushes_are_refused_and_change_nothing(tmp_path, caplog):
             r = await push(dict(type=PushType.APPEND, index=5, pos=w, count=1, prev_term=2), good)
             assert r.response_code is ResponseCode.SUCCESS and store.ledger_end_index == 5
             assert st.ledger_end_index == 5 and st.ledger_end_term == 3  # what votes are compared on
+            # a push sent again (the leader compared after a lost answer): entries held are checked, not
+            # written again, and the ones after them appended; a held entry that differs is refused
+            held = files()
+            r = await push(dict(type=PushType.APPEND, index=5, pos=w, count=1, prev_term=2), good)
+            assert r.response_code is ResponseCode.SUCCESS and r.index == 5 and files() == held
+            other5 = twin.encode_entry(5, 3, w, b"another", body_crc=0)  # headers differ (size)
+            r = await push(dict(type=PushType.APPEND, index=5, pos=w, count=1, prev_term=2), other5)
+            assert r.response_code is ResponseCode.INCONSISTENT_STATE and files() == held
+            more = twin.encode_entry(6, 3, w + len(good), b"more", body_crc=0)
+            r = await push(dict(type=PushType.APPEND, index=5, pos=w, count=2, prev_term=2), good + more)
+            assert r.response_code is ResponseCode.SUCCESS and r.index == 6 and store.ledger_end_index == 6
+            assert bytes(store.header_view(6)) == more[:48] and bytes(store.get(6).body) == b"more"
             r = await push(dict(type=PushType.TRUNCATE, index=2), header(2))
             assert r.response_code is ResponseCode.SUCCESS and r.end_index == 2
             entries, _, end = read_log_at(data_dir)

@@ -21,8 +21,9 @@ Order of the checks, so that a bad push changes nothing:
    TRUNCATE the log must hold the leader's entry `index`; everything after it is dropped, durably
             (DLedgerEntryStore.truncate syncs before it returns), and only then answered SUCCESS
    APPEND   entries must continue this log: the entry before the first has the leader's prevTerm
-            (Raft's consistency check), an entry already held must be identical, the others go
-            through append_at with the leader's position and CRC; else INCONSISTENT_STATE, and the
+            (Raft's consistency check), an entry already held must be identical, the others are
+            appended in bulk at the leader's positions with its CRCs (append_pushed: the kernel
+            copies them, no Python object per entry); else INCONSISTENT_STATE, and the
             leader compares again. APPEND never truncates: only TRUNCATE does. An empty log takes
             the leader's position for entry 0 (its data files start at the leader's divided
             offset), unless this member has an old commit log ending elsewhere: refused then,
@@ -53,7 +54,8 @@ from broker.raft.entry_store import DLedgerEntryStore
 from broker.raft.errors import EntryStoreDiskFailed, EntryStoreError, OldCommitLogMismatch
 from broker.raft.member_state import MemberState
 from broker.raft.protocol import HeartBeatRequest, ProtocolError, ResponseCode
-from broker.raft.push_protocol import PushEntryRequest, PushEntryResponse, PushType, parse_header, split_entries
+from broker.raft.entry_format import HEADER, Header
+from broker.raft.push_protocol import PushEntryRequest, PushEntryResponse, PushType, check_append, parse_header
 from broker.remoting import codes
 from broker.remoting.command import RemotingCommand
 from broker.remoting.connection import RemotingConnection
@@ -136,7 +138,7 @@ class EntryHandler:
         try:
             req = PushEntryRequest.from_ext(cmd.ext)
             if req.type is PushType.APPEND:
-                entries = split_entries(req, cmd.body)
+                entries = check_append(req, cmd.body)
                 header = None
             else:
                 entries = None
@@ -255,31 +257,35 @@ class EntryHandler:
             if prev_term != req.prev_term:
                 raise Refused(ResponseCode.INCONSISTENT_STATE, f"entry {prev} is of term {prev_term} here, of term "
                               f"{req.prev_term} on the leader", prev_term)
-        appended = 0
         try:
-            for h, body in entries:
-                if h.index <= store.ledger_end_index:
-                    if store.entry_header(h.index) != h:
-                        raise Refused(ResponseCode.INCONSISTENT_STATE, f"entry {h.index} differs from the leader's "
-                                      f"(the leader must compare and truncate)", store.entry_term(h.index))
-                    continue
-                store.append_at(h.index, h.term, body, pos=h.pos, crc=h.body_crc)
-                appended += 1
+            # entries this log already holds (a push sent again after a COMPARE) must be the
+            # leader's; the others are appended in bulk (DLedgerEntryStore.append_pushed)
+            at = 0
+            index = first
+            while index <= store.ledger_end_index and at < len(entries):
+                h = Header._make(HEADER.unpack_from(entries, at))
+                if store.entry_header(index) != h:
+                    raise Refused(ResponseCode.INCONSISTENT_STATE, f"entry {index} differs from the leader's "
+                                  f"(the leader must compare and truncate)", store.entry_term(index))
+                at += h.size
+                index += 1
+            if at < len(entries):
+                store.append_pushed(entries[at:])
         except OldCommitLogMismatch as e:
             # the leader retries every few tens of ms: said loudly once per leader and term
-            first = self._below_said != self.leader
+            loud = self._below_said != self.leader
             self._below_said = self.leader
             raise Refused(ResponseCode.INCONSISTENT_STATE, f"{type(e).__name__}: {e}",
-                          level=logging.ERROR if first else logging.DEBUG) from None
+                          level=logging.ERROR if loud else logging.DEBUG) from None
         except EntryStoreError as e:
             raise Refused(ResponseCode.INCONSISTENT_STATE, f"{type(e).__name__}: {e}", level=logging.WARNING) from None
         except OSError as e:  # a data or index file that could not be made (a full disk)
             raise Refused(ResponseCode.DISK_FULL if e.errno == errno.ENOSPC else ResponseCode.DISK_ERROR,
                           f"the entry could not be written: {e}", level=logging.ERROR) from None
         finally:
-            if appended:
+            if store.ledger_end_index != end:  # some appended, maybe not all
                 self.on_ledger_change()
-        last = entries[-1][0].index
+        last = first + req.count - 1
         self.matched = last
         return last
 

@@ -37,6 +37,7 @@ import logging
 import os
 from typing import NamedTuple
 
+from broker.kernels.entry_push import append_entries
 from broker.raft.entry_checkpoint import load_checkpoint, persist_checkpoint
 from broker.raft.entry_files import EntryFileList
 from broker.raft.entry_format import (BLANK, BLANK_MAGIC, DEFAULT_DATA_FILE_SIZE, DEFAULT_INDEX_FILE_SIZE, HEADER,
@@ -134,6 +135,8 @@ class DLedgerEntryStore:
         # writer, as the commit log's segments: a first touch of a page the machine never used
         # costs ~2.6 CPU-us per KiB (bench.limits), paid inside each copy into the map otherwise
         # (a quarter of a follower's CPU under 1 KiB sends, py-spy)
+        self.data.advise_unwritten(self._wrote)  # before the warm-ahead thread caches any of them
+        self.index.advise_unwritten(self._index_end)
         self._warm_ahead = WarmAheadService(self.data.find) if not warm else None
         if self._warm_ahead is not None:
             self._warm_ahead.start(self._wrote)
@@ -221,6 +224,48 @@ class DLedgerEntryStore:
             self._check_open()
             raise InconsistentIndex(self._end_index + 1, index)
         return self._append(index, term, body, pos, crc)
+
+    def append_pushed(self, body) -> int:
+        """A follower's append of the entries of a push (checked by push_protocol.check_append),
+        the first of which continues this log: it is the next index, or this log is empty and
+        takes it at the leader's position (append_at). The entries of a push lie back to back as
+        the leader's files hold them: each run continuing this log in one data file is copied by
+        the entry_push kernel (one copy, the index units with it, no Python object per entry);
+        an entry that opens the next file (after DLedger's blank), or that this log cannot take
+        where the leader placed it, goes through append_at, which writes the blank or raises
+        (InconsistentPos, TermRegression, EntryTooLarge, ...). Returns how many entries were
+        appended; when one is refused, the ones before it stay appended."""
+        self._check_open()
+        view = byte_view(body)
+        n = len(view)
+        at = 0
+        done = 0
+        while at < n:
+            index = self._end_index + 1
+            if self._end_index >= 0:  # an empty log's first entry sets where the log is (append_at)
+                mf = self.data.file_for_write(self._wrote)
+                imf = self.index.file_for_write(index * INDEX_UNIT_SIZE)
+                k, at_after, wrote, term = append_entries(view, at, index, self._wrote, self._end_term,
+                                                          mf.mv, mf.base, imf.mv, imf.base)
+                if k:
+                    at = at_after
+                    done += k
+                    self._wrote = wrote
+                    self._end_index = index + k - 1
+                    self._index_end = (index + k) * INDEX_UNIT_SIZE
+                    self._end_term = term
+                    if self._begin < 0:  # every entry was truncated away
+                        self._begin = index
+                    if self._warm_ahead is not None:
+                        self._warm_ahead.note(wrote)
+                    continue
+            h = Header._make(HEADER.unpack_from(view, at))
+            if h.size < HEADER_SIZE or h.size > n - at:  # a caller's bug: the push was checked
+                raise ValueError(f"entry {h.index} of size {h.size} at {at} of a {n}-byte push")
+            self.append_at(h.index, h.term, view[at + HEADER_SIZE:at + h.size], pos=h.pos, crc=h.body_crc)
+            at += h.size
+            done += 1
+        return done
 
     def _append(self, index: int, term: int, body, expect_pos: int | None, crc: int | None = None) -> int:
         self._check_open()
@@ -412,25 +457,45 @@ class DLedgerEntryStore:
         of the maps, so a leader hands its followers the bytes its own log holds without copying
         them; they stay valid until the entries are truncated away (then they read zeros)."""
         end = min(self._end_index, first + max_count - 1)
-        pos, size = self.position(first)
+        pos, _ = self.position(first)
         views = []
-        run_mf = self._data_file(pos, first)
-        run_start, run_end = pos, pos + size
-        nbytes = size
-        i = first + 1
-        while i <= end:
-            p, s = self.position(i)
-            if nbytes + s > max_bytes:
+        nbytes = 0
+        i = first
+        run_pos = pos
+        while True:
+            mf = self._data_file(run_pos, i)
+            # entries lie back to back inside a file: a run is found with a few index lookups
+            # (its last entry, or a binary search for it), not one per entry
+            j = self._run_last(i, end, run_pos, mf.end, max_bytes - nbytes)
+            if j < i:
+                if i > first:
+                    break
+                j = i  # the first entry goes whatever its size
+            p, s = self.position(j)
+            views.append(mf.view(run_pos, p + s).toreadonly())
+            nbytes += p + s - run_pos
+            i = j + 1
+            if i > end:
                 break
-            if p != run_end:  # the entry opens the next file, after a blank
-                views.append(run_mf.view(run_start, run_end).toreadonly())
-                run_mf = self._data_file(p, i)
-                run_start = p
-            run_end = p + s
-            nbytes += s
-            i += 1
-        views.append(run_mf.view(run_start, run_end).toreadonly())
+            run_pos, _ = self.position(i)
         return EntrySpan(first, i - first, pos, nbytes, views)
+
+    def _run_last(self, i: int, end: int, run_pos: int, file_end: int, budget: int) -> int:
+        """The last entry j in [i, end] that lies in the file ending at file_end with the run from
+        entry i (at run_pos) to it within `budget` bytes; i - 1 if entry i alone is not. Both
+        conditions hold up to some j and not after it (positions grow with the index)."""
+        p, s = self.position(end)
+        if p < file_end and p + s - run_pos <= budget:
+            return end
+        lo, hi = i - 1, end - 1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            p, s = self.position(mid)
+            if p < file_end and p + s - run_pos <= budget:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
 
     # -- truncation ------------------------------------------------------------------------------
     def truncate(self, from_index: int) -> None:

@@ -29,7 +29,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from broker.raft.entry_format import HEADER, HEADER_SIZE, MAGIC_1, Header, body_crc, byte_view
+from broker.kernels.entry_push import PushBodyError, check_entries
+from broker.raft.entry_format import HEADER, HEADER_SIZE, MAGIC_1, Header, byte_view
 from broker.raft.protocol import ProtocolError, RequestCode, ResponseCode
 from broker.remoting.command import RemotingCommand
 
@@ -168,42 +169,16 @@ def _check_header(h: Header, room: int) -> None:
         raise ProtocolError(f"entry index {h.index}, term {h.term}, pos {h.pos}: negative")
 
 
-def split_entries(req: PushEntryRequest, body) -> list[tuple[Header, memoryview]]:
-    """The entries of an APPEND, each header checked and each body as a view of `body` (no copy):
-    exactly `count` entries filling the body, indexes consecutive from `index`, the first at
-    `pos`, positions increasing, terms never decreasing nor above the push's term, the body CRC
-    verified when the header carries one. Positions are only checked for order here: where an
-    entry must land is the follower's log's to say (append_at's pos check)."""
+def check_append(req: PushEntryRequest, body) -> memoryview:
+    """The body of an APPEND, every entry checked (the entry_push kernel, no Python object per
+    entry): exactly `count` entries filling the body, each header DLedger's, indexes consecutive
+    from `index`, the first at `pos`, positions increasing, terms never decreasing nor above the
+    push's term, the body CRC verified when the header carries one. Positions are only checked
+    for order here: where an entry must land is the follower's log's to say (append_at's pos
+    check). Returns the body as a flat byte view (no copy)."""
     view = byte_view(body)
-    out = []
-    at = 0
-    n = len(view)
-    expect_index = req.index
-    last_end = -1
-    last_term = -1
-    while at < n:
-        if n - at < HEADER_SIZE:
-            raise ProtocolError(f"{n - at} bytes after entry {expect_index - 1}, less than a header")
-        h = Header._make(HEADER.unpack_from(view, at))
-        _check_header(h, n - at)
-        if h.index != expect_index:
-            raise ProtocolError(f"entry {h.index} where entry {expect_index} belongs")
-        if h.term > req.term:
-            raise ProtocolError(f"entry {h.index} of term {h.term} pushed in term {req.term}")
-        if h.term < last_term:
-            raise ProtocolError(f"entry {h.index} of term {h.term} after one of term {last_term}")
-        if out and h.pos < last_end:
-            raise ProtocolError(f"entry {h.index} at pos {h.pos} overlaps the one before (ending at {last_end})")
-        if not out and h.pos != req.pos:
-            raise ProtocolError(f"entry {h.index} at pos {h.pos}, the push says {req.pos}")
-        entry_body = view[at + HEADER_SIZE:at + h.size]
-        if h.body_crc and body_crc(entry_body) != h.body_crc:
-            raise ProtocolError(f"entry {h.index}: the body does not match its CRC {h.body_crc}")
-        out.append((h, entry_body))
-        at += h.size
-        expect_index += 1
-        last_end = h.pos + h.size
-        last_term = h.term
-    if len(out) != req.count:
-        raise ProtocolError(f"{len(out)} entries in a push of {req.count}")
-    return out
+    try:
+        check_entries(view, req.index, req.pos, req.count, req.term)
+    except PushBodyError as e:
+        raise ProtocolError(str(e)) from None
+    return view

@@ -14,6 +14,7 @@ import sys
 
 from broker.kernels import client_codec as KCC
 from broker.kernels import codec as KC
+from broker.kernels import entry_push as KEP
 from broker.kernels import ha as KH
 from broker.kernels import index_dispatch as KI
 from broker.kernels import h2_session as KH2
@@ -27,6 +28,7 @@ from broker.store.errors import StoreError
 from broker.store.message import decode_message, decode_properties
 from tests.twins import client_codec_twin as TCC
 from tests.twins import codec_twin as TC
+from tests.twins import entry_push_twin as TEP
 from tests.twins import ha_twin as TH
 from tests.twins import index_dispatch_twin as TI
 from tests.twins import grpc_message_twin as TG
@@ -204,6 +206,29 @@ def check_ha(data: bytes) -> None:
     _same("last_report", KH.last_report, TH.last_report, buf, start, end)
     _same("record_boundary", KH.record_boundary, TH.record_boundary, buf, start, end)
     _same("reallocate_byte_buffer", KH.reallocate_byte_buffer, TR.reallocate, bytearray(buf), start, end)
+
+
+# -- DLedger's APPEND push on a follower: the entries checked, then copied into data and index files
+PUSH_SEG = 4096
+
+
+def check_push(data: bytes) -> None:
+    """Leading 12 bytes: index, pos (uint16 each, pos x 8), count (uint8), term (uint8; the log
+    ends with term - 1), `at` (uint16, into the body), the data file's base (uint8 x PUSH_SEG),
+    where the log ends in it (uint16), the index file's first unit (uint8); the rest is the body."""
+    if len(data) < 12:
+        return
+    index, pos, count, term, at, seg_no, rel, first_unit = struct.unpack_from(">HHBBHBHB", data, 0)
+    body = data[12:]
+    _same("check_entries", KEP.check_entries, TEP.check_entries, body, index, pos * 8, count, term)
+    seg_base = seg_no * PUSH_SEG
+    ks, ts = bytearray(PUSH_SEG), bytearray(PUSH_SEG)
+    ki, ti = bytearray(8 * 32), bytearray(8 * 32)
+    args = (at % (len(body) + 2), index, seg_base + rel % (PUSH_SEG + 16), max(term - 1, 0))
+    k = _outcome(KEP.append_entries, body, *args, ks, seg_base, ki, first_unit * 32)
+    t = _outcome(TEP.append_entries, body, *args, ts, seg_base, ti, first_unit * 32)
+    if k != t or ks != ts or ki != ti:
+        raise Mismatch(f"append_entries: kernel {k!r} != twin {t!r} (or the files they wrote differ)")
 
 
 # -- headers: the JSON and ROCKETMQ header parsers, positions included, then a re-encode ----------
@@ -654,6 +679,7 @@ CHECKS = {
     "properties": check_properties,
     "index": check_index,
     "ha": check_ha,
+    "push": check_push,
     "headers": check_headers,
     "send": check_send,
     "replies": check_replies,

@@ -11,6 +11,7 @@ import json
 import os
 import struct
 import sys
+import zlib
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -72,6 +73,19 @@ def ha_seeds() -> list[bytes]:
         frames = struct.pack(">qi", 0, len(body)) + body + struct.pack(">qi", len(body), 0)
         out.append(struct.pack(">qi", expected, 1 << 20) + frames)
     return out
+
+
+def push_seeds() -> list[bytes]:
+    """check_push input: a push of three entries (one without a CRC) continuing a log at its end, the
+    same cut short, and one whose second entry is of an older term."""
+    def entry(index, term, pos, body, crc=True):
+        c = zlib.crc32(body) & 0x7FFFFFFF if crc else 0
+        return struct.pack(">iiqqqiiii", 1, 48 + len(body), index, term, pos, 0, 0, c, len(body)) + body
+    pos = 80 * 8
+    three = entry(5, 2, pos, b"a" * 100) + entry(6, 2, pos + 148, b"", crc=False) + entry(7, 3, pos + 196, b"b" * 7)
+    older = entry(5, 2, pos, b"a" * 100) + entry(6, 1, pos + 148, b"c")
+    head = struct.pack(">HHBBHBHB", 5, 80, 3, 3, 0, 0, pos, 0)
+    return [head + three, head + three[:-3], struct.pack(">HHBBHBHB", 5, 80, 2, 3, 0, 0, pos, 0) + older]
 
 
 def headers_seeds() -> list[bytes]:
@@ -233,7 +247,7 @@ def grpc_seeds() -> list[bytes]:
 
 def main() -> None:
     for name, make in (("frames", frames_seeds), ("scan", scan_seeds), ("properties", properties_seeds),
-                       ("ha", ha_seeds), ("headers", headers_seeds),
+                       ("ha", ha_seeds), ("push", push_seeds), ("headers", headers_seeds),
                        ("send", send_seeds), ("replies", replies_seeds), ("sends", sends_seeds), ("pulled", pulled_seeds),
                        ("sql92", sql92_seeds), ("grpc", grpc_seeds)):
         d = SEEDS / name
