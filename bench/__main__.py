@@ -547,17 +547,6 @@ def markdown(figs: dict) -> str:
                 f"loopback {lo['loopback_GiBps']:.2f} GiB/s; pwrite into a fresh file {lo['fresh_file_write_MBps']:,.0f} MB/s",
                 f"{100 * c['MBps'] / lo['fresh_file_write_MBps']:.0f} % of fresh-file writes")
 
-    grpc = next(((n, f) for n, f in N.items() if n.startswith("ASYNC_FLUSH grpc send 1 KiB, h2load")), None)
-    remoting = next((f for n, f in N.items() if n.startswith("ASYNC_FLUSH client send 1 KiB x64")), None)
-    if grpc is not None and remoting is not None:
-        name, g = grpc
-        add("gRPC SendMessage >= 50 % of the remoting client's send rate (h2load, the broker's local front)",
-            g["msgs_per_s"] / remoting["msgs_per_s"], TARGETS["grpc_send_vs_remoting"], "x", where=name)
-        per_g = (g.get("cpu_us_per_msg_by_process") or {}).get("broker")
-        per_r = (remoting.get("cpu_us_per_msg_by_process") or {}).get("broker")
-        if per_g is not None and per_r is not None:
-            add("the front's share <= 15 CPU-us per SendMessage (the broker process per call, less a remoting send's)",
-                per_g - per_r, TARGETS["grpc_front_share_cpu_us"], "us", higher=False, where=name)
     T = figs.get("timer") or {}
     if T:
         row("**timer messages** (a `broker serve` process; the project's client, 64 in flight, 256 B bodies; "
