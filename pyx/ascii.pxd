@@ -1,5 +1,6 @@
-# Numbers as the ASCII text RocketMQ's headers and msgIds carry, in one place (the send kernel's
-# replies, the client kernel's requests, the pulled-records kernel's msgIds).
+# Numbers as the ASCII text RocketMQ's headers, properties and msgIds carry, in one place (the send
+# kernel's replies and timer properties, the client kernel's requests, the pulled-records kernel's
+# msgIds, the timer wheel's TIMER_OUT_MS).
 from libc.stdint cimport int64_t, uint8_t, uint64_t
 
 
@@ -23,6 +24,26 @@ cdef inline Py_ssize_t ascii_int(int64_t v, uint8_t *out) noexcept nogil:
         out[i] = tmp[n]
         i += 1
     return i
+
+
+cdef inline bint ascii_parse_int(const uint8_t *v, Py_ssize_t n, Py_ssize_t max_digits, int64_t *out) noexcept nogil:
+    """int() of an optional '-' and 1 to max_digits (at most 18: no overflow) decimal digits;
+    False for anything else, which the caller hands to Python to read."""
+    cdef Py_ssize_t i = 0
+    cdef int64_t r = 0
+    cdef bint neg = False
+    if n > 0 and v[0] == 45:
+        neg = True
+        i = 1
+    if i >= n or n - i > max_digits:
+        return False
+    while i < n:
+        if v[i] < 48 or v[i] > 57:
+            return False
+        r = r * 10 + (v[i] - 48)
+        i += 1
+    out[0] = -r if neg else r
+    return True
 
 
 cdef inline Py_ssize_t msg_id_hex(const uint8_t *host, Py_ssize_t host_len, int64_t phys, uint8_t *out) noexcept nogil:

@@ -52,7 +52,7 @@ from broker.kernels.header cimport (HeaderField, RemotingHeader, V_BYTES, V_ESCA
                                     rocketmq_ext_field, rocketmq_header_begin, rocketmq_header_finish,
                                     unescape_json)
 from broker.kernels.wbuf cimport WriteBuffer
-from ascii cimport ascii_int, msg_id_hex
+from ascii cimport ascii_int, ascii_parse_int, msg_id_hex
 from clock cimport now_ms
 from utf8 cimport utf8_sequence
 from bytesex cimport get_be16, get_be32
@@ -328,24 +328,10 @@ cdef Py_ssize_t b64url(const uint8_t *src, Py_ssize_t n, uint8_t *out) noexcept 
     return o
 
 
-cdef bint timer_value(const uint8_t *v, Py_ssize_t n, int64_t *out) noexcept nogil:
+cdef inline bint timer_value(const uint8_t *v, Py_ssize_t n, int64_t *out) noexcept nogil:
     """A timer property's value as int() reads it, for an optional '-' and at most 15 digits (no
     overflow once scaled to ms); False for anything else (the processors read it then)."""
-    cdef Py_ssize_t i = 0
-    cdef int64_t r = 0
-    cdef bint neg = False
-    if n > 0 and v[0] == 45:
-        neg = True
-        i = 1
-    if i >= n or n - i > 15:
-        return False
-    while i < n:
-        if v[i] < 48 or v[i] > 57:
-            return False
-        r = r * 10 + (v[i] - 48)
-        i += 1
-    out[0] = -r if neg else r
-    return True
+    return ascii_parse_int(v, n, 15, out)
 
 
 cdef inline Py_ssize_t put(uint8_t *d, Py_ssize_t o, const char *s, Py_ssize_t n) noexcept nogil:

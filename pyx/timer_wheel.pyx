@@ -28,6 +28,7 @@ and calls again). `count` records were taken before pos; next queue offset is on
 taken (-1: none).
 """
 cimport cython
+from ascii cimport ascii_parse_int
 from buffers cimport Borrowed, borrow, check_range, give_back
 from bytesex cimport get_be16, get_be32, get_be64, put_be32, put_be64
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
@@ -65,23 +66,9 @@ cdef struct TimerProps:
     bint delete
 
 
-cdef bint read_long(const uint8_t *v, Py_ssize_t n, int64_t *out) noexcept nogil:
+cdef inline bint read_long(const uint8_t *v, Py_ssize_t n, int64_t *out) noexcept nogil:
     """int() of an optional '-' and 1 to 18 digits; False for anything else (Python reads it)."""
-    cdef Py_ssize_t i = 0
-    cdef int64_t r = 0
-    cdef bint neg = False
-    if n > 0 and v[0] == 45:
-        neg = True
-        i = 1
-    if i >= n or n - i > 18:
-        return False
-    while i < n:
-        if v[i] < 48 or v[i] > 57:
-            return False
-        r = r * 10 + (v[i] - 48)
-        i += 1
-    out[0] = -r if neg else r
-    return True
+    return ascii_parse_int(v, n, 18, out)
 
 
 cdef inline bint key_is(const uint8_t *k, Py_ssize_t kn, const char *name, Py_ssize_t n) noexcept nogil:
