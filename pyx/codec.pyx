@@ -20,6 +20,7 @@ from record cimport (CQ_UNIT, RECORD_BLANK_MAGIC, RECORD_END_FILE_MIN_BLANK, REC
                      RECORD_MAX_PROPS_LEN, RECORD_MAX_TOPIC_LEN, RECORD_MESSAGE_MAGIC, RECORD_SYSFLAG_BORNHOST_V6,
                      RECORD_SYSFLAG_STOREHOST_V6, RECORD_SYSFLAG_TRANSACTION, record_length_of)
 
+import errno as errno_
 import os
 
 import numpy as np
@@ -798,9 +799,13 @@ def warm_file(int fd, Py_ssize_t start, Py_ssize_t end, Py_ssize_t chunk) -> Non
                     if err == EINTR:
                         continue
                     break
+                if rc == 0:  # nothing written, nor an error: trying again would spin
+                    break
                 pos += rc
         if rc < 0:
             raise OSError(err, os.strerror(err), f"warming at offset {pos}")
+        if pos < end:
+            raise OSError(errno_.EIO, "pwrite wrote no byte", f"warming at offset {pos}")
     finally:
         free(zeros)
 

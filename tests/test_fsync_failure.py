@@ -200,3 +200,23 @@ def test_a_slow_disk_keeps_group_commit_times_out_sends_and_never_answers_ok_bef
         assert all(code == codes.SUCCESS for _, _, code in asyncio.run(_timed_sends(b.port, 50, 16)))
     finally:
         b.stop()
+
+
+def test_a_pwrite_that_writes_nothing_fails_the_segment_warm_up_instead_of_spinning(tmp_path, shim):
+    """A new SYNC_FLUSH segment is warmed by pwrite of zeros (codec.warm_file), which continues
+    short writes; a pwrite returning 0 (no byte, no error) must end it with an error naming the
+    offset, not loop forever. The shim's zero-pwrite mode, in a process of its own."""
+    import subprocess
+    import sys
+
+    from tests.helpers.fault_shim import faults_logged, shim_env
+    from tests.helpers.procs import REPO
+    ctl = tmp_path / "ctl"
+    env = shim_env(shim, ctl, match="/warm-target")
+    ctl.write_text("zero-pwrite")
+    code = ("import os; from broker.kernels.codec import warm_file; "
+            f"fd = os.open({str(tmp_path / 'warm-target')!r}, os.O_RDWR | os.O_CREAT); "
+            "warm_file(fd, 0, 1 << 16, 16384)")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert r.returncode != 0 and "pwrite wrote no byte" in r.stderr and "warming at offset 0" in r.stderr, r.stderr
+    assert faults_logged(ctl) and faults_logged(ctl)[0].startswith("zero-pwrite")

@@ -13,7 +13,9 @@
  *   "delay <ms>"      sleep <ms>, then the real call (a slow disk);
  *   "short-pwrite"    sync calls pass; pwrite/pwrite64 of more than one byte writes only the
  *                     first half of the buffer and returns that count (a short write, as a
- *                     signal or a filling disk may cause), every time.
+ *                     signal or a filling disk may cause), every time;
+ *   "zero-pwrite"     pwrite/pwrite64 write nothing and return 0, every time (what no regular
+ *                     file should do, and what a loop continuing short writes must not spin on).
  * Every fault injected appends a line to FSYNC_FAULT_CTL".log", so that a test knows the fault
  * was reached. Files on other paths always get the real call. */
 #define _GNU_SOURCE
@@ -165,12 +167,18 @@ int msync(void *addr, size_t len, int flags) {
 
 typedef ssize_t (*pwrite_fn)(int, const void *, size_t, off_t);
 
-/* the count pwrite is let write: half of it under "short-pwrite" on a matching file */
+/* the count pwrite is let write on a matching file: half of it under "short-pwrite", none under
+ * "zero-pwrite" */
 static size_t short_count(int fd, size_t count) {
     const char *ctl = getenv("FSYNC_FAULT_CTL");
     char mode[64] = {0};
-    if (ctl == NULL || count < 2 || !read_mode(ctl, mode, sizeof mode) || strncmp(mode, "short-pwrite", 12) != 0
-        || !matches(fd))
+    if (ctl == NULL || count == 0 || !read_mode(ctl, mode, sizeof mode) || !matches(fd))
+        return count;
+    if (strncmp(mode, "zero-pwrite", 11) == 0) {
+        note(ctl, "zero-pwrite", fd);
+        return 0;
+    }
+    if (count < 2 || strncmp(mode, "short-pwrite", 12) != 0)
         return count;
     note(ctl, "short-pwrite", fd);
     return count / 2;
