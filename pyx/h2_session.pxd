@@ -26,9 +26,14 @@ cdef extern from "nghttp2/nghttp2.h" nogil:
         nghttp2_frame_hd hd
         nghttp2_headers_category cat
 
+    ctypedef struct nghttp2_ping:
+        nghttp2_frame_hd hd
+        uint8_t opaque_data[8]
+
     ctypedef union nghttp2_frame:
         nghttp2_frame_hd hd
         nghttp2_headers headers
+        nghttp2_ping ping
 
     ctypedef struct nghttp2_nv:
         uint8_t *name
@@ -70,6 +75,8 @@ cdef extern from "nghttp2/nghttp2.h" nogil:
     enum:
         NGHTTP2_HEADERS
         NGHTTP2_DATA
+        NGHTTP2_PING
+        NGHTTP2_FLAG_ACK
         NGHTTP2_FLAG_NONE
         NGHTTP2_FLAG_END_STREAM
         NGHTTP2_NV_FLAG_NONE
@@ -120,6 +127,7 @@ cdef extern from "nghttp2/nghttp2.h" nogil:
     int nghttp2_submit_response(nghttp2_session *session, int32_t stream_id, const nghttp2_nv *nva, size_t nvlen,
                                 const nghttp2_data_provider *data_prd)
     int nghttp2_submit_trailer(nghttp2_session *session, int32_t stream_id, const nghttp2_nv *nva, size_t nvlen)
+    int nghttp2_submit_ping(nghttp2_session *session, uint8_t flags, const uint8_t *opaque_data)
     int nghttp2_submit_rst_stream(nghttp2_session *session, uint8_t flags, int32_t stream_id, uint32_t error_code)
     int nghttp2_submit_goaway(nghttp2_session *session, uint8_t flags, int32_t last_stream_id, uint32_t error_code,
                               const uint8_t *opaque_data, size_t opaque_data_len)

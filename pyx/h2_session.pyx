@@ -20,7 +20,7 @@ write, once per read: a stream's messages go out through a data provider over it
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
 from libc.stdint cimport int32_t, uint8_t, uint32_t
-from libc.string cimport memcpy
+from libc.string cimport memcmp, memcpy
 
 from binascii import a2b_base64 as _a2b_base64  # a private name: not part of the module's surface
 
@@ -29,6 +29,7 @@ EV_MESSAGE = 1
 EV_END = 2
 EV_CLOSED = 3
 EV_TOO_LARGE = 4
+cdef bytes _CLOSE_PING = b"rmqclose"  # the opaque data of ping_for_close's PING
 
 # gRPC's default receive limit on this front (grpc.max_receive_message_length of the grpcio server)
 DEFAULT_MAX_MESSAGE = 130 * 1024 * 1024
@@ -193,6 +194,8 @@ cdef class ServerSession:
     cdef dict streams
     cdef size_t max_message
     cdef readonly object last_error
+    # the client answered the PING of ping_for_close: it has read every frame written before it
+    cdef readonly bint close_acked
 
     def __cinit__(self, size_t max_message=DEFAULT_MAX_MESSAGE, uint32_t max_concurrent_streams=MAX_CONCURRENT_STREAMS):
         cdef nghttp2_session_callbacks *cbs
@@ -372,6 +375,11 @@ cdef class ServerSession:
         nghttp2_submit_rst_stream(self.s, NGHTTP2_FLAG_NONE, sid, error_code)
         return True
 
+    def ping_for_close(self) -> None:
+        """A PING after the last frames: its ACK (`close_acked`) says the client has read them all,
+        so the socket may close without a reset taking them from its receive buffer."""
+        nghttp2_submit_ping(self.s, NGHTTP2_FLAG_NONE, <const uint8_t *>_CLOSE_PING)
+
     def goaway(self, uint32_t error_code=NGHTTP2_NO_ERROR) -> None:
         """No new streams: the ones already opened carry on."""
         nghttp2_submit_goaway(self.s, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(self.s),
@@ -437,6 +445,9 @@ cdef int _on_frame_recv(nghttp2_session *s, const nghttp2_frame *frame, void *us
     cdef void *p
     cdef _Stream st
     if frame.hd.type != NGHTTP2_HEADERS and frame.hd.type != NGHTTP2_DATA:
+        if (frame.hd.type == NGHTTP2_PING and frame.hd.flags & NGHTTP2_FLAG_ACK
+                and memcmp(frame.ping.opaque_data, <const char *>_CLOSE_PING, 8) == 0):
+            _sess(user_data).close_acked = True
         return 0
     p = nghttp2_session_get_stream_user_data(s, frame.hd.stream_id)
     if p is NULL:

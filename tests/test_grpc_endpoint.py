@@ -288,6 +288,37 @@ def test_stop_lets_calls_in_flight_finish():
             _raw(e.port)
 
 
+def test_a_closing_connection_waits_for_the_ack_of_its_ping_before_closing():
+    """After its last frames the server PINGs and closes once the client ACKs (the client has
+    then read every frame before it): a close at a fixed time let the client's next bytes meet a
+    closed socket, whose reset dropped trailers the client had not read yet."""
+    with Endpoint() as e:
+        s = _raw(e.port)
+        s.sendall(_preface())
+        wait_for(lambda: e.server.connections, 5, "the connection")
+        stopping = asyncio.run_coroutine_threadsafe(e.server.stop(5), e.loop)
+        buf, ping = b"", None
+        s.settimeout(5)
+        while ping is None:
+            chunk = s.recv(65536)
+            assert chunk, "closed before the PING"
+            buf += chunk
+            while len(buf) >= 9 and len(buf) >= 9 + int.from_bytes(buf[:3], "big"):
+                n = int.from_bytes(buf[:3], "big")
+                if buf[3] == 6 and not buf[4] & 0x1:  # a PING, not an ACK
+                    ping = buf[9:9 + n]
+                buf = buf[9 + n:]
+        s.settimeout(0.5)
+        with pytest.raises(socket.timeout):  # no ACK yet: the connection stays open
+            s.recv(65536)
+        s.sendall(_frame(6, 0x1, 0, ping))
+        s.settimeout(5)
+        while s.recv(65536):  # closed once the ACK is read, well before LINGER_S
+            pass
+        stopping.result(10)
+        s.close()
+
+
 @pytest.mark.parametrize("garbage", [b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\xff" * 64])
 def test_garbage_closes_that_connection_alone(ep, caplog, garbage):
     with ep.channel() as ch:

@@ -12,7 +12,7 @@ from broker.proxy.grpc_endpoint.calls import Call, too_large
 from broker.proxy.grpc_endpoint.status import UNAVAILABLE, UNIMPLEMENTED, encode_message, timeout_seconds
 
 log = logging.getLogger("proxy")
-LINGER_S = 1.0  # a closing connection waits this long for the client's close (H2Connection._close)
+LINGER_S = 3.0  # a closing connection waits this long at most for its PING's ACK (H2Connection._close)
 
 
 def peer_of(transport) -> str:
@@ -48,7 +48,8 @@ class H2Connection(asyncio.Protocol):
         self.flush()
 
     def data_received(self, data: bytes) -> None:
-        if self._closed:  # lingering after our last frames (_close): the client's bytes are dropped
+        if self._closed:  # lingering after our last frames (_close): only the PING's ACK matters
+            self._read_while_closing(data)
             return
         try:
             events = self.session.feed(data)
@@ -162,20 +163,33 @@ class H2Connection(asyncio.Protocol):
             self._close()
 
     def _close(self) -> None:
-        """FIN after what was written, then the client's own close awaited (LINGER_S at most) while
-        what it still sends is read and dropped. Closing a socket with unread input makes the
-        kernel answer RST, and a client that had not yet read our last frames (a stream's
-        trailers after GOAWAY) lost them: grpcio then saw the stream fail instead of end."""
+        """Our last frames, then a PING; the socket closes when the client ACKs it (so it has read
+        them all) or after LINGER_S. Closing at once, or after a fixed wait, lost a stream's
+        trailers after GOAWAY on a loaded machine: the client's next bytes reached a closed socket,
+        the kernel answered RST, and the client's kernel dropped what it had not read yet, so
+        grpcio saw the stream fail ("Socket closed") instead of end."""
         self._closed = True
         t = self.transport
         try:
-            if t.can_write_eof():
-                t.write_eof()
-                self._linger = self.loop.call_later(LINGER_S, t.close)
-                return
-        except (OSError, RuntimeError):
-            pass
-        t.close()
+            self.session.ping_for_close()
+            out = self.session.drain()
+        except H2Error:
+            t.close()
+            return
+        if out:
+            t.write(out)
+        self._linger = self.loop.call_later(LINGER_S, t.close)
+
+    def _read_while_closing(self, data: bytes) -> None:
+        if self.transport.is_closing():
+            return
+        try:
+            self.session.feed(data)  # its events are dropped: every call has ended
+        except H2Error:
+            self.transport.close()
+            return
+        if self.session.close_acked:
+            self.transport.close()
 
     def _abandon(self, reason: str) -> None:
         """nghttp2 refused this connection's input: logged naming the peer, this connection alone closed."""
