@@ -184,8 +184,8 @@ async def bench_pull(port: int, seconds: float, per_pull: int = 256, on_start=no
 
 # -- the project's client (broker.client) ---------------------------------------------------------
 
-async def wait_for_route(namesrv_addr: str, broker_addr: str, timeout: float = 30.0) -> None:
-    """Create CLIENT_TOPIC on the broker (UPDATE_AND_CREATE_TOPIC) and wait until the name server
+async def wait_for_route(namesrv_addr: str, broker_addr: str, timeout: float = 30.0, topic: str = CLIENT_TOPIC) -> None:
+    """Create `topic` on the broker (UPDATE_AND_CREATE_TOPIC) and wait until the name server
     routes it with its own queue data (the broker re-registers when a topic is created)."""
     from broker.client.admin import Admin
     from broker.client.errors import ClientError
@@ -195,7 +195,7 @@ async def wait_for_route(namesrv_addr: str, broker_addr: str, timeout: float = 3
         deadline = time.monotonic() + timeout
         while True:  # the broker may not have registered yet: create_topic needs only its address
             try:
-                await admin.create_topic(CLIENT_TOPIC, CLIENT_QUEUES, broker_addr=broker_addr)
+                await admin.create_topic(topic, CLIENT_QUEUES, broker_addr=broker_addr)
                 break
             except ClientError:
                 if time.monotonic() > deadline:
@@ -203,14 +203,14 @@ async def wait_for_route(namesrv_addr: str, broker_addr: str, timeout: float = 3
                 await asyncio.sleep(0.1)
         while True:
             try:
-                if CLIENT_TOPIC in await admin.topic_list():
-                    route = await admin.route(CLIENT_TOPIC)
-                    if len(route.write_queues(CLIENT_TOPIC)) == CLIENT_QUEUES:
+                if topic in await admin.topic_list():
+                    route = await admin.route(topic)
+                    if len(route.write_queues(topic)) == CLIENT_QUEUES:
                         return
             except ClientError:
                 pass
             if time.monotonic() > deadline:
-                raise RuntimeError(f"the name server at {namesrv_addr} did not route {CLIENT_TOPIC} within {timeout:g} s")
+                raise RuntimeError(f"the name server at {namesrv_addr} did not route {topic} within {timeout:g} s")
             await asyncio.sleep(0.1)
     finally:
         await admin.shutdown()

@@ -1,14 +1,64 @@
 """What idle 5.x clients cost the broker's own gRPC front (issue 32's memory target): `n` clients,
 each on its own HTTP/2 connection with its Telemetry stream open (one Settings command, then
 nothing), as a 5.x producer keeps it for as long as it runs. The broker's RssAnon before and with
-them, and its CPU over an idle window while they stay connected. The clients are grpc.aio channels
-on asyncio's own loop in a thread of the bench process (grpc.aio does not run on uvloop)."""
+them, and its CPU over an idle window while they stay connected. Then `receives` long-polling
+ReceiveMessage calls are held at once on a topic with nothing in it (RECEIVERS consumers, each a
+connection with several receives in flight, as a 5.x SimpleConsumer's threads put them), and the
+broker's CPU is measured over a second window while they wait: a held receive must cost nothing
+until a message or its timeout wakes it. The clients are grpc.aio channels on asyncio's own loop in
+a thread of the bench process (grpc.aio does not run on uvloop)."""
 from __future__ import annotations
 
 import asyncio
 import time
 
 from bench.crowd import rss_bytes
+
+EMPTY_TOPIC = "BenchLongPollTopic"  # created by the cell with nothing sent to it
+RECEIVERS = 10                      # connections the held receives are spread over
+LONG_POLL_S = 30                    # each receive's long_polling_timeout: longer than the window
+SETTLE_S = 1.0                      # from the receives' sending to the window's start
+
+
+async def _hold_receives(endpoints: str, receives: int, idle_s: float, measure) -> dict:
+    """`receives` ReceiveMessage calls long-polling EMPTY_TOPIC, held while `measure` runs; each
+    must still be waiting at the end of the window (none answered early)."""
+    import grpc
+    from bench.grpc_bench import BROKER_NAME
+    from broker.proxy.protocol import definition_pb2 as pb
+    from broker.proxy.protocol import service_pb2 as spb
+    from broker.proxy.protocol import service_pb2_grpc as rpc
+    req = spb.ReceiveMessageRequest(
+        group=pb.Resource(name="bench_long_poll"), batch_size=32,
+        message_queue=pb.MessageQueue(topic=pb.Resource(name=EMPTY_TOPIC), broker=pb.Broker(name=BROKER_NAME)),
+        filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"))
+    req.invisible_duration.FromSeconds(30)
+    req.long_polling_timeout.FromSeconds(LONG_POLL_S)
+    channels = [grpc.aio.insecure_channel(endpoints, options=[("grpc.use_local_subchannel_pool", 1)])
+                for _ in range(RECEIVERS)]
+    answered = 0
+
+    async def one(i: int) -> None:
+        nonlocal answered
+        stub = rpc.MessagingServiceStub(channels[i % RECEIVERS])
+        md = (("x-mq-client-id", f"long-poll-{i % RECEIVERS}"),)
+        async for _ in stub.ReceiveMessage(req, metadata=md, timeout=LONG_POLL_S + 30):
+            answered += 1
+
+    tasks = [asyncio.ensure_future(one(i)) for i in range(receives)]
+    try:
+        for ch in channels:
+            await asyncio.wait_for(ch.channel_ready(), 30)
+        await asyncio.sleep(SETTLE_S)  # the receives' arrival and first look are not what is measured
+        out = await asyncio.get_running_loop().run_in_executor(None, measure, idle_s)
+        out["receives_answered_early"] = answered + sum(t.done() for t in tasks)
+        return out
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for ch in channels:
+            await ch.close()
 
 
 async def _hold(endpoints: str, n: int, idle_s: float, measure) -> dict:
@@ -39,8 +89,9 @@ async def _hold(endpoints: str, n: int, idle_s: float, measure) -> dict:
             await ch.close()
 
 
-def run(endpoints: str, pid: int, cpu_seconds, n: int = 1000, idle_s: float = 5.0) -> dict:
-    """`pid`: the process serving the front (RssAnon); `cpu_seconds()`: its CPU seconds so far."""
+def run(endpoints: str, pid: int, cpu_seconds, n: int = 1000, idle_s: float = 5.0, receives: int = 200) -> dict:
+    """`pid`: the process serving the front (RssAnon); `cpu_seconds()`: its CPU seconds so far.
+    EMPTY_TOPIC must exist (bench.driver.wait_for_route) when `receives`."""
     rss0 = rss_bytes(pid, "RssAnon")
 
     def measure(idle: float) -> dict:
@@ -52,9 +103,21 @@ def run(endpoints: str, pid: int, cpu_seconds, n: int = 1000, idle_s: float = 5.
     out = asyncio.run(_hold(endpoints, n, idle_s, measure))
     out.update(idle_streams=n, idle_s=idle_s, rss_before_mib=rss0 / (1 << 20),
                idle_rss_added_mib=out["rss_with_mib"] - rss0 / (1 << 20))
+    if receives:
+        held = asyncio.run(_hold_receives(endpoints, receives, idle_s, measure))
+        out.update(receives_held=receives, held_cpu_ms_per_s=held["idle_cpu_ms_per_s"],
+                   receives_answered_early=held["receives_answered_early"])
     return out
+
+
+def held_line(f: dict) -> str:
+    if "receives_held" not in f:
+        return ""
+    return (f"; {f['receives_held']} long-polling receives held at once: its CPU while they wait "
+            f"{f['held_cpu_ms_per_s']:.1f} ms per s ({f['receives_answered_early']} answered before their timeout)")
 
 
 def line(name: str, f: dict) -> str:
     return (f"{name}: broker RssAnon {f['rss_before_mib']:,.0f} MiB, {f['rss_with_mib']:,.0f} MiB with them "
-            f"(+{f['idle_rss_added_mib']:,.1f} MiB); its CPU while they idle {f['idle_cpu_ms_per_s']:.1f} ms per s")
+            f"(+{f['idle_rss_added_mib']:,.1f} MiB); its CPU while they idle {f['idle_cpu_ms_per_s']:.1f} ms per s"
+            + held_line(f))

@@ -155,7 +155,8 @@ def crowd_cell(broker: BrokerProcess, seconds: float, n: int = CROWD) -> NetResu
 
 def grpc_idle_cell(broker: BrokerProcess, grpc_port: int, seconds: float, n: int = 1000) -> NetResult:
     """`n` 5.x clients with their Telemetry streams open and idle on the broker's own front: its
-    RssAnon before and with them, its CPU while they idle (bench.grpc_idle)."""
+    RssAnon before and with them, its CPU while they idle; then 200 long-polling receives held on
+    an empty topic and its CPU while they wait (bench.grpc_idle)."""
     from bench import grpc_idle
     f = grpc_idle.run(f"127.0.0.1:{grpc_port}", broker.proc.pid, broker.cpu_seconds, n, seconds)
     return NetResult(f"{n:,} idle Telemetry streams, one connection each (the broker's local front)", n,
@@ -192,6 +193,9 @@ async def run_flush_mode(flush: str, seconds: float, cells: list[str], workdir: 
             await _wait_listening(grpc_port)
         if ns is not None:
             await wait_for_route(ns.addr, b.addr)
+            if "grpc_idle_local" in cells:  # the held long-polling receives wait on a topic of their own
+                from bench.grpc_idle import EMPTY_TOPIC
+                await wait_for_route(ns.addr, b.addr, topic=EMPTY_TOPIC)
         tree = ProcessTree(b.proc.pid)
         for cell in cells:
             if cell == "grpc_idle_local":  # blocking (its own loop in a thread), off this one
