@@ -30,9 +30,19 @@ from broker.kernels.remoting cimport FRAME_INCOMPLETE, FRAME_OK, FrameSpan, Fram
 
 cdef extern from "Python.h":
     ctypedef struct PyObject
+    ctypedef struct PyTypeObject
     void Py_INCREF(object o)
     void Py_XDECREF(PyObject *o)
     const char *PyUnicode_AsUTF8AndSize(object s, Py_ssize_t *size) except NULL
+    object PyType_GenericAlloc(PyTypeObject *t, Py_ssize_t nitems)
+
+cdef extern from "structmember.h":
+    ctypedef struct PyMemberDef:
+        int type
+        Py_ssize_t offset
+    ctypedef struct PyMemberDescrObject:
+        PyMemberDef *d_member
+    int T_OBJECT_EX
 
 from clock cimport now_ms
 
@@ -542,6 +552,12 @@ cdef object RESULT_TYPE = None   # SendResult (broker.client.producer)
 cdef dict STATUS_OF = {}         # response code of a stored message -> SendResult.status
 cdef double INF = float("inf")
 DEF MAX_OPAQUE = 0x7FFFFFFF      # opaques are Java ints
+RESULT_FIELDS = ("status", "msg_id", "offset_msg_id", "queue", "queue_offset", "recall_handle")
+# where each of RESULT_FIELDS lives in a RESULT_TYPE object, when that type is a plain slots
+# dataclass (its __init__ stores the six arguments and does nothing else): a SendResult is then
+# made by filling its slots, not by a Python call of its __init__ per message; -1: call it
+cdef Py_ssize_t RESULT_SLOTS[6]
+RESULT_SLOTS[0] = -1
 
 
 def send_result_setup(result_type, dict status_of not None) -> None:
@@ -550,6 +566,49 @@ def send_result_setup(result_type, dict status_of not None) -> None:
     global RESULT_TYPE, STATUS_OF
     RESULT_TYPE = result_type
     STATUS_OF = dict(status_of)
+    RESULT_SLOTS[0] = -1
+    if result_type is not None and _plain_slots_dataclass(result_type):
+        for i, name in enumerate(RESULT_FIELDS):
+            RESULT_SLOTS[i] = (<PyMemberDescrObject *> <PyObject *> result_type.__dict__[name]).d_member.offset
+
+
+cdef bint _plain_slots_dataclass(type t):
+    """t is a dataclass of exactly RESULT_FIELDS, in order, each an object slot of t's own, whose
+    __new__ is object's and which has no __post_init__: an object of it with every slot filled
+    is what its __init__ makes."""
+    import dataclasses
+    import types
+    if not dataclasses.is_dataclass(t) or hasattr(t, "__post_init__") or t.__new__ is not object.__new__:
+        return False
+    if tuple(f.name for f in dataclasses.fields(t)) != RESULT_FIELDS or not t.__dataclass_params__.init:
+        return False
+    if getattr(getattr(t.__init__, "__code__", None), "co_filename", None) != "<string>":  # not the one dataclass wrote
+        return False
+    for name in RESULT_FIELDS:
+        d = t.__dict__.get(name)
+        if type(d) is not types.MemberDescriptorType or (<PyMemberDescrObject *> <PyObject *> d).d_member.type != T_OBJECT_EX:
+            return False
+    return True
+
+
+cdef inline void fill_slot(object o, Py_ssize_t offset, object v):
+    Py_INCREF(v)
+    (<PyObject **> ((<char *> <PyObject *> o) + offset))[0] = <PyObject *> v
+
+
+cdef object send_result(object status, object uniq, object offset_id, object mq, int64_t queue_offset, object recall):
+    """RESULT_TYPE(status, uniq, offset_id, mq, queue_offset, recall)."""
+    cdef object r
+    if RESULT_SLOTS[0] < 0:
+        return RESULT_TYPE(status, uniq, offset_id, mq, queue_offset, recall)
+    r = PyType_GenericAlloc(<PyTypeObject *> RESULT_TYPE, 0)
+    fill_slot(r, RESULT_SLOTS[0], status)
+    fill_slot(r, RESULT_SLOTS[1], uniq)
+    fill_slot(r, RESULT_SLOTS[2], offset_id)
+    fill_slot(r, RESULT_SLOTS[3], mq)
+    fill_slot(r, RESULT_SLOTS[4], queue_offset)
+    fill_slot(r, RESULT_SLOTS[5], recall)
+    return r
 
 
 cdef inline tuple slot_tuple(SendSlot *s):
@@ -695,16 +754,19 @@ cdef class SendSlots:
         if s.fut == NULL or s.opaque != r.opaque:
             return 0
         self.in_flight -= 1
-        t = slot_tuple(s)
-        fut = t[0]
         status = STATUS_OF.get(r.code)
         if status is None or RESULT_TYPE is None or (r.fields & F_QUEUE_ID and r._queue_id != s.queue_id):
-            t[4]._send_answer(fut, r, t[1], t[2], t[3], self.channel, t[5], t[6])
+            t = slot_tuple(s)
+            t[4]._send_answer(t[0], r, t[1], t[2], t[3], self.channel, t[5], t[6])
             return 1
+        fut = <object> s.fut
+        uniq = <object> s.uniq
+        mq = <object> s.mq
+        slot_clear(s)
         if fut.done():  # its caller cancelled it
             return 1
         # a timer message's answer carries its recall handle (None for the others)
-        fut.set_result(RESULT_TYPE(status, t[3], r.msg_id if r.msg_id else "", t[2],
+        fut.set_result(send_result(status, uniq, r.msg_id if r.msg_id else "", mq,
                                    r._queue_offset if r.fields & F_QUEUE_OFFSET else -1, r.recall_handle))
         return 1
 
