@@ -672,23 +672,8 @@ cdef class SendSlots:
         (channel._schedule_flush()) as needed; returns that future. None: not a send for here
         (send() returned -1), nothing done; False: the connection is closed (take_all()) or the
         route was fresh only until `fresh_until` (loop time), which has passed."""
-        cdef double now
-        cdef int r
-        if not self._open:
-            return False
-        now = self._time()
-        if now >= fresh_until:
-            return False
-        fut = self._create_future()
-        r = self.send(w, fut, owner, group, msg, mq, queue_id, default_queues, compress_over, now, timeout)
-        if r < 0:
-            return None
-        channel = self.channel
-        if r:
-            channel._arm_sends()
-        if not channel._flush_soon:
-            channel._schedule_flush()
-        return fut
+        return slots_submit(self, w, owner, group, msg, mq, queue_id, default_queues, compress_over, timeout,
+                            fresh_until)
 
     def next_opaque(self) -> int:
         """The connection's next opaque (1 .. 2^31-1, then 1 again): every request takes one here."""
@@ -813,6 +798,80 @@ cdef class SendSlots:
         self.in_flight = 0
         self.armed = INF
         return out
+
+
+cdef object slots_submit(SendSlots self, WriteBuffer w, owner, str group, msg, mq, int32_t queue_id,
+                         int32_t default_queues, Py_ssize_t compress_over, double timeout, double fresh_until):
+    """SendSlots.submit (FastTopic.submit calls it from C)."""
+    cdef double now
+    cdef int r
+    if not self._open:
+        return False
+    now = self._time()
+    if now >= fresh_until:
+        return False
+    fut = self._create_future()
+    r = self.send(w, fut, owner, group, msg, mq, queue_id, default_queues, compress_over, now, timeout)
+    if r < 0:
+        return None
+    channel = self.channel
+    if r:
+        channel._arm_sends()
+    if not channel._flush_soon:
+        channel._schedule_flush()
+    return fut
+
+
+@cython.final
+cdef class FastTopic:
+    """A producer's fast sends of one topic (Producer.send): the queue chosen round-robin and the
+    message handed to that queue's connection (SendSlots.submit) with no Python of the producer's
+    per send. Made from the route cache's entry for the topic (`hit`, a tuple the cache replaces
+    when it refetches or drops the route): each of `targets` is (queue, queue id, the open
+    ClientChannel of its broker), `rr` the producer's round-robin counter of the topic (an
+    iterator of ints), `fresh_until` (loop time) when the route stops being fresh."""
+
+    cdef readonly object hit
+    cdef readonly double fresh_until
+    cdef readonly str topic
+    cdef readonly Py_ssize_t n
+    cdef dict routes
+    cdef object owner, rr
+    cdef str group
+    cdef int32_t default_queues
+    cdef Py_ssize_t compress_over
+    cdef list mqs, qids, slots, outs
+
+    def __init__(self, owner, str group not None, int32_t default_queues, Py_ssize_t compress_over,
+                 dict routes not None, str topic not None, hit, double fresh_until, list targets not None, rr):
+        if not targets:
+            raise ValueError("a FastTopic needs at least one target")
+        self.owner, self.group, self.default_queues, self.compress_over = owner, group, default_queues, compress_over
+        self.routes, self.topic, self.hit, self.fresh_until, self.rr = routes, topic, hit, fresh_until, rr
+        self.mqs = [t[0] for t in targets]
+        self.qids = [int(t[1]) for t in targets]
+        self.slots = [<SendSlots?> t[2].sends for t in targets]
+        self.outs = [<WriteBuffer?> t[2].out for t in targets]
+        self.n = len(targets)
+
+    def submit(self, msg, double timeout):
+        """Send `msg` on the next queue: the future its answer completes (SendSlots.submit). None:
+        not a send for here (a body to compress: before a queue is taken; the ring slot of the
+        next opaque still taken), nothing sent; False: stale (the route cache holds another entry
+        for the topic, the route is no longer fresh, or the connection closed), nothing sent."""
+        cdef Py_ssize_t i
+        cdef long long k
+        if len(msg.body) > self.compress_over:
+            return None
+        if self.routes.get(self.topic) is not self.hit:
+            return False
+        k = next(self.rr)
+        i = k % self.n
+        if i < 0:
+            i += self.n
+        return slots_submit(<SendSlots> self.slots[i], <WriteBuffer> self.outs[i], self.owner, self.group, msg,
+                            self.mqs[i], <int32_t> self.qids[i], self.default_queues, self.compress_over, timeout,
+                            self.fresh_until)
 
 
 @cython.final
