@@ -98,7 +98,7 @@ cdef int uniq_key_into(uint8_t *out) except -1:
     cdef int i
     if not UNIQ_READY:
         raise RuntimeError("uniq_key_setup was not called (broker.client.message does it on import)")
-    t = <uint32_t> ((now_ms() - UNIQ_START_MS) & 0xFFFFFFFF)
+    t = <uint32_t> (now_ms() - UNIQ_START_MS)   # the low 32 bits, as Java's int cast keeps
     c = UNIQ_COUNTER & 0xFFFF
     UNIQ_COUNTER += 1
     for i in range(20):
@@ -268,25 +268,47 @@ cdef int frame_end(WriteBuffer w, Py_ssize_t start) except -1:
 cdef int send_header(WriteBuffer w, str group, str topic, int32_t default_queues, int32_t queue_id,
                      int32_t sys_flag, int64_t born_ts, int32_t flag, const uint8_t *props, Py_ssize_t props_len,
                      int32_t reconsume_times, bint batch, int32_t max_reconsume_times) except -1:
-    """SendMessageRequestHeaderV2's fields in the order the producer's ext dict had them."""
-    ext_text(w, b"a", 1, group, True)
-    ext_text(w, b"b", 1, topic, False)
-    json_ext_field(w, <const uint8_t *> b"c", 1, <const uint8_t *> b"TBW102", 6, False)
-    ext_int(w, b"d", 1, default_queues)
-    ext_int(w, b"e", 1, queue_id)
-    ext_int(w, b"f", 1, sys_flag)
-    ext_int(w, b"g", 1, born_ts if born_ts >= 0 else now_ms())
-    ext_int(w, b"h", 1, flag)
-    json_ext_field(w, <const uint8_t *> b"i", 1, props, props_len, False)
-    ext_int(w, b"j", 1, reconsume_times)
-    json_ext_field(w, <const uint8_t *> b"k", 1, <const uint8_t *> b"false", 5, False)
+    """SendMessageRequestHeaderV2's fields in the order the producer's ext dict had them. The
+    one-letter keys need no escaping: each number is written with its key in one piece
+    (letter_int), the constant fields as one run of bytes."""
+    cdef Py_ssize_t n
+    cdef const char *p = PyUnicode_AsUTF8AndSize(group, &n)
+    w.write(<const uint8_t *> b'"a":', 4)
+    w.write_json_string(<const uint8_t *> p, n)
+    p = PyUnicode_AsUTF8AndSize(topic, &n)
+    w.write(<const uint8_t *> b',"b":', 5)
+    w.write_json_string(<const uint8_t *> p, n)
+    w.write(<const uint8_t *> b',"c":"TBW102"', 13)
+    letter_int(w, 100, default_queues)   # d
+    letter_int(w, 101, queue_id)         # e
+    letter_int(w, 102, sys_flag)         # f
+    letter_int(w, 103, born_ts if born_ts >= 0 else now_ms())   # g
+    letter_int(w, 104, flag)             # h
+    w.write(<const uint8_t *> b',"i":', 5)
+    w.write_json_string(props, props_len)
+    letter_int(w, 106, reconsume_times)  # j
     if batch:
-        json_ext_field(w, <const uint8_t *> b"m", 1, <const uint8_t *> b"true", 4, False)
+        w.write(<const uint8_t *> b',"k":"false","m":"true"', 23)
     else:
-        json_ext_field(w, <const uint8_t *> b"m", 1, <const uint8_t *> b"false", 5, False)
+        w.write(<const uint8_t *> b',"k":"false","m":"false"', 24)
     if max_reconsume_times >= 0:
-        ext_int(w, b"l", 1, max_reconsume_times)
+        letter_int(w, 108, max_reconsume_times)  # l
     return 0
+
+
+cdef inline int letter_int(WriteBuffer w, uint8_t key, int64_t v) except -1:
+    ""","<key>":"<v>" in one write (what ext_int writes for a one-letter key)."""
+    cdef uint8_t out[32]
+    cdef Py_ssize_t n
+    out[0] = 44   # ,
+    out[1] = 34   # "
+    out[2] = key
+    out[3] = 34
+    out[4] = 58   # :
+    out[5] = 34
+    n = ascii_int(v, out + 6)
+    out[6 + n] = 34
+    return w.write(out, 7 + n)
 
 
 cdef object _render_send(WriteBuffer w, WriteBuffer props, int32_t opaque, bint oneway, str group, str topic,
