@@ -9,10 +9,10 @@ Sends are pipelined: a request is rendered by the client kernel (broker.kernels.
 straight into its connection's write buffer, which leaves at the end of the loop turn with the
 other requests of that turn, and its answer resolves a future from the connection's per-read loop.
 When the topic's route is cached and its brokers connected (every send but a topic's first),
-send() is no coroutine: it renders the request and keeps it in the connection's SendSlots
-(client_codec.pyx), and returns the future that the connection's reply reader completes in C
-with the SendResult; no task, no timer and no Python object of ours per send (send_async makes
-none either). A pinned queue, a body to compress, a retry topic and a producer whose _body adds
+send() is no coroutine: one C call (the topic's FastTopic, client_codec.pyx) picks the queue,
+renders the request and keeps it in the connection's SendSlots, and send() returns the future
+that the connection's reply reader completes in C with the SendResult (its slots filled in C);
+no task, no timer and no Python object of ours per send (send_async makes none either). A pinned queue, a body to compress, a retry topic and a producer whose _body adds
 flags (transactions) take the coroutine path, which still awaits only the answer when it can.
 Retries take the general path (route refetched, connection awaited), and keep the message's
 UNIQ_KEY.
