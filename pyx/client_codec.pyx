@@ -30,9 +30,19 @@ from broker.kernels.remoting cimport FRAME_INCOMPLETE, FRAME_OK, FrameSpan, Fram
 
 cdef extern from "Python.h":
     ctypedef struct PyObject
+    ctypedef struct PyTypeObject
     void Py_INCREF(object o)
     void Py_XDECREF(PyObject *o)
     const char *PyUnicode_AsUTF8AndSize(object s, Py_ssize_t *size) except NULL
+    object PyType_GenericAlloc(PyTypeObject *t, Py_ssize_t nitems)
+
+cdef extern from "structmember.h":
+    ctypedef struct PyMemberDef:
+        int type
+        Py_ssize_t offset
+    ctypedef struct PyMemberDescrObject:
+        PyMemberDef *d_member
+    int T_OBJECT_EX
 
 from clock cimport now_ms
 
@@ -88,7 +98,7 @@ cdef int uniq_key_into(uint8_t *out) except -1:
     cdef int i
     if not UNIQ_READY:
         raise RuntimeError("uniq_key_setup was not called (broker.client.message does it on import)")
-    t = <uint32_t> ((now_ms() - UNIQ_START_MS) & 0xFFFFFFFF)
+    t = <uint32_t> (now_ms() - UNIQ_START_MS)   # the low 32 bits, as Java's int cast keeps
     c = UNIQ_COUNTER & 0xFFFF
     UNIQ_COUNTER += 1
     for i in range(20):
@@ -258,25 +268,47 @@ cdef int frame_end(WriteBuffer w, Py_ssize_t start) except -1:
 cdef int send_header(WriteBuffer w, str group, str topic, int32_t default_queues, int32_t queue_id,
                      int32_t sys_flag, int64_t born_ts, int32_t flag, const uint8_t *props, Py_ssize_t props_len,
                      int32_t reconsume_times, bint batch, int32_t max_reconsume_times) except -1:
-    """SendMessageRequestHeaderV2's fields in the order the producer's ext dict had them."""
-    ext_text(w, b"a", 1, group, True)
-    ext_text(w, b"b", 1, topic, False)
-    json_ext_field(w, <const uint8_t *> b"c", 1, <const uint8_t *> b"TBW102", 6, False)
-    ext_int(w, b"d", 1, default_queues)
-    ext_int(w, b"e", 1, queue_id)
-    ext_int(w, b"f", 1, sys_flag)
-    ext_int(w, b"g", 1, born_ts if born_ts >= 0 else now_ms())
-    ext_int(w, b"h", 1, flag)
-    json_ext_field(w, <const uint8_t *> b"i", 1, props, props_len, False)
-    ext_int(w, b"j", 1, reconsume_times)
-    json_ext_field(w, <const uint8_t *> b"k", 1, <const uint8_t *> b"false", 5, False)
+    """SendMessageRequestHeaderV2's fields in the order the producer's ext dict had them. The
+    one-letter keys need no escaping: each number is written with its key in one piece
+    (letter_int), the constant fields as one run of bytes."""
+    cdef Py_ssize_t n
+    cdef const char *p = PyUnicode_AsUTF8AndSize(group, &n)
+    w.write(<const uint8_t *> b'"a":', 4)
+    w.write_json_string(<const uint8_t *> p, n)
+    p = PyUnicode_AsUTF8AndSize(topic, &n)
+    w.write(<const uint8_t *> b',"b":', 5)
+    w.write_json_string(<const uint8_t *> p, n)
+    w.write(<const uint8_t *> b',"c":"TBW102"', 13)
+    letter_int(w, 100, default_queues)   # d
+    letter_int(w, 101, queue_id)         # e
+    letter_int(w, 102, sys_flag)         # f
+    letter_int(w, 103, born_ts if born_ts >= 0 else now_ms())   # g
+    letter_int(w, 104, flag)             # h
+    w.write(<const uint8_t *> b',"i":', 5)
+    w.write_json_string(props, props_len)
+    letter_int(w, 106, reconsume_times)  # j
     if batch:
-        json_ext_field(w, <const uint8_t *> b"m", 1, <const uint8_t *> b"true", 4, False)
+        w.write(<const uint8_t *> b',"k":"false","m":"true"', 23)
     else:
-        json_ext_field(w, <const uint8_t *> b"m", 1, <const uint8_t *> b"false", 5, False)
+        w.write(<const uint8_t *> b',"k":"false","m":"false"', 24)
     if max_reconsume_times >= 0:
-        ext_int(w, b"l", 1, max_reconsume_times)
+        letter_int(w, 108, max_reconsume_times)  # l
     return 0
+
+
+cdef inline int letter_int(WriteBuffer w, uint8_t key, int64_t v) except -1:
+    ""","<key>":"<v>" in one write (what ext_int writes for a one-letter key)."""
+    cdef uint8_t out[32]
+    cdef Py_ssize_t n
+    out[0] = 44   # ,
+    out[1] = 34   # "
+    out[2] = key
+    out[3] = 34
+    out[4] = 58   # :
+    out[5] = 34
+    n = ascii_int(v, out + 6)
+    out[6 + n] = 34
+    return w.write(out, 7 + n)
 
 
 cdef object _render_send(WriteBuffer w, WriteBuffer props, int32_t opaque, bint oneway, str group, str topic,
@@ -542,6 +574,12 @@ cdef object RESULT_TYPE = None   # SendResult (broker.client.producer)
 cdef dict STATUS_OF = {}         # response code of a stored message -> SendResult.status
 cdef double INF = float("inf")
 DEF MAX_OPAQUE = 0x7FFFFFFF      # opaques are Java ints
+RESULT_FIELDS = ("status", "msg_id", "offset_msg_id", "queue", "queue_offset", "recall_handle")
+# where each of RESULT_FIELDS lives in a RESULT_TYPE object, when that type is a plain slots
+# dataclass (its __init__ stores the six arguments and does nothing else): a SendResult is then
+# made by filling its slots, not by a Python call of its __init__ per message; -1: call it
+cdef Py_ssize_t RESULT_SLOTS[6]
+RESULT_SLOTS[0] = -1
 
 
 def send_result_setup(result_type, dict status_of not None) -> None:
@@ -550,6 +588,49 @@ def send_result_setup(result_type, dict status_of not None) -> None:
     global RESULT_TYPE, STATUS_OF
     RESULT_TYPE = result_type
     STATUS_OF = dict(status_of)
+    RESULT_SLOTS[0] = -1
+    if result_type is not None and _plain_slots_dataclass(result_type):
+        for i, name in enumerate(RESULT_FIELDS):
+            RESULT_SLOTS[i] = (<PyMemberDescrObject *> <PyObject *> result_type.__dict__[name]).d_member.offset
+
+
+cdef bint _plain_slots_dataclass(type t):
+    """t is a dataclass of exactly RESULT_FIELDS, in order, each an object slot of t's own, whose
+    __new__ is object's and which has no __post_init__: an object of it with every slot filled
+    is what its __init__ makes."""
+    import dataclasses
+    import types
+    if not dataclasses.is_dataclass(t) or hasattr(t, "__post_init__") or t.__new__ is not object.__new__:
+        return False
+    if tuple(f.name for f in dataclasses.fields(t)) != RESULT_FIELDS or not t.__dataclass_params__.init:
+        return False
+    if getattr(getattr(t.__init__, "__code__", None), "co_filename", None) != "<string>":  # not the one dataclass wrote
+        return False
+    for name in RESULT_FIELDS:
+        d = t.__dict__.get(name)
+        if type(d) is not types.MemberDescriptorType or (<PyMemberDescrObject *> <PyObject *> d).d_member.type != T_OBJECT_EX:
+            return False
+    return True
+
+
+cdef inline void fill_slot(object o, Py_ssize_t offset, object v):
+    Py_INCREF(v)
+    (<PyObject **> ((<char *> <PyObject *> o) + offset))[0] = <PyObject *> v
+
+
+cdef object send_result(object status, object uniq, object offset_id, object mq, int64_t queue_offset, object recall):
+    """RESULT_TYPE(status, uniq, offset_id, mq, queue_offset, recall)."""
+    cdef object r
+    if RESULT_SLOTS[0] < 0:
+        return RESULT_TYPE(status, uniq, offset_id, mq, queue_offset, recall)
+    r = PyType_GenericAlloc(<PyTypeObject *> RESULT_TYPE, 0)
+    fill_slot(r, RESULT_SLOTS[0], status)
+    fill_slot(r, RESULT_SLOTS[1], uniq)
+    fill_slot(r, RESULT_SLOTS[2], offset_id)
+    fill_slot(r, RESULT_SLOTS[3], mq)
+    fill_slot(r, RESULT_SLOTS[4], queue_offset)
+    fill_slot(r, RESULT_SLOTS[5], recall)
+    return r
 
 
 cdef inline tuple slot_tuple(SendSlot *s):
@@ -613,23 +694,8 @@ cdef class SendSlots:
         (channel._schedule_flush()) as needed; returns that future. None: not a send for here
         (send() returned -1), nothing done; False: the connection is closed (take_all()) or the
         route was fresh only until `fresh_until` (loop time), which has passed."""
-        cdef double now
-        cdef int r
-        if not self._open:
-            return False
-        now = self._time()
-        if now >= fresh_until:
-            return False
-        fut = self._create_future()
-        r = self.send(w, fut, owner, group, msg, mq, queue_id, default_queues, compress_over, now, timeout)
-        if r < 0:
-            return None
-        channel = self.channel
-        if r:
-            channel._arm_sends()
-        if not channel._flush_soon:
-            channel._schedule_flush()
-        return fut
+        return slots_submit(self, w, owner, group, msg, mq, queue_id, default_queues, compress_over, timeout,
+                            fresh_until)
 
     def next_opaque(self) -> int:
         """The connection's next opaque (1 .. 2^31-1, then 1 again): every request takes one here."""
@@ -695,16 +761,19 @@ cdef class SendSlots:
         if s.fut == NULL or s.opaque != r.opaque:
             return 0
         self.in_flight -= 1
-        t = slot_tuple(s)
-        fut = t[0]
         status = STATUS_OF.get(r.code)
         if status is None or RESULT_TYPE is None or (r.fields & F_QUEUE_ID and r._queue_id != s.queue_id):
-            t[4]._send_answer(fut, r, t[1], t[2], t[3], self.channel, t[5], t[6])
+            t = slot_tuple(s)
+            t[4]._send_answer(t[0], r, t[1], t[2], t[3], self.channel, t[5], t[6])
             return 1
+        fut = <object> s.fut
+        uniq = <object> s.uniq
+        mq = <object> s.mq
+        slot_clear(s)
         if fut.done():  # its caller cancelled it
             return 1
         # a timer message's answer carries its recall handle (None for the others)
-        fut.set_result(RESULT_TYPE(status, t[3], r.msg_id if r.msg_id else "", t[2],
+        fut.set_result(send_result(status, uniq, r.msg_id if r.msg_id else "", mq,
                                    r._queue_offset if r.fields & F_QUEUE_OFFSET else -1, r.recall_handle))
         return 1
 
@@ -751,6 +820,80 @@ cdef class SendSlots:
         self.in_flight = 0
         self.armed = INF
         return out
+
+
+cdef object slots_submit(SendSlots self, WriteBuffer w, owner, str group, msg, mq, int32_t queue_id,
+                         int32_t default_queues, Py_ssize_t compress_over, double timeout, double fresh_until):
+    """SendSlots.submit (FastTopic.submit calls it from C)."""
+    cdef double now
+    cdef int r
+    if not self._open:
+        return False
+    now = self._time()
+    if now >= fresh_until:
+        return False
+    fut = self._create_future()
+    r = self.send(w, fut, owner, group, msg, mq, queue_id, default_queues, compress_over, now, timeout)
+    if r < 0:
+        return None
+    channel = self.channel
+    if r:
+        channel._arm_sends()
+    if not channel._flush_soon:
+        channel._schedule_flush()
+    return fut
+
+
+@cython.final
+cdef class FastTopic:
+    """A producer's fast sends of one topic (Producer.send): the queue chosen round-robin and the
+    message handed to that queue's connection (SendSlots.submit) with no Python of the producer's
+    per send. Made from the route cache's entry for the topic (`hit`, a tuple the cache replaces
+    when it refetches or drops the route): each of `targets` is (queue, queue id, the open
+    ClientChannel of its broker), `rr` the producer's round-robin counter of the topic (an
+    iterator of ints), `fresh_until` (loop time) when the route stops being fresh."""
+
+    cdef readonly object hit
+    cdef readonly double fresh_until
+    cdef readonly str topic
+    cdef readonly Py_ssize_t n
+    cdef dict routes
+    cdef object owner, rr
+    cdef str group
+    cdef int32_t default_queues
+    cdef Py_ssize_t compress_over
+    cdef list mqs, qids, slots, outs
+
+    def __init__(self, owner, str group not None, int32_t default_queues, Py_ssize_t compress_over,
+                 dict routes not None, str topic not None, hit, double fresh_until, list targets not None, rr):
+        if not targets:
+            raise ValueError("a FastTopic needs at least one target")
+        self.owner, self.group, self.default_queues, self.compress_over = owner, group, default_queues, compress_over
+        self.routes, self.topic, self.hit, self.fresh_until, self.rr = routes, topic, hit, fresh_until, rr
+        self.mqs = [t[0] for t in targets]
+        self.qids = [int(t[1]) for t in targets]
+        self.slots = [<SendSlots?> t[2].sends for t in targets]
+        self.outs = [<WriteBuffer?> t[2].out for t in targets]
+        self.n = len(targets)
+
+    def submit(self, msg, double timeout):
+        """Send `msg` on the next queue: the future its answer completes (SendSlots.submit). None:
+        not a send for here (a body to compress: before a queue is taken; the ring slot of the
+        next opaque still taken), nothing sent; False: stale (the route cache holds another entry
+        for the topic, the route is no longer fresh, or the connection closed), nothing sent."""
+        cdef Py_ssize_t i
+        cdef long long k
+        if len(msg.body) > self.compress_over:
+            return None
+        if self.routes.get(self.topic) is not self.hit:
+            return False
+        k = next(self.rr)
+        i = k % self.n
+        if i < 0:
+            i += self.n
+        return slots_submit(<SendSlots> self.slots[i], <WriteBuffer> self.outs[i], self.owner, self.group, msg,
+                            self.mqs[i], <int32_t> self.qids[i], self.default_queues, self.compress_over, timeout,
+                            self.fresh_until)
 
 
 @cython.final

@@ -250,3 +250,35 @@ def test_a_ring_slot_still_taken_refuses_the_send_and_renders_nothing():
     assert slots.next_opaque() == 5  # the refused send took no opaque
     assert slots.send(w, Fut(), None, "g", Message("T", b"x" * 2000), mq, 0, 4, 1024, 0.0, 3.0) == -1  # to compress
     assert [t[5] for t in slots.expire(3.0)] == [3.0] * 4 and slots.in_flight == 0 and slots.armed == float("inf")
+
+
+def test_a_send_result_is_the_dataclass_its_init_makes_and_another_result_type_is_called():
+    """SendSlots fills a plain slots dataclass's slots instead of calling its __init__ (the twin
+    checks above compare those with the twin's result_type(...) calls); a result type that is not
+    one is called as before."""
+    from broker.client.producer import _SEND_STATUS, SendResult
+    from broker.client.route import MessageQueue
+    from tools.fuzz.checks import _Fut
+
+    def one_answer(result_type):
+        K.send_result_setup(result_type, _SEND_STATUS)
+        slots, w, fut = K.SendSlots(None, 4), WriteBuffer(), _Fut()
+        mq = MessageQueue("T", "b", 2)
+        assert slots.send(w, fut, None, "g", Message("T", b"x"), mq, 2, 4, 1024, 0.0, 3.0) == 1
+        cmd = RemotingCommand.request(310, {})
+        cmd.opaque = 1
+        answer = cmd.response(0, {"msgId": "ID", "queueId": "2", "queueOffset": "41"}).encode()
+        assert K.read_replies(bytearray(answer), 0, len(answer), sends=slots) == ([], len(answer))
+        return fut.result, mq
+
+    class Called:
+        def __init__(self, *args):
+            self.args = args
+    try:
+        made, mq = one_answer(SendResult)
+        assert type(made) is SendResult and made == SendResult("SEND_OK", made.msg_id, "ID", mq, 41, None)
+        assert len(made.msg_id) == 32 and str(made).startswith("SEND_OK msgId=")
+        other, mq = one_answer(Called)
+        assert type(other) is Called and other.args == ("SEND_OK", other.args[1], "ID", mq, 41, None)
+    finally:
+        K.send_result_setup(SendResult, _SEND_STATUS)

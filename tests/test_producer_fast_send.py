@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+import zlib
 
 import pytest
 
 from broker.client.errors import SendFailed
-from broker.client.message import Message
+from broker.client.message import COMPRESSED_FLAG, Message
 from broker.client.producer import FLUSH_DISK_TIMEOUT, SEND_OK, Producer
 from broker.client.route import MessageQueue, single_broker_route
 from broker.remoting import codes
@@ -193,5 +194,39 @@ def test_a_cancelled_send_leaves_the_others_answered():
             futs[1].cancel()
             assert [r.queue_offset for r in await asyncio.gather(futs[0], futs[2])] == [1, 3]
             assert futs[1].cancelled()
+            await p.client.shutdown()
+    run(go())
+
+
+def test_the_producers_settings_changed_after_its_first_sends_hold_for_the_next():
+    async def go():  # the fast path keeps group and compress_over per topic: a change must reach it
+        async with ScriptedBroker(lambda c, n: stored(c)) as b:
+            p = await producer_for(b)
+            assert (await p.send(Message(TOPIC, b"x" * 100))).status == SEND_OK
+            p.compress_over, p.group = 10, "pg-other"
+            assert (await p.send(Message(TOPIC, b"x" * 100))).status == SEND_OK
+            first, second = b.requests
+            assert (first.get_int("f"), first.get_str("a")) == (0, "pg-fast")
+            assert (second.get_int("f"), second.get_str("a")) == (COMPRESSED_FLAG, "pg-other")
+            assert zlib.decompress(second.body) == b"x" * 100
+            p.compress_over = 4096
+            fut = p.send(Message(TOPIC, b"y" * 100))
+            assert isinstance(fut, asyncio.Future) and (await fut).status == SEND_OK, "the fast path again"
+            assert b.requests[2].get_int("f") == 0 and b.requests[2].get_str("a") == "pg-other"
+            await p.client.shutdown()
+    run(go())
+
+
+def test_a_route_the_cache_replaced_is_sent_on_as_the_new_one_says():
+    async def go():  # a refetched route (a new cache entry) with fewer queues: the fast path follows it
+        async with ScriptedBroker(lambda c, n: stored(c)) as b:
+            p = await producer_for(b)
+            await asyncio.gather(*(p.send(Message(TOPIC, b"a")) for _ in range(8)))
+            assert {c.get_int("e") for c in b.requests} == {0, 1, 2, 3}
+            p.client.routes.routes[TOPIC] = (single_broker_route("broker-a", b.addr, 1, 1), time.monotonic())
+            futs = [p.send(Message(TOPIC, b"b")) for _ in range(4)]
+            assert all(isinstance(f, asyncio.Future) for f in futs)
+            assert [r.queue.queue_id for r in await asyncio.gather(*futs)] == [0] * 4
+            assert {c.get_int("e") for c in b.requests[8:]} == {0}
             await p.client.shutdown()
     run(go())

@@ -9,10 +9,10 @@ Sends are pipelined: a request is rendered by the client kernel (broker.kernels.
 straight into its connection's write buffer, which leaves at the end of the loop turn with the
 other requests of that turn, and its answer resolves a future from the connection's per-read loop.
 When the topic's route is cached and its brokers connected (every send but a topic's first),
-send() is no coroutine: it renders the request and keeps it in the connection's SendSlots
-(client_codec.pyx), and returns the future that the connection's reply reader completes in C
-with the SendResult; no task, no timer and no Python object of ours per send (send_async makes
-none either). A pinned queue, a body to compress, a retry topic and a producer whose _body adds
+send() is no coroutine: one C call (the topic's FastTopic, client_codec.pyx) picks the queue,
+renders the request and keeps it in the connection's SendSlots, and send() returns the future
+that the connection's reply reader completes in C with the SendResult (its slots filled in C);
+no task, no timer and no Python object of ours per send (send_async makes none either). A pinned queue, a body to compress, a retry topic and a producer whose _body adds
 flags (transactions) take the coroutine path, which still awaits only the answer when it can.
 Retries take the general path (route refetched, connection awaited), and keep the message's
 UNIQ_KEY.
@@ -32,7 +32,7 @@ from broker.client.client_instance import MQClientInstance
 from broker.client.errors import BrokerUnreachable, ClientError, ResponseError, RouteNotFound, SendFailed
 from broker.client.message import COMPRESSED_FLAG, PROPERTY_MAX_RECONSUME_TIMES, Message
 from broker.client.route import MessageQueue, TopicRoute
-from broker.kernels.client_codec import Reply, render_batch, render_send, send_result_setup
+from broker.kernels.client_codec import FastTopic, Reply, render_batch, render_send, send_result_setup
 from broker.common.recall_handle import BadRecallHandle, RecallHandle
 from broker.remoting import codes
 from broker.remoting.command import RemotingCommand
@@ -70,16 +70,6 @@ class SendResult:
 send_result_setup(SendResult, _SEND_STATUS)
 
 
-class _FastTopic:
-    """A topic's sends that need no Python of the channel's: its cached route entry (`hit`,
-    checked by identity: a refetch or invalidate replaces it), until when (loop time) that route
-    is fresh, and (queue, queue id, open channel) per write queue in selection order."""
-    __slots__ = ("hit", "fresh_until", "targets", "n", "rr")
-
-    def __init__(self, hit: tuple, fresh_until: float, targets: list, rr):
-        self.hit, self.fresh_until, self.targets, self.n, self.rr = hit, fresh_until, targets, len(targets), rr
-
-
 def _retry_counts(props: dict) -> tuple[dict, int, int]:
     """A consumer re-publishing a failed message: the counts travel in the header (j, l), not as
     properties (DefaultMQProducerImpl.sendKernelImpl)."""
@@ -98,6 +88,7 @@ class Producer:
     def __init__(self, group: str, namesrv_addr: str | None = None, client: MQClientInstance | None = None,
                  retry_times: int = RETRY_TIMES_WHEN_SEND_FAILED, compress_over: int = COMPRESS_OVER,
                  default_topic_queue_nums: int = 4):
+        self._fast: dict[str, FastTopic] = {}  # topic -> its sends kept in C (the kernel's FastTopic)
         self.group = group
         self.client = client or MQClientInstance(namesrv_addr)
         self.retry_times = retry_times
@@ -107,7 +98,34 @@ class Producer:
         # topic -> (route, its write queues, brokerName -> master address), computed once per route object
         self._write_queues: dict[str, tuple[TopicRoute, list[MessageQueue], dict[str, str]]] = {}
         self._pending: set[asyncio.Future] = set()
-        self._fast: dict[str, _FastTopic] = {}
+
+    # a FastTopic holds the group and the two numbers as they were when it was made: a change drops them
+    @property
+    def group(self) -> str:
+        return self._group
+
+    @group.setter
+    def group(self, value: str) -> None:
+        self._group = value
+        self._fast.clear()
+
+    @property
+    def compress_over(self) -> int:
+        return self._compress_over
+
+    @compress_over.setter
+    def compress_over(self, value: int) -> None:
+        self._compress_over = value
+        self._fast.clear()
+
+    @property
+    def default_topic_queue_nums(self) -> int:
+        return self._default_topic_queue_nums
+
+    @default_topic_queue_nums.setter
+    def default_topic_queue_nums(self, value: int) -> None:
+        self._default_topic_queue_nums = value
+        self._fast.clear()
 
     async def start(self) -> None:
         self.client.producer_groups.add(self.group)
@@ -247,41 +265,39 @@ class Producer:
         every attempt goes there. The request is rendered at once (not when awaited); when the
         topic's route is cached and its brokers connected, the awaitable is a future its answer
         completes in C (SendSlots), otherwise a coroutine."""
-        if queue is None and len(msg.body) <= self.compress_over:  # _send_fast written out: a call less a send
-            topic = msg.topic
-            fast = self._fast.get(topic)
-            if fast is None or fast.hit is not self.client.routes.routes.get(topic):
-                fast = self._fast_topic(topic)
-            if fast is not None:
-                mq, qid, ch = fast.targets[next(fast.rr) % fast.n]
-                fut = ch.sends.submit(ch.out, self, self.group, msg, mq, qid, self.default_topic_queue_nums,
-                                      self.compress_over, timeout, fast.fresh_until)
+        if queue is None:  # _send_fast written out: a call less a send
+            fast = self._fast.get(msg.topic)
+            fut = False if fast is None else fast.submit(msg, timeout)
+            if fut:
+                return fut
+            if fut is False:  # none yet, or stale: made again from the route cache, if it can be
+                fut = self._send_fast_again(msg, timeout)
                 if fut:
                     return fut
-                if fut is False:  # the connection closed, or the route is stale: the general path refetches
-                    self._fast.pop(topic, None)
         return self._send(msg, timeout, queue)
 
     def _send_fast(self, msg: Message, timeout: float) -> asyncio.Future | None:
-        """A send kept in C (SendSlots.submit) when the topic's route is cached and fresh and its
+        """A send kept in C (FastTopic.submit) when the topic's route is cached and fresh and its
         brokers connected: the future its answer completes; None otherwise, nothing sent."""
-        if len(msg.body) > self.compress_over:  # before a queue is taken from the round-robin
-            return None
-        topic = msg.topic
-        fast = self._fast.get(topic)
-        if fast is None or fast.hit is not self.client.routes.routes.get(topic):
-            fast = self._fast_topic(topic)
-            if fast is None:
-                return None
-        mq, qid, ch = fast.targets[next(fast.rr) % fast.n]
-        fut = ch.sends.submit(ch.out, self, self.group, msg, mq, qid, self.default_topic_queue_nums,
-                              self.compress_over, timeout, fast.fresh_until)
+        fast = self._fast.get(msg.topic)
+        fut = False if fast is None else fast.submit(msg, timeout)
         if fut is False:
-            self._fast.pop(topic, None)
+            return self._send_fast_again(msg, timeout)
+        return fut
+
+    def _send_fast_again(self, msg: Message, timeout: float) -> asyncio.Future | None:
+        """The send of a topic whose FastTopic is missing or stale: a new one when the route cache
+        allows (_fast_topic), and the send submitted to it; None when it does not take it."""
+        fast = self._fast_topic(msg.topic)
+        if fast is None:
+            return None
+        fut = fast.submit(msg, timeout)
+        if fut is False:  # the connection closed, or the route is stale: the general path refetches
+            self._fast.pop(msg.topic, None)
             return None
         return fut
 
-    def _fast_topic(self, topic: str) -> _FastTopic | None:
+    def _fast_topic(self, topic: str) -> FastTopic | None:
         """The topic's fast sends when its route is cached and fresh, with writable queues all on
         connected brokers; None otherwise: for a retry topic, whose counts travel in the header, and
         for a producer whose _body sets other flags (a TransactionProducer's half messages), as
@@ -306,7 +322,8 @@ class Producer:
         rr = self._rr.get(topic)
         if rr is None:
             rr = self._rr[topic] = itertools.count(random.randrange(len(queues)))
-        fast = self._fast[topic] = _FastTopic(hit, targets[0][2]._loop.time() + left, targets, rr)
+        fast = self._fast[topic] = FastTopic(self, self.group, self.default_topic_queue_nums, self.compress_over,
+                                             routes.routes, topic, hit, targets[0][2]._loop.time() + left, targets, rr)
         return fast
 
     def _send_answer(self, fut: asyncio.Future, answer, msg: Message, mq: MessageQueue, uniq: str, ch,

@@ -87,6 +87,7 @@ class RouteCache:
     def __init__(self, fetch: Callable[[str], Awaitable[TopicRoute]], ttl: float = ROUTE_TTL):
         self.fetch = fetch
         self.ttl = ttl
+        # entries are replaced or dropped, the dict never: a producer's FastTopic keeps it and its entry
         self.routes: dict[str, tuple[TopicRoute, float]] = {}
 
     async def get(self, topic: str, refresh: bool = False) -> TopicRoute:

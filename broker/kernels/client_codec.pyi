@@ -18,6 +18,7 @@ F_MAX_OFFSET: Final[int]
 F_SUGGEST_BROKER: Final[int]
 F_TRANSACTION_ID: Final[int]
 F_RECALL_HANDLE: Final[int]
+RESULT_FIELDS: Final[tuple[str, ...]]
 
 def uniq_key_setup(prefix: str, start_ms: int) -> None: ...
 def new_uniq_key() -> str: ...
@@ -90,6 +91,19 @@ class SendSlots:
     def take(self, opaque: int) -> tuple[Any, Any, Any, Any, Any, float, float] | None: ...
     def expire(self, now: float) -> list[tuple[Any, Any, Any, Any, Any, float, float]]: ...
     def take_all(self) -> list[tuple[Any, Any, Any, Any, Any, float, float]]: ...
+
+class FastTopic:
+    """A producer's fast sends of one topic: the queue chosen and the message handed to its
+    connection's SendSlots in C."""
+    hit: Any
+    fresh_until: float
+    topic: str
+    n: int
+    def __init__(
+        self, owner: Any, group: str, default_queues: int, compress_over: int, routes: dict[str, Any], topic: str,
+        hit: Any, fresh_until: float, targets: list[tuple[Any, int, Any]], rr: Any,
+    ) -> None: ...
+    def submit(self, msg: Any, timeout: float) -> Any: ...
 
 class ReplyReader:
     sends: SendSlots | None
