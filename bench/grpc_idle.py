@@ -24,13 +24,13 @@ async def _hold_receives(endpoints: str, receives: int, idle_s: float, measure) 
     """`receives` ReceiveMessage calls long-polling EMPTY_TOPIC, held while `measure` runs; each
     must still be waiting at the end of the window (none answered early)."""
     import grpc
-    from bench.grpc_bench import BROKER_NAME
+    from broker.server.broker_config import BrokerConfig
     from broker.proxy.protocol import definition_pb2 as pb
     from broker.proxy.protocol import service_pb2 as spb
     from broker.proxy.protocol import service_pb2_grpc as rpc
     req = spb.ReceiveMessageRequest(
         group=pb.Resource(name="bench_long_poll"), batch_size=32,
-        message_queue=pb.MessageQueue(topic=pb.Resource(name=EMPTY_TOPIC), broker=pb.Broker(name=BROKER_NAME)),
+        message_queue=pb.MessageQueue(topic=pb.Resource(name=EMPTY_TOPIC), broker=pb.Broker(name=BrokerConfig.brokerName)),
         filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"))
     req.invisible_duration.FromSeconds(30)
     req.long_polling_timeout.FromSeconds(LONG_POLL_S)
