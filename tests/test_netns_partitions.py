@@ -467,6 +467,7 @@ def test_dledger_under_delay_or_reordering_keeps_committing(tmp_path: Path, kind
             expect = ((lambda f: f["delayed"] > 0 and f["sent"] == f["reordered"] == 0) if kind == "delay" else
                       (lambda f: f["delayed"] > 0 and f["reordered"] > 0 and f["sent"] == 0))
             assert all(expect(f) for f in fates.values()), f"the wire did not {kind} every member's frames: {fates}"
+            assert sum(f["overtaken"] for f in fates.values()) > 0, f"no frame arrived out of order: {fates}"
             hosts.heal()
             lead = g.leader()
             wait_for(lambda: all((lambda i: i["dispatchedOffset"] >= i["commitLogMaxOffset"] ==

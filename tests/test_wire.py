@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tests.helpers.netns import Hosts, NetnsError, wire_unavailable
+from tests.helpers.netns import Hosts, NetnsError, Wire, wire_unavailable
 from tests.helpers.wire import Impairment, SpecError
 
 ECHO = """
@@ -120,6 +120,38 @@ def test_a_round_trip_through_the_wire_takes_the_delay_and_the_faults_still_bite
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
     spaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert hosts.token not in links and hosts.token not in spaces, (links, spaces)
+
+
+SENDER = """
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for i in range(int(sys.argv[2])):
+    s.sendto(i.to_bytes(4, "big"), (sys.argv[1], 7001))
+"""
+
+
+@pytest.mark.skipif(WHY is not None, reason=f"needs the userspace wire: {WHY}")
+@pytest.mark.parametrize("spec", ["delay 10ms reorder 25%", "delay 20ms 10ms"])
+def test_datagrams_arrive_out_of_order_through_the_wire(spec: str):
+    """A burst of numbered datagrams from a host, all delivered, some after ones sent later: the
+    reordered ones overtaking the held ones, or the jitter reordering as netem's does."""
+    n = 300
+    with Hosts(["b"], wire=True) as hosts, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as rx:
+        rx.bind((hosts.gateway, 7001))
+        rx.settimeout(5)
+        hosts.impair("b", spec)
+        subprocess.run(hosts.wrap("b") + [sys.executable, "-c", SENDER, hosts.gateway, str(n)], check=True)
+        got = [int.from_bytes(rx.recv(16), "big") for _ in range(n)]
+        fates = hosts.impaired("b")
+    assert sorted(got) == list(range(n)), "datagrams lost or repeated"
+    late = sum(1 for i, m in enumerate(got) if m < max(got[:i], default=-1))
+    assert late > 0 and fates["overtaken"] >= late, (late, fates)
+
+
+@pytest.mark.skipif(WHY is not None, reason=f"needs the userspace wire: {WHY}")
+def test_a_bad_link_name_stops_the_wire_saying_why():
+    with pytest.raises(NetnsError, match="1 to 15 bytes"):
+        Wire(["x" * 16])
 
 
 @pytest.mark.skipif(WHY is not None, reason=f"needs the userspace wire: {WHY}")

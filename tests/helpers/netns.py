@@ -34,7 +34,8 @@ traffic included (as netem on the host's eth0 would):
 - impair(a, "delay 200ms 50ms"): held 200 ms +- 50 ms, uniformly (jitter reorders, as netem's);
 - impair(a, "delay 10ms reorder 25% 50%"): a quarter of the frames sent at once, overtaking the
   rest, held 10 ms;
-- impaired(a): frames by fate so far, the proof that an impairment bit.
+- impaired(a): frames by fate so far, and how many were overtaken by a frame sent after them: the
+  proof that an impairment bit.
 
 Names carry a random token, so a run that crashed leaves namespaces and links that never clash
 with the next run's, and the subnet is one no interface of the root namespace uses yet."""
@@ -96,8 +97,10 @@ class Wire:
                                      stderr=subprocess.PIPE, text=True, bufsize=1)
         first = self.proc.stdout.readline().strip()
         if first != "ready":
+            self.proc.wait(10)  # it failed: exits by itself
+            why = self.proc.stderr.read().strip().splitlines()
             self.close()
-            raise NetnsError(f"the wire did not start: {first!r} {self.proc.stderr.read().strip()}")
+            raise NetnsError(f"the wire did not start: {why[-1] if why else repr(first)}")
 
     def command(self, line: str) -> str:
         """Send one command; its answer's text after "ok" (NetnsError for an "error" answer)."""
@@ -124,9 +127,15 @@ class Wire:
 def wire_unavailable() -> str | None:
     """Why hosts on the userspace wire cannot be made here, or None if they can."""
     why = unavailable()
-    if why is None and not os.path.exists("/dev/net/tun"):
-        why = "/dev/net/tun is missing: the wire's TAP devices need the kernel's tun driver"
-    return why
+    if why is not None:
+        return why
+    if not os.path.exists("/dev/net/tun"):
+        return "/dev/net/tun is missing: the wire's TAP devices need the kernel's tun driver"
+    try:
+        Wire([f"rmqprobe{secrets.token_hex(2)}"]).close()
+    except NetnsError as e:
+        return str(e)
+    return None
 
 
 def _free_subnet() -> ipaddress.IPv4Network:
@@ -272,12 +281,14 @@ class Hosts:
         self._wire.command(f"impair {self.taps[name]} {spec}")
 
     def impaired(self, name: str) -> dict[str, int]:
-        """Frames the wire took from host `name`, by fate (sent, delayed, reordered, lost): proof
-        that an impairment bit."""
+        """Frames the wire took from host `name`, by fate (sent, delayed, reordered, lost), and how
+        many of them arrived after a frame the host sent later (overtaken): proof that an
+        impairment bit."""
         if self._wire is None:
             raise NetnsError("impaired() needs hosts on the userspace wire: Hosts(names, wire=True)")
         stats = dict(w.split("=", 1) for w in self._wire.command("stats").split())
-        return dict(zip(("sent", "delayed", "reordered", "lost"), map(int, stats[self.taps[name]].split("/"))))
+        return dict(zip(("sent", "delayed", "reordered", "lost", "overtaken"),
+                        map(int, stats[self.taps[name]].split("/"))))
 
     def heal(self) -> None:
         for name in self.names:

@@ -22,7 +22,8 @@ netem's meaning:
 Commands, one a line on stdin, each answered with one line on stdout ("ok ..." or "error ..."):
   impair PORT SPEC...   set PORT's impairment (an empty SPEC clears it)
   clear                 clear every port's impairment
-  stats                 "ok" then PORT=sent/delayed/reordered/lost for each port
+  stats                 "ok" then PORT=sent/delayed/reordered/lost/overtaken for each port
+                        (overtaken: frames delivered after a frame the port sent later)
 End of stdin stops the switch: the caller's death stops it too, and its TAPs with it."""
 from __future__ import annotations
 
@@ -106,11 +107,14 @@ class Impairment:
 
 class Port:
     def __init__(self, name: str):
+        if not 0 < len(name.encode()) < 16 or "/" in name:
+            raise SpecError(f"{name!r}: a link's name has 1 to 15 bytes and no '/'")
         self.name = name
         self.fd = os.open("/dev/net/tun", os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
         fcntl.ioctl(self.fd, TUNSETIFF, struct.pack("16sH", name.encode(), IFF_TAP | IFF_NO_PI))
         self.impairment = Impairment()
-        self.counts = {"sent": 0, "delayed": 0, "reordered": 0, "lost": 0}
+        self.counts = {"sent": 0, "delayed": 0, "reordered": 0, "lost": 0, "overtaken": 0}
+        self.delivered = 0  # the highest sequence number of a frame from this port delivered
 
 
 class Switch:
@@ -123,7 +127,11 @@ class Switch:
         self.rng = random.Random(seed)
 
     # -- forwarding --------------------------------------------------------------------------------
-    def _deliver(self, frame: bytes, src: Port) -> None:
+    def _deliver(self, frame: bytes, src: Port, seq: int) -> None:
+        if seq < src.delivered:
+            src.counts["overtaken"] += 1
+        else:
+            src.delivered = seq
         dst = self.macs.get(frame[:6])
         targets = [dst] if dst is not None and not frame[0] & 1 else [p for p in self.ports if p is not src]
         for p in targets:
@@ -141,18 +149,16 @@ class Switch:
             self.macs[frame[6:12]] = src
         fate, hold = src.impairment.draw(self.rng)
         src.counts[fate] += 1
-        if fate == "lost":
-            return
+        self.seq += 1
         if fate == "delayed":
-            self.seq += 1
             heapq.heappush(self.held, (now + hold, self.seq, frame, src))
-        else:
-            self._deliver(frame, src)
+        elif fate != "lost":
+            self._deliver(frame, src, self.seq)
 
     def _release(self, now: float) -> None:
         while self.held and self.held[0][0] <= now:
-            _, _, frame, src = heapq.heappop(self.held)
-            self._deliver(frame, src)
+            _, seq, frame, src = heapq.heappop(self.held)
+            self._deliver(frame, src, seq)
 
     # -- control -----------------------------------------------------------------------------------
     def command(self, line: str) -> str:
@@ -171,8 +177,7 @@ class Switch:
                     p.impairment = Impairment()
                 return "ok"
             if words[0] == "stats":
-                return "ok " + " ".join(f"{p.name}={p.counts['sent']}/{p.counts['delayed']}/"
-                                        f"{p.counts['reordered']}/{p.counts['lost']}" for p in self.ports)
+                return "ok " + " ".join(f"{p.name}=" + "/".join(map(str, p.counts.values())) for p in self.ports)
         except SpecError as e:
             return f"error {e}"
         return f"error unknown command {line.strip()!r}"
