@@ -62,6 +62,7 @@ def test_impairment_specs_mean_what_netems_do():
     ("delay", "expected delay"),
     ("jitter 5ms", "expected delay"),
     ("delay fast", "fast"),
+    ("delay 10", "needs its unit"),
 ])
 def test_a_bad_impairment_spec_is_refused_saying_why(spec: str, why: str):
     with pytest.raises(SpecError, match=why):

@@ -51,7 +51,7 @@ def _ms(word: str) -> float:
     for unit, scale in (("us", 1e-3), ("ms", 1.0), ("s", 1000.0)):
         if word.endswith(unit):
             return float(word[:-len(unit)]) * scale
-    return float(word)  # netem's default unit is microseconds; ours milliseconds, the tests' unit
+    raise SpecError(f"{word}: a time needs its unit (us, ms or s)")
 
 
 def _pct(word: str) -> float:
@@ -108,7 +108,7 @@ class Impairment:
 class Port:
     def __init__(self, name: str):
         if not 0 < len(name.encode()) < 16 or "/" in name:
-            raise SpecError(f"{name!r}: a link's name has 1 to 15 bytes and no '/'")
+            raise ValueError(f"{name!r}: a link's name has 1 to 15 bytes and no '/'")
         self.name = name
         self.fd = os.open("/dev/net/tun", os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
         fcntl.ioctl(self.fd, TUNSETIFF, struct.pack("16sH", name.encode(), IFF_TAP | IFF_NO_PI))
