@@ -96,7 +96,8 @@ def test_a_round_trip_through_the_wire_takes_the_delay_and_the_faults_still_bite
 
             hosts.impair("b", "delay 100ms 20ms")  # b's answers held 80-120 ms
             delayed = _round_trips(hosts.addr["b"], 10)
-            assert all(0.08 <= t < 0.5 for t in delayed), [round(t * 1000) for t in delayed]
+            # at least the delay; the ceiling only a sanity bound on a loaded machine
+            assert all(0.08 <= t < 2.0 for t in delayed), [round(t * 1000) for t in delayed]
             assert hosts.impaired("b")["delayed"] >= 10
 
             hosts.heal()  # the impairment cleared with the rules
