@@ -158,6 +158,7 @@ $(VENV)/.testdeps: $(STAMP) requirements-test.txt requirements-spark.txt require
 
 # The network-fault tests (tests/test_netns_partitions.py) give each broker a network namespace of
 # its own (iproute2's `ip netns`) and drop packets with nftables' `nft`, from Debian when missing.
+# Delay and reordering need no package: tests/helpers/wire.py switches frames between TAP devices.
 .deps/netns:
 	@(command -v ip >/dev/null && command -v nft >/dev/null) \
 	  || (apt-get update -qq && apt-get install -y -qq iproute2 nftables)

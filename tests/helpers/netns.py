@@ -1,24 +1,41 @@
 """Test hosts of their own: one Linux network namespace per broker, controller or name server,
-each with a veth pair on a bridge of the root namespace and an address of its own, and faults
-injected at the packet level inside the namespaces with nftables (Debian's iproute2 and nftables).
+each with a link of its own (eth0) and an address, and faults injected at the packet level: drops
+inside the namespaces with nftables (Debian's iproute2 and nftables), delay, jitter and reordering
+on the wire between them.
 
 The loopback proxies of the other fault tests close or stall a TCP stream; here a partitioned host
 answers nothing at all, not even a RST: its packets are dropped by the kernel, so a peer learns of
 the partition only from its own timeouts, as on a real network.
 
-The test process (the client, the checker) stays in the root namespace, which holds the bridge's
-address (`.1`): it reaches every host, and the faults are between hosts unless a method says
+The test process (the client, the checker) stays in the root namespace, which holds the network's
+first address (`.1`): it reaches every host, and the faults are between hosts unless a method says
 otherwise, so that the test can still watch both sides of a partition.
 
-Faults, each an nftables rule in a table `inet faults` of the host's namespace (stateless: a TCP
-connection open across the fault stays open and silent, as it would behind a broken switch):
+The links, one of two kinds:
+- `Hosts(names)`: a veth pair per host on a bridge of the root namespace (the kernel forwards);
+- `Hosts(names, wire=True)`: a TAP device per host and one for the root namespace, all held by the
+  wire (tests/helpers/wire.py), a userspace learning switch in a process of its own that forwards
+  every Ethernet frame and can hold back, jitter, reorder or drop what each host sends. It stands
+  in for the kernel's netem qdisc, which many kernels (this project's development machine's, CI's
+  maybe) are built without: one mechanism everywhere, so a delay test behaves the same here and in
+  CI. A ping through it with "delay 200ms 50ms" on both hosts takes 400 ms +- 100 ms (each leg
+  200 +- 50); unimpaired, a fraction of a millisecond more than the bridge.
+
+Faults by nftables, each a rule in a table `inet faults` of the host's namespace (stateless: a TCP
+connection open across the fault stays open and silent, as it would behind a broken switch); they
+work the same on either kind of link:
 - partition(a, b): nothing passes between a and b, either way;
 - partition_one_way(src, dst): dst hears nothing from src (src still hears dst);
 - isolate(a): a partitioned from every other host;
 - loss(a, percent): each packet between a and another host dropped at random, in each direction;
-- heal(): every rule removed.
-Delay and reordering need the kernel's netem qdisc (`tc qdisc ... netem`): `netem_available()`
-says whether this kernel has it.
+- heal(): every rule removed (and every impairment on the wire).
+Faults on the wire (`wire=True` only), netem's words for what a host sends, the root namespace's
+traffic included (as netem on the host's eth0 would):
+- impair(a, "delay 200ms 50ms"): held 200 ms +- 50 ms, uniformly (jitter reorders, as netem's);
+- impair(a, "delay 10ms reorder 25% 50%"): a quarter of the frames sent at once, overtaking the
+  rest, held 10 ms;
+- impaired(a): frames by fate so far, and how many were overtaken by a frame sent after them: the
+  proof that an impairment bit.
 
 Names carry a random token, so a run that crashed leaves namespaces and links that never clash
 with the next run's, and the subnet is one no interface of the root namespace uses yet."""
@@ -30,6 +47,7 @@ import re
 import secrets
 import shutil
 import subprocess
+import sys
 
 SUPERNET = "10.213"  # hosts are 10.213.<k>.2... /24, the root namespace 10.213.<k>.1
 
@@ -68,21 +86,56 @@ def unavailable() -> str | None:
     return None
 
 
-def netem_available() -> bool:
-    """Whether the kernel has the netem qdisc (delay, jitter, reordering): tried on a dummy link in a
-    throw-away namespace."""
-    if unavailable() is not None or shutil.which("tc") is None:
-        return False
-    probe = f"rmqprobe{secrets.token_hex(2)}"
+class Wire:
+    """The userspace switch (tests/helpers/wire.py) in a process of its own, driven through its
+    stdin: one TAP device per name, made before this returns. close() (or this process's death,
+    which closes the pipe) stops it, and its TAPs vanish with it."""
+
+    def __init__(self, taps: list[str]):
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "wire.py")
+        self.proc = subprocess.Popen([sys.executable, script, *taps], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, bufsize=1)
+        first = self.proc.stdout.readline().strip()
+        if first != "ready":
+            self.proc.wait(10)  # it failed: exits by itself
+            why = self.proc.stderr.read().strip().splitlines()
+            self.close()
+            raise NetnsError(f"the wire did not start: {why[-1] if why else repr(first)}")
+
+    def command(self, line: str) -> str:
+        """Send one command; its answer's text after "ok" (NetnsError for an "error" answer)."""
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+        answer = self.proc.stdout.readline().strip()
+        if not answer.startswith("ok"):
+            raise NetnsError(f"wire {line!r}: {answer or 'no answer: ' + self.proc.stderr.read().strip()}")
+        return answer[2:].strip()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()  # end of its input: it stops
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if not f.closed:
+                f.close()
+
+
+def wire_unavailable() -> str | None:
+    """Why hosts on the userspace wire cannot be made here, or None if they can."""
+    why = unavailable()
+    if why is not None:
+        return why
+    if not os.path.exists("/dev/net/tun"):
+        return "/dev/net/tun is missing: the wire's TAP devices need the kernel's tun driver"
     try:
-        _run(["ip", "netns", "add", probe])
-        _run(["ip", "-n", probe, "link", "add", "d0", "type", "dummy"])
-        _run(["ip", "netns", "exec", probe, "tc", "qdisc", "add", "dev", "d0", "root", "netem", "delay", "1ms"])
-        return True
-    except NetnsError:
-        return False
-    finally:
-        subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+        Wire([f"rmqprobe{secrets.token_hex(2)}"]).close()
+    except NetnsError as e:
+        return str(e)
+    return None
 
 
 def _free_subnet() -> ipaddress.IPv4Network:
@@ -99,7 +152,9 @@ class Hosts:
     """A bridge and one namespace per name, each with an address on the bridge. Use as a context
     manager (or call close()): every namespace, link and rule is removed, even after a failure."""
 
-    def __init__(self, names: list[str]):
+    def __init__(self, names: list[str], wire: bool = False):
+        self.wire = wire
+        self._wire: Wire | None = None
         self.token = secrets.token_hex(3)
         self.net = _free_subnet()
         addrs = list(self.net.hosts())
@@ -108,7 +163,6 @@ class Hosts:
         self.addr: dict[str, str] = {n: str(addrs[i + 1]) for i, n in enumerate(self.names)}
         self.ns: dict[str, str] = {n: f"rmq{self.token}-{n}" for n in self.names}
         self.bridge = f"rmqb{self.token}"
-        self._netem: set[str] = set()  # hosts with a netem qdisc on their link
         self._made_ns: list[str] = []
         self._made_links: list[str] = []
         try:
@@ -118,6 +172,20 @@ class Hosts:
             raise
 
     def _build(self) -> None:
+        if self.wire:
+            self._build_wire()
+        else:
+            self._build_bridge()
+        for name in self.names:
+            ns = self.ns[name]
+            _run(["ip", "-n", ns, "addr", "add", f"{self.addr[name]}/{self.net.prefixlen}", "dev", "eth0"])
+            _run(["ip", "-n", ns, "link", "set", "eth0", "up"])
+            _run(["ip", "-n", ns, "link", "set", "lo", "up"])
+            self.nft(name, "table inet faults {\n"
+                           "  chain input { type filter hook input priority 0; policy accept; }\n"
+                           "  chain output { type filter hook output priority 0; policy accept; }\n}\n")
+
+    def _build_bridge(self) -> None:
         _run(["ip", "link", "add", self.bridge, "type", "bridge"])
         self._made_links.append(self.bridge)
         _run(["ip", "addr", "add", f"{self.gateway}/{self.net.prefixlen}", "dev", self.bridge])
@@ -129,15 +197,27 @@ class Hosts:
             _run(["ip", "link", "add", outer, "type", "veth", "peer", "name", "eth0", "netns", ns])
             self._made_links.append(outer)
             _run(["ip", "link", "set", outer, "master", self.bridge, "up"])
-            _run(["ip", "-n", ns, "addr", "add", f"{self.addr[name]}/{self.net.prefixlen}", "dev", "eth0"])
-            _run(["ip", "-n", ns, "link", "set", "eth0", "up"])
-            _run(["ip", "-n", ns, "link", "set", "lo", "up"])
-            self.nft(name, "table inet faults {\n"
-                           "  chain input { type filter hook input priority 0; policy accept; }\n"
-                           "  chain output { type filter hook output priority 0; policy accept; }\n}\n")
+
+    def _build_wire(self) -> None:
+        self.taps = {n: f"rmqt{self.token}{i}" for i, n in enumerate(self.names)}
+        gateway_tap = f"rmqt{self.token}g"
+        self._wire = Wire([*self.taps.values(), gateway_tap])
+        self._made_links.append(gateway_tap)
+        _run(["ip", "addr", "add", f"{self.gateway}/{self.net.prefixlen}", "dev", gateway_tap])
+        _run(["ip", "link", "set", gateway_tap, "up"])
+        for name in self.names:
+            ns, tap = self.ns[name], self.taps[name]
+            _run(["ip", "netns", "add", ns])
+            self._made_ns.append(ns)
+            # the device moves; its file descriptor stays with the wire
+            _run(["ip", "link", "set", tap, "netns", ns])
+            _run(["ip", "-n", ns, "link", "set", tap, "name", "eth0"])
 
     def close(self) -> None:
         errors = []
+        if self._wire is not None:  # first: a TAP in a namespace being deleted goes with it
+            self._wire.close()
+            self._wire = None
         for ns in reversed(self._made_ns):  # its end of each veth goes with it
             p = subprocess.run(["ip", "netns", "del", ns], capture_output=True, text=True)
             if p.returncode != 0:
@@ -192,18 +272,29 @@ class Hosts:
         self._rules(a, [f"input ip saddr != {self.gateway} numgen random mod 100 < {percent} counter drop",
                         f"output ip daddr != {self.gateway} numgen random mod 100 < {percent} counter drop"])
 
-    def netem(self, name: str, spec: str) -> None:
-        """The host's outgoing packets through netem (`spec`: "delay 200ms 50ms", "delay 10ms reorder
-        25% 50%"...): only on a kernel that has it (netem_available())."""
-        _run(self.wrap(name) + ["tc", "qdisc", "replace", "dev", "eth0", "root", "netem", *spec.split()])
-        self._netem.add(name)
+    def impair(self, name: str, spec: str) -> None:
+        """What the host sends delayed, jittered, reordered or dropped, in netem's words ("delay 200ms
+        50ms", "delay 10ms reorder 25% 50%", "loss 5%"; see tests/helpers/wire.py): only on hosts
+        made with `wire=True`."""
+        if self._wire is None:
+            raise NetnsError("impair() needs hosts on the userspace wire: Hosts(names, wire=True)")
+        self._wire.command(f"impair {self.taps[name]} {spec}")
+
+    def impaired(self, name: str) -> dict[str, int]:
+        """Frames the wire took from host `name`, by fate (sent, delayed, reordered, lost), and how
+        many of them arrived after a frame the host sent later (overtaken): proof that an
+        impairment bit."""
+        if self._wire is None:
+            raise NetnsError("impaired() needs hosts on the userspace wire: Hosts(names, wire=True)")
+        stats = dict(w.split("=", 1) for w in self._wire.command("stats").split())
+        return dict(zip(("sent", "delayed", "reordered", "lost", "overtaken"),
+                        map(int, stats[self.taps[name]].split("/"))))
 
     def heal(self) -> None:
         for name in self.names:
             self.nft(name, "flush table inet faults\n")
-        for name in sorted(self._netem):
-            _run(self.wrap(name) + ["tc", "qdisc", "del", "dev", "eth0", "root"])
-        self._netem.clear()
+        if self._wire is not None:
+            self._wire.command("clear")
 
     def rules(self, name: str) -> str:
         """The host's fault table as nft lists it, each rule with its counter: for messages."""
