@@ -387,6 +387,7 @@ class DLedgerEntryStore:
             raise InconsistentPos(index, self._wrote, pos)
         if self._warm_ahead is not None:
             self._warm_ahead.stop()  # joined before the data files it may be warming go
+        self._close_pushed_fd()  # of a file deleted here: its blocks are freed at once
         gone = self.data.drop_after(-1)
         gone_index = self.index.drop_after(-1) if index > 0 else []
         log.info("dledger: the log is empty and takes the leader's position %d for entry %d (its data files "
