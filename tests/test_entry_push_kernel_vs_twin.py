@@ -2,11 +2,15 @@
 without a CRC, terms, gaps between positions as a blank leaves them), then a byte flipped, the body
 cut or the request's index, pos, count and term moved; check_entries gives the same terms or the
 same error message. append_entries into random data and index files (sizes, bases, where the log
-ends, the term it ends with) leaves the same bytes in both and returns the same figures."""
+ends, the term it ends with) leaves the same bytes in both and returns the same figures, the
+kernel's data file a bytearray or a real file it writes with pwrite (given its descriptor)."""
 from __future__ import annotations
 
+import contextlib
+import mmap
 import os
 import struct
+import tempfile
 import zlib
 
 import pytest
@@ -95,10 +99,47 @@ def test_append_entries_same_as_the_twin(specs, seg_no, term, seg_size, iseg_uni
         body = bytearray(body)
         body[32:40] = os.urandom(8)
         body = bytes(body)
-    got = outcome(K.append_entries, body, at, index, wrote, min_term, ks, seg_base, ki, iseg_base)
-    want = outcome(T.append_entries, body, at, index, wrote, min_term, ts, seg_base, ti, iseg_base)
-    assert got == want
-    assert ks == ts and ki == ti
+    with data_file(seg_init, data.draw(st.booleans())) as (kseg, fd):
+        got = outcome(K.append_entries, body, at, index, wrote, min_term, kseg, seg_base, ki, iseg_base, fd)
+        want = outcome(T.append_entries, body, at, index, wrote, min_term, ts, seg_base, ti, iseg_base)
+        assert got == want
+        assert bytes(kseg) == bytes(ts) and ki == ti
+
+
+@contextlib.contextmanager
+def data_file(init: bytes, real: bool):
+    """(the data file's bytes, its descriptor): a bytearray and -1, or a real file's map and the
+    file opened for writing (the kernel then writes runs with pwrite)."""
+    if not real:
+        yield bytearray(init), -1
+        return
+    with tempfile.TemporaryFile() as f:
+        f.write(init)
+        f.flush()
+        m = mmap.mmap(f.fileno(), len(init))
+        try:
+            yield m, f.fileno()
+        finally:
+            m.close()
+
+
+def test_a_run_written_with_pwrite_is_in_the_map_and_a_failed_one_leaves_zeros():
+    body, _ = build(0, 0, 1, [(100, 0, True, 0), (200, 0, False, 0)])
+    with data_file(bytes(4096), True) as (seg, fd):
+        iseg = bytearray(64)
+        assert K.append_entries(body, 0, 0, 0, 1, seg, 0, iseg, 0, fd) == (2, len(body), len(body), 1)
+        assert bytes(seg[:len(body)]) == body and not any(seg[len(body):])
+        assert struct.unpack(">iqiqq", iseg[32:64]) == (1, 148, 248, 1, 1)
+    body2, _ = build(2, len(body), 1, [(50, 0, True, 0)])
+    with data_file(bytes(4096), True) as (seg, fd):
+        ro = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY)
+        try:
+            iseg = bytearray(96)
+            with pytest.raises(OSError) as e:  # EBADF: a descriptor not open for writing
+                K.append_entries(body2, 0, 2, len(body), 1, seg, 0, iseg, 0, ro)
+        finally:
+            os.close(ro)
+        assert "pwrite" in str(e.value) and not any(bytes(seg)) and not any(iseg)
 
 
 def test_append_entries_refuses_a_position_outside_the_body():

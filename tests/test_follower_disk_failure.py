@@ -7,7 +7,8 @@ After a failed fdatasync/msync the kernel may have dropped the dirty pages it co
 more to its master or leader, stops taking replicated writes (a log line, a metric), and comes
 back after a restart by recovering its log by CRC and fetching the rest. Every SEND_OK the
 producer got is on the master/leader, and after the restart on the follower too. A pwrite that
-writes short (half of each call) loses and corrupts nothing."""
+writes short (half of each call) loses and corrupts nothing; a DLedger follower's pwrite that
+writes nothing refuses the push and changes nothing."""
 from __future__ import annotations
 
 import random
@@ -230,6 +231,56 @@ def test_a_dledger_leader_whose_write_back_fails_steps_down_and_the_others_go_on
         old.start()
         g.wait_follows(old, new)
         assert all(r.code == codes.SUCCESS for r in send(_bodies(10, seed + 2000), new))
+        check_history(g, acked, tried, members=list(g.brokers.values()))
+    finally:
+        g.stop()
+
+
+def test_dledger_followers_whose_pwrite_writes_short_or_nothing_lose_nothing(tmp_path, shim):
+    """A follower writes the entries a push carries with pwrite (entry_push.append_entries): a
+    pwrite that writes half of what it is asked is continued; one that writes nothing refuses the
+    push (DISK_ERROR, the log unchanged) and the group goes on with the other follower; once that
+    follower's pwrite works again it catches up. Every SEND_OK is then on every member."""
+    g = DLedgerGroup(tmp_path)
+    ctls = {}
+    for sid, b in g.brokers.items():
+        ctls[sid] = tmp_path / f"{sid}.ctl"
+        b.env = shim_env(shim, ctls[sid], match="/dledger-")
+    tried, acked = [], []
+
+    def send(bodies: list[bytes], to: Broker) -> list:
+        replies = send_all(to.port, DLEDGER_TOPIC, bodies)
+        tried.extend(bodies)
+        acked.extend(b for r, b in zip(replies, bodies) if r.code == codes.SUCCESS)
+        return replies
+
+    try:
+        g.start()
+        leader = g.leader()
+        followers = [b for b in g.brokers.values() if b is not leader]
+        for f in followers:
+            g.wait_follows(f, leader)
+            ctls[f.name].write_text("short-pwrite")
+        assert all(r.code == codes.SUCCESS for r in send(_bodies(100, 1), leader))
+        wait_for(lambda: all(f.info()["dledger_end_index"] == leader.info()["dledger_end_index"] for f in followers),
+                 30, "the followers to hold every entry")
+        for f in followers:
+            assert any(line.startswith("short-pwrite") for line in faults_logged(ctls[f.name]))
+
+        stuck, other = followers
+        ctls[stuck.name].write_text("zero-pwrite")
+        ctls[other.name].write_text("")
+        end = stuck.info()["dledger_end_index"]
+        assert all(r.code == codes.SUCCESS for r in send(_bodies(50, 2), leader))  # the other follower's majority
+        wait_for(lambda: "pwrite of" in stuck.stderr(), 30, "the stuck follower to refuse a push")
+        assert "DISK_ERROR" in stuck.stderr() and stuck.info()["dledger_end_index"] == end
+        assert stuck.info()["dledger_disk_failed"] == 0  # nothing was acknowledged: no write-back to distrust
+        assert any(line.startswith("zero-pwrite") for line in faults_logged(ctls[stuck.name]))
+
+        ctls[stuck.name].write_text("")
+        assert all(r.code == codes.SUCCESS for r in send(_bodies(50, 3), leader))
+        wait_for(lambda: stuck.info()["dledger_end_index"] == leader.info()["dledger_end_index"], 30,
+                 "the stuck follower to catch up")
         check_history(g, acked, tried, members=list(g.brokers.values()))
     finally:
         g.stop()

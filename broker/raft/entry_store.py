@@ -92,6 +92,8 @@ class DLedgerEntryStore:
         self.dir = str(directory)
         os.makedirs(self.dir, exist_ok=True)
         self.data = EntryFileList(os.path.join(self.dir, DATA_DIR), data_file_size, warm)
+        self._pw_mf = None  # the data file the pushed runs are written to with pwrite, and its descriptor
+        self._pw_fd = -1
         # Index files are reserved (fallocate), never warmed: an entry writes 32 bytes of them, a
         # new page every 128 entries, so warming 160 MiB (DLedger's size) ahead saves nothing
         # measurable and cost 320 MiB of writes per member at start (the file and the one after)
@@ -134,7 +136,9 @@ class DLedgerEntryStore:
         # data files not warmed when made (ASYNC_FLUSH) are faulted in by a thread ahead of the
         # writer, as the commit log's segments: a first touch of a page the machine never used
         # costs ~2.6 CPU-us per KiB (bench.limits), paid inside each copy into the map otherwise
-        # (a quarter of a follower's CPU under 1 KiB sends, py-spy)
+        # (a quarter of a follower's CPU under 1 KiB sends, py-spy). A leader's appends go through
+        # the map; a follower's pushed runs are written with pwrite and wake no warm-ahead
+        # (append_pushed)
         self.data.advise_unwritten(self._wrote)  # before the warm-ahead thread caches any of them
         self.index.advise_unwritten(self._index_end)
         self._warm_ahead = WarmAheadService(self.data.find) if not warm else None
@@ -234,7 +238,11 @@ class DLedgerEntryStore:
         an entry that opens the next file (after DLedger's blank), or that this log cannot take
         where the leader placed it, goes through append_at, which writes the blank or raises
         (InconsistentPos, TermRegression, EntryTooLarge, ...). Returns how many entries were
-        appended; when one is refused, the ones before it stay appended."""
+        appended; when one is refused, the ones before it stay appended.
+
+        The runs are written with pwrite, not through the map, and the warm-ahead thread is not
+        woken for them: a write takes its pages into the page cache itself, which costs a third of
+        faulting them in ahead and storing through the map (see pyx/entry_push.pyx)."""
         self._check_open()
         view = byte_view(body)
         n = len(view)
@@ -246,7 +254,7 @@ class DLedgerEntryStore:
                 mf = self.data.file_for_write(self._wrote)
                 imf = self.index.file_for_write(index * INDEX_UNIT_SIZE)
                 k, at_after, wrote, term = append_entries(view, at, index, self._wrote, self._end_term,
-                                                          mf.mv, mf.base, imf.mv, imf.base)
+                                                          mf.mv, mf.base, imf.mv, imf.base, self._pushed_fd(mf))
                 if k:
                     at = at_after
                     done += k
@@ -256,8 +264,6 @@ class DLedgerEntryStore:
                     self._end_term = term
                     if self._begin < 0:  # every entry was truncated away
                         self._begin = index
-                    if self._warm_ahead is not None:
-                        self._warm_ahead.note(wrote)
                     continue
             h = Header._make(HEADER.unpack_from(view, at))
             if h.size < HEADER_SIZE or h.size > n - at:  # a caller's bug: the push was checked
@@ -266,6 +272,22 @@ class DLedgerEntryStore:
             at += h.size
             done += 1
         return done
+
+    def _pushed_fd(self, mf) -> int:
+        """A descriptor of the data file `mf` maps, open for the pushed runs' pwrites; the one of
+        the file before is closed when the writer moves on (a new MappedFile: a file rolled, or made
+        again after a truncation deleted it)."""
+        if self._pw_mf is not mf:
+            self._close_pushed_fd()
+            self._pw_fd = os.open(mf.path, os.O_WRONLY)
+            self._pw_mf = mf
+        return self._pw_fd
+
+    def _close_pushed_fd(self) -> None:
+        if self._pw_fd >= 0:
+            os.close(self._pw_fd)
+        self._pw_fd = -1
+        self._pw_mf = None
 
     def _append(self, index: int, term: int, body, expect_pos: int | None, crc: int | None = None) -> int:
         self._check_open()
@@ -365,6 +387,7 @@ class DLedgerEntryStore:
             raise InconsistentPos(index, self._wrote, pos)
         if self._warm_ahead is not None:
             self._warm_ahead.stop()  # joined before the data files it may be warming go
+        self._close_pushed_fd()  # of a file deleted here: its blocks are freed at once
         gone = self.data.drop_after(-1)
         gone_index = self.index.drop_after(-1) if index > 0 else []
         log.info("dledger: the log is empty and takes the leader's position %d for entry %d (its data files "
@@ -639,6 +662,7 @@ class DLedgerEntryStore:
                 self.persist_checkpoint()
         finally:
             self.closed = True
+            self._close_pushed_fd()
             self.data.close()
             self.index.close()
 

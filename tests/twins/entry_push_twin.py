@@ -5,6 +5,7 @@ pos int64, channel int32, chainCrc int32, bodyCrc int32, bodySize int32) then th
 unit is 32 bytes at index x 32 (magic int32, pos int64, size int32, index int64, term int64)."""
 from __future__ import annotations
 
+import os
 import struct
 import zlib
 
@@ -61,7 +62,7 @@ def check_entries(body, index, pos, count, term):
     return first_term, last_term
 
 
-def append_entries(body, at, index, wrote, min_term, seg, seg_base, iseg, iseg_base):
+def append_entries(body, at, index, wrote, min_term, seg, seg_base, iseg, iseg_base, fd=-1):
     mv = memoryview(body).cast("B")
     n = len(mv)
     if not 0 <= at <= n:
@@ -71,6 +72,7 @@ def append_entries(body, at, index, wrote, min_term, seg, seg_base, iseg, iseg_b
         return 0, at, wrote, min_term
     k = 0
     term = min_term
+    run = []  # (place in the file, the entry as written)
     while n - at >= 48:
         magic, size, e_index, e_term, e_pos, _, _, crc, body_size = HEADER.unpack_from(mv, at)
         uoff = e_index * 32 - iseg_base
@@ -78,11 +80,17 @@ def append_entries(body, at, index, wrote, min_term, seg, seg_base, iseg, iseg_b
                 or e_pos != seg_base + rel or e_term < term or rel + size + BLANK_ROOM > len(seg)
                 or uoff < 0 or uoff + 32 > len(iseg)):
             break
-        seg[rel:rel + size] = mv[at:at + size]
-        HEADER.pack_into(seg, rel, magic, size, e_index, e_term, e_pos, 0, 0, crc, body_size)
+        entry = bytearray(mv[at:at + size])
+        HEADER.pack_into(entry, 0, magic, size, e_index, e_term, e_pos, 0, 0, crc, body_size)
+        run.append((rel, entry))
         UNIT.pack_into(iseg, uoff, 1, e_pos, size, e_index, e_term)
         term = e_term
         at += size
         rel += size
         k += 1
+    for place, entry in run:  # the file's bytes are the same whichever way they get there
+        if fd >= 0:
+            os.pwrite(fd, entry, place)
+        else:
+            seg[place:place + len(entry)] = entry
     return k, at, seg_base + rel, term

@@ -9,6 +9,8 @@ file replays deterministically with no fuzzer present.
 from __future__ import annotations
 
 import json
+import mmap
+import os
 import struct
 import sys
 
@@ -214,8 +216,9 @@ PUSH_SEG = 4096
 
 def check_push(data: bytes) -> None:
     """Leading 12 bytes: index, pos (uint16 each, pos x 8), count (uint8), term (uint8; the log
-    ends with term - 1), `at` (uint16, into the body), the data file's base (uint8 x PUSH_SEG),
-    where the log ends in it (uint16), the index file's first unit (uint8); the rest is the body."""
+    ends with term - 1), `at` (uint16, into the body), the data file's base (uint8 x PUSH_SEG; odd:
+    the kernel's data file is a memfd it is given the descriptor of), where the log ends in it
+    (uint16), the index file's first unit (uint8); the rest is the body."""
     if len(data) < 12:
         return
     index, pos, count, term, at, seg_no, rel, first_unit = struct.unpack_from(">HHBBHBHB", data, 0)
@@ -225,8 +228,18 @@ def check_push(data: bytes) -> None:
     ks, ts = bytearray(PUSH_SEG), bytearray(PUSH_SEG)
     ki, ti = bytearray(8 * 32), bytearray(8 * 32)
     args = (at % (len(body) + 2), index, seg_base + rel % (PUSH_SEG + 16), max(term - 1, 0))
-    k = _outcome(KEP.append_entries, body, *args, ks, seg_base, ki, first_unit * 32)
     t = _outcome(TEP.append_entries, body, *args, ts, seg_base, ti, first_unit * 32)
+    if seg_no & 1:  # the data file a real (memory) file the kernel writes runs into with pwrite
+        fd = os.memfd_create("push-seg")
+        try:
+            os.ftruncate(fd, PUSH_SEG)
+            with mmap.mmap(fd, PUSH_SEG) as m:
+                k = _outcome(KEP.append_entries, body, *args, m, seg_base, ki, first_unit * 32, fd)
+                ks = bytearray(m)
+        finally:
+            os.close(fd)
+    else:
+        k = _outcome(KEP.append_entries, body, *args, ks, seg_base, ki, first_unit * 32)
     if k != t or ks != ts or ki != ti:
         raise Mismatch(f"append_entries: kernel {k!r} != twin {t!r} (or the files they wrote differ)")
 
