@@ -8,9 +8,11 @@ import asyncio
 
 from broker.client.errors import ResponseError
 from broker.client.producer import FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT, SEND_OK, SLAVE_NOT_AVAILABLE, Producer
+from broker.client.message import Message
 from broker.client.transaction_producer import PROPERTY_TRANSACTION_PREPARED, offset_of, prepared_body
+from broker.kernels.send_request import read_send
 from broker.proxy.config import ProxyConfig
-from broker.proxy.converter import TRAN_MSG, to_remoting
+from broker.proxy.converter import SYSTEM_PROPERTIES, TRAN_MSG, to_remoting
 from broker.proxy.grpc_metadata import peer_host
 from broker.proxy.protocol import service_pb2 as spb
 from broker.proxy.queue_selector import queue_index_for_group
@@ -99,6 +101,23 @@ class SendMessageActivity:
         if not isinstance(fut, asyncio.Future):  # not on the fast path: a coroutine, which send_message would have
             fut = asyncio.ensure_future(fut)
         message_id = sp.message_id
+        return fut, lambda done: self._response(done, message_id)
+
+    def send_bytes_now(self, payload: bytes, context):
+        """send_now from the request's bytes: a plain message read by the send_request kernel
+        straight into the Message to send (what to_remoting would make of it); anything it
+        declines is parsed by protobuf and goes to send_now, which answers as before."""
+        c = self.config
+        got = read_send(payload, peer_host(context), c.maxMessageSize, c.userPropertyMaxNum, c.maxUserPropertySize,
+                        SYSTEM_PROPERTIES)
+        if got is None:
+            return self.send_now(spb.SendMessageRequest.FromString(payload), context)
+        topic, body, tag, keys, props, message_id = got
+        if self.topic_types is not None and not self.topic_types.accepts_now(topic, props):
+            return None
+        fut = self.producer.send(Message(topic, body, tag, keys, props))
+        if not isinstance(fut, asyncio.Future):  # not on the fast path: a coroutine, which send_message would have
+            fut = asyncio.ensure_future(fut)
         return fut, lambda done: self._response(done, message_id)
 
     @staticmethod
