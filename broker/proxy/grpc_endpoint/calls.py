@@ -85,7 +85,6 @@ class Call:
         self.sid = sid
         self.path = path
         self.handler = handler
-        self.context = ServicerContext(self, metadata)
         self.encoding = encoding
         self.payload = None
         self.count = 0
@@ -101,6 +100,7 @@ class Call:
         else:
             self.deadline = None
             self.timer = None
+        self.context = ServicerContext(conn, self.deadline, metadata)
         if handler.request_streaming:
             self.requests = RequestStream(handler.request_deserializer, conn.loop)
             self.task = conn.loop.create_task(self.run())
