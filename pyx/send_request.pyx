@@ -287,10 +287,8 @@ cdef object _message(payload, const uint8_t *p, Py_ssize_t pos, Py_ssize_t end, 
                     else:
                         vs, ve = s, stop
                     es = stop
-                else:
-                    es = _skip(p, es, ee, wire)
-                    if es == BAD:
-                        return None
+                else:  # protobuf keeps such an entry among the unknown fields, out of the map
+                    return None
             if ke == ks or _has_control(p, ks, ke) or _has_control(p, vs, ve):
                 return None
             key = _text(p, ks, ke)

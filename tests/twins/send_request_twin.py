@@ -1,5 +1,7 @@
 """Pure-Python twin of broker.kernels.send_request.read_send: a SendMessageRequest's bytes → (topic,
-body, tag, keys, properties, message_id) for one plain, valid message, None for anything else."""
+body, tag, keys, properties, message_id) for one plain, valid message, None for anything else; and
+protobuf_path, what the front sends for the same bytes without the kernel (protobuf's decode,
+the topic check, to_remoting and send_now's declines), which whatever the kernel takes must equal."""
 from __future__ import annotations
 
 import re
@@ -168,8 +170,8 @@ def _read(buf, peer, max_body, max_user_props, max_user_prop_size, system_names)
                         k = buf[s:es]
                     else:
                         v = buf[s:es]
-                else:
-                    es = _skip(buf, es, ee, w)
+                else:  # an entry with another field: protobuf keeps it out of the map
+                    raise Bad
             if not k or _CONTROL.search(k) or _CONTROL.search(v):
                 raise Bad
             key, value = k.decode(), v.decode()
@@ -280,3 +282,31 @@ def _read(buf, peer, max_body, max_user_props, max_user_prop_size, system_names)
     if born_ms is not None:
         props["BORN_TIMESTAMP"] = str(born_ms)
     return topic, buf[body[0]:body[1]], tag_text, keys or None, props, message_id.decode()
+
+
+def protobuf_path(payload: bytes, peer: str, config) -> tuple | None:
+    """What send_now sends for `payload`: (topic, body, tag, keys, properties, message_id), or None
+    when it sends nothing itself (a refusal, a decline, a request protobuf cannot read)."""
+    from google.protobuf.message import DecodeError
+
+    from broker.proxy.converter import TRAN_MSG, to_remoting
+    from broker.proxy.protocol import service_pb2 as spb
+    from broker.proxy.route_activity import validate_topic
+    from broker.proxy.status import ProxyError
+    try:
+        request = spb.SendMessageRequest.FromString(payload)
+    except DecodeError:
+        return None
+    if len(request.messages) != 1:
+        return None
+    pm = request.messages[0]
+    if pm.system_properties.message_group:
+        return None
+    try:
+        topic = validate_topic(pm.topic)
+        msg = to_remoting(pm, topic, config, peer)
+    except ProxyError:
+        return None
+    if msg.properties.get(TRAN_MSG) == "true":
+        return None
+    return msg.topic, msg.body, msg.tags, msg.keys, msg.properties, pm.system_properties.message_id
