@@ -10,14 +10,13 @@ from broker.client.errors import ResponseError
 from broker.client.producer import FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT, SEND_OK, SLAVE_NOT_AVAILABLE, Producer
 from broker.client.message import Message
 from broker.client.transaction_producer import PROPERTY_TRANSACTION_PREPARED, offset_of, prepared_body
-from broker.kernels.send_request import read_send
+from broker.kernels.send_request import read_send, send_ok
 from broker.proxy.config import ProxyConfig
 from broker.proxy.converter import SYSTEM_PROPERTIES, TRAN_MSG, to_remoting
 from broker.proxy.grpc_metadata import peer_host
 from broker.proxy.protocol import service_pb2 as spb
 from broker.proxy.queue_selector import queue_index_for_group
 from broker.proxy.route_activity import validate_topic
-from broker.proxy.send_reply import send_ok
 from broker.common.recall_handle import BadRecallHandle, RecallHandle
 from broker.common.topic_attributes import accepts
 from broker.proxy.status import Code, ProxyError, from_broker_refusal, from_client_error, status
@@ -25,6 +24,8 @@ from broker.proxy.transaction_id import TransactionId
 
 _STATUS_CODE = {SEND_OK: Code.OK, FLUSH_DISK_TIMEOUT: Code.MASTER_PERSISTENCE_TIMEOUT,
                 FLUSH_SLAVE_TIMEOUT: Code.SLAVE_PERSISTENCE_TIMEOUT, SLAVE_NOT_AVAILABLE: Code.HA_NOT_AVAILABLE}
+
+_NORMAL: dict = {}  # the properties message_type_of reads, for a NORMAL message
 
 
 class ProxyProducer(Producer):
@@ -113,7 +114,8 @@ class SendMessageActivity:
         if got is None:
             return self.send_now(spb.SendMessageRequest.FromString(payload), context)
         topic, body, tag, keys, props, message_id = got
-        if self.topic_types is not None and not self.topic_types.accepts_now(topic, props):
+        # a message the kernel takes is a NORMAL one: none of the properties that make another type
+        if self.topic_types is not None and not self.topic_types.accepts_now(topic, _NORMAL):
             return None
         fut = self.producer.send(Message(topic, body, tag, keys, props))
         if not isinstance(fut, asyncio.Future):  # not on the fast path: a coroutine, which send_message would have
@@ -123,7 +125,7 @@ class SendMessageActivity:
     @staticmethod
     def _response(done: asyncio.Future, message_id: str) -> spb.SendMessageResponse | bytes:
         """send_now's response from its finished future (a plain message: no transaction id); a
-        stored message's as bytes (send_reply.send_ok), a failure's as a message."""
+        stored message's as bytes (send_request.send_ok), a failure's as a message."""
         e = done.exception()
         if e is None:
             r = done.result()
