@@ -5,6 +5,7 @@ that names where the half message lies, which EndTransaction reads back (transac
 from __future__ import annotations
 
 import asyncio
+import functools
 
 from broker.client.errors import ResponseError
 from broker.client.producer import FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT, SEND_OK, SLAVE_NOT_AVAILABLE, Producer
@@ -117,10 +118,11 @@ class SendMessageActivity:
         # a message the kernel takes is a NORMAL one: none of the properties that make another type
         if self.topic_types is not None and not self.topic_types.accepts_now(topic, _NORMAL):
             return None
-        fut = self.producer.send(Message(topic, body, tag, keys, props))
+        # Producer.send, not ProxyProducer.send: no half message here (TRAN_MSG is a system name)
+        fut = Producer.send(self.producer, Message(topic, body, tag, keys, props))
         if not isinstance(fut, asyncio.Future):  # not on the fast path: a coroutine, which send_message would have
             fut = asyncio.ensure_future(fut)
-        return fut, lambda done: self._response(done, message_id)
+        return fut, functools.partial(self._response, message_id=message_id)
 
     @staticmethod
     def _response(done: asyncio.Future, message_id: str) -> spb.SendMessageResponse | bytes:
