@@ -93,7 +93,14 @@ def _handlers(s: Servicer) -> dict:
         "Count": grpc.unary_stream_rpc_method_handler(s.count),
         "Chat": grpc.stream_stream_rpc_method_handler(s.chat),
         "Fast": grpc.unary_unary_rpc_method_handler(s.fast_or_not),
+        # the same fast answer with a request deserializer: raw, it is given the bytes all the same
+        "FastRaw": grpc.unary_unary_rpc_method_handler(s.fast_or_not, request_deserializer=_tagged),
+        "FastDecoded": grpc.unary_unary_rpc_method_handler(s.fast_or_not, request_deserializer=_tagged),
     }
+
+
+def _tagged(payload: bytes) -> bytes:
+    return b"decoded-" + payload
 
 
 class Endpoint:
@@ -106,6 +113,8 @@ class Endpoint:
         handlers = _handlers(self.servicer)
         self.server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
         self.server.add_fast_unary(f"/{SERVICE}/Fast", self.servicer.fast)
+        self.server.add_fast_unary(f"/{SERVICE}/FastRaw", self.servicer.fast, raw=True)
+        self.server.add_fast_unary(f"/{SERVICE}/FastDecoded", self.servicer.fast)
         self.port = self.server.add_insecure_port("127.0.0.1:0")
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
 
@@ -183,6 +192,15 @@ def test_a_fast_unary_answers_without_a_task_or_declines_to_the_handler(ep, capl
         wait_for(lambda: b"hold:2" in ep.servicer.held, 5, "the second call held")
         ep.loop.call_soon_threadsafe(ep.servicer.held[b"hold:2"].set_result, b"in time")
         assert f.result(5) == b"in time"
+
+
+def test_a_raw_fast_unary_is_given_the_request_bytes(ep):
+    """add_fast_unary(raw=True): the fast answer reads the message's bytes itself (the front's
+    SendMessage kernel); without it, what the method's deserializer makes of them."""
+    with ep.channel() as ch:
+        assert _unary(ch, "FastRaw")(b"abc", timeout=5) == b"ABC"
+        assert _unary(ch, "FastDecoded")(b"abc", timeout=5) == b"DECODED-ABC"
+        assert _unary(ch, "FastRaw")(b"decline", timeout=5) == b"task:decoded-decline"  # the handler's own path
 
 
 def test_unknown_method_unimplemented(ep):

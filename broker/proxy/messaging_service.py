@@ -80,9 +80,10 @@ class MessagingService(rpc.MessagingServiceServicer):
         return await self.sender.send_message(request, context)
 
     def send_message_now(self, request, context):
-        """SendMessage's fast answer (GrpcServer.add_fast_unary): SendMessageActivity.send_now, for
-        a front without ACL (a checked call takes the method's own path)."""
-        return None if self.acl is not None else self.sender.send_now(request, context)
+        """SendMessage's fast answer (GrpcServer.add_fast_unary, raw: `request` is the message's
+        bytes): SendMessageActivity.send_bytes_now, for a front without ACL (a checked call takes
+        the method's own path)."""
+        return None if self.acl is not None else self.sender.send_bytes_now(request, context)
 
     @_answered(spb.EndTransactionResponse)
     async def EndTransaction(self, request, context):

@@ -5,17 +5,19 @@ that names where the half message lies, which EndTransaction reads back (transac
 from __future__ import annotations
 
 import asyncio
+import functools
 
 from broker.client.errors import ResponseError
 from broker.client.producer import FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT, SEND_OK, SLAVE_NOT_AVAILABLE, Producer
+from broker.client.message import Message
 from broker.client.transaction_producer import PROPERTY_TRANSACTION_PREPARED, offset_of, prepared_body
+from broker.kernels.send_request import read_send, send_ok
 from broker.proxy.config import ProxyConfig
-from broker.proxy.converter import TRAN_MSG, to_remoting
+from broker.proxy.converter import SYSTEM_PROPERTIES, TRAN_MSG, to_remoting
 from broker.proxy.grpc_metadata import peer_host
 from broker.proxy.protocol import service_pb2 as spb
 from broker.proxy.queue_selector import queue_index_for_group
 from broker.proxy.route_activity import validate_topic
-from broker.proxy.send_reply import send_ok
 from broker.common.recall_handle import BadRecallHandle, RecallHandle
 from broker.common.topic_attributes import accepts
 from broker.proxy.status import Code, ProxyError, from_broker_refusal, from_client_error, status
@@ -23,6 +25,8 @@ from broker.proxy.transaction_id import TransactionId
 
 _STATUS_CODE = {SEND_OK: Code.OK, FLUSH_DISK_TIMEOUT: Code.MASTER_PERSISTENCE_TIMEOUT,
                 FLUSH_SLAVE_TIMEOUT: Code.SLAVE_PERSISTENCE_TIMEOUT, SLAVE_NOT_AVAILABLE: Code.HA_NOT_AVAILABLE}
+
+_NORMAL: dict = {}  # the properties message_type_of reads, for a NORMAL message
 
 
 class ProxyProducer(Producer):
@@ -101,10 +105,29 @@ class SendMessageActivity:
         message_id = sp.message_id
         return fut, lambda done: self._response(done, message_id)
 
+    def send_bytes_now(self, payload: bytes, context):
+        """send_now from the request's bytes: a plain message read by the send_request kernel
+        straight into the Message to send (what to_remoting would make of it); anything it
+        declines is parsed by protobuf and goes to send_now, which answers as before."""
+        c = self.config
+        got = read_send(payload, peer_host(context), c.maxMessageSize, c.userPropertyMaxNum, c.maxUserPropertySize,
+                        SYSTEM_PROPERTIES)
+        if got is None:
+            return self.send_now(spb.SendMessageRequest.FromString(payload), context)
+        topic, body, tag, keys, props, message_id = got
+        # a message the kernel takes is a NORMAL one: none of the properties that make another type
+        if self.topic_types is not None and not self.topic_types.accepts_now(topic, _NORMAL):
+            return None
+        # Producer.send, not ProxyProducer.send: no half message here (TRAN_MSG is a system name)
+        fut = Producer.send(self.producer, Message(topic, body, tag, keys, props))
+        if not isinstance(fut, asyncio.Future):  # not on the fast path: a coroutine, which send_message would have
+            fut = asyncio.ensure_future(fut)
+        return fut, functools.partial(self._response, message_id=message_id)
+
     @staticmethod
     def _response(done: asyncio.Future, message_id: str) -> spb.SendMessageResponse | bytes:
         """send_now's response from its finished future (a plain message: no transaction id); a
-        stored message's as bytes (send_reply.send_ok), a failure's as a message."""
+        stored message's as bytes (send_request.send_ok), a failure's as a message."""
         e = done.exception()
         if e is None:
             r = done.result()

@@ -23,6 +23,7 @@ from broker.kernels import h2_session as KH2
 from broker.kernels import header as KHD
 from broker.kernels import pulled as KP
 from broker.kernels import remoting as KR
+from broker.kernels import send_request as KSR
 from broker.kernels import sql92 as KS
 from broker.remoting.command import VERSION, RemotingCommand, ext_string
 from broker.server.filter.sql92 import Sql92Error, compile_sql92
@@ -37,6 +38,7 @@ from tests.twins import grpc_message_twin as TG
 from tests.twins import header_twin as THD
 from tests.twins import pulled_twin as TP
 from tests.twins import remoting_twin as TR
+from tests.twins import send_request_twin as TSR
 from tests.twins import sql92_twin as TS
 from tests.twins.decoder import decode_record
 
@@ -686,6 +688,30 @@ def check_grpc(data: bytes) -> None:
             break
 
 
+# -- the gRPC front's SendMessage request reader: kernel against twin, and protobuf when taken -------
+SEND_REQUEST_LIMITS = ((4 * 1024 * 1024, 128, 16 * 1024), (0, 0, 0), (8, 2, 24), (1, 1, 1))
+
+
+def check_send_request(data: bytes) -> None:
+    """data[0]: bits 0-1 the limits (body, user properties, their size), bit 2 the peer; the rest is
+    a SendMessageRequest's bytes. Kernel and twin give the same; what they take, protobuf's path
+    (decode, topic check, to_remoting) must give too, field for field."""
+    if not data:
+        return
+    from broker.proxy.config import ProxyConfig
+    from broker.proxy.converter import SYSTEM_PROPERTIES
+    body, num, size = SEND_REQUEST_LIMITS[data[0] & 3]
+    peer = "10.0.0.1" if data[0] & 4 else ""
+    payload = data[1:]
+    k = _same("read_send", KSR.read_send, TSR.read_send, payload, peer, body, num, size, SYSTEM_PROPERTIES)
+    if k[1] is not None:
+        config = ProxyConfig()
+        config.maxMessageSize, config.userPropertyMaxNum, config.maxUserPropertySize = body, num, size
+        ref = TSR.protobuf_path(payload, peer, config)
+        if ref != k[1]:
+            raise Mismatch(f"read_send took {k[1]!r}, protobuf's path gives {ref!r}")
+
+
 CHECKS = {
     "frames": check_frames,
     "scan": check_scan,
@@ -700,4 +726,5 @@ CHECKS = {
     "pulled": check_pulled,
     "sql92": check_sql92,
     "grpc": check_grpc,
+    "send_request": check_send_request,
 }

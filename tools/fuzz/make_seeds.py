@@ -245,11 +245,34 @@ def grpc_seeds() -> list[bytes]:
     return [b"\x01" + call, b"\x09" + two, b"\x06" + msg * 3, b"\x00" + b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"]
 
 
+def send_request_seeds() -> list[bytes]:
+    """SendMessageRequests (check_send_request: data[0] the limits and peer): a bench client's plain
+    message, one with every property to_remoting sets, a transactional one, a FIFO one, two messages."""
+    from broker.proxy.protocol import definition_pb2 as pb
+    from broker.proxy.protocol import service_pb2 as spb
+
+    def request(**sp) -> pb.Message:
+        user = sp.pop("user", {})
+        return pb.Message(topic=pb.Resource(name="TopicTest"), body=b"hello", user_properties=user,
+                          system_properties=pb.SystemProperties(message_id="0A0B0C0D0E0F", **sp))
+    plain = request(tag="TagA", keys=["k1"], message_type=pb.NORMAL, body_encoding=pb.IDENTITY)
+    full = request(tag="TagA", keys=["k1", "k2"], born_host="10.1.1.1", trace_context="00-ab", user={"u": "v"},
+                   born_timestamp={"seconds": 1700000000, "nanos": 5_000_000}, store_host="h",
+                   body_digest={"type": pb.CRC32, "checksum": "1A2B"})
+    tx = request(message_type=pb.TRANSACTION, orphaned_transaction_recovery_duration={"seconds": 30})
+    fifo = request(message_type=pb.FIFO, message_group="g1")
+    one = spb.SendMessageRequest(messages=[plain]).SerializeToString()
+    return [b"\x00" + one, b"\x04" + spb.SendMessageRequest(messages=[full]).SerializeToString(),
+            b"\x02" + spb.SendMessageRequest(messages=[tx]).SerializeToString(),
+            b"\x00" + spb.SendMessageRequest(messages=[fifo]).SerializeToString(),
+            b"\x01" + spb.SendMessageRequest(messages=[plain, full]).SerializeToString(), b"\x03" + one[:-3]]
+
+
 def main() -> None:
     for name, make in (("frames", frames_seeds), ("scan", scan_seeds), ("properties", properties_seeds),
                        ("ha", ha_seeds), ("push", push_seeds), ("headers", headers_seeds),
                        ("send", send_seeds), ("replies", replies_seeds), ("sends", sends_seeds), ("pulled", pulled_seeds),
-                       ("sql92", sql92_seeds), ("grpc", grpc_seeds)):
+                       ("sql92", sql92_seeds), ("grpc", grpc_seeds), ("send_request", send_request_seeds)):
         d = SEEDS / name
         d.mkdir(parents=True, exist_ok=True)
         for data in make():

@@ -77,7 +77,7 @@ class RequestStream:
 
 class Call:
     __slots__ = ("conn", "sid", "handler", "context", "deadline", "timer", "task", "payload", "count",
-                 "requests", "encoding", "expired", "finished", "path", "fast")
+                 "requests", "encoding", "expired", "finished", "path", "fast", "fast_raw")
 
     def __init__(self, conn, sid: int, path: str, handler, metadata: list, timeout: float | None,
                  encoding: str | None):
@@ -85,7 +85,6 @@ class Call:
         self.sid = sid
         self.path = path
         self.handler = handler
-        self.context = ServicerContext(self, metadata)
         self.encoding = encoding
         self.payload = None
         self.count = 0
@@ -94,12 +93,14 @@ class Call:
         self.expired = False
         self.finished = False
         self.fast = None  # the method's fast answer (GrpcServer.add_fast_unary), set by the connection
+        self.fast_raw = False  # ... which reads the request's bytes itself
         if timeout is not None:
             self.deadline = conn.loop.time() + timeout
             self.timer = conn.loop.call_at(self.deadline, self.expire)
         else:
             self.deadline = None
             self.timer = None
+        self.context = ServicerContext(conn, self.deadline, metadata)
         if handler.request_streaming:
             self.requests = RequestStream(handler.request_deserializer, conn.loop)
             self.task = conn.loop.create_task(self.run())
@@ -132,7 +133,8 @@ class Call:
             return False
         h = self.handler
         try:
-            request = self.payload if h.request_deserializer is None else h.request_deserializer(self.payload)
+            request = (self.payload if self.fast_raw or h.request_deserializer is None
+                       else h.request_deserializer(self.payload))
             taken = self.fast(request, self.context)
         except Exception:  # noqa: BLE001 - run() meets it again and answers it as the method does
             return False

@@ -102,6 +102,7 @@ class H2Connection(asyncio.Protocol):
             return
         call = self.calls[sid] = Call(self, sid, path, handler, metadata, timeout_seconds(timeout), encoding)
         call.fast = self.server.fast.get(path)
+        call.fast_raw = path in self.server.fast_raw
 
     def call_done(self, call: Call) -> None:
         if self.calls.get(call.sid) is call:

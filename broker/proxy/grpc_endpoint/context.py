@@ -6,10 +6,13 @@ from broker.proxy.grpc_endpoint.status import AbortError, code_of
 
 
 class ServicerContext:
-    __slots__ = ("_call", "_metadata", "code_", "details_", "cancelled_", "done_")
+    """Holds the call's connection and deadline, not the call: the call holds it, and a cycle
+    between the two would leave each call's objects to the garbage collector."""
+    __slots__ = ("_conn", "_deadline", "_metadata", "code_", "details_", "cancelled_", "done_")
 
-    def __init__(self, call, metadata: list):
-        self._call = call
+    def __init__(self, conn, deadline: float | None, metadata: list):
+        self._conn = conn
+        self._deadline = deadline  # loop time, or None
         self._metadata = metadata
         self.code_ = None      # set_code / abort: the status the call ends with (int)
         self.details_ = None
@@ -21,7 +24,7 @@ class ServicerContext:
         return tuple(self._metadata)
 
     def peer(self) -> str:
-        return self._call.conn.peer
+        return self._conn.peer
 
     def set_code(self, code) -> None:
         self.code_ = code_of(code)
@@ -41,10 +44,10 @@ class ServicerContext:
         raise AbortError(details)
 
     def time_remaining(self) -> float | None:
-        deadline = self._call.deadline
+        deadline = self._deadline
         if deadline is None:
             return None
-        return max(0.0, deadline - self._call.conn.loop.time())
+        return max(0.0, deadline - self._conn.loop.time())
 
     def cancelled(self) -> bool:
         return self.cancelled_

@@ -48,6 +48,7 @@ class GrpcServer:
         self._methods: dict[str, object] = {}
         # path -> fast(request, context): a unary method's answer without a task (Call.run_now)
         self.fast: dict[str, object] = {}
+        self.fast_raw: set[str] = set()  # paths whose fast answer reads the request's bytes
         self._generic: list = []
         self._ports: list[tuple[socket.socket, object]] = []
         self._servers: list[asyncio.AbstractServer] = []
@@ -62,11 +63,16 @@ class GrpcServer:
         for method, handler in method_handlers.items():
             self._methods[f"/{service_name}/{method}"] = handler
 
-    def add_fast_unary(self, path: str, fast) -> None:
+    def add_fast_unary(self, path: str, fast, raw: bool = False) -> None:
         """`fast(request, context)` answers calls of the unary method `path` when it can: (a future,
         a function of it giving the response), or None, and the method's handler runs as a task.
-        A task, a coroutine chain and the servicer's wrappers cost more than a short call itself."""
+        A task, a coroutine chain and the servicer's wrappers cost more than a short call itself.
+        `raw`: `request` is the message's bytes, not deserialized (fast reads them itself)."""
         self.fast[path] = fast
+        if raw:
+            self.fast_raw.add(path)
+        else:
+            self.fast_raw.discard(path)
 
     def handler_of(self, path: str):
         """The RpcMethodHandler of `path` (/package.Service/Method), or None (UNIMPLEMENTED)."""

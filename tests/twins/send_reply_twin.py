@@ -1,7 +1,6 @@
-"""SendMessage's answer for a stored message, encoded by hand: the bytes protobuf would serialize
-for SendMessageResponse{status: OK, entries: [SendResultEntry{status: OK, message_id, offset,
-recall_handle}]}. Three message objects built and serialized per call cost more than the rest
-of the front's answer; tests/test_send_reply.py holds it equal to protobuf's on random input."""
+"""Pure-Python twin of broker.kernels.send_request.send_ok: SendMessage's answer for a stored
+message, the bytes protobuf would serialize for SendMessageResponse{status: OK, entries:
+[SendResultEntry{status: OK, message_id, offset, recall_handle}]}."""
 from __future__ import annotations
 
 from broker.proxy.protocol import definition_pb2 as pb
