@@ -32,6 +32,7 @@ KERNELS = {
     "sql92": (["pyx/sql92.pyx"], []),
     "h2_session": (["pyx/h2_session.pyx"], ["nghttp2"]),
     "timer_wheel": (["pyx/timer_wheel.pyx"], []),
+    "receive_reply": (["pyx/receive_reply.pyx"], []),
 }
 
 flags = ["-O3", "-Wall", "-Wno-unused-function", "-Wno-unreachable-code"]

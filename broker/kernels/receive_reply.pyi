@@ -1,0 +1,6 @@
+"""Stub of broker.kernels.receive_reply (pyx/receive_reply.pyx): ReceiveMessage's messages as
+ReceiveMessageResponse bytes, encoded in C from popped messages."""
+from collections.abc import Container
+
+def encode_message(m: object, topic: str, handle: str, invisible_ms: int, system: Container[str]) -> bytes: ...
+def encode_messages(msgs: list, topic: str, handles: list[str], invisible_ms: int, system: Container[str]) -> bytes: ...
