@@ -6,7 +6,9 @@ timestamps at and past protobuf's range; reconsume counts at int32's end), read 
 records through the pulled kernel as the front reads them, the kernel's bytes equal the twin's and
 parse to the ReceiveMessageResponse the converter's protobuf path builds, with the receipt handle,
 delivery attempt and invisible duration the front sets; where protobuf refuses (a timestamp out of
-its range), both refuse with ValueError."""
+its range), both refuse with ValueError. ConsumerActivity.receive_message (its pop stubbed) answers
+in one framed piece with the front's receipt handles, and fails on a message protobuf cannot carry
+only after the ones before it, as it did when it built protobuf objects one by one."""
 from __future__ import annotations
 
 import socket
@@ -148,3 +150,78 @@ def test_the_whole_answer_is_status_messages_then_delivery_time():
     assert [r.message.system_properties.receipt_handle for r in responses[1:4]] == ["h0", "h1", "h2"]
     assert responses[1].message.user_properties == {"a": "b"}
     assert responses[4].delivery_timestamp.ToMilliseconds() == 1_700_000_000_123
+
+
+def _receive(messages: list, monkeypatch, auto_renew: bool = False):
+    """ConsumerActivity.receive_message's pieces for a pop that found `messages` (the broker and
+    its client stubbed: only the answer's encoding runs), and the error it ended with."""
+    import asyncio
+
+    from broker.client import pop as pop_api
+    from broker.proxy.config import ProxyConfig
+    from broker.proxy.consumer_activity import ConsumerActivity
+    from broker.proxy.grpc_endpoint import Framed
+    from broker.proxy.protocol import definition_pb2 as pb
+
+    async def fake_pop(*args, **kwargs):
+        return pop_api.PopResult(pop_api.FOUND, messages, 1, 30_000)
+
+    class Groups:
+        async def get(self, addr, group):
+            return {}
+
+    async def addr(topic, broker):
+        return "127.0.0.1:1"
+
+    monkeypatch.setattr(pop_api, "pop", fake_pop)
+    activity = ConsumerActivity.__new__(ConsumerActivity)
+    activity.client, activity.config, activity.groups, activity._broker_addr = None, ProxyConfig(), Groups(), addr
+    activity.renewals = type("R", (), {"added": [], "add": lambda self, *a: self.added.append(a)})()
+    request = spb.ReceiveMessageRequest(group=pb.Resource(name="g"), batch_size=32, auto_renew=auto_renew,
+                                        message_queue=pb.MessageQueue(topic=pb.Resource(name="T"),
+                                                                      broker=pb.Broker(name="b")))
+    request.invisible_duration.FromSeconds(30)
+    context = type("C", (), {"invocation_metadata": lambda self: (("x-mq-client-id", "c1"),)})()
+
+    async def run():
+        out, error = [], None
+        try:
+            async for piece in activity.receive_message(request, context):
+                assert type(piece) is Framed
+                out.append(piece)
+        except ValueError as e:
+            error = e
+        return out, error
+    out, error = asyncio.run(run())
+    data, responses = b"".join(out), []
+    pos = 0
+    while pos < len(data):
+        n = int.from_bytes(data[pos + 1:pos + 5], "big")
+        responses.append(spb.ReceiveMessageResponse.FromString(data[pos + 5:pos + 5 + n]))
+        pos += 5 + n
+    return responses, error, activity.renewals.added
+
+
+def _popped(i: int, born: int = 1_700_000_000_000) -> MessageExt:
+    return MessageExt("T", b"m%d" % i, queue_id=0, queue_offset=i, commit_log_offset=100 + i,
+                      properties={"UNIQ_KEY": f"U{i}", "POP_CK": f"0 1 30000 0 0 b 0 {i}"}, born_timestamp=born)
+
+
+def test_a_receive_answers_in_one_piece_with_the_front_s_handles(monkeypatch):
+    responses, error, renewed = _receive([_popped(0), _popped(1)], monkeypatch, auto_renew=True)
+    assert error is None
+    assert [r.WhichOneof("content") for r in responses] == ["status", "message", "message", "delivery_timestamp"]
+    handles = [r.message.system_properties.receipt_handle for r in responses[1:3]]
+    assert handles == ["0 1 30000 0 0 b 0 0 100", "0 1 30000 0 0 b 0 1 101"]  # the commit log offset appended
+    assert [a[3] for a in renewed] == handles  # a PushConsumer's messages are renewed by the front
+
+
+def test_a_message_protobuf_cannot_carry_fails_the_call_after_the_ones_before_it(monkeypatch):
+    """As when the front built protobuf objects one by one: Status OK and the messages before the
+    one whose timestamp is past protobuf's range go out, then the call fails on it."""
+    msgs = [_popped(0), _popped(1, born=MS_MAX + 1), _popped(2)]
+    responses, error, renewed = _receive(msgs, monkeypatch, auto_renew=True)
+    assert isinstance(error, ValueError)
+    assert [r.WhichOneof("content") for r in responses] == ["status", "message"]
+    assert responses[1].message.system_properties.message_id == "U0"
+    assert len(renewed) == 1

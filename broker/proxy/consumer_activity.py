@@ -21,7 +21,7 @@ import msgspec
 from broker.client import api
 from broker.client.client_instance import MQClientInstance
 from broker.client.errors import ResponseError
-from broker.proxy import receipt_handle
+from broker.proxy import receipt_handle, receive_reply
 from broker.proxy.ack_reply import ack_ok
 from broker.proxy.config import ProxyConfig
 from broker.proxy.forward_dlq_activity import ForwardMessageToDLQActivity
@@ -29,7 +29,6 @@ from broker.proxy.grpc_metadata import client_id_of
 from broker.proxy.protocol import definition_pb2 as pb
 from broker.proxy.protocol import service_pb2 as spb
 from broker.proxy.receipt_handle_manager import ReceiptHandleManager
-from broker.proxy.receive_reply import receive_ok
 from broker.proxy.route_activity import validate_topic
 from broker.proxy.status import Code, ProxyError, from_broker_refusal, from_client_error, status
 from broker.proxy.subscription_groups import SubscriptionGroups, orderly
@@ -151,9 +150,20 @@ class ConsumerActivity:
             return
         sep = receipt_handle.SEP
         handles = [f"{_pop.handle_of(m)}{sep}{m.commit_log_offset}" for m in r.messages]
-        answer = receive_ok(r.messages, topic, handles, invisible, int(time.time() * 1000))
-        if request.auto_renew:
-            client_id = client_id_of(context)
+        client_id = client_id_of(context) if request.auto_renew else None
+        try:
+            answer = receive_reply.receive_ok(r.messages, topic, handles, invisible, int(time.time() * 1000))
+        except ValueError:
+            # a message protobuf cannot carry (a timestamp past its range): the ones before it
+            # go out, then the call fails on it
+            yield receive_reply.status_ok()
+            for m, handle in zip(r.messages, handles):
+                one = receive_reply.one_message(m, topic, handle, invisible)
+                if client_id is not None:
+                    self.renewals.add(client_id, group, topic, handle, invisible)
+                yield one
+            raise
+        if client_id is not None:
             for handle in handles:
                 self.renewals.add(client_id, group, topic, handle, invisible)
         yield answer
@@ -270,7 +280,11 @@ class ConsumerActivity:
             if r.code == codes.SUCCESS:
                 for i in idx:
                     out[i] = _ACKED
-        await asyncio.gather(*(one(addr, idx, acks) for addr, (idx, acks) in batches.items()))
+        if len(batches) == 1:  # one broker (the usual case): no task for it
+            (addr, (idx, acks)), = batches.items()
+            await one(addr, idx, acks)
+        else:
+            await asyncio.gather(*(one(addr, idx, acks) for addr, (idx, acks) in batches.items()))
 
     async def change_invisible_duration(self, request, context) -> spb.ChangeInvisibleDurationResponse:
         group, topic = _group(request.group), validate_topic(request.topic)

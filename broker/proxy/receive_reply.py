@@ -24,6 +24,15 @@ def frame(message: bytes) -> bytes:
 _STATUS_OK = frame(spb.ReceiveMessageResponse(status=status()).SerializeToString())
 
 
+def status_ok() -> Framed:
+    return Framed(_STATUS_OK)
+
+
+def one_message(m, topic: str, handle: str, invisible_ms: int) -> Framed:
+    """One message's ReceiveMessageResponse, framed (ValueError: protobuf could not carry it)."""
+    return Framed(frame(_kernel.encode_message(m, topic, handle, invisible_ms, SYSTEM_PROPERTIES)))
+
+
 def receive_ok(messages: list, topic: str, handles: list[str], invisible_ms: int, now_ms: int) -> Framed:
     """The whole answer of a receive that popped `messages` (each shown with its handle in
     `handles`), delivered at `now_ms`. ValueError, before anything is answered, for a message
