@@ -1,8 +1,9 @@
 # cython: boundscheck=False, wraparound=False, cdivision=True
-"""ReceiveMessage's messages encoded in C: for each popped message the bytes protobuf would
-serialize for ReceiveMessageResponse{message: Message{topic, user_properties, system_properties,
-body}}, as broker.proxy.converter.to_proto builds the Message and the front then sets its
-receipt_handle, delivery_attempt (reconsume_times + 1) and invisible_duration. Building and
+"""ReceiveMessage's messages encoded in C (and AckMessage's all-acked answer, encode_ack_ok): for
+each popped message the bytes protobuf would serialize for ReceiveMessageResponse{message:
+Message{topic, user_properties, system_properties, body}}, as broker.proxy.converter.to_proto
+builds the Message and the front then sets its receipt_handle, delivery_attempt (reconsume_times
++ 1) and invisible_duration. Building and
 serializing those protobuf objects in Python cost more per message than all the rest of a receive.
 
 The messages are read through their Python attributes (a broker.kernels.pulled.MessageExt, or any
@@ -259,4 +260,38 @@ def encode_messages(list msgs, str topic, list handles, int64_t invisible_ms, sy
         out.write_be32(0)
         _message(out, msgs[i], topic, handles[i], invisible_ms, system, sp, up, tmp)
         out.patch_be32(at + 1, <uint32_t>(out._len - at - 5))
+    return out.getvalue()
+
+
+# AckMessageResponse{status: OK, entries: [AckMessageResultEntry{message_id, receipt_handle, status: OK}]}
+# Status{code: OK (20000), message: "OK"}: 08 a0 9c 01 12 02 4f 4b
+cdef bytes _STATUS_OK = b"\x08\xa0\x9c\x01\x12\x02OK"
+
+
+def encode_ack_ok(list message_ids, list handles) -> bytes:
+    """AckMessage's answer when every entry was acked: what protobuf serializes for
+    AckMessageResponse{status: OK, entries: [{message_id, receipt_handle, status: OK}, ...]}, the
+    entries in the request's order (empty strings not written, as proto3 does)."""
+    cdef WriteBuffer out = WriteBuffer()
+    cdef Py_ssize_t i, n = len(message_ids), mlen, hlen, slen = len(_STATUS_OK), entry
+    cdef const char *mp
+    cdef const char *hp
+    if len(handles) != n:
+        raise ValueError(f"{n} message ids but {len(handles)} receipt handles")
+    _bytes(out, 1, <const uint8_t *><const char *>_STATUS_OK, slen)
+    for i in range(n):
+        mp = PyUnicode_AsUTF8AndSize(<str>message_ids[i], &mlen)
+        hp = PyUnicode_AsUTF8AndSize(<str>handles[i], &hlen)
+        entry = 2 + slen
+        if mlen:
+            entry += 1 + _varint_len(mlen) + mlen
+        if hlen:
+            entry += 1 + _varint_len(hlen) + hlen
+        _tag(out, 2, 2)
+        _varint(out, <uint64_t>entry)
+        if mlen:
+            _bytes(out, 1, <const uint8_t *>mp, mlen)
+        if hlen:
+            _bytes(out, 2, <const uint8_t *>hp, hlen)
+        _bytes(out, 3, <const uint8_t *><const char *>_STATUS_OK, slen)
     return out.getvalue()

@@ -36,7 +36,8 @@ text = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_ch
 ms = st.one_of(st.integers(0, 2**41), st.sampled_from([0, MS_MAX, MS_MAX + 1, 2**62]))
 digits = st.one_of(ms.map(str), st.sampled_from(["", "12a", "\u00b2", "\u0663", " 5"]))
 system_value = {
-    "UNIQ_KEY": text, "TAGS": text, "KEYS": st.lists(st.sampled_from(["k1", "", "k 2", "\u00e9"]), max_size=4).map(" ".join),
+    "UNIQ_KEY": text, "TAGS": text,
+    "KEYS": st.lists(st.sampled_from(["k1", "", "k 2", "\u00e9"]), max_size=4).map(" ".join),
     "BORN_TIMESTAMP": digits, "__BORNHOST": st.sampled_from(["", "1.2.3.4", "::1"]), "__SHARDINGKEY": text,
     "TRAN_MSG": st.sampled_from(["true", "false", ""]), "TIMER_DELIVER_MS": digits, "TRACE_CONTEXT": text,
     "POP_CK": st.just("0 1 30000 0 0 b 1 0"), "1ST_POP_TIME": st.just("1"), "WAIT": st.just("true"),

@@ -219,7 +219,7 @@ class ConsumerActivity:
         # the rest (one handle, or a batch the broker did not take whole): each its own ACK_MESSAGE,
         # all in flight at once on the broker's connection
         if all(e is _ACKED for e in out):  # the whole batch acked: its answer encoded at once (ack_reply)
-            return ack_ok([(e.message_id, e.receipt_handle) for e in entries])
+            return ack_ok(entries)
         left = [i for i, e in enumerate(out) if e is None]
         for i, e in zip(left, await asyncio.gather(*(ack(i, entries[i]) for i in left))):
             out[i] = e

@@ -125,3 +125,15 @@ def encode_messages(msgs: list, topic: str, handles: list, invisible_ms: int, sy
         one = encode_message(m, topic, h, invisible_ms, system)
         out += b"\x00" + len(one).to_bytes(4, "big") + one
     return bytes(out)
+
+
+STATUS_OK = b"\x08\xa0\x9c\x01\x12\x02OK"  # Status{code: OK (20000), message: "OK"}
+
+
+def encode_ack_ok(message_ids: list, handles: list) -> bytes:
+    if len(handles) != len(message_ids):
+        raise ValueError(f"{len(message_ids)} message ids but {len(handles)} receipt handles")
+    out = bytearray(ld(1, STATUS_OK))
+    for m, h in zip(message_ids, handles):
+        out += ld(2, (string(1, m) if m else b"") + (string(2, h) if h else b"") + ld(3, STATUS_OK))
+    return bytes(out)

@@ -608,7 +608,8 @@ RECEIVE_INVISIBLE_MS = (30_000, 10_000, 43_200_000, 0, 1, -1_500)
 def check_receive(data: bytes) -> None:
     """data[0]: the invisible time (RECEIVE_INVISIBLE_MS), data[1] bit 0 an empty topic (the
     message's own); the rest a pulled body, whose messages (as the pulled kernel reads them) the
-    receive-reply kernel and its twin encode alike, one by one and as one framed batch."""
+    receive-reply kernel and its twin encode alike, one by one and as one framed batch, and the
+    all-acked AckMessage answer of their ids and handles."""
     if len(data) < 2:
         return
     invisible = RECEIVE_INVISIBLE_MS[data[0] % len(RECEIVE_INVISIBLE_MS)]
@@ -617,11 +618,13 @@ def check_receive(data: bytes) -> None:
         msgs = KP.decode_records(data[2:], "broker-a")
     except ValueError:
         return  # the pulled check's concern
-    handles = [f"0 1700000000000 {invisible} 0 0 broker-a {m.queue_id} {m.queue_offset} {i}" for i, m in enumerate(msgs)]
+    handles = [f"0 1700000000000 {invisible} 0 0 broker-a {m.queue_id} {m.queue_offset} {i}"
+               for i, m in enumerate(msgs)]
     for m, h in zip(msgs, handles):
         _same("encode_message", KRR.encode_message, TRR.encode_message, m, topic, h, invisible, SYSTEM_PROPERTIES)
     _same("encode_messages", KRR.encode_messages, TRR.encode_messages, msgs, topic, handles, invisible,
           SYSTEM_PROPERTIES)
+    _same("encode_ack_ok", KRR.encode_ack_ok, TRR.encode_ack_ok, [m.uniq_key or "" for m in msgs], handles)
 
 
 # -- sql92: the SQL92 evaluator on any program and properties; the compiler on any text ----------
