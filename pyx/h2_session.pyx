@@ -327,6 +327,24 @@ cdef class ServerSession:
         self._kick(st)
         return True
 
+    def send_framed(self, int32_t sid, framed) -> bool:
+        """Queue response messages already length-prefixed (flag byte, 4-byte big-endian length,
+        message; any number back to back): many messages of one stream go out as one copy into its
+        buffer (bytes, or a subclass of it). False if the stream is gone."""
+        cdef _Stream st = self.streams.get(sid)
+        cdef Py_ssize_t n, have
+        if not isinstance(framed, bytes):
+            raise TypeError(f"framed messages are bytes, not {type(framed).__name__}")
+        n = PyBytes_GET_SIZE(framed)
+        if st is None or st.done:
+            return False
+        if n:
+            have = PyByteArray_GET_SIZE(st.out)
+            PyByteArray_Resize(st.out, have + n)
+            memcpy(PyByteArray_AS_STRING(st.out) + have, PyBytes_AS_STRING(framed), n)
+            self._kick(st)
+        return True
+
     def finish(self, int32_t sid, int code, bytes message=None) -> bool:
         """End the call with grpc-status `code` (grpc-message `message`, percent-encoded by the
         caller): trailers after the queued messages, or a trailers-only response."""

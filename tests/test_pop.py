@@ -231,6 +231,20 @@ def test_batch_ack(broker):
         await c.ack(back)
         r = await client.invoke(addr, RemotingCommand.request(codes.BATCH_ACK_MESSAGE, {}, b"{\"acks\": 3}"), 5)
         assert r.code == codes.SYSTEM_ERROR and "acks" in r.remark
+
+        def bad(**change) -> bytes:  # an ack of the offsets so and so + 40 (past the queue's end)
+            a = {"c": GROUP, "t": "PopBatch", "r": "0", "so": so, "q": 0, "rq": rq, "pt": pt, "it": 1500,
+                 "b": base64.b64encode((1 | 1 << 40).to_bytes(8, "little")).decode(), **change}
+            return msgspec.json.encode({"brokerName": "broker-a", "acks": [a]})
+        # each offset is named with the first check it fails, in the single ack's order: the topic,
+        # then the offset's range, then the handle's fields
+        r = await client.invoke(addr, RemotingCommand.request(codes.BATCH_ACK_MESSAGE, {}, bad(t="PopNoSuch")), 5)
+        assert r.code == codes.NO_MESSAGE
+        assert r.remark.count("topic[PopNoSuch] not exist") == 2 and f"PopNoSuch@0:{so + 40}" in r.remark
+        r = await client.invoke(addr, RemotingCommand.request(codes.BATCH_ACK_MESSAGE, {}, bad(pt=-1)), 5)
+        assert r.code == codes.NO_MESSAGE
+        assert f"PopBatch@0:{so} (extraInfo popTime -1 is out of range)" in r.remark
+        assert f"PopBatch@0:{so + 40} (offset is illegal" in r.remark
     _run(go, broker)
 
 

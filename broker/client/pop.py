@@ -58,16 +58,26 @@ async def pop(client: MQClientInstance, addr: str, broker_name: str, group: str,
     revive_qid = r.get_int("reviveQid")
     starts = ei.parse_start_offset_info(r.ext.get("startOffsetInfo"))
     counts = ei.parse_order_count_info(r.ext.get("orderCountInfo")) if order else {}
+    first_pop = str(res.pop_time)
+    # a handle is ei.build's text: all but the message's own offset is the same for its queue's
+    # messages, so that part is made once per queue
+    prefixes: dict[tuple[str, int], str] = {}
     for m in res.messages:
         props = m.properties
         if PROPERTY_POP_CK not in props:
-            qkey = ei.queue_key(m.topic, m.queue_id)
-            props[PROPERTY_POP_CK] = ei.build(starts[qkey], res.pop_time, res.invisible_time, revive_qid, m.topic,
-                                              broker_name, m.queue_id, m.queue_offset)
-            n = counts.get(ei.queue_offset_key(m.topic, m.queue_id, m.queue_offset), counts.get(qkey))
-            if n:
-                m.reconsume_times = n
-        props.setdefault(PROPERTY_FIRST_POP_TIME, str(res.pop_time))
+            where = (m.topic, m.queue_id)
+            prefix = prefixes.get(where)
+            if prefix is None:
+                qkey = ei.queue_key(*where)
+                prefix = prefixes[where] = ei.build(starts[qkey], res.pop_time, res.invisible_time, revive_qid,
+                                                    m.topic, broker_name, m.queue_id, 0)[:-1]
+            props[PROPERTY_POP_CK] = f"{prefix}{m.queue_offset}"
+            if counts:
+                n = counts.get(ei.queue_offset_key(m.topic, m.queue_id, m.queue_offset),
+                               counts.get(ei.queue_key(m.topic, m.queue_id)))
+                if n:
+                    m.reconsume_times = n
+        props.setdefault(PROPERTY_FIRST_POP_TIME, first_pop)
         m.topic = topic
     return res
 

@@ -10,7 +10,7 @@ client builds each message's handle (MQClientAPIImpl.processPopResponse).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from broker.remoting.refusals import BadRequest
 from broker.common.topic_validator import RETRY_PREFIX
@@ -52,8 +52,7 @@ def build(ck_offset: int, pop_time: int, invisible_time: int, revive_qid: int, t
                               queue_id, queue_offset)))
 
 
-@dataclass(frozen=True)
-class ExtraInfo:
+class ExtraInfo(NamedTuple):  # a tuple: made per handle a front or broker reads, twice per acked message
     ck_offset: int
     pop_time: int
     invisible_time: int
@@ -89,6 +88,16 @@ def parse(text: str) -> ExtraInfo:
         raise ExtraInfoError(f"extraInfo {text[:200]!r} has {len(parts)} fields, not at least 7")
     if parts[4] not in (NORMAL_TOPIC, RETRY_TOPIC, RETRY_TOPIC_V2):
         raise ExtraInfoError(f"extraInfo retry flag {parts[4]!r} is not 0, 1 or 2")
+    # every field at once (a front parses one per message it acks); anything off is read again
+    # below, field by field, for the error that names it
+    try:
+        ck, pt, it, rq, qid = int(parts[0]), int(parts[1]), int(parts[2]), int(parts[3]), int(parts[6])
+        qo = int(parts[7]) if len(parts) > 7 else 0
+    except ValueError:
+        ck = -1
+    if 0 <= ck <= _I64 and 0 <= pt <= _I64 and 0 <= it <= _I64 and 0 <= rq <= 1 << 31 and 0 <= qid <= 1 << 31 \
+            and 0 <= qo <= _I64:
+        return ExtraInfo(ck, pt, it, rq, parts[4], parts[5], qid, qo if len(parts) > 7 else None)
     return ExtraInfo(_int("ckQueueOffset", parts[0], 0, _I64), _int("popTime", parts[1], 0, _I64),
                      _int("invisibleTime", parts[2], 0, _I64), _int("reviveQid", parts[3], 0, 1 << 31),
                      parts[4], parts[5], _int("queueId", parts[6], 0, 1 << 31),

@@ -18,14 +18,12 @@ import time
 
 import msgspec
 
-from google.protobuf.timestamp_pb2 import Timestamp
-
 from broker.client import api
 from broker.client.client_instance import MQClientInstance
 from broker.client.errors import ResponseError
-from broker.proxy import receipt_handle
+from broker.proxy import receipt_handle, receive_reply
+from broker.proxy.ack_reply import ack_ok
 from broker.proxy.config import ProxyConfig
-from broker.proxy.converter import to_proto
 from broker.proxy.forward_dlq_activity import ForwardMessageToDLQActivity
 from broker.proxy.grpc_metadata import client_id_of
 from broker.proxy.protocol import definition_pb2 as pb
@@ -49,6 +47,9 @@ RECEIVE_BATCH_SIZE = 32  # ProxyConfig.grpcClientConsumerLongPollingBatchSize
 # client's last attempt is the one after them
 RETRY_MAX_TIMES = 16
 CONSUME_INIT_MODE_MAX = 1  # ConsumeInitMode.MAX: a new group starts at the queue's end, as the Java proxy's
+
+
+_ACKED = object()  # an entry of AckMessage's results its broker's batch ack took (status OK)
 
 
 def not_implemented(rpc: str):
@@ -147,19 +148,25 @@ class ConsumerActivity:
         if not r.messages:
             yield spb.ReceiveMessageResponse(status=status(Code.MESSAGE_NOT_FOUND, "no new message"))
             return
-        yield spb.ReceiveMessageResponse(status=status())
-        for m in r.messages:
-            msg = to_proto(m, topic)
-            sp = msg.system_properties
-            sp.receipt_handle = receipt_handle.encode(_pop.handle_of(m), m.commit_log_offset)
-            if request.auto_renew:
-                self.renewals.add(client_id_of(context), group, topic, sp.receipt_handle, invisible)
-            sp.delivery_attempt = m.reconsume_times + 1
-            sp.invisible_duration.FromMilliseconds(invisible)
-            yield spb.ReceiveMessageResponse(message=msg)
-        now = Timestamp()
-        now.FromMilliseconds(int(time.time() * 1000))
-        yield spb.ReceiveMessageResponse(delivery_timestamp=now)
+        sep = receipt_handle.SEP
+        handles = [f"{_pop.handle_of(m)}{sep}{m.commit_log_offset}" for m in r.messages]
+        client_id = client_id_of(context) if request.auto_renew else None
+        try:
+            answer = receive_reply.receive_ok(r.messages, topic, handles, invisible, int(time.time() * 1000))
+        except ValueError:
+            # a message protobuf cannot carry (a timestamp past its range): the ones before it
+            # go out, then the call fails on it
+            yield receive_reply.status_ok()
+            for m, handle in zip(r.messages, handles):
+                one = receive_reply.one_message(m, topic, handle, invisible)
+                if client_id is not None:
+                    self.renewals.add(client_id, group, topic, handle, invisible)
+                yield one
+            raise
+        if client_id is not None:
+            for handle in handles:
+                self.renewals.add(client_id, group, topic, handle, invisible)
+        yield answer
 
     async def _past_max_attempts_to_dlq(self, addr: str, group: str, group_config: dict, messages: list) -> list:
         """An orderly pop redelivers a batch not acked in time with its attempt raised, and the
@@ -181,7 +188,8 @@ class ConsumerActivity:
                 kept.append(m)
         return kept
 
-    async def ack_message(self, request: spb.AckMessageRequest, context) -> spb.AckMessageResponse:
+    async def ack_message(self, request: spb.AckMessageRequest, context) -> spb.AckMessageResponse | bytes:
+        """The response, or its bytes when every entry was acked (what a consumer's acks are)."""
         group, topic = _group(request.group), validate_topic(request.topic)
         if not request.entries:
             raise ProxyError(Code.BAD_REQUEST, "no receipt handle to ack")
@@ -210,9 +218,15 @@ class ConsumerActivity:
             await self._batch_ack(group, topic, entries, out, taken)
         # the rest (one handle, or a batch the broker did not take whole): each its own ACK_MESSAGE,
         # all in flight at once on the broker's connection
+        if all(e is _ACKED for e in out):  # the whole batch acked: its answer encoded at once (ack_reply)
+            return ack_ok(entries)
         left = [i for i, e in enumerate(out) if e is None]
         for i, e in zip(left, await asyncio.gather(*(ack(i, entries[i]) for i in left))):
             out[i] = e
+        for i, e in enumerate(out):
+            if e is _ACKED:
+                out[i] = spb.AckMessageResultEntry(message_id=entries[i].message_id,
+                                                   receipt_handle=entries[i].receipt_handle, status=status())
         codes_ = {e.status.code for e in out}
         top = status(Code.MULTIPLE_RESULTS) if len(codes_) > 1 else status(out[0].status.code, out[0].status.message)
         return spb.AckMessageResponse(status=top, entries=out)
@@ -220,18 +234,25 @@ class ConsumerActivity:
     async def _batch_ack(self, group: str, topic: str, entries: list, out: list, taken: dict) -> None:
         """The handles of `entries` acked by one BATCH_ACK_MESSAGE per broker (the Java proxy's
         batch ack; the broker writes one revive-log record per checkpoint instead of one per
-        message). A broker's batch answered SUCCESS sets its entries in `out`; any other answer
+        message). A broker's batch answered SUCCESS sets its entries in `out` to _ACKED; any other answer
         (a handle it does not have in flight, a broker without batch acks) leaves them None, and
         each is acked alone, which gives each its own status. A handle that does not parse is
         answered here. `taken`: the handle in force of each entry (a renewed one's latest), for
         the acks made alone too: the front renews it no more once asked."""
         batches: dict[str, tuple[list[int], dict]] = {}  # broker address -> (entry indexes, acks by checkpoint)
+        addrs: dict[str, str] = {}  # broker name -> its address, looked up once per call
+        renewed = self.renewals.handles
         for i, entry in enumerate(entries):
+            text = entry.receipt_handle
             try:
-                self._handle(entry.receipt_handle)
-                taken[i] = await self.renewals.take(group, entry.receipt_handle)
-                info = self._handle(taken[i])
-                addr = await self._broker_addr(topic, info.broker_name)
+                info = self._handle(text)
+                # a handle the front does not renew is the one in force (take would say so)
+                current = taken[i] = await self.renewals.take(group, text) if (group, text) in renewed else text
+                if current != text:
+                    info = self._handle(current)
+                addr = addrs.get(info.broker_name)
+                if addr is None:
+                    addr = addrs[info.broker_name] = await self._broker_addr(topic, info.broker_name)
             except ProxyError as e:
                 out[i] = spb.AckMessageResultEntry(message_id=entry.message_id, receipt_handle=entry.receipt_handle,
                                                    status=status(e.code, e.message))
@@ -258,9 +279,12 @@ class ConsumerActivity:
                 return
             if r.code == codes.SUCCESS:
                 for i in idx:
-                    out[i] = spb.AckMessageResultEntry(message_id=entries[i].message_id,
-                                                       receipt_handle=entries[i].receipt_handle, status=status())
-        await asyncio.gather(*(one(addr, idx, acks) for addr, (idx, acks) in batches.items()))
+                    out[i] = _ACKED
+        if len(batches) == 1:  # one broker (the usual case): no task for it
+            (addr, (idx, acks)), = batches.items()
+            await one(addr, idx, acks)
+        else:
+            await asyncio.gather(*(one(addr, idx, acks) for addr, (idx, acks) in batches.items()))
 
     async def change_invisible_duration(self, request, context) -> spb.ChangeInvisibleDurationResponse:
         group, topic = _group(request.group), validate_topic(request.topic)

@@ -9,6 +9,8 @@ from __future__ import annotations
 from broker.proxy.status import Code, ProxyError
 from broker.common import extra_info as _extra_info
 
+SEP = _extra_info.SEP
+
 
 def encode(extra_info: str, commit_log_offset: int) -> str:
     return f"{extra_info}{_extra_info.SEP}{commit_log_offset}"

@@ -22,9 +22,11 @@ from broker.kernels import index_dispatch as KI
 from broker.kernels import h2_session as KH2
 from broker.kernels import header as KHD
 from broker.kernels import pulled as KP
+from broker.kernels import receive_reply as KRR
 from broker.kernels import remoting as KR
 from broker.kernels import send_request as KSR
 from broker.kernels import sql92 as KS
+from broker.proxy.converter import SYSTEM_PROPERTIES
 from broker.remoting.command import VERSION, RemotingCommand, ext_string
 from broker.server.filter.sql92 import Sql92Error, compile_sql92
 from broker.store.errors import StoreError
@@ -37,6 +39,7 @@ from tests.twins import index_dispatch_twin as TI
 from tests.twins import grpc_message_twin as TG
 from tests.twins import header_twin as THD
 from tests.twins import pulled_twin as TP
+from tests.twins import receive_reply_twin as TRR
 from tests.twins import remoting_twin as TR
 from tests.twins import send_request_twin as TSR
 from tests.twins import sql92_twin as TS
@@ -613,6 +616,32 @@ def check_pulled(data: bytes) -> None:
             _same("RecordColumns in two chunks", kernel_columns, TP.record_columns, [body[:cut], body[cut:]], lo, hi)
 
 
+# -- receive_reply: ReceiveMessage's messages encoded from pulled records -----------------------------
+RECEIVE_INVISIBLE_MS = (30_000, 10_000, 43_200_000, 0, 1, -1_500)
+
+
+def check_receive(data: bytes) -> None:
+    """data[0]: the invisible time (RECEIVE_INVISIBLE_MS), data[1] bit 0 an empty topic (the
+    message's own); the rest a pulled body, whose messages (as the pulled kernel reads them) the
+    receive-reply kernel and its twin encode alike, one by one and as one framed batch, and the
+    all-acked AckMessage answer of their ids and handles."""
+    if len(data) < 2:
+        return
+    invisible = RECEIVE_INVISIBLE_MS[data[0] % len(RECEIVE_INVISIBLE_MS)]
+    topic = "" if data[1] & 1 else "Topic"
+    try:
+        msgs = KP.decode_records(data[2:], "broker-a")
+    except ValueError:
+        return  # the pulled check's concern
+    handles = [f"0 1700000000000 {invisible} 0 0 broker-a {m.queue_id} {m.queue_offset} {i}"
+               for i, m in enumerate(msgs)]
+    for m, h in zip(msgs, handles):
+        _same("encode_message", KRR.encode_message, TRR.encode_message, m, topic, h, invisible, SYSTEM_PROPERTIES)
+    _same("encode_messages", KRR.encode_messages, TRR.encode_messages, msgs, topic, handles, invisible,
+          SYSTEM_PROPERTIES)
+    _same("encode_ack_ok", KRR.encode_ack_ok, TRR.encode_ack_ok, [m.uniq_key or "" for m in msgs], handles)
+
+
 # -- sql92: the SQL92 evaluator on any program and properties; the compiler on any text ----------
 def check_sql92(data: bytes) -> None:
     """data[0] bit 0: 0 = [u16 program length][program][properties], the evaluator kernel against
@@ -644,8 +673,9 @@ def check_grpc(data: bytes) -> None:
     """data[0]: bit 0 the client preface and an empty SETTINGS put before the rest (so nghttp2's
     frame parser, not only its preface check, sees the garbage), bits 1-2 the reader's limit, bits
     3-7 the cut step; the rest is fed to a server session in pieces, each read's streams answered
-    (a message, a status, a reset in turn) and its output drained, as the endpoint does; the same
-    bytes go through the message reader and its twin."""
+    (a message, a message then messages framed by the caller then a status, a status, a reset in
+    turn) and its output drained, as the endpoint does; the same bytes go through the message
+    reader and its twin."""
     if len(data) < 2:
         return
     rest = data[1:]
@@ -668,6 +698,7 @@ def check_grpc(data: bytes) -> None:
                     session.unary(sid, ev[2].encode() if ev[2] else b"")
                 elif turn == 1:
                     session.send_message(sid, b"x" * (sid % 300))
+                    session.send_framed(sid, b"\x00\x00\x00\x00\x02ab" * (sid % 5))
                     session.finish(sid, 2, b"a%20b")
                 elif turn == 2:
                     session.finish(sid, 12, None)
@@ -727,4 +758,5 @@ CHECKS = {
     "sql92": check_sql92,
     "grpc": check_grpc,
     "send_request": check_send_request,
+    "receive": check_receive,
 }

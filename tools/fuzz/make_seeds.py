@@ -209,6 +209,24 @@ def pulled_seeds() -> list[bytes]:
             b"\x00\xff" + records(2) + b"\x00" * 12]
 
 
+def receive_seeds() -> list[bytes]:
+    """check_receive input: the invisible time's index, the topic bit, then a pulled body whose
+    records carry what the converter reads: FIFO, transaction and delay messages, a born time and
+    host in properties, keys with empty pieces, user properties, IPv6 hosts, a compressed body."""
+    import zlib
+    fifo = T.encode_properties({"UNIQ_KEY": "U1", "TAGS": "t", "KEYS": "a  b", "__SHARDINGKEY": "g1", "x": "y",
+                                "POP_CK": "1 2 3", "TRACE_CONTEXT": "tc"})
+    tx = T.encode_properties({"TRAN_MSG": "true", "BORN_TIMESTAMP": "1700000000123", "__BORNHOST": "10.0.0.9"})
+    delay = T.encode_properties({"TIMER_DELIVER_MS": "1700000099000", "u\u00e9": "v\u4e2d"})
+    far = T.encode_properties({"TIMER_DELIVER_MS": "253402300800000", "BORN_TIMESTAMP": "\u0663"})
+    body = zlib.compress(b"inflate me " * 20)
+    rec = bytearray(T.record_length(len(body), 5, len(fifo)))
+    T.encode_record(rec, 0, 0, 7, 1700000000000, b"Topic", 1, body, fifo, 0, 1, 1700000000000, V4, V4, 3, 0)
+    return [b"\x00\x00" + records(3), b"\x01\x01" + records(2, props=fifo) + bytes(rec),
+            b"\x02\x00" + records(2, v6=True, props=tx), b"\x03\x00" + records(1, props=delay),
+            b"\x04\x01" + records(1, props=far), b"\x05\x00" + records(2)]
+
+
 def sql92_seeds() -> list[bytes]:
     """check_sql92 input: expressions as text (mode 1) and as compiled programs (mode 0), each with
     properties that make them match, fail a conversion, or miss."""
@@ -272,7 +290,8 @@ def main() -> None:
     for name, make in (("frames", frames_seeds), ("scan", scan_seeds), ("properties", properties_seeds),
                        ("ha", ha_seeds), ("push", push_seeds), ("headers", headers_seeds),
                        ("send", send_seeds), ("replies", replies_seeds), ("sends", sends_seeds), ("pulled", pulled_seeds),
-                       ("sql92", sql92_seeds), ("grpc", grpc_seeds), ("send_request", send_request_seeds)):
+                       ("sql92", sql92_seeds), ("grpc", grpc_seeds), ("send_request", send_request_seeds),
+                       ("receive", receive_seeds)):
         d = SEEDS / name
         d.mkdir(parents=True, exist_ok=True)
         for data in make():

@@ -8,6 +8,7 @@ generated add_MessagingServiceServicer_to_server registers MessagingService unch
     connection.py  one connection: the asyncio Protocol feeding its session, writing once per read
     server.py      GrpcServer: handlers, ports (plaintext or TLS with ALPN h2), start and graceful stop
 """
+from broker.proxy.grpc_endpoint.calls import Framed
 from broker.proxy.grpc_endpoint.server import GrpcServer
 
-__all__ = ["GrpcServer"]
+__all__ = ["Framed", "GrpcServer"]

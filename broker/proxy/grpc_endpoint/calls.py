@@ -21,6 +21,13 @@ log = logging.getLogger("proxy")
 _DECOMPRESS = {"gzip": lambda b: zlib.decompress(b, 31), "deflate": zlib.decompress}
 
 
+class Framed(bytes):
+    """What a streaming handler may yield instead of a response: response messages it serialized
+    and length-prefixed itself (gRPC's flag byte and 4-byte length, then the message; any number
+    back to back), written into the stream as they are."""
+    __slots__ = ()
+
+
 class CallError(Exception):
     """The request itself is wrong (a compressed message we cannot read, no request message)."""
 
@@ -234,7 +241,10 @@ class Call:
                 async for response in behavior(arg, ctx):
                     if self.finished:
                         break
-                    conn.send_message(self.sid, serialize(response) if serialize is not None else response)
+                    if type(response) is Framed:  # messages the handler encoded and framed itself
+                        conn.send_framed(self.sid, response)
+                    else:
+                        conn.send_message(self.sid, serialize(response) if serialize is not None else response)
                 if not self.finished:
                     self.finished = True
                     code = ctx.code_ or OK
@@ -249,7 +259,8 @@ class Call:
                     if ctx.code_:
                         conn.finish(self.sid, ctx.code_, encode_message(ctx.details_))
                     else:
-                        conn.unary(self.sid, serialize(response) if serialize is not None else response)
+                        conn.unary(self.sid, response if serialize is None or type(response) is bytes
+                                   else serialize(response))  # bytes: the handler serialized it
         except asyncio.CancelledError:
             if not self.finished:  # the front stopping: the client learns the call was cancelled
                 self.fail(CANCELLED, "Cancelled")

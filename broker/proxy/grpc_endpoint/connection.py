@@ -115,6 +115,10 @@ class H2Connection(asyncio.Protocol):
         if self.session.send_message(sid, payload):
             self.flush_soon()
 
+    def send_framed(self, sid: int, framed: bytes) -> None:
+        if self.session.send_framed(sid, framed):
+            self.flush_soon()
+
     def unary(self, sid: int, payload: bytes) -> None:
         if self.session.unary(sid, payload):
             self.flush_soon()

@@ -235,7 +235,9 @@ class PopReviveService:
                                   BATCH_ACK_TAG)))  # genBatchAckUniqueId
         self.log.append(ck.rq, BATCH_ACK_TAG, uniq, b.to_json())
         for i in todo:
-            self._ack_index(ck, i)
+            ck.bitmap |= 1 << i
+        if ck.bitmap == (1 << len(offsets)) - 1:
+            self._finish(ck)
 
     def _ack_index(self, ck: PopCheckPoint, index: int) -> None:
         ck.bitmap |= 1 << index

@@ -29,18 +29,27 @@ class MessageIllegal(Refusal):
     response_code = codes.MESSAGE_ILLEGAL
 
 
-def checked_handle(store, topics, topic: str, queue_id: int, offset: int, extra_info: str) -> ei.ExtraInfo:
-    """The request's topic, queue and offset checked against the store, and its extraInfo parsed
-    and checked against them (AckMessageProcessor's and ChangeInvisibleTimeProcessor's checks)."""
+def queue_range(store, topics, topic: str, queue_id: int) -> tuple[int, int]:
+    """The queue's [min, max) offsets, once the topic and queue are known to exist."""
     cfg = topics.get(topic)
     if cfg is None:
         raise TopicNotExist(f"topic[{topic}] not exist, apply first please!")
     if not 0 <= queue_id < cfg.readQueueNums:
         raise MessageIllegal(f"queueId[{queue_id}] is illegal, topic:[{topic}] "
                              f"topicConfig.readQueueNums:[{cfg.readQueueNums}]")
-    lo, hi = store.min_offset(topic, queue_id), store.max_offset(topic, queue_id)
+    return store.min_offset(topic, queue_id), store.max_offset(topic, queue_id)
+
+
+def check_offset(topic: str, queue_id: int, offset: int, lo: int, hi: int) -> None:
     if not lo <= offset < hi:
         raise NotInFlight(f"offset is illegal, key:{topic}@{queue_id}, commit:{offset}, store:{lo}~{hi}")
+
+
+def checked_handle(store, topics, topic: str, queue_id: int, offset: int, extra_info: str) -> ei.ExtraInfo:
+    """The request's topic, queue and offset checked against the store, and its extraInfo parsed
+    and checked against them (AckMessageProcessor's and ChangeInvisibleTimeProcessor's checks)."""
+    lo, hi = queue_range(store, topics, topic, queue_id)
+    check_offset(topic, queue_id, offset, lo, hi)
     info = ei.parse(extra_info)
     if info.queue_id != queue_id or (info.queue_offset is not None and info.queue_offset != offset):
         raise ei.ExtraInfoError(f"extraInfo names queue {info.queue_id} offset {info.queue_offset}, the request "
@@ -78,11 +87,24 @@ class AckMessageProcessor:
         mark = self.revive.log.appended
         for group, topic, queue_id, ck_offset, rq, pop_time, offsets in _batch_acks(bytes(cmd.body or b"")):
             found: dict[int, tuple] = {}  # id(checkpoint) -> (checkpoint, its indexes acked here)
+            # checked_handle's checks, in its order, made once for what the offsets share: the
+            # topic and queue, then (after each offset's range) the handle's other fields
+            try:
+                lo, hi = queue_range(self.store, self.topics, topic, queue_id)
+            except Refusal as e:
+                failed.extend(f"{topic}@{queue_id}:{offset} ({e})" for offset in offsets)
+                continue
+            try:
+                info = ei.parse(ei.SEP.join(map(str, (ck_offset, pop_time, 0, rq, ei.retry_flag(topic), "", queue_id,
+                                                      0))))
+                bad = None
+            except Refusal as e:
+                info, bad = None, e
             for offset in offsets:
                 try:
-                    handle = ei.SEP.join(map(str, (ck_offset, pop_time, 0, rq, ei.retry_flag(topic), "", queue_id,
-                                                   offset)))
-                    info = checked_handle(self.store, self.topics, topic, queue_id, offset, handle)
+                    check_offset(topic, queue_id, offset, lo, hi)
+                    if bad is not None:
+                        raise bad
                     if info.is_order:
                         self._ack_orderly(_OrderAck(group, topic, queue_id, offset), info)
                     else:

@@ -1,0 +1,43 @@
+"""ReceiveMessage's answer for popped messages, encoded without protobuf objects: Status OK, each
+message as ReceiveMessageResponse{message} (broker.kernels.receive_reply: the Message
+broker.proxy.converter.to_proto builds, with the receipt handle, delivery attempt and invisible
+duration the front sets), then the delivery timestamp, all as length-prefixed gRPC messages in one
+Framed piece: one copy into the stream's buffer for the whole batch. Building a protobuf Message per
+message in Python cost more than the rest of a receive; tests/test_receive_reply_kernel_vs_twin.py
+holds the kernel equal to protobuf's encoding of what the converter builds."""
+from __future__ import annotations
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from broker.kernels import receive_reply as _kernel
+from broker.proxy.converter import SYSTEM_PROPERTIES
+from broker.proxy.grpc_endpoint import Framed
+from broker.proxy.protocol import service_pb2 as spb
+from broker.proxy.status import status
+
+
+def frame(message: bytes) -> bytes:
+    """One gRPC message: flag 0 (not compressed), its length in 4 bytes big-endian, the bytes."""
+    return b"\x00" + len(message).to_bytes(4, "big") + message
+
+
+_STATUS_OK = frame(spb.ReceiveMessageResponse(status=status()).SerializeToString())
+
+
+def status_ok() -> Framed:
+    return Framed(_STATUS_OK)
+
+
+def one_message(m, topic: str, handle: str, invisible_ms: int) -> Framed:
+    """One message's ReceiveMessageResponse, framed (ValueError: protobuf could not carry it)."""
+    return Framed(frame(_kernel.encode_message(m, topic, handle, invisible_ms, SYSTEM_PROPERTIES)))
+
+
+def receive_ok(messages: list, topic: str, handles: list[str], invisible_ms: int, now_ms: int) -> Framed:
+    """The whole answer of a receive that popped `messages` (each shown with its handle in
+    `handles`), delivered at `now_ms`. ValueError, before anything is answered, for a message
+    protobuf could not carry either (a timestamp outside its range)."""
+    now = Timestamp()
+    now.FromMilliseconds(now_ms)
+    return Framed(_STATUS_OK + _kernel.encode_messages(messages, topic, handles, invisible_ms, SYSTEM_PROPERTIES)
+                  + frame(spb.ReceiveMessageResponse(delivery_timestamp=now).SerializeToString()))
