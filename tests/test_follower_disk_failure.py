@@ -57,6 +57,25 @@ def _last_run(b: Broker) -> str:
     return (b.logs / f"stderr.{b.runs}").read_text(errors="replace")
 
 
+class ShimmedGroup:
+    """A DLedger group with every member under the fault shim (which one leads is learnt later),
+    a control file per member (`ctls`), and the sends tried and acknowledged for the history check."""
+
+    def __init__(self, tmp_path: Path, shim: Path, extra: str = ""):
+        self.g = DLedgerGroup(tmp_path, extra=extra)
+        self.ctls = {}
+        for sid, b in self.g.brokers.items():
+            self.ctls[sid] = tmp_path / f"{sid}.ctl"
+            b.env = shim_env(shim, self.ctls[sid], match="/dledger-")
+        self.tried, self.acked = [], []
+
+    def send(self, bodies: list[bytes], to: Broker) -> list:
+        replies = send_all(to.port, DLEDGER_TOPIC, bodies)
+        self.tried.extend(bodies)
+        self.acked.extend(b for r, b in zip(replies, bodies) if r.code == codes.SUCCESS)
+        return replies
+
+
 @pytest.mark.parametrize("fault", ["eio-once fdatasync", "eio fdatasync"])
 def test_a_slave_whose_fdatasync_fails_acknowledges_nothing_more_and_recovers_after_a_restart(tmp_path, shim, fault):
     ns = NameServer(tmp_path)
@@ -130,18 +149,8 @@ def test_dledger_followers_whose_write_back_fails_acknowledge_nothing_more_and_r
     wrote it back. Both followers' write-back fails (the flusher's fdatasync, once or always): with
     no durable majority left, no send may be SEND_OK, even once their fdatasync works again; after
     a restart they recover and the group takes writes again."""
-    g = DLedgerGroup(tmp_path, extra="flushDiskType=SYNC_FLUSH\n")
-    ctls = {}
-    for sid, b in g.brokers.items():  # every member under the shim: which one leads is learnt later
-        ctls[sid] = tmp_path / f"{sid}.ctl"
-        b.env = shim_env(shim, ctls[sid], match="/dledger-")
-    tried, acked = [], []
-
-    def send(bodies: list[bytes], to: Broker) -> list:
-        replies = send_all(to.port, DLEDGER_TOPIC, bodies)
-        tried.extend(bodies)
-        acked.extend(b for r, b in zip(replies, bodies) if r.code == codes.SUCCESS)
-        return replies
+    sg = ShimmedGroup(tmp_path, shim, extra="flushDiskType=SYNC_FLUSH\n")
+    g, ctls, send, tried, acked = sg.g, sg.ctls, sg.send, sg.tried, sg.acked
 
     try:
         g.start()
@@ -192,18 +201,8 @@ def test_a_dledger_leader_whose_write_back_fails_steps_down_and_the_others_go_on
     """The leader's own write-back fails once: it could append nothing more, so it steps down and
     asks for no votes; the two members whose disks work elect one of them and take writes; the old
     leader, restarted, recovers and follows."""
-    g = DLedgerGroup(tmp_path, extra="flushDiskType=SYNC_FLUSH\n")
-    ctls = {}
-    for sid, b in g.brokers.items():
-        ctls[sid] = tmp_path / f"{sid}.ctl"
-        b.env = shim_env(shim, ctls[sid], match="/dledger-")
-    tried, acked = [], []
-
-    def send(bodies: list[bytes], to: Broker) -> list:
-        replies = send_all(to.port, DLEDGER_TOPIC, bodies)
-        tried.extend(bodies)
-        acked.extend(b for r, b in zip(replies, bodies) if r.code == codes.SUCCESS)
-        return replies
+    sg = ShimmedGroup(tmp_path, shim, extra="flushDiskType=SYNC_FLUSH\n")
+    g, ctls, send, tried, acked = sg.g, sg.ctls, sg.send, sg.tried, sg.acked
 
     try:
         g.start()
@@ -241,18 +240,8 @@ def test_dledger_followers_whose_pwrite_writes_short_or_nothing_lose_nothing(tmp
     pwrite that writes half of what it is asked is continued; one that writes nothing refuses the
     push (DISK_ERROR, the log unchanged) and the group goes on with the other follower; once that
     follower's pwrite works again it catches up. Every SEND_OK is then on every member."""
-    g = DLedgerGroup(tmp_path)
-    ctls = {}
-    for sid, b in g.brokers.items():
-        ctls[sid] = tmp_path / f"{sid}.ctl"
-        b.env = shim_env(shim, ctls[sid], match="/dledger-")
-    tried, acked = [], []
-
-    def send(bodies: list[bytes], to: Broker) -> list:
-        replies = send_all(to.port, DLEDGER_TOPIC, bodies)
-        tried.extend(bodies)
-        acked.extend(b for r, b in zip(replies, bodies) if r.code == codes.SUCCESS)
-        return replies
+    sg = ShimmedGroup(tmp_path, shim)
+    g, ctls, send, tried, acked = sg.g, sg.ctls, sg.send, sg.tried, sg.acked
 
     try:
         g.start()
