@@ -19,7 +19,7 @@ from libc.string cimport memcmp, memcpy
 from broker.kernels.wbuf cimport WriteBuffer
 from bytesex cimport get_be16, get_be32, get_be64
 from ascii cimport msg_id_hex
-from utf8 cimport utf8_sequence
+from utf8 cimport valid_utf8
 
 import socket
 import zlib
@@ -123,29 +123,6 @@ cdef bint find_property(const uint8_t *p, Py_ssize_t start, Py_ssize_t n, const 
             found = True
         i = j + 1
     return found
-
-
-cdef bint valid_utf8(const uint8_t *p, Py_ssize_t n) noexcept nogil:
-    """Well-formed UTF-8 (no overlong forms, surrogates or code points above U+10FFFF), as Arrow
-    and Python's strict decoder require."""
-    cdef Py_ssize_t i = 0, k
-    cdef uint64_t x
-    while i < n:
-        while n - i >= 8:
-            memcpy(&x, p + i, 8)
-            if x & 0x8080808080808080ULL:
-                break
-            i += 8
-        if i >= n:
-            break
-        if p[i] < 0x80:
-            i += 1
-            continue
-        k = utf8_sequence(p, n, i)
-        if k < 0:
-            return False
-        i += k
-    return True
 
 
 @cython.freelist(256)

@@ -18,7 +18,7 @@ from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.string cimport memcpy
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 
-from utf8 cimport utf8_sequence
+from utf8 cimport valid_utf8
 
 cdef enum:
     BAD = -1
@@ -54,16 +54,7 @@ cdef inline Py_ssize_t _varint(const uint8_t *p, Py_ssize_t pos, Py_ssize_t end,
 
 
 cdef inline bint _utf8(const uint8_t *p, Py_ssize_t s, Py_ssize_t e) noexcept nogil:
-    cdef Py_ssize_t i = s, k
-    while i < e:
-        if p[i] < 0x80:
-            i += 1
-            continue
-        k = utf8_sequence(p, e, i)
-        if k < 0:
-            return False
-        i += k
-    return True
+    return valid_utf8(p + s, e - s)
 
 
 cdef inline bint _has_control(const uint8_t *p, Py_ssize_t s, Py_ssize_t e) noexcept nogil:

@@ -1,7 +1,8 @@
 # Well-formed UTF-8, as the Unicode standard defines it, in one place: the header parsers refuse a
 # header that is not (naming the offset), the pulled-records kernel decodes what is not with
 # replacement characters, and both ask this about each non-ASCII sequence.
-from libc.stdint cimport uint8_t
+from libc.stdint cimport uint8_t, uint64_t
+from libc.string cimport memcpy
 
 cdef enum:
     UTF8_BAD_LEAD = -1    # a continuation or C0/C1 byte (overlong), or F5.. (beyond U+10FFFF)
@@ -41,3 +42,26 @@ cdef inline Py_ssize_t utf8_sequence(const uint8_t *p, Py_ssize_t n, Py_ssize_t 
         if (p[i + k] & 0xC0) != 0x80:
             return UTF8_BAD_SEQUENCE
     return need + 1
+
+
+cdef inline bint valid_utf8(const uint8_t *p, Py_ssize_t n) noexcept nogil:
+    """Well-formed UTF-8 (no overlong forms, surrogates or code points above U+10FFFF), as Arrow,
+    protobuf and Python's strict decoder require; ASCII runs are skipped eight bytes at a time."""
+    cdef Py_ssize_t i = 0, k
+    cdef uint64_t x
+    while i < n:
+        while n - i >= 8:
+            memcpy(&x, p + i, 8)
+            if x & 0x8080808080808080ULL:
+                break
+            i += 8
+        if i >= n:
+            break
+        if p[i] < 0x80:
+            i += 1
+            continue
+        k = utf8_sequence(p, n, i)
+        if k < 0:
+            return False
+        i += k
+    return True
