@@ -485,3 +485,55 @@ def test_dledger_under_delay_or_reordering_keeps_committing(tmp_path: Path, kind
                 work.stop_event.set()
                 work.thread.join(30)
             g.stop()
+
+
+@pytest.mark.skipif(WIRE is not None, reason=f"needs the userspace wire's TAP devices: {WIRE}")
+def test_sync_master_and_slave_over_a_slow_lossy_link_keep_acknowledging_and_lose_nothing(tmp_path: Path):
+    """SYNC_MASTER and SLAVE on the userspace wire, what each host sends held 100 ms +- 25 ms and
+    5 % of it dropped (a slow, lossy WAN link between them): sends keep being acknowledged (each
+    SEND_OK waits for the slave's ack across that link, and TCP resends what was dropped), and
+    after the heal master and slave hold every message acknowledged (SEND_OK, and the degraded ones
+    a timeout answered) with no queue offset served twice."""
+    spec = "delay 100ms 25ms loss 5%"
+    with Hosts(["ns", "master", "slave"], wire=True) as hosts:
+        ns = NameServer(tmp_path, host=hosts.addr["ns"], wrap=hosts.wrap("ns"))
+        master = Broker(tmp_path, "master", ns.addr, "SYNC_MASTER", 0,
+                        QUICK_HA.replace("syncFlushTimeout=1500", "syncFlushTimeout=5000"),
+                        host=hosts.addr["master"], wrap=hosts.wrap("master"))
+        slave = Broker(tmp_path, "slave", ns.addr, "SLAVE", 1, QUICK_HA, host=hosts.addr["slave"],
+                       wrap=hosts.wrap("slave"))
+        history = History()
+        work = None
+        try:
+            master.start()
+            slave.start()
+            _create_topic([master])
+            wait_for(lambda: master.info()["slaves"] == 1, 30, "the slave to link (through the name server's route)")
+            for name in ("master", "slave"):
+                hosts.impair(name, spec)
+            before = {name: hosts.impaired(name) for name in ("master", "slave")}
+            started = time.monotonic()
+            work = Workload(history, lambda: (master.host, master.port), TOPIC, QUEUES, timeout=12.0).start()
+            wait_for(lambda: work.acked() > 200, 90, f"SEND_OK under {spec}")
+            took = time.monotonic() - started
+            work.stop()
+            fates = {n: {k: v - before[n][k] for k, v in hosts.impaired(n).items()} for n in ("master", "slave")}
+            assert all(f["delayed"] > 0 and f["lost"] > 0 for f in fates.values()), \
+                f"the wire did not delay and drop both hosts' frames: {fates}"
+            hosts.heal()
+            wait_replicated(master, slave, HEAL_S)
+            assert not _served_twice(history)
+            rows = {b.name: _check_member(history, b, degraded_kept=True).check().row() for b in (master, slave)}
+            print(f"sync-master over {spec}: {work.acked()} acks in {took:.1f}s; "
+                  f"frames per host {fates}; {rows}")
+        except BaseException:
+            _dump([master, slave], hosts)
+            raise
+        finally:
+            if work is not None:
+                work.stop_event.set()
+                work.thread.join(30)
+            for b in (slave, master):
+                if b.child is not None:
+                    b.stop()
+            ns.stop()
