@@ -147,7 +147,10 @@ def test_datagrams_arrive_out_of_order_through_the_wire(spec: str):
         fates = hosts.impaired("b")
     assert sorted(got) == list(range(n)), "datagrams lost or repeated"
     late = sum(1 for i, m in enumerate(got) if m < max(got[:i], default=-1))
-    assert late > 0 and fates["overtaken"] >= late, (late, fates)
+    # The wire's own count, not the receiver's, proves the wire reordered: the host's kernel may
+    # reorder further (frames written to a tap from one CPU, then another, wait in two per-CPU
+    # backlogs), so the receiver can see a few more late datagrams than the wire made.
+    assert fates["overtaken"] >= n // 20 and late > 0, (late, fates)
 
 
 @pytest.mark.skipif(WHY is not None, reason=f"needs the userspace wire: {WHY}")
