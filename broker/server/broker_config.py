@@ -116,6 +116,9 @@ class BrokerConfig:
     tlsKeyPath: str = ""
     tlsCertPath: str = ""
     tlsEnable: bool = False
+    # BrokerFastFailure: sends that piled up while an append held the event loop longer than
+    # osPageCacheBusyTimeOutMills are answered SYSTEM_BUSY (broker.server.fast_failure); false: none
+    brokerFastFailureEnable: bool = True
 
     def __post_init__(self) -> None:
         from broker.remoting.tls import check_mode

@@ -32,6 +32,7 @@ from broker.server.processor.stats_processor import StatsProcessor
 from broker.server.processor.query_processor import QueryMessageProcessor
 from broker.server.schedule.schedule_service import ScheduleMessageService
 from broker.server.timer.timer_message_service import TimerMessageService
+from broker.server.fast_failure import FastFailure
 from broker.server.processor.send_fast_path import FastSendPath
 from broker.server.metrics.broker_stats_manager import BrokerStatsManager
 from broker.server.processor.reply_message_processor import ReplyMessageProcessor
@@ -148,6 +149,7 @@ class BrokerController:
         # (broker.proxy.proxy_metrics.client_rows), set by whoever started it (broker.cli)
         self.front_metrics = None
         self.fast: FastSendPath | None = None
+        self.fast_failure: FastFailure | None = None
         # as RocketMQ's BrokerStartup: a slave needs an id of its own, a master is always 0
         if self.dledger is not None or self.replicas is not None:
             pass
@@ -217,8 +219,12 @@ class BrokerController:
             self.handlers.update(self.pop.handlers())
             if not store.is_slave and self.dledger is None and self.replicas is None:
                 await self.pop.start()  # before serving: the pop offsets are recovered from the revive log
+            self.fast_failure = FastFailure(self.config.brokerFastFailureEnable,
+                                            self.store_config.osPageCacheBusyTimeOutMills)
+            self.fast_failure.guard(self.handlers)
             self.fast = FastSendPath(store, topics, holds, self.acl is not None, self.config.brokerClusterName,
-                                     latency=self.rpc_latency, timer=self.timer, broker_name=self.config.brokerName)
+                                     latency=self.rpc_latency, timer=self.timer, broker_name=self.config.brokerName,
+                                     fast_failure=self.fast_failure)
             topics.on_change.append(self.fast.sync_routes)
             if self.replicas is not None:
                 self.handlers[GET_BROKER_EPOCH_CACHE] = self._epoch_cache

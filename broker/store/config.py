@@ -122,6 +122,9 @@ class MessageStoreConfig:
     enableCompaction: bool = True
     compactionScheduleInternal: int = 15 * 60 * 1000
     compactionMappedFileSize: int = 100 * 1024 * 1024
+    # an append that held the send path this many ms: the sends that piled up meanwhile are
+    # answered SYSTEM_BUSY [PCBUSY_CLEAN_QUEUE] (broker.server.fast_failure; brokerFastFailureEnable)
+    osPageCacheBusyTimeOutMills: int = 1000
 
     def __post_init__(self) -> None:
         self.validate()
@@ -188,7 +191,8 @@ class MessageStoreConfig:
         if self.brokerRole not in ROLES:
             raise StoreConfigError("brokerRole", f"{self.brokerRole!r} is not one of {', '.join(ROLES)}")
         # scheduled at a fixed rate in RocketMQ, which refuses a period of 0 at start
-        for key in ("flushConsumerOffsetInterval", "cleanResourceInterval", "serviceStartTimeout"):
+        for key in ("flushConsumerOffsetInterval", "cleanResourceInterval", "serviceStartTimeout",
+                    "osPageCacheBusyTimeOutMills"):
             if getattr(self, key) <= 0:
                 raise StoreConfigError(key, f"{getattr(self, key)} must be positive")
         if self.compactionScheduleInternal <= 0:  # RocketMQ's scheduleWithFixedDelay refuses it

@@ -48,8 +48,11 @@ def routable(name: str, cfg) -> bool:
 
 class FastSendPath:
     def __init__(self, store, topics, holds, acl_enabled: bool, cluster: str = "", latency=None, timer=None,
-                 broker_name: str = ""):
+                 broker_name: str = "", fast_failure=None):
         self.store = store
+        # broker.server.fast_failure: each read's appends timed; the sends of a busy turn go to Python
+        self.fast_failure = fast_failure if fast_failure is not None and fast_failure.enabled else None
+        self._read_at = 0.0
         self.timer = timer  # TimerMessageService: told of the timer messages the kernel stored
         self.broker_name = broker_name.encode()
         self.latency = latency  # RpcLatency: a read's immediate replies, a parked batch's wait
@@ -92,7 +95,10 @@ class FastSendPath:
 
     def before_read(self, st: SendConn, conn) -> None:
         p = self.pipeline
-        p.enabled = not self.acl_enabled and self.store.ready_for_kernel()
+        ff = self.fast_failure
+        p.enabled = not self.acl_enabled and self.store.ready_for_kernel() and not (ff is not None and ff.busy)
+        if ff is not None:
+            self._read_at = time.perf_counter()
         p.track_queues = self.holds.waiting > 0
         if p.parked and st.parked is None:
             st.parked = ParkedReplies(conn, self._store_host, REGION, TRACE_ON)
@@ -102,6 +108,10 @@ class FastSendPath:
         msgs, nbytes, max_end, touched = st.take()
         if msgs:
             self.store.note_appended(msgs, nbytes)
+            ff = self.fast_failure
+            if ff is not None and (now := time.perf_counter()) - self._read_at > ff.limit:
+                ff.stalled(self._read_at, now)
+                self.pipeline.enabled = False  # the rest of this read piled up too
             if self.latency is not None:  # the replies written with this read: answered within it
                 now_parked = len(st.parked) if st.parked is not None else 0
                 immediate = msgs - (now_parked - self._parked_before)
