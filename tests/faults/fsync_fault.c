@@ -16,15 +16,26 @@
  *                     signal or a filling disk may cause), every time;
  *   "zero-pwrite"     pwrite/pwrite64 write nothing and return 0, every time (what no regular
  *                     file should do, and what a loop continuing short writes must not spin on).
+ *   "stall-write <ms> <pid>"   (with FSYNC_FAULT_WATCH=1 in the environment) in process <pid>
+ *                     only: every shared writable mapping of a matching file is made read-only,
+ *                     and the control file emptied; the next write into one (an append into the
+ *                     mapped commit log) faults, the fault is held <ms> (as a page fault that
+ *                     waits on a slow disk holds the writing thread), then the mappings are
+ *                     writable again and the write goes on. A thread of the shim's reads the
+ *                     control file every 5 ms for it. Logged "stall-write begin <ms>" and
+ *                     "stall-write end <ms>", CLOCK_MONOTONIC milliseconds.
  * Every fault injected appends a line to FSYNC_FAULT_CTL".log", so that a test knows the fault
  * was reached. Files on other paths always get the real call. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -196,4 +207,116 @@ ssize_t pwrite64(int fd, const void *buf, size_t count, off_t offset) {
     if (!real)
         real = (pwrite_fn)dlsym(RTLD_NEXT, "pwrite64");
     return real(fd, buf, short_count(fd, count), offset);
+}
+
+/* -- stall-write: a write into the mapped log that faults and waits ----------------------------- */
+#define MAX_REGIONS 64
+static unsigned long regions_lo[MAX_REGIONS], regions_hi[MAX_REGIONS];
+static volatile int nregions;
+static volatile long stall_ms;
+static struct sigaction old_segv;
+
+static long mono_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
+}
+
+static void note_time(const char *what) {
+    const char *ctl = getenv("FSYNC_FAULT_CTL");
+    char log[4096];
+    int lfd;
+    snprintf(log, sizeof log, "%s.log", ctl);
+    lfd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (lfd >= 0) {
+        dprintf(lfd, "%s %ld pid %d\n", what, mono_ms(), (int)getpid());
+        close(lfd);
+    }
+}
+
+static void on_segv(int sig, siginfo_t *si, void *uc) {
+    unsigned long a = (unsigned long)si->si_addr;
+    int i, n = nregions, ours = 0;
+    (void)sig;
+    (void)uc;
+    for (i = 0; i < n; i++)
+        if (a >= regions_lo[i] && a < regions_hi[i])
+            ours = 1;
+    if (!ours) {
+        /* not a stalled write: the faulting instruction runs again under the previous handler */
+        sigaction(SIGSEGV, &old_segv, NULL);
+        return;
+    }
+    note_time("stall-write begin");
+    struct timespec ts = {stall_ms / 1000, (stall_ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+    for (i = 0; i < n; i++)
+        mprotect((void *)regions_lo[i], regions_hi[i] - regions_lo[i], PROT_READ | PROT_WRITE);
+    nregions = 0;
+    note_time("stall-write end");
+}
+
+/* every shared writable mapping of a matching file, read-only; their count */
+static int protect_mappings(void) {
+    const char *match = getenv("FSYNC_FAULT_MATCH");
+    char line[4352], perms[8];
+    unsigned long lo, hi;
+    int n = 0, i;
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (f == NULL)
+        return 0;
+    while (n < MAX_REGIONS && fgets(line, sizeof line, f)) {
+        char *path = strchr(line, '/');
+        if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) == 3 && perms[1] == 'w' && perms[3] == 's' &&
+            path != NULL && strstr(path, match && *match ? match : "/commitlog/") != NULL) {
+            regions_lo[n] = lo;
+            regions_hi[n] = hi;
+            n++;
+        }
+    }
+    fclose(f);
+    nregions = n;
+    for (i = 0; i < n; i++)
+        mprotect((void *)regions_lo[i], regions_hi[i] - regions_lo[i], PROT_READ);
+    return n;
+}
+
+static void *watch(void *arg) {
+    const char *ctl = getenv("FSYNC_FAULT_CTL");
+    char mode[64];
+    long ms, pid;
+    (void)arg;
+    for (;;) {
+        struct timespec tick = {0, 5 * 1000000L};
+        nanosleep(&tick, NULL);
+        if (nregions || !read_mode(ctl, mode, sizeof mode) || strncmp(mode, "stall-write ", 12) != 0)
+            continue;
+        if (sscanf(mode + 12, "%ld %ld", &ms, &pid) != 2 || pid != (long)getpid())
+            continue;
+        int cfd = open(ctl, O_WRONLY | O_TRUNC);
+        if (cfd >= 0)
+            close(cfd);
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = on_segv;
+        sa.sa_flags = SA_SIGINFO;
+        sigemptyset(&sa.sa_mask);
+        struct sigaction cur;
+        sigaction(SIGSEGV, NULL, &cur);
+        if (cur.sa_sigaction != on_segv)  /* armed again: keep the handler found the first time */
+            sigaction(SIGSEGV, &sa, &old_segv);
+        stall_ms = ms;
+        char what[64];
+        snprintf(what, sizeof what, "stall-write armed %d mappings at", protect_mappings());
+        note_time(what);
+    }
+    return NULL;
+}
+
+__attribute__((constructor)) static void start_watch(void) {
+    pthread_t t;
+    if (getenv("FSYNC_FAULT_WATCH") != NULL && getenv("FSYNC_FAULT_CTL") != NULL &&
+        pthread_create(&t, NULL, watch, NULL) == 0)
+        pthread_detach(t);
 }

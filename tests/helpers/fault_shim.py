@@ -11,7 +11,7 @@ SHIM_SRC = Path(__file__).parent.parent / "faults" / "fsync_fault.c"
 
 def build_shim(directory: Path) -> Path:
     out = directory / "fsync_fault.so"
-    subprocess.run(["gcc", "-shared", "-fPIC", "-O2", "-Wall", "-o", str(out), str(SHIM_SRC), "-ldl"], check=True)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O2", "-Wall", "-o", str(out), str(SHIM_SRC), "-ldl", "-lpthread"], check=True)
     return out
 
 
