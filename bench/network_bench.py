@@ -28,7 +28,8 @@ The drivers themselves are in bench/driver.py (the Python raw drivers bench_send
 bench_pull remain there for the HA and Spark benchmarks), the processes in bench/processes.py.
 
 The broker (and the name server, idle during the clock) run in their own processes, so on a
-2-core machine the driver and the broker each have a core. Latency is per request (per
+2-core machine the driver and the broker can each have a core; the scheduler often puts both on
+one and they take turns (`python -m bench.turns` shows it; docs/bench.md). Latency is per request (per
 `send`/`send_batch`/`pull` call for the client cells), request to answer. Broker CPU is counted
 from the end of each cell's warm-up to the end of its clock.
 """

@@ -117,3 +117,22 @@ def test_java_peer_cells_drive_both_brokers_with_the_same_loadgen_and_read_every
     assert "## Against Apache RocketMQ's Java broker" in md
     assert f"| ASYNC_FLUSH | send x64 pipelined | {J['cells'][0]['ours']['msgs_per_s']:,.0f} |" in md
     assert not list(tmp_path.glob("java-*"))  # every JVM's directory gone: stopped and cleaned
+
+
+def test_turns_reads_each_process_runs_and_how_long_two_ran_at_once():
+    """bench.turns on `perf sched timehist` lines (end time, cpu, task[tid/pid], wait, delay, run
+    in ms): a run ends at its time; a thread of another process and other tasks are not counted."""
+    from bench.turns import both_at_once, run_intervals
+    hist = """           time    cpu  task name                       wait time  sch delay   run time
+   100.001000 [0000]  python[11]                          0.000      0.000      1.000
+   100.001500 [0001]  python[22]                          0.000      0.000      1.000
+   100.002000 [0000]  warm-ahead[23/22]                   0.000      0.000      0.500
+   100.003000 [0000]  python[11]                          1.000      0.000      0.500
+   100.003000 [0001]  loadgen[99]                         0.000      0.000      2.000
+   100.004000 [0000]  python[22]                          0.000      0.000      1.000
+"""
+    runs = run_intervals(hist, {11, 22})
+    assert [(round(s, 4), round(e, 4), cpu) for s, e, cpu in runs[11]] == [(100.0, 100.001, 0), (100.0025, 100.003, 0)]
+    assert [(round(s, 4), round(e, 4), cpu) for s, e, cpu in runs[22]] == [(100.0005, 100.0015, 1), (100.003, 100.004, 0)]
+    assert round(both_at_once(runs[11], runs[22]), 6) == 0.0005, "only the first runs overlap, by 0.5 ms"
+    assert both_at_once(runs[11], []) == 0.0
