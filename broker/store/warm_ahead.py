@@ -17,6 +17,10 @@ The writer calls `note(wrote)` after its appends: one comparison, and a wake-up 
 when it has come within LOW_WATER of what is warmed. The thread then warms up to AHEAD past the
 writer, a segment at a time; a segment not made yet (the allocation thread's) is warmed once the
 writer rolls to it.
+
+Behind the writer it lets go of the pages more than `keep` (commitLogCacheBytes) below
+`floor()` (flushed and dispatched), so that the writer's next pages reuse their memory instead of
+memory the VM's host must back anew (docs/store.md, "Pages behind").
 """
 from __future__ import annotations
 
