@@ -112,3 +112,18 @@ def test_commit_log_cache_bytes_resolves():
     assert MessageStoreConfig().commit_log_cache_bytes == ram * 40 // 100  # accessMessageInMemoryMaxRatio
     assert MessageStoreConfig(commitLogCacheBytes=0).commit_log_cache_bytes == -1  # never let go
     assert MessageStoreConfig(commitLogCacheBytes=64 * MiB).commit_log_cache_bytes == 64 * MiB
+
+
+def test_a_failure_to_let_go_leaves_the_pages_to_the_os_and_warming_goes_on(segment):
+    mf, fd = segment
+    os.unlink(mf.path)  # the map stays; opening the file for its fadvise now fails
+    svc = WarmAheadService(lambda off: mf if mf.base <= off < mf.end else None, keep=KEEP)
+    svc.floor = lambda: WROTE
+    svc.start(0)
+    try:
+        svc.note(WROTE)
+        wait_until(lambda: svc.keep == -1, 30, "the letting go to fail")
+        svc.note(WROTE + 16 * MiB)  # the writer moves on: the thread still warms ahead of it
+        wait_until(lambda: svc.warmed >= min(SIZE, WROTE + 16 * MiB + 24 * MiB), 30, "warming after the failure")
+    finally:
+        svc.stop()

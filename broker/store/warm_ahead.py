@@ -96,7 +96,7 @@ class WarmAheadService:
             try:
                 self._warm_to(self._target)
                 if self.keep >= 0 and self.floor is not None:
-                    self._drop_below(self.floor() - self.keep)
+                    self._let_go()
             except OSError as e:
                 if e.errno == errno.EINVAL:  # a kernel before 5.14: the writer faults its own pages
                     log.info("the commit log is not warmed ahead of the writer: %s", e)
@@ -113,6 +113,13 @@ class WarmAheadService:
             end = min(target, mf.end, pos + STEP)
             populate_read(mf.buf, pos - mf.base, end - mf.base)
             pos = self.warmed = end
+
+    def _let_go(self) -> None:
+        try:
+            self._drop_below(self.floor() - self.keep)
+        except OSError as e:  # never worth stopping the warming for: the OS evicts them instead
+            log.warning("the commit log's pages behind %d are left to the OS: %s", self.dropped, e)
+            self.keep = -1
 
     def _drop_below(self, end: int) -> None:
         """Let go of the pages of [dropped, end) (rounded down to whole folios): unmapped from this
@@ -159,14 +166,19 @@ class Unmapper:
 
     def passed(self, offset: int) -> None:
         end = offset - offset % DROP_ALIGN
-        if end - self.done < DROP_STEP:
+        if end - self.done < DROP_STEP or self.done < 0:
             return
         pos = self.done
-        while pos < end:
-            mf = self._find(pos)
-            if mf is None or mf.mm is None:
-                break
-            hi = min(end, mf.end, pos + DROP_PIECE)
-            unmap(mf, pos, hi)
-            pos = hi
+        try:
+            while pos < end:
+                mf = self._find(pos)
+                if mf is None or mf.mm is None:
+                    break
+                hi = min(end, mf.end, pos + DROP_PIECE)
+                unmap(mf, pos, hi)
+                pos = hi
+        except OSError as e:  # not the reader's error (it would hold dispatching): stop unmapping
+            log.warning("the commit log stays mapped behind %d: %s", pos, e)
+            self.done = -1
+            return
         self.done = end
