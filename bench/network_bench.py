@@ -177,7 +177,8 @@ CLIENT_CELLS = {"client_send": bench_client_send, "client_send_tls": _client_sen
 DEFAULT_CELLS = [*RAW_CELLS, *CLIENT_CELLS]
 
 
-async def run_flush_mode(flush: str, seconds: float, cells: list[str], workdir: str, progress=print) -> list[NetResult]:
+async def run_flush_mode(flush: str, seconds: float, cells: list[str], workdir: str, progress=print,
+                         conf: str = "") -> list[NetResult]:
     unknown = [c for c in cells if c not in RAW_CELLS and c not in CLIENT_CELLS]
     if unknown:
         raise ValueError(f"unknown cell(s) {unknown}; known: {DEFAULT_CELLS}")
@@ -189,7 +190,7 @@ async def run_flush_mode(flush: str, seconds: float, cells: list[str], workdir: 
         tls = "tls.server.mode=permissive\n" if "client_send_tls" in cells else ""
         grpc_port = free_port() if any(c in LOCAL_FRONT_CELLS or c == "grpc_idle_local" for c in cells) else 0
         b = stack.enter_context(BrokerProcess(flush, workdir, ns.addr if ns else "",
-                                              extra=tls + (f"grpcServerPort={grpc_port}\n" if grpc_port else "")))
+                                              extra=tls + (f"grpcServerPort={grpc_port}\n" if grpc_port else "") + conf))
         if grpc_port:  # the front listens before the broker prints its line; a child front (an older broker) after
             await _wait_listening(grpc_port)
         if ns is not None:
@@ -250,11 +251,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("cells", nargs="*", default=DEFAULT_CELLS)
     p.add_argument("--flush", default="ASYNC_FLUSH")
     p.add_argument("--seconds", type=float, default=5.0)
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                   help="a broker.conf line for the broker under test (A/B of a store setting)")
     p.add_argument("--workdir", default=os.path.join(os.path.dirname(os.path.dirname(__file__)), "bench", "work"))
     a = p.parse_args(argv)
     os.makedirs(a.workdir, exist_ok=True)
     import uvloop
-    uvloop.run(run_flush_mode(a.flush, a.seconds, a.cells, a.workdir))
+    uvloop.run(run_flush_mode(a.flush, a.seconds, a.cells, a.workdir, conf="".join(c + "\n" for c in a.conf)))
     return 0
 
 

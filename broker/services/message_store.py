@@ -242,6 +242,7 @@ class MessageStore:
             else:
                 offsets = await self._queue_offsets_at(wrote)
             cl = CommitLog(self.config, writable=True)
+            cl.let_go_below(self._cache_floor)
             cl.load()
             # what the HA client received past the last whole record goes (as recovery's torn
             # tail); a segment it made ahead stays, for the appends to come
@@ -321,6 +322,7 @@ class MessageStore:
         self.topic_config.load()
         self.ckpt = StoreCheckpoint(paths.checkpoint(self.root))
         self.commit_log = CommitLog(cfg, writable=True)
+        self.commit_log.let_go_below(self._cache_floor)
         self.commit_log.load()
         # nothing written before: neither a checkpoint nor a commit-log segment (a store whose
         # every segment expired keeps its checkpoint, and is recovered)
@@ -756,6 +758,11 @@ class MessageStore:
 
     def dispatched(self) -> int:
         return self.table.load(Slot.DISPATCHED)
+
+    def _cache_floor(self) -> int:
+        """Below this no service reads the commit log as it goes: flushed and dispatched."""
+        t = self.table
+        return 0 if t is None else min(t.load(Slot.FLUSHED), t.load(Slot.DISPATCHED))
 
     async def wait_flushed(self, offset: int, timeout: float | None = None) -> int:
         """Wait until the flush service has made the commit log durable up to `offset`."""

@@ -23,6 +23,7 @@ from broker.store.checkpoint import StoreCheckpoint
 from broker.store.consume_queue import ConsumeQueue, ConsumeQueueStore
 from broker.store.delay_levels import deliver_timestamp, parse_delay_levels
 from broker.store.mapped_file_queue import MappedFileQueue
+from broker.store.warm_ahead import Unmapper
 from broker.store.message import decode_message
 from broker.store.offset_table import Slot, confirm_offset, open_table
 
@@ -246,6 +247,9 @@ class ReputService:
             dispatched = t.load(Slot.DISPATCHED)
             last_flush = time.monotonic()
             flushed_at = dispatched
+            # what the broker lets go of behind us must not stay mapped here (store.warm_ahead)
+            unmapper = (Unmapper(self.log.find, dispatched)
+                        if not self.config.warm_segments and self.config.commit_log_cache_bytes >= 0 else None)
             seen_min = t.load(Slot.MIN_OFFSET)
             # a deletion our predecessor did not acknowledge is ours to acknowledge (after the checkpoint)
             seen_deleted = t.load(Slot.TOPICS_DELETED_ACK)
@@ -279,6 +283,8 @@ class ReputService:
                 try:
                     if dispatched < wrote:
                         dispatched = self.reput(dispatched, wrote)
+                        if unmapper is not None:
+                            unmapper.passed(dispatched)
                     elif t.load(Slot.SHUTDOWN):
                         return
                     if flushed_at != dispatched and time.monotonic() - last_flush >= interval:

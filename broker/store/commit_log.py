@@ -25,7 +25,16 @@ class CommitLog:
         self.store_host = config.store_host
         self._app = Appender(self.store_host, config.maxMessageSize, {}, 0)
         # Segments not warmed when made (ASYNC_FLUSH by default) are warmed ahead of the writer.
-        self._warm_ahead = WarmAheadService(self.queue.find) if writable and not config.warm_segments else None
+        self._warm_ahead = (WarmAheadService(self.queue.find, keep=config.commit_log_cache_bytes)
+                            if writable and not config.warm_segments else None)
+        self.large_folios = (self._warm_ahead is not None and config.flushDiskType != SYNC_FLUSH
+                             and config.commitLogCacheBytes > 0)
+
+    def let_go_below(self, floor) -> None:
+        """floor: () -> the offset below which no service needs the log any more (flushed and
+        dispatched); pages further below than commitLogCacheBytes are let go of (warm_ahead)."""
+        if self._warm_ahead is not None:
+            self._warm_ahead.floor = floor
 
     def load(self) -> None:
         self.queue.load()
@@ -80,7 +89,11 @@ class CommitLog:
         # Unwritten pages that are no longer cached (a reboot) must not fault back in through the
         # read-around's 2 MiB folios, which every 4 KiB SYNC_FLUSH would write back whole. Cached
         # ones keep the folios the warm-up made: the advice does not slow their write faults.
-        advise_random(mf.buf, offset - mf.base)
+        # Large folios pay under ASYNC_FLUSH only where the writer reuses the memory of pages let
+        # go of behind it (a set commitLogCacheBytes): fresh ones cost the VM's host more than
+        # small ones (docs/store.md, "Pages behind").
+        if not self.large_folios:
+            advise_random(mf.buf, offset - mf.base)
         self._app.attach(mf.buf, mf.base)
 
     def append(self, topic: bytes, queue_id: int, body, properties: bytes, flag: int, sys_flag: int,

@@ -68,6 +68,12 @@ class MessageStoreConfig:
     mappedFileSizeTimerLog: int = 100 * 1024 * 1024
     timerFlushIntervalMs: int = 1000
     accessMessageInMemoryMaxRatio: int = 40
+    # Ours: under ASYNC_FLUSH (segments warmed ahead of the writer, store.warm_ahead), the bytes
+    # of the commit log kept in the page cache below what is flushed and dispatched; older pages
+    # are let go of, and the writer's next pages reuse that memory instead of memory the VM's
+    # host must back anew (docs/store.md, "Pages behind"). -1: accessMessageInMemoryMaxRatio %
+    # of RAM, what RocketMQ itself counts as in memory; 0: never (the OS evicts, as RocketMQ).
+    commitLogCacheBytes: int = -1
     # Expired-file deletion and disk watermarks (4.x CleanCommitLogService; ratios in percent
     # as 5.x writes them; 4.x's system-property fractions such as 0.90 are accepted too)
     fileReservedTime: int = 72  # hours
@@ -148,6 +154,16 @@ class MessageStoreConfig:
     @property
     def dledger_data_dir(self) -> str:
         return paths.dledger_data_dir(self.storePathRootDir, self.dLegerSelfId)
+
+    @property
+    def commit_log_cache_bytes(self) -> int:
+        """commitLogCacheBytes resolved: bytes kept cached below the flushed, dispatched offset;
+        -1 when nothing is let go of."""
+        if self.commitLogCacheBytes > 0:
+            return self.commitLogCacheBytes
+        if self.commitLogCacheBytes == 0:
+            return -1
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * self.accessMessageInMemoryMaxRatio // 100
 
     @property
     def warm_segments(self) -> bool:
