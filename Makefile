@@ -191,6 +191,13 @@ build/loadgen: bench/loadgen.c
 	@mkdir -p build
 	cc -O2 -Wall -Wextra -o $@ $<
 
+# The C driver of the gRPC front's consume cell (bench/grpc_receive.c): ReceiveMessage + AckMessage
+# on libnghttp2's client API (libnghttp2-dev, which the front's h2_session kernel links already),
+# so that the driver is not the bound the grpc.aio driver was (~35 CPU-us per message of its own).
+build/grpc_receive: bench/grpc_receive.c
+	@mkdir -p build
+	cc -O2 -Wall -Wextra -o $@ $< -lnghttp2
+
 # What the bench needs beyond `make install`: redis-py and psycopg (requirements-reliable.txt) and
 # the real Redis and PostgreSQL servers for its broker.reliable section; redis-benchmark comes with
 # Debian's redis-server; the peers (NATS) are installed by bench/peers.py when missing. The run
@@ -200,7 +207,7 @@ $(VENV)/.benchdeps: $(STAMP) requirements-reliable.txt
 	$(VPY) -m pip install -q -r requirements-reliable.txt
 	touch $@
 
-bench: install build/loadgen $(VENV)/.benchdeps .deps/servers $(JAVABROKER)
+bench: install build/loadgen build/grpc_receive $(VENV)/.benchdeps .deps/servers $(JAVABROKER)
 	@command -v h2load >/dev/null || (apt-get update -qq && apt-get install -y -qq nghttp2-client)  # the gRPC cell's C driver
 	$(VPY) -m bench
 
