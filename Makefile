@@ -11,10 +11,12 @@ $(VPY):
 	$(PY) -m venv $(VENV)
 
 # Debian packages the build needs (zlib for the CRC in the codec kernel, libnghttp2 for the gRPC
-# endpoint's HTTP/2 session kernel); installed when missing.
+# endpoint's HTTP/2 session kernel, OpenSSL's libcrypto for the received bodies' MD5 in the
+# receive-reply kernel); installed when missing.
 .deps/debian:
 	@test -f /usr/include/zlib.h || (apt-get update -qq && apt-get install -y -qq zlib1g-dev)
 	@test -f /usr/include/nghttp2/nghttp2.h || (apt-get update -qq && apt-get install -y -qq libnghttp2-dev)
+	@test -f /usr/include/openssl/evp.h || (apt-get update -qq && apt-get install -y -qq libssl-dev)
 	@mkdir -p .deps && touch $@
 
 $(STAMP): $(VPY) requirements.txt setup.py .deps/debian
