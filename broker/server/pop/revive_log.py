@@ -40,10 +40,6 @@ class ReviveLog:
         self.last_put = None  # the future of the last record's put status, if the store gives one
         self._unkept: list[tuple[int, int]] = []  # released behind a put not kept: out with the next kept
         self._generation = 0  # bumped by reset: a release finishing later belongs to a past mastership
-        # each queue's dispatched end as last read: it only grows while this broker is the master,
-        # so a live position at or below it is dispatched without asking the store again (its
-        # max_offset searches the consume queue while the newest records wait for the reput)
-        self._dispatched: list[int] = [0] * queue_num
 
     def append(self, rq: int, tag: str, uniq: str, body: bytes) -> int:
         """Append a record; its position in the revive queue. Its put's future is kept for
@@ -64,7 +60,6 @@ class ReviveLog:
         self.replaying = False
         self._unkept.clear()
         self._generation += 1
-        self._dispatched = [0] * self.queue_num
 
     def hold(self, rq: int, pos: int) -> None:
         self._live[rq].add(pos)
@@ -105,12 +100,8 @@ class ReviveLog:
         # is committed, and an entry never committed is gone after a failover (another record
         # takes its position). Lagging is harmless: a replay reads a finished checkpoint and its
         # acks again and finishes it again.
-        oldest = min(live) if live else None
-        if oldest is not None and oldest <= self._dispatched[rq]:
-            new = oldest
-        else:
-            end = self._dispatched[rq] = self.store.max_offset(self.topic, rq)
-            new = min(oldest, end) if oldest is not None else end
+        end = self.store.max_offset(self.topic, rq)
+        new = min(min(live), end) if live else end
         offsets = self.store.consumer_offsets
         if new > offsets.query(REVIVE_GROUP, self.topic, rq):
             offsets.commit(REVIVE_GROUP, self.topic, rq, new)
