@@ -9,6 +9,9 @@ of the same broker:
 - grpc_send_local, grpc_receive_local: the same drivers against the broker's own front (local
   mode: grpcServerPort in the bench broker's broker.conf, the front in the broker's process); the
   front's CPU is then the broker process's (front and broker together);
+- grpc_receive_h2_local: the same receive and ack loop driven by build/grpc_receive
+  (bench/grpc_receive.c, libnghttp2's client in C, ~1 CPU-us a message) against the broker's own
+  front, 8 loops on one connection: the cell `make bench` reads against the remoting pull (25 %);
 - grpc_receive: ReceiveMessage of up to 32 messages (pop, 30 s invisible) then one AckMessage of
   the batch's receipt handles, 4 such loops at once, from the start of the client cells' topic
   until caught up (a receive that finds nothing) or the clock ends; a fresh consumer group each
