@@ -168,7 +168,7 @@ $(VENV)/.testdeps: $(STAMP) requirements-test.txt requirements-spark.txt require
 
 testdeps: $(VENV)/.testdeps .deps/servers .deps/java .deps/netns
 
-test: install clients testdeps build/loadgen
+test: install clients testdeps build/loadgen build/grpc_receive
 	$(VPY) -m pytest -q tests
 
 # The Spark example of docs/spark.md end to end (examples/spark_example.sh) against the name server and

@@ -9,7 +9,7 @@
  * messages (pop, --invisible seconds invisible), the receipt handles read from the answer's
  * stream, then one AckMessage with all of them; the next receive when the ack is answered. A
  * receive that brings no message means the group caught up: that slot stops, and the measured
- * window ends at the first such receive (or at --seconds). Messages are counted when their
+ * window ends at the last ack answered before the first such receive (or at --seconds). Messages are counted when their
  * ack is answered OK; during --warmup they are not counted. "grpc_receive: window start" /
  * "grpc_receive: window end" on stderr mark the window (the caller reads the broker's CPU there).
  *
@@ -204,7 +204,7 @@ static nghttp2_session *session;
 static int sock;
 
 static enum { P_WARMUP, P_MEASURE, P_DONE } phase = P_WARMUP;
-static uint64_t t_start, t_window, t_end, last_progress;
+static uint64_t t_start, t_window, t_end, last_progress, t_last_ack;
 static double cpu_window;
 static long long msgs, receives, acks, empty_receives, warm_msgs;
 static hist h_receive, h_ack;
@@ -334,9 +334,9 @@ static void call_done(slot *sl) {
     if (sl->kind == K_RECEIVE) {
         parse_receive(sl);
         if (phase == P_MEASURE) { receives++; hist_add(&h_receive, t - sl->t0); }
-        if (!sl->handles) { /* caught up */
+        if (!sl->handles) { /* caught up: the window ends with the last ack, not this long poll's wait */
             empty_receives++;
-            end_window(t);
+            end_window(t_last_ack > t_window ? t_last_ack : t);
             sl->done = 1;
             active--;
             return;
@@ -344,7 +344,7 @@ static void call_done(slot *sl) {
         submit(sl, K_ACK);
     } else {
         parse_ack(sl);
-        if (phase == P_MEASURE) { acks++; msgs += sl->handles; hist_add(&h_ack, t - sl->t0); }
+        if (phase == P_MEASURE) { acks++; msgs += sl->handles; hist_add(&h_ack, t - sl->t0); t_last_ack = t; }
         else if (phase == P_WARMUP) warm_msgs += sl->handles;
         if (phase == P_DONE) { sl->done = 1; active--; return; }
         submit(sl, K_RECEIVE);
