@@ -11,10 +11,12 @@ $(VPY):
 	$(PY) -m venv $(VENV)
 
 # Debian packages the build needs (zlib for the CRC in the codec kernel, libnghttp2 for the gRPC
-# endpoint's HTTP/2 session kernel); installed when missing.
+# endpoint's HTTP/2 session kernel, OpenSSL's libcrypto for the received bodies' MD5 in the
+# receive-reply kernel); installed when missing.
 .deps/debian:
 	@test -f /usr/include/zlib.h || (apt-get update -qq && apt-get install -y -qq zlib1g-dev)
 	@test -f /usr/include/nghttp2/nghttp2.h || (apt-get update -qq && apt-get install -y -qq libnghttp2-dev)
+	@test -f /usr/include/openssl/evp.h || (apt-get update -qq && apt-get install -y -qq libssl-dev)
 	@mkdir -p .deps && touch $@
 
 $(STAMP): $(VPY) requirements.txt setup.py .deps/debian
@@ -166,7 +168,7 @@ $(VENV)/.testdeps: $(STAMP) requirements-test.txt requirements-spark.txt require
 
 testdeps: $(VENV)/.testdeps .deps/servers .deps/java .deps/netns
 
-test: install clients testdeps build/loadgen
+test: install clients testdeps build/loadgen build/grpc_receive
 	$(VPY) -m pytest -q tests
 
 # The Spark example of docs/spark.md end to end (examples/spark_example.sh) against the name server and
@@ -191,6 +193,13 @@ build/loadgen: bench/loadgen.c
 	@mkdir -p build
 	cc -O2 -Wall -Wextra -o $@ $<
 
+# The C driver of the gRPC front's consume cell (bench/grpc_receive.c): ReceiveMessage + AckMessage
+# on libnghttp2's client API (libnghttp2-dev, which the front's h2_session kernel links already),
+# so that the driver is not the bound the grpc.aio driver was (~35 CPU-us per message of its own).
+build/grpc_receive: bench/grpc_receive.c
+	@mkdir -p build
+	cc -O2 -Wall -Wextra -o $@ $< -lnghttp2
+
 # What the bench needs beyond `make install`: redis-py and psycopg (requirements-reliable.txt) and
 # the real Redis and PostgreSQL servers for its broker.reliable section; redis-benchmark comes with
 # Debian's redis-server; the peers (NATS) are installed by bench/peers.py when missing. The run
@@ -200,7 +209,7 @@ $(VENV)/.benchdeps: $(STAMP) requirements-reliable.txt
 	$(VPY) -m pip install -q -r requirements-reliable.txt
 	touch $@
 
-bench: install build/loadgen $(VENV)/.benchdeps .deps/servers $(JAVABROKER)
+bench: install build/loadgen build/grpc_receive $(VENV)/.benchdeps .deps/servers $(JAVABROKER)
 	@command -v h2load >/dev/null || (apt-get update -qq && apt-get install -y -qq nghttp2-client)  # the gRPC cell's C driver
 	$(VPY) -m bench
 

@@ -33,7 +33,7 @@ KERNELS = {
     "h2_session": (["pyx/h2_session.pyx"], ["nghttp2"]),
     "timer_wheel": (["pyx/timer_wheel.pyx"], []),
     "send_request": (["pyx/send_request.pyx"], []),
-    "receive_reply": (["pyx/receive_reply.pyx"], []),
+    "receive_reply": (["pyx/receive_reply.pyx"], ["crypto"]),
 }
 
 flags = ["-O3", "-Wall", "-Wno-unused-function", "-Wno-unreachable-code"]

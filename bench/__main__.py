@@ -106,6 +106,8 @@ TARGETS = {
     # driver: grpc.aio's own ~50 CPU-us per call bounded the grpc.aio cells), beside the remoting
     # client's send in the same run
     "grpc_send_vs_remoting": 0.5,        # at least
+    "grpc_receive_vs_pull": 0.25,        # at least: ReceiveMessage + AckMessage (build/grpc_receive, a C driver) beside
+                                         # the remoting pull (build/loadgen pull) of the same stored messages
     "grpc_front_share_cpu_us": 15.0,     # at most: the broker process per call, less a remoting send's
     "grpc_idle_rss_mib": 64.0,           # 1,000 idle 5.x clients, each with its Telemetry stream open, at most
     "grpc_held_cpu_ms_per_s": 1.0,       # 200 long-polling receives held at once "cost no CPU while they wait":
@@ -296,6 +298,13 @@ def evaluate(figs: dict) -> list[dict]:
         if per_g is not None and per_r is not None:
             add("the front's share <= 15 CPU-us per SendMessage (the broker process per call, less a remoting send's)",
                 per_g - per_r, TARGETS["grpc_front_share_cpu_us"], "us", higher=False, where=name)
+    recv = next(((n, f) for n, f in N.items() if n.startswith("ASYNC_FLUSH grpc receive+ack")
+                 and "build/grpc_receive" in n), None)
+    pull = next((f for n, f in N.items() if n.startswith("ASYNC_FLUSH pull 256/request")), None)
+    if recv is not None and pull is not None:
+        name, g = recv
+        add("gRPC ReceiveMessage + AckMessage >= 25 % of the remoting pull rate (build/grpc_receive, the broker's "
+            "local front)", g["msgs_per_s"] / pull["msgs_per_s"], TARGETS["grpc_receive_vs_pull"], "x", where=name)
     idle = next((f for n, f in N.items() if "idle_streams" in f), None)
     if idle is not None:
         add(f"{idle['idle_streams']:,} idle 5.x clients (Telemetry streams open) add <= 64 MiB to the process serving "
@@ -517,6 +526,9 @@ def markdown(figs: dict) -> str:
                 cpu = f"broker process {f['broker_cpu_us_per_msg']:.1f} CPU-us/msg"
             if "loadgen_cpu_us_per_msg" in f:
                 cpu += f"; loadgen {f['loadgen_cpu_us_per_msg']:.2f}"
+            if "driver_cpu_us_per_msg" in f:  # build/grpc_receive: its own CPU and the ack calls' latency
+                cpu += (f"; driver {f['driver_cpu_us_per_msg']:.2f}; AckMessage p50 {f['ack_p50_us']:,.0f} us, "
+                        f"p99 {f['ack_p99_us']:,.0f} us")
             if f.get("errors"):
                 cpu += f"; **{f['errors']:,} errors** {f.get('error_codes')}"
             if "rss_added_mib" in f:
@@ -800,7 +812,7 @@ def main(argv: list[str] | None = None) -> int:
                                               "grpc_send", "grpc_receive"]),
                              # the broker's own front: a broker of its own (the one above serves
                              # TLS permissive for client_send_tls, which a local front refuses)
-                             ("ASYNC_FLUSH", ["grpc_send_h2load_local", "grpc_idle_local"]),
+                             ("ASYNC_FLUSH", ["grpc_send_h2load_local", "grpc_receive_h2_local", "grpc_idle_local"]),
                              ("SYNC_FLUSH", ["send", "send256", "conns50", "lone", "batch", "client_send",
                                              "client_batch"])):
             for r in runner(network_bench.run_flush_mode(flush, secs, cells, workdir,

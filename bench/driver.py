@@ -70,6 +70,8 @@ class NetResult:
             cpu += f"; client (bench process) {self.extra['client_cpu_us_per_msg']:.2f} CPU-us/msg"
         if "loadgen_cpu_us_per_msg" in self.extra:
             cpu += f"; loadgen {self.extra['loadgen_cpu_us_per_msg']:.2f} CPU-us/msg"
+        if "driver_cpu_us_per_msg" in self.extra:
+            cpu += f"; driver {self.extra['driver_cpu_us_per_msg']:.2f} CPU-us/msg"
         if self.extra.get("errors"):
             cpu += f"; {self.extra['errors']} errors {self.extra['error_codes']}"
         if "front_cpu_us_per_msg" in self.extra:

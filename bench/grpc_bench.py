@@ -9,6 +9,9 @@ of the same broker:
 - grpc_send_local, grpc_receive_local: the same drivers against the broker's own front (local
   mode: grpcServerPort in the bench broker's broker.conf, the front in the broker's process); the
   front's CPU is then the broker process's (front and broker together);
+- grpc_receive_h2_local: the same receive and ack loop driven by build/grpc_receive
+  (bench/grpc_receive.c, libnghttp2's client in C, ~1 CPU-us a message) against the broker's own
+  front, 8 loops on one connection: the cell `make bench` reads against the remoting pull (25 %);
 - grpc_receive: ReceiveMessage of up to 32 messages (pop, 30 s invisible) then one AckMessage of
   the batch's receipt handles, 4 such loops at once, from the start of the client cells' topic
   until caught up (a receive that finds nothing) or the clock ends; a fresh consumer group each
@@ -370,6 +373,85 @@ async def bench_grpc_receive(namesrv_addr: str, seconds: float, in_flight: int =
                      lat, extra={"driver": "ours: grpc.aio ReceiveMessage + AckMessage of each batch "
                                            "(broker.proxy.protocol stubs), in the bench process",
                                  "front_cpu_us_per_msg": 1e6 * front_cpu / n if n else float("nan")})
+
+
+RECEIVE_DRIVER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "build", "grpc_receive")
+
+
+def _build_receive_driver() -> str:
+    """build/grpc_receive (bench/grpc_receive.c), (re)built by make when missing or older than its source."""
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "grpc_receive.c")
+    if not os.path.exists(RECEIVE_DRIVER) or os.path.getmtime(RECEIVE_DRIVER) < os.path.getmtime(src):
+        subprocess.run(["make", "-s", "build/grpc_receive"], cwd=os.path.dirname(os.path.dirname(src)), check=True)
+    return RECEIVE_DRIVER
+
+
+def run_receive_driver(endpoints: str, group: str, seconds: float, in_flight: int, batch: int,
+                       on_start=nothing, on_end=nothing, warmup: float = 1.0) -> dict:
+    """build/grpc_receive on `endpoints` to completion: its JSON line; `on_start`/`on_end` called at
+    the edges of its measured window."""
+    import json
+    cmd = [_build_receive_driver(), "--addr", endpoints, "--topic", CLIENT_TOPIC, "--group", group,
+           "--broker", BROKER_NAME, "--in-flight", str(in_flight), "--batch", str(batch),
+           "--seconds", f"{seconds:g}", "--warmup", f"{warmup:g}"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    other: list[str] = []
+    try:
+        for line in proc.stderr:
+            if line.startswith("grpc_receive: window start"):
+                on_start()
+            elif line.startswith("grpc_receive: window end"):
+                on_end()
+            else:
+                other.append(line)
+        out = proc.stdout.read()
+    finally:
+        rc = proc.wait()
+    if rc != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {rc}: {''.join(other).strip()[-1000:]}")
+    return json.loads(out.strip().splitlines()[-1])
+
+
+async def bench_grpc_receive_h2(namesrv_addr: str, seconds: float, in_flight: int = 8, batch: int = 32,
+                                on_start=nothing, workdir: str | None = None,
+                                local: LocalFront | None = None) -> NetResult:
+    """ReceiveMessage + AckMessage driven by build/grpc_receive (bench/grpc_receive.c, libnghttp2's
+    client in C) instead of grpc.aio, whose ~35 CPU-us per message in the bench process bounded
+    grpc_receive: `in_flight` receive/ack loops on one HTTP/2 connection, `batch` messages per
+    receive (30 s invisible), one AckMessage of each answer's receipt handles, a fresh consumer
+    group each run, until caught up or the clock ends. An empty topic is first filled (unclocked)."""
+    from broker.client.pull_consumer import PullConsumer
+    consumer = PullConsumer("bench_grpc_receive_fill", namesrv_addr)
+    await consumer.start()
+    try:
+        await fill_client_topic(consumer, await consumer.fetch_queues(CLIENT_TOPIC), namesrv_addr, seconds)
+    finally:
+        await consumer.shutdown()
+    import tempfile
+    loop = asyncio.get_running_loop()
+    group = f"bench_grpc_receive_h2_{os.getpid()}_{int(time.time())}"
+    cpu: dict = {}
+    with local or FrontProcess(namesrv_addr, workdir or tempfile.gettempdir()) as front:
+        def started() -> None:
+            cpu["c0"] = front.cpu_seconds()
+            on_start()
+
+        def ended() -> None:
+            cpu["c1"] = front.cpu_seconds()
+        r = await loop.run_in_executor(None, lambda: run_receive_driver(
+            front.endpoints, group, seconds, in_flight, batch, started, ended, min(1.0, seconds / 4)))
+    n = r["msgs"]
+    where = "the broker's local front" if local is not None else "the front"
+    res = NetResult(f"grpc receive+ack {batch}/receive, x{in_flight}, build/grpc_receive (through {where}, "
+                    f"MB/s of bodies; latency of the receive calls)", n, r["seconds"], n * BODY,
+                    pcts={0.5: r["receive_p50_us"], 0.99: r["receive_p99_us"]}, extra={
+                        "driver": f"build/grpc_receive (libnghttp2 client, C), 1 connection x {in_flight} "
+                                  f"receive+ack loops, in its own process",
+                        "front_cpu_us_per_msg": 1e6 * (cpu["c1"] - cpu["c0"]) / n if n else float("nan"),
+                        "driver_cpu_us_per_msg": r["cpu_us_per_msg"], "caught_up": r["caught_up"],
+                        **{k: r[k] for k in ("receives", "acks", "receive_p50_us", "receive_p99_us",
+                                             "ack_p50_us", "ack_p99_us")}})
+    return res
 
 
 def floors(modes: list[str], seconds: float, in_flight: int = 64) -> None:

@@ -118,6 +118,11 @@ async def _grpc_receive_local(namesrv_addr: str, seconds: float, on_start=nothin
     return await bench_grpc_receive(namesrv_addr, seconds, on_start=on_start, local=local)
 
 
+async def _grpc_receive_h2_local(namesrv_addr: str, seconds: float, on_start=nothing, local=None) -> NetResult:
+    from bench.grpc_bench import bench_grpc_receive_h2
+    return await bench_grpc_receive_h2(namesrv_addr, seconds, on_start=on_start, local=local)
+
+
 async def _wait_listening(port: int, timeout: float = 60.0) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -133,7 +138,7 @@ async def _wait_listening(port: int, timeout: float = 60.0) -> None:
         return
 
 
-LOCAL_FRONT_CELLS = ("grpc_send_local", "grpc_send_h2load_local", "grpc_receive_local")  # the broker's own front: grpcServerPort in broker.conf
+LOCAL_FRONT_CELLS = ("grpc_send_local", "grpc_send_h2load_local", "grpc_receive_local", "grpc_receive_h2_local")  # the broker's own front: grpcServerPort in broker.conf
 
 
 def crowd_cell(broker: BrokerProcess, seconds: float, n: int = CROWD) -> NetResult:
@@ -173,7 +178,7 @@ CLIENT_CELLS = {"client_send": bench_client_send, "client_send_tls": _client_sen
                 "grpc_send": _grpc_send, "grpc_receive": _grpc_receive, "grpc_send_tls": _grpc_send_tls,
                 "grpc_send_coalesce": _grpc_send_coalesce, "grpc_send_local": _grpc_send_local,
                 "grpc_send_h2load_local": _grpc_send_h2load_local,
-                "grpc_receive_local": _grpc_receive_local}
+                "grpc_receive_local": _grpc_receive_local, "grpc_receive_h2_local": _grpc_receive_h2_local}
 DEFAULT_CELLS = [*RAW_CELLS, *CLIENT_CELLS]
 
 

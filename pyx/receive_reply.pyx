@@ -16,8 +16,6 @@ property not in `system` a user property. A timestamp outside protobuf's range, 
 attempt outside int32, raises ValueError as protobuf would. tests/twins/receive_reply_twin.py is
 the same in Python; tests/test_receive_reply_kernel_vs_twin.py holds both equal to protobuf's own
 encoding. An empty `topic` is the message's own."""
-import hashlib
-
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
@@ -41,7 +39,39 @@ cdef enum:
     MD5 = 2
     IDENTITY = 1
 
-_md5 = hashlib.md5
+# The body's MD5 by OpenSSL's EVP interface with the algorithm fetched once and one reused context:
+# hashlib.md5(body) fetched the implementation by name and allocated a context per message, which
+# cost as much as the digest of a 1 KiB body itself.
+cdef extern from "openssl/evp.h" nogil:
+    ctypedef struct EVP_MD:
+        pass
+    ctypedef struct EVP_MD_CTX:
+        pass
+    EVP_MD *EVP_MD_fetch(void *libctx, const char *algorithm, const char *properties)
+    EVP_MD_CTX *EVP_MD_CTX_new()
+    int EVP_DigestInit_ex2(EVP_MD_CTX *ctx, const EVP_MD *type, void *params)
+    int EVP_DigestUpdate(EVP_MD_CTX *ctx, const void *d, size_t cnt)
+    int EVP_DigestFinal_ex(EVP_MD_CTX *ctx, unsigned char *md, unsigned int *s)
+
+cdef EVP_MD *_MD5 = EVP_MD_fetch(NULL, b"MD5", NULL)
+cdef EVP_MD_CTX *_MD5_CTX = EVP_MD_CTX_new()
+if _MD5 == NULL or _MD5_CTX == NULL:
+    raise ImportError("OpenSSL's MD5 is not available (the body digest of every received message)")
+cdef const char *_HEX = b"0123456789ABCDEF"
+
+
+cdef int _md5_hex(const uint8_t *p, Py_ssize_t n, char *out) except -1:
+    """The MD5 of p[:n] in upper-case hex (32 characters) into out; the GIL serializes the context."""
+    cdef unsigned char d[16]
+    cdef unsigned int dn = 0
+    cdef int i
+    if (EVP_DigestInit_ex2(_MD5_CTX, _MD5, NULL) != 1 or EVP_DigestUpdate(_MD5_CTX, p, <size_t>n) != 1
+            or EVP_DigestFinal_ex(_MD5_CTX, d, &dn) != 1 or dn != 16):
+        raise RuntimeError("OpenSSL's MD5 failed")
+    for i in range(16):
+        out[2 * i] = _HEX[d[i] >> 4]
+        out[2 * i + 1] = _HEX[d[i] & 15]
+    return 0
 
 
 cdef inline int _varint(WriteBuffer b, uint64_t v) except -1:
@@ -149,6 +179,7 @@ cdef int _message(WriteBuffer out, object m, str topic, str handle, int64_t invi
     cdef Py_ssize_t msg_len
     cdef int64_t attempt
     cdef int kind
+    cdef char digest[32]
     sp.clear()
     up.clear()
     # -- system_properties, in field order ---------------------------------------------------------
@@ -166,11 +197,11 @@ cdef int _message(WriteBuffer out, object m, str topic, str handle, int64_t invi
     body_obj = m.body_view
     PyObject_GetBuffer(body_obj, &body, PyBUF_SIMPLE)
     try:
-        digest = _md5(body_obj).hexdigest().upper()
-        tmp.clear()
-        _int(tmp, 1, MD5)
-        _str(tmp, 2, digest)
-        _sub(sp, 4, tmp)
+        _md5_hex(<const uint8_t *>body.buf, body.len, digest)
+        _tag(sp, 4, 2)  # Digest{type = 1: MD5, checksum = 2: 32 hex characters}: 2 + 34 bytes
+        _varint(sp, 36)
+        _int(sp, 1, MD5)
+        _bytes(sp, 2, <const uint8_t *>digest, 32)
         _int(sp, 5, IDENTITY)
         group = props.get("__SHARDINGKEY")
         deliver = None

@@ -54,15 +54,7 @@ class QueueReader:
         cq = self.queue(topic, queue_id)
         if cq is None:
             return 0
-        lo, hi = cq.min_offset, nxt  # first index whose entry is not yet dispatched
-        while lo < hi:
-            mid = (lo + hi) // 2
-            e = cq.entry(mid)
-            if e is not None and e[1] > 0 and e[0] + e[1] <= d:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
+        return first_undispatched(cq.entry, cq.min_offset, nxt, d)
 
     def _slave_max_offset(self, topic: str, queue_id: int) -> int:
         """On a slave nothing here appends: a queue ends at its first unwritten consume-queue
@@ -197,3 +189,29 @@ class QueueReader:
             if ids:
                 out[topic] = max(ids) + 1
         return out
+
+
+def first_undispatched(entry, lo: int, hi: int, dispatched: int) -> int:
+    """The first queue index in [lo, hi) whose entry (`entry(i)`: (commit log offset, size, ...)
+    or None) the reput has not dispatched yet, given its position `dispatched`; hi when none.
+    The dispatched entries are a prefix. What is not dispatched is the tail the reput has not
+    reached (a millisecond's appends, such as the revive log's while pops and acks write it):
+    looked for back from the end, doubling the step, then searched between, not across the
+    whole queue every time."""
+    def done(i: int) -> bool:
+        e = entry(i)
+        return e is not None and e[1] > 0 and e[0] + e[1] <= dispatched
+    step = 1
+    while hi - step > lo:
+        if done(hi - step):
+            lo = hi - step + 1
+            break
+        hi -= step
+        step *= 2
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if done(mid):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo

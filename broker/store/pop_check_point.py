@@ -6,6 +6,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+import msgspec
+
+# the records are written by msgspec (a tenth of json.dumps' time: a pop writes a checkpoint and an
+# ack a batch-ack record per call); compact, keys in the order given, UTF-8 as fastjson writes it
+_encode = msgspec.json.encode
+
 CK_TAG, ACK_TAG, BATCH_ACK_TAG = "ck", "ack", "bAck"  # PopAckConstants
 # an orderly pop's batch and its acks (ours: RocketMQ keeps them in consumerOrderInfo.json, which
 # a kill -9 leaves up to flushConsumerOffsetInterval behind; a RocketMQ revive service skips them)
@@ -58,7 +64,7 @@ class PopCheckPoint:
              "q": self.queue_id, "t": self.topic, "c": self.group, "ro": 0, "d": self.diffs, "bn": self.broker_name}
         if self.attempt_id:
             d["aid"] = self.attempt_id
-        return json.dumps(d, separators=(",", ":")).encode()
+        return _encode(d)
 
     @classmethod
     def from_json(cls, body: bytes) -> "PopCheckPoint":
@@ -81,9 +87,8 @@ class AckMsg:
     broker_name: str = ""
 
     def to_json(self) -> bytes:
-        return json.dumps({"ao": self.ack_offset, "so": self.start_offset, "c": self.group, "t": self.topic,
-                           "q": self.queue_id, "pt": self.pop_time, "bn": self.broker_name},
-                          separators=(",", ":")).encode()
+        return _encode({"ao": self.ack_offset, "so": self.start_offset, "c": self.group, "t": self.topic,
+                        "q": self.queue_id, "pt": self.pop_time, "bn": self.broker_name})
 
     @classmethod
     def from_json(cls, body: bytes) -> "AckMsg":
@@ -108,9 +113,8 @@ class BatchAckMsg:
     broker_name: str = ""
 
     def to_json(self) -> bytes:
-        return json.dumps({"aol": self.ack_offsets, "so": self.start_offset, "c": self.group, "t": self.topic,
-                           "q": self.queue_id, "pt": self.pop_time, "bn": self.broker_name},
-                          separators=(",", ":")).encode()
+        return _encode({"aol": self.ack_offsets, "so": self.start_offset, "c": self.group, "t": self.topic,
+                        "q": self.queue_id, "pt": self.pop_time, "bn": self.broker_name})
 
     @classmethod
     def from_json(cls, body: bytes) -> "BatchAckMsg":
