@@ -60,6 +60,8 @@ class RemotingConnection(RequestHandling, asyncio.BufferedProtocol):
         # through it first, and what it hands back goes to the handler in frame order
         self.fast = fast
         self.send_conn = None
+        self.in_turn = False  # read in this loop turn: FastSendPath.end_turn settles it and writes its replies
+        self.parked_seen = 0  # its parked replies already settled (FastSendPath.settle)
         # Only the serving side pauses its reads: a client pausing too (its requests backed up
         # while the server's answers are) would leave both sides waiting for the other to read.
         self.backpressure = backpressure
@@ -181,11 +183,13 @@ class RemotingConnection(RequestHandling, asyncio.BufferedProtocol):
             self.start = self.end = 0
 
     def _fast_read(self) -> None:
-        """A read through the send kernel: the sends it takes are appended and answered in C; a
-        frame it hands back (another code, a topic's first use, a refusal to come...) goes to the
-        handler, after the store has been told what the kernel appended before it."""
+        """A read through the send kernel: the sends it takes are appended and answered in C, the
+        replies leaving at the end of the loop turn (FastSendPath.end_turn, with the other
+        connections' read in it); a frame it hands back (another code, a topic's first use, a
+        refusal to come...) goes to the handler, after the store has been told what the kernel
+        appended before it."""
         fast, st = self.fast, self.send_conn
-        out = self._out = []
+        out = None
         pos = self.start
         part = REPLY_FIRST
         try:
@@ -199,11 +203,17 @@ class RemotingConnection(RequestHandling, asyncio.BufferedProtocol):
                     return
                 if status == RUN_DONE:
                     break
-                fast.settle(st, out)
+                # A part of a long read, or a frame for the processors: the replies so far leave
+                # now (the processors' before the kernel's after them), and the store is told of
+                # every append of this turn before the processors append.
+                if out is None:
+                    out = self._out = []
+                elif out and self.transport is not None:
+                    self.transport.writelines(out)
+                    out.clear()
+                fast.read_done(self)
+                fast.end_turn(final=False)
                 if status == RUN_YIELD:
-                    if out and self.transport is not None:
-                        self.transport.writelines(out)
-                        out.clear()
                     part *= 2
                     continue
                 hs, hl, bs, bl = st.slow_header_start, st.slow_header_len, st.slow_body_start, st.slow_body_len
@@ -217,10 +227,11 @@ class RemotingConnection(RequestHandling, asyncio.BufferedProtocol):
                     return
                 pos = st.slow_next
         finally:
-            self._out = None
-            fast.settle(st, out)  # what was appended counts even if the connection just closed
-            if out and self.transport is not None:
-                self.transport.writelines(out)
+            if out is not None:
+                self._out = None
+                if out and self.transport is not None:
+                    self.transport.writelines(out)
+            fast.read_done(self)  # what was appended counts even if the connection just closed
         self.start = pos
         if self.start == self.end:
             self.start = self.end = 0
