@@ -60,6 +60,7 @@ class FastSendPath:
         self._conns: list = []  # connections read in this loop turn, not settled yet (read_done)
         self._scheduled = False  # end_turn is scheduled for the end of this loop turn
         self._turn_store = None  # the store they were appended to (a role switch may rebind meanwhile)
+        self.latency_immediate = 0  # replies answered at once by reads settled before end_turn (DLedger's)
         self.rebind(store)
 
     def rebind(self, store) -> None:
@@ -110,30 +111,40 @@ class FastSendPath:
                 self._turn_store = self.store
                 self.store._loop.call_soon(self.end_turn)
         if self.store.settles_each_read:
-            self.settle(conn)
+            self.latency_immediate += self.settle((conn,))
 
-    def settle(self, conn) -> int:
-        """What the kernel appended for `conn` since its last settle: the store publishes the new
-        write position and counts the puts, the held pulls on those queues wake, the timer
-        service learns of its messages. Returns how many of those puts were answered at once
-        (not parked)."""
-        st = conn.send_conn
-        msgs, nbytes, max_end, touched = st.take()
-        immediate = 0
+    def settle(self, conns) -> int:
+        """What the kernel appended for `conns` since their last settle: the store publishes the
+        new write position and counts the puts (once for all of them), the held pulls on those
+        queues wake, the timer service learns of its messages. Returns how many of those puts
+        were answered at once (not parked)."""
+        msgs = nbytes = immediate = timers = 0
+        touched = None
+        for conn in conns:
+            st = conn.send_conn
+            m, b, _, t = st.take()
+            if m:
+                msgs += m
+                nbytes += b
+                parked = st.parked
+                if parked is None:
+                    immediate += m
+                else:
+                    n = len(parked)
+                    immediate += m - (n - conn.parked_seen)
+                    conn.parked_seen = n
+            if st.timers:
+                timers += st.take_timers()
+            if t:
+                touched = t if touched is None else touched + t
         if msgs:
             self.store.note_appended(msgs, nbytes)
-            parked = st.parked
-            if parked is None:
-                immediate = msgs
-            else:
-                n = len(parked)
-                immediate = msgs - (n - conn.parked_seen)
-                conn.parked_seen = n
-        if st.timers:
-            self.timer.arrived(st.take_timers())
-        for q in touched:
-            q.touched = 0
-            self.holds.notify(q.topic.decode(), q.queue_id, q.last_end)
+        if timers:
+            self.timer.arrived(timers)
+        if touched is not None:
+            for q in touched:
+                q.touched = 0
+                self.holds.notify(q.topic.decode(), q.queue_id, q.last_end)
         return immediate
 
     def end_turn(self, final: bool = True) -> None:
@@ -147,11 +158,11 @@ class FastSendPath:
         if final:
             self._scheduled = False
         conns, self._conns = self._conns, []
-        immediate = 0
+        immediate = self.settle(conns) + self.latency_immediate
+        self.latency_immediate = 0
         batch = end = None
         for conn in conns:
             st = conn.send_conn
-            immediate += self.settle(conn)
             replies = st.take_replies()
             if replies is not None and conn.transport is not None:
                 conn.transport.write(replies)
