@@ -135,6 +135,8 @@ class RemotingConnection(RequestHandling, asyncio.BufferedProtocol):
             self.transport.resume_reading()
 
     def get_buffer(self, sizehint: int) -> memoryview:
+        if self.end == 0 and self.buf:  # nothing kept from the last read (a lone request's every read)
+            return self.view
         if len(self.buf) - self.end < MIN_READ:
             if not self.buf:  # the first read (see __init__)
                 self.buf = bytearray(FIRST_READ)

@@ -60,6 +60,7 @@ class FastSendPath:
         self._conns: list = []  # connections read in this loop turn, not settled yet (read_done)
         self._scheduled = False  # end_turn is scheduled for the end of this loop turn
         self._turn_store = None  # the store they were appended to (a role switch may rebind meanwhile)
+        self._enabled = None  # the store takes the kernel's appends, asked once per loop turn (before_read)
         self.latency_immediate = 0  # replies answered at once by reads settled before end_turn (DLedger's)
         self.rebind(store)
 
@@ -67,6 +68,7 @@ class FastSendPath:
         """Bind to the store's commit log (again in controller mode, after the store restarted in
         another role with a new log to append to)."""
         self.store = store
+        self._enabled = None
         self.pipeline = SendPipeline(store.commit_log.appender, REGION, TRACE_ON, cluster=self.cluster)
         self.pipeline.parked = store.waits_for_durability
         self._store_host = store.commit_log.appender.store_host
@@ -93,7 +95,15 @@ class FastSendPath:
 
     def before_read(self, st: SendConn, conn) -> None:
         p = self.pipeline
-        p.enabled = not self.acl_enabled and self.store.ready_for_kernel()
+        # Whether the store takes the kernel's appends is asked once per loop turn (end_turn
+        # forgets it): the other connections' reads in the turn raced this one anyway. A store
+        # that settles each read (DLedger's: its Appender placed before each) is asked each read.
+        enabled = self._enabled
+        if enabled is None:
+            enabled = not self.acl_enabled and self.store.ready_for_kernel()
+            if not self.store.settles_each_read:
+                self._enabled = enabled
+        p.enabled = enabled
         p.track_queues = self.holds.waiting > 0
         if p.parked and st.parked is None:
             st.parked = ParkedReplies(conn, self._store_host, REGION, TRACE_ON)
@@ -157,6 +167,7 @@ class FastSendPath:
         one per send."""
         if final:
             self._scheduled = False
+        self._enabled = None
         conns, self._conns = self._conns, []
         immediate = self.settle(conns) + self.latency_immediate
         self.latency_immediate = 0
