@@ -171,7 +171,8 @@ class FastSendPath:
         conns, self._conns = self._conns, []
         immediate = self.settle(conns) + self.latency_immediate
         self.latency_immediate = 0
-        batch = end = None
+        batch = None
+        end = parked_n = 0
         for conn in conns:
             st = conn.send_conn
             replies = st.take_replies()
@@ -185,29 +186,31 @@ class FastSendPath:
                 st.parked = ParkedReplies(parked.conn, self._store_host, REGION, TRACE_ON)
                 conn.parked_seen = 0
                 if batch is None:
-                    batch, end = [], 0
+                    batch = []
                 batch.append(parked)
-                end = max(end, parked.end)
+                parked_n += len(parked)
+                if parked.end > end:
+                    end = parked.end
             conn.in_turn = False
         if immediate and self.latency is not None:  # the replies written in this turn: answered within it
             self.latency.record(SEND_MESSAGE_V2, SUCCESS, 0, n=immediate)
         if batch is not None:
             store, self._turn_store = self._turn_store, None
-            store.wait_put(end, self._release, (store, batch, self.latency, time.perf_counter_ns()))
+            store.wait_put(end, self._release, (store, batch, parked_n, self.latency, time.perf_counter_ns()))
 
     @staticmethod
     def _release(arg: tuple, status: PutStatus, why: str | None = None) -> None:
-        store, batch, latency, parked_at = arg
+        store, batch, parked_n, latency, parked_at = arg
         remark = None
         if status is not PutStatus.PUT_OK:
-            store.put_failed[status] += sum(len(p) for p in batch)
+            store.put_failed[status] += parked_n
             # as the processors answer a failed put (SendMessageProcessor._after_flush)
             remark = STATUS_REMARKS.get(status)
             if why:
                 remark = f"{remark}: {why}" if remark else why
         code = STATUS_CODES[status]
         if latency is not None:
-            latency.record(SEND_MESSAGE_V2, code, time.perf_counter_ns() - parked_at, n=sum(len(p) for p in batch))
+            latency.record(SEND_MESSAGE_V2, code, time.perf_counter_ns() - parked_at, n=parked_n)
         encoded = remark.encode() if remark else None
         for parked in batch:
             transport = parked.conn.transport
