@@ -7,15 +7,17 @@ topic table. A topic without one goes to the processors, which create it on firs
 change installs its route for the next send).
 
 Per read: the kernel is enabled only while the store takes writes (not a slave, not refusing
-for a full disk) and ACL is off (signatures are checked by the processors); it reports the
-queues it appended to only while pulls are held. After the read (and before any frame handed to
-the processors), `settle` publishes the new write position, counts the puts, wakes the pulls
-held on those queues, and under SYNC_FLUSH / SYNC_MASTER keeps the connection's parked replies
-for the end of the event-loop turn. Then every connection's replies parked in that turn go to the
+for a full disk; asked once per loop turn) and ACL is off (signatures are checked by the
+processors); it reports the queues it appended to only while pulls are held. The replies it
+answers at once leave at the end of the read. At the end of the event-loop turn (and before any
+frame handed to the processors), `end_turn` settles every connection read in the turn at once:
+the store publishes the new write position and counts the puts, the pulls held on those queues
+wake; under SYNC_FLUSH / SYNC_MASTER every connection's replies parked in that turn go to the
 store's waiters as one entry, answered together when the puts are durable: one connection's
-replies leave in one write, and 50 producers with one send in flight each cost one waiter per
-turn, not a waiter, a timer check and a scheduled write per send. In DLedger mode the
-store is told of the entries the kernel appended (its log end and quorum follow) and the parked
+replies leave in one write, and 50 producers with one send in flight each cost one settle and
+one waiter per turn, not a settle, a waiter, a timer check and a scheduled write per send. In
+DLedger mode the store is told of the entries the kernel appended after each read (its log end
+and quorum follow; its Appender is placed at the log's end before the next) and the parked
 replies wait for the quorum to commit the turn's last entry.
 
 Timer messages: once the timer service made its topic (rmq_sys_wheel_timer), the kernel stores
@@ -61,6 +63,7 @@ class FastSendPath:
         self._scheduled = False  # end_turn is scheduled for the end of this loop turn
         self._turn_store = None  # the store they were appended to (a role switch may rebind meanwhile)
         self._enabled = None  # the store takes the kernel's appends, asked once per loop turn (before_read)
+        self._last_read = 0  # id() of the connection read last outside a turn's batch (read_done)
         self.latency_immediate = 0  # replies answered at once by reads settled before end_turn (DLedger's)
         self.rebind(store)
 
@@ -95,9 +98,10 @@ class FastSendPath:
 
     def before_read(self, st: SendConn, conn) -> None:
         p = self.pipeline
-        # Whether the store takes the kernel's appends is asked once per loop turn (end_turn
-        # forgets it): the other connections' reads in the turn raced this one anyway. A store
-        # that settles each read (DLedger's: its Appender placed before each) is asked each read.
+        # Whether the store takes the kernel's appends is asked once per loop turn (end_turn, or
+        # a read settled at once, forgets it): the other connections' reads in the turn raced
+        # this one anyway. A store that settles each read (DLedger's: its Appender placed before
+        # each) is asked each read.
         enabled = self._enabled
         if enabled is None:
             enabled = not self.acl_enabled and self.store.ready_for_kernel()
@@ -109,19 +113,33 @@ class FastSendPath:
             st.parked = ParkedReplies(conn, self._store_host, REGION, TRACE_ON)
 
     def read_done(self, conn) -> None:
-        """The end of a read the kernel went through: its replies leave, and its appends are
-        settled, at the end of the loop turn with the other connections' (end_turn). A store
-        that must learn of every read's appends before the next read (DLedger's: its Appender
-        is placed at the log's end before each) is told now."""
+        """The end of a read the kernel went through, before its replies are written. Reads of
+        several connections in one loop turn are settled at its end, together (end_turn), their
+        replies written before that; a read outside such a turn (one connection's, as a lone
+        producer's) is settled now, with nothing left to do after its reply. A store that must
+        learn of every read's appends before the next read (DLedger's: its Appender is placed
+        at the log's end before each) is told now."""
+        if self._scheduled:
+            if self.store.settles_each_read:
+                self.latency_immediate += self.settle((conn,))
+        else:
+            immediate = self.settle((conn,))
+            parked = conn.send_conn.parked
+            if id(conn) == self._last_read and (parked is None or not len(parked)):
+                self._enabled = None  # asked again at the next read: no turn's end forgets it
+                if immediate and self.latency is not None:
+                    self.latency.record(SEND_MESSAGE_V2, SUCCESS, 0, n=immediate)
+                return
+            # another connection than the last read's: more may follow in this turn (or replies
+            # were parked, to wait for durability together)
+            self._last_read = id(conn)
+            self.latency_immediate += immediate
+            self._scheduled = True
+            self._turn_store = self.store
+            self.store._loop.call_soon(self.end_turn)
         if not conn.in_turn:
             conn.in_turn = True
             self._conns.append(conn)
-            if not self._scheduled:
-                self._scheduled = True
-                self._turn_store = self.store
-                self.store._loop.call_soon(self.end_turn)
-        if self.store.settles_each_read:
-            self.latency_immediate += self.settle((conn,))
 
     def settle(self, conns) -> int:
         """What the kernel appended for `conns` since their last settle: the store publishes the
@@ -160,11 +178,12 @@ class FastSendPath:
     def end_turn(self, final: bool = True) -> None:
         """The end of a loop turn (or, `final` False, a read handing a frame to the processors,
         which must find the store told of every append before theirs): every connection read
-        in it is settled and its replies leave, one write each; the replies parked in it (under
-        SYNC_FLUSH / SYNC_MASTER), one ParkedReplies per connection, wait for durability as one
-        entry (the highest end among them) at the turn's end. 50 producers with one send in
-        flight each cost one settle, one waiter and one wake-up of the services per turn, not
-        one per send."""
+        in it is settled at once; the replies parked in it (under SYNC_FLUSH / SYNC_MASTER), one
+        ParkedReplies per connection, wait for durability as one entry (the highest end among
+        them) at the turn's end. 50 producers with one send in flight each cost one settle, one
+        waiter and one wake-up of the services per turn, not one per send. (The replies the
+        kernel answers at once leave at the end of each read: a lone producer's reply waits for
+        nothing.)"""
         if final:
             self._scheduled = False
         self._enabled = None
@@ -175,9 +194,6 @@ class FastSendPath:
         end = parked_n = 0
         for conn in conns:
             st = conn.send_conn
-            replies = st.take_replies()
-            if replies is not None and conn.transport is not None:
-                conn.transport.write(replies)
             parked = st.parked
             if parked is not None and len(parked):
                 if not final:
