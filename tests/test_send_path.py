@@ -216,33 +216,48 @@ def test_held_pulls_are_woken_by_the_kernels_sends(tmp_path):
 def test_replies_to_a_long_read_leave_in_growing_parts(tmp_path):
     """A burst of 100 sends in one write: the broker's read of them answers the first 16 before
     appending the rest, then parts of 32, 64, ... (connection.REPLY_FIRST), so a pipelining client
-    refills while the broker works. Seen from the store's side of each read (FastSendPath's
-    before_read and settle), with every reply received once."""
+    refills while the broker works. Seen from the kernel's side of each read (each run of
+    FastSendPath's pipeline after its before_read), with every reply received once."""
     from broker.remoting.connection import REPLY_FIRST
+
+    class SpyPipeline:
+        """The kernel's pipeline, each run's part and what it appended recorded."""
+        def __init__(self, inner, reads):
+            object.__setattr__(self, "inner", inner)
+            object.__setattr__(self, "reads", reads)
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        def __setattr__(self, name, value):
+            setattr(self.inner, name, value)
+
+        def run(self, st, buf, pos, end, part):
+            before = self.inner.appended
+            r = self.inner.run(st, buf, pos, end, part)
+            self.reads[-1].append((part, self.inner.appended - before))
+            return r
 
     async def go():
         async with Broker(tmp_path) as b:
             await _burst(b.port, _v2("Parts", b"warm-up", 0, opaque=1), 1)  # the route, made by the processors
             fast = b.controller.fast
-            reads: list[list[int]] = []
-            before_read, settle = fast.before_read, fast.settle
+            reads: list[list[tuple[int, int]]] = []
+            before_read = fast.before_read
 
             def spy_before_read(st, conn):
                 reads.append([])
                 before_read(st, conn)
-
-            def spy_settle(st, out):
-                if st.msgs:
-                    reads[-1].append(st.msgs)
-                settle(st, out)
-            fast.before_read, fast.settle = spy_before_read, spy_settle
+            fast.before_read = spy_before_read
+            fast.pipeline = SpyPipeline(fast.pipeline, reads)
             data = b"".join(_v2("Parts", b"x" * 200, 0, opaque=100 + i) for i in range(100))
             got = await _burst(b.port, data, 100)
             assert sorted(got) == list(range(100, 200)) and all(r.code == codes.SUCCESS for r in got.values())
-            parts = [p for p in reads if p]
+            parts = [[n for _, n in p] for p in reads if any(n for _, n in p)]
             assert sum(map(sum, parts)) == 100
             # not vacuous: at least one read held more than the first part
             assert any(sum(p) > REPLY_FIRST for p in parts), parts
-            for p in parts:
-                assert all(n <= REPLY_FIRST << i for i, n in enumerate(p)), parts
+            for p in reads:
+                assert [part for part, _ in p] == [REPLY_FIRST << i for i in range(len(p))], reads
+                assert all(n <= part for part, n in p), reads
     asyncio.run(go())

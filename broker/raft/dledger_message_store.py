@@ -136,6 +136,10 @@ class DLedgerMessageStore(MessageStore):
         cl = self.commit_log
         return cl is not None and (cl.min_offset > 0 or cl.server.store.ledger_begin_index > 0)
 
+    # ready_for_kernel places the Appender at the log's end, which note_appended (took_in_place)
+    # moves: each read's entries are taken before the next read
+    settles_each_read = True
+
     def ready_for_kernel(self) -> bool:
         """The send kernel may append while this member serves as master and leads in its
         quorum's term (the Appender then placed at the log's end)."""

@@ -674,6 +674,10 @@ class MessageStore:
         return (self._accepting and not self.is_slave and self.isr_refusal is None
                 and self.flags.why_not_writable() is None)
 
+    # The send kernel's appends may be settled (note_appended) once per loop turn, for every
+    # connection read in it: nothing here depends on them before the next read.
+    settles_each_read = False
+
     def ready_for_kernel(self) -> bool:
         """Right before the send kernel runs a read: whether it may append (fast_writable). A
         store whose kernel needs more than that (DLedger's: its Appender at the log's end) does

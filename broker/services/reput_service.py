@@ -57,9 +57,11 @@ class Dispatcher:
         self._schedule_idx = -1  # the schedule topic's index in the scanner's interned topics
         self._topics_seen = 0  # how many of them were looked at
 
-    def dispatch(self, scanner: Scanner, count: int, buf: MappedBuffer | None = None, base: int | None = None) -> None:
+    def dispatch(self, scanner: Scanner, count: int, buf: MappedBuffer | None = None, base: int | None = None,
+                 span: int | None = None) -> None:
         """The consume-queue entries of the scanner's `count` records, then (with an index and the
-        scanned buffer `buf`) their index entries. `base`: the commit-log offset of buf[0]."""
+        scanned buffer `buf`) their index entries. `base`: the commit-log offset of buf[0];
+        `span`: how many bytes of buf the records take, when known."""
         if self.delays is not None and buf is not None and base is not None:
             self._deliver_times(scanner, count, buf, base)
         i = 0
@@ -69,7 +71,7 @@ class Dispatcher:
                 break
             self._open_file(scanner, self.kernel.missing_key, self.kernel.missing_offset)
         if self.index is not None and buf is not None:
-            self.index.dispatch(scanner, buf, count)
+            self.index.dispatch(scanner, buf, count, span)
 
     def _deliver_times(self, scanner: Scanner, count: int, buf: MappedBuffer, base: int) -> None:
         """tagsCode = delivery time for the batch's delayed messages (few: each is decoded here)."""
@@ -204,9 +206,10 @@ class ReputService:
                 log.error("no commit-log segment holds offset %d (wrote %d)", dispatched, wrote)
                 return dispatched
             end = min(wrote, mf.end) - mf.base
-            count, nxt, status = self.scanner.scan(mf.buf, dispatched - mf.base, end, mf.base, False)
+            start = dispatched - mf.base
+            count, nxt, status = self.scanner.scan(mf.buf, start, end, mf.base, False)
             if count:
-                self.dispatcher.dispatch(self.scanner, count, mf.buf, mf.base)
+                self.dispatcher.dispatch(self.scanner, count, mf.buf, mf.base, nxt - start)
                 self.last_store_ts = self.dispatcher.last_store_ts
             dispatched = mf.base + nxt
             if status == SCAN_BLANK:

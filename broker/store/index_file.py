@@ -93,10 +93,17 @@ class IndexFile:
             struct.pack_into(">qq", f.mm, 0, end_ts, end_ts)
         return f
 
+    def _need(self, index_count: int, more: int) -> int:
+        return min(self.size, INDEX_HEADER_SIZE + self.slots * HASH_SLOT_SIZE + (index_count + more) * INDEX_ENTRY_SIZE)
+
+    def reserved_for(self, index_count: int, more: int) -> bool:
+        """Whether `more` entries after the first `index_count` have their blocks already."""
+        return self._need(index_count, more) <= self.reserved
+
     def reserve_entries(self, index_count: int, more: int) -> None:
         """Blocks for `more` entries after the first `index_count` (and everything before them),
         reserved RESERVE_CHUNK at a time: OSError (ENOSPC) here, naming the file."""
-        need = min(self.size, INDEX_HEADER_SIZE + self.slots * HASH_SLOT_SIZE + (index_count + more) * INDEX_ENTRY_SIZE)
+        need = self._need(index_count, more)
         if need <= self.reserved:
             return
         upto = min(self.size, -(-need // RESERVE_CHUNK) * RESERVE_CHUNK)

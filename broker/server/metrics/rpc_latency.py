@@ -4,8 +4,8 @@ code, long polling and result, with RocketMQ's buckets and label values (the Req
 ResponseCode field names in lower case, or the number for one without a name).
 
 Requests the Python path answers are timed one by one (BrokerController.handle). Sends the C send
-path answers are timed per read and per parked batch (FastSendPath): a read's replies written at
-once count as answered within it, a batch parked until durable (SYNC_FLUSH, SYNC_MASTER, DLedger)
+path answers are timed per read or loop turn and per parked batch (FastSendPath): replies written
+at the end of their read count as answered within it, a batch parked until durable (SYNC_FLUSH, SYNC_MASTER, DLedger)
 as the time it waited; both are labelled send_message_v2, the request the clients send."""
 from __future__ import annotations
 

@@ -7,15 +7,17 @@ topic table. A topic without one goes to the processors, which create it on firs
 change installs its route for the next send).
 
 Per read: the kernel is enabled only while the store takes writes (not a slave, not refusing
-for a full disk) and ACL is off (signatures are checked by the processors); it reports the
-queues it appended to only while pulls are held. After the read (and before any frame handed to
-the processors), `settle` publishes the new write position, counts the puts, wakes the pulls
-held on those queues, and under SYNC_FLUSH / SYNC_MASTER keeps the connection's parked replies
-for the end of the event-loop turn. Then every connection's replies parked in that turn go to the
+for a full disk; asked once per loop turn) and ACL is off (signatures are checked by the
+processors); it reports the queues it appended to only while pulls are held. The replies it
+answers at once leave at the end of the read. At the end of the event-loop turn (and before any
+frame handed to the processors), `end_turn` settles every connection read in the turn at once:
+the store publishes the new write position and counts the puts, the pulls held on those queues
+wake; under SYNC_FLUSH / SYNC_MASTER every connection's replies parked in that turn go to the
 store's waiters as one entry, answered together when the puts are durable: one connection's
-replies leave in one write, and 50 producers with one send in flight each cost one waiter per
-turn, not a waiter, a timer check and a scheduled write per send. In DLedger mode the
-store is told of the entries the kernel appended (its log end and quorum follow) and the parked
+replies leave in one write, and 50 producers with one send in flight each cost one settle and
+one waiter per turn, not a settle, a waiter, a timer check and a scheduled write per send. In
+DLedger mode the store is told of the entries the kernel appended after each read (its log end
+and quorum follow; its Appender is placed at the log's end before the next) and the parked
 replies wait for the quorum to commit the turn's last entry.
 
 Timer messages: once the timer service made its topic (rmq_sys_wheel_timer), the kernel stores
@@ -60,15 +62,19 @@ class FastSendPath:
         self.topics = topics
         self.holds = holds
         self.acl_enabled = acl_enabled
-        self._turn: dict[SendConn, None] = {}  # connections with replies parked in this loop turn
+        self._conns: list = []  # connections read in this loop turn, not settled yet (read_done)
+        self._scheduled = False  # end_turn is scheduled for the end of this loop turn
         self._turn_store = None  # the store they were appended to (a role switch may rebind meanwhile)
-        self._parked_before = 0  # the read's connection's parked replies before it (before_read)
+        self._enabled = None  # the store takes the kernel's appends, asked once per loop turn (before_read)
+        self._last_read = 0  # id() of the connection read last outside a turn's batch (read_done)
+        self.latency_immediate = 0  # replies answered at once by reads settled before end_turn (DLedger's)
         self.rebind(store)
 
     def rebind(self, store) -> None:
         """Bind to the store's commit log (again in controller mode, after the store restarted in
         another role with a new log to append to)."""
         self.store = store
+        self._enabled = None
         self.pipeline = SendPipeline(store.commit_log.appender, REGION, TRACE_ON, cluster=self.cluster)
         self.pipeline.parked = store.waits_for_durability
         self._store_host = store.commit_log.appender.store_host
@@ -95,70 +101,144 @@ class FastSendPath:
 
     def before_read(self, st: SendConn, conn) -> None:
         p = self.pipeline
+        # Whether the store takes the kernel's appends is asked once per loop turn (end_turn, or
+        # a read settled at once, forgets it): the other connections' reads in the turn raced
+        # this one anyway. A store that settles each read (DLedger's: its Appender placed before
+        # each) is asked each read.
+        enabled = self._enabled
+        if enabled is None:
+            enabled = not self.acl_enabled and self.store.ready_for_kernel()
+            if not self.store.settles_each_read:
+                self._enabled = enabled
         ff = self.fast_failure
-        p.enabled = not self.acl_enabled and self.store.ready_for_kernel() and not (ff is not None and ff.busy)
         if ff is not None:
+            if ff.busy:  # the sends that piled up during a stall go to fast_failure's refusal
+                enabled = False
             self._read_at = time.perf_counter()
+        p.enabled = enabled
         p.track_queues = self.holds.waiting > 0
         if p.parked and st.parked is None:
             st.parked = ParkedReplies(conn, self._store_host, REGION, TRACE_ON)
-        self._parked_before = len(st.parked) if st.parked is not None else 0
 
-    def settle(self, st: SendConn, out: list) -> None:
-        msgs, nbytes, max_end, touched = st.take()
+    def read_done(self, conn) -> None:
+        """The end of a read the kernel went through, before its replies are written. Reads of
+        several connections in one loop turn are settled at its end, together (end_turn), their
+        replies written before that; a read outside such a turn (one connection's, as a lone
+        producer's) is settled now, with nothing left to do after its reply. A store that must
+        learn of every read's appends before the next read (DLedger's: its Appender is placed
+        at the log's end before each) is told now."""
+        ff = self.fast_failure
+        if ff is not None and (now := time.perf_counter()) - self._read_at > ff.limit:
+            ff.stalled(self._read_at, now)
+            self.pipeline.enabled = False  # the rest of this read piled up too
+        if self._scheduled:
+            if self.store.settles_each_read:
+                self.latency_immediate += self.settle((conn,))
+        else:
+            immediate = self.settle((conn,))
+            parked = conn.send_conn.parked
+            if id(conn) == self._last_read and (parked is None or not len(parked)):
+                self._enabled = None  # asked again at the next read: no turn's end forgets it
+                if immediate and self.latency is not None:
+                    self.latency.record(SEND_MESSAGE_V2, SUCCESS, 0, n=immediate)
+                return
+            # another connection than the last read's: more may follow in this turn (or replies
+            # were parked, to wait for durability together)
+            self._last_read = id(conn)
+            self.latency_immediate += immediate
+            self._scheduled = True
+            self._turn_store = self.store
+            self.store._loop.call_soon(self.end_turn)
+        if not conn.in_turn:
+            conn.in_turn = True
+            self._conns.append(conn)
+
+    def settle(self, conns) -> int:
+        """What the kernel appended for `conns` since their last settle: the store publishes the
+        new write position and counts the puts (once for all of them), the held pulls on those
+        queues wake, the timer service learns of its messages. Returns how many of those puts
+        were answered at once (not parked)."""
+        msgs = nbytes = immediate = timers = 0
+        touched = None
+        for conn in conns:
+            st = conn.send_conn
+            m, b, _, t = st.take()
+            if m:
+                msgs += m
+                nbytes += b
+                parked = st.parked
+                if parked is None:
+                    immediate += m
+                else:
+                    n = len(parked)
+                    immediate += m - (n - conn.parked_seen)
+                    conn.parked_seen = n
+            if st.timers:
+                timers += st.take_timers()
+            if t:
+                touched = t if touched is None else touched + t
         if msgs:
             self.store.note_appended(msgs, nbytes)
-            ff = self.fast_failure
-            if ff is not None and (now := time.perf_counter()) - self._read_at > ff.limit:
-                ff.stalled(self._read_at, now)
-                self.pipeline.enabled = False  # the rest of this read piled up too
-            if self.latency is not None:  # the replies written with this read: answered within it
-                now_parked = len(st.parked) if st.parked is not None else 0
-                immediate = msgs - (now_parked - self._parked_before)
-                if immediate > 0:
-                    self.latency.record(SEND_MESSAGE_V2, SUCCESS, 0, n=immediate)
-        if st.timers:
-            self.timer.arrived(st.take_timers())
-        for q in touched:
-            q.touched = 0
-            self.holds.notify(q.topic.decode(), q.queue_id, q.last_end)
-        parked = st.parked
-        if parked is not None and len(parked) and st not in self._turn:
-            if not self._turn:
-                self._turn_store = self.store
-                self.store._loop.call_soon(self._park_turn)
-            self._turn[st] = None
-        replies = st.take_replies()
-        if replies is not None:
-            out.append(replies)
+        if timers:
+            self.timer.arrived(timers)
+        if touched is not None:
+            for q in touched:
+                q.touched = 0
+                self.holds.notify(q.topic.decode(), q.queue_id, q.last_end)
+        return immediate
 
-    def _park_turn(self) -> None:
-        """The end of a loop turn: the replies parked in it, one ParkedReplies per connection,
-        wait for durability as one entry (the highest end among them)."""
-        turn, self._turn = self._turn, {}
-        store, self._turn_store = self._turn_store, None
-        batch = []
-        end = 0
-        for st in turn:
+    def end_turn(self, final: bool = True) -> None:
+        """The end of a loop turn (or, `final` False, a read handing a frame to the processors,
+        which must find the store told of every append before theirs): every connection read
+        in it is settled at once; the replies parked in it (under SYNC_FLUSH / SYNC_MASTER), one
+        ParkedReplies per connection, wait for durability as one entry (the highest end among
+        them) at the turn's end. 50 producers with one send in flight each cost one settle, one
+        waiter and one wake-up of the services per turn, not one per send. (The replies the
+        kernel answers at once leave at the end of each read: a lone producer's reply waits for
+        nothing.)"""
+        if final:
+            self._scheduled = False
+        self._enabled = None
+        conns, self._conns = self._conns, []
+        immediate = self.settle(conns) + self.latency_immediate
+        self.latency_immediate = 0
+        batch = None
+        end = parked_n = 0
+        for conn in conns:
+            st = conn.send_conn
             parked = st.parked
-            st.parked = ParkedReplies(parked.conn, self._store_host, REGION, TRACE_ON)
-            batch.append(parked)
-            end = max(end, parked.end)
-        store.wait_put(end, self._release, (store, batch, self.latency, time.perf_counter_ns()))
+            if parked is not None and len(parked):
+                if not final:
+                    self._conns.append(conn)  # parked at the turn's end
+                    continue
+                st.parked = ParkedReplies(parked.conn, self._store_host, REGION, TRACE_ON)
+                conn.parked_seen = 0
+                if batch is None:
+                    batch = []
+                batch.append(parked)
+                parked_n += len(parked)
+                if parked.end > end:
+                    end = parked.end
+            conn.in_turn = False
+        if immediate and self.latency is not None:  # the replies written in this turn: answered within it
+            self.latency.record(SEND_MESSAGE_V2, SUCCESS, 0, n=immediate)
+        if batch is not None:
+            store, self._turn_store = self._turn_store, None
+            store.wait_put(end, self._release, (store, batch, parked_n, self.latency, time.perf_counter_ns()))
 
     @staticmethod
     def _release(arg: tuple, status: PutStatus, why: str | None = None) -> None:
-        store, batch, latency, parked_at = arg
+        store, batch, parked_n, latency, parked_at = arg
         remark = None
         if status is not PutStatus.PUT_OK:
-            store.put_failed[status] += sum(len(p) for p in batch)
+            store.put_failed[status] += parked_n
             # as the processors answer a failed put (SendMessageProcessor._after_flush)
             remark = STATUS_REMARKS.get(status)
             if why:
                 remark = f"{remark}: {why}" if remark else why
         code = STATUS_CODES[status]
         if latency is not None:
-            latency.record(SEND_MESSAGE_V2, code, time.perf_counter_ns() - parked_at, n=sum(len(p) for p in batch))
+            latency.record(SEND_MESSAGE_V2, code, time.perf_counter_ns() - parked_at, n=parked_n)
         encoded = remark.encode() if remark else None
         for parked in batch:
             transport = parked.conn.transport
