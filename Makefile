@@ -189,14 +189,14 @@ spark-example: install $(VENV)/.sparkdeps .deps/java
 
 # The C load generator the network cells of the bench drive the broker with (bench/loadgen.c):
 # libc only, so that the driver costs the bench ~1 CPU-us per message, not the broker's share.
-build/loadgen: bench/loadgen.c
+build/loadgen: bench/loadgen.c bench/bench_common.h
 	@mkdir -p build
 	cc -O2 -Wall -Wextra -o $@ $<
 
 # The C driver of the gRPC front's consume cell (bench/grpc_receive.c): ReceiveMessage + AckMessage
 # on libnghttp2's client API (libnghttp2-dev, which the front's h2_session kernel links already),
 # so that the driver is not the bound the grpc.aio driver was (~35 CPU-us per message of its own).
-build/grpc_receive: bench/grpc_receive.c
+build/grpc_receive: bench/grpc_receive.c bench/bench_common.h
 	@mkdir -p build
 	cc -O2 -Wall -Wextra -o $@ $< -lnghttp2
 

@@ -40,6 +40,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#define BENCH_PROG "grpc_receive"
+#include "bench_common.h"
+
 #define MAX_SLOTS 1024
 #define HIST_BUCKETS 4096 /* log-bucketed: 1/128 relative resolution up to ~2^32 ns */
 
@@ -51,22 +54,6 @@ static struct {
 } opt = {.host = "127.0.0.1", .port = 8081, .in_flight = 8, .batch = 32, .topic = "BenchClientTopic",
          .group = "bench_grpc_receive_h2", .broker = "broker-a", .client_id = "grpc_receive@bench",
          .seconds = 5, .warmup = 1, .timeout = 30, .invisible = 30, .long_poll = 1};
-
-static void die(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("grpc_receive: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    exit(1);
-}
-
-static uint64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static double cpu_s(void) {
     struct rusage ru;
@@ -103,13 +90,7 @@ static double hist_q(const hist *h, double q) {
 /* ---------------------------------------------------------------------------- buffers */
 typedef struct { uint8_t *p; size_t len, cap; } buf;
 
-static void buf_need(buf *b, size_t more) {
-    if (b->len + more <= b->cap) return;
-    size_t cap = b->cap ? b->cap : 4096;
-    while (cap < b->len + more) cap *= 2;
-    if (!(b->p = realloc(b->p, cap))) die("out of memory");
-    b->cap = cap;
-}
+static void buf_need(buf *b, size_t more) { grow(&b->p, &b->cap, b->len, more, 4096); }
 
 static void put(buf *b, const void *p, size_t n) { buf_need(b, n); memcpy(b->p + b->len, p, n); b->len += n; }
 static void put_byte(buf *b, uint8_t c) { put(b, &c, 1); }

@@ -43,6 +43,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#define BENCH_PROG "loadgen"
+#include "bench_common.h"
+
 enum { CODE_PULL = 11, CODE_GET_MAX_OFFSET = 30, CODE_SEND_V2 = 310, CODE_SEND_BATCH = 320 };
 enum mode { M_SEND, M_BATCH, M_PULL };
 enum phase { P_WARMUP, P_MEASURE, P_DRAIN };
@@ -62,22 +65,6 @@ static struct {
 } opt = {.host = "127.0.0.1", .port = 10911, .topic = "BenchTopic", .group = "loadgen", .queues = 4,
          .body = 1024, .batch = 32, .in_flight = 64, .conns = 1, .max_msgs = 32, .seconds = 5,
          .warmup = -1, .timeout = 30};
-
-static void die(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("loadgen: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    exit(1);
-}
-
-static uint64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static uint64_t wall_ms(void) {
     struct timespec ts;
@@ -125,13 +112,7 @@ typedef struct {
     size_t len, cap;
 } buf_t;
 
-static void buf_reserve(buf_t *b, size_t more) {
-    if (b->len + more <= b->cap) return;
-    size_t cap = b->cap ? b->cap : 65536;
-    while (cap < b->len + more) cap *= 2;
-    if (!(b->p = realloc(b->p, cap))) die("out of memory");
-    b->cap = cap;
-}
+static void buf_reserve(buf_t *b, size_t more) { grow(&b->p, &b->cap, b->len, more, 65536); }
 
 static void put(buf_t *b, const void *s, size_t n) {
     buf_reserve(b, n);
