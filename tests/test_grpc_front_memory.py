@@ -38,7 +38,17 @@ class InProcessFront:
         self._thread = threading.Thread(target=self._run, name="front", daemon=True)
         self._thread.start()
         assert self._ready.wait(60), "the front did not start"
-        self.server = next(o for o in gc.get_objects() if isinstance(o, GrpcServer))
+        self.server = next(o for o in gc.get_objects() if isinstance(o, GrpcServer) and self._listens(o))
+
+    def _listens(self, server: GrpcServer) -> bool:
+        """Whether `server` is this front's (another test's may not have been collected yet)."""
+        for sock, _ in server._ports:
+            try:
+                if sock.getsockname()[1] == self.port:
+                    return True
+            except OSError:  # a stopped server's socket
+                pass
+        return False
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
