@@ -158,6 +158,7 @@ class MessagingService(rpc.MessagingServiceServicer):
             return
         ch = self.channels.open(client_id)
         reader = asyncio.ensure_future(self._read_telemetry(request_iterator, ch, context))
+        get = None
         try:
             while True:
                 get = asyncio.ensure_future(ch.out.get())
@@ -172,6 +173,11 @@ class MessagingService(rpc.MessagingServiceServicer):
                     break
                 yield command
         finally:
+            # the stream's wait on its queue too: left pending, it and the client's channel (its
+            # Settings, its queue) lived on until the collector found them ("Task was destroyed
+            # but it is pending!") after a client that went away cancelled the call
+            if get is not None:
+                get.cancel()
             reader.cancel()
             self.channels.close(ch)
 
