@@ -352,9 +352,8 @@ async def bench_grpc_send_h2load(namesrv_addr: str, seconds: float, on_start=not
                      n, min(dt, seconds), n * BODY, lat, extra=extra)
 
 
-async def bench_grpc_receive(namesrv_addr: str, seconds: float, in_flight: int = 4, on_start=nothing,
-                             workdir: str | None = None, local: LocalFront | None = None) -> NetResult:
-    """`local`: the broker's own front instead of `broker proxy`."""
+async def _fill_receive_topic(namesrv_addr: str, seconds: float) -> None:
+    """The receive cells' topic filled (unclocked) for `seconds` of receiving, if it is short of it."""
     from broker.client.pull_consumer import PullConsumer
     consumer = PullConsumer("bench_grpc_receive_fill", namesrv_addr)
     await consumer.start()
@@ -362,6 +361,12 @@ async def bench_grpc_receive(namesrv_addr: str, seconds: float, in_flight: int =
         await fill_client_topic(consumer, await consumer.fetch_queues(CLIENT_TOPIC), namesrv_addr, seconds)
     finally:
         await consumer.shutdown()
+
+
+async def bench_grpc_receive(namesrv_addr: str, seconds: float, in_flight: int = 4, on_start=nothing,
+                             workdir: str | None = None, local: LocalFront | None = None) -> NetResult:
+    """`local`: the broker's own front instead of `broker proxy`."""
+    await _fill_receive_topic(namesrv_addr, seconds)
     import tempfile
     loop = asyncio.get_running_loop()
     with local or FrontProcess(namesrv_addr, workdir or tempfile.gettempdir()) as front:
@@ -390,26 +395,11 @@ def run_receive_driver(endpoints: str, group: str, seconds: float, in_flight: in
                        on_start=nothing, on_end=nothing, warmup: float = 1.0) -> dict:
     """build/grpc_receive on `endpoints` to completion: its JSON line; `on_start`/`on_end` called at
     the edges of its measured window."""
-    import json
+    from bench.loadgen import run_driver
     cmd = [_build_receive_driver(), "--addr", endpoints, "--topic", CLIENT_TOPIC, "--group", group,
            "--broker", BROKER_NAME, "--in-flight", str(in_flight), "--batch", str(batch),
            "--seconds", f"{seconds:g}", "--warmup", f"{warmup:g}"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    other: list[str] = []
-    try:
-        for line in proc.stderr:
-            if line.startswith("grpc_receive: window start"):
-                on_start()
-            elif line.startswith("grpc_receive: window end"):
-                on_end()
-            else:
-                other.append(line)
-        out = proc.stdout.read()
-    finally:
-        rc = proc.wait()
-    if rc != 0:
-        raise RuntimeError(f"{' '.join(cmd)} exited {rc}: {''.join(other).strip()[-1000:]}")
-    return json.loads(out.strip().splitlines()[-1])
+    return run_driver(cmd, "grpc_receive", on_start, on_end)
 
 
 async def bench_grpc_receive_h2(namesrv_addr: str, seconds: float, in_flight: int = 8, batch: int = 32,
@@ -420,13 +410,7 @@ async def bench_grpc_receive_h2(namesrv_addr: str, seconds: float, in_flight: in
     grpc_receive: `in_flight` receive/ack loops on one HTTP/2 connection, `batch` messages per
     receive (30 s invisible), one AckMessage of each answer's receipt handles, a fresh consumer
     group each run, until caught up or the clock ends. An empty topic is first filled (unclocked)."""
-    from broker.client.pull_consumer import PullConsumer
-    consumer = PullConsumer("bench_grpc_receive_fill", namesrv_addr)
-    await consumer.start()
-    try:
-        await fill_client_topic(consumer, await consumer.fetch_queues(CLIENT_TOPIC), namesrv_addr, seconds)
-    finally:
-        await consumer.shutdown()
+    await _fill_receive_topic(namesrv_addr, seconds)
     import tempfile
     loop = asyncio.get_running_loop()
     group = f"bench_grpc_receive_h2_{os.getpid()}_{int(time.time())}"

@@ -57,14 +57,19 @@ def _nothing() -> None:
 def run(mode: str, addr: str, on_start=_nothing, on_end=_nothing, **opts) -> dict:
     """Run loadgen to completion; its JSON line as a dict. `on_start`/`on_end` are called at the
     edges of its measured window."""
-    cmd = argv(mode, addr, **opts)
+    return run_driver(argv(mode, addr, **opts), "loadgen", on_start, on_end)
+
+
+def run_driver(cmd: list[str], prog: str, on_start=_nothing, on_end=_nothing) -> dict:
+    """One of the bench's C drivers (loadgen, grpc_receive) run to completion: its last stdout line,
+    JSON, as a dict; `on_start`/`on_end` called as it prints "<prog>: window start/end" on stderr."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     other: list[str] = []
     try:
         for line in proc.stderr:  # the markers come as they happen; the JSON after the last
-            if line.startswith("loadgen: window start"):
+            if line.startswith(f"{prog}: window start"):
                 on_start()
-            elif line.startswith("loadgen: window end"):
+            elif line.startswith(f"{prog}: window end"):
                 on_end()
             else:
                 other.append(line)
