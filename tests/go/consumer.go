@@ -55,6 +55,9 @@ func consume(opt Options) {
 		expression = "*"
 	}
 	var mu sync.Mutex // one line at a time: deliveries come on several goroutines
+	// per queue, the offset after the last message the listener took (ConsumeSuccess): Shutdown
+	// waits for the client's offsets to reach them (see below)
+	taken := map[primitive.MessageQueue]int64{}
 	selector := consumer.MessageSelector{Type: consumer.TAG, Expression: expression}
 	if opt.ExpressionType != "" {
 		selector.Type = consumer.ExpressionType(opt.ExpressionType)
@@ -71,6 +74,13 @@ func consume(opt Options) {
 				out(d)
 				if failing {
 					result = consumer.ConsumeRetryLater
+				}
+			}
+			if result == consumer.ConsumeSuccess {
+				for _, m := range msgs {
+					if m.Queue != nil && m.QueueOffset+1 > taken[*m.Queue] {
+						taken[*m.Queue] = m.QueueOffset + 1
+					}
 				}
 			}
 			if result == consumer.ConsumeRetryLater && opt.Orderly {
@@ -94,16 +104,35 @@ func consume(opt Options) {
 	case <-stdinClosed:
 	case <-time.After(time.Duration(opt.MaxSeconds) * time.Second):
 	}
-	// The client moves a queue's offset just after the listener returns, and Shutdown persists the
-	// offsets with one-way requests: a moment before lets the last move land, one after lets the
-	// requests leave before the process exits and its sockets close.
-	time.Sleep(200 * time.Millisecond)
+	// The client moves a queue's offset just after the listener returns, on the listener's
+	// goroutine, and Shutdown persists the offsets it holds then: wait until they cover every
+	// message taken (the client's own per-queue view, read under its locks; bounded, as a queue
+	// whose message went back to the broker may not move at once). A fixed 200 ms here was too
+	// short once on a loaded CI machine: a committed offset stayed behind.
+	// (internal.ConsumerRunningInfo cannot be named outside the client's module: not named here)
+	covered := func() bool {
+		info := c.GetConsumerRunningInfo(false)
+		mu.Lock()
+		defer mu.Unlock()
+		for mq, end := range taken {
+			if pq, ok := info.MQTable[mq]; ok && pq.CommitOffset < end {
+				return false
+			}
+		}
+		return true
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) && !covered() {
+		time.Sleep(5 * time.Millisecond)
+	}
 	mu.Lock() // no delivery line half written while shutting down
 	err = c.Shutdown()
 	mu.Unlock()
 	if err != nil {
 		fatal(err)
 	}
+	// the one-way offset requests are written; a moment lets the broker read them before the
+	// process exits and its sockets close
 	time.Sleep(200 * time.Millisecond)
 	out(map[string]bool{"closed": true})
 }
