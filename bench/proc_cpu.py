@@ -22,11 +22,17 @@ TICK = os.sysconf("SC_CLK_TCK")
 
 # module of a child process -> its label
 LABELS = {"flush_service": "flush", "reput_service": "reput", "clean_service": "clean", "ha_process": "ha"}
-ORDER = ("broker", "warm-ahead", "flush", "reput", "ha", "clean")
+ORDER = ("broker", "warm-ahead", "allocate", "flush", "reput", "ha", "clean")
 # Threads counted apart from their process, by their OS name: the commit log's warm-ahead thread
 # (broker.store.warm_ahead) pays the page cache's first touch of memory, a cost of this machine
-# more than of the broker, and a figure says how much of the broker's CPU it is.
-NAMED_THREADS = ("warm-ahead",)
+# more than of the broker, and a figure says how much of the broker's CPU it is. "allocate": the
+# thread that makes the next segment of a log (broker.store.mapped_file_queue), which under
+# SYNC_FLUSH writes 256 MiB of zeros (up to a second of CPU) and then ends.
+NAMED_THREADS = ("warm-ahead", "allocate")
+# A thread that ended took its name with it; what it spent stays in its process's total. That
+# part (the total less its live threads) is counted under this label: the threads our processes
+# end are their segment allocations.
+EXITED = "allocate"
 
 
 def cpu_seconds(pid: int | str) -> float | None:
@@ -41,8 +47,8 @@ def cpu_seconds(pid: int | str) -> float | None:
     return (int(rest[11]) + int(rest[12])) / TICK  # fields 14 and 15: utime, stime
 
 
-def named_threads(pid: int) -> dict[int, str]:
-    """tid -> name of the threads of `pid` named in NAMED_THREADS."""
+def threads(pid: int) -> dict[int, tuple[str, float]]:
+    """tid -> (OS name, CPU seconds so far) of every live thread of `pid`."""
     out = {}
     try:
         tasks = os.listdir(f"/proc/{pid}/task")
@@ -54,8 +60,9 @@ def named_threads(pid: int) -> dict[int, str]:
                 name = f.read().strip()
         except (FileNotFoundError, ProcessLookupError):
             continue
-        if name in NAMED_THREADS:
-            out[int(t)] = name
+        cpu = thread_cpu_seconds(pid, int(t))
+        if cpu is not None:
+            out[int(t)] = (name, cpu)
     return out
 
 
@@ -128,19 +135,27 @@ class ProcessTree:
                     todo.append(c)
         return out
 
-    def snapshot(self) -> dict[int, tuple[str, float]]:
-        """pid -> (label, CPU seconds so far)."""
+    def snapshot(self) -> dict[str, tuple[str, float]]:
+        """"pid/tid" of each live thread and "pid/exited" (the threads that ended) -> (label, CPU
+        seconds so far). A thread's label is its process's, or its name if in NAMED_THREADS."""
         out = {}
         for pid, label in self.processes().items():
-            cpu = cpu_seconds(pid)
+            # Read again while a tick lands between the process's total and its threads' (the
+            # total is their sum then): the difference, what ended threads spent, must not
+            # move by a tick that a live thread took.
+            for _ in range(5):
+                first = cpu_seconds(pid)
+                live = threads(pid)
+                cpu = cpu_seconds(pid)
+                if cpu == first:
+                    break
             if cpu is None:
                 continue
-            for tid, name in named_threads(pid).items():
-                t = thread_cpu_seconds(pid, tid)
-                if t is not None:
-                    out[f"{pid}/{tid}"] = (self.prefix + name, t)  # a slave's: "slave/warm-ahead"
-                    cpu -= t
-            out[pid] = (label, cpu)
+            for tid, (name, t) in live.items():
+                cpu -= t
+                # a slave's warm-ahead: "slave/warm-ahead"
+                out[f"{pid}/{tid}"] = (self.prefix + name if name in NAMED_THREADS else label, t)
+            out[f"{pid}/exited"] = (self.prefix + EXITED, cpu)
         return out
 
 
@@ -152,6 +167,15 @@ def cpu_seconds_by_label(before: dict, after: dict) -> dict[str, float]:
     for pid, (label, cpu) in after.items():
         spent = cpu - before[pid][1] if pid in before else cpu
         out[label] = out.get(label, 0.0) + spent
+    # A thread that ended in between: all it spent, before the window too, moved into its
+    # process's "exited" figure, whose growth counted it; what it spent before is taken back.
+    for key, (_, cpu) in before.items():
+        if key in after:
+            continue
+        pid = key.split("/", 1)[0] if isinstance(key, str) else None
+        exited = after.get(f"{pid}/exited") if pid is not None and not key.endswith("/exited") else None
+        if exited is not None:
+            out[exited[0]] = out.get(exited[0], 0.0) - cpu
     return out
 
 

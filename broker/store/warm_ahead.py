@@ -31,6 +31,7 @@ import os
 import threading
 
 from broker.kernels.codec import populate_read
+from broker.store.os_thread import name_os_thread
 
 log = logging.getLogger("store")
 
@@ -83,11 +84,7 @@ class WarmAheadService:
             self._thread = None
 
     def _run(self) -> None:
-        try:  # the OS thread name: the benchmarks count this thread's CPU apart (bench.proc_cpu)
-            with open(f"/proc/self/task/{threading.get_native_id()}/comm", "w") as f:
-                f.write("warm-ahead")
-        except OSError:
-            pass
+        name_os_thread("warm-ahead")  # the benchmarks count this thread's CPU apart (bench.proc_cpu)
         while True:
             self._wake.wait()
             self._wake.clear()
