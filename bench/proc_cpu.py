@@ -124,6 +124,7 @@ class ProcessTree:
         self.root_pid = root_pid
         self.root_label = root_label
         self.prefix = prefix
+        self._exited: dict[int, float] = {}  # pid -> the highest "exited" figure read
 
     def processes(self) -> dict[int, str]:
         out = {self.root_pid: self.root_label}
@@ -155,6 +156,9 @@ class ProcessTree:
                 cpu -= t
                 # a slave's warm-ahead: "slave/warm-ahead"
                 out[f"{pid}/{tid}"] = (self.prefix + name if name in NAMED_THREADS else label, t)
+            # Each figure is truncated to ticks apart (the total and every thread's), so the
+            # difference may dip by a tick or two: never below what was read before.
+            cpu = self._exited[pid] = max(cpu, self._exited.get(pid, 0.0))
             out[f"{pid}/exited"] = (self.prefix + EXITED, cpu)
         return out
 

@@ -138,7 +138,7 @@ def test_broker_cpu_per_process_over_the_window(loadgen, cluster):
     # segment allocation threads (their CPU after they ended too) counted apart by their OS thread
     # names, each of its service processes (children found through /proc), then the total
     assert list(per) == ["broker", "warm-ahead", "allocate", "flush", "reput", "ha", "clean", "total"], per
-    assert per["broker"] > 0 and per["reput"] >= 0 and per["warm-ahead"] >= 0 and per["allocate"] >= 0
+    assert per["broker"] > 0 and per["reput"] >= 0 and per["warm-ahead"] >= 0
     assert per["total"] == pytest.approx(sum(v for k, v in per.items() if k != "total"))
 
 
