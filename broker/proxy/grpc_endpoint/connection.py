@@ -65,9 +65,14 @@ class H2Connection(asyncio.Protocol):
             kind = ev[0]
             if kind == EV_CALL:  # headers, the one message and the end, read at once
                 call = self._open(ev)
-                if call is not None:
+                if call is None:
+                    continue
+                if ev[6] == 0 and call.requests is None:  # a unary call's uncompressed message
+                    call.payload = ev[7]
+                    call.count = 1
+                else:
                     call.on_message(ev[6], ev[7])
-                    call.on_end()
+                call.on_end()
             elif kind == EV_MESSAGE:
                 call = calls.get(ev[1])
                 if call is not None:
