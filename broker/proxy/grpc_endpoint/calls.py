@@ -87,7 +87,7 @@ class Call:
                  "requests", "encoding", "expired", "finished", "path", "fast", "fast_raw", "respond")
 
     def __init__(self, conn, sid: int, path: str, handler, metadata: list, timeout: float | None,
-                 encoding: str | None):
+                 encoding: str | None, fast=None, fast_raw: bool = False):
         self.conn = conn
         self.sid = sid
         self.path = path
@@ -99,8 +99,8 @@ class Call:
         self.task = None
         self.expired = False
         self.finished = False
-        self.fast = None  # the method's fast answer (GrpcServer.add_fast_unary), set by the connection
-        self.fast_raw = False  # ... which reads the request's bytes itself
+        self.fast = fast  # the method's fast answer (GrpcServer.add_fast_unary)
+        self.fast_raw = fast_raw  # ... which reads the request's bytes itself
         self.respond = None  # the fast answer's function of its future giving the response
         if timeout is not None:
             self.deadline = conn.loop.time() + timeout

@@ -106,14 +106,12 @@ class H2Connection(asyncio.Protocol):
     # -- calls ----------------------------------------------------------------------------------------
     def _open(self, ev) -> Call | None:
         sid, path, metadata, timeout, encoding = ev[1:6]
-        handler = self.server.handler_of(path)
+        handler, fast, fast_raw = self.server.route_of(path)
         if handler is None:
             self.session.finish(sid, UNIMPLEMENTED, encode_message(f"Method not found: {path}"))
             return None
         call = self.calls[sid] = Call(self, sid, path, handler, metadata,
-                                      None if timeout is None else timeout_seconds(timeout), encoding)
-        call.fast = self.server.fast.get(path)
-        call.fast_raw = path in self.server.fast_raw
+                                      None if timeout is None else timeout_seconds(timeout), encoding, fast, fast_raw)
         return call
 
     def call_done(self, call: Call) -> None:
