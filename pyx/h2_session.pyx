@@ -10,6 +10,13 @@ nghttp2_session_mem_recv and returns that read's events as small tuples:
     (EV_END, stream_id)                                                    the client's side ended
     (EV_CLOSED, stream_id, h2_error_code)                                  closed before we finished it
     (EV_TOO_LARGE, stream_id, length)                                      a message above the limit
+    (EV_CALL, stream_id, path, metadata, grpc_timeout, grpc_encoding, compressed_flag, payload)
+        a whole unary-shaped request read at once: its headers, its one message and its end
+
+A stream's EV_HEADERS is held until the end of the read that opened it: when that read also
+brings its one message and its end (every unary call a pipelining client sends), the three come
+as one EV_CALL, so Python handles the call once, not three times. Otherwise EV_HEADERS (then the
+message held, if any) is given at the end of the read, or before the stream's next event.
 
 The gRPC messages (1 byte compressed flag, 4 byte big-endian length, payload) are reassembled
 here from DATA chunks (MessageReader; its twin is tests/twins/grpc_message_twin.py). Responses are
@@ -29,6 +36,7 @@ EV_MESSAGE = 1
 EV_END = 2
 EV_CLOSED = 3
 EV_TOO_LARGE = 4
+EV_CALL = 5
 cdef bytes _CLOSE_PING = b"rmqclose"  # the opaque data of ping_for_close's PING
 
 # gRPC's default receive limit on this front (grpc.max_receive_message_length of the grpcio server)
@@ -135,6 +143,8 @@ cdef class _Stream:
     cdef bint done              # the call is finished on our side (trailers or RST): no EV_CLOSED
     cdef bint discard           # a message above the limit: the rest of its data is dropped
     cdef bint deferred          # the data provider returned DEFERRED: resume on the next message
+    cdef bint held              # its EV_HEADERS not given yet (see the module's doc)
+    cdef object first           # the EV_MESSAGE read while held, or None
     cdef bytes status
     cdef bytes message
 
@@ -191,6 +201,7 @@ cdef class ServerSession:
     """One HTTP/2 connection's server side (see the module's doc)."""
     cdef nghttp2_session *s
     cdef list events
+    cdef list held              # the streams opened by this read (their EV_HEADERS maybe held)
     cdef dict streams
     cdef size_t max_message
     cdef readonly object last_error
@@ -202,6 +213,7 @@ cdef class ServerSession:
         cdef nghttp2_option *opt
         cdef nghttp2_settings_entry iv[2]
         self.events = []
+        self.held = []
         self.streams = {}
         self.max_message = max_message
         if nghttp2_session_callbacks_new(&cbs) != 0:
@@ -238,10 +250,31 @@ cdef class ServerSession:
         cdef ssize_t rv
         if view.shape[0] == 0:
             return self.take_events()
-        rv = nghttp2_session_mem_recv(self.s, &view[0], view.shape[0])
+        try:
+            rv = nghttp2_session_mem_recv(self.s, &view[0], view.shape[0])
+        finally:
+            self._give_held()
         if rv < 0:
             raise H2Error(nghttp2_strerror(<int>rv).decode())
         return self.take_events()
+
+    cdef int _give(self, _Stream st) except -1:
+        """The stream's held EV_HEADERS (and the message held with them) given now."""
+        if st.held:
+            st.held = False
+            self.events.append((EV_HEADERS, st.sid, st.path, st.meta, st.timeout, st.encoding))
+            if st.first is not None:
+                self.events.append(st.first)
+                st.first = None
+        return 0
+
+    cdef int _give_held(self) except -1:
+        cdef _Stream st
+        if self.held:
+            for st in self.held:
+                self._give(st)
+            self.held = []
+        return 0
 
     def take_events(self) -> list:
         """The events not handed out yet (those `drain` caused: a stream nghttp2 closed while sending)."""
@@ -441,21 +474,31 @@ cdef int _on_header(nghttp2_session *s, const nghttp2_frame *frame, const uint8_
             if namelen == 5 and name[1] == 112:  # :path
                 st.path = (<const char *>value)[:valuelen].decode("latin-1")
             return 0
-        key = (<const char *>name)[:namelen].decode("latin-1")
-        if key == "grpc-timeout":
+        # the headers every call sends and nothing reads, skipped without a Python string
+        if _named(name, namelen, b"content-type", 12) or _named(name, namelen, b"te", 2) \
+                or _named(name, namelen, b"grpc-accept-encoding", 20):
+            return 0
+        if _named(name, namelen, b"grpc-timeout", 12):
             st.timeout = (<const char *>value)[:valuelen].decode("latin-1")
-        elif key == "grpc-encoding":
+            return 0
+        if _named(name, namelen, b"grpc-encoding", 13):
             st.encoding = (<const char *>value)[:valuelen].decode("latin-1")
-        elif key == "content-type" or key == "te" or key == "grpc-accept-encoding":
-            pass
-        elif key.endswith("-bin"):
+            return 0
+        key = (<const char *>name)[:namelen].decode("latin-1")
+        if namelen >= 4 and memcmp(name + namelen - 4, b"-bin", 4) == 0:
+            # gRPC sends -bin values unpadded; the padding is put back (as a count that is never
+            # negative: the kernel's % is C's, for which -3 % 4 is -3, and no padding at all)
             raw = (<const char *>value)[:valuelen]
-            st.meta.append((key, _a2b_base64(raw + b"=" * (-len(raw) % 4))))
+            st.meta.append((key, _a2b_base64(raw + b"=" * ((4 - valuelen % 4) % 4))))
         else:
             st.meta.append((key, (<const char *>value)[:valuelen].decode("latin-1")))
     except BaseException:
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE  # that stream is reset, the connection lives
     return 0
+
+
+cdef inline bint _named(const uint8_t *name, size_t namelen, const char *want, size_t n) noexcept:
+    return namelen == n and memcmp(name, want, n) == 0
 
 
 cdef int _on_frame_recv(nghttp2_session *s, const nghttp2_frame *frame, void *user_data) noexcept:
@@ -474,9 +517,17 @@ cdef int _on_frame_recv(nghttp2_session *s, const nghttp2_frame *frame, void *us
     self = _sess(user_data)
     try:
         if frame.hd.type == NGHTTP2_HEADERS and frame.headers.cat == NGHTTP2_HCAT_REQUEST:
-            self.events.append((EV_HEADERS, st.sid, st.path, st.meta, st.timeout, st.encoding))
+            st.held = True
+            self.held.append(st)
         if frame.hd.flags & NGHTTP2_FLAG_END_STREAM:
-            self.events.append((EV_END, st.sid))
+            if st.held and st.first is not None:
+                first = st.first
+                st.first = None
+                st.held = False
+                self.events.append((EV_CALL, st.sid, st.path, st.meta, st.timeout, st.encoding, first[2], first[3]))
+            else:
+                self._give(st)
+                self.events.append((EV_END, st.sid))
     except BaseException:
         return NGHTTP2_ERR_CALLBACK_FAILURE
     return 0
@@ -493,8 +544,22 @@ cdef int _on_data_chunk(nghttp2_session *s, uint8_t flags, int32_t sid, const ui
     if st.discard:
         return 0
     self = _sess(user_data)
+    cdef list got
+    cdef Py_ssize_t rc
     try:
-        if st.reader.push(data, n, self.events, sid) < 0:
+        if not st.held:
+            rc = st.reader.push(data, n, self.events, sid)
+        else:  # the first message is held with the headers, in case the end comes in this read too
+            got = []
+            rc = st.reader.push(data, n, got, sid)
+            if got:
+                if st.first is None and len(got) == 1:
+                    st.first = got[0]
+                else:
+                    self._give(st)
+                    self.events.extend(got)
+        if rc < 0:
+            self._give(st)
             st.discard = True
             self.events.append((EV_TOO_LARGE, sid, st.reader.need))
     except BaseException:
@@ -511,6 +576,7 @@ cdef int _on_stream_close(nghttp2_session *s, int32_t sid, uint32_t error_code, 
     st = <_Stream>p
     try:
         if not st.done:
+            self._give(st)
             self.events.append((EV_CLOSED, sid, error_code))
         del self.streams[sid]
     except BaseException:

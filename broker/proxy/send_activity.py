@@ -103,7 +103,7 @@ class SendMessageActivity:
         if not isinstance(fut, asyncio.Future):  # not on the fast path: a coroutine, which send_message would have
             fut = asyncio.ensure_future(fut)
         message_id = sp.message_id
-        return fut, lambda done: self._response(done, message_id)
+        return fut, functools.partial(_response, message_id)
 
     def send_bytes_now(self, payload: bytes, context):
         """send_now from the request's bytes: a plain message read by the send_request kernel
@@ -122,23 +122,7 @@ class SendMessageActivity:
         fut = Producer.send(self.producer, Message(topic, body, tag, keys, props))
         if not isinstance(fut, asyncio.Future):  # not on the fast path: a coroutine, which send_message would have
             fut = asyncio.ensure_future(fut)
-        return fut, functools.partial(self._response, message_id=message_id)
-
-    @staticmethod
-    def _response(done: asyncio.Future, message_id: str) -> spb.SendMessageResponse | bytes:
-        """send_now's response from its finished future (a plain message: no transaction id); a
-        stored message's as bytes (send_request.send_ok), a failure's as a message."""
-        e = done.exception()
-        if e is None:
-            r = done.result()
-            if r.status == SEND_OK:
-                return send_ok(r.msg_id, r.queue_offset, r.recall_handle or "")
-            code = _STATUS_CODE.get(r.status, Code.INTERNAL_SERVER_ERROR)
-            entry = spb.SendResultEntry(status=status(code, f"send message failed, sendStatus={r.status}"),
-                                        message_id=message_id)
-        else:
-            entry = spb.SendResultEntry(status=status(*from_client_error(e)), message_id=message_id)
-        return spb.SendMessageResponse(status=entry.status, entries=(entry,))
+        return fut, functools.partial(_response, message_id)
 
     async def _send_single(self, pm, topic: str, peer: str) -> spb.SendMessageResponse:
         """send_message of a request with one message, without the lists and gathers of a batch."""
@@ -195,3 +179,19 @@ class SendMessageActivity:
         except Exception as e:  # noqa: BLE001 - no route, no master: answered as a Status
             return spb.RecallMessageResponse(status=status(*from_client_error(e)))
         return spb.RecallMessageResponse(status=status(), message_id=msg_id)
+
+
+def _response(message_id: str, done: asyncio.Future) -> spb.SendMessageResponse | bytes:
+    """send_now's response from its finished future (a plain message: no transaction id); a
+    stored message's as bytes (send_request.send_ok), a failure's as a message."""
+    e = done.exception()
+    if e is None:
+        r = done.result()
+        if r.status == SEND_OK:
+            return send_ok(r.msg_id, r.queue_offset, r.recall_handle or "")
+        code = _STATUS_CODE.get(r.status, Code.INTERNAL_SERVER_ERROR)
+        entry = spb.SendResultEntry(status=status(code, f"send message failed, sendStatus={r.status}"),
+                                    message_id=message_id)
+    else:
+        entry = spb.SendResultEntry(status=status(*from_client_error(e)), message_id=message_id)
+    return spb.SendMessageResponse(status=entry.status, entries=(entry,))

@@ -19,6 +19,7 @@ from broker.remoting.command import RemotingCommand
 TTL_S = 5.0
 _PB = {"NORMAL": [pb.NORMAL], "FIFO": [pb.FIFO], "DELAY": [pb.DELAY], "TRANSACTION": [pb.TRANSACTION]}
 ALL_TYPES = [pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION]
+_SYSTEM_PREFIXES = ("%RETRY%", "%DLQ%")  # topics every type may go to
 
 
 class TopicTypes:
@@ -58,12 +59,13 @@ class TopicTypes:
     def accepts_now(self, topic: str, properties: dict) -> bool | None:
         """validate() without waiting: True when the message may go, None when the topic's type
         is not cached (or the message does not match: validate() then says why)."""
-        if not self.check or topic.startswith("%RETRY%") or topic.startswith("%DLQ%"):
+        if not self.check or topic.startswith(_SYSTEM_PREFIXES):
             return True
         hit = self._cache.get(topic)
         if hit is None or time.monotonic() - hit[0] >= TTL_S:
             return None
-        return True if accepts(hit[1], message_type_of(properties)) else None
+        # an empty dict is the kernel's plain message (send_bytes_now): NORMAL without the lookups
+        return True if accepts(hit[1], message_type_of(properties) if properties else "NORMAL") else None
 
     async def accepted(self, topic: str) -> list[int]:
         """QueryRoute's accept_message_types of the topic's queues."""

@@ -691,7 +691,7 @@ def check_grpc(data: bytes) -> None:
         except KH2.H2Error:
             break
         for ev in events:
-            if ev[0] == KH2.EV_HEADERS:
+            if ev[0] == KH2.EV_HEADERS or ev[0] == KH2.EV_CALL:
                 sid = ev[1]
                 turn = sid % 4
                 if turn == 0:

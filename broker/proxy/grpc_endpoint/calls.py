@@ -84,10 +84,10 @@ class RequestStream:
 
 class Call:
     __slots__ = ("conn", "sid", "handler", "context", "deadline", "timer", "task", "payload", "count",
-                 "requests", "encoding", "expired", "finished", "path", "fast", "fast_raw")
+                 "requests", "encoding", "expired", "finished", "path", "fast", "fast_raw", "respond")
 
     def __init__(self, conn, sid: int, path: str, handler, metadata: list, timeout: float | None,
-                 encoding: str | None):
+                 encoding: str | None, fast=None, fast_raw: bool = False):
         self.conn = conn
         self.sid = sid
         self.path = path
@@ -99,8 +99,9 @@ class Call:
         self.task = None
         self.expired = False
         self.finished = False
-        self.fast = None  # the method's fast answer (GrpcServer.add_fast_unary), set by the connection
-        self.fast_raw = False  # ... which reads the request's bytes itself
+        self.fast = fast  # the method's fast answer (GrpcServer.add_fast_unary)
+        self.fast_raw = fast_raw  # ... which reads the request's bytes itself
+        self.respond = None  # the fast answer's function of its future giving the response
         if timeout is not None:
             self.deadline = conn.loop.time() + timeout
             self.timer = conn.loop.call_at(self.deadline, self.expire)
@@ -147,25 +148,29 @@ class Call:
             return False
         if taken is None:
             return False
-        fut, respond = taken
-
-        def done(fut) -> None:
-            if self.finished:
-                return
-            self.finished = True
-            self._stop_timer()
-            self.context.done_ = True
-            conn = self.conn
-            try:
-                response = respond(fut)  # bytes: already serialized
-                conn.unary(self.sid, response if h.response_serializer is None or type(response) is bytes
-                           else h.response_serializer(response))
-            except Exception as e:  # noqa: BLE001 - the call ends UNKNOWN, logged; the connection lives
-                log.exception("gRPC call %s from %s failed", self.path, conn.peer)
-                conn.finish(self.sid, UNKNOWN, encode_message(f"Unexpected {type(e)}: {e}"))
-            conn.call_done(self)
-        fut.add_done_callback(done)
+        self.respond = taken[1]
+        taken[0].add_done_callback(self._fast_done)
         return True
+
+    def _fast_done(self, fut) -> None:
+        """The fast answer's future is done: its response written (a bound method, not a closure
+        over four cells made for every call)."""
+        if self.finished:
+            return
+        self.finished = True
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        self.context.done_ = True
+        conn = self.conn
+        try:
+            response = self.respond(fut)  # bytes: already serialized
+            conn.unary(self.sid, response if type(response) is bytes or self.handler.response_serializer is None
+                       else self.handler.response_serializer(response))
+        except Exception as e:  # noqa: BLE001 - the call ends UNKNOWN, logged; the connection lives
+            log.exception("gRPC call %s from %s failed", self.path, conn.peer)
+            conn.finish(self.sid, UNKNOWN, encode_message(f"Unexpected {type(e)}: {e}"))
+        conn.call_done(self)
 
     def on_closed(self) -> None:
         """The client reset the stream (or the connection went): the handler is cancelled."""

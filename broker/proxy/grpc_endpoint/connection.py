@@ -7,7 +7,7 @@ import asyncio
 import logging
 
 from broker.kernels.h2_session import (
-    EV_CLOSED, EV_END, EV_HEADERS, EV_MESSAGE, EV_TOO_LARGE, H2Error, ServerSession)
+    EV_CALL, EV_CLOSED, EV_END, EV_HEADERS, EV_MESSAGE, EV_TOO_LARGE, H2Error, ServerSession)
 from broker.proxy.grpc_endpoint.calls import Call, too_large
 from broker.proxy.grpc_endpoint.status import UNAVAILABLE, UNIMPLEMENTED, encode_message, timeout_seconds
 
@@ -63,7 +63,17 @@ class H2Connection(asyncio.Protocol):
         calls = self.calls
         for ev in events:
             kind = ev[0]
-            if kind == EV_MESSAGE:
+            if kind == EV_CALL:  # headers, the one message and the end, read at once
+                call = self._open(ev)
+                if call is None:
+                    continue
+                if ev[6] == 0 and call.requests is None:  # a unary call's uncompressed message
+                    call.payload = ev[7]
+                    call.count = 1
+                else:
+                    call.on_message(ev[6], ev[7])
+                call.on_end()
+            elif kind == EV_MESSAGE:
                 call = calls.get(ev[1])
                 if call is not None:
                     call.on_message(ev[2], ev[3])
@@ -94,15 +104,15 @@ class H2Connection(asyncio.Protocol):
         self.server.connection_gone()
 
     # -- calls ----------------------------------------------------------------------------------------
-    def _open(self, ev) -> None:
-        _, sid, path, metadata, timeout, encoding = ev
-        handler = self.server.handler_of(path)
+    def _open(self, ev) -> Call | None:
+        sid, path, metadata, timeout, encoding = ev[1:6]
+        handler, fast, fast_raw = self.server.route_of(path)
         if handler is None:
             self.session.finish(sid, UNIMPLEMENTED, encode_message(f"Method not found: {path}"))
-            return
-        call = self.calls[sid] = Call(self, sid, path, handler, metadata, timeout_seconds(timeout), encoding)
-        call.fast = self.server.fast.get(path)
-        call.fast_raw = path in self.server.fast_raw
+            return None
+        call = self.calls[sid] = Call(self, sid, path, handler, metadata,
+                                      None if timeout is None else timeout_seconds(timeout), encoding, fast, fast_raw)
+        return call
 
     def call_done(self, call: Call) -> None:
         if self.calls.get(call.sid) is call:

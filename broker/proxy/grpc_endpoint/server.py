@@ -49,6 +49,7 @@ class GrpcServer:
         # path -> fast(request, context): a unary method's answer without a task (Call.run_now)
         self.fast: dict[str, object] = {}
         self.fast_raw: set[str] = set()  # paths whose fast answer reads the request's bytes
+        self._routes: dict[str, tuple] = {}  # path -> route_of(path), made on first use
         self._generic: list = []
         self._ports: list[tuple[socket.socket, object]] = []
         self._servers: list[asyncio.AbstractServer] = []
@@ -58,10 +59,12 @@ class GrpcServer:
     # -- handlers (grpc.Server's registration methods) -----------------------------------------------
     def add_generic_rpc_handlers(self, generic_rpc_handlers) -> None:
         self._generic.extend(generic_rpc_handlers)
+        self._routes.clear()
 
     def add_registered_method_handlers(self, service_name: str, method_handlers: dict) -> None:
         for method, handler in method_handlers.items():
             self._methods[f"/{service_name}/{method}"] = handler
+        self._routes.clear()
 
     def add_fast_unary(self, path: str, fast, raw: bool = False) -> None:
         """`fast(request, context)` answers calls of the unary method `path` when it can: (a future,
@@ -73,6 +76,17 @@ class GrpcServer:
             self.fast_raw.add(path)
         else:
             self.fast_raw.discard(path)
+        self._routes.clear()
+
+    def route_of(self, path: str) -> tuple:
+        """(handler_of(path), its fast answer or None, whether that reads the raw bytes): one
+        lookup a call instead of three."""
+        route = self._routes.get(path)
+        if route is None:
+            route = (self.handler_of(path), self.fast.get(path), path in self.fast_raw)
+            if len(self._routes) < 10_000:  # a client's unknown paths are remembered, up to a bound
+                self._routes[path] = route
+        return route
 
     def handler_of(self, path: str):
         """The RpcMethodHandler of `path` (/package.Service/Method), or None (UNIMPLEMENTED)."""
