@@ -1,6 +1,7 @@
 """DLedger mode's figures (issue 17): a group of three `broker serve` members on loopback.
 
     python -m bench.dledger_bench [--seconds S] [--kills N] [--workdir DIR]
+    python -m bench.dledger_bench --beside-sync-master N   # the throughput against SYNC_MASTER, N runs
 
 - **throughput**: the project's client (`Producer.send`, 1 KiB, 64 in flight) against the group,
   routed by a name server: msgs/s, p50/p99 per send, and the CPU-µs per message of each member.
@@ -13,6 +14,10 @@
   maxHeartBeatLeak=3) and with heartBeatTimeIntervalMs=500; min, p50 and max over the kills.
   The group, the cells and their measurement are bench/failover.py's, shared with
   bench/controller_bench.py.
+- **beside SYNC_MASTER** (`--beside-sync-master N`, nothing else): the two figures issue 31's
+  target compares (DLedger >= 0.8x SYNC_MASTER), N times: the mode matrix's ASYNC_FLUSH
+  SYNC_MASTER + slave cell as `make bench` runs it (1 KiB, 64 in flight, the project's client, 2 s),
+  then the throughput cell above; msgs/s, the ratio, CPU-us per message of each process tree.
 """
 from __future__ import annotations
 
@@ -73,8 +78,39 @@ async def run_all(seconds: float, kills: int, workdir: str, progress=print) -> d
     return out
 
 
+async def beside_sync_master(seconds: float, runs: int, workdir: str, progress=print) -> list[dict]:
+    """`runs` times the matrix's SYNC_MASTER cell, then the throughput cell; one dict per run."""
+    from bench import matrix
+    out = []
+    for _ in range(runs):
+        plan = matrix.Plan.make(False, None, peers=False)
+        plan.consume, plan.raw = False, []
+        sends, _, _ = await matrix.run_mode("ASYNC_FLUSH", "SYNC_MASTER", [(BODY, failover.IN_FLIGHT)], plan,
+                                            workdir, matrix.Progress(1), lambda *_: None)
+        sm = next(iter(sends.values()))
+        with NamesrvProcess() as ns:
+            with Group(workdir, ns.addr) as g:
+                t = await throughput_cell(ns.addr, g, seconds)
+        cpu = sm["cpu_s_per_M"]
+        r = {"sync_master_msgs_per_s": sm["msgs_per_s"], "dledger_msgs_per_s": t["msgs_per_s"],
+             "ratio": t["msgs_per_s"] / sm["msgs_per_s"], "dledger_p99_us": t["p99_us"],
+             "sync_master_cpu_us_per_msg": {"master": sum(v for k, v in cpu.items() if k.startswith("master")),
+                                            "slave": sum(v for k, v in cpu.items() if k.startswith("slave")),
+                                            "client": cpu.get("client (bench)", 0.0)},
+             "dledger_cpu_us_per_msg": t["cpu_us_per_msg"]}
+        progress(f"SYNC_MASTER {r['sync_master_msgs_per_s']:,.0f} msgs/s (CPU-us/msg "
+                 + ", ".join(f"{k} {v:.1f}" for k, v in r["sync_master_cpu_us_per_msg"].items())
+                 + f"); DLedger {failover.throughput_line(t)}; {r['ratio']:.2f}x")
+        out.append(r)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
-    _, args = failover.cli(__doc__, argv)
+    _, args = failover.cli(__doc__, argv, lambda ap: ap.add_argument("--beside-sync-master", type=int, default=0,
+                                                                      metavar="N"))
+    if args.beside_sync_master:
+        return failover.run_in_workdir("dledger-bench-", args.workdir, lambda workdir: beside_sync_master(
+            args.seconds, args.beside_sync_master, workdir))
     return failover.run_in_workdir("dledger-bench-", args.workdir,
                                    lambda workdir: run_all(args.seconds, args.kills, workdir))
 

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from broker.kernels.codec import Appender, MappedBuffer
+from broker.raft import entry_store
 from broker.raft.entry_store import DLedgerEntryStore
 from broker.raft.errors import TermRegression
 from tests.twins import codec_twin as C
@@ -100,12 +101,17 @@ def _record(m, phys, qo, ts):
     return bytes(rec)
 
 
+@pytest.mark.parametrize("stage", [entry_store.STAGE_BYTES, 700])
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                  HealthCheck.function_scoped_fixture])
 @given(st.lists(message, min_size=1, max_size=40))
-def test_in_place_appends_equal_the_entry_stores_own(tmp_path_factory, msgs):
+def test_in_place_appends_equal_the_entry_stores_own(tmp_path_factory, monkeypatch, stage, msgs):
     """An entry store written through place/took (declined entries by its own append, as the
-    commit log does) holds the same files as one written by append alone, and recovers them."""
+    commit log does) holds the same files as one written by append alone, and recovers them.
+    The Appender writes to the store's stage, which `took` writes into the data file: a stage
+    larger than the files ends where each file ends; one of 700 bytes ends inside the 2048-byte
+    files, where the entry it declines takes the store's own append in the same file."""
+    monkeypatch.setattr(entry_store, "STAGE_BYTES", stage)
     root = tmp_path_factory.mktemp("s")
     opts = {"data_file_size": 2048, "index_file_size": 32 * 8, "warm": False}
     a = DLedgerEntryStore(str(root / "a"), **opts)

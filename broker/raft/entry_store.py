@@ -34,9 +34,11 @@ few each): a kernel can take it over if start-up time over full 1 GiB files asks
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 from typing import NamedTuple
 
+from broker.kernels.codec import MappedBuffer
 from broker.kernels.entry_push import append_entries
 from broker.raft.entry_checkpoint import load_checkpoint, persist_checkpoint
 from broker.raft.entry_files import EntryFileList
@@ -49,13 +51,14 @@ from broker.raft.errors import (OldCommitLogMismatch, EntryStoreDiskFailed, Entr
                                 IndexOutOfRange, StoreClosed, TermRegression, TruncateCommitted)
 from broker.store import paths
 from broker.store.errors import CorruptStoreError, StoreConfigError
-from broker.store.warm_ahead import WarmAheadService
 
 log = logging.getLogger("raft")
 
 DATA_DIR = "data"
 INDEX_DIR = "index"
 JAVA_INT_MAX = (1 << 31) - 1  # DLedger's file sizes are Java ints
+STAGE_BYTES = 4 << 20  # the leader's staging buffer (_stage_for): an entry opens a new one this often
+STAGE_LEAD = 8  # the stage starts this far before the log's end (_stage_for)
 
 
 class EntrySpan(NamedTuple):
@@ -94,6 +97,9 @@ class DLedgerEntryStore:
         self.data = EntryFileList(os.path.join(self.dir, DATA_DIR), data_file_size, warm)
         self._pw_mf = None  # the data file the pushed runs are written to with pwrite, and its descriptor
         self._pw_fd = -1
+        # the leader's Appender writes records here, `took` writes them into the data file
+        self._stage: MappedBuffer | None = None
+        self._staged = None  # (the Appender placed, the log position its stage starts at, the data file)
         # Index files are reserved (fallocate), never warmed: an entry writes 32 bytes of them, a
         # new page every 128 entries, so warming 160 MiB (DLedger's size) ahead saves nothing
         # measurable and cost 320 MiB of writes per member at start (the file and the one after)
@@ -133,17 +139,12 @@ class DLedgerEntryStore:
         # the files the next appends go to, made in the background rather than on the first append
         self.data.prepare_ahead()
         self.index.prepare_ahead()
-        # data files not warmed when made (ASYNC_FLUSH) are faulted in by a thread ahead of the
-        # writer, as the commit log's segments: a first touch of a page the machine never used
-        # costs ~2.6 CPU-us per KiB (bench.limits), paid inside each copy into the map otherwise
-        # (a quarter of a follower's CPU under 1 KiB sends, py-spy). A leader's appends go through
-        # the map; a follower's pushed runs are written with pwrite and wake no warm-ahead
-        # (append_pushed)
-        self.data.advise_unwritten(self._wrote)  # before the warm-ahead thread caches any of them
+        # No thread faults the data files in ahead of the writer, as the commit log's warm-ahead
+        # does: a leader's runs of entries (the Appender's stage, `took`) and a follower's pushed
+        # runs (append_pushed) are written with pwrite, which takes the pages into the page cache
+        # itself; only an entry opening the next file is stored through the map
+        self.data.advise_unwritten(self._wrote)
         self.index.advise_unwritten(self._index_end)
-        self._warm_ahead = WarmAheadService(self.data.find) if not warm else None
-        if self._warm_ahead is not None:
-            self._warm_ahead.start(self._wrote)
 
     @classmethod
     def open(cls, store_root: str, self_id: str, **kw) -> "DLedgerEntryStore":
@@ -240,9 +241,9 @@ class DLedgerEntryStore:
         (InconsistentPos, TermRegression, EntryTooLarge, ...). Returns how many entries were
         appended; when one is refused, the ones before it stay appended.
 
-        The runs are written with pwrite, not through the map, and the warm-ahead thread is not
-        woken for them: a write takes its pages into the page cache itself, which costs a third of
-        faulting them in ahead and storing through the map (see pyx/entry_push.pyx)."""
+        The runs are written with pwrite, not through the map: a write takes its pages into the
+        page cache itself, which costs a third of faulting them in ahead and storing through the
+        map (see pyx/entry_push.pyx)."""
         self._check_open()
         view = byte_view(body)
         n = len(view)
@@ -327,8 +328,6 @@ class DLedgerEntryStore:
         self._end_term = term
         if self._begin < 0:
             self._begin = index
-        if self._warm_ahead is not None:
-            self._warm_ahead.note(self._wrote)
         return pos
 
     # The leader's appends in place: the commit log's Appender in entry mode (broker.kernels.codec)
@@ -352,8 +351,12 @@ class DLedgerEntryStore:
         off = index * INDEX_UNIT_SIZE
         imf = self.index.file_for_write(off)
         app.place_entries(self._wrote, index, term)
-        app.attach(mf.buf, mf.base)
+        # the records go to a staging buffer standing for the data file from the log's end, and
+        # `took` writes them into the file with one pwrite (see _stage_for)
+        base = min(self._wrote - STAGE_LEAD, mf.end - STAGE_BYTES)
+        app.attach(self._stage_buffer(), base)
         app.attach_index(imf.buf, imf.base)
+        self._staged = (app, base, mf)
 
     def took(self, app) -> int:
         """The entries an Appender placed by `place` wrote in place since: the log now ends after
@@ -362,15 +365,57 @@ class DLedgerEntryStore:
         n = app.entry_index - first
         if n <= 0:
             return 0
+        staged = self._staged
+        if staged is not None and staged[0] is app:  # else its caller attached it to the map itself
+            self._write_staged(staged[1], staged[2], self._wrote, app.wrote)
         self._wrote = app.wrote
         self._index_end = app.entry_index * INDEX_UNIT_SIZE
         self._end_index = app.entry_index - 1
         self._end_term = app.term
         if self._begin < 0:
             self._begin = first
-        if self._warm_ahead is not None:
-            self._warm_ahead.note(self._wrote)
         return n
+
+    def _stage_buffer(self) -> MappedBuffer:
+        """The buffer an Appender placed at the log's end writes its records to. It stands for
+        [base, base + STAGE_BYTES) of the data file `place` attaches it for, ending at most at the
+        file's end, so the Appender declines an entry exactly where it would in the file (the one
+        opening the next file), and earlier only where the stage ends (that entry then takes the
+        store's own append, and the Appender is placed again after it). `base` is at least
+        STAGE_LEAD bytes before the log's end, bytes the Appender never writes: at a segment's
+        first byte it takes a record that does not fit for one no segment can hold
+        (MessageIllegal), not for one to put in the next file.
+
+        Why not the map: a leader's store through the map took a write fault per page (the
+        page's first write, and again after each write-back made it clean: ext4's page_mkwrite,
+        with TLB flushes on the other core), 11 % of a leader's loop under 1 KiB sends (perf),
+        besides a warm-ahead thread faulting them in ahead (another 11 % of the process). A pwrite
+        takes the pages into the page cache itself, as a follower's pushed runs do
+        (pyx/entry_push.pyx); the write-back's fdatasync costs less too (no mapped pages to clean)."""
+        if self._stage is None:  # anonymous memory, its pages taken once and reused
+            self._stage = MappedBuffer(mmap.mmap(-1, STAGE_BYTES), True)
+        return self._stage
+
+    def _write_staged(self, base: int, mf, start: int, end: int) -> None:
+        """Bytes [start, end) of the log, which the Appender wrote to the stage placed at `base`,
+        into data file `mf` at their place: one pwrite (the map shows them: same page cache).
+        A write that fails is done through the map instead, as before staging (a full disk is
+        not one of its causes: the data files are reserved when made)."""
+        if end <= start:
+            return
+        with memoryview(self._stage.obj) as stage:
+            view = stage[start - base:end - base]
+            try:
+                fd = self._pushed_fd(mf)
+                done = 0
+                while done < len(view):
+                    done += os.pwrite(fd, view[done:], start - mf.base + done)
+            except OSError as e:
+                log.warning("dledger: pwrite of entries [%d, %d) into %s failed (%s): written through the map",
+                            start, end, mf.path, e)
+                rel = start - mf.base
+                mf.mv[rel:rel + len(view)] = view
+            view.release()
 
     def _take_first_pos(self, pos: int, index: int = 0) -> int:
         """An empty log takes the leader's position for its first entry `index`: the leader's
@@ -385,8 +430,6 @@ class DLedgerEntryStore:
             raise OldCommitLogMismatch(pos, self.floor)
         if pos % self.data.file_size:
             raise InconsistentPos(index, self._wrote, pos)
-        if self._warm_ahead is not None:
-            self._warm_ahead.stop()  # joined before the data files it may be warming go
         self._close_pushed_fd()  # of a file deleted here: its blocks are freed at once
         gone = self.data.drop_after(-1)
         gone_index = self.index.drop_after(-1) if index > 0 else []
@@ -395,8 +438,6 @@ class DLedgerEntryStore:
         self._wrote = self._data_flushed = pos
         if index > 0:
             self._index_end = self._index_flushed = index * INDEX_UNIT_SIZE
-        if self._warm_ahead is not None:
-            self._warm_ahead.start(pos)
         return pos
 
     def drop_before(self, min_offset: int) -> int:
@@ -656,8 +697,6 @@ class DLedgerEntryStore:
         if self.closed:
             return
         try:
-            if self._warm_ahead is not None:
-                self._warm_ahead.stop()  # joined before the maps go
             if not self.disk_failed:  # else the checkpoint on disk stays: the restart recovers by CRC
                 self.persist_checkpoint()
         finally:
