@@ -106,6 +106,10 @@ TARGETS = {
     # driver: grpc.aio's own ~50 CPU-us per call bounded the grpc.aio cells), beside the remoting
     # client's send in the same run
     "grpc_send_vs_remoting": 0.5,        # at least
+    # DLedger (issue 31): three members beside the matrix's SYNC_MASTER + slave cell, the two cells
+    # run side by side (one right after the other, twice: cells minutes apart met different loads)
+    "dledger_vs_sync_master": 0.8,       # at least
+    "dledger_leader_cpu_us": 15.0,       # at most: the leader's processes per message
     "grpc_receive_vs_pull": 0.25,        # at least: ReceiveMessage + AckMessage (build/grpc_receive, a C driver) beside
                                          # the remoting pull (build/loadgen pull) of the same stored messages
     "grpc_front_share_cpu_us": 15.0,     # at most: the broker process per call, less a remoting send's
@@ -322,6 +326,16 @@ def evaluate(figs: dict) -> list[dict]:
         if T["enqueue"]["timers"] >= 1_000_000:
             add("1,000,000 timers pending add <= 64 MiB to the broker and its services (RssAnon)", T["enqueue"]["rss_added_mib"], 64, "MiB",
                 higher=False)
+    D = figs.get("dledger") or {}
+    pairs = D.get("beside_sync_master") or []
+    if pairs:
+        add(f"DLedger, three members >= 0.8x SYNC_MASTER + slave's throughput (64 in flight; the two cells side by "
+            f"side, {len(pairs)} pairs, their sums)", sum(r["dledger_msgs_per_s"] for r in pairs)
+            / sum(r["sync_master_msgs_per_s"] for r in pairs), TARGETS["dledger_vs_sync_master"], "x")
+    leader = [v for k, v in (D.get("throughput") or {}).get("cpu_us_per_msg", {}).items() if "(" in k]
+    if leader:
+        add("DLedger leader <= 15 CPU-us per message (64 in flight)", leader[0], TARGETS["dledger_leader_cpu_us"],
+            "us", higher=False)
     H = figs.get("ha") or {}
     if H:
         add("SYNC_MASTER >= 50% of ASYNC_MASTER throughput (64 in flight)", H["sync_vs_async"],
@@ -596,6 +610,12 @@ def markdown(figs: dict) -> str:
             f"{t['msgs_per_s']:,.0f} msgs/s; p50 {t['p50_us']:,.0f} us, p99 {t['p99_us']:,.0f} us",
             "the matrix's SYNC_MASTER + slave row of this run",
             "CPU-us/msg " + ", ".join(f"{k} {v:.1f}" for k, v in t["cpu_us_per_msg"].items()))
+        for i, r in enumerate(D.get("beside_sync_master") or []):
+            row(f"side by side, pair {i + 1}: the matrix's SYNC_MASTER + slave cell, then DLedger's",
+                f"SYNC_MASTER {r['sync_master_msgs_per_s']:,.0f} msgs/s, DLedger {r['dledger_msgs_per_s']:,.0f} "
+                f"msgs/s: **{r['ratio']:.2f}x**", "", "CPU-us/msg SYNC_MASTER " + ", ".join(
+                    f"{k} {v:.1f}" for k, v in r["sync_master_cpu_us_per_msg"].items()) + "; DLedger " + ", ".join(
+                    f"{k} {v:.1f}" for k, v in r["dledger_cpu_us_per_msg"].items()))
         for name, o in D["outage"].items():
             row(f"write outage after kill -9 of the leader ({name}), last SEND_OK to the next",
                 _outage_cell(o), "goal <= 5 s with DLedger's defaults", _from_kill(o))
@@ -834,6 +854,9 @@ def main(argv: list[str] | None = None) -> int:
     def run_dledger() -> None:
         from bench import dledger_bench
         D.update(runner(dledger_bench.run_all(secs, 10, workdir, progress=say)))
+        say("  beside SYNC_MASTER + slave, side by side, 2 pairs")
+        D["beside_sync_master"] = runner(dledger_bench.beside_sync_master(secs, 2, workdir,
+                                                                          progress=lambda x: say("    " + x)))
 
     def run_controller() -> None:
         from bench import controller_bench
