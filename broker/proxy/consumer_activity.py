@@ -92,6 +92,14 @@ class ConsumerActivity:
         self.dlq = ForwardMessageToDLQActivity(client, self._broker_addr)
         self.groups = SubscriptionGroups(client)
         self.renewals = ReceiptHandleManager(self._renew, config.renewAheadTimeMillis, config.renewSliceTimeMillis)
+        # local mode: the broker this front lives in, reached by a call for pops and batch acks
+        # (broker.proxy.local_broker); None: every broker over the client's connections
+        self.local = None
+
+    def _via(self, addr: str):
+        """What a pop or batch ack to `addr` is invoked through (its `invoke` is the client's)."""
+        local = self.local
+        return local if local is not None and local.addr == addr else self.client
 
     async def _renew(self, h, invisible_ms: int) -> str:
         """A PushConsumer's message kept invisible another `invisible_ms` (ReceiptHandleManager)."""
@@ -127,7 +135,7 @@ class ConsumerActivity:
             # time; the client's attemptId lets a retried receive get the same batch again
             group_config = await self.groups.get(addr, group)
             order = orderly(group_config)
-            r = await _pop.pop(self.client, addr, broker, group, topic, invisible, request.batch_size,
+            r = await _pop.pop(self._via(addr), addr, broker, group, topic, invisible, request.batch_size,
                                poll_ms=max(0, poll), expression=expression, expression_type=exp_type,
                                init_mode=CONSUME_INIT_MODE_MAX, order=order,
                                attempt_id=request.attempt_id if order else "")
@@ -242,14 +250,16 @@ class ConsumerActivity:
         batches: dict[str, tuple[list[int], dict]] = {}  # broker address -> (entry indexes, acks by checkpoint)
         addrs: dict[str, str] = {}  # broker name -> its address, looked up once per call
         renewed = self.renewals.handles
+        read = receipt_handle.BatchReader().read  # a batch's handles share all but their offsets
         for i, entry in enumerate(entries):
             text = entry.receipt_handle
             try:
-                info = self._handle(text)
+                info, queue_offset = read(text)
                 # a handle the front does not renew is the one in force (take would say so)
                 current = taken[i] = await self.renewals.take(group, text) if (group, text) in renewed else text
                 if current != text:
                     info = self._handle(current)
+                    queue_offset = info.queue_offset
                 addr = addrs.get(info.broker_name)
                 if addr is None:
                     addr = addrs[info.broker_name] = await self._broker_addr(topic, info.broker_name)
@@ -257,12 +267,12 @@ class ConsumerActivity:
                 out[i] = spb.AckMessageResultEntry(message_id=entry.message_id, receipt_handle=entry.receipt_handle,
                                                    status=status(e.code, e.message))
                 continue
-            if info.queue_offset is None:
-                continue  # a 7-field handle: its offset travels in the request, acked alone
+            if queue_offset is None or queue_offset < info.ck_offset:
+                continue  # a 7-field handle (its offset travels in the request), or one no checkpoint holds: alone
             idx, acks = batches.setdefault(addr, ([], {}))
             idx.append(i)
             key = (info.retry, info.queue_id, info.ck_offset, info.revive_qid, info.pop_time, info.invisible_time)
-            acks[key] = acks.get(key, 0) | 1 << (info.queue_offset - info.ck_offset)
+            acks[key] = acks.get(key, 0) | 1 << (queue_offset - info.ck_offset)
         if not batches:
             return
 
@@ -274,7 +284,7 @@ class ConsumerActivity:
                  "b": base64.b64encode(bits.to_bytes((bits.bit_length() + 7) // 8, "little")).decode()}
                 for (retry, q, so, rq, pt, it), bits in acks.items()]})
             try:
-                r = await self.client.invoke(addr, RemotingCommand.request(codes.BATCH_ACK_MESSAGE, {}, body), 5)
+                r = await self._via(addr).invoke(addr, RemotingCommand.request(codes.BATCH_ACK_MESSAGE, {}, body), 5)
             except Exception:  # noqa: BLE001 - each handle is then acked alone, and answered alone
                 return
             if r.code == codes.SUCCESS:
