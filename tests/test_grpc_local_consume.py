@@ -74,6 +74,11 @@ def test_received_batches_ack_per_entry_and_acked_messages_never_come_back(stub)
     assert len(fields) == 9 and fields[5] == "broker-a"
     # forged: a queue offset before its checkpoint's (no checkpoint holds it); bad: not a handle
     forged = " ".join([str(int(fields[0]) + 1), *fields[1:7], fields[0], fields[8]])
+    # in the queue but not popped under this checkpoint: the broker acks the batch's others and
+    # names it; acked alone it is refused, the others answer OK (acked already by the batch)
+    unpopped = " ".join([*fields[:7], str(STORED - 1), fields[8]])
+    r = _ack(stub, group, [handles[0], unpopped, handles[1]])
+    assert [e.status.code for e in r.entries] == [pb.Code.OK, pb.Code.INVALID_RECEIPT_HANDLE, pb.Code.OK], r
     r = _ack(stub, group, [*handles[:8], "not a handle", forged])
     assert [e.status.code for e in r.entries] == [pb.Code.OK] * 8 + [pb.Code.INVALID_RECEIPT_HANDLE] * 2, r
     assert r.status.code == pb.Code.MULTIPLE_RESULTS
