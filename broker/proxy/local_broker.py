@@ -30,11 +30,10 @@ def _wire_ext(ext: dict | None) -> dict:
 
 class _Caller:
     """The `conn` a handler is given (its peer: ACL's address, logs), as an accepted connection's."""
-    __slots__ = ("peer", "tasks")
+    __slots__ = ("peer",)
 
     def __init__(self, peer: str):
         self.peer = peer
-        self.tasks: set = set()
 
 
 class LocalBroker:
