@@ -11,3 +11,8 @@ from broker.kernels.receive_reply import encode_ack_ok
 def ack_ok(entries) -> bytes:
     """`entries`: the request's AckMessageEntry objects (their message_id and receipt_handle), in order."""
     return encode_ack_ok([e.message_id for e in entries], [e.receipt_handle for e in entries])
+
+
+def ack_ok_of(message_ids: list[str], handles: list[str]) -> bytes:
+    """The same answer from the entries' message ids and receipt handles, read once already."""
+    return encode_ack_ok(message_ids, handles)

@@ -22,7 +22,7 @@ from broker.client import api
 from broker.client.client_instance import MQClientInstance
 from broker.client.errors import ResponseError
 from broker.proxy import receipt_handle, receive_reply
-from broker.proxy.ack_reply import ack_ok
+from broker.proxy.ack_reply import ack_ok, ack_ok_of
 from broker.proxy.config import ProxyConfig
 from broker.proxy.forward_dlq_activity import ForwardMessageToDLQActivity
 from broker.proxy.grpc_metadata import client_id_of
@@ -86,12 +86,21 @@ def _group(resource: pb.Resource) -> str:
 
 
 class ConsumerActivity:
+    # local mode: the broker this front lives in, reached by a call for pops and batch acks
+    # (broker.proxy.local_broker, set by LocalGrpcFront); None: every broker over the client's connections
+    local = None
+
     def __init__(self, client: MQClientInstance, config: ProxyConfig):
         self.client = client
         self.config = config
         self.dlq = ForwardMessageToDLQActivity(client, self._broker_addr)
         self.groups = SubscriptionGroups(client)
         self.renewals = ReceiptHandleManager(self._renew, config.renewAheadTimeMillis, config.renewSliceTimeMillis)
+
+    def _via(self, addr: str):
+        """What a pop or batch ack to `addr` is invoked through (its `invoke` is the client's)."""
+        local = self.local
+        return local if local is not None and local.addr == addr else self.client
 
     async def _renew(self, h, invisible_ms: int) -> str:
         """A PushConsumer's message kept invisible another `invisible_ms` (ReceiptHandleManager)."""
@@ -127,7 +136,7 @@ class ConsumerActivity:
             # time; the client's attemptId lets a retried receive get the same batch again
             group_config = await self.groups.get(addr, group)
             order = orderly(group_config)
-            r = await _pop.pop(self.client, addr, broker, group, topic, invisible, request.batch_size,
+            r = await _pop.pop(self._via(addr), addr, broker, group, topic, invisible, request.batch_size,
                                poll_ms=max(0, poll), expression=expression, expression_type=exp_type,
                                init_mode=CONSUME_INIT_MODE_MAX, order=order,
                                attempt_id=request.attempt_id if order else "")
@@ -215,10 +224,14 @@ class ConsumerActivity:
         out: list = [None] * len(entries)
         taken: dict[int, str] = {}  # entry index -> the handle in force (renewals.take, asked once)
         if len(entries) > 1:  # what a SimpleConsumer acking what it received sends
-            await self._batch_ack(group, topic, entries, out, taken)
+            texts = [e.receipt_handle for e in entries]  # (each read of the field makes a new str)
+            await self._batch_ack(group, topic, entries, texts, out, taken)
+            # the whole batch acked: its answer encoded at once (ack_reply)
+            if out.count(_ACKED) == len(out):
+                return ack_ok_of([e.message_id for e in entries], texts)
         # the rest (one handle, or a batch the broker did not take whole): each its own ACK_MESSAGE,
         # all in flight at once on the broker's connection
-        if all(e is _ACKED for e in out):  # the whole batch acked: its answer encoded at once (ack_reply)
+        if all(e is _ACKED for e in out):
             return ack_ok(entries)
         left = [i for i, e in enumerate(out) if e is None]
         for i, e in zip(left, await asyncio.gather(*(ack(i, entries[i]) for i in left))):
@@ -231,38 +244,52 @@ class ConsumerActivity:
         top = status(Code.MULTIPLE_RESULTS) if len(codes_) > 1 else status(out[0].status.code, out[0].status.message)
         return spb.AckMessageResponse(status=top, entries=out)
 
-    async def _batch_ack(self, group: str, topic: str, entries: list, out: list, taken: dict) -> None:
+    async def _batch_ack(self, group: str, topic: str, entries: list, texts: list[str], out: list,
+                         taken: dict) -> None:
         """The handles of `entries` acked by one BATCH_ACK_MESSAGE per broker (the Java proxy's
         batch ack; the broker writes one revive-log record per checkpoint instead of one per
         message). A broker's batch answered SUCCESS sets its entries in `out` to _ACKED; any other answer
         (a handle it does not have in flight, a broker without batch acks) leaves them None, and
         each is acked alone, which gives each its own status. A handle that does not parse is
         answered here. `taken`: the handle in force of each entry (a renewed one's latest), for
-        the acks made alone too: the front renews it no more once asked."""
+        the acks made alone too: the front renews it no more once asked. `texts`: the entries'
+        receipt handles."""
         batches: dict[str, tuple[list[int], dict]] = {}  # broker address -> (entry indexes, acks by checkpoint)
         addrs: dict[str, str] = {}  # broker name -> its address, looked up once per call
         renewed = self.renewals.handles
-        for i, entry in enumerate(entries):
-            text = entry.receipt_handle
+        read = receipt_handle.BatchReader().read  # a batch's handles share all but their offsets
+        last = None  # (the fields read last, their address, batch and checkpoint key): a batch's are the same
+        for i, text in enumerate(texts):
             try:
-                info = self._handle(text)
+                info, queue_offset = read(text)
                 # a handle the front does not renew is the one in force (take would say so)
-                current = taken[i] = await self.renewals.take(group, text) if (group, text) in renewed else text
-                if current != text:
-                    info = self._handle(current)
-                addr = addrs.get(info.broker_name)
-                if addr is None:
-                    addr = addrs[info.broker_name] = await self._broker_addr(topic, info.broker_name)
+                if renewed and (group, text) in renewed:
+                    current = taken[i] = await self.renewals.take(group, text)
+                    if current != text:
+                        info = self._handle(current)
+                        queue_offset = info.queue_offset
+                else:
+                    taken[i] = text
+                if last is not None and last[0] is info:
+                    _, addr, idx, acks, key = last
+                else:
+                    addr = addrs.get(info.broker_name)
+                    if addr is None:
+                        addr = addrs[info.broker_name] = await self._broker_addr(topic, info.broker_name)
+                    idx = acks = key = None
             except ProxyError as e:
-                out[i] = spb.AckMessageResultEntry(message_id=entry.message_id, receipt_handle=entry.receipt_handle,
+                out[i] = spb.AckMessageResultEntry(message_id=entries[i].message_id, receipt_handle=text,
                                                    status=status(e.code, e.message))
                 continue
-            if info.queue_offset is None:
-                continue  # a 7-field handle: its offset travels in the request, acked alone
-            idx, acks = batches.setdefault(addr, ([], {}))
+            ck_offset = info.ck_offset
+            if queue_offset is None or queue_offset < ck_offset:
+                continue  # a 7-field handle (its offset travels in the request), or one no checkpoint holds: alone
+            if idx is None:
+                idx, acks = batches.setdefault(addr, ([], {}))
+                key = (info.retry, info.queue_id, ck_offset, info.revive_qid, info.pop_time, info.invisible_time)
+                last = (info, addr, idx, acks, key)
             idx.append(i)
-            key = (info.retry, info.queue_id, info.ck_offset, info.revive_qid, info.pop_time, info.invisible_time)
-            acks[key] = acks.get(key, 0) | 1 << (info.queue_offset - info.ck_offset)
+            acks[key] = acks.get(key, 0) | 1 << (queue_offset - ck_offset)
         if not batches:
             return
 
@@ -274,7 +301,7 @@ class ConsumerActivity:
                  "b": base64.b64encode(bits.to_bytes((bits.bit_length() + 7) // 8, "little")).decode()}
                 for (retry, q, so, rq, pt, it), bits in acks.items()]})
             try:
-                r = await self.client.invoke(addr, RemotingCommand.request(codes.BATCH_ACK_MESSAGE, {}, body), 5)
+                r = await self._via(addr).invoke(addr, RemotingCommand.request(codes.BATCH_ACK_MESSAGE, {}, body), 5)
             except Exception:  # noqa: BLE001 - each handle is then acked alone, and answered alone
                 return
             if r.code == codes.SUCCESS:

@@ -14,6 +14,7 @@ import socket
 
 from broker.proxy.config import ProxyConfig
 from broker.proxy.inner_credentials import local_account
+from broker.proxy.local_broker import LocalBroker
 from broker.store.errors import StoreConfigError
 
 log = logging.getLogger("proxy")
@@ -44,6 +45,7 @@ class LocalGrpcFront:
         self.task: asyncio.Task | None = None
         self._stop = asyncio.Event()
         self.service = None  # its MessagingService once serving: what its metrics read
+        self._local = None  # its broker reached by a call (LocalBroker), for its consumer RPCs
 
     def metrics_rows(self) -> dict | None:
         """The connected 5.x clients (broker.proxy.proxy_metrics.client_rows), for the broker's
@@ -60,6 +62,9 @@ class LocalGrpcFront:
         from broker.proxy.startup import serve
 
         peer = f"{self.config.bindAddress}:{self.config.grpcServerPort}"  # the born host of what it sends
+        # pops and batch acks by a call into the broker's handler; with ACL over the connection,
+        # where the front's signed requests are checked
+        self._local = LocalBroker(addr, remoting.handler, peer) if acl is None else None
         dialers = {addr: lambda channel: remoting.connect_local(peer, channel, addr)}
         loop = asyncio.get_running_loop()
         ready = loop.create_future()
@@ -75,6 +80,7 @@ class LocalGrpcFront:
 
     def _serving(self, service) -> None:
         self.service = service
+        service.consumers.local = self._local
 
     def _ended(self, task: asyncio.Task) -> None:
         if not task.cancelled() and task.exception() is not None and not self._stop.is_set():

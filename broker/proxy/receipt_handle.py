@@ -32,3 +32,38 @@ def commit_log_offset(text: str) -> int:
         raise ProxyError(Code.INVALID_RECEIPT_HANDLE, f"receipt handle {text[:200]!r}: commit log offset is empty "
                                                       f"or not an offset (a handle this front gave has 9 fields)")
     return int(parts[8])
+
+
+_I64 = (1 << 63) - 1
+
+
+class BatchReader:
+    """The handles of one AckMessage read for a batch ack: `read(text)` is (decode's fields, the
+    handle's queue offset), with the seven fields the handles of one popped queue share
+    (checkpoint offset, pop time, invisible time, revive queue, retry flag, broker, queue id)
+    parsed once per batch, not once per handle, and only the queue offset read per handle: the
+    ExtraInfo given is decode's for the first handle of those seven fields (its queue_offset is
+    that handle's; the offset beside it is this one's). A handle that is not the common 9-field
+    shape, or whose queue offset does not parse, is read by `decode` (its error included), so
+    the answer is decode's for every handle (tests/test_receipt_handle_batch.py holds them equal)."""
+
+    __slots__ = ("_heads",)
+
+    def __init__(self):
+        self._heads: dict[str, _extra_info.ExtraInfo] = {}  # the first 7 fields' text -> their values
+
+    def read(self, text: str) -> tuple[_extra_info.ExtraInfo, int | None]:
+        parts = text.rsplit(SEP, 2)
+        if len(parts) == 3:
+            head = self._heads.get(parts[0])
+            if head is not None:
+                try:
+                    qo = int(parts[1])
+                except ValueError:
+                    qo = -1
+                if 0 <= qo <= _I64:
+                    return head, qo
+        info = decode(text)
+        if len(parts) == 3 and parts[0].count(SEP) == 6:  # exactly 9 fields: the head is the 7 decoded
+            self._heads[parts[0]] = info
+        return info, info.queue_offset

@@ -189,16 +189,22 @@ class PopReviveService:
     def find(self, group: str, topic: str, queue_id: int, ck_offset: int, pop_time: int, offset: int,
              rq: int) -> tuple[PopCheckPoint, int]:
         """The in-flight checkpoint a handle names and the message's index in it, or NotInFlight."""
-        ck = self.inflight.get(_key(group, topic, queue_id, ck_offset, pop_time))
-        if ck is None or ck.rq != rq:
-            raise NotInFlight(f"no message of {group} in flight under this handle ({topic}@{queue_id}, checkpoint "
-                              f"offset {ck_offset}, pop time {pop_time}, revive queue {rq}): never popped, "
-                              f"already acked, or redelivered after its invisible time")
+        ck = self.checkpoint(group, topic, queue_id, ck_offset, pop_time, rq)
         i = ck.index_of(offset)
         if i < 0:
             raise NotInFlight(f"offset {offset} of {topic}@{queue_id} was not popped under this handle "
                               f"(it popped {ck.offsets()})")
         return ck, i
+
+    def checkpoint(self, group: str, topic: str, queue_id: int, ck_offset: int, pop_time: int,
+                   rq: int) -> PopCheckPoint:
+        """The in-flight checkpoint a handle names, or NotInFlight."""
+        ck = self.inflight.get(_key(group, topic, queue_id, ck_offset, pop_time))
+        if ck is None or ck.rq != rq:
+            raise NotInFlight(f"no message of {group} in flight under this handle ({topic}@{queue_id}, checkpoint "
+                              f"offset {ck_offset}, pop time {pop_time}, revive queue {rq}): never popped, "
+                              f"already acked, or redelivered after its invisible time")
+        return ck
 
     def inflight_counts(self) -> dict[tuple[str, str, int], int]:
         """Messages popped and not acked, per (group, topic, queue id): RocketMQ's

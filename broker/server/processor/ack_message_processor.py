@@ -100,6 +100,9 @@ class AckMessageProcessor:
                 bad = None
             except Refusal as e:
                 info, bad = None, e
+            if bad is None and not info.is_order and self._ack_checkpoint(group, topic, queue_id, ck_offset, rq,
+                                                                          pop_time, offsets, lo, hi, failed):
+                continue
             for offset in offsets:
                 try:
                     check_offset(topic, queue_id, offset, lo, hi)
@@ -117,6 +120,38 @@ class AckMessageProcessor:
         res = (cmd.response(codes.NO_MESSAGE, remark=f"not acked: {'; '.join(failed)[:2000]}") if failed
                else cmd.response(codes.SUCCESS))  # (the acks not named in the remark were made)
         return reply_when_durable(cmd, res, self.revive.log.durable_since(mark))
+
+    def _ack_checkpoint(self, group: str, topic: str, queue_id: int, ck_offset: int, rq: int, pop_time: int,
+                        offsets: list[int], lo: int, hi: int, failed: list) -> bool:
+        """A BatchAck's offsets (ascending) within the queue, acked as one operation: their
+        checkpoint found once and each offset's index read from it, one revive-log record. False
+        (nothing done) when the offsets leave the queue or no such checkpoint is in flight: the
+        offset-by-offset loop then answers each as it does. An offset the checkpoint did not pop is
+        named in `failed` as find names it; the others are acked."""
+        if not offsets or offsets[0] < lo or offsets[-1] >= hi:
+            return False
+        try:
+            ck = self.revive.checkpoint(group, topic, queue_id, ck_offset, pop_time, rq)
+        except Refusal:
+            return False
+        popped = ck.offsets()
+        index = {o: i for i, o in enumerate(popped)}
+        if len(index) != len(popped):
+            return False  # an offset popped twice in one checkpoint (never ours): index_of's first
+        indexes = []
+        for offset in offsets:
+            i = index.get(offset)
+            if i is None:
+                try:
+                    self.revive.find(group, topic, queue_id, ck_offset, pop_time, offset, rq)
+                except Refusal as e:
+                    failed.append(f"{topic}@{queue_id}:{offset} ({e})")
+                    continue
+                i = ck.index_of(offset)
+            indexes.append(i)
+        if indexes:
+            self.revive.ack_many(ck, indexes)
+        return True
 
     def _ack_orderly(self, h, info: ei.ExtraInfo) -> None:
         offsets = self.store.consumer_offsets
