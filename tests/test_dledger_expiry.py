@@ -129,8 +129,12 @@ from tests.helpers.dledger_cluster import GROUP, SEGMENT, DLedgerGroup, data_dir
 from tests.helpers.ha_cluster import call, send_all  # noqa: E402
 
 # fileReservedTime=-1: DLedger data files are kept fileReservedTime + 1 = 0 hours (RocketMQ's
-# reading), so a manual clean (`broker admin clean`) deletes every one it may at once
-EXPIRE_AT_ONCE = "fileReservedTime=-1\ncleanResourceInterval=100\ndeleteCommitLogFilesInterval=0\n"
+# reading), so a manual clean (`broker admin clean`) deletes every one it may at once.
+# cleanFileForciblyEnable=false: the test's disk is the host's, and a host disk above
+# diskSpaceCleanForciblyRatio (85 %) made the cleaners delete forcibly, past the frozen follower's
+# pin, as they should on a full disk (it happened beside other work: "disk 87% > ..., forcibly")
+EXPIRE_AT_ONCE = ("fileReservedTime=-1\ncleanResourceInterval=100\ndeleteCommitLogFilesInterval=0\n"
+                  "cleanFileForciblyEnable=false\n")
 
 
 @pytest.fixture
