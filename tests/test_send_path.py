@@ -213,6 +213,39 @@ def test_held_pulls_are_woken_by_the_kernels_sends(tmp_path):
     asyncio.run(go())
 
 
+class _SpyPipeline:
+    """The kernel's pipeline, each run's part and what it appended recorded."""
+    def __init__(self, inner, reads):
+        object.__setattr__(self, "inner", inner)
+        object.__setattr__(self, "reads", reads)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def __setattr__(self, name, value):
+        setattr(self.inner, name, value)
+
+    def run(self, st, buf, pos, end, part):
+        before = self.inner.appended
+        r = self.inner.run(st, buf, pos, end, part)
+        self.reads[-1].append((part, self.inner.appended - before))
+        return r
+
+
+def _spy_reads(fast) -> list[list[tuple[int, int]]]:
+    """Per read of the send kernel (each run of FastSendPath's pipeline after its before_read):
+    a list of (the part it was run with, messages it appended)."""
+    reads: list[list[tuple[int, int]]] = []
+    before_read = fast.before_read
+
+    def spy_before_read(st, conn):
+        reads.append([])
+        before_read(st, conn)
+    fast.before_read = spy_before_read
+    fast.pipeline = _SpyPipeline(fast.pipeline, reads)
+    return reads
+
+
 def test_replies_to_a_long_read_leave_in_growing_parts(tmp_path):
     """A burst of 100 sends in one write: the broker's read of them answers the first 16 before
     appending the rest, then parts of 32, 64, ... (connection.REPLY_FIRST), so a pipelining client
@@ -220,36 +253,10 @@ def test_replies_to_a_long_read_leave_in_growing_parts(tmp_path):
     FastSendPath's pipeline after its before_read), with every reply received once."""
     from broker.remoting.connection import REPLY_FIRST
 
-    class SpyPipeline:
-        """The kernel's pipeline, each run's part and what it appended recorded."""
-        def __init__(self, inner, reads):
-            object.__setattr__(self, "inner", inner)
-            object.__setattr__(self, "reads", reads)
-
-        def __getattr__(self, name):
-            return getattr(self.inner, name)
-
-        def __setattr__(self, name, value):
-            setattr(self.inner, name, value)
-
-        def run(self, st, buf, pos, end, part):
-            before = self.inner.appended
-            r = self.inner.run(st, buf, pos, end, part)
-            self.reads[-1].append((part, self.inner.appended - before))
-            return r
-
     async def go():
         async with Broker(tmp_path) as b:
             await _burst(b.port, _v2("Parts", b"warm-up", 0, opaque=1), 1)  # the route, made by the processors
-            fast = b.controller.fast
-            reads: list[list[tuple[int, int]]] = []
-            before_read = fast.before_read
-
-            def spy_before_read(st, conn):
-                reads.append([])
-                before_read(st, conn)
-            fast.before_read = spy_before_read
-            fast.pipeline = SpyPipeline(fast.pipeline, reads)
+            reads = _spy_reads(b.controller.fast)
             data = b"".join(_v2("Parts", b"x" * 200, 0, opaque=100 + i) for i in range(100))
             got = await _burst(b.port, data, 100)
             assert sorted(got) == list(range(100, 200)) and all(r.code == codes.SUCCESS for r in got.values())
@@ -260,4 +267,35 @@ def test_replies_to_a_long_read_leave_in_growing_parts(tmp_path):
             for p in reads:
                 assert [part for part, _ in p] == [REPLY_FIRST << i for i in range(len(p))], reads
                 assert all(n <= part for part, n in p), reads
+    asyncio.run(go())
+
+
+def test_sync_flush_publishes_a_long_read_at_once(tmp_path):
+    """Under SYNC_FLUSH no reply can leave before the flush, so a read is not cut into parts: the
+    write position is published once, after its last append. Published part by part, a flush
+    service coming back from its last round took the first parts alone and the rest waited for a
+    second fdatasync (at 64 in flight, up to half the rounds paid two)."""
+    from broker.remoting.connection import REPLY_FIRST
+
+    async def go():
+        async with Broker(tmp_path, flushDiskType=SYNC_FLUSH) as b:
+            await _burst(b.port, _v2("Whole", b"warm-up", 0, opaque=1), 1)  # the route, made by the processors
+            store = b.controller.store
+            reads = _spy_reads(b.controller.fast)
+            published: list[int] = []
+            note_appended = store.note_appended
+
+            def spy_note_appended(msgs, nbytes):
+                published.append(msgs)
+                note_appended(msgs, nbytes)
+            store.note_appended = spy_note_appended
+            data = b"".join(_v2("Whole", b"x" * 200, 0, opaque=100 + i) for i in range(100))
+            got = await _burst(b.port, data, 100)
+            assert sorted(got) == list(range(100, 200)) and all(r.code == codes.SUCCESS for r in got.values())
+            assert store.table.load(Slot.FLUSHED) >= store.offsets()["wrote"]
+            appended = [sum(n for _, n in p) for p in reads if any(n for _, n in p)]
+            assert sum(appended) == 100
+            assert max(appended) > REPLY_FIRST, reads  # not vacuous: a read that ASYNC_FLUSH would cut
+            assert all([part for part, _ in p] == [0] for p in reads), reads
+            assert published == appended, (published, reads)
     asyncio.run(go())
