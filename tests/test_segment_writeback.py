@@ -168,14 +168,13 @@ def test_writer_after_restart_with_a_cold_page_cache_syncs_4k_without_folio_writ
 @pytest.mark.parametrize("side", ["leader", "follower"])
 def test_dledger_entry_files_sync_4k_without_folio_writeback(disk, side):
     """DLedger's data and index files (broker.raft.entry_store), written by a leader's appends
-    (the data files warmed ahead by a thread, ASYNC_FLUSH) or a follower's pushes (written with
-    pwrite): the pages the writer goes to must come in 4 KiB folios. They came in large ones (16
+    or a follower's pushes (both written with pwrite now; no thread faults the data files in
+    ahead): the pages the writer goes to must come in 4 KiB folios. They came in large ones (16
     KiB in this probe, more as the read-around ramps up over a 1 GiB file), and the flusher's
     fdatasync every 10 ms wrote back whole folios for every few KiB appended: a group of three
     wrote 10 KiB to the disk per 1 KiB message (4.8 KiB with the advice), each member's
     warm-ahead thread 5 CPU-us/msg (1)."""
     from broker.raft.entry_store import DLedgerEntryStore
-    from tests.helpers.procs import wait_until
 
     size, index_size = 64 * MiB, 4 * MiB
     leader = DLedgerEntryStore(str(disk / "leader"), data_file_size=size, index_file_size=index_size, warm=False)
@@ -192,16 +191,13 @@ def test_dledger_entry_files_sync_4k_without_folio_writeback(disk, side):
                 span = leader.entry_span(first, 64, 1 << 20)
                 store.append_pushed(b"".join(bytes(v) for v in span.views))
                 first = span.last + 1
-        if side == "leader":
-            wait_until(lambda: store._warm_ahead.warmed >= store.write_pos + 8 * MiB, 30, "the warm-ahead thread")
         store.flush()
         end, index_end = store.write_pos, (store.ledger_end_index + 1) * 32
         data_file = os.path.join(store.dir, "data", "%020d" % 0)
         index_file = os.path.join(store.dir, "index", "%020d" % 0)
-        # the worst of a few places ahead of the writer, where the leader's warm-ahead thread cached
-        # the pages; on the follower, whose pushed runs are written with pwrite (no warm-ahead), the
-        # page holding its end too: the folio the next push continues
-        aheads = (4096, 1 * MiB, 4 * MiB) if side == "leader" else (0, 4096, 1 * MiB)
+        # the worst of a few places ahead of the writer, the page holding its end too: the folio
+        # the next append or push continues
+        aheads = (0, 4096, 1 * MiB)
         data_kib = max(_kib_per_sync(data_file, size, end - end % 4096 + ahead) for ahead in aheads)
         index_kib = _kib_per_sync(index_file, index_size, index_end - index_end % 4096 + 4096)
         print(f"KiB written back per 4 KiB sync past the {side}'s end: data {data_kib:.1f}, index {index_kib:.1f}")
