@@ -474,6 +474,9 @@ def test_five_members_commit_with_three_and_not_with_two(tmp_path):
                 await g.stop(i)
             acked = [await lead.append(b"three of five %d" % k) for k in range(5)]
             assert lead.committed_index == acked[-1][0]
+            # the followers learn it with the next push (a COMMIT COMMIT_DELAY_MS after the last)
+            await g.until(lambda: all(m.committed_index == acked[-1][0] for m in g.live()), 5,
+                          "the followers to learn the committed index")
             await g.stop(followers[2])  # two of five left
             committed = {m.self_id: m.committed_index for m in g.live()}
             with pytest.raises(WaitQuorumAckTimeout):
