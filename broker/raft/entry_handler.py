@@ -376,8 +376,9 @@ class EntryHandler:
         """_answer's response, its extFields written as the strings the wire carries (what
         RemotingCommand.header_bytes would make of PushEntryResponse.ext())."""
         st, store = self.state, self.store
-        ext = {"code": str(code), "term": str(st.term), "index": str(index), "beginIndex": str(store.ledger_begin_index),
-               "endIndex": str(store.ledger_end_index), "localTerm": str(local_term)}
+        ext = {"code": str(code), "term": str(st.term), "index": str(index),
+               "beginIndex": str(store.ledger_begin_index), "endIndex": str(store.ledger_end_index),
+               "localTerm": str(local_term)}
         if st.leader_id is not None:
             ext["leaderId"] = st.leader_id
         ext["group"] = st.group
