@@ -474,6 +474,9 @@ def test_five_members_commit_with_three_and_not_with_two(tmp_path):
                 await g.stop(i)
             acked = [await lead.append(b"three of five %d" % k) for k in range(5)]
             assert lead.committed_index == acked[-1][0]
+            # the followers learn it with the next push (a COMMIT COMMIT_DELAY_MS after the last)
+            await g.until(lambda: all(m.committed_index == acked[-1][0] for m in g.live()), 5,
+                          "the followers to learn the committed index")
             await g.stop(followers[2])  # two of five left
             committed = {m.self_id: m.committed_index for m in g.live()}
             with pytest.raises(WaitQuorumAckTimeout):
@@ -617,6 +620,77 @@ def test_bad_pushes_are_refused_and_change_nothing(tmp_path, caplog):
             assert twin.first_nonzero_after(data_dir, DATA, end) is None
             r = await push(dict(type=PushType.COMMIT, commit_index=2))
             assert r.response_code is ResponseCode.SUCCESS and srv.committed_index == 2
+        finally:
+            conn.close()
+            await srv.stop()
+    run(main)
+
+
+def test_a_followed_leaders_appends_take_the_short_path_and_it_refuses_as_the_full_one(tmp_path):
+    """Once a push from n1 in term 3 passed every check (EntryHandler.leader), its APPENDs take
+    _fast_append: a malformed or misaddressed one from that leader in that term is still refused
+    as the full path refuses it (it falls back there) and changes nothing; a good one is taken,
+    counts as the leader's heartbeat, and is answered with the full path's fields."""
+    async def main():
+        port = free_port()
+        srv = lone_member(tmp_path, port)
+        st, store = srv.state, srv.store
+        for k in range(3):
+            store.append(3, b"entry %d" % k)
+        srv.ledger_changed()
+        st.change_to_candidate(3)
+        st.next_term()
+        srv.elector.change_role_to_follower(3, "n1")
+        await srv.remoting.start()
+        conn = await connect("127.0.0.1", port)
+        data_dir = os.path.join(tmp_path, "dledger-n0", "data")
+
+        def files() -> bytes:
+            return b"".join(open(os.path.join(data_dir, n), "rb").read() for n in sorted(os.listdir(data_dir)))
+
+        async def push(ext: dict, body=b"", patch: dict | None = None) -> PushEntryResponse:
+            base = dict(group=GROUP, leader_id="n1", term=3, commit_index=-1, remote_id="n0")
+            base.update(ext)
+            cmd = PushEntryRequest(**base).command(body)
+            if patch:
+                cmd.ext.update(patch)
+            return PushEntryResponse.from_ext((await conn.request(cmd, 5)).ext)
+
+        try:
+            r = await push(dict(type=PushType.COMPARE, index=2), bytes(store.header_view(2)))
+            assert r.response_code is ResponseCode.SUCCESS and srv.handler.leader == (3, "n1")
+            w = store.write_pos
+            good = twin.encode_entry(3, 3, w, b"next", body_crc=0)
+            append = dict(type=PushType.APPEND, index=3, pos=w, count=1, prev_term=3)
+            held = files()
+            bad_crc = twin.encode_entry(3, 3, w, b"next", body_crc=12345)
+            for patch, body, code in (
+                    (None, bad_crc, ResponseCode.UNEXPECTED_ARGUMENT),
+                    (None, good[:-1], ResponseCode.UNEXPECTED_ARGUMENT),
+                    ({"count": "2"}, good, ResponseCode.UNEXPECTED_ARGUMENT),
+                    ({"count": "0"}, good, ResponseCode.UNEXPECTED_ARGUMENT),
+                    ({"pos": str(w + 8)}, good, ResponseCode.UNEXPECTED_ARGUMENT),
+                    ({"index": "x"}, good, ResponseCode.UNEXPECTED_ARGUMENT),
+                    ({"index": True}, good, ResponseCode.UNEXPECTED_ARGUMENT),
+                    ({"term": str(1 << 63)}, good, ResponseCode.UNEXPECTED_ARGUMENT),
+                    ({"group": "other"}, good, ResponseCode.UNKNOWN_GROUP),
+                    ({"remoteId": "n2"}, good, ResponseCode.UNKNOWN_MEMBER),
+                    ({"leaderId": "n2"}, good, ResponseCode.INCONSISTENT_LEADER),
+                    ({"term": "2"}, twin.encode_entry(3, 2, w, b"next", body_crc=0), ResponseCode.EXPIRED_TERM),
+                    ({"prevTerm": "2"}, good, ResponseCode.INCONSISTENT_STATE)):
+                r = await push(append, body, patch)
+                assert r.response_code is code, (patch, body[:60])
+                assert files() == held and store.ledger_end_index == 2 and (st.term, st.leader_id) == (3, "n1")
+            srv.elector.last_leader_hb = 0.0
+            r = await push(append, good)
+            assert (r.response_code, r.index, r.end_index, r.begin_index, r.term, r.leader_id, r.local_term) == \
+                (ResponseCode.SUCCESS, 3, 3, 0, 3, "n1", -1)
+            assert store.ledger_end_index == 3 and bytes(store.header_view(3)) == good[:48]
+            assert srv.elector.last_leader_hb > 0  # the push was the leader's heartbeat
+            more = twin.encode_entry(4, 3, w + len(good), b"more", body_crc=0)
+            r = await push(dict(type=PushType.APPEND, index=4, pos=w + len(good), count=1, prev_term=3,
+                                commit_index=4), more)
+            assert r.response_code is ResponseCode.SUCCESS and srv.committed_index == 4
         finally:
             conn.close()
             await srv.stop()

@@ -24,10 +24,12 @@ from broker.raft.elector import LeaderElector
 from broker.raft.protocol import (HeartBeatRequest, HeartBeatResponse, ProtocolError, RequestCode, ResponseCode,
                                   VoteRequest, VoteResponse, decode, encode)
 from broker.remoting import codes
+from broker.remoting.codes import FLAG_ONEWAY
 from broker.remoting.command import RemotingCommand
 from broker.remoting.connection import Handler, RemotingConnection, RemotingServer, connect
 
 log = logging.getLogger("raft")
+_PUSH = int(RequestCode.PUSH)
 # How long a connect to a leader's peer port that succeeded is held to tell a live server (quiet)
 # from an exiting process's listener (resets it), and how often the port is asked in all.
 LISTENER_GRACE = 0.2
@@ -198,7 +200,20 @@ class ElectionServer:
                 writer.close()
         return False
 
+    def _push(self, cmd: RemotingCommand, conn: RemotingConnection):
+        res = self.push(cmd, conn)
+        # the leader's replication link is watched as its heartbeat link is: a member that
+        # has had pushes but no heartbeat yet from a new leader (one restarted a moment ago)
+        # learns of its death as fast as the others
+        if conn.attrs.get("dledger_heartbeats_from") is None:
+            st = self.elector.state
+            if st.is_follower and st.leader_id is not None and st.leader_id == (cmd.ext or {}).get("leaderId"):
+                self._watch_link(conn, st.leader_id)
+        return res
+
     def handle(self, cmd: RemotingCommand, conn: RemotingConnection) -> RemotingCommand | None:
+        if cmd.code == _PUSH and self.push is not None and not cmd.flag & FLAG_ONEWAY:
+            return self._push(cmd, conn)  # the replication's requests, first and without an enum lookup
         if cmd.is_oneway:
             if self.other is not None and cmd.code not in RequestCode._value2member_map_:
                 return self.other(cmd, conn)  # a broker's heartbeat may come oneway
@@ -214,15 +229,7 @@ class ElectionServer:
         elif code is RequestCode.HEART_BEAT:
             typ, answer_type, handler = HeartBeatRequest, HeartBeatResponse, self.elector.handle_heartbeat
         elif code is RequestCode.PUSH and self.push is not None:
-            res = self.push(cmd, conn)
-            # the leader's replication link is watched as its heartbeat link is: a member that
-            # has had pushes but no heartbeat yet from a new leader (one restarted a moment ago)
-            # learns of its death as fast as the others
-            st = self.elector.state
-            if conn.attrs.get("dledger_heartbeats_from") is None and st.is_follower and \
-                    st.leader_id is not None and st.leader_id == (cmd.ext or {}).get("leaderId"):
-                self._watch_link(conn, st.leader_id)
-            return res
+            return self._push(cmd, conn)
         else:
             return cmd.response(codes.REQUEST_CODE_NOT_SUPPORTED, remark=f"DLedger request {code.name} not served here")
         me = self.config.dLegerSelfId

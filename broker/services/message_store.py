@@ -712,7 +712,12 @@ class MessageStore:
                 self._loop.call_later(REPUT_WAKE_DELAY, self._wake_writers_waiters)
         if not self._reput_wake_pending:
             self._reput_wake_pending = True
-            self._loop.call_later(REPUT_WAKE_DELAY, self._wake_reput)
+            self._loop.call_later(self.reput_wake_delay(), self._wake_reput)
+
+    def reput_wake_delay(self) -> float:
+        """How long a write may wait before the reput is woken for it (a store whose dispatch
+        nobody waits on can batch more per pass: DLedger's followers)."""
+        return REPUT_WAKE_DELAY
 
     def _wake_writers_waiters(self) -> None:
         self._wake_pending = False
