@@ -245,6 +245,9 @@ cdef class ServerSession:
     cdef size_t olen, ocap
     cdef bytes path_raw         # the last :path seen, and its str: the same for nearly every call
     cdef str path_str
+    # metadata a client sends the same on every call (x-mq-client-id, x-mq-language, ...): per
+    # header name [name, value or None once it was seen to change, the (key, value) entry]
+    cdef list meta_seen
     # the client answered the PING of ping_for_close: it has read every frame written before it
     cdef readonly bint close_acked
 
@@ -255,6 +258,7 @@ cdef class ServerSession:
         self.events = []
         self.held = []
         self.streams = {}
+        self.meta_seen = []
         self.max_message = max_message
         if nghttp2_session_callbacks_new(&cbs) != 0:
             raise MemoryError()
@@ -516,6 +520,7 @@ cdef int _on_header(nghttp2_session *s, const nghttp2_frame *frame, const uint8_
     cdef _Stream st
     cdef ServerSession self
     cdef bytes raw
+    cdef list seen
     if frame.hd.type != NGHTTP2_HEADERS or frame.headers.cat != NGHTTP2_HCAT_REQUEST:
         return 0
     p = nghttp2_session_get_stream_user_data(s, frame.hd.stream_id)
@@ -545,17 +550,44 @@ cdef int _on_header(nghttp2_session *s, const nghttp2_frame *frame, const uint8_
         if _named(name, namelen, b"grpc-encoding", 13):
             st.encoding = (<const char *>value)[:valuelen].decode("latin-1")
             return 0
+        self = _sess(user_data)
+        seen = _meta_seen(self.meta_seen, name, namelen)
+        if seen is not None and seen[1] is not None:
+            if _same_bytes(<bytes>seen[1], value, valuelen):
+                st.meta.append(seen[2])  # the same (key, value) tuple as the call before
+                return 0
+            seen[1] = None  # a value that changes (a request id, a date): not looked for again
         key = (<const char *>name)[:namelen].decode("latin-1")
         if namelen >= 4 and memcmp(name + namelen - 4, b"-bin", 4) == 0:
             # gRPC sends -bin values unpadded; the padding is put back (as a count that is never
             # negative: the kernel's % is C's, for which -3 % 4 is -3, and no padding at all)
             raw = (<const char *>value)[:valuelen]
-            st.meta.append((key, _a2b_base64(raw + b"=" * ((4 - valuelen % 4) % 4))))
+            entry = (key, _a2b_base64(raw + b"=" * ((4 - valuelen % 4) % 4)))
         else:
-            st.meta.append((key, (<const char *>value)[:valuelen].decode("latin-1")))
+            entry = (key, (<const char *>value)[:valuelen].decode("latin-1"))
+        st.meta.append(entry)
+        if seen is None and len(self.meta_seen) < _META_SEEN_MAX:
+            self.meta_seen.append([PyBytes_FromStringAndSize(<const char *>name, namelen),
+                                   PyBytes_FromStringAndSize(<const char *>value, valuelen), entry])
     except BaseException:
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE  # that stream is reset, the connection lives
     return 0
+
+
+cdef size_t _META_SEEN_MAX = 16
+
+
+cdef inline bint _same_bytes(bytes b, const uint8_t *p, size_t n) noexcept:
+    return <size_t>PyBytes_GET_SIZE(b) == n and memcmp(PyBytes_AS_STRING(b), p, n) == 0
+
+
+cdef list _meta_seen(list seen, const uint8_t *name, size_t namelen):
+    """The meta_seen entry of this header name, or None."""
+    cdef list e
+    for e in seen:
+        if _same_bytes(<bytes>e[0], name, namelen):
+            return e
+    return None
 
 
 cdef inline bint _named(const uint8_t *name, size_t namelen, const char *want, size_t n) noexcept:
