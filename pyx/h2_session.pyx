@@ -160,14 +160,21 @@ cdef bytes _CT = b"content-type"
 cdef bytes _GRPC = b"application/grpc"
 cdef bytes _GS = b"grpc-status"
 cdef bytes _GM = b"grpc-message"
+cdef bytes _OK = b"0"  # grpc-status 0
 
 
 cdef inline void _nv(nghttp2_nv *nv, bytes name, bytes value):
+    """A header of ours: its name one of the module's constants (lowercase, alive as long as the
+    module), which nghttp2 then does not copy; a value that is one of them (_S200, _GRPC, _OK) not
+    either, any other value copied."""
     nv.name = <uint8_t *>PyBytes_AS_STRING(name)
     nv.namelen = PyBytes_GET_SIZE(name)
     nv.value = <uint8_t *>PyBytes_AS_STRING(value)
     nv.valuelen = PyBytes_GET_SIZE(value)
-    nv.flags = NGHTTP2_NV_FLAG_NONE
+    if value is _S200 or value is _GRPC or value is _OK:
+        nv.flags = NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE
+    else:
+        nv.flags = NGHTTP2_NV_FLAG_NO_COPY_NAME
 
 
 cdef int _submit_trailer(nghttp2_session *s, _Stream st) noexcept:
@@ -438,7 +445,7 @@ cdef class ServerSession:
         if st is None or st.done:
             return False
         st.done = True
-        st.status = str(code).encode() if code else b"0"
+        st.status = str(code).encode() if code else _OK
         st.message = message if message else None
         if st.responded:
             st.finishing = True
@@ -468,7 +475,7 @@ cdef class ServerSession:
             self._queue(st, payload)
         st.done = True
         st.finishing = True
-        st.status = b"0"
+        st.status = _OK
         st.message = None
         self._kick(st)
         return True
