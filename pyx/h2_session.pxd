@@ -64,6 +64,7 @@ cdef extern from "nghttp2/nghttp2.h":
     ctypedef int (*nghttp2_on_data_chunk_recv_callback)(nghttp2_session *, uint8_t, int32_t, const uint8_t *,
                                                         size_t, void *) noexcept
     ctypedef int (*nghttp2_on_stream_close_callback)(nghttp2_session *, int32_t, uint32_t, void *) noexcept
+    ctypedef ssize_t (*nghttp2_send_callback)(nghttp2_session *, const uint8_t *, size_t, int, void *) noexcept
 
 
 
@@ -80,6 +81,8 @@ cdef extern from "nghttp2/nghttp2.h" nogil:
         NGHTTP2_FLAG_NONE
         NGHTTP2_FLAG_END_STREAM
         NGHTTP2_NV_FLAG_NONE
+        NGHTTP2_NV_FLAG_NO_COPY_NAME
+        NGHTTP2_NV_FLAG_NO_COPY_VALUE
         NGHTTP2_DATA_FLAG_NONE
         NGHTTP2_DATA_FLAG_EOF
         NGHTTP2_DATA_FLAG_NO_END_STREAM
@@ -104,6 +107,8 @@ cdef extern from "nghttp2/nghttp2.h" nogil:
     void nghttp2_session_callbacks_set_on_stream_close_callback(nghttp2_session_callbacks *,
                                                                 nghttp2_on_stream_close_callback)
 
+    void nghttp2_session_callbacks_set_send_callback(nghttp2_session_callbacks *, nghttp2_send_callback)
+
     int nghttp2_option_new(nghttp2_option **option_ptr)
     void nghttp2_option_del(nghttp2_option *option)
     void nghttp2_option_set_max_settings(nghttp2_option *option, size_t val)
@@ -113,6 +118,7 @@ cdef extern from "nghttp2/nghttp2.h" nogil:
     void nghttp2_session_del(nghttp2_session *session)
     ssize_t nghttp2_session_mem_recv(nghttp2_session *session, const uint8_t *data, size_t inlen)
     ssize_t nghttp2_session_mem_send(nghttp2_session *session, const uint8_t **data_ptr)
+    int nghttp2_session_send(nghttp2_session *session)
     int nghttp2_session_want_read(nghttp2_session *session)
     int nghttp2_session_want_write(nghttp2_session *session)
     int nghttp2_session_resume_data(nghttp2_session *session, int32_t stream_id)

@@ -25,8 +25,9 @@ write, once per read: a stream's messages go out through a data provider over it
 (deferred when the buffer is empty, resumed when a message is queued); its trailers follow.
 """
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE, PyByteArray_Resize
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndSize, PyByteArray_GET_SIZE, PyByteArray_Resize
 from libc.stdint cimport int32_t, uint8_t, uint32_t
+from libc.stdlib cimport free, realloc
 from libc.string cimport memcmp, memcpy
 
 from binascii import a2b_base64 as _a2b_base64  # a private name: not part of the module's surface
@@ -37,6 +38,7 @@ EV_END = 2
 EV_CLOSED = 3
 EV_TOO_LARGE = 4
 EV_CALL = 5
+cdef size_t _OBUF_KEEP = 1 << 20  # drain's buffer, freed after a burst above this
 cdef bytes _CLOSE_PING = b"rmqclose"  # the opaque data of ping_for_close's PING
 
 # gRPC's default receive limit on this front (grpc.max_receive_message_length of the grpcio server)
@@ -62,18 +64,17 @@ cdef extern from "nghttp2/nghttp2.h":
 
 cdef class MessageReader:
     """gRPC length-prefixed messages out of a byte stream cut anywhere."""
-    cdef bytearray pending
+    cdef bytearray pending    # None until a message is cut across chunks (most streams never)
     cdef size_t need          # bytes `pending` must hold before a parse can yield a message
     cdef readonly size_t max_length
 
     def __cinit__(self, size_t max_length=DEFAULT_MAX_MESSAGE):
-        self.pending = bytearray()
         self.need = 5
         self.max_length = max_length
 
     @property
     def buffered(self) -> int:
-        return PyByteArray_GET_SIZE(self.pending)
+        return 0 if self.pending is None else PyByteArray_GET_SIZE(self.pending)
 
     cdef Py_ssize_t _parse(self, const uint8_t *b, size_t n, list out, int32_t sid) except -2:
         """Whole messages of b[:n] appended to out; the bytes consumed, or -1 past the limit."""
@@ -99,14 +100,17 @@ cdef class MessageReader:
     cdef Py_ssize_t push(self, const uint8_t *data, size_t n, list out, int32_t sid) except -2:
         """Append the whole messages `data` completes to out; 0, or -1 when one is above the limit
         (its length then in self.need)."""
-        cdef Py_ssize_t k, have = PyByteArray_GET_SIZE(self.pending)
+        cdef Py_ssize_t k, have = 0 if self.pending is None else PyByteArray_GET_SIZE(self.pending)
         if have == 0:
             k = self._parse(data, n, out, sid)
             if k < 0:
                 return -1
             if <size_t>k < n:
-                PyByteArray_Resize(self.pending, n - k)
-                memcpy(PyByteArray_AS_STRING(self.pending), data + k, n - k)
+                if self.pending is None:
+                    self.pending = PyByteArray_FromStringAndSize(<const char *>data + k, n - k)
+                else:
+                    PyByteArray_Resize(self.pending, n - k)
+                    memcpy(PyByteArray_AS_STRING(self.pending), data + k, n - k)
             return 0
         PyByteArray_Resize(self.pending, have + n)
         memcpy(PyByteArray_AS_STRING(self.pending) + have, data, n)
@@ -129,15 +133,16 @@ cdef class MessageReader:
         return out
 
 
-cdef class _Stream:
+cdef class _Stream(MessageReader):
+    """A request stream: its own MessageReader (one object a call, not two)."""
     cdef int32_t sid
     cdef list meta
     cdef object path
     cdef object timeout
     cdef object encoding
-    cdef MessageReader reader
-    cdef bytearray out          # length-prefixed messages not yet handed to nghttp2
-    cdef Py_ssize_t out_pos
+    cdef bytearray out          # length-prefixed messages not yet handed to nghttp2 (None until one)
+    cdef bytes single           # or a unary answer's one message, framed as it is copied out (unary)
+    cdef Py_ssize_t out_pos     # bytes of `out` (or of `single` with its 5-byte prefix) handed out
     cdef bint responded         # the response HEADERS (with a data provider) are submitted
     cdef bint finishing         # trailers go after `out` drains
     cdef bint done              # the call is finished on our side (trailers or RST): no EV_CLOSED
@@ -155,14 +160,21 @@ cdef bytes _CT = b"content-type"
 cdef bytes _GRPC = b"application/grpc"
 cdef bytes _GS = b"grpc-status"
 cdef bytes _GM = b"grpc-message"
+cdef bytes _OK = b"0"  # grpc-status 0
 
 
 cdef inline void _nv(nghttp2_nv *nv, bytes name, bytes value):
+    """A header of ours: its name one of the module's constants (lowercase, alive as long as the
+    module), which nghttp2 then does not copy; a value that is one of them (_S200, _GRPC, _OK) not
+    either, any other value copied."""
     nv.name = <uint8_t *>PyBytes_AS_STRING(name)
     nv.namelen = PyBytes_GET_SIZE(name)
     nv.value = <uint8_t *>PyBytes_AS_STRING(value)
     nv.valuelen = PyBytes_GET_SIZE(value)
-    nv.flags = NGHTTP2_NV_FLAG_NONE
+    if value is _S200 or value is _GRPC or value is _OK:
+        nv.flags = NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE
+    else:
+        nv.flags = NGHTTP2_NV_FLAG_NO_COPY_NAME
 
 
 cdef int _submit_trailer(nghttp2_session *s, _Stream st) noexcept:
@@ -173,12 +185,43 @@ cdef int _submit_trailer(nghttp2_session *s, _Stream st) noexcept:
     return nghttp2_submit_trailer(s, st.sid, nva, 2 if st.message is not None else 1)
 
 
+cdef size_t _copy_single(_Stream st, uint8_t *buf, size_t length) noexcept:
+    """The next bytes of the unary answer's message with its gRPC prefix (flag 0, 4-byte length),
+    copied straight into nghttp2's frame: no buffer of ours in between."""
+    cdef size_t plen = <size_t>PyBytes_GET_SIZE(st.single)
+    cdef size_t pos = <size_t>st.out_pos
+    cdef size_t k = 5 + plen - pos
+    cdef size_t done = 0
+    cdef uint8_t pre[5]
+    if k > length:
+        k = length
+    if pos < 5:
+        pre[0] = 0
+        pre[1] = <uint8_t>((plen >> 24) & 0xff)
+        pre[2] = <uint8_t>((plen >> 16) & 0xff)
+        pre[3] = <uint8_t>((plen >> 8) & 0xff)
+        pre[4] = <uint8_t>(plen & 0xff)
+        done = 5 - pos if 5 - pos < k else k
+        memcpy(buf, pre + pos, done)
+    if done < k:
+        memcpy(buf + done, PyBytes_AS_STRING(st.single) + (pos + done - 5), k - done)
+    st.out_pos = <Py_ssize_t>(pos + k)
+    if pos + k == 5 + plen:
+        st.single = None
+        st.out_pos = 0
+    return k
+
+
 cdef ssize_t _read_cb(nghttp2_session *s, int32_t sid, uint8_t *buf, size_t length, uint32_t *flags,
                       nghttp2_data_source *source, void *user_data) noexcept:
     cdef _Stream st = <_Stream>source.ptr
-    cdef Py_ssize_t avail = PyByteArray_GET_SIZE(st.out) - st.out_pos
+    cdef Py_ssize_t avail = 0 if st.out is None else PyByteArray_GET_SIZE(st.out) - st.out_pos
     cdef size_t n = 0
-    if avail > 0:
+    if st.single is not None:
+        n = _copy_single(st, buf, length)
+        if st.single is not None:  # more of it than this frame holds
+            return n
+    elif avail > 0:
         n = <size_t>avail if <size_t>avail < length else length
         memcpy(buf, PyByteArray_AS_STRING(st.out) + st.out_pos, n)
         st.out_pos += n
@@ -205,6 +248,13 @@ cdef class ServerSession:
     cdef dict streams
     cdef size_t max_message
     cdef readonly object last_error
+    cdef char *obuf             # drain's output: every frame nghttp2 sends in one call, one copy each
+    cdef size_t olen, ocap
+    cdef bytes path_raw         # the last :path seen, and its str: the same for nearly every call
+    cdef str path_str
+    # metadata a client sends the same on every call (x-mq-client-id, x-mq-language, ...): per
+    # header name [name, value or None once it was seen to change, the (key, value) entry]
+    cdef list meta_seen
     # the client answered the PING of ping_for_close: it has read every frame written before it
     cdef readonly bint close_acked
 
@@ -215,6 +265,7 @@ cdef class ServerSession:
         self.events = []
         self.held = []
         self.streams = {}
+        self.meta_seen = []
         self.max_message = max_message
         if nghttp2_session_callbacks_new(&cbs) != 0:
             raise MemoryError()
@@ -224,6 +275,7 @@ cdef class ServerSession:
         nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, _on_data_chunk)
         nghttp2_session_callbacks_set_on_stream_close_callback(cbs, _on_stream_close)
         nghttp2_session_callbacks_set_error_callback2(cbs, _on_error)
+        nghttp2_session_callbacks_set_send_callback(cbs, _on_send)
         if nghttp2_option_new(&opt) != 0:
             nghttp2_session_callbacks_del(cbs)
             raise MemoryError()
@@ -243,6 +295,8 @@ cdef class ServerSession:
         if self.s is not NULL:
             nghttp2_session_del(self.s)
             self.s = NULL
+        free(self.obuf)
+        self.obuf = NULL
 
     def feed(self, data) -> list:
         """One read's events (see the module's doc); H2Error when nghttp2 refuses the input."""
@@ -287,24 +341,24 @@ cdef class ServerSession:
         return len(self.events) != 0
 
     def drain(self) -> bytes:
-        """Every byte nghttp2 has to send now (frames, DATA out of the streams' buffers, trailers)."""
-        cdef const uint8_t *p
-        cdef ssize_t n = nghttp2_session_mem_send(self.s, &p)
-        if n < 0:
-            raise H2Error(nghttp2_strerror(<int>n).decode())
-        if n == 0:
-            return b""
-        first = PyBytes_FromStringAndSize(<const char *>p, n)
-        n = nghttp2_session_mem_send(self.s, &p)
-        if n == 0:
-            return first
-        parts = [first]
-        while n > 0:
-            parts.append(PyBytes_FromStringAndSize(<const char *>p, n))
-            n = nghttp2_session_mem_send(self.s, &p)
-        if n < 0:
-            raise H2Error(nghttp2_strerror(<int>n).decode())
-        return b"".join(parts)
+        """Every byte nghttp2 has to send now (frames, DATA out of the streams' buffers, trailers):
+        nghttp2_session_send hands each frame to _on_send, which appends it to one buffer, so a
+        turn's frames become one bytes object (not one per frame, then joined)."""
+        cdef int rv
+        self.olen = 0
+        rv = nghttp2_session_send(self.s)
+        if rv < 0:
+            raise H2Error(nghttp2_strerror(rv).decode())
+        if self.olen == 0:
+            out = b""
+        else:
+            out = PyBytes_FromStringAndSize(self.obuf, self.olen)
+        if self.ocap > _OBUF_KEEP:  # a large burst's buffer is not kept for the connection's life
+            free(self.obuf)
+            self.obuf = NULL
+            self.ocap = 0
+        self.olen = 0
+        return out
 
     def want_io(self) -> bool:
         """False once the connection is over (GOAWAY both ways and no stream left, or a fatal error)."""
@@ -332,8 +386,11 @@ cdef class ServerSession:
 
     cdef inline void _queue(self, _Stream st, bytes payload):
         cdef Py_ssize_t n = PyBytes_GET_SIZE(payload)
-        cdef Py_ssize_t have = PyByteArray_GET_SIZE(st.out)
+        cdef Py_ssize_t have
         cdef char *p
+        if st.out is None:
+            st.out = bytearray()
+        have = PyByteArray_GET_SIZE(st.out)
         PyByteArray_Resize(st.out, have + 5 + n)
         p = PyByteArray_AS_STRING(st.out) + have
         p[0] = 0
@@ -372,6 +429,8 @@ cdef class ServerSession:
         if st is None or st.done:
             return False
         if n:
+            if st.out is None:
+                st.out = bytearray()
             have = PyByteArray_GET_SIZE(st.out)
             PyByteArray_Resize(st.out, have + n)
             memcpy(PyByteArray_AS_STRING(st.out) + have, PyBytes_AS_STRING(framed), n)
@@ -386,7 +445,7 @@ cdef class ServerSession:
         if st is None or st.done:
             return False
         st.done = True
-        st.status = str(code).encode() if code else b"0"
+        st.status = str(code).encode() if code else _OK
         st.message = message if message else None
         if st.responded:
             st.finishing = True
@@ -409,10 +468,14 @@ cdef class ServerSession:
         cdef _Stream st = self.streams.get(sid)
         if st is None or st.done:
             return False
-        self._queue(st, payload)
+        if st.single is None and (st.out is None or PyByteArray_GET_SIZE(st.out) == 0):
+            st.single = payload  # copied once, into the DATA frame (_copy_single)
+            st.out_pos = 0
+        else:
+            self._queue(st, payload)
         st.done = True
         st.finishing = True
-        st.status = b"0"
+        st.status = _OK
         st.message = None
         self._kick(st)
         return True
@@ -450,8 +513,7 @@ cdef int _on_begin_headers(nghttp2_session *s, const nghttp2_frame *frame, void 
         st = _Stream.__new__(_Stream)
         st.sid = frame.hd.stream_id
         st.meta = []
-        st.out = bytearray()
-        st.reader = MessageReader(self.max_message)
+        st.max_length = self.max_message
         self.streams[st.sid] = st
         nghttp2_session_set_stream_user_data(s, st.sid, <void *>st)
     except BaseException:
@@ -463,6 +525,9 @@ cdef int _on_header(nghttp2_session *s, const nghttp2_frame *frame, const uint8_
                     const uint8_t *value, size_t valuelen, uint8_t flags, void *user_data) noexcept:
     cdef void *p
     cdef _Stream st
+    cdef ServerSession self
+    cdef bytes raw
+    cdef list seen
     if frame.hd.type != NGHTTP2_HEADERS or frame.headers.cat != NGHTTP2_HCAT_REQUEST:
         return 0
     p = nghttp2_session_get_stream_user_data(s, frame.hd.stream_id)
@@ -472,7 +537,15 @@ cdef int _on_header(nghttp2_session *s, const nghttp2_frame *frame, const uint8_
     try:
         if name[0] == 58:  # ':'
             if namelen == 5 and name[1] == 112:  # :path
-                st.path = (<const char *>value)[:valuelen].decode("latin-1")
+                self = _sess(user_data)
+                raw = self.path_raw
+                if raw is not None and <size_t>PyBytes_GET_SIZE(raw) == valuelen \
+                        and memcmp(PyBytes_AS_STRING(raw), value, valuelen) == 0:
+                    st.path = self.path_str
+                else:
+                    st.path = (<const char *>value)[:valuelen].decode("latin-1")
+                    self.path_raw = PyBytes_FromStringAndSize(<const char *>value, valuelen)
+                    self.path_str = st.path
             return 0
         # the headers every call sends and nothing reads, skipped without a Python string
         if _named(name, namelen, b"content-type", 12) or _named(name, namelen, b"te", 2) \
@@ -484,17 +557,44 @@ cdef int _on_header(nghttp2_session *s, const nghttp2_frame *frame, const uint8_
         if _named(name, namelen, b"grpc-encoding", 13):
             st.encoding = (<const char *>value)[:valuelen].decode("latin-1")
             return 0
+        self = _sess(user_data)
+        seen = _meta_seen(self.meta_seen, name, namelen)
+        if seen is not None and seen[1] is not None:
+            if _same_bytes(<bytes>seen[1], value, valuelen):
+                st.meta.append(seen[2])  # the same (key, value) tuple as the call before
+                return 0
+            seen[1] = None  # a value that changes (a request id, a date): not looked for again
         key = (<const char *>name)[:namelen].decode("latin-1")
         if namelen >= 4 and memcmp(name + namelen - 4, b"-bin", 4) == 0:
             # gRPC sends -bin values unpadded; the padding is put back (as a count that is never
             # negative: the kernel's % is C's, for which -3 % 4 is -3, and no padding at all)
             raw = (<const char *>value)[:valuelen]
-            st.meta.append((key, _a2b_base64(raw + b"=" * ((4 - valuelen % 4) % 4))))
+            entry = (key, _a2b_base64(raw + b"=" * ((4 - valuelen % 4) % 4)))
         else:
-            st.meta.append((key, (<const char *>value)[:valuelen].decode("latin-1")))
+            entry = (key, (<const char *>value)[:valuelen].decode("latin-1"))
+        st.meta.append(entry)
+        if seen is None and len(self.meta_seen) < _META_SEEN_MAX:
+            self.meta_seen.append([PyBytes_FromStringAndSize(<const char *>name, namelen),
+                                   PyBytes_FromStringAndSize(<const char *>value, valuelen), entry])
     except BaseException:
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE  # that stream is reset, the connection lives
     return 0
+
+
+cdef size_t _META_SEEN_MAX = 16
+
+
+cdef inline bint _same_bytes(bytes b, const uint8_t *p, size_t n) noexcept:
+    return <size_t>PyBytes_GET_SIZE(b) == n and memcmp(PyBytes_AS_STRING(b), p, n) == 0
+
+
+cdef list _meta_seen(list seen, const uint8_t *name, size_t namelen):
+    """The meta_seen entry of this header name, or None."""
+    cdef list e
+    for e in seen:
+        if _same_bytes(<bytes>e[0], name, namelen):
+            return e
+    return None
 
 
 cdef inline bint _named(const uint8_t *name, size_t namelen, const char *want, size_t n) noexcept:
@@ -548,10 +648,10 @@ cdef int _on_data_chunk(nghttp2_session *s, uint8_t flags, int32_t sid, const ui
     cdef Py_ssize_t rc
     try:
         if not st.held:
-            rc = st.reader.push(data, n, self.events, sid)
+            rc = st.push(data, n, self.events, sid)
         else:  # the first message is held with the headers, in case the end comes in this read too
             got = []
-            rc = st.reader.push(data, n, got, sid)
+            rc = st.push(data, n, got, sid)
             if got:
                 if st.first is None and len(got) == 1:
                     st.first = got[0]
@@ -561,7 +661,7 @@ cdef int _on_data_chunk(nghttp2_session *s, uint8_t flags, int32_t sid, const ui
         if rc < 0:
             self._give(st)
             st.discard = True
-            self.events.append((EV_TOO_LARGE, sid, st.reader.need))
+            self.events.append((EV_TOO_LARGE, sid, st.need))
     except BaseException:
         return NGHTTP2_ERR_CALLBACK_FAILURE
     return 0
@@ -582,6 +682,25 @@ cdef int _on_stream_close(nghttp2_session *s, int32_t sid, uint32_t error_code, 
     except BaseException:
         return NGHTTP2_ERR_CALLBACK_FAILURE
     return 0
+
+
+cdef ssize_t _on_send(nghttp2_session *s, const uint8_t *data, size_t n, int flags, void *user_data) noexcept:
+    """nghttp2_session_send's output (drain): appended to the session's buffer."""
+    cdef ServerSession self = _sess(user_data)
+    cdef size_t cap
+    cdef char *grown
+    if self.olen + n > self.ocap:
+        cap = self.ocap * 2 if self.ocap else 16384
+        while cap < self.olen + n:
+            cap *= 2
+        grown = <char *>realloc(self.obuf, cap)
+        if grown is NULL:
+            return NGHTTP2_ERR_CALLBACK_FAILURE
+        self.obuf = grown
+        self.ocap = cap
+    memcpy(self.obuf + self.olen, data, n)
+    self.olen += n
+    return <ssize_t>n
 
 
 cdef int _on_error(nghttp2_session *s, int code, const char *msg, size_t n, void *user_data) noexcept:

@@ -132,3 +132,19 @@ def test_cutting_the_reads_anywhere_changes_no_streams_events(bodies, cuts, inte
     want = {sid: [(K.EV_HEADERS, sid, PATH, [], None, None)] + [(K.EV_MESSAGE, sid, 0, m) for m in msgs]
             + [(K.EV_END, sid)] for sid, msgs in zip(sids, bodies)}
     assert expanded(whole) == want
+
+
+def test_metadata_the_same_on_every_call_and_metadata_that_changes():
+    """The session reuses what it decoded of a header a client sends the same on every call; a
+    header whose value changes (a request id) is read anew each time, never answered from before."""
+    s = K.ServerSession()
+    got = []
+    for i, sid in enumerate(range(1, 12, 2)):
+        meta = [(b"x-mq-client-id", b"c1"), (b"x-mq-request-id", str(i % 3).encode()), (b"x-trace-bin", b"AQI")]
+        evs = s.feed((PREFACE if sid == 1 else b"") + headers(sid, False, meta) + data(sid, message(b"m"), True))
+        got.append(evs[0][3])
+    assert got == [[("x-mq-client-id", "c1"), ("x-mq-request-id", str(i % 3)), ("x-trace-bin", b"\x01\x02")]
+                   for i in range(6)]
+    # a client whose id changes on a later call is read as it says
+    evs = s.feed(headers(13, False, [(b"x-mq-client-id", b"c2")]) + data(13, message(b"m"), True))
+    assert evs[0][3] == [("x-mq-client-id", "c2")]

@@ -693,9 +693,9 @@ def check_grpc(data: bytes) -> None:
         for ev in events:
             if ev[0] == KH2.EV_HEADERS or ev[0] == KH2.EV_CALL:
                 sid = ev[1]
-                turn = sid % 4
-                if turn == 0:
-                    session.unary(sid, ev[2].encode() if ev[2] else b"")
+                turn = (sid >> 1) % 4  # client streams are odd: sid % 4 alone never gave turns 0 and 2
+                if turn == 0:  # some answers above a DATA frame's 16 KiB (copied out in pieces)
+                    session.unary(sid, (ev[2].encode() if ev[2] else b"") * (1 + sid % 5) + b"u" * (sid * 997 % 40000))
                 elif turn == 1:
                     session.send_message(sid, b"x" * (sid % 300))
                     session.send_framed(sid, b"\x00\x00\x00\x00\x02ab" * (sid % 5))

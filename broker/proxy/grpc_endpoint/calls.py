@@ -165,8 +165,9 @@ class Call:
         conn = self.conn
         try:
             response = self.respond(fut)  # bytes: already serialized
-            conn.unary(self.sid, response if type(response) is bytes or self.handler.response_serializer is None
-                       else self.handler.response_serializer(response))
+            if type(response) is not bytes and self.handler.response_serializer is not None:
+                response = self.handler.response_serializer(response)
+            conn.session.unary(self.sid, response)  # call_done below flushes it
         except Exception as e:  # noqa: BLE001 - the call ends UNKNOWN, logged; the connection lives
             log.exception("gRPC call %s from %s failed", self.path, conn.peer)
             conn.finish(self.sid, UNKNOWN, encode_message(f"Unexpected {type(e)}: {e}"))

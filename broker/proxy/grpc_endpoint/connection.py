@@ -35,6 +35,7 @@ class H2Connection(asyncio.Protocol):
         self.peer = "unknown"
         self._flush_pending = False
         self._closed = False
+        self._routes = server._routes  # route_of's cache (cleared in place, never replaced)
         self._linger: asyncio.TimerHandle | None = None
 
     # -- asyncio.Protocol -----------------------------------------------------------------------------
@@ -70,8 +71,11 @@ class H2Connection(asyncio.Protocol):
                 if ev[6] == 0 and call.requests is None:  # a unary call's uncompressed message
                     call.payload = ev[7]
                     call.count = 1
-                else:
-                    call.on_message(ev[6], ev[7])
+                    # on_end of a call just opened (no task, not finished), written out
+                    if call.fast is None or not call.run_now():
+                        call.task = self.loop.create_task(call.run())
+                    continue
+                call.on_message(ev[6], ev[7])
                 call.on_end()
             elif kind == EV_MESSAGE:
                 call = calls.get(ev[1])
@@ -105,20 +109,26 @@ class H2Connection(asyncio.Protocol):
 
     # -- calls ----------------------------------------------------------------------------------------
     def _open(self, ev) -> Call | None:
-        sid, path, metadata, timeout, encoding = ev[1:6]
-        handler, fast, fast_raw = self.server.route_of(path)
+        sid = ev[1]
+        path = ev[2]
+        route = self._routes.get(path) or self.server.route_of(path)  # the server's cache, read here
+        handler = route[0]
         if handler is None:
             self.session.finish(sid, UNIMPLEMENTED, encode_message(f"Method not found: {path}"))
             return None
-        call = self.calls[sid] = Call(self, sid, path, handler, metadata,
-                                      None if timeout is None else timeout_seconds(timeout), encoding, fast, fast_raw)
+        timeout = ev[4]
+        call = self.calls[sid] = Call(self, sid, path, handler, ev[3],
+                                      None if timeout is None else timeout_seconds(timeout), ev[5], route[1], route[2])
         return call
 
     def call_done(self, call: Call) -> None:
-        if self.calls.get(call.sid) is call:
-            del self.calls[call.sid]
-        self.flush_soon()
-        if not self.calls:
+        calls = self.calls
+        if calls.get(call.sid) is call:
+            del calls[call.sid]
+        if not self._flush_pending:  # flush_soon, written out
+            self._flush_pending = True
+            self.loop.call_soon(self.flush)
+        if not calls:
             self.server.connection_gone()
 
     def send_message(self, sid: int, payload: bytes) -> None:
