@@ -40,6 +40,11 @@ class ReviveLog:
         self.last_put = None  # the future of the last record's put status, if the store gives one
         self._unkept: list[tuple[int, int]] = []  # released behind a put not kept: out with the next kept
         self._generation = 0  # bumped by reset: a release finishing later belongs to a past mastership
+        # each queue's end as _commit last read it: a queue's dispatched end only grows while this
+        # broker is the master, so a live position at or below it is the revive offset without
+        # asking the store again (whose tail search ran on every release: the tail is the
+        # revive records just appended); forgotten on reset and after a replay
+        self._ends = [0] * queue_num
 
     def append(self, rq: int, tag: str, uniq: str, body: bytes) -> int:
         """Append a record; its position in the revive queue. Its put's future is kept for
@@ -60,6 +65,7 @@ class ReviveLog:
         self.replaying = False
         self._unkept.clear()
         self._generation += 1
+        self._ends = [0] * self.queue_num
 
     def hold(self, rq: int, pos: int) -> None:
         self._live[rq].add(pos)
@@ -91,6 +97,7 @@ class ReviveLog:
 
     def replayed(self) -> None:
         self.replaying = False
+        self._ends = [0] * self.queue_num
         for rq in range(self.queue_num):
             self._commit(rq)
 
@@ -100,8 +107,12 @@ class ReviveLog:
         # is committed, and an entry never committed is gone after a failover (another record
         # takes its position). Lagging is harmless: a replay reads a finished checkpoint and its
         # acks again and finishes it again.
-        end = self.store.max_offset(self.topic, rq)
-        new = min(min(live), end) if live else end
+        low = min(live) if live else None
+        if low is not None and low <= self._ends[rq]:
+            new = low  # min(low, end): the end is at least what it was
+        else:
+            end = self._ends[rq] = self.store.max_offset(self.topic, rq)
+            new = end if low is None else min(low, end)
         offsets = self.store.consumer_offsets
         if new > offsets.query(REVIVE_GROUP, self.topic, rq):
             offsets.commit(REVIVE_GROUP, self.topic, rq, new)
