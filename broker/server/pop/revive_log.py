@@ -57,7 +57,8 @@ class ReviveLog:
     def append(self, rq: int, tag: str, uniq: str, body: bytes) -> int:
         """Append a record; its position in the revive queue. Its put's future is kept for
         durable_since and release."""
-        result, fut = self.store.append(self.topic, rq, body, {"TAGS": tag, "UNIQ_KEY": uniq})
+        # read back only at a start (and its queue's end within END_LOOK_DELAY): no prompt dispatch
+        result, fut = self.store.append(self.topic, rq, body, {"TAGS": tag, "UNIQ_KEY": uniq}, lazy_dispatch=True)
         self.appended += 1
         self.last_put = fut
         return result.queue_offset
