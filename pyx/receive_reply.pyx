@@ -20,6 +20,7 @@ from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 
+from broker.kernels.pulled cimport MessageExt
 from broker.kernels.wbuf cimport WriteBuffer
 
 cdef extern from "Python.h":
@@ -137,11 +138,16 @@ cdef int _seconds_nanos(WriteBuffer b, uint32_t field, int64_t seconds, int64_t 
 
 cdef int _timestamp(WriteBuffer b, uint32_t field, object ms) except -1:
     """Timestamp.FromMilliseconds(ms): floor division, protobuf's range or ValueError."""
-    cdef int64_t v, seconds, rem
+    cdef int64_t v
     try:
         v = ms
     except OverflowError:
         raise ValueError(f"Timestamp is not valid: {ms} ms is out of range") from None
+    return _timestamp_ms(b, field, v)
+
+
+cdef int _timestamp_ms(WriteBuffer b, uint32_t field, int64_t v) except -1:
+    cdef int64_t seconds, rem
     seconds = v // 1000
     rem = v % 1000
     if rem < 0:  # C truncates toward zero; Python (and protobuf's FromMilliseconds) floors
@@ -180,10 +186,14 @@ cdef int _message(WriteBuffer out, object m, str topic, str handle, int64_t invi
     cdef int64_t attempt
     cdef int kind
     cdef char digest[32]
+    # a pulled record's view (what a pop gives): its fixed fields read from the record itself, and
+    # its TAGS from the properties just parsed (what its getter returns then), without a
+    # Python attribute lookup and an int object per field
+    cdef MessageExt pm = <MessageExt>m if type(m) is MessageExt else None
     sp.clear()
     up.clear()
     # -- system_properties, in field order ---------------------------------------------------------
-    tags = m.tags
+    tags = props.get("TAGS") if pm is not None else m.tags
     if tags:
         _str(sp, 1, tags)
     keys = props.get("KEYS")
@@ -214,26 +224,40 @@ cdef int _message(WriteBuffer out, object m, str topic, str handle, int64_t invi
             kind = DELAY if _digits(deliver) else NORMAL
         _int(sp, 6, kind)
         born = props.get("BORN_TIMESTAMP")
-        _timestamp(sp, 7, int(born) if born and _digits(born) else m.born_timestamp)
+        if born and _digits(born):
+            _timestamp(sp, 7, int(born))
+        elif pm is not None:
+            _timestamp_ms(sp, 7, pm._r.born_ts)
+        else:
+            _timestamp(sp, 7, m.born_timestamp)
         born_host = props.get("__BORNHOST")
         if not born_host:
             born_host = m.born_host
             born_host = born_host.rpartition(":")[0] if born_host else ""
         if born_host:
             _str(sp, 8, born_host)
-        _timestamp(sp, 9, m.store_timestamp)
+        if pm is not None:
+            _timestamp_ms(sp, 9, pm._r.store_ts)
+        else:
+            _timestamp(sp, 9, m.store_timestamp)
         store_host = m.store_host
         if store_host:
             _str(sp, 10, store_host)
         if kind == DELAY:
             _timestamp(sp, 11, int(deliver))
         _str(sp, 12, handle)
-        qid = m.queue_id
-        if qid:
-            _int(sp, 13, <int32_t>qid)
-        _int(sp, 14, <int64_t>m.queue_offset)
+        if pm is not None:
+            if pm._r.queue_id:
+                _int(sp, 13, pm._r.queue_id)
+            _int(sp, 14, pm._r.queue_offset)
+            attempt = <int64_t>pm._r.reconsume_times + 1
+        else:
+            qid = m.queue_id
+            if qid:
+                _int(sp, 13, <int32_t>qid)
+            _int(sp, 14, <int64_t>m.queue_offset)
+            attempt = <int64_t>m.reconsume_times + 1
         _duration(sp, 15, invisible_ms)
-        attempt = <int64_t>m.reconsume_times + 1
         if attempt < -2147483648 or attempt > 2147483647:
             raise ValueError(f"Value out of range: {attempt}")
         _int(sp, 16, attempt)

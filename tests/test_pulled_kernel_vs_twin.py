@@ -136,3 +136,25 @@ def test_columns_refuse_to_reset_while_an_array_holds_them():
     view.release()
     cols.reset()
     assert cols.rows == 0 and columns_lists(cols)["body"] == []
+
+
+def _host_record(born: bytes, store: bytes) -> bytes:
+    sys_flag = (0x10 if len(born) == 20 else 0) | (0x20 if len(store) == 20 else 0)
+    buf = bytearray(C.record_length(1, 1, 0, len(born) == 20, len(store) == 20))
+    n = C.encode_record(buf, 0, 0, 0, 0, b"T", 0, b"x", b"", 0, sys_flag, 0, born, store, 0, 0)
+    return bytes(buf[:n])
+
+
+def test_hosts_are_each_records_own_past_the_host_cache():
+    """The kernel keeps a host's text by its stored bytes (MessageExt._host): every record still reads
+    its own born and store host, ports and IPv6 included, past the cache's 4,096 entries (emptied)."""
+    hosts = [socket.inet_aton(f"10.{i // 256}.{i % 256}.1") + (1000 + i).to_bytes(4, "big") for i in range(5000)]
+    hosts += [socket.inet_pton(socket.AF_INET6, f"fe80::{i:x}") + (65535 - i).to_bytes(4, "big") for i in range(300)]
+    for i in (0, 1, 4095, 4096, 4097, 4999, 0, 5000, 5299, 1):
+        born, store = hosts[i], hosts[(i * 7 + 3) % len(hosts)]
+        (v,) = K.decode_records(_host_record(born, store), "b")
+        m = decode_message(_host_record(born, store), 0)
+        assert (v.born_host, v.store_host) == (m.born_host, m.store_host)
+    for h in hosts:  # all of them through the cache, wrapping it
+        (v,) = K.decode_records(_host_record(h, hosts[0]), "b")
+        assert v.born_host == decode_message(_host_record(h, hosts[0]), 0).born_host

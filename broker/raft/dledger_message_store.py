@@ -360,9 +360,11 @@ class DLedgerMessageStore(MessageStore):
     # -- puts ------------------------------------------------------------------------------------
     def append(self, topic: str, queue_id: int, body, properties: bytes | dict | None = b"", *,
                flag: int = 0, sys_flag: int = 0, born_timestamp: int | None = None,
-               born_host: bytes = DEFAULT_BORN_HOST, reconsume_times: int = 0, wait: bool = True):
+               born_host: bytes = DEFAULT_BORN_HOST, reconsume_times: int = 0, wait: bool = True,
+               lazy_dispatch: bool = False):
         """As MessageStore.append; the future (always given) says PUT_OK once a majority holds the
-        entry, or the status RocketMQ's DLedgerCommitLog answers the failure with."""
+        entry, or the status RocketMQ's DLedgerCommitLog answers the failure with. (An entry is
+        dispatched once committed whatever `lazy_dispatch` says.)"""
         self._check_open(topic)
         tb = self._topic(topic)
         props = properties if type(properties) is bytes else encode_properties(properties)

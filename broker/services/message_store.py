@@ -60,6 +60,10 @@ _WROTE = int(Slot.WROTE)  # plain ints: the put path passes them to the kernel o
 _REPUT_WAKE = int(Slot.REPUT_WAKE)
 DEFAULT_BORN_HOST = socket.inet_aton("127.0.0.1") + (0).to_bytes(4, "big")
 REPUT_WAKE_DELAY = 0.001  # seconds; see _publish_wrote
+# the same for appends nothing waits to see dispatched (the pop's revive log: read back at a start,
+# and its queue's end looked at within ReviveLog's END_LOOK_DELAY): a wake-up per 20 ms of them, not
+# per millisecond, each a futex syscall and a reput pass of a record or two
+REPUT_LAZY_WAKE_DELAY = 0.02
 
 
 class _Both:
@@ -138,6 +142,7 @@ class MessageStore:
         self.put_failed: collections.Counter = collections.Counter()  # final status other than PUT_OK -> messages
         self._wake_pending = False  # a wake of the services sleeping on WROTE is scheduled
         self._reput_wake_pending = False
+        self._reput_lazy_pending = False  # a wake of the reput for lazy_dispatch appends is scheduled
         self._open = False
         self._accepting = False
         self.consumer_offsets = ConsumerOffsetTable(config.config_dir)
@@ -569,10 +574,11 @@ class MessageStore:
     def append(self, topic: str, queue_id: int, body, properties: bytes | dict | None = b"", *,
                flag: int = 0, sys_flag: int = 0, born_timestamp: int | None = None,
                born_host: bytes = DEFAULT_BORN_HOST, reconsume_times: int = 0,
-               wait: bool = True) -> tuple[PutResult, asyncio.Future | None]:
+               wait: bool = True, lazy_dispatch: bool = False) -> tuple[PutResult, asyncio.Future | None]:
         """Append one message now (the body is copied into the log before this returns, so it may
         be a view of a buffer about to be reused). Returns the result and, under SYNC_FLUSH or
-        SYNC_MASTER with wait=True, the future that gives its final status."""
+        SYNC_MASTER with wait=True, the future that gives its final status. `lazy_dispatch`: no
+        reader waits for this one's dispatch, so the reput is woken within REPUT_LAZY_WAKE_DELAY."""
         self._check_open(topic)
         tb = self._topic(topic)
         props = properties if type(properties) is bytes else encode_properties(properties)
@@ -584,7 +590,7 @@ class MessageStore:
         except OSError as e:
             self._segment_failed(topic, e)
         end = phys + size
-        self._publish_wrote(cl.wrote)
+        self._publish_wrote(cl.wrote, lazy_dispatch)
         self.put_msgs += 1
         self.put_bytes += size
         fut = self._await_put(end) if self._put_waits and wait else None
@@ -691,7 +697,7 @@ class MessageStore:
         self.put_bytes += nbytes
         self._publish_wrote(self.commit_log.wrote)
 
-    def _publish_wrote(self, wrote: int) -> None:
+    def _publish_wrote(self, wrote: int, lazy_dispatch: bool = False) -> None:
         # `wrote` is visible to the services at once; waking them (a futex syscall, ~4 us, and a
         # context switch on a 2-core machine) is batched, and costs nothing for one that is not
         # asleep (the waiter count beside each word: the eventcount pattern).
@@ -710,6 +716,11 @@ class MessageStore:
                 self._loop.call_soon(self._wake_writers_waiters)
             else:
                 self._loop.call_later(REPUT_WAKE_DELAY, self._wake_writers_waiters)
+        if lazy_dispatch:  # (a prompt wake-up already due covers it)
+            if not self._reput_wake_pending and not self._reput_lazy_pending:
+                self._reput_lazy_pending = True
+                self._loop.call_later(REPUT_LAZY_WAKE_DELAY, self._wake_reput_lazily)
+            return
         if not self._reput_wake_pending:
             self._reput_wake_pending = True
             self._loop.call_later(self.reput_wake_delay(), self._wake_reput)
@@ -728,6 +739,10 @@ class MessageStore:
         self._reput_wake_pending = False
         if self.table is not None:
             self.table.add(_REPUT_WAKE, 1)
+
+    def _wake_reput_lazily(self) -> None:
+        self._reput_lazy_pending = False
+        self._wake_reput()
 
     def wait_put(self, end: int, resolve: Resolve, arg) -> None:
         """Call resolve(arg, status) once the put ending at `end` is as durable as the mode asks:

@@ -183,8 +183,11 @@ class PopReviveService:
         self.inflight[key] = ck
         self.log.hold(rq, ck.revive_offset)
         self._seq += 1
+        # the revive loop sleeps until the earliest due time: woken only when this one comes sooner
+        # (a pop's checkpoint is nearly always due after those in flight; a wake per pop cost a task)
+        if not self._due or ck.revive_time < self._due[0][0]:
+            self._changed.set()
         heapq.heappush(self._due, (ck.revive_time, self._seq, key))
-        self._changed.set()
 
     def find(self, group: str, topic: str, queue_id: int, ck_offset: int, pop_time: int, offset: int,
              rq: int) -> tuple[PopCheckPoint, int]:

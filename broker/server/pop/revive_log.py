@@ -16,6 +16,7 @@ follower copies and a new master replays from, never passes a checkpoint whose a
 retry message its revive re-stored (put before the revive's ack), the new master may not have."""
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from broker.server.processor.send_processor import STORED_STATUSES
@@ -25,6 +26,9 @@ log = logging.getLogger("pop")
 
 REVIVE_TOPIC_PREFIX = "rmq_sys_REVIVE_LOG_"  # PopAckConstants.REVIVE_TOPIC
 REVIVE_GROUP = "CID_RMQ_SYS_REVIVE_GROUP"  # PopAckConstants.REVIVE_GROUP
+# how long a queue's revive offset may lag its end when a release would need the end looked up:
+# one look per queue in this time, not one per release
+END_LOOK_DELAY = 0.1  # seconds
 
 
 class ReviveLog:
@@ -40,11 +44,21 @@ class ReviveLog:
         self.last_put = None  # the future of the last record's put status, if the store gives one
         self._unkept: list[tuple[int, int]] = []  # released behind a put not kept: out with the next kept
         self._generation = 0  # bumped by reset: a release finishing later belongs to a past mastership
+        # each queue's end as _commit last read it: a queue's dispatched end only grows while this
+        # broker is the master, so a live position at or below it is the revive offset without
+        # asking the store again (whose tail search ran on every release: the tail is the revive
+        # records just appended); forgotten on reset and after a replay. When the end is needed
+        # (no live position, or the oldest past it) the offset goes to the end as last read, and
+        # one look at the store per queue follows within END_LOOK_DELAY (`_looks`: queues with
+        # one scheduled)
+        self._ends = [0] * queue_num
+        self._looks: set[int] = set()
 
     def append(self, rq: int, tag: str, uniq: str, body: bytes) -> int:
         """Append a record; its position in the revive queue. Its put's future is kept for
         durable_since and release."""
-        result, fut = self.store.append(self.topic, rq, body, {"TAGS": tag, "UNIQ_KEY": uniq})
+        # read back only at a start (and its queue's end within END_LOOK_DELAY): no prompt dispatch
+        result, fut = self.store.append(self.topic, rq, body, {"TAGS": tag, "UNIQ_KEY": uniq}, lazy_dispatch=True)
         self.appended += 1
         self.last_put = fut
         return result.queue_offset
@@ -60,6 +74,8 @@ class ReviveLog:
         self.replaying = False
         self._unkept.clear()
         self._generation += 1
+        self._ends = [0] * self.queue_num
+        self._looks.clear()
 
     def hold(self, rq: int, pos: int) -> None:
         self._live[rq].add(pos)
@@ -91,17 +107,48 @@ class ReviveLog:
 
     def replayed(self) -> None:
         self.replaying = False
+        self._ends = [0] * self.queue_num
         for rq in range(self.queue_num):
-            self._commit(rq)
+            self._commit(rq, exact=True)
 
-    def _commit(self, rq: int) -> None:
+    def _look_later(self, rq: int) -> bool:
+        """A look at queue `rq`'s end scheduled (or one is already); False without a running loop."""
+        if rq in self._looks:
+            return True
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return False
+        self._looks.add(rq)
+        loop.call_later(END_LOOK_DELAY, self._look, rq, self._generation)
+        return True
+
+    def _look(self, rq: int, generation: int) -> None:
+        if generation != self._generation:
+            return  # no longer the master since (reset cleared _looks)
+        self._looks.discard(rq)
+        if self.replaying:
+            return
+        try:
+            self._commit(rq, exact=True)
+        except Exception:  # noqa: BLE001 - e.g. the store closed meanwhile: the next release looks again
+            log.debug("revive offset of queue %d not looked up", rq, exc_info=True)
+
+    def _commit(self, rq: int, exact: bool = False) -> None:
         live = self._live[rq]
         # never past what is dispatched: in DLedger mode a position is assigned before its entry
         # is committed, and an entry never committed is gone after a failover (another record
         # takes its position). Lagging is harmless: a replay reads a finished checkpoint and its
         # acks again and finishes it again.
-        end = self.store.max_offset(self.topic, rq)
-        new = min(min(live), end) if live else end
+        low = min(live) if live else None
+        end = self._ends[rq]
+        if low is not None and low <= end:
+            new = low  # min(low, end): the end is at least what it was
+        elif exact or not self._look_later(rq):
+            end = self._ends[rq] = self.store.max_offset(self.topic, rq)
+            new = end if low is None else min(low, end)
+        else:
+            new = end if low is None else min(low, end)  # behind the true one until the look
         offsets = self.store.consumer_offsets
         if new > offsets.query(REVIVE_GROUP, self.topic, rq):
             offsets.commit(REVIVE_GROUP, self.topic, rq, new)
