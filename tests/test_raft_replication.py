@@ -498,6 +498,20 @@ def lone_member(root, port: int) -> DLedgerServer:
     return DLedgerServer(c, root, store_options=STORE)
 
 
+async def following_n1(srv, port: int, entries: int, entry_term: int):
+    """The lone member holding `entries` entries of `entry_term`, a follower of n1 in term 3 (its
+    elector not started: only its server answers): a connection to it."""
+    st, store = srv.state, srv.store
+    for k in range(entries):
+        store.append(entry_term, b"entry %d" % k)
+    srv.ledger_changed()
+    st.change_to_candidate(3)
+    st.next_term()
+    srv.elector.change_role_to_follower(3, "n1")
+    await srv.remoting.start()
+    return await connect("127.0.0.1", port)
+
+
 def test_bad_pushes_are_refused_and_change_nothing(tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="raft")
 
@@ -505,14 +519,7 @@ def test_bad_pushes_are_refused_and_change_nothing(tmp_path, caplog):
         port = free_port()
         srv = lone_member(tmp_path, port)
         st, store = srv.state, srv.store
-        for k in range(5):
-            store.append(2, b"entry %d" % k)
-        srv.ledger_changed()
-        st.change_to_candidate(3)
-        st.next_term()
-        srv.elector.change_role_to_follower(3, "n1")  # term 3, following n1; the elector is not started
-        await srv.remoting.start()  # only the server answers
-        conn = await connect("127.0.0.1", port)
+        conn = await following_n1(srv, port, 5, 2)
         data_dir = os.path.join(tmp_path, "dledger-n0", "data")
 
         def files() -> bytes:
@@ -635,14 +642,7 @@ def test_a_followed_leaders_appends_take_the_short_path_and_it_refuses_as_the_fu
         port = free_port()
         srv = lone_member(tmp_path, port)
         st, store = srv.state, srv.store
-        for k in range(3):
-            store.append(3, b"entry %d" % k)
-        srv.ledger_changed()
-        st.change_to_candidate(3)
-        st.next_term()
-        srv.elector.change_role_to_follower(3, "n1")
-        await srv.remoting.start()
-        conn = await connect("127.0.0.1", port)
+        conn = await following_n1(srv, port, 3, 3)
         data_dir = os.path.join(tmp_path, "dledger-n0", "data")
 
         def files() -> bytes:
