@@ -498,10 +498,18 @@ def lone_member(root, port: int) -> DLedgerServer:
     return DLedgerServer(c, root, store_options=STORE)
 
 
-async def following_n1(srv, port: int, entries: int, entry_term: int):
+async def following_n1(tmp_path, entries: int, entry_term: int):
     """The lone member holding `entries` entries of `entry_term`, a follower of n1 in term 3 (its
-    elector not started: only its server answers): a connection to it."""
+    elector not started: only its server answers): (the member, a connection to it, a function
+    giving its data files' bytes)."""
+    port = free_port()
+    srv = lone_member(tmp_path, port)
     st, store = srv.state, srv.store
+    data_dir = os.path.join(tmp_path, "dledger-n0", "data")
+
+    def files() -> bytes:
+        return b"".join(open(os.path.join(data_dir, n), "rb").read() for n in sorted(os.listdir(data_dir)))
+
     for k in range(entries):
         store.append(entry_term, b"entry %d" % k)
     srv.ledger_changed()
@@ -509,21 +517,16 @@ async def following_n1(srv, port: int, entries: int, entry_term: int):
     st.next_term()
     srv.elector.change_role_to_follower(3, "n1")
     await srv.remoting.start()
-    return await connect("127.0.0.1", port)
+    return srv, await connect("127.0.0.1", port), files
 
 
 def test_bad_pushes_are_refused_and_change_nothing(tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="raft")
 
     async def main():
-        port = free_port()
-        srv = lone_member(tmp_path, port)
+        srv, conn, files = await following_n1(tmp_path, 5, 2)
         st, store = srv.state, srv.store
-        conn = await following_n1(srv, port, 5, 2)
         data_dir = os.path.join(tmp_path, "dledger-n0", "data")
-
-        def files() -> bytes:
-            return b"".join(open(os.path.join(data_dir, n), "rb").read() for n in sorted(os.listdir(data_dir)))
 
         def header(index: int) -> bytes:
             return bytes(store.header_view(index))
@@ -639,14 +642,8 @@ def test_a_followed_leaders_appends_take_the_short_path_and_it_refuses_as_the_fu
     as the full path refuses it (it falls back there) and changes nothing; a good one is taken,
     counts as the leader's heartbeat, and is answered with the full path's fields."""
     async def main():
-        port = free_port()
-        srv = lone_member(tmp_path, port)
+        srv, conn, files = await following_n1(tmp_path, 3, 3)
         st, store = srv.state, srv.store
-        conn = await following_n1(srv, port, 3, 3)
-        data_dir = os.path.join(tmp_path, "dledger-n0", "data")
-
-        def files() -> bytes:
-            return b"".join(open(os.path.join(data_dir, n), "rb").read() for n in sorted(os.listdir(data_dir)))
 
         async def push(ext: dict, body=b"", patch: dict | None = None) -> PushEntryResponse:
             base = dict(group=GROUP, leader_id="n1", term=3, commit_index=-1, remote_id="n0")
