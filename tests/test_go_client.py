@@ -258,11 +258,11 @@ def test_a_restarted_consumer_resumes_from_its_committed_offsets(cluster, tmp_pa
     produce(cluster, topic, _messages(8))
     with GoConsumer(cluster, tmp_path, topic, group, "first", fromFirst=True) as c:
         c.wait(lambda g: len(g) >= 8, 60, "the first 8")
-    # on shutdown the consumer committed every queue's offset to the broker (one-way requests: the
-    # broker may handle the last a moment after the client's process is gone)
-    ends = [cluster.max_offset(topic, q) for q in range(4)]
-    wait_for(lambda: [_committed(cluster, group, topic, q) for q in range(4)] == ends, 10,
-             f"the committed offsets to reach {ends}")
+        ends = [cluster.max_offset(topic, q) for q in range(4)]
+        # the consumer commits every queue's offset to the broker (one-way requests, which the
+        # driver has it send every 100 ms; see tests/go/consumer.go for why not only at Shutdown)
+        wait_for(lambda: [_committed(cluster, group, topic, q) for q in range(4)] == ends, 10,
+                 f"the committed offsets to reach {ends}")
     later = [{"tags": "TagA", "body": f"later-{i}"} for i in range(8)]
     produce(cluster, topic, later)
     # fromFirst again: only offsets the broker kept for the group keep the first 8 from coming back

@@ -62,6 +62,14 @@ func produce(opt Options) {
 				out(map[string]bool{"sent": true})
 			}
 		}
+		// One-way frames written just before Shutdown can be lost: it closes with answers unread,
+		// which resets the connection, and a broker that had not read them yet loses them (see
+		// consumer.go). A send answered on the same connection (this broker's) comes after them,
+		// so its answer says the broker has read them.
+		fence := primitive.NewMessage(opt.Topic+"Fence", []byte("fence"))
+		if _, err := p.SendSync(ctx, fence); err != nil {
+			fatal(err)
+		}
 	case "async": // all in flight at once; results printed in the order of the messages
 		results := make([]map[string]interface{}, len(msgs))
 		var wg sync.WaitGroup
