@@ -116,6 +116,8 @@ TARGETS = {
     "grpc_idle_rss_mib": 64.0,           # 1,000 idle 5.x clients, each with its Telemetry stream open, at most
     "grpc_held_cpu_ms_per_s": 1.0,       # 200 long-polling receives held at once "cost no CPU while they wait":
                                          # at most 0.1 % of a core (the process's own timers included)
+    "grpc_vs_java_proxy_cpu": 1.0,       # at most: ours (`broker proxy` + broker) / the Java proxy + broker,
+                                         # CPU-us per message, each gRPC pair of the java section
 }
 
 
@@ -317,6 +319,11 @@ def evaluate(figs: dict) -> list[dict]:
             add(f"{idle['receives_held']} long-polling receives held at once cost no CPU while they wait (<= 1 ms "
                 f"per s in the process serving them)", idle["held_cpu_ms_per_s"], TARGETS["grpc_held_cpu_ms_per_s"],
                 "ms/s", higher=False)
+    for c in (figs.get("java") or {}).get("cells") or []:
+        if c.get("mode") == "gRPC front / proxy":
+            add(f"gRPC front ahead of Apache RocketMQ's Java proxy per core: {c['label']} (CPU-us/msg, ours/Java, "
+                f"both in cluster mode before their brokers)", c["cpu_ratio"], TARGETS["grpc_vs_java_proxy_cpu"], "x",
+                higher=False, where=c["label"])
     T = figs.get("timer") or {}
     if T:
         add("timer enqueue >= 100,000 timers/s", T["enqueue"]["enqueued_per_s"], 100_000, "timers/s")

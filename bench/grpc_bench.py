@@ -391,14 +391,36 @@ def _build_receive_driver() -> str:
     return RECEIVE_DRIVER
 
 
+def consumer_settings(endpoints: str, group: str, topic: str) -> bytes:
+    """The TelemetryCommand a 5.x SimpleConsumer of `group` on `topic` sends first (its Settings),
+    for build/grpc_receive's --telemetry: the Java proxy reads a receive's subscription from them."""
+    from broker.proxy.protocol import definition_pb2 as pb
+    from broker.proxy.protocol import service_pb2 as spb
+    host, _, port = endpoints.rpartition(":")
+    return spb.TelemetryCommand(settings=pb.Settings(
+        client_type=pb.SIMPLE_CONSUMER,
+        access_point=pb.Endpoints(scheme=pb.IPv4, addresses=[pb.Address(host=host, port=int(port))]),
+        request_timeout={"seconds": 3},
+        subscription=pb.Subscription(group=pb.Resource(name=group), subscriptions=[pb.SubscriptionEntry(
+            topic=pb.Resource(name=topic), expression=pb.FilterExpression(type=pb.TAG, expression="*"))]),
+        user_agent=pb.UA(language=pb.JAVA, version="5.0.7", platform="bench", hostname="localhost"))
+    ).SerializeToString()
+
+
 def run_receive_driver(endpoints: str, group: str, seconds: float, in_flight: int, batch: int,
-                       on_start=nothing, on_end=nothing, warmup: float = 1.0) -> dict:
+                       on_start=nothing, on_end=nothing, warmup: float = 1.0, topic: str = CLIENT_TOPIC,
+                       broker: str = BROKER_NAME, deadline: float = 0, long_poll: float = 1) -> dict:
     """build/grpc_receive on `endpoints` to completion: its JSON line; `on_start`/`on_end` called at
-    the edges of its measured window."""
+    the edges of its measured window. It opens a Telemetry stream with the consumer's settings
+    first, as the 5.x clients do; `deadline` > 0: each call sends a grpc-timeout of that many
+    seconds (plus the long polling time for a receive), as the clients do. `long_poll`: each
+    receive's long polling time (what an empty receive waits)."""
     from bench.loadgen import run_driver
-    cmd = [_build_receive_driver(), "--addr", endpoints, "--topic", CLIENT_TOPIC, "--group", group,
-           "--broker", BROKER_NAME, "--in-flight", str(in_flight), "--batch", str(batch),
-           "--seconds", f"{seconds:g}", "--warmup", f"{warmup:g}"]
+    cmd = [_build_receive_driver(), "--addr", endpoints, "--topic", topic, "--group", group,
+           "--broker", broker, "--in-flight", str(in_flight), "--batch", str(batch),
+           "--seconds", f"{seconds:g}", "--warmup", f"{warmup:g}",
+           "--telemetry", consumer_settings(endpoints, group, topic).hex(), "--deadline", f"{deadline:g}",
+           "--long-poll", f"{long_poll:g}"]
     return run_driver(cmd, "grpc_receive", on_start, on_end)
 
 

@@ -4,6 +4,12 @@
  *
  *   grpc_receive --addr 127.0.0.1:8081 --topic T --group G [--in-flight 8] [--batch 32]
  *                [--invisible 30] [--long-poll 1] [--seconds 5] [--warmup 1] [--broker broker-a]
+ *                [--telemetry HEX] [--deadline S]
+ *
+ * --telemetry: a TelemetryCommand's protobuf bytes (hex; the client's Settings) sent on a Telemetry
+ * stream opened first and kept open, as every 5.x client does; the receives start once the server
+ * answered it. Apache RocketMQ's Java proxy needs it: a ReceiveMessage from a client whose settings
+ * it has not seen fails (ReceiveMessageActivity reads the subscription from them).
  *
  * One HTTP/2 connection, --in-flight slots. Each slot loops: ReceiveMessage of up to --batch
  * messages (pop, --invisible seconds invisible), the receipt handles read from the answer's
@@ -49,8 +55,8 @@
 static struct {
     char host[64];
     int port, in_flight, batch;
-    const char *topic, *group, *broker, *client_id;
-    double seconds, warmup, timeout, invisible, long_poll;
+    const char *topic, *group, *broker, *client_id, *telemetry;
+    double seconds, warmup, timeout, invisible, long_poll, deadline;
 } opt = {.host = "127.0.0.1", .port = 8081, .in_flight = 8, .batch = 32, .topic = "BenchClientTopic",
          .group = "bench_grpc_receive_h2", .broker = "broker-a", .client_id = "grpc_receive@bench",
          .seconds = 5, .warmup = 1, .timeout = 30, .invisible = 30, .long_poll = 1};
@@ -190,6 +196,10 @@ static double cpu_window;
 static long long msgs, receives, acks, empty_receives, warm_msgs;
 static hist h_receive, h_ack;
 static int active;
+static buf telemetry_frame;   /* --telemetry's TelemetryCommand, framed */
+static size_t telemetry_sent;
+static int32_t telemetry_stream = -1;
+static int telemetry_answered;
 
 static ssize_t read_request(nghttp2_session *s, int32_t stream, uint8_t *out, size_t len, uint32_t *flags,
                             nghttp2_data_source *src, void *user) {
@@ -203,16 +213,36 @@ static ssize_t read_request(nghttp2_session *s, int32_t stream, uint8_t *out, si
     return (ssize_t)n;
 }
 
+/* the Telemetry stream's request: the settings, then nothing more (the stream stays open) */
+static ssize_t read_telemetry(nghttp2_session *s, int32_t stream, uint8_t *out, size_t len, uint32_t *flags,
+                              nghttp2_data_source *src, void *user) {
+    (void)s; (void)stream; (void)flags; (void)src; (void)user;
+    size_t n = telemetry_frame.len - telemetry_sent;
+    if (n == 0) return NGHTTP2_ERR_DEFERRED;
+    if (n > len) n = len;
+    memcpy(out, telemetry_frame.p + telemetry_sent, n);
+    telemetry_sent += n;
+    return (ssize_t)n;
+}
+
 #define NV(n, v) {(uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NO_COPY_NAME}
 
 static char authority[96];
+/* what the 5.x Java client tells about itself on every call: the Java proxy reads the language
+ * (ClientActivity: LanguageCode.valueOf) and refuses a Telemetry stream without it */
+/* --deadline: each call's grpc-timeout, as the 5.x clients send it (the Java proxy's receive needs
+ * one: it reads the time left); a receive gets its long polling time on top */
+static char receive_timeout[24], ack_timeout[24];
+#define CLIENT_NV NV("x-mq-language", "JAVA"), NV("x-mq-client-version", "5.0.7"), NV("x-mq-protocol", "v2")
 
 static void submit(slot *sl, int kind) {
     const char *path = kind == K_RECEIVE ? "/apache.rocketmq.v2.MessagingService/ReceiveMessage"
                                          : "/apache.rocketmq.v2.MessagingService/AckMessage";
     nghttp2_nv hdrs[] = {NV(":method", "POST"), NV(":scheme", "http"), NV(":path", path),
                          NV(":authority", authority), NV("content-type", "application/grpc"),
-                         NV("te", "trailers"), NV("x-mq-client-id", opt.client_id)};
+                         NV("te", "trailers"), NV("x-mq-client-id", opt.client_id), CLIENT_NV,
+                         NV("grpc-timeout", kind == K_RECEIVE ? receive_timeout : ack_timeout)};
+    size_t nhdrs = sizeof hdrs / sizeof hdrs[0] - (opt.deadline > 0 ? 0 : 1);
     sl->kind = kind;
     sl->rx.len = 0;
     sl->sent = 0;
@@ -229,7 +259,7 @@ static void submit(slot *sl, int kind) {
     }
     nghttp2_data_provider dp = {.source = {.ptr = sl}, .read_callback = read_request};
     sl->t0 = now_ns();
-    int32_t id = nghttp2_submit_request(session, NULL, hdrs, sizeof hdrs / sizeof hdrs[0], &dp, sl);
+    int32_t id = nghttp2_submit_request(session, NULL, hdrs, nhdrs, &dp, sl);
     if (id < 0) die("submit: %s", nghttp2_strerror(id));
     sl->stream = id;
 }
@@ -342,6 +372,7 @@ static ssize_t send_cb(nghttp2_session *s, const uint8_t *data, size_t len, int 
 
 static int data_cb(nghttp2_session *s, uint8_t flags, int32_t stream, const uint8_t *data, size_t len, void *user) {
     (void)flags; (void)user;
+    if (stream == telemetry_stream) { telemetry_answered = 1; return 0; }
     slot *sl = nghttp2_session_get_stream_user_data(s, stream);
     if (sl) put(&sl->rx, data, len);
     return 0;
@@ -362,6 +393,7 @@ static int header_cb(nghttp2_session *s, const nghttp2_frame *frame, const uint8
 static int close_cb(nghttp2_session *s, int32_t stream, uint32_t error, void *user) {
     (void)user;
     slot *sl = nghttp2_session_get_stream_user_data(s, stream);
+    if (stream == telemetry_stream && !telemetry_answered) die("the Telemetry stream closed unanswered (error %u)", error);
     if (!sl) return 0;
     if (error) die("stream %d closed with HTTP/2 error %u", stream, error);
     call_done(sl);
@@ -369,6 +401,50 @@ static int close_cb(nghttp2_session *s, int32_t stream, uint32_t error, void *us
 }
 
 /* ------------------------------------------------------------------------------------ main */
+static uint8_t in[1 << 18];
+
+/* one turn: nghttp2's output written, then what the socket holds read (waiting at most 100 ms) */
+static void pump(void) {
+    int rv = nghttp2_session_send(session);
+    if (rv) die("send: %s", nghttp2_strerror(rv));
+    struct pollfd pfd = {.fd = sock, .events = POLLIN | (nghttp2_session_want_write(session) ? POLLOUT : 0)};
+    if (poll(&pfd, 1, 100) < 0 && errno != EINTR) die("poll: %s", strerror(errno));
+    if (pfd.revents & (POLLIN | POLLHUP | POLLERR)) {
+        ssize_t n = recv(sock, in, sizeof in, 0);
+        if (n == 0) die("the front closed the connection");
+        if (n < 0) {
+            if (errno != EINTR && errno != EAGAIN) die("recv: %s", strerror(errno));
+        } else if ((rv = (int)nghttp2_session_mem_recv(session, in, (size_t)n)) < 0) {
+            die("recv: %s", nghttp2_strerror(rv));
+        }
+    }
+}
+
+static void open_telemetry(void) {
+    buf pb = {0};
+    size_t n = strlen(opt.telemetry);
+    if (n % 2) die("--telemetry: an odd number of hex digits");
+    for (size_t i = 0; i < n; i += 2) {
+        unsigned v;
+        if (sscanf(opt.telemetry + i, "%2x", &v) != 1) die("--telemetry: not hex at %zu", i);
+        put_byte(&pb, (uint8_t)v);
+    }
+    grpc_frame(&telemetry_frame, &pb);
+    free(pb.p);
+    nghttp2_nv hdrs[] = {NV(":method", "POST"), NV(":scheme", "http"),
+                         NV(":path", "/apache.rocketmq.v2.MessagingService/Telemetry"), NV(":authority", authority),
+                         NV("content-type", "application/grpc"), NV("te", "trailers"),
+                         NV("x-mq-client-id", opt.client_id), CLIENT_NV};
+    nghttp2_data_provider dp = {.read_callback = read_telemetry};
+    telemetry_stream = nghttp2_submit_request(session, NULL, hdrs, sizeof hdrs / sizeof hdrs[0], &dp, NULL);
+    if (telemetry_stream < 0) die("submit: %s", nghttp2_strerror(telemetry_stream));
+    uint64_t t0 = now_ns();
+    while (!telemetry_answered) {
+        pump();
+        if (now_ns() - t0 > (uint64_t)(opt.timeout * 1e9)) die("the Telemetry stream unanswered for %.0f s", opt.timeout);
+    }
+}
+
 static void build_requests(void) {
     buf group = {0}, topic = {0}, broker = {0}, mq = {0}, filter = {0}, inv = {0}, lp = {0}, pb = {0};
     put_str(&group, 2, opt.group);
@@ -394,7 +470,8 @@ static void build_requests(void) {
 
 static void usage(void) {
     fputs("usage: grpc_receive --addr HOST:PORT --topic T --group G [--in-flight N] [--batch N] [--invisible S]\n"
-          "                    [--long-poll S] [--seconds S] [--warmup S] [--timeout S] [--broker NAME] [--client-id ID]\n",
+          "                    [--long-poll S] [--seconds S] [--warmup S] [--timeout S] [--broker NAME] [--client-id ID]\n"
+          "                    [--telemetry HEX] [--deadline S]\n",
           stderr);
     exit(2);
 }
@@ -403,7 +480,8 @@ int main(int argc, char **argv) {
     static const struct option longs[] = {
         {"addr", 1, 0, 'a'}, {"topic", 1, 0, 't'}, {"group", 1, 0, 'g'}, {"in-flight", 1, 0, 'n'},
         {"batch", 1, 0, 'b'}, {"invisible", 1, 0, 'i'}, {"long-poll", 1, 0, 'l'}, {"seconds", 1, 0, 's'},
-        {"warmup", 1, 0, 'w'}, {"timeout", 1, 0, 'T'}, {"broker", 1, 0, 'B'}, {"client-id", 1, 0, 'c'}, {0, 0, 0, 0}};
+        {"warmup", 1, 0, 'w'}, {"timeout", 1, 0, 'T'}, {"broker", 1, 0, 'B'}, {"client-id", 1, 0, 'c'},
+        {"telemetry", 1, 0, 'Y'}, {"deadline", 1, 0, 'D'}, {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
         switch (c) {
@@ -426,11 +504,15 @@ int main(int argc, char **argv) {
         case 'T': opt.timeout = atof(optarg); break;
         case 'B': opt.broker = optarg; break;
         case 'c': opt.client_id = optarg; break;
+        case 'Y': opt.telemetry = optarg; break;
+        case 'D': opt.deadline = atof(optarg); break;
         default: usage();
         }
     }
     if (opt.in_flight < 1 || opt.in_flight > MAX_SLOTS || opt.batch < 1 || opt.seconds <= 0) usage();
     snprintf(authority, sizeof authority, "%s:%d", opt.host, opt.port);
+    snprintf(receive_timeout, sizeof receive_timeout, "%lldm", (long long)((opt.deadline + opt.long_poll) * 1000));
+    snprintf(ack_timeout, sizeof ack_timeout, "%lldm", (long long)(opt.deadline * 1000));
     build_requests();
 
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)opt.port)};
@@ -454,27 +536,15 @@ int main(int argc, char **argv) {
     nghttp2_submit_settings(session, NGHTTP2_FLAG_NONE, iv, 2);
     nghttp2_session_set_local_window_size(session, NGHTTP2_FLAG_NONE, 0, 1 << 30);
 
+    if (opt.telemetry) open_telemetry();
     t_start = last_progress = now_ns();
     active = opt.in_flight;
     for (int i = 0; i < opt.in_flight; i++) {
         slots[i].index = i;
         submit(&slots[i], K_RECEIVE);
     }
-    static uint8_t in[1 << 18];
     while (active > 0) {
-        int rv = nghttp2_session_send(session);
-        if (rv) die("send: %s", nghttp2_strerror(rv));
-        struct pollfd pfd = {.fd = sock, .events = POLLIN | (nghttp2_session_want_write(session) ? POLLOUT : 0)};
-        if (poll(&pfd, 1, 100) < 0 && errno != EINTR) die("poll: %s", strerror(errno));
-        if (pfd.revents & (POLLIN | POLLHUP | POLLERR)) {
-            ssize_t n = recv(sock, in, sizeof in, 0);
-            if (n == 0) die("the front closed the connection");
-            if (n < 0) {
-                if (errno != EINTR && errno != EAGAIN) die("recv: %s", strerror(errno));
-            } else if ((rv = (int)nghttp2_session_mem_recv(session, in, (size_t)n)) < 0) {
-                die("recv: %s", nghttp2_strerror(rv));
-            }
-        }
+        pump();
         uint64_t t = now_ns();
         if (phase == P_MEASURE && t - t_window >= (uint64_t)(opt.seconds * 1e9)) end_window(t);
         if (t - last_progress > (uint64_t)(opt.timeout * 1e9)) die("no answer for %.0f s", opt.timeout);

@@ -19,7 +19,10 @@ before stored, 256 per request, 4 in flight, sysFlag FLAG_SUBSCRIPTION: the Java
 without a heartbeat only with the subscription in the request).
 gRPC: SendMessage of 1 KiB, 64 calls in flight on one channel, against ours (`broker proxy` before
 `broker serve`) and the Java proxy (ProxyStartup, cluster mode, before a Java broker), each with
-ASYNC_FLUSH.
+ASYNC_FLUSH; then ReceiveMessage of 32 + AckMessage of the batch, 8 loops on one connection
+(build/grpc_receive, the C driver, which opens a Telemetry stream with a SimpleConsumer's settings
+first and sends each call's grpc-timeout, as the 5.x clients do) against the same two, each side's
+topic filled by loadgen first.
 
 Every cell reports msgs/s, p50/p99 per request and the CPU-µs per message of every process of its
 side (/proc, bench.proc_cpu: our broker and its services; the JVMs, each a single process), and
@@ -358,6 +361,89 @@ def run_grpc(seconds: float, warm_s: tuple[float, float], workdir: str, progress
     return p
 
 
+# seconds of loadgen sends (x64) that fill a receive pair's side before it is warmed and measured:
+# enough for its warm-up and clock (ours reads up to ~100k msgs/s for at most 10 + 5 s; the Java
+# proxy, warmed, a few thousand for at most 60 + 5 s)
+RECEIVE_FILL_S = {"ours": 10.0, "java": 20.0}
+CALL_DEADLINE_S = 3.0  # the 5.x clients' request timeout: each call's grpc-timeout (the Java proxy needs one)
+# each receive's long polling time: the Java proxy raises a shorter one to its
+# grpcClientConsumerMinLongPollingTimeoutMillis (5 s) and refuses a receive whose deadline is shorter
+LONG_POLL_S = 5.0
+
+
+def _receive_measure(endpoints: str, topic: str, broker: str, trees: list[ProcessTree], seconds: float,
+                     min_s: float, max_s: float) -> dict:
+    """build/grpc_receive (ReceiveMessage of 32 + AckMessage of the batch, 8 loops on one
+    connection, Telemetry settings first) against `endpoints`, warmed by warm()'s rule with the
+    same consumer group (each round reads on from where the last stopped); CPU-µs per message of
+    every process in `trees`."""
+    from bench.grpc_bench import run_receive_driver
+
+    def snap() -> dict:
+        return {k: v for t in trees for k, v in t.snapshot().items()}
+    group = f"bench_receive_{os.getpid()}_{int(time.time())}"
+    rounds: list[float] = []
+    jit: list[float] = []
+    t0 = time.monotonic()
+    while True:
+        before = snap()
+        r = run_receive_driver(endpoints, group, WARM_ROUND_S, 8, 32, warmup=0.2, topic=topic, broker=broker,
+                               deadline=CALL_DEADLINE_S, long_poll=LONG_POLL_S)
+        jit.append(sum(v for k, v in cpu_seconds_by_label(before, snap()).items() if k.endswith("jit")))
+        rounds.append(r["msgs_per_s"])
+        spent = time.monotonic() - t0
+        agreed = (len(rounds) >= 2 and abs(rounds[-1] - rounds[-2]) <= WARM_AGREE * max(rounds[-1], rounds[-2])
+                  and jit[-1] < JIT_QUIET * WARM_ROUND_S)
+        if spent >= max_s or (spent >= min_s and agreed) or r["caught_up"]:
+            break
+    marks: dict = {}
+    r = run_receive_driver(endpoints, group, seconds, 8, 32, lambda: marks.update(before=snap()),
+                           lambda: marks.update(after=snap()), warmup=0.5, topic=topic, broker=broker,
+                           deadline=CALL_DEADLINE_S, long_poll=LONG_POLL_S)
+    n = r["msgs"]
+    return {"msgs_per_s": r["msgs_per_s"], "p50_us": r["receive_p50_us"], "p99_us": r["receive_p99_us"],
+            "msgs": n, "errors": 0, "error_codes": {},
+            "cpu_us_per_msg": cpu_us_per_msg(marks["before"], marks.get("after") or snap(), n),
+            "caught_up": r["caught_up"], "ack_p50_us": r["ack_p50_us"],
+            "warmup": {"seconds": spent, "rounds": rounds, "jit_cpu_s": jit, "settled": agreed},
+            "driver": "build/grpc_receive (libnghttp2 client, C): 8 loops of ReceiveMessage x32 + AckMessage"}
+
+
+def run_grpc_receive(seconds: float, warm_s: tuple[float, float], workdir: str, progress=print) -> dict:
+    """ReceiveMessage + AckMessage through ours (`broker proxy` before `broker serve`) and the Java
+    proxy (cluster mode, before a Java broker), each filled by loadgen first (RECEIVE_FILL_S)."""
+    from bench.driver import wait_for_route
+    from bench.grpc_bench import FrontProcess
+    from bench.processes import BrokerProcess, NamesrvProcess
+
+    def fill(addr: str, side: str) -> None:
+        loadgen.run("send", addr, topic=TOPIC, queues=4, body=BODY, in_flight=64, seconds=RECEIVE_FILL_S[side],
+                    warmup=0, timeout=60)
+    with NamesrvProcess() as ns, BrokerProcess("ASYNC_FLUSH", workdir, ns.addr) as b:
+        asyncio.run(wait_for_route(ns.addr, b.addr))
+        fill(b.addr, "ours")
+        with FrontProcess(ns.addr, workdir) as front:
+            o = _receive_measure(front.endpoints, TOPIC, "broker-a", [ProcessTree(front.proc.pid, "front", "front/"),
+                                                                       ProcessTree(b.proc.pid)], seconds, 0,
+                                 min(warm_s[1], OURS_WARM_MAX_S))
+    progress(f"    ours gRPC front, receive+ack: {_line(o)}")
+    with JavaNameServer(workdir) as ns, \
+            JavaBroker(workdir, "grpc-receive", ns.addr, "flushDiskType=ASYNC_FLUSH\nbrokerRole=ASYNC_MASTER\n"
+                       "brokerId=0\n", SEGMENT) as b:
+        asyncio.run(wait_for_route(ns.addr, b.addr))
+        fill(b.addr, "java")
+        with JavaProxy(workdir, ns.addr) as proxy:
+            j = _receive_measure(proxy.endpoints, TOPIC, "broker-java", [JvmTree(proxy.pid, "proxy jvm"),
+                                                                          JvmTree(b.pid, "jvm")], seconds, *warm_s)
+    progress(f"    Java proxy, receive+ack: {_line(j)}")
+    settings = "flushDiskType=ASYNC_FLUSH, brokerRole=ASYNC_MASTER"
+    p = _pair("gRPC front / proxy", "grpc_receive", "gRPC ReceiveMessage x32 + AckMessage, x8", o, j,
+              {"ours": f"`broker proxy` + {settings}", "java": f"ProxyStartup -pm cluster + {settings}"})
+    p["warmup"] = {"ours": o.pop("warmup"), "java": j.pop("warmup")}
+    progress(f"  gRPC ReceiveMessage + AckMessage: ours/Java {p['ratio']:.2f}x msgs/s, {p['cpu_ratio']:.2f}x CPU-us/msg")
+    return p
+
+
 def run_all(quick: bool, workdir: str, seconds: float | None = None, modes: list[str] | None = None,
             shapes: list[str] | None = None, grpc: bool | None = None, warm_s: tuple[float, float] | None = None,
             progress=print) -> dict:
@@ -379,6 +465,7 @@ def run_all(quick: bool, workdir: str, seconds: float | None = None, modes: list
             out["cells"] += run_mode(mode, shapes, seconds, warm_s, workdir, ns.addr, progress)
     if grpc:
         out["cells"].append(run_grpc(seconds, warm_s, workdir, progress))
+        out["cells"].append(run_grpc_receive(seconds, warm_s, workdir, progress))
     return out
 
 

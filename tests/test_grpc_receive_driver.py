@@ -72,3 +72,16 @@ def test_a_front_that_refuses_fails_the_run_saying_so(driver, front):
     p = subprocess.run([driver, "--addr", front, "--topic", "NoSuchTopicHere", "--group", "driver-c", "--warmup", "0",
                         "--seconds", "5", "--timeout", "20"], capture_output=True, text=True, timeout=60)
     assert p.returncode == 1 and "ReceiveMessage answered status" in p.stderr, (p.returncode, p.stderr)
+
+
+def test_settings_first_and_deadlines_as_a_5x_client_sends_them(driver, front):
+    """--telemetry opens a Telemetry stream with a SimpleConsumer's Settings and waits for the
+    front's answer before the receives start; --deadline sends each call's grpc-timeout (the
+    Java proxy needs both, bench/java_bench.py's receive pair): the run is the same."""
+    from bench.grpc_bench import consumer_settings
+    out, _ = receive(driver, front, "driver-d", "--in-flight", "4", "--telemetry",
+                     consumer_settings(front, "driver-d", TOPIC).hex(), "--deadline", "3")
+    assert out["msgs"] == STORED and out["caught_up"], out
+    p = subprocess.run([driver, "--addr", front, "--topic", TOPIC, "--group", "driver-e", "--telemetry", "0a0"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1 and "--telemetry: an odd number of hex digits" in p.stderr, p.stderr
