@@ -37,6 +37,7 @@ from broker.remoting.command import RemotingCommand
 from broker.server.filter.expression_type import SQL92, TAG
 
 from broker.client import pop as _pop
+from broker.common import extra_info as ei
 
 log = logging.getLogger("proxy")
 
@@ -258,7 +259,7 @@ class ConsumerActivity:
         addrs: dict[str, str] = {}  # broker name -> its address, looked up once per call
         renewed = self.renewals.handles
         read = receipt_handle.BatchReader().read  # a batch's handles share all but their offsets
-        last = None  # (the fields read last, their address, batch and checkpoint key): a batch's are the same
+        last = None  # (the fields read last, their address, batch, offsets and checkpoint key): a batch's are the same
         for i, text in enumerate(texts):
             try:
                 info, queue_offset = read(text)
@@ -271,12 +272,12 @@ class ConsumerActivity:
                 else:
                     taken[i] = text
                 if last is not None and last[0] is info:
-                    _, addr, idx, acks, key = last
+                    _, addr, idx, offsets, key = last
                 else:
                     addr = addrs.get(info.broker_name)
                     if addr is None:
                         addr = addrs[info.broker_name] = await self._broker_addr(topic, info.broker_name)
-                    idx = acks = key = None
+                    idx = offsets = key = None
             except ProxyError as e:
                 out[i] = spb.AckMessageResultEntry(message_id=entries[i].message_id, receipt_handle=text,
                                                    status=status(e.code, e.message))
@@ -287,24 +288,32 @@ class ConsumerActivity:
             if idx is None:
                 idx, acks = batches.setdefault(addr, ([], {}))
                 key = (info.retry, info.queue_id, ck_offset, info.revive_qid, info.pop_time, info.invisible_time)
-                last = (info, addr, idx, acks, key)
+                offsets = acks.get(key)
+                if offsets is None:
+                    offsets = acks[key] = []
+                last = (info, addr, idx, offsets, key)
             idx.append(i)
-            acks[key] = acks.get(key, 0) | 1 << (queue_offset - ck_offset)
+            offsets.append(queue_offset)
         if not batches:
             return
 
         async def one(addr: str, idx: list[int], acks: dict) -> None:
             if len(idx) < 2:
                 return
-            body = msgspec.json.encode({"brokerName": self._handle(taken[idx[0]]).broker_name, "acks": [
-                {"c": group, "t": topic, "r": retry, "so": so, "q": q, "rq": rq, "pt": pt, "it": it,
-                 "b": base64.b64encode(bits.to_bytes((bits.bit_length() + 7) // 8, "little")).decode()}
-                for (retry, q, so, rq, pt, it), bits in acks.items()]})
+            via = self._via(addr)
             try:
-                r = await self._via(addr).invoke(addr, RemotingCommand.request(codes.BATCH_ACK_MESSAGE, {}, body), 5)
+                typed = _typed_acks(group, topic, acks) if via is self.local else None
+                # the broker this front lives in: its processor handed the values (None: not now)
+                code = via.batch_ack(typed) if typed is not None else None
+                if code is not None and type(code) is not int:
+                    code = await asyncio.wait_for(code, 5)
+                if code is None:  # a command, as the wire carries it
+                    code = (await via.invoke(addr, RemotingCommand.request(
+                        codes.BATCH_ACK_MESSAGE, {}, _batch_ack_body(self._handle(taken[idx[0]]).broker_name, group,
+                                                                     topic, acks)), 5)).code
             except Exception:  # noqa: BLE001 - each handle is then acked alone, and answered alone
                 return
-            if r.code == codes.SUCCESS:
+            if code == codes.SUCCESS:
                 for i in idx:
                     out[i] = _ACKED
         if len(batches) == 1:  # one broker (the usual case): no task for it
@@ -354,3 +363,33 @@ class ConsumerActivity:
     @staticmethod
     def _handle(text: str):
         return receipt_handle.decode(text)
+
+
+# -- a batch ack's checkpoints: {(retry flag, queue id, checkpoint offset, revive queue, pop time,
+# invisible time): [queue offsets of the handles, as read]} -------------------------------------------
+_MAX_SPAN = 1024  # the most offsets a BatchAck's bitset may name (AckMessageProcessor's check)
+
+
+def _batch_ack_body(broker_name: str, group: str, topic: str, acks: dict) -> bytes:
+    """BATCH_ACK_MESSAGE's body (BatchAckMessageRequestBody's JSON, a BitSet per checkpoint)."""
+    out = []
+    for (retry, q, so, rq, pt, it), offsets in acks.items():
+        bits = 0
+        for o in offsets:
+            bits |= 1 << (o - so)
+        out.append({"c": group, "t": topic, "r": retry, "so": so, "q": q, "rq": rq, "pt": pt, "it": it,
+                    "b": base64.b64encode(bits.to_bytes((bits.bit_length() + 7) // 8, "little")).decode()})
+    return msgspec.json.encode({"brokerName": broker_name, "acks": out})
+
+
+def _typed_acks(group: str, topic: str, acks: dict) -> list | None:
+    """The same acks as the values AckMessageProcessor.batch_ack_code takes (what it reads from
+    the body), or None when the body would be refused whole (a checkpoint spanning more offsets
+    than a BitSet may carry): then the command goes, and is refused as before."""
+    out = []
+    for (retry, q, so, rq, pt, _), offsets in acks.items():
+        offsets = sorted(set(offsets))
+        if offsets[-1] - so >= _MAX_SPAN:
+            return None
+        out.append((group, ei.real_topic(topic, group, retry), q, so, rq, pt, offsets))
+    return out

@@ -22,6 +22,7 @@ from broker.remoting.headers import AckMessageRequestHeader, decode
 from broker.common import extra_info as ei
 from broker.server.pop.pop_revive_service import NotInFlight
 from broker.server.pop.pop_role import reply_when_durable
+from broker.server.processor.send_processor import STATUS_CODES, STORED_STATUSES, reply_when_put
 from broker.remoting.refusals import BadRequest, Refusal, TopicNotExist
 
 
@@ -83,9 +84,30 @@ class AckMessageProcessor:
         return reply_when_durable(cmd, cmd.response(codes.SUCCESS), self.revive.log.durable_since(mark))
 
     def batch_ack(self, cmd: RemotingCommand, conn):
-        failed = []
         mark = self.revive.log.appended
-        for group, topic, queue_id, ck_offset, rq, pop_time, offsets in _batch_acks(bytes(cmd.body or b"")):
+        failed = self.ack_batches(_batch_acks(bytes(cmd.body or b"")))
+        res = (cmd.response(codes.NO_MESSAGE, remark=f"not acked: {'; '.join(failed)[:2000]}") if failed
+               else cmd.response(codes.SUCCESS))  # (the acks not named in the remark were made)
+        return reply_when_durable(cmd, res, self.revive.log.durable_since(mark))
+
+    def batch_ack_code(self, acks):
+        """BATCH_ACK_MESSAGE handed its acks as values (the local gRPC front's entry,
+        broker.proxy.local_broker): `acks` as `_batch_acks` reads them from the wire's body. The
+        response code batch_ack would answer (SUCCESS, or NO_MESSAGE when any was not acked), or
+        a future of it while the records wait to be durable, as reply_when_durable answers."""
+        mark = self.revive.log.appended
+        code = codes.NO_MESSAGE if self.ack_batches(acks) else codes.SUCCESS
+        put = self.revive.log.durable_since(mark)
+        if put is None:
+            return code
+        return reply_when_put(put, lambda status, why: code if status in STORED_STATUSES
+                              else STATUS_CODES.get(status, codes.SYSTEM_ERROR))
+
+    def ack_batches(self, acks) -> list[str]:
+        """Each BatchAck of `acks` ((group, real topic, queueId, checkpoint offset, reviveQid,
+        popTime, [offsets ascending, distinct])) made; what was not acked, each named with why."""
+        failed = []
+        for group, topic, queue_id, ck_offset, rq, pop_time, offsets in acks:
             found: dict[int, tuple] = {}  # id(checkpoint) -> (checkpoint, its indexes acked here)
             # checked_handle's checks, in its order, made once for what the offsets share: the
             # topic and queue, then (after each offset's range) the handle's other fields
@@ -94,12 +116,7 @@ class AckMessageProcessor:
             except Refusal as e:
                 failed.extend(f"{topic}@{queue_id}:{offset} ({e})" for offset in offsets)
                 continue
-            try:
-                info = ei.parse(ei.SEP.join(map(str, (ck_offset, pop_time, 0, rq, ei.retry_flag(topic), "", queue_id,
-                                                      0))))
-                bad = None
-            except Refusal as e:
-                info, bad = None, e
+            info, bad = _head(group, topic, queue_id, ck_offset, rq, pop_time)
             if bad is None and not info.is_order and self._ack_checkpoint(group, topic, queue_id, ck_offset, rq,
                                                                           pop_time, offsets, lo, hi, failed):
                 continue
@@ -117,9 +134,7 @@ class AckMessageProcessor:
                     failed.append(f"{topic}@{queue_id}:{offset} ({e})")
             for ck, indexes in found.values():  # one revive-log record per checkpoint (BatchAckMsg)
                 self.revive.ack_many(ck, indexes)
-        res = (cmd.response(codes.NO_MESSAGE, remark=f"not acked: {'; '.join(failed)[:2000]}") if failed
-               else cmd.response(codes.SUCCESS))  # (the acks not named in the remark were made)
-        return reply_when_durable(cmd, res, self.revive.log.durable_since(mark))
+        return failed
 
     def _ack_checkpoint(self, group: str, topic: str, queue_id: int, ck_offset: int, rq: int, pop_time: int,
                         offsets: list[int], lo: int, hi: int, failed: list) -> bool:
@@ -167,6 +182,21 @@ class AckMessageProcessor:
         info_now = self.order_info.get(h.topic, h.consumerGroup, h.queueId)
         if info_now is not None and info_now.all_acked():
             self.holds.notify(h.topic, h.queueId, -1)  # the queue opens: a held orderly pop looks again
+
+
+def _head(group: str, topic: str, queue_id: int, ck_offset: int, rq: int, pop_time: int):
+    """(the ExtraInfo a BatchAck's fields make, None), or (None, the refusal ei.parse gives them):
+    built at once when every field is in parse's range, else parsed for the error naming it."""
+    if 0 <= ck_offset <= _I64 and 0 <= pop_time <= _I64 and 0 <= rq <= 1 << 31 and 0 <= queue_id <= 1 << 31:
+        return ei.ExtraInfo(ck_offset, pop_time, 0, rq, ei.retry_flag(topic), "", queue_id, 0), None
+    try:
+        return ei.parse(ei.SEP.join(map(str, (ck_offset, pop_time, 0, rq, ei.retry_flag(topic), "", queue_id, 0)))), \
+            None
+    except Refusal as e:
+        return None, e
+
+
+_I64 = (1 << 63) - 1
 
 
 class _OrderAck:
