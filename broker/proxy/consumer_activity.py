@@ -22,7 +22,7 @@ from broker.client import api
 from broker.client.client_instance import MQClientInstance
 from broker.client.errors import ResponseError
 from broker.proxy import receipt_handle, receive_reply
-from broker.proxy.ack_reply import ack_ok, ack_ok_of
+from broker.proxy.ack_reply import ack_ok, ack_ok_of, read_ack
 from broker.proxy.config import ProxyConfig
 from broker.proxy.forward_dlq_activity import ForwardMessageToDLQActivity
 from broker.proxy.grpc_metadata import client_id_of
@@ -97,6 +97,7 @@ class ConsumerActivity:
         self.dlq = ForwardMessageToDLQActivity(client, self._broker_addr)
         self.groups = SubscriptionGroups(client)
         self.renewals = ReceiptHandleManager(self._renew, config.renewAheadTimeMillis, config.renewSliceTimeMillis)
+        self._names_ok: set[tuple[str, str]] = set()  # (group, topic) pairs ack_now found valid
 
     def _via(self, addr: str):
         """What a pop or batch ack to `addr` is invoked through (its `invoke` is the client's)."""
@@ -203,7 +204,20 @@ class ConsumerActivity:
         group, topic = _group(request.group), validate_topic(request.topic)
         if not request.entries:
             raise ProxyError(Code.BAD_REQUEST, "no receipt handle to ack")
+        entries = list(request.entries)
+        out: list = [None] * len(entries)
+        taken: dict[int, str] = {}  # entry index -> the handle in force (renewals.take, asked once)
+        if len(entries) > 1:  # what a SimpleConsumer acking what it received sends
+            texts = [e.receipt_handle for e in entries]  # (each read of the field makes a new str)
+            await self._batch_ack(group, topic, entries, texts, out, taken)
+            # the whole batch acked: its answer encoded at once (ack_reply)
+            if out.count(_ACKED) == len(out):
+                return ack_ok_of([e.message_id for e in entries], texts)
+        return await self._ack_rest(group, topic, entries, out, taken)
 
+    async def _ack_rest(self, group: str, topic: str, entries: list, out: list, taken: dict):
+        """The entries a batch ack did not take (None in `out`; _ACKED: taken), each acked alone by
+        its own ACK_MESSAGE, all in flight at once on the broker's connection, and the answer."""
         async def ack(i: int, entry) -> spb.AckMessageResultEntry:
             try:
                 info = self._handle(entry.receipt_handle)
@@ -221,17 +235,6 @@ class ConsumerActivity:
                 st = status(*from_client_error(e))
             return spb.AckMessageResultEntry(message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=st)
 
-        entries = list(request.entries)
-        out: list = [None] * len(entries)
-        taken: dict[int, str] = {}  # entry index -> the handle in force (renewals.take, asked once)
-        if len(entries) > 1:  # what a SimpleConsumer acking what it received sends
-            texts = [e.receipt_handle for e in entries]  # (each read of the field makes a new str)
-            await self._batch_ack(group, topic, entries, texts, out, taken)
-            # the whole batch acked: its answer encoded at once (ack_reply)
-            if out.count(_ACKED) == len(out):
-                return ack_ok_of([e.message_id for e in entries], texts)
-        # the rest (one handle, or a batch the broker did not take whole): each its own ACK_MESSAGE,
-        # all in flight at once on the broker's connection
         if all(e is _ACKED for e in out):
             return ack_ok(entries)
         left = [i for i, e in enumerate(out) if e is None]
@@ -244,6 +247,76 @@ class ConsumerActivity:
         codes_ = {e.status.code for e in out}
         top = status(Code.MULTIPLE_RESULTS) if len(codes_) > 1 else status(out[0].status.code, out[0].status.message)
         return spb.AckMessageResponse(status=top, entries=out)
+
+    def ack_now(self, payload: bytes, context):
+        """AckMessage answered from the request's bytes without a task (GrpcServer.add_fast_unary,
+        raw), in local mode: a SimpleConsumer's acks of what it received (two or more handles
+        of this front's shape, read with the batch's answer by the ack_request kernel, every
+        handle of the broker this front lives in, none renewed by the front) handed as values to
+        the broker's batch ack (LocalBroker.batch_ack). (a future, a function of it giving the
+        response), or None before anything is acked, and ack_message answers the call: a
+        request of another shape, a name it refuses, a route not cached, the broker not serving
+        the batch ack at once. A batch the broker does not take whole (any answer but SUCCESS)
+        goes on as ack_message's does: each entry acked alone, each its own status."""
+        local = self.local
+        if local is None or self.renewals.handles:
+            return None
+        got = read_ack(payload)
+        if got is None:
+            return None
+        group, topic, checkpoints, answer = got
+        names = (group, topic)
+        if names not in self._names_ok:
+            try:
+                _group(pb.Resource(name=group))
+                validate_topic(pb.Resource(name=topic))
+            except ProxyError:
+                return None
+            if len(self._names_ok) >= 1024:
+                self._names_ok.clear()
+            self._names_ok.add(names)
+        route = self.client.routes.peek(topic)
+        if route is None:
+            return None
+        acks: dict = {}
+        for ck, pt, it, rq, retry, broker_name, qid, offsets in checkpoints:
+            if route.master_addr(broker_name) != local.addr:
+                return None
+            key = (retry, qid, ck, rq, pt, it)
+            if key in acks:
+                acks[key] = acks[key] + offsets
+            else:
+                acks[key] = offsets
+        typed = _typed_acks(group, topic, acks)
+        code = local.batch_ack(typed) if typed is not None else None
+        if code is None:
+            return None
+        if code == codes.SUCCESS:
+            done = asyncio.get_running_loop().create_future()
+            done.set_result(answer)
+            return done, _result
+        return asyncio.ensure_future(self._ack_now_rest(group, topic, payload, code, answer)), _result
+
+    async def _ack_now_rest(self, group: str, topic: str, payload: bytes, code, answer: bytes):
+        """ack_now's batch once its answer is known (its records durable), and when it is not
+        SUCCESS each entry acked alone, as ack_message goes on; failures answered as the
+        servicer's wrapper answers them."""
+        try:
+            if type(code) is not int:
+                try:
+                    code = await asyncio.wait_for(code, 5)
+                except Exception:  # noqa: BLE001 - as _batch_ack: each handle is then acked alone
+                    code = None
+            if code == codes.SUCCESS:
+                return answer
+            entries = list(spb.AckMessageRequest.FromString(payload).entries)
+            return await self._ack_rest(group, topic, entries, [None] * len(entries),
+                                        {i: e.receipt_handle for i, e in enumerate(entries)})
+        except ProxyError as e:
+            return spb.AckMessageResponse(status=status(e.code, e.message))
+        except Exception as e:  # noqa: BLE001 - answered, logged, never a dead call
+            log.exception("AckMessage failed")
+            return spb.AckMessageResponse(status=status(Code.INTERNAL_SERVER_ERROR, f"{type(e).__name__}: {e}"))
 
     async def _batch_ack(self, group: str, topic: str, entries: list, texts: list[str], out: list,
                          taken: dict) -> None:
@@ -380,6 +453,10 @@ def _batch_ack_body(broker_name: str, group: str, topic: str, acks: dict) -> byt
         out.append({"c": group, "t": topic, "r": retry, "so": so, "q": q, "rq": rq, "pt": pt, "it": it,
                     "b": base64.b64encode(bits.to_bytes((bits.bit_length() + 7) // 8, "little")).decode()})
     return msgspec.json.encode({"brokerName": broker_name, "acks": out})
+
+
+def _result(fut):
+    return fut.result()
 
 
 def _typed_acks(group: str, topic: str, acks: dict) -> list | None:
