@@ -149,6 +149,12 @@ class AckMessageProcessor:
             ck = self.revive.checkpoint(group, topic, queue_id, ck_offset, pop_time, rq)
         except Refusal:
             return False
+        so, diffs = ck.start_offset, ck.diffs
+        n = len(diffs) if diffs else ck.num
+        if so <= offsets[0] and offsets[-1] < so + n and (not diffs or n < len(_RANGES) and diffs == _RANGES[n]):
+            # what a pop without a filter leaves: consecutive offsets from so (index_of is o - so)
+            self.revive.ack_many(ck, [o - so for o in offsets])
+            return True
         popped = ck.offsets()
         index = {o: i for i, o in enumerate(popped)}
         if len(index) != len(popped):
@@ -197,6 +203,7 @@ def _head(group: str, topic: str, queue_id: int, ck_offset: int, rq: int, pop_ti
 
 
 _I64 = (1 << 63) - 1
+_RANGES = [list(range(n)) for n in range(257)]  # a checkpoint's diffs when it popped consecutive offsets
 
 
 class _OrderAck:
