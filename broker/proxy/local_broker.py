@@ -10,7 +10,11 @@ What the two ends see is what the wire gives them: header values as the strings 
 header carries (RemotingCommand.header_bytes' conversion), the records as one bytes body, a
 handler's exception as SYSTEM_ERROR "internal error; see the broker log" (request_handling).
 Only a broker without ACL is reached so: with aclEnable the front's requests are signed and
-checked, which the connection does."""
+checked, which the connection does.
+
+An AckMessage's batch ack goes further (`batch_ack`): its acks are handed to the broker's
+AckMessageProcessor as values, with no command, JSON or base64, whenever the broker would serve
+BATCH_ACK_MESSAGE at once; otherwise the command goes through `invoke` as above."""
 from __future__ import annotations
 
 import asyncio

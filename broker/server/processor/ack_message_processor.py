@@ -8,6 +8,8 @@ BATCH_ACK_MESSAGE's body is BatchAckMessageRequestBody's JSON: {"brokerName", "a
 "t": topic, "r": retry flag, "so": checkpoint offset, "q": queueId, "rq": reviveQid, "pt": popTime,
 "it": invisibleTime, "b": base64 of java.util.BitSet.toByteArray(), bit i acking offset so + i}]}.
 Every ack that names a message in flight is made; the others are named in a NO_MESSAGE answer.
+The local gRPC front hands the same acks over as values (batch_ack_code, through
+broker.proxy.local_broker), and both run ack_batches.
 """
 from __future__ import annotations
 
