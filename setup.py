@@ -34,6 +34,7 @@ KERNELS = {
     "timer_wheel": (["pyx/timer_wheel.pyx"], []),
     "send_request": (["pyx/send_request.pyx"], []),
     "receive_reply": (["pyx/receive_reply.pyx"], ["crypto"]),
+    "ack_request": (["pyx/ack_request.pyx"], []),
 }
 
 flags = ["-O3", "-Wall", "-Wno-unused-function", "-Wno-unreachable-code"]

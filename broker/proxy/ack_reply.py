@@ -5,6 +5,7 @@ status: OK}, ...]}. A result entry object per acked message cost more than the a
 tests/test_ack_reply.py holds it equal to protobuf's on random input."""
 from __future__ import annotations
 
+from broker.kernels.ack_request import read_ack  # noqa: F401 - the request read with this answer
 from broker.kernels.receive_reply import encode_ack_ok
 
 

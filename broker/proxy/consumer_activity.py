@@ -22,7 +22,7 @@ from broker.client import api
 from broker.client.client_instance import MQClientInstance
 from broker.client.errors import ResponseError
 from broker.proxy import receipt_handle, receive_reply
-from broker.proxy.ack_reply import ack_ok, ack_ok_of
+from broker.proxy.ack_reply import ack_ok, ack_ok_of, read_ack
 from broker.proxy.config import ProxyConfig
 from broker.proxy.forward_dlq_activity import ForwardMessageToDLQActivity
 from broker.proxy.grpc_metadata import client_id_of
@@ -37,6 +37,7 @@ from broker.remoting.command import RemotingCommand
 from broker.server.filter.expression_type import SQL92, TAG
 
 from broker.client import pop as _pop
+from broker.common import extra_info as ei
 
 log = logging.getLogger("proxy")
 
@@ -96,6 +97,7 @@ class ConsumerActivity:
         self.dlq = ForwardMessageToDLQActivity(client, self._broker_addr)
         self.groups = SubscriptionGroups(client)
         self.renewals = ReceiptHandleManager(self._renew, config.renewAheadTimeMillis, config.renewSliceTimeMillis)
+        self._names_ok: set[tuple[str, str]] = set()  # (group, topic) pairs ack_now found valid
 
     def _via(self, addr: str):
         """What a pop or batch ack to `addr` is invoked through (its `invoke` is the client's)."""
@@ -202,7 +204,20 @@ class ConsumerActivity:
         group, topic = _group(request.group), validate_topic(request.topic)
         if not request.entries:
             raise ProxyError(Code.BAD_REQUEST, "no receipt handle to ack")
+        entries = list(request.entries)
+        out: list = [None] * len(entries)
+        taken: dict[int, str] = {}  # entry index -> the handle in force (renewals.take, asked once)
+        if len(entries) > 1:  # what a SimpleConsumer acking what it received sends
+            texts = [e.receipt_handle for e in entries]  # (each read of the field makes a new str)
+            await self._batch_ack(group, topic, entries, texts, out, taken)
+            # the whole batch acked: its answer encoded at once (ack_reply)
+            if out.count(_ACKED) == len(out):
+                return ack_ok_of([e.message_id for e in entries], texts)
+        return await self._ack_rest(group, topic, entries, out, taken)
 
+    async def _ack_rest(self, group: str, topic: str, entries: list, out: list, taken: dict):
+        """The entries a batch ack did not take (None in `out`; _ACKED: taken), each acked alone by
+        its own ACK_MESSAGE, all in flight at once on the broker's connection, and the answer."""
         async def ack(i: int, entry) -> spb.AckMessageResultEntry:
             try:
                 info = self._handle(entry.receipt_handle)
@@ -220,17 +235,6 @@ class ConsumerActivity:
                 st = status(*from_client_error(e))
             return spb.AckMessageResultEntry(message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=st)
 
-        entries = list(request.entries)
-        out: list = [None] * len(entries)
-        taken: dict[int, str] = {}  # entry index -> the handle in force (renewals.take, asked once)
-        if len(entries) > 1:  # what a SimpleConsumer acking what it received sends
-            texts = [e.receipt_handle for e in entries]  # (each read of the field makes a new str)
-            await self._batch_ack(group, topic, entries, texts, out, taken)
-            # the whole batch acked: its answer encoded at once (ack_reply)
-            if out.count(_ACKED) == len(out):
-                return ack_ok_of([e.message_id for e in entries], texts)
-        # the rest (one handle, or a batch the broker did not take whole): each its own ACK_MESSAGE,
-        # all in flight at once on the broker's connection
         if all(e is _ACKED for e in out):
             return ack_ok(entries)
         left = [i for i, e in enumerate(out) if e is None]
@@ -243,6 +247,76 @@ class ConsumerActivity:
         codes_ = {e.status.code for e in out}
         top = status(Code.MULTIPLE_RESULTS) if len(codes_) > 1 else status(out[0].status.code, out[0].status.message)
         return spb.AckMessageResponse(status=top, entries=out)
+
+    def ack_now(self, payload: bytes, context):
+        """AckMessage answered from the request's bytes without a task (GrpcServer.add_fast_unary,
+        raw), in local mode: a SimpleConsumer's acks of what it received (two or more handles
+        of this front's shape, read with the batch's answer by the ack_request kernel, every
+        handle of the broker this front lives in, none renewed by the front) handed as values to
+        the broker's batch ack (LocalBroker.batch_ack). (a future, a function of it giving the
+        response), or None before anything is acked, and ack_message answers the call: a
+        request of another shape, a name it refuses, a route not cached, the broker not serving
+        the batch ack at once. A batch the broker does not take whole (any answer but SUCCESS)
+        goes on as ack_message's does: each entry acked alone, each its own status."""
+        local = self.local
+        if local is None or self.renewals.handles:
+            return None
+        got = read_ack(payload)
+        if got is None:
+            return None
+        group, topic, checkpoints, answer = got
+        names = (group, topic)
+        if names not in self._names_ok:
+            try:
+                _group(pb.Resource(name=group))
+                validate_topic(pb.Resource(name=topic))
+            except ProxyError:
+                return None
+            if len(self._names_ok) >= 1024:
+                self._names_ok.clear()
+            self._names_ok.add(names)
+        route = self.client.routes.peek(topic)
+        if route is None:
+            return None
+        acks: dict = {}
+        for ck, pt, it, rq, retry, broker_name, qid, offsets in checkpoints:
+            if route.master_addr(broker_name) != local.addr:
+                return None
+            key = (retry, qid, ck, rq, pt, it)
+            if key in acks:
+                acks[key] = acks[key] + offsets
+            else:
+                acks[key] = offsets
+        typed = _typed_acks(group, topic, acks)
+        code = local.batch_ack(typed) if typed is not None else None
+        if code is None:
+            return None
+        if code == codes.SUCCESS:
+            done = asyncio.get_running_loop().create_future()
+            done.set_result(answer)
+            return done, _result
+        return asyncio.ensure_future(self._ack_now_rest(group, topic, payload, code, answer)), _result
+
+    async def _ack_now_rest(self, group: str, topic: str, payload: bytes, code, answer: bytes):
+        """ack_now's batch once its answer is known (its records durable), and when it is not
+        SUCCESS each entry acked alone, as ack_message goes on; failures answered as the
+        servicer's wrapper answers them."""
+        try:
+            if type(code) is not int:
+                try:
+                    code = await asyncio.wait_for(code, 5)
+                except Exception:  # noqa: BLE001 - as _batch_ack: each handle is then acked alone
+                    code = None
+            if code == codes.SUCCESS:
+                return answer
+            entries = list(spb.AckMessageRequest.FromString(payload).entries)
+            return await self._ack_rest(group, topic, entries, [None] * len(entries),
+                                        {i: e.receipt_handle for i, e in enumerate(entries)})
+        except ProxyError as e:
+            return spb.AckMessageResponse(status=status(e.code, e.message))
+        except Exception as e:  # noqa: BLE001 - answered, logged, never a dead call
+            log.exception("AckMessage failed")
+            return spb.AckMessageResponse(status=status(Code.INTERNAL_SERVER_ERROR, f"{type(e).__name__}: {e}"))
 
     async def _batch_ack(self, group: str, topic: str, entries: list, texts: list[str], out: list,
                          taken: dict) -> None:
@@ -258,7 +332,7 @@ class ConsumerActivity:
         addrs: dict[str, str] = {}  # broker name -> its address, looked up once per call
         renewed = self.renewals.handles
         read = receipt_handle.BatchReader().read  # a batch's handles share all but their offsets
-        last = None  # (the fields read last, their address, batch and checkpoint key): a batch's are the same
+        last = None  # (the fields read last, their address, batch, offsets and checkpoint key): a batch's are the same
         for i, text in enumerate(texts):
             try:
                 info, queue_offset = read(text)
@@ -271,12 +345,12 @@ class ConsumerActivity:
                 else:
                     taken[i] = text
                 if last is not None and last[0] is info:
-                    _, addr, idx, acks, key = last
+                    _, addr, idx, offsets, key = last
                 else:
                     addr = addrs.get(info.broker_name)
                     if addr is None:
                         addr = addrs[info.broker_name] = await self._broker_addr(topic, info.broker_name)
-                    idx = acks = key = None
+                    idx = offsets = key = None
             except ProxyError as e:
                 out[i] = spb.AckMessageResultEntry(message_id=entries[i].message_id, receipt_handle=text,
                                                    status=status(e.code, e.message))
@@ -287,24 +361,32 @@ class ConsumerActivity:
             if idx is None:
                 idx, acks = batches.setdefault(addr, ([], {}))
                 key = (info.retry, info.queue_id, ck_offset, info.revive_qid, info.pop_time, info.invisible_time)
-                last = (info, addr, idx, acks, key)
+                offsets = acks.get(key)
+                if offsets is None:
+                    offsets = acks[key] = []
+                last = (info, addr, idx, offsets, key)
             idx.append(i)
-            acks[key] = acks.get(key, 0) | 1 << (queue_offset - ck_offset)
+            offsets.append(queue_offset)
         if not batches:
             return
 
         async def one(addr: str, idx: list[int], acks: dict) -> None:
             if len(idx) < 2:
                 return
-            body = msgspec.json.encode({"brokerName": self._handle(taken[idx[0]]).broker_name, "acks": [
-                {"c": group, "t": topic, "r": retry, "so": so, "q": q, "rq": rq, "pt": pt, "it": it,
-                 "b": base64.b64encode(bits.to_bytes((bits.bit_length() + 7) // 8, "little")).decode()}
-                for (retry, q, so, rq, pt, it), bits in acks.items()]})
+            via = self._via(addr)
             try:
-                r = await self._via(addr).invoke(addr, RemotingCommand.request(codes.BATCH_ACK_MESSAGE, {}, body), 5)
+                typed = _typed_acks(group, topic, acks) if via is self.local else None
+                # the broker this front lives in: its processor handed the values (None: not now)
+                code = via.batch_ack(typed) if typed is not None else None
+                if code is not None and type(code) is not int:
+                    code = await asyncio.wait_for(code, 5)
+                if code is None:  # a command, as the wire carries it
+                    code = (await via.invoke(addr, RemotingCommand.request(
+                        codes.BATCH_ACK_MESSAGE, {}, _batch_ack_body(self._handle(taken[idx[0]]).broker_name, group,
+                                                                     topic, acks)), 5)).code
             except Exception:  # noqa: BLE001 - each handle is then acked alone, and answered alone
                 return
-            if r.code == codes.SUCCESS:
+            if code == codes.SUCCESS:
                 for i in idx:
                     out[i] = _ACKED
         if len(batches) == 1:  # one broker (the usual case): no task for it
@@ -354,3 +436,37 @@ class ConsumerActivity:
     @staticmethod
     def _handle(text: str):
         return receipt_handle.decode(text)
+
+
+# -- a batch ack's checkpoints: {(retry flag, queue id, checkpoint offset, revive queue, pop time,
+# invisible time): [queue offsets of the handles, as read]} -------------------------------------------
+_MAX_SPAN = 1024  # the most offsets a BatchAck's bitset may name (AckMessageProcessor's check)
+
+
+def _batch_ack_body(broker_name: str, group: str, topic: str, acks: dict) -> bytes:
+    """BATCH_ACK_MESSAGE's body (BatchAckMessageRequestBody's JSON, a BitSet per checkpoint)."""
+    out = []
+    for (retry, q, so, rq, pt, it), offsets in acks.items():
+        bits = 0
+        for o in offsets:
+            bits |= 1 << (o - so)
+        out.append({"c": group, "t": topic, "r": retry, "so": so, "q": q, "rq": rq, "pt": pt, "it": it,
+                    "b": base64.b64encode(bits.to_bytes((bits.bit_length() + 7) // 8, "little")).decode()})
+    return msgspec.json.encode({"brokerName": broker_name, "acks": out})
+
+
+def _result(fut):
+    return fut.result()
+
+
+def _typed_acks(group: str, topic: str, acks: dict) -> list | None:
+    """The same acks as the values AckMessageProcessor.batch_ack_code takes (what it reads from
+    the body), or None when the body would be refused whole (a checkpoint spanning more offsets
+    than a BitSet may carry): then the command goes, and is refused as before."""
+    out = []
+    for (retry, q, so, rq, pt, _), offsets in acks.items():
+        offsets = sorted(set(offsets))
+        if offsets[-1] - so >= _MAX_SPAN:
+            return None
+        out.append((group, ei.real_topic(topic, group, retry), q, so, rq, pt, offsets))
+    return out

@@ -10,16 +10,22 @@ What the two ends see is what the wire gives them: header values as the strings 
 header carries (RemotingCommand.header_bytes' conversion), the records as one bytes body, a
 handler's exception as SYSTEM_ERROR "internal error; see the broker log" (request_handling).
 Only a broker without ACL is reached so: with aclEnable the front's requests are signed and
-checked, which the connection does."""
+checked, which the connection does.
+
+An AckMessage's batch ack goes further (`batch_ack`): its acks are handed to the broker's
+AckMessageProcessor as values, with no command, JSON or base64, whenever the broker would serve
+BATCH_ACK_MESSAGE at once; otherwise the command goes through `invoke` as above."""
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from broker.client.errors import BrokerUnreachable
-from broker.remoting.codes import SYSTEM_ERROR
+from broker.remoting.codes import BATCH_ACK_MESSAGE, SYSTEM_ERROR
 from broker.remoting.command import RemotingCommand
 from broker.remoting.headers import ext_string
+from broker.remoting.refusals import response_code
 
 log = logging.getLogger("proxy")
 
@@ -43,6 +49,7 @@ class LocalBroker:
         self.addr = addr
         self._handler = handler
         self._caller = _Caller(peer)
+        self._ack_target = None  # (controller, pop service, ack processor) for batch_ack, False: none
 
     async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
         request = RemotingCommand(cmd.code, _wire_ext(cmd.ext), cmd.body, opaque=cmd.opaque, flag=cmd.flag)
@@ -67,3 +74,63 @@ class LocalBroker:
         elif isinstance(body, memoryview):
             body = bytes(body)
         return RemotingCommand(res.code, _wire_ext(res.ext), body, res.remark, opaque=res.opaque, flag=res.flag)
+
+    # -- BATCH_ACK_MESSAGE as values (the AckMessage call's batch ack) -------------------------------
+    def batch_ack(self, acks):
+        """The batch ack of `acks` (AckMessageProcessor.batch_ack_code's values: group, real topic,
+        queue id, checkpoint offset, revive queue, pop time, the offsets) handed to the broker's
+        AckMessageProcessor without a RemotingCommand, its JSON or base64: its response code, or a
+        future of it while the revive records wait to be durable (reply_when_durable). The wire's
+        guards are kept: it is taken only while BrokerController.handle would hand the command
+        straight to the pop service's processor (no role switch, no ACL, the code served) and the
+        pop service would serve it at once (the master, its revive log replayed); else None, and
+        the caller invokes the command, whose answer says why (SLAVE_NOT_AVAILABLE, the replay's
+        wait, SYSTEM_BUSY). Timed into rocketmq_rpc_latency as BATCH_ACK_MESSAGE; a refusal raised
+        is its code, as BrokerController.handle maps it; a failure SYSTEM_ERROR, logged."""
+        target = self._ack_target
+        if target is None:
+            target = self._ack_target = _ack_target(self._handler)
+        if target is False:
+            return None
+        controller, pop, processor = target
+        if controller._switching or controller.acl is not None or BATCH_ACK_MESSAGE not in controller.handlers \
+                or not pop._serving or pop.store.is_slave or not pop.ready.is_set():
+            return None
+        latency = controller.rpc_latency
+        t0 = time.perf_counter_ns()
+        try:
+            code = processor.batch_ack_code(acks)
+        except Exception as e:  # noqa: BLE001 - as BrokerController.handle and the connection answer it
+            code = response_code(e)
+            if code is None:
+                log.exception("batch ack (local front) failed for %s from %s", acks[:4], self._caller.peer)
+                return SYSTEM_ERROR
+            log.debug("batch ack (local front) refused: %s", e)
+        if type(code) is int:
+            latency.record(BATCH_ACK_MESSAGE, code, time.perf_counter_ns() - t0)
+            return code
+        code.add_done_callback(lambda f: _ack_timed(latency, f, t0))
+        return code
+
+
+def _ack_target(handler):
+    """(BrokerController, PopService, AckMessageProcessor) of `handler` (BrokerController.handle),
+    or False when it is not one (a test's handler): batch acks then go as commands."""
+    from broker.server.processor.ack_message_processor import AckMessageProcessor
+    controller = getattr(handler, "__self__", None)
+    pop = getattr(controller, "pop", None)
+    if pop is None or not hasattr(controller, "rpc_latency"):
+        return False
+    for p in pop.processors:
+        if isinstance(p, AckMessageProcessor):
+            return controller, pop, p
+    return False
+
+
+def _ack_timed(latency, f, t0: int) -> None:
+    if f.cancelled():
+        latency.record(BATCH_ACK_MESSAGE, None, time.perf_counter_ns() - t0, result="cancelled")
+    elif f.exception() is not None:
+        latency.record(BATCH_ACK_MESSAGE, None, time.perf_counter_ns() - t0, result="process_request_failed")
+    else:
+        latency.record(BATCH_ACK_MESSAGE, f.result(), time.perf_counter_ns() - t0)

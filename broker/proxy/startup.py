@@ -57,6 +57,8 @@ async def serve(config, stop: asyncio.Event, ready=None, *, credentials=None, di
         rpc.add_MessagingServiceServicer_to_server(service, server)
         server.add_fast_unary("/apache.rocketmq.v2.MessagingService/SendMessage", service.send_message_now,
                               raw=True)
+        server.add_fast_unary("/apache.rocketmq.v2.MessagingService/AckMessage", service.ack_message_now,
+                              raw=True)
         addr = f"{config.bindAddress}:{config.grpcServerPort}"
         bound = server.add_insecure_port(addr) if tls_context is None else server.add_secure_port(addr, tls_context)
         if bound == 0:

@@ -760,3 +760,20 @@ CHECKS = {
     "send_request": check_send_request,
     "receive": check_receive,
 }
+
+
+# -- the gRPC front's AckMessage request reader (local mode's batch ack): kernel against twin, and
+# what they take against protobuf's parse, receipt_handle.BatchReader and ack_reply's answer --------
+def check_ack_request(data: bytes) -> None:
+    """data: an AckMessageRequest's bytes."""
+    from broker.kernels import ack_request as KAR
+    from tests.test_ack_request_kernel_vs_twin import _protobuf_path
+    from tests.twins import ack_request_twin as TAR
+    k = _same("read_ack", KAR.read_ack, TAR.read_ack, bytes(data))
+    if k[1] is not None:
+        ref = _protobuf_path(bytes(data))
+        if ref != k[1]:
+            raise Mismatch(f"read_ack took {k[1]!r}, protobuf's path gives {ref!r}")
+
+
+CHECKS["ack_request"] = check_ack_request

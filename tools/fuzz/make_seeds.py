@@ -286,12 +286,29 @@ def send_request_seeds() -> list[bytes]:
             b"\x01" + spb.SendMessageRequest(messages=[plain, full]).SerializeToString(), b"\x03" + one[:-3]]
 
 
+def ack_request_seeds() -> list[bytes]:
+    """AckMessageRequests (check_ack_request): a SimpleConsumer's acks of one receive (taken), of two
+    checkpoints, one with a handle of another shape, one with an entry's lite_topic, one cut short."""
+    from broker.proxy.protocol import definition_pb2 as pb
+    from broker.proxy.protocol import service_pb2 as spb
+
+    def request(handles, **kw) -> bytes:
+        return spb.AckMessageRequest(group=pb.Resource(name="G"), topic=pb.Resource(name="T"), entries=[
+            spb.AckMessageEntry(message_id=f"7F00000100002A9F{i:016X}", receipt_handle=h, **kw)
+            for i, h in enumerate(handles)]).SerializeToString()
+    one = [f"100 1700000000000 30000 3 0 broker-a 2 {100 + i} {9000 + 1024 * i}" for i in range(32)]
+    two = one[:4] + ["7 1700000000001 60000 0 1 broker-a 0 9 77", "7 1700000000001 60000 0 1 broker-a 0 8 78"]
+    return [request(one), request(two), request(one[:3] + ["100 1700000000000 30000 3 0 broker-a 2 101"]),
+            request(one[:2], lite_topic="l"), request(one)[:-5]]
+
+
 def main() -> None:
     for name, make in (("frames", frames_seeds), ("scan", scan_seeds), ("properties", properties_seeds),
                        ("ha", ha_seeds), ("push", push_seeds), ("headers", headers_seeds),
                        ("send", send_seeds), ("replies", replies_seeds), ("sends", sends_seeds), ("pulled", pulled_seeds),
                        ("sql92", sql92_seeds), ("grpc", grpc_seeds), ("send_request", send_request_seeds),
-                       ("receive", receive_seeds)):
+                       ("receive", receive_seeds),
+                       ("ack_request", ack_request_seeds)):
         d = SEEDS / name
         d.mkdir(parents=True, exist_ok=True)
         for data in make():

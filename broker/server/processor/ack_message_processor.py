@@ -8,6 +8,8 @@ BATCH_ACK_MESSAGE's body is BatchAckMessageRequestBody's JSON: {"brokerName", "a
 "t": topic, "r": retry flag, "so": checkpoint offset, "q": queueId, "rq": reviveQid, "pt": popTime,
 "it": invisibleTime, "b": base64 of java.util.BitSet.toByteArray(), bit i acking offset so + i}]}.
 Every ack that names a message in flight is made; the others are named in a NO_MESSAGE answer.
+The local gRPC front hands the same acks over as values (batch_ack_code, through
+broker.proxy.local_broker), and both run ack_batches.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from broker.remoting.headers import AckMessageRequestHeader, decode
 from broker.common import extra_info as ei
 from broker.server.pop.pop_revive_service import NotInFlight
 from broker.server.pop.pop_role import reply_when_durable
+from broker.server.processor.send_processor import STATUS_CODES, STORED_STATUSES, reply_when_put
 from broker.remoting.refusals import BadRequest, Refusal, TopicNotExist
 
 
@@ -83,9 +86,30 @@ class AckMessageProcessor:
         return reply_when_durable(cmd, cmd.response(codes.SUCCESS), self.revive.log.durable_since(mark))
 
     def batch_ack(self, cmd: RemotingCommand, conn):
-        failed = []
         mark = self.revive.log.appended
-        for group, topic, queue_id, ck_offset, rq, pop_time, offsets in _batch_acks(bytes(cmd.body or b"")):
+        failed = self.ack_batches(_batch_acks(bytes(cmd.body or b"")))
+        res = (cmd.response(codes.NO_MESSAGE, remark=f"not acked: {'; '.join(failed)[:2000]}") if failed
+               else cmd.response(codes.SUCCESS))  # (the acks not named in the remark were made)
+        return reply_when_durable(cmd, res, self.revive.log.durable_since(mark))
+
+    def batch_ack_code(self, acks):
+        """BATCH_ACK_MESSAGE handed its acks as values (the local gRPC front's entry,
+        broker.proxy.local_broker): `acks` as `_batch_acks` reads them from the wire's body. The
+        response code batch_ack would answer (SUCCESS, or NO_MESSAGE when any was not acked), or
+        a future of it while the records wait to be durable, as reply_when_durable answers."""
+        mark = self.revive.log.appended
+        code = codes.NO_MESSAGE if self.ack_batches(acks) else codes.SUCCESS
+        put = self.revive.log.durable_since(mark)
+        if put is None:
+            return code
+        return reply_when_put(put, lambda status, why: code if status in STORED_STATUSES
+                              else STATUS_CODES.get(status, codes.SYSTEM_ERROR))
+
+    def ack_batches(self, acks) -> list[str]:
+        """Each BatchAck of `acks` ((group, real topic, queueId, checkpoint offset, reviveQid,
+        popTime, [offsets ascending, distinct])) made; what was not acked, each named with why."""
+        failed = []
+        for group, topic, queue_id, ck_offset, rq, pop_time, offsets in acks:
             found: dict[int, tuple] = {}  # id(checkpoint) -> (checkpoint, its indexes acked here)
             # checked_handle's checks, in its order, made once for what the offsets share: the
             # topic and queue, then (after each offset's range) the handle's other fields
@@ -94,12 +118,7 @@ class AckMessageProcessor:
             except Refusal as e:
                 failed.extend(f"{topic}@{queue_id}:{offset} ({e})" for offset in offsets)
                 continue
-            try:
-                info = ei.parse(ei.SEP.join(map(str, (ck_offset, pop_time, 0, rq, ei.retry_flag(topic), "", queue_id,
-                                                      0))))
-                bad = None
-            except Refusal as e:
-                info, bad = None, e
+            info, bad = _head(group, topic, queue_id, ck_offset, rq, pop_time)
             if bad is None and not info.is_order and self._ack_checkpoint(group, topic, queue_id, ck_offset, rq,
                                                                           pop_time, offsets, lo, hi, failed):
                 continue
@@ -117,9 +136,7 @@ class AckMessageProcessor:
                     failed.append(f"{topic}@{queue_id}:{offset} ({e})")
             for ck, indexes in found.values():  # one revive-log record per checkpoint (BatchAckMsg)
                 self.revive.ack_many(ck, indexes)
-        res = (cmd.response(codes.NO_MESSAGE, remark=f"not acked: {'; '.join(failed)[:2000]}") if failed
-               else cmd.response(codes.SUCCESS))  # (the acks not named in the remark were made)
-        return reply_when_durable(cmd, res, self.revive.log.durable_since(mark))
+        return failed
 
     def _ack_checkpoint(self, group: str, topic: str, queue_id: int, ck_offset: int, rq: int, pop_time: int,
                         offsets: list[int], lo: int, hi: int, failed: list) -> bool:
@@ -134,6 +151,12 @@ class AckMessageProcessor:
             ck = self.revive.checkpoint(group, topic, queue_id, ck_offset, pop_time, rq)
         except Refusal:
             return False
+        so, diffs = ck.start_offset, ck.diffs
+        n = len(diffs) if diffs else ck.num
+        if so <= offsets[0] and offsets[-1] < so + n and (not diffs or n < len(_RANGES) and diffs == _RANGES[n]):
+            # what a pop without a filter leaves: consecutive offsets from so (index_of is o - so)
+            self.revive.ack_many(ck, [o - so for o in offsets])
+            return True
         popped = ck.offsets()
         index = {o: i for i, o in enumerate(popped)}
         if len(index) != len(popped):
@@ -167,6 +190,22 @@ class AckMessageProcessor:
         info_now = self.order_info.get(h.topic, h.consumerGroup, h.queueId)
         if info_now is not None and info_now.all_acked():
             self.holds.notify(h.topic, h.queueId, -1)  # the queue opens: a held orderly pop looks again
+
+
+def _head(group: str, topic: str, queue_id: int, ck_offset: int, rq: int, pop_time: int):
+    """(the ExtraInfo a BatchAck's fields make, None), or (None, the refusal ei.parse gives them):
+    built at once when every field is in parse's range, else parsed for the error naming it."""
+    if 0 <= ck_offset <= _I64 and 0 <= pop_time <= _I64 and 0 <= rq <= 1 << 31 and 0 <= queue_id <= 1 << 31:
+        return ei.ExtraInfo(ck_offset, pop_time, 0, rq, ei.retry_flag(topic), "", queue_id, 0), None
+    try:
+        return ei.parse(ei.SEP.join(map(str, (ck_offset, pop_time, 0, rq, ei.retry_flag(topic), "", queue_id, 0)))), \
+            None
+    except Refusal as e:
+        return None, e
+
+
+_I64 = (1 << 63) - 1
+_RANGES = [list(range(n)) for n in range(257)]  # a checkpoint's diffs when it popped consecutive offsets
 
 
 class _OrderAck:

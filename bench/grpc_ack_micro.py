@@ -1,0 +1,114 @@
+"""The local front's AckMessage in process, without the endpoint: a BrokerController (ASYNC_FLUSH
+master) with N 1 KiB messages in one queue, a ConsumerActivity with its LocalBroker popping 32 at a
+time and acking each pop's handles in one AckMessage; the process CPU around the acks only.
+
+    python -m bench.grpc_ack_micro [--messages 16000] [--mode now|call]
+
+`now`: ConsumerActivity.ack_now on the request's bytes (the fast unary local mode serves);
+`call`: ack_message on the request parsed by protobuf (the servicer's path; a tree without
+ack_now has only this one). Run it from each tree (PYTHONPATH=TREE) alternately to compare."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import tempfile
+import time
+
+from bench.processes import free_port
+from broker.client import pop as _pop
+from broker.proxy.config import ProxyConfig
+from broker.proxy.consumer_activity import ConsumerActivity
+from broker.proxy.local_broker import LocalBroker
+from broker.proxy.protocol import definition_pb2 as pb
+from broker.proxy.protocol import service_pb2 as spb
+from broker.remoting import codes
+from broker.remoting.command import RemotingCommand
+from broker.remoting.connection import connect
+from broker.server.broker_config import BrokerConfig
+from broker.server.broker_controller import BrokerController
+from broker.store.config import MessageStoreConfig
+
+TOPIC, GROUP = "AckMicro", "AckMicroG"
+
+
+class _Route:
+    def __init__(self, addr: str):
+        self.addr = addr
+
+    def master_addr(self, name: str):
+        return self.addr
+
+
+class _Client:
+    """The front's client as the ack asks it: a cached route to this broker."""
+
+    def __init__(self, local: LocalBroker):
+        route = _Route(local.addr)
+        self.invoke = local.invoke
+
+        class Routes:
+            @staticmethod
+            def peek(topic):
+                return route
+
+            @staticmethod
+            async def get(topic, refresh=False):
+                return route
+        self.routes = Routes()
+
+
+async def run(messages: int, mode: str) -> None:
+    root = tempfile.mkdtemp(prefix="grpc-ack-micro-")
+    c = BrokerController(BrokerConfig(), MessageStoreConfig(
+        storePathRootDir=root + "/store", listenPort=free_port(), brokerIP1="127.0.0.1",
+        mappedFileSizeCommitLog=64 << 20), host="127.0.0.1")
+    await c.start()
+    try:
+        conn = await connect("127.0.0.1", c.server.port)
+        body = b"x" * 1024
+        await asyncio.gather(*(conn.request(RemotingCommand.request(codes.SEND_MESSAGE_V2, {
+            "a": "pg", "b": TOPIC, "c": "TBW102", "d": 1, "e": 0, "f": 0, "g": int(time.time() * 1000), "h": 0,
+            "i": f"UNIQ_KEY\x01k{i}\x02", "j": 0, "k": False}, body), 30) for i in range(messages)))
+        conn.close()
+        await c.store.wait_dispatched(c.store.commit_log.wrote, 30)
+        addr = f"127.0.0.1:{c.server.port}"
+        local = LocalBroker(addr, c.handle, "127.0.0.1:1")
+        act = ConsumerActivity(_Client(local), ProxyConfig())
+        act.local = local
+        cpu = 0.0
+        calls = acked = 0
+        while True:
+            r = await _pop.pop(local, addr, "broker-a", GROUP, TOPIC, 60_000, 32)
+            if not r.messages:
+                break
+            payload = spb.AckMessageRequest(group=pb.Resource(name=GROUP), topic=pb.Resource(name=TOPIC), entries=[
+                spb.AckMessageEntry(message_id=m.msg_id, receipt_handle=f"{_pop.handle_of(m)} {m.commit_log_offset}")
+                for m in r.messages]).SerializeToString()
+            t0 = time.process_time()
+            if mode == "now":
+                fut, respond = act.ack_now(payload, None)
+                if not fut.done():
+                    await fut
+                res = respond(fut)
+            else:
+                res = await act.ack_message(spb.AckMessageRequest.FromString(payload), None)
+            cpu += time.process_time() - t0
+            if type(res) is not bytes:
+                raise SystemExit(f"not every entry acked: {res}")
+            calls += 1
+            acked += len(r.messages)
+        act.renewals.close()
+        print(f"{mode}: {calls} AckMessage calls, {acked} messages: {1e6 * cpu / calls:.1f} CPU-us a call, "
+              f"{1e6 * cpu / acked:.2f} CPU-us a message", flush=True)
+    finally:
+        await c.close()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--messages", type=int, default=16000)
+    p.add_argument("--mode", choices=["now", "call"], default="now")
+    a = p.parse_args()
+    asyncio.run(run(a.messages, a.mode))

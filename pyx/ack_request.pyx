@@ -1,0 +1,296 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""AckMessage's request (apache.rocketmq.v2.AckMessageRequest) read from its protobuf bytes for
+the local front's batch ack (broker.proxy.consumer_activity.ConsumerActivity.ack_now): the group
+and topic names, the entries' receipt handles grouped by the checkpoint they name, and the answer
+protobuf would serialize if every entry is acked, all in one pass, without a protobuf object, a
+Python string per handle or a dict per checkpoint.
+
+It takes what a SimpleConsumer acking what it received sends: two or more entries, each a
+message id and a receipt handle this front gave (9 fields: "ckOffset popTime invisibleTime
+reviveQid retryFlag brokerName queueId queueOffset commitLogOffset", every number plain ASCII
+digits within what broker.common.extra_info.parse takes, the retry flag 0, 1 or 2, the broker name
+printable ASCII), each handle's queue offset at or past its checkpoint's. Anything else is declined
+(None), and the protobuf path reads the request and answers it as before: a field repeated where
+protobuf would merge, a field it does not read (an entry's lite_topic, an unknown one), a wrong
+wire type, a string that is not UTF-8, a handle of another shape. What is taken is what protobuf
+and receipt_handle.BatchReader would read. tests/twins/ack_request_twin.py is its pure-Python
+twin; tests/test_ack_request_kernel_vs_twin.py holds both equal to each other and to that path."""
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.unicode cimport PyUnicode_DecodeUTF8, PyUnicode_DecodeASCII
+from libc.string cimport memcpy, memcmp
+from libc.stdint cimport int64_t, uint8_t, uint64_t
+
+from utf8 cimport valid_utf8
+
+cdef enum:
+    BAD = -1
+    MAX_GROUPS = 64  # distinct checkpoints in one request (more: declined)
+
+cdef uint64_t I64 = (<uint64_t>1 << 63) - 1
+cdef uint64_t I31 = <uint64_t>1 << 31
+# Status{code: OK (20000), message: "OK"}, as broker.proxy.status.status() serializes
+cdef bytes _STATUS_OK = b"\x08\xa0\x9c\x01\x12\x02OK"
+
+
+cdef inline Py_ssize_t _varint(const uint8_t *p, Py_ssize_t pos, Py_ssize_t end, uint64_t *out) noexcept nogil:
+    """The varint at p[pos]: the position after it, or BAD (truncated, or over 64 bits)."""
+    cdef uint64_t v = 0
+    cdef int shift = 0
+    cdef uint8_t b
+    while pos < end:
+        b = p[pos]
+        pos += 1
+        if shift == 63 and b > 1:
+            return BAD
+        v |= (<uint64_t>(b & 0x7F)) << shift
+        if b < 0x80:
+            out[0] = v
+            return pos
+        shift += 7
+        if shift > 63:
+            return BAD
+    return BAD
+
+
+cdef inline Py_ssize_t _field(const uint8_t *p, Py_ssize_t pos, Py_ssize_t end, uint64_t *number,
+                              Py_ssize_t *vend) noexcept nogil:
+    """A length-delimited field at p[pos]: its number in `number`, its value's start returned and
+    its end in `vend`; BAD for any other wire type, a field number 0 or a length past `end`."""
+    cdef uint64_t tag, n
+    pos = _varint(p, pos, end, &tag)
+    if pos == BAD or tag & 7 != 2 or tag >> 3 == 0:
+        return BAD
+    number[0] = tag >> 3
+    pos = _varint(p, pos, end, &n)
+    if pos == BAD or n > <uint64_t>(end - pos):
+        return BAD
+    vend[0] = pos + <Py_ssize_t>n
+    return pos
+
+
+cdef inline Py_ssize_t _name(const uint8_t *p, Py_ssize_t pos, Py_ssize_t end, Py_ssize_t *ne) noexcept nogil:
+    """A Resource's name (field 2; its resource_namespace, field 1, checked as UTF-8 and skipped):
+    its start (end in `ne`; an absent name is empty), or BAD."""
+    cdef uint64_t number
+    cdef Py_ssize_t s, e, ns = -1
+    ne[0] = pos
+    while pos < end:
+        s = _field(p, pos, end, &number, &e)
+        if s == BAD or number > 2 or not valid_utf8(p + s, e - s):
+            return BAD
+        if number == 2:
+            if ns != -1:
+                return BAD
+            ns = s
+            ne[0] = e
+        pos = e
+    return ns if ns != -1 else ne[0]
+
+
+cdef inline Py_ssize_t _number(const uint8_t *p, Py_ssize_t pos, Py_ssize_t end, uint64_t limit,
+                               uint64_t *out) noexcept nogil:
+    """ASCII digits (1 to 19) up to a space or `end`, at most `limit`: the position of what follows
+    them, or BAD."""
+    cdef uint64_t v = 0
+    cdef Py_ssize_t s = pos
+    while pos < end and p[pos] != 0x20:
+        if p[pos] < 0x30 or p[pos] > 0x39 or pos - s >= 19:
+            return BAD
+        v = v * 10 + (p[pos] - 0x30)
+        pos += 1
+    if pos == s or v > limit:
+        return BAD
+    out[0] = v
+    return pos
+
+
+cdef inline Py_ssize_t _space(const uint8_t *p, Py_ssize_t pos, Py_ssize_t end) noexcept nogil:
+    return pos + 1 if pos < end and p[pos] == 0x20 else BAD
+
+
+cdef struct Handle:
+    uint64_t ck, pt, it, rq, qid, qo
+    uint8_t retry
+    Py_ssize_t head_end  # the 7 fields shared by a checkpoint's handles: [start, head_end)
+    Py_ssize_t bs, be  # the broker name
+
+
+cdef bint _handle(const uint8_t *p, Py_ssize_t pos, Py_ssize_t end, Handle *h) noexcept nogil:
+    """A 9-field receipt handle of this front's shape in p[pos:end] (see the module)."""
+    cdef uint64_t clo
+    pos = _number(p, pos, end, I64, &h.ck)
+    if pos == BAD: return False
+    pos = _space(p, pos, end)
+    if pos == BAD: return False
+    pos = _number(p, pos, end, I64, &h.pt)
+    if pos == BAD: return False
+    pos = _space(p, pos, end)
+    if pos == BAD: return False
+    pos = _number(p, pos, end, I64, &h.it)
+    if pos == BAD: return False
+    pos = _space(p, pos, end)
+    if pos == BAD: return False
+    pos = _number(p, pos, end, I31, &h.rq)
+    if pos == BAD: return False
+    pos = _space(p, pos, end)
+    if pos == BAD: return False
+    if pos >= end or p[pos] < 0x30 or p[pos] > 0x32:
+        return False
+    h.retry = p[pos]
+    pos = _space(p, pos + 1, end)
+    if pos == BAD: return False
+    h.bs = pos
+    while pos < end and 0x21 <= p[pos] <= 0x7E:
+        pos += 1
+    h.be = pos
+    if h.be == h.bs: return False
+    pos = _space(p, pos, end)
+    if pos == BAD: return False
+    pos = _number(p, pos, end, I31, &h.qid)
+    if pos == BAD: return False
+    h.head_end = pos
+    pos = _space(p, pos, end)
+    if pos == BAD: return False
+    pos = _number(p, pos, end, I64, &h.qo)
+    if pos == BAD: return False
+    pos = _space(p, pos, end)
+    if pos == BAD: return False
+    pos = _number(p, pos, end, I64, &clo)
+    return pos == end and h.qo >= h.ck
+
+
+cdef inline Py_ssize_t _varint_len(uint64_t v) noexcept nogil:
+    cdef Py_ssize_t n = 1
+    while v >= 0x80:
+        v >>= 7
+        n += 1
+    return n
+
+
+cdef inline Py_ssize_t _put_varint(uint8_t *o, Py_ssize_t pos, uint64_t v) noexcept nogil:
+    while v >= 0x80:
+        o[pos] = <uint8_t>(v & 0x7F) | 0x80
+        v >>= 7
+        pos += 1
+    o[pos] = <uint8_t>v
+    return pos + 1
+
+
+cdef inline Py_ssize_t _put(uint8_t *o, Py_ssize_t pos, uint8_t tag, const uint8_t *s, Py_ssize_t n) noexcept nogil:
+    o[pos] = tag
+    pos = _put_varint(o, pos + 1, <uint64_t>n)
+    memcpy(o + pos, s, n)
+    return pos + n
+
+
+def read_ack(bytes payload):
+    """(group name, topic name, checkpoints, answer) of an AckMessageRequest of the shape the
+    module describes; None for anything else. `checkpoints`: per distinct head of handles (their
+    first 7 fields' text), in the order first met, (ckOffset, popTime, invisibleTime, reviveQid,
+    retry flag, broker name, queueId, [each of its entries' queue offsets, in request order]).
+    `answer`: the bytes protobuf serializes for AckMessageResponse{status: OK, entries:
+    [{message_id, receipt_handle, status: OK}, ...]} of these entries (broker.proxy.ack_reply)."""
+    cdef Py_ssize_t n = len(payload)
+    cdef const uint8_t *p = <const uint8_t *><const char *>payload
+    cdef Py_ssize_t pos = 0, s, e, gs = -1, ge = -1, ts = -1, te = -1, gns = 0, gne = 0, tns = 0, tne = 0
+    cdef Py_ssize_t es, ee, ms, me = 0, hs, he = 0, k, ng = 0, entries = 0, size, entry, slen = len(_STATUS_OK)
+    cdef uint64_t number
+    cdef Handle h
+    cdef Py_ssize_t heads[MAX_GROUPS]
+    cdef Py_ssize_t head_lens[MAX_GROUPS]
+    cdef list groups = [], offsets
+    cdef bytes out
+    cdef uint8_t *o
+    cdef const uint8_t *st = <const uint8_t *><const char *>_STATUS_OK
+    # the request: group (1) and topic (2) once each, entries (3)
+    size = 2 + slen
+    while pos < n:
+        s = _field(p, pos, n, &number, &e)
+        if s == BAD:
+            return None
+        if number == 1:
+            if gs != -1:
+                return None
+            gs, ge = s, e
+        elif number == 2:
+            if ts != -1:
+                return None
+            ts, te = s, e
+        elif number == 3:
+            # an entry: message_id (1) and receipt_handle (2), once each
+            ms = hs = -1
+            es = s
+            while es < e:
+                k = _field(p, es, e, &number, &ee)
+                if k == BAD or number > 2:
+                    return None
+                if number == 1:
+                    if ms != -1 or not valid_utf8(p + k, ee - k):
+                        return None
+                    ms, me = k, ee
+                else:
+                    if hs != -1:
+                        return None
+                    hs, he = k, ee
+                es = ee
+            if hs == -1 or not _handle(p, hs, he, &h):
+                return None
+            if ms == -1:
+                ms = me = hs
+            for k in range(ng):
+                if head_lens[k] == h.head_end - hs and memcmp(p + heads[k], p + hs, head_lens[k]) == 0:
+                    break
+            else:
+                if ng == MAX_GROUPS:
+                    return None
+                heads[ng], head_lens[ng] = hs, h.head_end - hs
+                k = ng
+                ng += 1
+                groups.append((h.ck, h.pt, h.it, h.rq, chr(h.retry), PyUnicode_DecodeASCII(
+                    <const char *>p + h.bs, h.be - h.bs, NULL), h.qid, []))
+            (<list>(<tuple>groups[k])[7]).append(h.qo)
+            entry = 2 + slen + 1 + _varint_len(he - hs) + (he - hs)
+            if me > ms:
+                entry += 1 + _varint_len(me - ms) + (me - ms)
+            size += 1 + _varint_len(entry) + entry
+            entries += 1
+        else:
+            return None
+        pos = e
+    if entries < 2:
+        return None
+    if gs != -1:
+        gns = _name(p, gs, ge, &gne)
+    if ts != -1:
+        tns = _name(p, ts, te, &tne)
+    if gns == BAD or tns == BAD:
+        return None
+    # the answer, entry by entry again (their bounds known good now)
+    out = PyBytes_FromStringAndSize(NULL, size)
+    o = <uint8_t *>PyBytes_AS_STRING(out)
+    k = _put(o, 0, 0x0A, st, slen)
+    pos = 0
+    while pos < n:
+        s = _field(p, pos, n, &number, &e)
+        if number == 3:
+            ms = hs = -1
+            es = s
+            while es < e:
+                s = _field(p, es, e, &number, &ee)
+                if number == 1:
+                    ms, me = s, ee
+                else:
+                    hs, he = s, ee
+                es = ee
+            entry = 2 + slen + 1 + _varint_len(he - hs) + (he - hs)
+            if ms != -1 and me > ms:
+                entry += 1 + _varint_len(me - ms) + (me - ms)
+            o[k] = 0x12
+            k = _put_varint(o, k + 1, <uint64_t>entry)
+            if ms != -1 and me > ms:
+                k = _put(o, k, 0x0A, p + ms, me - ms)
+            k = _put(o, k, 0x12, p + hs, he - hs)
+            k = _put(o, k, 0x1A, st, slen)
+        pos = e
+    return (PyUnicode_DecodeUTF8(<const char *>p + gns, gne - gns, NULL),
+            PyUnicode_DecodeUTF8(<const char *>p + tns, tne - tns, NULL), groups, out)
