@@ -159,7 +159,7 @@ class _Popped:
         self.store_host = f"{socket.inet_ntoa(store[:4])}:{int.from_bytes(store[4:], 'big')}"
         self.queue_id, self.queue_offset = rec["queue_id"], rec["queue_offset"]
         self.reconsume_times = rec["reconsume_times"]
-        self.topic = rec["topic"].decode()
+        self.topic = rec["topic"].decode("utf-8", "replace")
 
 
 def _declined_number(value: str | None) -> bool:
@@ -182,10 +182,11 @@ def encode_popped(body, topic: str, starts: dict, middle: str, broker_name: str,
             return None
         if rec["sys_flag"] & 0x31:
             return None
-        try:
-            pairs = [(k.decode(), v.decode()) for k, v in P._pairs(rec["props"])]
+        try:  # the whole properties string UTF-8 (a piece the dict drops included)
+            rec["props"].decode()
         except UnicodeDecodeError:
             return None
+        pairs = [(k.decode(), v.decode()) for k, v in P._pairs(rec["props"])]
         user = [k for k, _ in pairs if k not in system]
         props = dict(pairs)
         if len(user) != len(set(user)) or len(user) > 64 or "POP_CK" in props or "UNIQ_KEY" not in props:
