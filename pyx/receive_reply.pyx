@@ -358,7 +358,7 @@ def encode_ack_ok(list message_ids, list handles) -> bytes:
 # encode_popped) it declines with None, and the front reads the records as before.
 
 from cpython.unicode cimport PyUnicode_DecodeUTF8, PyUnicode_FromFormat
-from libc.string cimport memcmp
+from libc.string cimport memcmp, memcpy
 
 from broker.kernels.pulled cimport RecordSpan, walk_record
 from bytesex cimport get_be32
@@ -619,6 +619,24 @@ cdef int _popped_message(WriteBuffer out, const uint8_t *p, RecordSpan *r, _Prop
     return 0
 
 
+cdef inline Py_ssize_t _decimal(uint8_t *out, int64_t v) noexcept:
+    """v in decimal at out ('-' first when negative; at most 20 bytes): how many bytes."""
+    cdef uint8_t tmp[20]
+    cdef int i = 20, k = 0
+    cdef uint64_t m = (<uint64_t>0 - <uint64_t>v) if v < 0 else <uint64_t>v
+    while True:
+        i -= 1
+        tmp[i] = <uint8_t>(48 + m % 10)
+        m //= 10
+        if m == 0:
+            break
+    if v < 0:
+        out[0] = 45
+        k = 1
+    memcpy(out + k, tmp + i, 20 - i)
+    return k + 20 - i
+
+
 cdef inline uint8_t _retry_flag(const uint8_t *t, Py_ssize_t n) noexcept:
     """extra_info.retry_flag of a topic's bytes: '1' (%RETRY%...), '2' (one with a '+'), '0'."""
     cdef Py_ssize_t i
@@ -664,6 +682,7 @@ def encode_popped(body, str topic, dict starts, str middle, str broker_name, int
     cdef int32_t seen_qid[MAX_QUEUES]
     cdef int64_t seen_start[MAX_QUEUES]
     cdef int n_seen = 0, q
+    cdef Py_ssize_t prefix_max
     if topic_len == 0:
         return None
     _load_system(system)
@@ -673,6 +692,8 @@ def encode_popped(body, str topic, dict starts, str middle, str broker_name, int
         n = view.len
         if n == 0:
             return None
+        out.ensure(n + n // 2 + 4096)  # the records' bodies and ~300 bytes of fields each: no regrowth
+        prefix_max = 22 + mid_len + broker_len
         out.write(<const uint8_t *><const char *>_STATUS_OK_FRAME, len(_STATUS_OK_FRAME))
         while pos < n:
             try:
@@ -699,19 +720,22 @@ def encode_popped(body, str topic, dict starts, str middle, str broker_name, int
                         n_seen += 1
                 last_flag, last_qid = flag, r.queue_id
             handle.clear()
-            handle.write_ascii_int(start)
-            handle.write_byte(32)
-            handle.write(<const uint8_t *>mp, mid_len)
-            handle.write_byte(32)
-            handle.write_byte(flag)
-            handle.write_byte(32)
-            handle.write(<const uint8_t *>bp, broker_len)
-            handle.write_byte(32)
-            handle.write_ascii_int(r.queue_id)
-            handle.write_byte(32)
-            handle.write_ascii_int(r.queue_offset)
-            handle.write_byte(32)
-            handle.write_ascii_int(r.phys_offset)
+            handle.ensure(prefix_max + 80)  # written in place: start, queue id, offsets in decimal, spaces
+            handle._len = _decimal(handle._buf, start)
+            handle._buf[handle._len] = 32
+            memcpy(handle._buf + handle._len + 1, mp, mid_len)
+            handle._len += 1 + mid_len
+            handle._buf[handle._len] = 32
+            handle._buf[handle._len + 1] = flag
+            handle._buf[handle._len + 2] = 32
+            memcpy(handle._buf + handle._len + 3, bp, broker_len)
+            handle._len += 3 + broker_len
+            handle._buf[handle._len] = 32
+            handle._len += 1 + _decimal(handle._buf + handle._len + 1, r.queue_id)
+            handle._buf[handle._len] = 32
+            handle._len += 1 + _decimal(handle._buf + handle._len + 1, r.queue_offset)
+            handle._buf[handle._len] = 32
+            handle._len += 1 + _decimal(handle._buf + handle._len + 1, r.phys_offset)
             at = out._len
             out.write_byte(0)
             out.write_be32(0)
