@@ -232,3 +232,21 @@ def test_receive_message_answers_a_declined_pop_as_before(monkeypatch):
     assert renewed == ["4 1 60000 0 0 broker-a 0 4 904", "4 1 60000 0 0 broker-a 0 5 905"]
     msgs = [spb.ReceiveMessageResponse.FromString(f) for f in _frames(pieces[0])]
     assert [m.message.body for m in msgs[1:3]] == [b"hello", b"hello"]  # the compressed one inflated
+
+
+@settings(database=None, deadline=None, max_examples=500)
+@given(st.one_of(st.text(max_size=8), st.text(alphabet="ab%|-_9\u00e9\u0663\n", min_size=250, max_size=260)))
+def test_a_group_name_is_checked_character_by_character(name):
+    """_group's one regex keeps the rule it replaced: 1 to 255 characters, each an ASCII letter or
+    digit or one of '%', '|', '-', '_' (ILLEGAL_CONSUMER_GROUP otherwise)."""
+    import pytest
+
+    from broker.proxy.consumer_activity import _group
+    from broker.proxy.protocol import definition_pb2 as pb
+    from broker.proxy.status import ProxyError
+    ok = 0 < len(name) <= 255 and all(c.isascii() and (c.isalnum() or c in "%|-_") for c in name)
+    if ok:
+        assert _group(pb.Resource(name=name)) == name
+    else:
+        with pytest.raises(ProxyError):
+            _group(pb.Resource(name=name))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import re
 import time
 
 import msgspec
@@ -77,9 +78,14 @@ def _filter(expr: pb.FilterExpression) -> tuple[str, str]:
     raise ProxyError(Code.ILLEGAL_FILTER_EXPRESSION, f"Expression can't be null! {exp_type}")
 
 
+# a group name's characters: ASCII letters and digits, '%', '|', '-' and '_' (one regex match per
+# call, where a generator over its characters cost ~5 us a receive and an ack)
+_GROUP_NAME = re.compile(r"[A-Za-z0-9%|_-]{1,255}")
+
+
 def _group(resource: pb.Resource) -> str:
     name = resource.name
-    if not name or len(name) > 255 or not all(c.isascii() and (c.isalnum() or c in "%|-_") for c in name):
+    if _GROUP_NAME.fullmatch(name) is None:
         raise ProxyError(Code.ILLEGAL_CONSUMER_GROUP, f"consumer group {name!r} is empty, too long or holds characters "
                                                       f"other than letters, digits, '%', '|', '-' and '_'")
     return name
