@@ -20,8 +20,14 @@ from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
+
 from broker.kernels.pulled cimport MessageExt
 from broker.kernels.wbuf cimport WriteBuffer
+
+# MD5 of up to eight bodies at once in AVX2 lanes (0: no AVX2 here, nothing written)
+cdef extern from "md5_mb.h" nogil:
+    int md5_many(const uint8_t *const *ptrs, const size_t *lens, size_t n, uint8_t *out)
 
 cdef extern from "Python.h":
     int PyObject_GetBuffer(object obj, Py_buffer *view, int flags) except -1
@@ -73,6 +79,13 @@ cdef int _md5_hex(const uint8_t *p, Py_ssize_t n, char *out) except -1:
         out[2 * i] = _HEX[d[i] >> 4]
         out[2 * i + 1] = _HEX[d[i] & 15]
     return 0
+
+
+cdef inline void _hex16(const uint8_t *d, char *out) noexcept:
+    cdef int i
+    for i in range(16):
+        out[2 * i] = _HEX[d[i] >> 4]
+        out[2 * i + 1] = _HEX[d[i] & 15]
 
 
 cdef inline int _varint(WriteBuffer b, uint64_t v) except -1:
@@ -178,8 +191,9 @@ cdef inline bint _digits(object s):
 
 
 cdef int _message(WriteBuffer out, object m, str topic, str handle, int64_t invisible_ms, object system,
-                  WriteBuffer sp, WriteBuffer up, WriteBuffer tmp) except -1:
-    """One ReceiveMessageResponse{message} appended to `out` (sp, up, tmp: scratch buffers)."""
+                  WriteBuffer sp, WriteBuffer up, WriteBuffer tmp, const uint8_t *md5=NULL) except -1:
+    """One ReceiveMessageResponse{message} appended to `out` (sp, up, tmp: scratch buffers; `md5`:
+    the body's digest made already, or NULL)."""
     cdef dict props = m.properties
     cdef Py_buffer body
     cdef Py_ssize_t msg_len
@@ -207,7 +221,10 @@ cdef int _message(WriteBuffer out, object m, str topic, str handle, int64_t invi
     body_obj = m.body_view
     PyObject_GetBuffer(body_obj, &body, PyBUF_SIMPLE)
     try:
-        _md5_hex(<const uint8_t *>body.buf, body.len, digest)
+        if md5 != NULL:
+            _hex16(md5, digest)
+        else:
+            _md5_hex(<const uint8_t *>body.buf, body.len, digest)
         _tag(sp, 4, 2)  # Digest{type = 1: MD5, checksum = 2: 32 hex characters}: 2 + 34 bytes
         _varint(sp, 36)
         _int(sp, 1, MD5)
@@ -304,17 +321,46 @@ def encode_message(m, str topic, str handle, int64_t invisible_ms, system) -> by
 
 def encode_messages(list msgs, str topic, list handles, int64_t invisible_ms, system) -> bytes:
     """Each message's ReceiveMessageResponse as a gRPC message (flag 0, 4-byte big-endian length,
-    the bytes), back to back: what one stream's DATA carries for them."""
+    the bytes), back to back: what one stream's DATA carries for them. The bodies' MD5s are made
+    first, eight at a time (md5_many)."""
     cdef WriteBuffer out = WriteBuffer(), sp = WriteBuffer(), up = WriteBuffer(), tmp = WriteBuffer()
-    cdef Py_ssize_t i, at
-    if len(handles) != len(msgs):
-        raise ValueError(f"{len(msgs)} messages but {len(handles)} receipt handles")
-    for i in range(len(msgs)):
-        at = out._len
-        out.write_byte(0)
-        out.write_be32(0)
-        _message(out, msgs[i], topic, handles[i], invisible_ms, system, sp, up, tmp)
-        out.patch_be32(at + 1, <uint32_t>(out._len - at - 5))
+    cdef Py_ssize_t i, at, n = len(msgs), held = 0
+    cdef Py_buffer *bodies
+    cdef const uint8_t **ptrs
+    cdef size_t *lens
+    cdef uint8_t *digests
+    cdef int have = 0
+    if len(handles) != n:
+        raise ValueError(f"{n} messages but {len(handles)} receipt handles")
+    if n == 0:
+        return b""
+    bodies = <Py_buffer *>PyMem_Malloc(n * sizeof(Py_buffer))
+    ptrs = <const uint8_t **>PyMem_Malloc(n * sizeof(const uint8_t *))
+    lens = <size_t *>PyMem_Malloc(n * sizeof(size_t))
+    digests = <uint8_t *>PyMem_Malloc(n * 16)
+    try:
+        if bodies == NULL or ptrs == NULL or lens == NULL or digests == NULL:
+            raise MemoryError()
+        for i in range(n):
+            PyObject_GetBuffer(msgs[i].body_view, &bodies[i], PyBUF_SIMPLE)
+            held += 1
+            ptrs[i] = <const uint8_t *>bodies[i].buf
+            lens[i] = <size_t>bodies[i].len
+        have = md5_many(ptrs, lens, <size_t>n, digests)
+        for i in range(n):
+            at = out._len
+            out.write_byte(0)
+            out.write_be32(0)
+            _message(out, msgs[i], topic, handles[i], invisible_ms, system, sp, up, tmp,
+                     digests + 16 * i if have else NULL)
+            out.patch_be32(at + 1, <uint32_t>(out._len - at - 5))
+    finally:
+        for i in range(held):
+            PyBuffer_Release(&bodies[i])
+        PyMem_Free(bodies)
+        PyMem_Free(ptrs)
+        PyMem_Free(lens)
+        PyMem_Free(digests)
     return out.getvalue()
 
 
@@ -350,3 +396,447 @@ def encode_ack_ok(list message_ids, list handles) -> bytes:
             _bytes(out, 2, <const uint8_t *>hp, hlen)
         _bytes(out, 3, <const uint8_t *><const char *>_STATUS_OK, slen)
     return out.getvalue()
+
+
+# -- a whole receive's answer from the POP_MESSAGE body (encode_popped) -----------------------------
+# The front's usual receive (not orderly) written from the popped records themselves: no MessageExt,
+# properties dict, POP_CK string or handle f-string per message. What it does not take (see
+# encode_popped) it declines with None, and the front reads the records as before.
+
+from cpython.unicode cimport PyUnicode_DecodeUTF8, PyUnicode_FromFormat
+from libc.string cimport memcmp, memcpy
+
+from broker.kernels.pulled cimport RecordSpan, walk_record
+from bytesex cimport get_be32
+from utf8 cimport valid_utf8
+
+cdef enum:
+    MAX_PAIRS = 64              # a record with more property pairs is declined
+    MAX_QUEUES = 32             # the queues whose start offsets encode_popped keeps at hand
+    SYSFLAG_DECLINED = 0x31     # compressed body (0x1), an IPv6 born (0x10) or store (0x20) host
+    # the properties the answer reads (their slot in _Props.at)
+    P_TAGS = 0
+    P_KEYS = 1
+    P_UNIQ_KEY = 2
+    P_SHARDINGKEY = 3
+    P_TRAN_MSG = 4
+    P_TIMER_DELIVER_MS = 5
+    P_BORN_TIMESTAMP = 6
+    P_BORNHOST = 7
+    P_TRACE_CONTEXT = 8
+    P_POP_CK = 9
+    N_READ = 10
+
+cdef struct _Pair:
+    Py_ssize_t key, klen, value, vlen
+
+cdef struct _Props:
+    _Pair user[MAX_PAIRS]       # the pairs whose key is not a system property, in stored order
+    int n_user
+    Py_ssize_t at[N_READ]       # the last kept pair's value of each property read (-1: none)
+    Py_ssize_t len[N_READ]
+
+# the system property names by length (the `system` set given last; a set of str)
+cdef object _system_given = None
+cdef list _system_by_len = None
+
+
+cdef int _load_system(object system) except -1:
+    global _system_given, _system_by_len
+    cdef list by_len
+    if system is _system_given:
+        return 0
+    by_len = [[] for _ in range(256)]
+    for k in system:
+        b = (<str>k).encode()
+        if len(b) < 256:
+            (<list>by_len[len(b)]).append(b)
+        else:
+            raise ValueError(f"a system property name of {len(b)} bytes")
+    _system_by_len, _system_given = by_len, system
+    return 0
+
+
+cdef bint _is_system(const uint8_t *k, Py_ssize_t n):
+    if n >= 256:
+        return False
+    for b in <list>_system_by_len[n]:
+        if memcmp(<const char *>(<bytes>b), k, n) == 0:
+            return True
+    return False
+
+
+cdef int _read_slot(const uint8_t *k, Py_ssize_t n) noexcept:
+    """Which property the answer reads this key is (-1: none)."""
+    if n == 4:
+        if memcmp(k, b"TAGS", 4) == 0:
+            return P_TAGS
+        if memcmp(k, b"KEYS", 4) == 0:
+            return P_KEYS
+    elif n == 8:
+        if memcmp(k, b"UNIQ_KEY", 8) == 0:
+            return P_UNIQ_KEY
+        if memcmp(k, b"TRAN_MSG", 8) == 0:
+            return P_TRAN_MSG
+    elif n == 13:
+        if memcmp(k, b"__SHARDINGKEY", 13) == 0:
+            return P_SHARDINGKEY
+        if memcmp(k, b"TRACE_CONTEXT", 13) == 0:
+            return P_TRACE_CONTEXT
+    elif n == 16:
+        if memcmp(k, b"TIMER_DELIVER_MS", 16) == 0:
+            return P_TIMER_DELIVER_MS
+    elif n == 14:
+        if memcmp(k, b"BORN_TIMESTAMP", 14) == 0:
+            return P_BORN_TIMESTAMP
+    elif n == 10:
+        if memcmp(k, b"__BORNHOST", 10) == 0:
+            return P_BORNHOST
+    elif n == 6:
+        if memcmp(k, b"POP_CK", 6) == 0:
+            return P_POP_CK
+    return -1
+
+
+cdef bint _props(const uint8_t *p, Py_ssize_t start, Py_ssize_t n, _Props *out):
+    """The record's properties as the pulled kernel's dict holds them (pieces at \\x02, each split at
+    its first \\x01, kept with a key and a value; the last of a key wins); False: declined (more
+    than MAX_PAIRS user pairs, or a user key twice, whose dict order is not the stored one)."""
+    cdef Py_ssize_t i = start, end = start + n, j, sep, klen
+    cdef int slot, a
+    out.n_user = 0
+    for slot in range(N_READ):
+        out.at[slot] = -1
+    while i < end:
+        sep = -1
+        j = i
+        while j < end and p[j] != 2:
+            if sep < 0 and p[j] == 1:
+                sep = j
+            j += 1
+        if sep > i and j - sep > 1:
+            klen = sep - i
+            slot = _read_slot(p + i, klen)
+            if slot >= 0:
+                out.at[slot] = sep + 1
+                out.len[slot] = j - sep - 1
+            if not _is_system(p + i, klen):
+                for a in range(out.n_user):
+                    if out.user[a].klen == klen and memcmp(p + out.user[a].key, p + i, klen) == 0:
+                        return False
+                if out.n_user == MAX_PAIRS:
+                    return False
+                out.user[out.n_user].key = i
+                out.user[out.n_user].klen = klen
+                out.user[out.n_user].value = sep + 1
+                out.user[out.n_user].vlen = j - sep - 1
+                out.n_user += 1
+        i = j + 1
+    return True
+
+
+cdef int _ascii_ms(const uint8_t *p, Py_ssize_t n, int64_t *v) noexcept:
+    """1: p[:n] is ASCII digits (str.isdigit's True) whose value fits 18 digits, in v; 0: not all
+    digits with no byte past ASCII (isdigit's False); -1: declined (a non-ASCII byte, where
+    str.isdigit also takes other scripts' digits, or a value past 18 digits)."""
+    cdef Py_ssize_t i
+    cdef int64_t x = 0
+    cdef bint digits = n > 0
+    for i in range(n):
+        if p[i] >= 0x80:
+            return -1
+        if p[i] < 48 or p[i] > 57:
+            digits = False
+    if not digits:
+        return 0
+    if n > 18:
+        return -1
+    for i in range(n):
+        x = x * 10 + (p[i] - 48)
+    v[0] = x
+    return 1
+
+
+cdef int _ipv4(WriteBuffer b, const uint8_t *h, bint port) except -1:
+    """inet_ntop's text of an IPv4 host's 4 bytes, with ":port" from the next 4 when `port`."""
+    cdef int i
+    for i in range(4):
+        if i:
+            b.write_byte(46)  # '.'
+        b.write_ascii_int(h[i])
+    if port:
+        b.write_byte(58)  # ':'
+        b.write_ascii_int(<int64_t>get_be32(h + 4))
+    return 0
+
+
+cdef int _popped_message(WriteBuffer out, const uint8_t *p, RecordSpan *r, _Props *pr, const char *topic,
+                         Py_ssize_t topic_len, WriteBuffer handle, int64_t invisible_ms,
+                         WriteBuffer sp, WriteBuffer up, WriteBuffer tmp, const uint8_t *md5) except -1:
+    """One ReceiveMessageResponse{message}, as _message writes it for the same record read by the
+    pulled kernel (the caller has checked what encode_popped declines); `md5`: the body's digest
+    made already (md5_many), or NULL."""
+    cdef char digest[32]
+    cdef Py_ssize_t msg_len, a, k, e
+    cdef int64_t born, deliver = 0
+    cdef int kind, d
+    sp.clear()
+    up.clear()
+    if pr.at[P_TAGS] >= 0:
+        _bytes(sp, 1, p + pr.at[P_TAGS], pr.len[P_TAGS])
+    if pr.at[P_KEYS] >= 0:  # str.split(" "), the empty pieces skipped
+        k = pr.at[P_KEYS]
+        e = k + pr.len[P_KEYS]
+        a = k
+        while a <= e:
+            if a == e or p[a] == 32:
+                if a > k:
+                    _bytes(sp, 2, p + k, a - k)
+                k = a + 1
+            a += 1
+    _bytes(sp, 3, p + pr.at[P_UNIQ_KEY], pr.len[P_UNIQ_KEY])
+    if md5 != NULL:
+        _hex16(md5, digest)
+    else:
+        _md5_hex(p + r.body, r.body_len, digest)
+    _tag(sp, 4, 2)
+    _varint(sp, 36)
+    _int(sp, 1, MD5)
+    _bytes(sp, 2, <const uint8_t *>digest, 32)
+    _int(sp, 5, IDENTITY)
+    if pr.at[P_SHARDINGKEY] >= 0:
+        kind = FIFO
+    elif pr.at[P_TRAN_MSG] >= 0 and pr.len[P_TRAN_MSG] == 4 and memcmp(p + pr.at[P_TRAN_MSG], b"true", 4) == 0:
+        kind = TRANSACTION
+    else:
+        kind = NORMAL
+        if pr.at[P_TIMER_DELIVER_MS] >= 0:
+            d = _ascii_ms(p + pr.at[P_TIMER_DELIVER_MS], pr.len[P_TIMER_DELIVER_MS], &deliver)
+            if d < 0:
+                raise ValueError("declined")
+            if d:
+                kind = DELAY
+    _int(sp, 6, kind)
+    born = r.born_ts
+    if pr.at[P_BORN_TIMESTAMP] >= 0:
+        d = _ascii_ms(p + pr.at[P_BORN_TIMESTAMP], pr.len[P_BORN_TIMESTAMP], &born)
+        if d < 0:
+            raise ValueError("declined")
+        if d == 0:
+            born = r.born_ts
+    _timestamp_ms(sp, 7, born)
+    if pr.at[P_BORNHOST] >= 0:
+        _bytes(sp, 8, p + pr.at[P_BORNHOST], pr.len[P_BORNHOST])
+    else:
+        tmp.clear()
+        _ipv4(tmp, p + r.born_host, False)
+        _bytes(sp, 8, tmp._buf, tmp._len)
+    _timestamp_ms(sp, 9, r.store_ts)
+    tmp.clear()
+    _ipv4(tmp, p + r.store_host, True)
+    _bytes(sp, 10, tmp._buf, tmp._len)
+    if kind == DELAY:
+        _timestamp_ms(sp, 11, deliver)
+    _bytes(sp, 12, handle._buf, handle._len)
+    if r.queue_id:
+        _int(sp, 13, r.queue_id)
+    _int(sp, 14, r.queue_offset)
+    _duration(sp, 15, invisible_ms)
+    if r.reconsume_times == 2147483647:
+        raise ValueError("declined")  # a delivery attempt past int32: the front's own path refuses it
+    _int(sp, 16, <int64_t>r.reconsume_times + 1)
+    if kind == FIFO:
+        _bytes(sp, 17, p + pr.at[P_SHARDINGKEY], pr.len[P_SHARDINGKEY])
+    if pr.at[P_TRACE_CONTEXT] >= 0:
+        _bytes(sp, 18, p + pr.at[P_TRACE_CONTEXT], pr.len[P_TRACE_CONTEXT])
+    for a in range(pr.n_user):
+        tmp.clear()
+        _bytes(tmp, 1, p + pr.user[a].key, pr.user[a].klen)
+        _bytes(tmp, 2, p + pr.user[a].value, pr.user[a].vlen)
+        _sub(up, 2, tmp)
+    tmp.clear()
+    _bytes(tmp, 2, <const uint8_t *>topic, topic_len)
+    msg_len = (1 + _varint_len(tmp._len) + tmp._len) + up._len + (1 + _varint_len(sp._len) + sp._len)
+    if r.body_len:
+        msg_len += 1 + _varint_len(r.body_len) + r.body_len
+    _tag(out, 2, 2)
+    _varint(out, <uint64_t>msg_len)
+    _sub(out, 1, tmp)
+    out.write(up._buf, up._len)
+    _sub(out, 3, sp)
+    if r.body_len:
+        _bytes(out, 4, p + r.body, r.body_len)
+    return 0
+
+
+cdef inline Py_ssize_t _decimal(uint8_t *out, int64_t v) noexcept:
+    """v in decimal at out ('-' first when negative; at most 20 bytes): how many bytes."""
+    cdef uint8_t tmp[20]
+    cdef int i = 20, k = 0
+    cdef uint64_t m = (<uint64_t>0 - <uint64_t>v) if v < 0 else <uint64_t>v
+    while True:
+        i -= 1
+        tmp[i] = <uint8_t>(48 + m % 10)
+        m //= 10
+        if m == 0:
+            break
+    if v < 0:
+        out[0] = 45
+        k = 1
+    memcpy(out + k, tmp + i, 20 - i)
+    return k + 20 - i
+
+
+cdef inline uint8_t _retry_flag(const uint8_t *t, Py_ssize_t n) noexcept:
+    """extra_info.retry_flag of a topic's bytes: '1' (%RETRY%...), '2' (one with a '+'), '0'."""
+    cdef Py_ssize_t i
+    if n < 7 or memcmp(t, b"%RETRY%", 7) != 0:
+        return 48
+    for i in range(7, n):
+        if t[i] == 43:
+            return 50
+    return 49
+
+
+def encode_popped(body, str topic, dict starts, str middle, str broker_name, int64_t invisible_ms, system,
+                  int64_t now_ms, bint want_handles):
+    """A whole ReceiveMessage answer (Status OK, each message, the delivery timestamp `now_ms`, each
+    a gRPC message) from a POP_MESSAGE FOUND body (the stored records back to back), each message
+    with the receipt handle the front gives: extra_info.build's text of its checkpoint's start
+    offset (`starts`, keyed "<retryFlag>@<queueId>" as extra_info.parse_start_offset_info gives
+    it), `middle` ("<popTime> <invisibleTime> <reviveQid>"), its retry flag, `broker_name`, queue id
+    and offset, then the commit log offset (receipt_handle.encode). What receive_ok writes for the
+    same records read by broker.client.pop.pop, byte for byte.
+
+    Returns (bytes, [handle, ...] when `want_handles` else None), or None where the front's own
+    path is to read the records: a record whose body is compressed or whose hosts are IPv6,
+    properties that are not UTF-8 or hold POP_CK, no UNIQ_KEY, a user property twice, a
+    BORN_TIMESTAMP or TIMER_DELIVER_MS past ASCII or 18 digits, anything protobuf cannot carry, an
+    empty topic, a queue without its start offset, a body that is not whole records."""
+    cdef Py_buffer view
+    cdef const uint8_t *p
+    cdef Py_ssize_t n, pos = 0, at, topic_len, mid_len, broker_len
+    cdef RecordSpan r
+    cdef _Props pr
+    cdef WriteBuffer out = WriteBuffer(), sp = WriteBuffer(), up = WriteBuffer(), tmp = WriteBuffer()
+    cdef WriteBuffer handle = WriteBuffer()
+    cdef const char *tp = PyUnicode_AsUTF8AndSize(topic, &topic_len)
+    cdef const char *mp = PyUnicode_AsUTF8AndSize(middle, &mid_len)
+    cdef const char *bp = PyUnicode_AsUTF8AndSize(broker_name, &broker_len)
+    cdef int last_flag = -1
+    cdef int32_t last_qid = 0
+    cdef int64_t start = 0
+    cdef uint8_t flag
+    cdef list handles = [] if want_handles else None
+    cdef uint8_t seen_flag[MAX_QUEUES]
+    cdef int32_t seen_qid[MAX_QUEUES]
+    cdef int64_t seen_start[MAX_QUEUES]
+    cdef int n_seen = 0, q
+    cdef Py_ssize_t prefix_max, count = 0, i
+    cdef RecordSpan *spans = NULL
+    cdef const uint8_t **bodies = NULL
+    cdef size_t *sizes = NULL
+    cdef uint8_t *digests = NULL
+    cdef int have_md5
+    if topic_len == 0:
+        return None
+    _load_system(system)
+    PyObject_GetBuffer(body, &view, PyBUF_SIMPLE)
+    try:
+        p = <const uint8_t *>view.buf
+        n = view.len
+        if n == 0:
+            return None
+        out.ensure(n + n // 2 + 4096)  # the records' bodies and ~300 bytes of fields each: no regrowth
+        prefix_max = 22 + mid_len + broker_len
+        out.write(<const uint8_t *><const char *>_STATUS_OK_FRAME, len(_STATUS_OK_FRAME))
+        # the records first, and their bodies' MD5s eight at a time (md5_many; NULL: one by one)
+        try:
+            while pos < n:
+                walk_record(p, pos, n, &r)
+                count += 1
+                pos += r.size
+        except ValueError:
+            return None
+        spans = <RecordSpan *>PyMem_Malloc(count * sizeof(RecordSpan))
+        bodies = <const uint8_t **>PyMem_Malloc(count * sizeof(const uint8_t *))
+        sizes = <size_t *>PyMem_Malloc(count * sizeof(size_t))
+        digests = <uint8_t *>PyMem_Malloc(count * 16)
+        if spans == NULL or bodies == NULL or sizes == NULL or digests == NULL:
+            raise MemoryError()
+        pos = 0
+        for i in range(count):
+            walk_record(p, pos, n, &spans[i])
+            bodies[i] = p + spans[i].body
+            sizes[i] = <size_t>spans[i].body_len
+            pos += spans[i].size
+        have_md5 = md5_many(bodies, sizes, <size_t>count, digests)
+        for i in range(count):
+            r = spans[i]
+            if (r.sys_flag & SYSFLAG_DECLINED) or not valid_utf8(p + r.props, r.props_len) \
+                    or not _props(p, r.props, r.props_len, &pr) or pr.at[P_POP_CK] >= 0 or pr.at[P_UNIQ_KEY] < 0:
+                return None
+            flag = _retry_flag(p + r.topic, r.topic_len)
+            if flag != last_flag or r.queue_id != last_qid:
+                # the queues seen so far, each's start offset asked of `starts` once
+                for q in range(n_seen):
+                    if seen_flag[q] == flag and seen_qid[q] == r.queue_id:
+                        start = seen_start[q]
+                        break
+                else:
+                    got = starts.get(PyUnicode_FromFormat("%c@%d", <int>flag, <int>r.queue_id))
+                    if type(got) is not int or not 0 <= got < (1 << 63):
+                        return None
+                    start = got
+                    if n_seen < MAX_QUEUES:
+                        seen_flag[n_seen], seen_qid[n_seen], seen_start[n_seen] = flag, r.queue_id, start
+                        n_seen += 1
+                last_flag, last_qid = flag, r.queue_id
+            handle.clear()
+            handle.ensure(prefix_max + 80)  # written in place: start, queue id, offsets in decimal, spaces
+            handle._len = _decimal(handle._buf, start)
+            handle._buf[handle._len] = 32
+            memcpy(handle._buf + handle._len + 1, mp, mid_len)
+            handle._len += 1 + mid_len
+            handle._buf[handle._len] = 32
+            handle._buf[handle._len + 1] = flag
+            handle._buf[handle._len + 2] = 32
+            memcpy(handle._buf + handle._len + 3, bp, broker_len)
+            handle._len += 3 + broker_len
+            handle._buf[handle._len] = 32
+            handle._len += 1 + _decimal(handle._buf + handle._len + 1, r.queue_id)
+            handle._buf[handle._len] = 32
+            handle._len += 1 + _decimal(handle._buf + handle._len + 1, r.queue_offset)
+            handle._buf[handle._len] = 32
+            handle._len += 1 + _decimal(handle._buf + handle._len + 1, r.phys_offset)
+            at = out._len
+            out.write_byte(0)
+            out.write_be32(0)
+            try:
+                _popped_message(out, p, &r, &pr, tp, topic_len, handle, invisible_ms, sp, up, tmp,
+                                digests + 16 * i if have_md5 else NULL)
+            except ValueError:
+                return None
+            out.patch_be32(at + 1, <uint32_t>(out._len - at - 5))
+            if want_handles:
+                handles.append(PyUnicode_DecodeUTF8(<const char *>handle._buf, handle._len, NULL))
+    finally:
+        PyBuffer_Release(&view)
+        PyMem_Free(spans)
+        PyMem_Free(bodies)
+        PyMem_Free(sizes)
+        PyMem_Free(digests)
+    # ReceiveMessageResponse{delivery_timestamp = 3}
+    tmp.clear()
+    try:
+        _timestamp_ms(tmp, 3, now_ms)
+    except ValueError:
+        return None
+    out.write_byte(0)
+    out.write_be32(<uint32_t>tmp._len)
+    out.write(tmp._buf, tmp._len)
+    return out.getvalue(), handles
+
+
+# ReceiveMessageResponse{status: Status OK} framed: what receive_ok starts with
+cdef bytes _STATUS_OK_FRAME = b"\x00\x00\x00\x00\x0a\x0a\x08" + _STATUS_OK

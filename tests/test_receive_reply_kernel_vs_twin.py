@@ -6,9 +6,11 @@ timestamps at and past protobuf's range; reconsume counts at int32's end), read 
 records through the pulled kernel as the front reads them, the kernel's bytes equal the twin's and
 parse to the ReceiveMessageResponse the converter's protobuf path builds, with the receipt handle,
 delivery attempt and invisible duration the front sets; where protobuf refuses (a timestamp out of
-its range), both refuse with ValueError. ConsumerActivity.receive_message (its pop stubbed) answers
-in one framed piece with the front's receipt handles, and fails on a message protobuf cannot carry
-only after the ones before it, as it did when it built protobuf objects one by one."""
+its range), both refuse with ValueError. ConsumerActivity.receive_message (its pop stubbed, the
+messages given as read_records' result) answers in one framed piece with the front's receipt
+handles, and fails on a message protobuf cannot carry only after the ones before it, as it did
+when it built protobuf objects one by one. (encode_popped, the answer written from the popped
+records themselves: tests/test_receive_popped.py.)"""
 from __future__ import annotations
 
 import socket
@@ -164,7 +166,10 @@ def _receive(messages: list, monkeypatch, auto_renew: bool = False):
     from broker.proxy.grpc_endpoint import Framed
     from broker.proxy.protocol import definition_pb2 as pb
 
-    async def fake_pop(*args, **kwargs):
+    async def fake_pop_records(*args, **kwargs):
+        return pop_api.PoppedRecords(pop_api.FOUND, b"", 1, 30_000)  # no records: encode_popped declines
+
+    def fake_read_records(popped, broker_name, topic):
         return pop_api.PopResult(pop_api.FOUND, messages, 1, 30_000)
 
     class Groups:
@@ -174,7 +179,8 @@ def _receive(messages: list, monkeypatch, auto_renew: bool = False):
     async def addr(topic, broker):
         return "127.0.0.1:1"
 
-    monkeypatch.setattr(pop_api, "pop", fake_pop)
+    monkeypatch.setattr(pop_api, "pop_records", fake_pop_records)
+    monkeypatch.setattr(pop_api, "read_records", fake_read_records)
     activity = ConsumerActivity.__new__(ConsumerActivity)
     activity.client, activity.config, activity.groups, activity._broker_addr = None, ProxyConfig(), Groups(), addr
     activity.renewals = type("R", (), {"added": [], "add": lambda self, *a: self.added.append(a)})()

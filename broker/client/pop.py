@@ -37,11 +37,27 @@ def handle_of(msg: MessageExt) -> str:
     return msg.properties[PROPERTY_POP_CK]
 
 
-async def pop(client: MQClientInstance, addr: str, broker_name: str, group: str, topic: str,
-              invisible_time_ms: int, max_nums: int = 32, queue_id: int = -1, poll_ms: int = 0,
-              expression: str = "*", order: bool = False, init_mode: int = 0, attempt_id: str = "",
-              timeout: float | None = None, expression_type: str = "TAG") -> PopResult:
-    """POP_MESSAGE (200050)."""
+@dataclass
+class PoppedRecords:
+    """A POP_MESSAGE answer before its records are read into messages (pop_records): the records
+    as the body holds them, and the header fields their receipt handles are built from."""
+    status: str
+    body: object = b""
+    pop_time: int = 0
+    invisible_time: int = 0
+    revive_qid: int = 0
+    rest_num: int = 0
+    start_offset_info: str | None = None
+    order_count_info: str | None = None
+
+
+async def pop_records(client: MQClientInstance, addr: str, group: str, topic: str, invisible_time_ms: int,
+                      max_nums: int = 32, queue_id: int = -1, poll_ms: int = 0, expression: str = "*",
+                      order: bool = False, init_mode: int = 0, attempt_id: str = "", timeout: float | None = None,
+                      expression_type: str = "TAG") -> PoppedRecords:
+    """POP_MESSAGE (200050), its records left as the body: what a caller that writes them out
+    itself reads (the gRPC front's receive, broker.kernels.receive_reply.encode_popped);
+    read_records makes pop's messages of it."""
     ext = {"consumerGroup": group, "topic": topic, "queueId": queue_id, "maxMsgNums": max_nums,
            "invisibleTime": invisible_time_ms, "pollTime": poll_ms, "bornTime": int(time.time() * 1000),
            "initMode": init_mode, "expType": expression_type, "exp": expression, "order": order}
@@ -50,14 +66,25 @@ async def pop(client: MQClientInstance, addr: str, broker_name: str, group: str,
     r = await client.invoke(addr, RemotingCommand.request(codes.POP_MESSAGE, ext),
                             timeout if timeout is not None else poll_ms / 1000 + 10)
     if r.code in (codes.POLLING_TIMEOUT, codes.PULL_NOT_FOUND, codes.POLLING_FULL):
-        return PopResult(NO_NEW_MSG, rest_num=r.get_int("restNum", 0))
+        return PoppedRecords(NO_NEW_MSG, rest_num=r.get_int("restNum", 0))
     if r.code != codes.SUCCESS:
         raise ResponseError(r.code, r.remark, f"pop {topic} for {group} from {addr}")
-    res = PopResult(FOUND, decode_messages(r.body, broker_name), r.get_int("popTime"), r.get_int("invisibleTime"),
-                    r.get_int("restNum", 0))
-    revive_qid = r.get_int("reviveQid")
-    starts = ei.parse_start_offset_info(r.ext.get("startOffsetInfo"))
-    counts = ei.parse_order_count_info(r.ext.get("orderCountInfo")) if order else {}
+    return PoppedRecords(FOUND, r.body, pop_time=r.get_int("popTime"), invisible_time=r.get_int("invisibleTime"),
+                         revive_qid=r.get_int("reviveQid"), rest_num=r.get_int("restNum", 0),
+                         start_offset_info=r.ext.get("startOffsetInfo"),
+                         order_count_info=r.ext.get("orderCountInfo") if order else None)
+
+
+def read_records(popped: PoppedRecords, broker_name: str, topic: str) -> PopResult:
+    """pop's result of a POP_MESSAGE answer: each message with its handle in POP_CK (built from
+    the offset infos as processPopResponse builds it), its first pop time, and the topic asked for."""
+    if popped.status != FOUND:
+        return PopResult(popped.status, rest_num=popped.rest_num)
+    res = PopResult(FOUND, decode_messages(popped.body, broker_name), popped.pop_time, popped.invisible_time,
+                    popped.rest_num)
+    revive_qid = popped.revive_qid
+    starts = ei.parse_start_offset_info(popped.start_offset_info)
+    counts = ei.parse_order_count_info(popped.order_count_info) if popped.order_count_info is not None else {}
     first_pop = str(res.pop_time)
     # a handle is ei.build's text: all but the message's own offset is the same for its queue's
     # messages, so that part is made once per queue
@@ -80,6 +107,16 @@ async def pop(client: MQClientInstance, addr: str, broker_name: str, group: str,
         props.setdefault(PROPERTY_FIRST_POP_TIME, first_pop)
         m.topic = topic
     return res
+
+
+async def pop(client: MQClientInstance, addr: str, broker_name: str, group: str, topic: str,
+              invisible_time_ms: int, max_nums: int = 32, queue_id: int = -1, poll_ms: int = 0,
+              expression: str = "*", order: bool = False, init_mode: int = 0, attempt_id: str = "",
+              timeout: float | None = None, expression_type: str = "TAG") -> PopResult:
+    """POP_MESSAGE (200050)."""
+    return read_records(await pop_records(client, addr, group, topic, invisible_time_ms, max_nums, queue_id, poll_ms,
+                                          expression, order, init_mode, attempt_id, timeout, expression_type),
+                        broker_name, topic)
 
 
 def _target(group: str, topic: str, handle: str) -> tuple[str, ei.ExtraInfo]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from broker.common import extra_info as _extra_info
 from broker.kernels import receive_reply as _kernel
 from broker.proxy.converter import SYSTEM_PROPERTIES
 from broker.proxy.grpc_endpoint import Framed
@@ -41,3 +42,24 @@ def receive_ok(messages: list, topic: str, handles: list[str], invisible_ms: int
     now.FromMilliseconds(now_ms)
     return Framed(_STATUS_OK + _kernel.encode_messages(messages, topic, handles, invisible_ms, SYSTEM_PROPERTIES)
                   + frame(spb.ReceiveMessageResponse(delivery_timestamp=now).SerializeToString()))
+
+
+def receive_popped(popped, topic: str, broker_name: str, invisible_ms: int, now_ms: int,
+                   want_handles: bool) -> tuple[Framed, list[str] | None] | None:
+    """The whole answer written from a POP_MESSAGE answer's records (broker.client.pop.PoppedRecords,
+    FOUND), with no message object per record: what receive_ok answers for the messages
+    broker.client.pop.read_records makes of them, and their receipt handles when `want_handles`.
+    None when the kernel leaves them to that path (encode_popped: a compressed body, an IPv6 host,
+    a message protobuf cannot carry, ...), or the offset infos do not parse: the caller then reads
+    the records, which answers (or fails) as before."""
+    try:
+        starts = _extra_info.parse_start_offset_info(popped.start_offset_info)
+    except ValueError:  # (ExtraInfoError too)
+        return None
+    out = _kernel.encode_popped(popped.body, topic, starts,
+                                f"{popped.pop_time}{_extra_info.SEP}{popped.invisible_time}{_extra_info.SEP}"
+                                f"{popped.revive_qid}", broker_name, invisible_ms, SYSTEM_PROPERTIES, now_ms,
+                                want_handles)
+    if out is None:
+        return None
+    return Framed(out[0]), out[1]

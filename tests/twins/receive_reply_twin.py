@@ -137,3 +137,81 @@ def encode_ack_ok(message_ids: list, handles: list) -> bytes:
     for m, h in zip(message_ids, handles):
         out += ld(2, (string(1, m) if m else b"") + (string(2, h) if h else b"") + ld(3, STATUS_OK))
     return bytes(out)
+
+
+# -- encode_popped ----------------------------------------------------------------------------------
+_READ = ("TAGS", "KEYS", "UNIQ_KEY", "__SHARDINGKEY", "TRAN_MSG", "TIMER_DELIVER_MS", "BORN_TIMESTAMP",
+         "__BORNHOST", "TRACE_CONTEXT", "POP_CK")
+
+
+class _Popped:
+    """A record as encode_message reads a message (the pulled twin's fields)."""
+
+    def __init__(self, rec: dict, props: dict):
+        import socket
+        self.properties = props
+        self.tags = props.get("TAGS")
+        self.msg_id = rec["msg_id"]
+        self.body_view = rec["body"]
+        self.born_timestamp, self.store_timestamp = rec["born_timestamp"], rec["store_timestamp"]
+        born, store = rec["born_host"], rec["store_host"]
+        self.born_host = f"{socket.inet_ntoa(born[:4])}:{int.from_bytes(born[4:], 'big')}"
+        self.store_host = f"{socket.inet_ntoa(store[:4])}:{int.from_bytes(store[4:], 'big')}"
+        self.queue_id, self.queue_offset = rec["queue_id"], rec["queue_offset"]
+        self.reconsume_times = rec["reconsume_times"]
+        self.topic = rec["topic"].decode("utf-8", "replace")
+
+
+def _declined_number(value: str | None) -> bool:
+    """A value str.isdigit may read past ASCII, or more digits than the kernel reads."""
+    return value is not None and (not value.isascii() or (value.isdigit() and len(value) > 18))
+
+
+def encode_popped(body, topic: str, starts: dict, middle: str, broker_name: str, invisible_ms: int, system,
+                  now_ms: int, want_handles: bool):
+    """What the kernel's encode_popped returns: (bytes, handles or None), or None where it declines."""
+    from tests.twins import pulled_twin as P
+    if not topic or not body:
+        return None
+    data, pos = bytes(body), 0
+    out, handles = bytearray(b"\x00\x00\x00\x00\x0a" + ld(1, STATUS_OK)), []
+    while pos < len(data):
+        try:
+            rec = P._record(data, pos, inflate=False)
+        except ValueError:
+            return None
+        if rec["sys_flag"] & 0x31:
+            return None
+        try:  # the whole properties string UTF-8 (a piece the dict drops included)
+            rec["props"].decode()
+        except UnicodeDecodeError:
+            return None
+        pairs = [(k.decode(), v.decode()) for k, v in P._pairs(rec["props"])]
+        user = [k for k, _ in pairs if k not in system]
+        props = dict(pairs)
+        if len(user) != len(set(user)) or len(user) > 64 or "POP_CK" in props or "UNIQ_KEY" not in props:
+            return None
+        kind_read = not props.get("__SHARDINGKEY") and props.get("TRAN_MSG") != "true"
+        if _declined_number(props.get("BORN_TIMESTAMP")) or (kind_read and _declined_number(
+                props.get("TIMER_DELIVER_MS"))):
+            return None
+        t = rec["topic"]
+        flag = ("2" if b"+" in t[7:] else "1") if t.startswith(b"%RETRY%") else "0"
+        start = starts.get(f"{flag}@{rec['queue_id']}")
+        if type(start) is not int or not 0 <= start < 1 << 63:
+            return None
+        handle = (f"{start} {middle} {flag} {broker_name} {rec['queue_id']} {rec['queue_offset']} "
+                  f"{rec['commit_log_offset']}")
+        try:
+            one = encode_message(_Popped(rec, props), topic, handle, invisible_ms, system)
+        except ValueError:
+            return None
+        out += b"\x00" + len(one).to_bytes(4, "big") + one
+        handles.append(handle)
+        pos += rec["size"]
+    try:
+        ts = timestamp(3, now_ms)
+    except ValueError:
+        return None
+    out += b"\x00" + len(ts).to_bytes(4, "big") + ts
+    return bytes(out), handles if want_handles else None

@@ -624,11 +624,16 @@ def check_receive(data: bytes) -> None:
     """data[0]: the invisible time (RECEIVE_INVISIBLE_MS), data[1] bit 0 an empty topic (the
     message's own); the rest a pulled body, whose messages (as the pulled kernel reads them) the
     receive-reply kernel and its twin encode alike, one by one and as one framed batch, and the
-    all-acked AckMessage answer of their ids and handles."""
+    all-acked AckMessage answer of their ids and handles; and the whole answer written from the
+    body itself (encode_popped, any bytes: a body that is not whole records is declined alike),
+    data[1] bit 1 leaving queue 1's start offsets out."""
     if len(data) < 2:
         return
     invisible = RECEIVE_INVISIBLE_MS[data[0] % len(RECEIVE_INVISIBLE_MS)]
     topic = "" if data[1] & 1 else "Topic"
+    starts = {f"{f}@{q}": 7 * q for f in "012" for q in range(-1, 9) if q != 1 or not data[1] & 2}
+    _same("encode_popped", KRR.encode_popped, TRR.encode_popped, data[2:], "Topic", starts, "1700000000000 30000 3",
+          "broker-a", invisible, SYSTEM_PROPERTIES, 1_700_000_000_123, bool(data[1] & 4))
     try:
         msgs = KP.decode_records(data[2:], "broker-a")
     except ValueError:
