@@ -319,6 +319,20 @@ def encode_message(m, str topic, str handle, int64_t invisible_ms, system) -> by
     return out.getvalue()
 
 
+# md5_many's lanes in use (False only in tests: the per-body digest a CPU without AVX2 takes)
+cdef bint _md5_lanes = True
+
+
+def use_md5_lanes(bint on) -> bool:
+    """Tests only: whether the bodies' MD5s go eight at a time in AVX2 lanes (the default where
+    the CPU has AVX2) or one by one through OpenSSL, as on a CPU without it; returns the setting
+    before."""
+    global _md5_lanes
+    before = _md5_lanes
+    _md5_lanes = on
+    return before
+
+
 def encode_messages(list msgs, str topic, list handles, int64_t invisible_ms, system) -> bytes:
     """Each message's ReceiveMessageResponse as a gRPC message (flag 0, 4-byte big-endian length,
     the bytes), back to back: what one stream's DATA carries for them. The bodies' MD5s are made
@@ -346,7 +360,7 @@ def encode_messages(list msgs, str topic, list handles, int64_t invisible_ms, sy
             held += 1
             ptrs[i] = <const uint8_t *>bodies[i].buf
             lens[i] = <size_t>bodies[i].len
-        have = md5_many(ptrs, lens, <size_t>n, digests)
+        have = md5_many(ptrs, lens, <size_t>n, digests) if _md5_lanes else 0
         for i in range(n):
             at = out._len
             out.write_byte(0)
@@ -770,7 +784,7 @@ def encode_popped(body, str topic, dict starts, str middle, str broker_name, int
             bodies[i] = p + spans[i].body
             sizes[i] = <size_t>spans[i].body_len
             pos += spans[i].size
-        have_md5 = md5_many(bodies, sizes, <size_t>count, digests)
+        have_md5 = md5_many(bodies, sizes, <size_t>count, digests) if _md5_lanes else 0
         for i in range(count):
             r = spans[i]
             if (r.sys_flag & SYSFLAG_DECLINED) or not valid_utf8(p + r.props, r.props_len) \

@@ -275,3 +275,10 @@ def test_the_bodies_md5_eight_at_a_time_at_every_block_edge():
         got = [spb.ReceiveMessageResponse.FromString(f).message.system_properties.body_digest.checksum
                for f in _frames(k[0])[1:-1]]
         assert got == digests
+        # the same answer where the CPU has no AVX2: each body through OpenSSL
+        before = K.use_md5_lanes(False)
+        try:
+            assert K.encode_popped(body, TOPIC, {"0@0": 0}, "1 2 3", "broker-a", 30_000, SYSTEM_PROPERTIES, 5,
+                                   False) == k
+        finally:
+            K.use_md5_lanes(before)
