@@ -73,7 +73,7 @@ class H2Connection(asyncio.Protocol):
                     call.count = 1
                     # on_end of a call just opened (no task, not finished), written out
                     if call.fast is None or not call.run_now():
-                        call.task = self.loop.create_task(call.run())
+                        call.start()
                     continue
                 call.on_message(ev[6], ev[7])
                 call.on_end()

@@ -17,6 +17,7 @@ retry message its revive re-stored (put before the revive's ack), the new master
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 
 from broker.server.processor.send_processor import STORED_STATUSES
@@ -57,8 +58,11 @@ class ReviveLog:
     def append(self, rq: int, tag: str, uniq: str, body: bytes) -> int:
         """Append a record; its position in the revive queue. Its put's future is kept for
         durable_since and release."""
-        # read back only at a start (and its queue's end within END_LOOK_DELAY): no prompt dispatch
-        result, fut = self.store.append(self.topic, rq, body, {"TAGS": tag, "UNIQ_KEY": uniq}, lazy_dispatch=True)
+        # read back only at a start (and its queue's end within END_LOOK_DELAY): no prompt dispatch.
+        # The properties as encode_properties({"TAGS": tag, "UNIQ_KEY": uniq}) writes them, without
+        # a dict and a generator per record
+        result, fut = self.store.append(self.topic, rq, body, f"TAGS\x01{tag}\x02UNIQ_KEY\x01{uniq}".encode(),
+                                        lazy_dispatch=True)
         self.appended += 1
         self.last_put = fut
         return result.queue_offset
@@ -86,24 +90,29 @@ class ReviveLog:
         if self.replaying:
             self._live[rq].discard(pos)
             return
-        put, generation = self.last_put, self._generation
-
-        def durable(f=None) -> None:
-            if generation != self._generation:
-                return  # no longer the master since: the next one replays
-            if f is not None and (f.cancelled() or f.exception() is not None or f.result() not in STORED_STATUSES):
-                self._unkept.append((rq, pos))  # a later put kept covers it (a leader's log only grows)
-                return
-            for q, p in self._unkept + [(rq, pos)]:
-                self._live[q].discard(p)
-            moved = {q for q, _ in self._unkept} | {rq}
-            self._unkept.clear()
-            for q in moved:
-                self._commit(q)
+        put = self.last_put
         if put is None or put.done():
-            durable(put)
+            self._durable(rq, pos, self._generation, put)
         else:
-            put.add_done_callback(durable)
+            put.add_done_callback(functools.partial(self._durable, rq, pos, self._generation))
+
+    def _durable(self, rq: int, pos: int, generation: int, f=None) -> None:
+        """release's second half: the put that finished `pos` is done (`f`; None: answered at once)."""
+        if generation != self._generation:
+            return  # no longer the master since: the next one replays
+        if f is not None and (f.cancelled() or f.exception() is not None or f.result() not in STORED_STATUSES):
+            self._unkept.append((rq, pos))  # a later put kept covers it (a leader's log only grows)
+            return
+        if not self._unkept:  # (the usual case: one position, one queue)
+            self._live[rq].discard(pos)
+            self._commit(rq)
+            return
+        for q, p in self._unkept + [(rq, pos)]:
+            self._live[q].discard(p)
+        moved = {q for q, _ in self._unkept} | {rq}
+        self._unkept.clear()
+        for q in moved:
+            self._commit(q)
 
     def replayed(self) -> None:
         self.replaying = False
