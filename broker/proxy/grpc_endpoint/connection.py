@@ -57,8 +57,13 @@ class H2Connection(asyncio.Protocol):
         except H2Error as e:
             self._abandon(str(e))
             return
-        self._dispatch(events)
-        self.flush()
+        # what the calls write while dispatched (a call's handler runs at once: Call.start) leaves
+        # with this read's flush below; none of them schedules a flush of its own
+        self._flush_pending = True
+        try:
+            self._dispatch(events)
+        finally:
+            self.flush()
 
     def _dispatch(self, events: list) -> None:
         calls = self.calls

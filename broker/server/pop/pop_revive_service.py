@@ -251,10 +251,15 @@ class PopReviveService:
         body = BatchAckMsg(acked, so, ck.group, ck.topic, ck.queue_id, ck.pop_time, ck.broker_name).to_json()
         uniq = f"{ck.topic}@{ck.queue_id}@{acked}@{ck.group}@{ck.pop_time}@{ck.broker_name}@{BATCH_ACK_TAG}"
         self.log.append(ck.rq, BATCH_ACK_TAG, uniq, body)
-        for i in todo:
-            bitmap |= 1 << i
+        n = len(diffs) if diffs else ck.num
+        full = (1 << n) - 1  # every message of ck.offsets() acked
+        if not bitmap and len(todo) == n and todo[0] == 0 and todo[-1] == n - 1:  # the whole batch at once
+            bitmap = full
+        else:
+            for i in todo:
+                bitmap |= 1 << i
         ck.bitmap = bitmap
-        if bitmap == (1 << (len(diffs) if diffs else ck.num)) - 1:  # every message of ck.offsets() acked
+        if bitmap == full:
             self._finish(ck)
 
     def _ack_index(self, ck: PopCheckPoint, index: int) -> None:
