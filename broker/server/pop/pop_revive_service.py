@@ -53,6 +53,8 @@ from broker.store.results import GetStatus
 log = logging.getLogger("pop")
 
 PROPERTY_FIRST_POP_TIME = "1ST_POP_TIME"
+# acked checkpoints' entries the due heap may hold beyond twice what is in flight (_compact_due)
+DUE_SLACK = 1024
 
 
 class NotInFlight(Refusal):
@@ -270,6 +272,20 @@ class PopReviveService:
     def _finish(self, ck: PopCheckPoint) -> None:
         if self.inflight.pop((ck.group, ck.topic, ck.queue_id, ck.start_offset, ck.pop_time), None) is not None:
             self.log.release(ck.rq, ck.revive_offset)
+            if len(self._due) > 2 * len(self.inflight) + DUE_SLACK:
+                self._compact_due()
+
+    def _compact_due(self) -> None:
+        """Drop the due entries of checkpoints no longer in flight. An acked checkpoint's entry
+        otherwise stays in the heap until its revive time (invisibleTime after its pop: 30 s of
+        pops at the clients' default), every push and pop paying for the heap's depth, and the
+        revive loop woken at each acked checkpoint's revive time to find nothing to do. Made when
+        the heap is more than twice what is in flight (and DUE_SLACK more), so a pop pays for it
+        about one entry's look."""
+        inflight = self.inflight
+        due = self._due
+        due[:] = [e for e in due if e[2] in inflight]  # (in place: _run may be iterating it)
+        heapq.heapify(due)
 
     # -- revive -------------------------------------------------------------------------------------
     async def _run(self) -> None:
