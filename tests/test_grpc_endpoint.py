@@ -58,6 +58,21 @@ class Servicer:
         await asyncio.sleep(float(request))
         return request
 
+    async def waits(self, request: bytes, context) -> bytes:
+        """Waits as a handler may after the call started it at once (Call.start): on a bare yield,
+        on a future that fails (caught here), on one that succeeds."""
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(0)
+        failing = loop.create_future()
+        loop.call_soon(failing.set_exception, ValueError("failed"))
+        try:
+            await failing
+        except ValueError as e:
+            caught = str(e)
+        ok = loop.create_future()
+        loop.call_later(0.01, ok.set_result, b"ok")
+        return request + b" " + caught.encode() + b" " + await ok
+
     async def fast_or_not(self, request: bytes, context) -> bytes:
         return b"task:" + request
 
@@ -90,6 +105,7 @@ def _handlers(s: Servicer) -> dict:
         "Fail": grpc.unary_unary_rpc_method_handler(s.fail),
         "Abort": grpc.unary_unary_rpc_method_handler(s.abort),
         "Slow": grpc.unary_unary_rpc_method_handler(s.slow),
+        "Waits": grpc.unary_unary_rpc_method_handler(s.waits),
         "Count": grpc.unary_stream_rpc_method_handler(s.count),
         "Chat": grpc.stream_stream_rpc_method_handler(s.chat),
         "Fast": grpc.unary_unary_rpc_method_handler(s.fast_or_not),
@@ -150,6 +166,14 @@ def test_unary_metadata_and_peer(ep):
         assert reply == b"hi!"
         assert call.code() == grpc.StatusCode.OK
     assert ep.servicer.peers[-1].startswith("ipv4:127.0.0.1:")
+
+
+def test_a_handler_started_at_once_waits_and_meets_its_futures_outcomes(ep):
+    """A handler runs within the read that ended its request (no task until it waits); once it
+    waits it goes on in a task, meeting each future's failure or result at its await."""
+    with ep.channel() as ch:
+        assert _unary(ch, "Waits")(b"w", timeout=5) == b"w failed ok"
+        assert _unary(ch, "Echo")(b"at once", timeout=5) == b"at once"
 
 
 def test_deadline_exceeded_and_handler_cancelled(ep):

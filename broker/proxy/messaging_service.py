@@ -37,13 +37,19 @@ def _answered(response_type):
                 if self.acl is not None:
                     self.acl.check(request, context)
                 return await fn(self, request, context)
-            except ProxyError as e:
-                return response_type(status=status(e.code, e.message))
             except Exception as e:  # noqa: BLE001 - answered, logged, never a dead call
-                log.exception("%s failed", fn.__name__)
-                return response_type(status=status(Code.INTERNAL_SERVER_ERROR, f"{type(e).__name__}: {e}"))
+                return _failed(response_type, fn.__name__, e)
         return call
     return wrap
+
+
+def _failed(response_type, name: str, e: Exception):
+    """A response of `response_type` whose Status says why the RPC `name` failed (a ProxyError's
+    code and message; anything else INTERNAL_SERVER_ERROR, logged)."""
+    if isinstance(e, ProxyError):
+        return response_type(status=status(e.code, e.message))
+    log.exception("%s failed", name, exc_info=e)
+    return response_type(status=status(Code.INTERNAL_SERVER_ERROR, f"{type(e).__name__}: {e}"))
 
 
 class MessagingService(rpc.MessagingServiceServicer):
@@ -59,6 +65,11 @@ class MessagingService(rpc.MessagingServiceServicer):
         self.consumers = ConsumerActivity(client, config)
         self.offsets = OffsetActivity(client, self.consumers._broker_addr, _group)
         self.acl = GrpcAccessValidator(config.aclFile) if config.enableACL else None
+        if self.acl is None:
+            # nothing to check first: ReceiveMessage is the activity's own stream, each response
+            # handed to the call without two generators (ReceiveMessage's, _streamed's) between
+            # (still an async generator function, as grpc.aio's server needs one to be)
+            self.ReceiveMessage = self.consumers.receive_message
 
     # -- unary RPCs ----------------------------------------------------------------------------------
     @_answered(spb.QueryRouteResponse)
@@ -95,9 +106,14 @@ class MessagingService(rpc.MessagingServiceServicer):
         self.consumers.renewals.drop_client(client_id_of(context))  # its unacked messages come back
         return spb.NotifyClientTerminationResponse(status=status())
 
-    @_answered(spb.AckMessageResponse)
     async def AckMessage(self, request, context):
-        return await self.consumers.ack_message(request, context)
+        # _answered written out: one coroutine less between the call and the activity, per ack
+        try:
+            if self.acl is not None:
+                self.acl.check(request, context)
+            return await self.consumers.ack_message(request, context)
+        except Exception as e:  # noqa: BLE001 - answered, logged, never a dead call
+            return _failed(spb.AckMessageResponse, "AckMessage", e)
 
     def ack_message_now(self, request, context):
         """AckMessage's fast answer (GrpcServer.add_fast_unary, raw: `request` is its bytes):

@@ -22,7 +22,7 @@ class CheckPointFormatError(ValueError):
     """A revive-log body that is not a checkpoint or ack (skipped by the revive service, logged)."""
 
 
-@dataclass
+@dataclass(slots=True)  # slots: made per pop and read per ack (attribute access without a dict)
 class PopCheckPoint:
     start_offset: int
     pop_time: int
@@ -76,7 +76,7 @@ class PopCheckPoint:
             raise CheckPointFormatError(f"not a checkpoint: {e}") from None
 
 
-@dataclass
+@dataclass(slots=True)
 class AckMsg:
     ack_offset: int
     start_offset: int
@@ -100,7 +100,7 @@ class AckMsg:
             raise CheckPointFormatError(f"not an ack: {e}") from None
 
 
-@dataclass
+@dataclass(slots=True)
 class BatchAckMsg:
     """Several acks of one checkpoint in one revive-log record (RocketMQ's BatchAckMsg, tag bAck):
     a batch of 32 popped messages acked together is one record, not 32."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import sys
 import zlib
 
 from broker.proxy.grpc_endpoint.context import ServicerContext
@@ -19,6 +20,32 @@ from broker.proxy.grpc_endpoint.status import (
 log = logging.getLogger("proxy")
 
 _DECOMPRESS = {"gzip": lambda b: zlib.decompress(b, 31), "deflate": zlib.decompress}
+_EAGER_TASKS = sys.version_info >= (3, 12)  # asyncio.Task(..., eager_start=True)
+
+
+async def _resumed(coro, waited):
+    """Drive a call's handler that Call.start ran up to its first wait (`waited`: what it yielded,
+    the future it waits for, or None for a bare yield) on to its end, as the Task it would have
+    run in: a future's outcome reaches it at its await when it resumes, and a cancellation of this
+    task reaches it there too (through the future this task waits on, or thrown in when that
+    future was done already)."""
+    while True:
+        cancelled = None
+        try:
+            if waited is None:
+                await asyncio.sleep(0)
+            else:
+                waited._asyncio_future_blocking = False  # taken, as Task.__step takes a yielded future
+                await waited
+        except asyncio.CancelledError as e:
+            if waited is None or not waited.cancelled():
+                cancelled = e  # this task was cancelled, not (only) the future it waited for
+        except BaseException:  # noqa: BLE001 - the future's failure: the handler meets it at its await
+            pass
+        try:
+            waited = coro.send(None) if cancelled is None else coro.throw(cancelled)
+        except StopIteration:
+            return
 
 
 class Framed(bytes):
@@ -84,7 +111,7 @@ class RequestStream:
 
 class Call:
     __slots__ = ("conn", "sid", "handler", "context", "deadline", "timer", "task", "payload", "count",
-                 "requests", "encoding", "expired", "finished", "path", "fast", "fast_raw", "respond")
+                 "requests", "encoding", "expired", "finished", "path", "fast", "fast_raw", "respond", "started")
 
     def __init__(self, conn, sid: int, path: str, handler, metadata: list, timeout: float | None,
                  encoding: str | None, fast=None, fast_raw: bool = False):
@@ -97,6 +124,7 @@ class Call:
         self.count = 0
         self.requests = None
         self.task = None
+        self.started = False  # run() began (at once in start(), or in its task)
         self.expired = False
         self.finished = False
         self.fast = fast  # the method's fast answer (GrpcServer.add_fast_unary)
@@ -128,9 +156,25 @@ class Call:
     def on_end(self) -> None:
         if self.requests is not None:
             self.requests.end()
-        elif self.task is None and not self.finished:
+        elif self.task is None and not self.started and not self.finished:
             if self.fast is None or not self.run_now():
-                self.task = self.conn.loop.create_task(self.run())
+                self.start()
+
+    def start(self) -> None:
+        """Run the handler now, up to its first wait: a call answered without waiting (the local
+        front's pop found messages, an ack) costs no task and no turn of the loop; one that
+        waits goes on in a task (_resumed), which deadline and reset cancel as before."""
+        if _EAGER_TASKS:
+            task = asyncio.Task(self.run(), loop=self.conn.loop, eager_start=True)
+            if not task.done():
+                self.task = task
+            return
+        coro = self.run()
+        try:
+            waited = coro.send(None)
+        except StopIteration:
+            return
+        self.task = self.conn.loop.create_task(_resumed(coro, waited))
 
     def run_now(self) -> bool:
         """The method's fast answer (a unary call with its one message): False when it declines,
@@ -199,8 +243,10 @@ class Call:
         self.finished = True
         self._stop_timer()
         self.conn.finish(self.sid, code, encode_message(details))
-        if self.task is None:  # refused before its handler ran: nothing else will release it
-            self.conn.call_done(self)
+        if self.task is None:
+            if not self.started:  # refused before its handler ran: nothing else will release it
+                self.conn.call_done(self)
+            # (else run() is running in start(), before any task: its end releases the call)
         elif self.task is not asyncio.current_task():
             self.task.cancel()
 
@@ -224,6 +270,7 @@ class Call:
 
     # -- the handler ----------------------------------------------------------------------------------
     async def run(self) -> None:
+        self.started = True
         h = self.handler
         ctx = self.context
         conn = self.conn

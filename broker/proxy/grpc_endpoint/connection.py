@@ -57,8 +57,13 @@ class H2Connection(asyncio.Protocol):
         except H2Error as e:
             self._abandon(str(e))
             return
-        self._dispatch(events)
-        self.flush()
+        # what the calls write while dispatched (a call's handler runs at once: Call.start) leaves
+        # with this read's flush below; none of them schedules a flush of its own
+        self._flush_pending = True
+        try:
+            self._dispatch(events)
+        finally:
+            self.flush()
 
     def _dispatch(self, events: list) -> None:
         calls = self.calls
@@ -73,7 +78,7 @@ class H2Connection(asyncio.Protocol):
                     call.count = 1
                     # on_end of a call just opened (no task, not finished), written out
                     if call.fast is None or not call.run_now():
-                        call.task = self.loop.create_task(call.run())
+                        call.start()
                     continue
                 call.on_message(ev[6], ev[7])
                 call.on_end()

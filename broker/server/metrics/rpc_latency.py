@@ -44,18 +44,29 @@ class RpcLatency:
 
     def __init__(self) -> None:
         self.series: dict[tuple[str, str, bool, str], list] = {}
+        # (request code, response code, long polling, result) -> its series' row: the names looked
+        # up and the label tuple made once per series, not once per request
+        self._rows: dict[tuple, list] = {}
 
     def record(self, request_code: int, response_code: int | None, elapsed_ns: int, long_polling: bool = False,
                result: str = SUCCESS, n: int = 1) -> None:
+        row = self._rows.get((request_code, response_code, long_polling, result))
+        if row is None:
+            row = self._row(request_code, response_code, long_polling, result)
+        ms = elapsed_ns // 1_000_000  # whole milliseconds, as RocketMQ's Stopwatch.elapsed(MILLISECONDS)
+        row[bisect.bisect_left(BUCKETS_MS, ms) if ms else 0] += n  # (0 ms: the first bucket, le 1)
+        row[-1] += ms * n
+
+    def _row(self, request_code: int, response_code: int | None, long_polling: bool, result: str) -> list:
         key = (REQUEST_NAMES.get(request_code) or str(request_code),
                "" if response_code is None else RESPONSE_NAMES.get(response_code) or str(response_code),
                long_polling, result)
         row = self.series.get(key)
         if row is None:
             row = self.series[key] = [0] * (len(BUCKETS_MS) + 2)
-        ms = elapsed_ns // 1_000_000  # whole milliseconds, as RocketMQ's Stopwatch.elapsed(MILLISECONDS)
-        row[bisect.bisect_left(BUCKETS_MS, ms)] += n
-        row[-1] += ms * n
+        if len(self._rows) < 10_000:  # codes come from requests: remembered up to a bound
+            self._rows[(request_code, response_code, long_polling, result)] = row
+        return row
 
     def rows(self):
         """(request, response, long polling, result, cumulative [(le, count)], sum) per series."""

@@ -53,6 +53,8 @@ from broker.store.results import GetStatus
 log = logging.getLogger("pop")
 
 PROPERTY_FIRST_POP_TIME = "1ST_POP_TIME"
+# acked checkpoints' entries the due heap may hold beyond twice what is in flight (_compact_due)
+DUE_SLACK = 1024
 
 
 class NotInFlight(Refusal):
@@ -166,17 +168,21 @@ class PopReviveService:
     def add_check_point(self, ck: PopCheckPoint, rq: int):
         """Write the checkpoint of a pop and hold it in flight (RocketMQ's appendCheckPoint); the
         future of its put (None when the store answers puts at once)."""
-        ck.broker_name = ck.broker_name or self.broker_name
-        while _key(ck.group, ck.topic, ck.queue_id, ck.start_offset, ck.pop_time) in self.inflight:
+        bn = ck.broker_name = ck.broker_name or self.broker_name
+        inflight = self.inflight
+        key = (ck.group, ck.topic, ck.queue_id, ck.start_offset, ck.pop_time)  # _key
+        while key in inflight:
             ck.pop_time += 1  # a message's invisible time changed twice within a millisecond: keys stay unique
-        uniq = "@".join(map(str, (ck.topic, ck.queue_id, ck.start_offset, ck.group, ck.pop_time, ck.broker_name,
-                                  CK_TAG)))
+            key = (ck.group, ck.topic, ck.queue_id, ck.start_offset, ck.pop_time)
+        # the ck record's UNIQ_KEY (RocketMQ's genCkUniqueId): topic@queue@start@group@popTime@broker@ck
+        uniq = f"{ck.topic}@{ck.queue_id}@{ck.start_offset}@{ck.group}@{ck.pop_time}@{bn}@{CK_TAG}"
         ck.revive_offset = self.log.append(rq, CK_TAG, uniq, ck.to_json())  # its put kept for durable_since
-        self._register(ck, rq)
+        self._register(ck, rq, key)
         return self.log.last_put
 
-    def _register(self, ck: PopCheckPoint, rq: int) -> None:
-        key = _key(ck.group, ck.topic, ck.queue_id, ck.start_offset, ck.pop_time)
+    def _register(self, ck: PopCheckPoint, rq: int, key: tuple | None = None) -> None:
+        if key is None:
+            key = _key(ck.group, ck.topic, ck.queue_id, ck.start_offset, ck.pop_time)
         if key in self.inflight:  # a checkpoint written twice (never by this broker): the first holds
             return
         ck.rq = rq
@@ -185,9 +191,11 @@ class PopReviveService:
         self._seq += 1
         # the revive loop sleeps until the earliest due time: woken only when this one comes sooner
         # (a pop's checkpoint is nearly always due after those in flight; a wake per pop cost a task)
-        if not self._due or ck.revive_time < self._due[0][0]:
+        due = self._due
+        revive_time = ck.pop_time + ck.invisible_time
+        if not due or revive_time < due[0][0]:
             self._changed.set()
-        heapq.heappush(self._due, (ck.revive_time, self._seq, key))
+        heapq.heappush(due, (revive_time, self._seq, key))
 
     def find(self, group: str, topic: str, queue_id: int, ck_offset: int, pop_time: int, offset: int,
              rq: int) -> tuple[PopCheckPoint, int]:
@@ -232,20 +240,28 @@ class PopReviveService:
 
     def ack_many(self, ck: PopCheckPoint, indexes: list[int]) -> None:
         """Acks of several messages of one checkpoint: one record (BatchAckMsg), not one per message."""
-        todo = sorted({i for i in indexes if not ck.bitmap >> i & 1})
+        bitmap = ck.bitmap
+        todo = sorted(set(indexes) if not bitmap else {i for i in indexes if not bitmap >> i & 1})
         if len(todo) <= 1:
             if todo:
                 self.ack(ck, todo[0])
             return
-        offsets = ck.offsets()
-        b = BatchAckMsg([offsets[i] for i in todo], ck.start_offset, ck.group, ck.topic, ck.queue_id, ck.pop_time,
-                        ck.broker_name)
-        uniq = "@".join(map(str, (b.topic, b.queue_id, b.ack_offsets, b.group, b.pop_time, b.broker_name,
-                                  BATCH_ACK_TAG)))  # genBatchAckUniqueId
-        self.log.append(ck.rq, BATCH_ACK_TAG, uniq, b.to_json())
-        for i in todo:
-            ck.bitmap |= 1 << i
-        if ck.bitmap == (1 << len(offsets)) - 1:
+        so, diffs = ck.start_offset, ck.diffs
+        acked = ([so + diffs[i] for i in todo] if diffs else [so + i for i in todo])  # ck.offsets() at todo
+        # the bAck record (BatchAckMsg's JSON) and its UNIQ_KEY (RocketMQ's genBatchAckUniqueId:
+        # topic@queue@[offsets]@group@popTime@broker@bAck, the list as Java's List.toString)
+        body = BatchAckMsg(acked, so, ck.group, ck.topic, ck.queue_id, ck.pop_time, ck.broker_name).to_json()
+        uniq = f"{ck.topic}@{ck.queue_id}@{acked}@{ck.group}@{ck.pop_time}@{ck.broker_name}@{BATCH_ACK_TAG}"
+        self.log.append(ck.rq, BATCH_ACK_TAG, uniq, body)
+        n = len(diffs) if diffs else ck.num
+        full = (1 << n) - 1  # every message of ck.offsets() acked
+        if not bitmap and len(todo) == n and todo[0] == 0 and todo[-1] == n - 1:  # the whole batch at once
+            bitmap = full
+        else:
+            for i in todo:
+                bitmap |= 1 << i
+        ck.bitmap = bitmap
+        if bitmap == full:
             self._finish(ck)
 
     def _ack_index(self, ck: PopCheckPoint, index: int) -> None:
@@ -254,9 +270,22 @@ class PopReviveService:
             self._finish(ck)
 
     def _finish(self, ck: PopCheckPoint) -> None:
-        key = _key(ck.group, ck.topic, ck.queue_id, ck.start_offset, ck.pop_time)
-        if self.inflight.pop(key, None) is not None:
+        if self.inflight.pop((ck.group, ck.topic, ck.queue_id, ck.start_offset, ck.pop_time), None) is not None:
             self.log.release(ck.rq, ck.revive_offset)
+            if len(self._due) > 2 * len(self.inflight) + DUE_SLACK:
+                self._compact_due()
+
+    def _compact_due(self) -> None:
+        """Drop the due entries of checkpoints no longer in flight. An acked checkpoint's entry
+        otherwise stays in the heap until its revive time (invisibleTime after its pop: 30 s of
+        pops at the clients' default), every push and pop paying for the heap's depth, and the
+        revive loop woken at each acked checkpoint's revive time to find nothing to do. Made when
+        the heap is more than twice what is in flight (and DUE_SLACK more), so a pop pays for it
+        about one entry's look."""
+        inflight = self.inflight
+        due = self._due
+        due[:] = [e for e in due if e[2] in inflight]  # (in place: _run may be iterating it)
+        heapq.heapify(due)
 
     # -- revive -------------------------------------------------------------------------------------
     async def _run(self) -> None:
