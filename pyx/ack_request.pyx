@@ -21,6 +21,7 @@ from libc.string cimport memcpy, memcmp
 from libc.stdint cimport int64_t, uint8_t, uint64_t
 
 from utf8 cimport valid_utf8
+from protobuf_wire cimport pb_read_varint as _varint, pb_varint_len as _varint_len
 
 cdef enum:
     BAD = -1
@@ -30,26 +31,6 @@ cdef uint64_t I64 = (<uint64_t>1 << 63) - 1
 cdef uint64_t I31 = <uint64_t>1 << 31
 # Status{code: OK (20000), message: "OK"}, as broker.proxy.status.status() serializes
 cdef bytes _STATUS_OK = b"\x08\xa0\x9c\x01\x12\x02OK"
-
-
-cdef inline Py_ssize_t _varint(const uint8_t *p, Py_ssize_t pos, Py_ssize_t end, uint64_t *out) noexcept nogil:
-    """The varint at p[pos]: the position after it, or BAD (truncated, or over 64 bits)."""
-    cdef uint64_t v = 0
-    cdef int shift = 0
-    cdef uint8_t b
-    while pos < end:
-        b = p[pos]
-        pos += 1
-        if shift == 63 and b > 1:
-            return BAD
-        v |= (<uint64_t>(b & 0x7F)) << shift
-        if b < 0x80:
-            out[0] = v
-            return pos
-        shift += 7
-        if shift > 63:
-            return BAD
-    return BAD
 
 
 cdef inline Py_ssize_t _field(const uint8_t *p, Py_ssize_t pos, Py_ssize_t end, uint64_t *number,
@@ -157,14 +138,6 @@ cdef bint _handle(const uint8_t *p, Py_ssize_t pos, Py_ssize_t end, Handle *h) n
     if pos == BAD: return False
     pos = _number(p, pos, end, I64, &clo)
     return pos == end and h.qo >= h.ck
-
-
-cdef inline Py_ssize_t _varint_len(uint64_t v) noexcept nogil:
-    cdef Py_ssize_t n = 1
-    while v >= 0x80:
-        v >>= 7
-        n += 1
-    return n
 
 
 cdef inline Py_ssize_t _put_varint(uint8_t *o, Py_ssize_t pos, uint64_t v) noexcept nogil:

@@ -24,6 +24,7 @@ from cpython.mem cimport PyMem_Free, PyMem_Malloc
 
 from broker.kernels.pulled cimport MessageExt
 from broker.kernels.wbuf cimport WriteBuffer
+from protobuf_wire cimport pb_varint_len as _varint_len
 
 # MD5 of up to eight bodies at once in AVX2 lanes (0: no AVX2 here, nothing written)
 cdef extern from "md5_mb.h" nogil:
@@ -97,14 +98,6 @@ cdef inline int _varint(WriteBuffer b, uint64_t v) except -1:
         n += 1
     tmp[n] = <uint8_t>v
     return b.write(tmp, n + 1)
-
-
-cdef inline Py_ssize_t _varint_len(uint64_t v) noexcept:
-    cdef Py_ssize_t n = 1
-    while v > 0x7F:
-        v >>= 7
-        n += 1
-    return n
 
 
 cdef inline int _tag(WriteBuffer b, uint32_t field, int wire) except -1:

@@ -19,6 +19,7 @@ from libc.string cimport memcpy
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 
 from utf8 cimport valid_utf8
+from protobuf_wire cimport pb_read_varint as _varint, pb_varint_len as _varint_len
 
 cdef enum:
     BAD = -1
@@ -31,26 +32,6 @@ cdef uint64_t _SKIPPED_SP_STRINGS = (1 << 10) | (1 << 12) | (1 << 21)
 # invisible_duration 15, orphaned_transaction_recovery_duration 19 (no strings), dead_letter_queue
 # 20 (strings at 1 and 2)
 cdef uint64_t _SKIPPED_SP_MESSAGES = (1 << 4) | (1 << 9) | (1 << 15) | (1 << 19) | (1 << 20)
-
-
-cdef inline Py_ssize_t _varint(const uint8_t *p, Py_ssize_t pos, Py_ssize_t end, uint64_t *out) noexcept nogil:
-    """The varint at p[pos]: the position after it, or BAD (truncated, or over 64 bits)."""
-    cdef uint64_t v = 0
-    cdef int shift = 0
-    cdef uint8_t b
-    while pos < end:
-        b = p[pos]
-        pos += 1
-        if shift == 63 and b > 1:
-            return BAD
-        v |= (<uint64_t>(b & 0x7F)) << shift
-        if b < 0x80:
-            out[0] = v
-            return pos
-        shift += 7
-        if shift > 63:
-            return BAD
-    return BAD
 
 
 cdef inline bint _utf8(const uint8_t *p, Py_ssize_t s, Py_ssize_t e) noexcept nogil:
@@ -444,14 +425,6 @@ cdef object _system(payload, const uint8_t *p, Py_ssize_t pos, Py_ssize_t end, d
 cdef const char *_STATUS_OK = b"\x0a\x08\x08\xa0\x9c\x01\x12\x02OK"
 cdef enum:
     STATUS_OK_LEN = 10
-
-
-cdef inline Py_ssize_t _varint_len(uint64_t v) noexcept nogil:
-    cdef Py_ssize_t n = 1
-    while v > 0x7F:
-        v >>= 7
-        n += 1
-    return n
 
 
 cdef inline char *_put_varint(char *out, uint64_t v) noexcept nogil:
