@@ -37,11 +37,14 @@ class _Route:
         self.addr = addr
 
     def master_addr(self, name: str):
-        return self.addr
+        return self.addr if name == "broker-a" else None
 
 
-class _Client:
-    """The front's client as the ack asks it: a cached route to this broker."""
+class LocalClient:
+    """What ConsumerActivity asks of its client for an ack (tests/test_local_batch_ack.py too): a
+    cached route of every topic to this broker ("broker-a", BrokerConfig's default name), and
+    invoke (the acks made alone) through the LocalBroker. Stands in for the front's
+    MQClientInstance, whose routes come from a name server these in-process runs have not."""
 
     def __init__(self, local: LocalBroker):
         route = _Route(local.addr)
@@ -74,7 +77,7 @@ async def run(messages: int, mode: str) -> None:
         await c.store.wait_dispatched(c.store.commit_log.wrote, 30)
         addr = f"127.0.0.1:{c.server.port}"
         local = LocalBroker(addr, c.handle, "127.0.0.1:1")
-        act = ConsumerActivity(_Client(local), ProxyConfig())
+        act = ConsumerActivity(LocalClient(local), ProxyConfig())
         act.local = local
         cpu = 0.0
         calls = acked = 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+from bench.grpc_ack_micro import LocalClient
 from broker.client import pop as _pop
 from broker.proxy.ack_reply import ack_ok_of
 from broker.proxy.config import ProxyConfig
@@ -25,32 +26,6 @@ from broker.store.config import MessageStoreConfig
 from tests.conftest import free_port
 
 TOPIC, GROUP = "LocalBatchAck", "LocalBatchAckG"
-
-
-class _Route:
-    def __init__(self, addr: str):
-        self.addr = addr
-
-    def master_addr(self, name: str):
-        return self.addr if name == "broker-a" else None
-
-
-class _Client:
-    """What ConsumerActivity asks of its client here: a cached route, and invoke (the acks made alone)."""
-
-    def __init__(self, local: LocalBroker):
-        self.invoke = local.invoke
-        route = _Route(local.addr)
-
-        class Routes:
-            @staticmethod
-            def peek(topic):
-                return route
-
-            @staticmethod
-            async def get(topic, refresh=False):
-                return route
-        self.routes = Routes()
 
 
 async def _broker(tmp_path, n: int):
@@ -152,7 +127,7 @@ def test_ack_now_takes_a_consumers_acks_and_declines_the_rest_before_acking(tmp_
     async def go():
         c, addr, local = await _broker(tmp_path, 40)
         try:
-            act = ConsumerActivity(_Client(local), ProxyConfig())
+            act = ConsumerActivity(LocalClient(local), ProxyConfig())
             act.local = local
 
             def request(handles: list[str]) -> bytes:
