@@ -76,7 +76,10 @@ async def pop_records(client: MQClientInstance, addr: str, group: str, topic: st
         answer = typed(group, topic, queue_id, max_nums, invisible_time_ms, poll_ms, expression, expression_type,
                        init_mode, order, attempt_id, timeout if timeout is not None else poll_ms / 1000 + 10)
         if answer is not None:
-            return typed_records(*await answer, f"pop {topic} for {group} from {addr}", order)
+            code, remark, popped = await answer
+            if code == codes.SUCCESS:
+                return typed_records(code, remark, popped, "", order)
+            return typed_records(code, remark, popped, f"pop {topic} for {group} from {addr}", order)
     ext = {"consumerGroup": group, "topic": topic, "queueId": queue_id, "maxMsgNums": max_nums,
            "invisibleTime": invisible_time_ms, "pollTime": poll_ms, "bornTime": int(time.time() * 1000),
            "initMode": init_mode, "expType": expression_type, "exp": expression, "order": order}
