@@ -49,6 +49,14 @@ class PoppedRecords:
     rest_num: int = 0
     start_offset_info: str | None = None
     order_count_info: str | None = None
+    # startOffsetInfo as parse_start_offset_info reads it, when the answer came as values (None: parse the text)
+    start_offsets: dict[str, int] | None = None
+
+    def starts(self) -> dict[str, int]:
+        """{"<retryFlag>@<queueId>": the checkpoint's start offset} of each queue popped."""
+        if self.start_offsets is not None:
+            return self.start_offsets
+        return ei.parse_start_offset_info(self.start_offset_info)
 
 
 async def pop_records(client: MQClientInstance, addr: str, group: str, topic: str, invisible_time_ms: int,
@@ -57,7 +65,21 @@ async def pop_records(client: MQClientInstance, addr: str, group: str, topic: st
                       expression_type: str = "TAG") -> PoppedRecords:
     """POP_MESSAGE (200050), its records left as the body: what a caller that writes them out
     itself reads (the gRPC front's receive, broker.kernels.receive_reply.encode_popped);
-    read_records makes pop's messages of it."""
+    read_records makes pop's messages of it.
+
+    A client with a typed pop entry (the local gRPC front's broker.proxy.local_broker.LocalBroker:
+    `pop` taking the fields as values, answering (code, remark, the broker's Popped)) is asked
+    through it, with no command; when it declines (None: the broker would not serve it at once)
+    the command goes as to any broker."""
+    typed = getattr(client, "pop", None)
+    if typed is not None:
+        answer = typed(group, topic, queue_id, max_nums, invisible_time_ms, poll_ms, expression, expression_type,
+                       init_mode, order, attempt_id, timeout if timeout is not None else poll_ms / 1000 + 10)
+        if answer is not None:
+            code, remark, popped = await answer
+            if code == codes.SUCCESS:
+                return typed_records(code, remark, popped, "", order)
+            return typed_records(code, remark, popped, f"pop {topic} for {group} from {addr}", order)
     ext = {"consumerGroup": group, "topic": topic, "queueId": queue_id, "maxMsgNums": max_nums,
            "invisibleTime": invisible_time_ms, "pollTime": poll_ms, "bornTime": int(time.time() * 1000),
            "initMode": init_mode, "expType": expression_type, "exp": expression, "order": order}
@@ -75,6 +97,21 @@ async def pop_records(client: MQClientInstance, addr: str, group: str, topic: st
                          order_count_info=r.ext.get("orderCountInfo") if order else None)
 
 
+def typed_records(code: int, remark: str | None, popped, what: str, order: bool) -> PoppedRecords:
+    """pop_records' answer from a typed pop's (code, remark, popped): `popped` has the values
+    POP_MESSAGE's response carries (views: the records, pop_time, invisible_time, revive_qid, rest,
+    start_offsets(), order_count_info()), as the broker's PopMessageProcessor.Popped."""
+    if code in (codes.POLLING_TIMEOUT, codes.PULL_NOT_FOUND, codes.POLLING_FULL):
+        return PoppedRecords(NO_NEW_MSG, rest_num=popped.rest if popped is not None else 0)
+    if code != codes.SUCCESS:
+        raise ResponseError(code, remark, what)
+    views = popped.views
+    return PoppedRecords(FOUND, b"".join(views), pop_time=popped.pop_time,
+                         invisible_time=popped.invisible_time, revive_qid=popped.revive_qid, rest_num=popped.rest,
+                         start_offsets=popped.start_offsets(),
+                         order_count_info=popped.order_count_info() if order else None)
+
+
 def read_records(popped: PoppedRecords, broker_name: str, topic: str) -> PopResult:
     """pop's result of a POP_MESSAGE answer: each message with its handle in POP_CK (built from
     the offset infos as processPopResponse builds it), its first pop time, and the topic asked for."""
@@ -83,7 +120,7 @@ def read_records(popped: PoppedRecords, broker_name: str, topic: str) -> PopResu
     res = PopResult(FOUND, decode_messages(popped.body, broker_name), popped.pop_time, popped.invisible_time,
                     popped.rest_num)
     revive_qid = popped.revive_qid
-    starts = ei.parse_start_offset_info(popped.start_offset_info)
+    starts = popped.starts()
     counts = ei.parse_order_count_info(popped.order_count_info) if popped.order_count_info is not None else {}
     first_pop = str(res.pop_time)
     # a handle is ei.build's text: all but the message's own offset is the same for its queue's

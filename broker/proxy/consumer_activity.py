@@ -153,6 +153,9 @@ class ConsumerActivity:
                 if r.messages:
                     r.messages = await self._past_max_attempts_to_dlq(addr, group, group_config, r.messages)
             else:
+                # (in local mode the fields go to the broker's PopMessageProcessor as values and the
+                # answer comes back as values: LocalBroker.pop, no command, unless the broker would
+                # not serve it at once)
                 popped = await _pop.pop_records(self._via(addr), addr, group, topic, invisible, request.batch_size,
                                                 poll_ms=max(0, poll), expression=expression,
                                                 expression_type=exp_type, init_mode=CONSUME_INIT_MODE_MAX)

@@ -14,7 +14,10 @@ checked, which the connection does.
 
 An AckMessage's batch ack goes further (`batch_ack`): its acks are handed to the broker's
 AckMessageProcessor as values, with no command, JSON or base64, whenever the broker would serve
-BATCH_ACK_MESSAGE at once; otherwise the command goes through `invoke` as above."""
+BATCH_ACK_MESSAGE at once; otherwise the command goes through `invoke` as above. A ReceiveMessage's
+pop likewise (`pop`): the request's fields handed to the PopMessageProcessor as values, its answer
+read as values (the records, popTime, reviveQid, the start offsets), whenever the broker would serve
+POP_MESSAGE at once."""
 from __future__ import annotations
 
 import asyncio
@@ -22,7 +25,7 @@ import logging
 import time
 
 from broker.client.errors import BrokerUnreachable
-from broker.remoting.codes import BATCH_ACK_MESSAGE, SYSTEM_ERROR
+from broker.remoting.codes import BATCH_ACK_MESSAGE, POLLING_TIMEOUT, POP_MESSAGE, SUCCESS, SYSTEM_ERROR
 from broker.remoting.command import RemotingCommand
 from broker.remoting.headers import ext_string
 from broker.remoting.refusals import response_code
@@ -50,6 +53,7 @@ class LocalBroker:
         self._handler = handler
         self._caller = _Caller(peer)
         self._ack_target = None  # (controller, pop service, ack processor) for batch_ack, False: none
+        self._pop_target = None  # (controller, pop service, pop processor) for pop, False: none
 
     async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
         request = RemotingCommand(cmd.code, _wire_ext(cmd.ext), cmd.body, opaque=cmd.opaque, flag=cmd.flag)
@@ -112,17 +116,47 @@ class LocalBroker:
         code.add_done_callback(lambda f: _ack_timed(latency, f, t0))
         return code
 
+    # -- POP_MESSAGE as values (the ReceiveMessage call's pop) ------------------------------------------
+    def pop(self, group: str, topic: str, queue_id: int, max_nums: int, invisible_ms: int, poll_ms: int,
+            exp: str, exp_type: str, init_mode: int, order: bool, attempt_id: str, timeout: float):
+        """POP_MESSAGE's fields handed to the broker's PopMessageProcessor.pop_values without a
+        RemotingCommand or header strings: None when the broker would not serve it at once (the
+        caller then invokes the command, whose answer says why: SLAVE_NOT_AVAILABLE, the replay's
+        wait, SYSTEM_BUSY while switching), else an awaitable of (response code, remark, Popped or
+        None): the Popped's values are the answer's (records as views of the log, popTime,
+        reviveQid, restNum, the start offsets). The wire's guards are batch_ack's; long polling and
+        the wait for the revive records' durability are the processor's, as for the command, within
+        `timeout` (then BrokerUnreachable, as invoke). Timed into rocketmq_rpc_latency as
+        POP_MESSAGE (a held one as held); a refusal raised is its code and remark, as
+        BrokerController.handle answers it; a failure SYSTEM_ERROR, logged, as the connection answers it."""
+        target = self._pop_target
+        if target is None:
+            target = self._pop_target = _pop_target(self._handler)
+        if target is False:
+            return None
+        controller, pop, processor = target
+        if controller._switching or controller.acl is not None or POP_MESSAGE not in controller.handlers \
+                or not pop._serving or pop.store.is_slave or not pop.ready.is_set():
+            return None
+        return _popped(self, controller.rpc_latency, processor, timeout,
+                       (group, topic, queue_id, max_nums, invisible_ms, poll_ms, exp, exp_type, init_mode, order,
+                        attempt_id))
+
 
 def _ack_target(handler):
     """(BrokerController, PopService, AckMessageProcessor) of `handler` (BrokerController.handle),
     or False when it is not one (a test's handler): batch acks then go as commands."""
     from broker.server.processor.ack_message_processor import AckMessageProcessor
+    return _processor_of(handler, AckMessageProcessor)
+
+
+def _processor_of(handler, kind):
     controller = getattr(handler, "__self__", None)
     pop = getattr(controller, "pop", None)
     if pop is None or not hasattr(controller, "rpc_latency"):
         return False
     for p in pop.processors:
-        if isinstance(p, AckMessageProcessor):
+        if isinstance(p, kind):
             return controller, pop, p
     return False
 
@@ -134,3 +168,43 @@ def _ack_timed(latency, f, t0: int) -> None:
         latency.record(BATCH_ACK_MESSAGE, None, time.perf_counter_ns() - t0, result="process_request_failed")
     else:
         latency.record(BATCH_ACK_MESSAGE, f.result(), time.perf_counter_ns() - t0)
+
+
+def _pop_target(handler):
+    """(BrokerController, PopService, PopMessageProcessor) of `handler`, or False (pops go as commands)."""
+    from broker.server.processor.pop_message_processor import PopMessageProcessor
+    return _processor_of(handler, PopMessageProcessor)
+
+
+async def _popped(local: LocalBroker, latency, processor, timeout: float, args: tuple):
+    t0 = time.perf_counter_ns()
+    try:
+        res = processor.pop_values(*args)
+    except Exception as e:  # noqa: BLE001 - as BrokerController.handle and the connection answer it
+        code = response_code(e)
+        if code is None:
+            log.exception("pop (local front) failed for %s from %s", args[:2], local._caller.peer)
+            return SYSTEM_ERROR, "internal error; see the broker log", None
+        latency.record(POP_MESSAGE, code, time.perf_counter_ns() - t0)
+        return code, str(e), None
+    held = False
+    if not hasattr(res, "views"):  # a future (durability) or a coroutine (held): awaited as invoke awaits it
+        held = not isinstance(res, asyncio.Future)
+        try:
+            res = await asyncio.wait_for(res, timeout)
+        except asyncio.TimeoutError:
+            latency.record(POP_MESSAGE, None, time.perf_counter_ns() - t0, held, "cancelled")
+            raise BrokerUnreachable(local.addr, f"no answer to request code {POP_MESSAGE} within {timeout:g} s") \
+                from None
+        except asyncio.CancelledError:
+            latency.record(POP_MESSAGE, None, time.perf_counter_ns() - t0, held, "cancelled")
+            raise
+        except Exception:  # noqa: BLE001 - as the connection answers a handler's failure
+            latency.record(POP_MESSAGE, None, time.perf_counter_ns() - t0, held, "process_request_failed")
+            log.exception("pop (local front) failed for %s from %s", args[:2], local._caller.peer)
+            return SYSTEM_ERROR, "internal error; see the broker log", None
+    code = res.code
+    if code is None:
+        code = SUCCESS if res.views else POLLING_TIMEOUT
+    latency.record(POP_MESSAGE, code, time.perf_counter_ns() - t0, held)
+    return code, res.remark, res

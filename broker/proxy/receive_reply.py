@@ -53,7 +53,7 @@ def receive_popped(popped, topic: str, broker_name: str, invisible_ms: int, now_
     a message protobuf cannot carry, ...), or the offset infos do not parse: the caller then reads
     the records, which answers (or fails) as before."""
     try:
-        starts = _extra_info.parse_start_offset_info(popped.start_offset_info)
+        starts = popped.starts()
     except ValueError:  # (ExtraInfoError too)
         return None
     out = _kernel.encode_popped(popped.body, topic, starts,

@@ -13,6 +13,11 @@ Nothing found: held up to pollTime (long polling, woken by an append to any queu
 held pull is), then POLLING_TIMEOUT. Messages found are answered once the checkpoints written for
 them are durable (pop_role.reply_when_durable): in DLedger mode once a majority holds them, so a
 leader killed after answering leaves them to the next leader to revive.
+
+The local gRPC front hands the request's fields over as values (`pop_values`, through
+broker.proxy.local_broker) and reads the answer as values (a `Popped`: the records' views, popTime,
+reviveQid, restNum, the start offsets), with no RemotingCommand and no header strings; the wire's
+`pop` runs the same code (`_pop`) and renders the same values into its response.
 """
 from __future__ import annotations
 
@@ -26,7 +31,8 @@ from broker.server.filter.expression_type import pop_filter
 from broker.remoting.headers import PopMessageRequestHeader, decode
 from broker.common import extra_info as ei
 from broker.server.pop.consumer_order_info_manager import now_ms
-from broker.server.pop.pop_role import NotMaster, not_master_remark, reply_when_durable
+from broker.server.pop.pop_role import NotMaster, not_master_remark
+from broker.server.processor.send_processor import STATUS_CODES, STATUS_REMARKS, STORED_STATUSES, reply_when_put
 from broker.server.pop.revive_log import REVIVE_GROUP, REVIVE_TOPIC_PREFIX
 from broker.remoting.refusals import NoPermission, Refusal, TopicNotExist
 from broker.common.topic_validator import check_topic_name
@@ -44,19 +50,34 @@ class InvalidParameter(Refusal):
     response_code = codes.INVALID_PARAMETER
 
 
-class _Popped:
-    """What one POP_MESSAGE gathered across the queues it read."""
+class Popped:
+    """What one POP_MESSAGE gathered across the queues it read, as values: the wire's response
+    is rendered from it (PopMessageProcessor._response), the local front reads it as it is.
+    `code` None: found (SUCCESS) or not (POLLING_TIMEOUT) by `views`; else the refusal's code and
+    `remark` (a held pop no longer served, a revive record the store did not keep)."""
+    __slots__ = ("pop_time", "mark", "revive_qid", "invisible_time", "views", "starts", "msgs", "order_info",
+                 "rest", "blocked_until", "code", "remark")
 
-    def __init__(self, pop_time: int, revive_qid: int, mark: int):
+    def __init__(self, pop_time: int, revive_qid: int, mark: int, invisible_time: int):
         self.pop_time = pop_time
         self.mark = mark  # the revive log's count of appends before this look (ReviveLog.durable_since)
         self.revive_qid = revive_qid
+        self.invisible_time = invisible_time
         self.views: list = []
-        self.start_info: list[str] = []
-        self.msg_info: list[str] = []
+        self.starts: list[tuple[str, int, int]] = []  # (topic, queueId, the checkpoint's start offset)
+        self.msgs: list[tuple[str, int, list[int]]] = []  # (topic, queueId, the queue offsets popped)
         self.order_info: list[str] = []
         self.rest = 0
         self.blocked_until = 0  # orderly: the earliest time a blocked queue opens again (0: none)
+        self.code: int | None = None
+        self.remark: str | None = None
+
+    def start_offsets(self) -> dict[str, int]:
+        """{"<retryFlag>@<queueId>": start offset}: startOffsetInfo as extra_info.parse_start_offset_info reads it."""
+        return {ei.queue_key(t, q): o for t, q, o in self.starts}
+
+    def order_count_info(self) -> str:
+        return ";".join(self.order_info)
 
 
 class PopMessageProcessor:
@@ -77,6 +98,22 @@ class PopMessageProcessor:
 
     def pop(self, cmd: RemotingCommand, conn):
         h = decode(PopMessageRequestHeader, cmd.ext)
+        return self._pop(h, lambda popped: self._response(cmd, h, popped))
+
+    def pop_values(self, group: str, topic: str, queue_id: int, max_nums: int, invisible_ms: int, poll_ms: int,
+                   exp: str = "*", exp_type: str = "TAG", init_mode: int = INIT_MODE_MIN, order: bool = False,
+                   attempt_id: str = ""):
+        """POP_MESSAGE handed its request's fields as values (the local gRPC front's entry,
+        broker.proxy.local_broker): a Popped, or a future of it while its revive records wait to
+        be durable, or a coroutine of it when the pop is held (long polling). A refusal raises,
+        as `pop` raises it for BrokerController.handle to answer."""
+        h = PopMessageRequestHeader(group, topic, queue_id, max_nums, invisible_ms, poll_ms, 0, init_mode, exp_type,
+                                    exp, order, attempt_id)
+        return self._pop(h, _as_is)
+
+    def _pop(self, h, finish):
+        """The pop of `h` (the wire's header, or one made of the local front's values), its Popped
+        handed to `finish` (the wire's response, or as it is) when it is answered."""
         if not self.revive.serving:  # (PopService refuses first; this guards a direct call)
             raise NotMaster(not_master_remark(self.store, "POP_MESSAGE"))
         if not 0 < h.maxMsgNums <= MAX_POP_NUMS:
@@ -98,9 +135,9 @@ class PopMessageProcessor:
         queues = self._queues(h, cfg.readQueueNums)
         popped = self._pop_once(h, queues, flt)
         if popped.views or h.pollTime <= 0 or not self.long_polling:
-            return self._reply(cmd, h, popped)
+            return self._reply(popped, finish)
         deadline = time.monotonic() + min(h.pollTime, self.suspend_max_ms) / 1000
-        return self._hold(cmd, h, queues, flt, deadline)
+        return self._hold(h, queues, flt, deadline, finish)
 
     def _queues(self, h, read_queue_nums: int) -> list[tuple[str, int]]:
         """(topic, queueId) in the order this pop reads them: the topic's queues from a random
@@ -117,9 +154,9 @@ class PopMessageProcessor:
         return retry + own if random.randrange(100) < POP_FROM_RETRY_PROBABILITY else own + retry
 
     # -- one look at the queues -------------------------------------------------------------------
-    def _pop_once(self, h, queues, flt) -> _Popped:
+    def _pop_once(self, h, queues, flt) -> Popped:
         rq = ei.POP_ORDER_REVIVE_QUEUE if h.order else self.revive.next_revive_qid()
-        popped = _Popped(now_ms(), rq, self.revive.log.appended)
+        popped = Popped(now_ms(), rq, self.revive.log.appended, h.invisibleTime)
         for topic, queue_id in queues:
             if topic != h.topic and self.topics.get(topic) is None:
                 continue  # no retry topic yet: nothing was ever revived for this group
@@ -139,7 +176,7 @@ class PopMessageProcessor:
         offsets.advance(group, topic, queue_id, offset)
         return offset
 
-    def _pop_queue(self, h, topic: str, queue_id: int, flt, popped: _Popped) -> None:
+    def _pop_queue(self, h, topic: str, queue_id: int, flt, popped: Popped) -> None:
         group = h.consumerGroup
         offset = self._pop_offset(group, topic, queue_id, h.initMode)
         want = h.maxMsgNums - len(popped.views)
@@ -175,20 +212,36 @@ class PopMessageProcessor:
             put = self.revive.add_check_point(ck, popped.revive_qid)
             # pops read past it now; the offset table (what followers copy) once the checkpoint is durable
             self.revive.pop_offsets.advance(group, topic, queue_id, r.next_offset, put)
-        popped.start_info.append(ei.start_offset_entry(topic, queue_id, offset))
-        popped.msg_info.append(ei.msg_offset_entry(topic, queue_id, offsets))
+        popped.starts.append((topic, queue_id, offset))
+        popped.msgs.append((topic, queue_id, offsets))
         popped.views.extend(r.messages)
 
-    def _reply(self, cmd, h, popped: _Popped):
-        """The response, once the records this pop wrote are durable (a future until then)."""
-        return reply_when_durable(cmd, self._response(cmd, h, popped), self.revive.log.durable_since(popped.mark))
+    def _reply(self, popped: Popped, finish):
+        """finish(popped) once the records this pop wrote are durable (a future of it until then);
+        a record the store did not keep answers its status's code (pop_role.reply_when_durable's)."""
+        put = self.revive.log.durable_since(popped.mark)
+        if put is None:
+            return finish(popped)
 
-    def _response(self, cmd, h, popped: _Popped) -> RemotingCommand:
+        def answer(status, why):
+            if status not in STORED_STATUSES:
+                remark = STATUS_REMARKS.get(status) or status.name
+                popped.code = STATUS_CODES.get(status, codes.SYSTEM_ERROR)
+                popped.remark = (f"{remark}: the revive log did not keep this request's record"
+                                 f"{f' ({why})' if why else ''}; retry")
+            return finish(popped)
+        return reply_when_put(put, answer)
+
+    @staticmethod
+    def _response(cmd, h, popped: Popped) -> RemotingCommand:
+        if popped.code is not None:
+            return cmd.response(popped.code, remark=popped.remark)
         ext = {"popTime": popped.pop_time, "invisibleTime": h.invisibleTime, "reviveQid": popped.revive_qid,
-               "restNum": popped.rest, "startOffsetInfo": ";".join(popped.start_info),
-               "msgOffsetInfo": ";".join(popped.msg_info)}
+               "restNum": popped.rest,
+               "startOffsetInfo": ";".join(ei.start_offset_entry(t, q, o) for t, q, o in popped.starts),
+               "msgOffsetInfo": ";".join(ei.msg_offset_entry(t, q, offs) for t, q, offs in popped.msgs)}
         if h.order:
-            ext["orderCountInfo"] = ";".join(popped.order_info)
+            ext["orderCountInfo"] = popped.order_count_info()
         if not popped.views:
             return cmd.response(codes.POLLING_TIMEOUT, ext, remark="NO_MESSAGE_IN_QUEUE")
         res = cmd.response(codes.SUCCESS, ext, popped.views, remark="FOUND")
@@ -196,7 +249,7 @@ class PopMessageProcessor:
         return res
 
     # -- long polling -------------------------------------------------------------------------------
-    async def _hold(self, cmd, h, queues, flt, deadline: float) -> RemotingCommand:
+    async def _hold(self, h, queues, flt, deadline: float, finish):
         store, holds = self.store, self.holds
         while True:
             # registered in the same loop turn as the look that found nothing (see PullMessageProcessor._hold)
@@ -207,12 +260,14 @@ class PopMessageProcessor:
                 except asyncio.TimeoutError:
                     pass
             if not self.revive.serving:  # no longer the master while held: nothing was written
-                return cmd.response(codes.SLAVE_NOT_AVAILABLE, remark=not_master_remark(self.store, "POP_MESSAGE"))
+                gone = Popped(0, 0, 0, h.invisibleTime)
+                gone.code, gone.remark = codes.SLAVE_NOT_AVAILABLE, not_master_remark(self.store, "POP_MESSAGE")
+                return finish(gone)
             popped = self._pop_once(h, queues, flt)
             left = deadline - time.monotonic()
             if popped.views or left <= 0:
-                reply = self._reply(cmd, h, popped)
-                return reply if isinstance(reply, RemotingCommand) else await reply
+                reply = self._reply(popped, finish)
+                return await reply if isinstance(reply, asyncio.Future) else reply
             if popped.blocked_until:  # an orderly batch's invisible time ends before the poll does
                 left = min(left, max((popped.blocked_until - now_ms()) / 1000, 0.001))
             futs = [(t, q, holds.hold(t, q)) for t, q in queues]
@@ -236,3 +291,7 @@ class PopMessageProcessor:
                         grew.exception()  # a timeout, retrieved: the deadline is checked above
             if any(f.cancelled() for _, _, f in futs):
                 raise asyncio.CancelledError  # the broker is closing (PullHoldService.cancel_all)
+
+
+def _as_is(popped: Popped) -> Popped:
+    return popped
