@@ -33,16 +33,21 @@ def not_master_remark(store, what: str) -> str:
             f"log): {why}; RocketMQ's proxy routes pop to the master (brokerId 0)")
 
 
+def not_kept(status, why) -> tuple[int, str] | None:
+    """(code, remark) of a revive-log put the store did not keep, None when it did (STORED_STATUSES)."""
+    if status in STORED_STATUSES:
+        return None
+    remark = STATUS_REMARKS.get(status) or status.name
+    return (STATUS_CODES.get(status, codes.SYSTEM_ERROR),
+            f"{remark}: the revive log did not keep this request's record{f' ({why})' if why else ''}; retry")
+
+
 def reply_when_durable(cmd: RemotingCommand, response: RemotingCommand, put) -> RemotingCommand | asyncio.Future:
     """`response` once the put future `put` says its records are kept (at once when `put` is None)."""
     if put is None:
         return response
 
     def answer(status, why):
-        if status in STORED_STATUSES:
-            return response
-        remark = STATUS_REMARKS.get(status) or status.name
-        return cmd.response(STATUS_CODES.get(status, codes.SYSTEM_ERROR),
-                            remark=f"{remark}: the revive log did not keep this request's record"
-                                   f"{f' ({why})' if why else ''}; retry")
+        refused = not_kept(status, why)
+        return response if refused is None else cmd.response(refused[0], remark=refused[1])
     return reply_when_put(put, answer)

@@ -31,8 +31,8 @@ from broker.server.filter.expression_type import pop_filter
 from broker.remoting.headers import PopMessageRequestHeader, decode
 from broker.common import extra_info as ei
 from broker.server.pop.consumer_order_info_manager import now_ms
-from broker.server.pop.pop_role import NotMaster, not_master_remark
-from broker.server.processor.send_processor import STATUS_CODES, STATUS_REMARKS, STORED_STATUSES, reply_when_put
+from broker.server.pop.pop_role import NotMaster, not_kept, not_master_remark
+from broker.server.processor.send_processor import reply_when_put
 from broker.server.pop.revive_log import REVIVE_GROUP, REVIVE_TOPIC_PREFIX
 from broker.remoting.refusals import NoPermission, Refusal, TopicNotExist
 from broker.common.topic_validator import check_topic_name
@@ -224,11 +224,9 @@ class PopMessageProcessor:
             return finish(popped)
 
         def answer(status, why):
-            if status not in STORED_STATUSES:
-                remark = STATUS_REMARKS.get(status) or status.name
-                popped.code = STATUS_CODES.get(status, codes.SYSTEM_ERROR)
-                popped.remark = (f"{remark}: the revive log did not keep this request's record"
-                                 f"{f' ({why})' if why else ''}; retry")
+            refused = not_kept(status, why)
+            if refused is not None:
+                popped.code, popped.remark = refused
             return finish(popped)
         return reply_when_put(put, answer)
 
