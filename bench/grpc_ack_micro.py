@@ -11,23 +11,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import shutil
-import tempfile
 import time
 
-from bench.processes import free_port
+from bench.local_front_broker import filled_broker
 from broker.client import pop as _pop
 from broker.proxy.config import ProxyConfig
 from broker.proxy.consumer_activity import ConsumerActivity
 from broker.proxy.local_broker import LocalBroker
 from broker.proxy.protocol import definition_pb2 as pb
 from broker.proxy.protocol import service_pb2 as spb
-from broker.remoting import codes
-from broker.remoting.command import RemotingCommand
-from broker.remoting.connection import connect
-from broker.server.broker_config import BrokerConfig
-from broker.server.broker_controller import BrokerController
-from broker.store.config import MessageStoreConfig
 
 TOPIC, GROUP = "AckMicro", "AckMicroG"
 
@@ -62,21 +54,7 @@ class LocalClient:
 
 
 async def run(messages: int, mode: str) -> None:
-    root = tempfile.mkdtemp(prefix="grpc-ack-micro-")
-    c = BrokerController(BrokerConfig(), MessageStoreConfig(
-        storePathRootDir=root + "/store", listenPort=free_port(), brokerIP1="127.0.0.1",
-        mappedFileSizeCommitLog=64 << 20), host="127.0.0.1")
-    await c.start()
-    try:
-        conn = await connect("127.0.0.1", c.server.port)
-        body = b"x" * 1024
-        await asyncio.gather(*(conn.request(RemotingCommand.request(codes.SEND_MESSAGE_V2, {
-            "a": "pg", "b": TOPIC, "c": "TBW102", "d": 1, "e": 0, "f": 0, "g": int(time.time() * 1000), "h": 0,
-            "i": f"UNIQ_KEY\x01k{i}\x02", "j": 0, "k": False}, body), 30) for i in range(messages)))
-        conn.close()
-        await c.store.wait_dispatched(c.store.commit_log.wrote, 30)
-        addr = f"127.0.0.1:{c.server.port}"
-        local = LocalBroker(addr, c.handle, "127.0.0.1:1")
+    async with filled_broker("grpc-ack-micro-", TOPIC, messages) as (c, addr, local):
         act = ConsumerActivity(LocalClient(local), ProxyConfig())
         act.local = local
         cpu = 0.0
@@ -104,9 +82,6 @@ async def run(messages: int, mode: str) -> None:
         act.renewals.close()
         print(f"{mode}: {calls} AckMessage calls, {acked} messages: {1e6 * cpu / calls:.1f} CPU-us a call, "
               f"{1e6 * cpu / acked:.2f} CPU-us a message", flush=True)
-    finally:
-        await c.close()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

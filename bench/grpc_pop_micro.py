@@ -10,19 +10,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import shutil
-import tempfile
 import time
 
-from bench.processes import free_port
+from bench.local_front_broker import filled_broker
 from broker.client import pop as _pop
 from broker.proxy.local_broker import LocalBroker
-from broker.remoting import codes
-from broker.remoting.command import RemotingCommand
-from broker.remoting.connection import connect
-from broker.server.broker_config import BrokerConfig
-from broker.server.broker_controller import BrokerController
-from broker.store.config import MessageStoreConfig
 
 TOPIC = "PopMicro"
 
@@ -35,21 +27,7 @@ class _Command:
 
 
 async def run(messages: int) -> None:
-    root = tempfile.mkdtemp(prefix="grpc-pop-micro-")
-    c = BrokerController(BrokerConfig(), MessageStoreConfig(
-        storePathRootDir=root + "/store", listenPort=free_port(), brokerIP1="127.0.0.1",
-        mappedFileSizeCommitLog=64 << 20), host="127.0.0.1")
-    await c.start()
-    try:
-        conn = await connect("127.0.0.1", c.server.port)
-        body = b"x" * 1024
-        await asyncio.gather(*(conn.request(RemotingCommand.request(codes.SEND_MESSAGE_V2, {
-            "a": "pg", "b": TOPIC, "c": "TBW102", "d": 1, "e": 0, "f": 0, "g": int(time.time() * 1000), "h": 0,
-            "i": f"UNIQ_KEY\x01k{i}\x02", "j": 0, "k": False}, body), 30) for i in range(messages)))
-        conn.close()
-        await c.store.wait_dispatched(c.store.commit_log.wrote, 30)
-        addr = f"127.0.0.1:{c.server.port}"
-        local = LocalBroker(addr, c.handle, "127.0.0.1:1")
+    async with filled_broker("grpc-pop-micro-", TOPIC, messages) as (c, addr, local):
         ways = {"typed": (local, "PopMicroT"), "command": (_Command(local), "PopMicroC")}
         cpu = dict.fromkeys(ways, 0.0)
         pops = dict.fromkeys(ways, 0)
@@ -68,9 +46,6 @@ async def run(messages: int) -> None:
         for way in ways:
             print(f"{way}: {pops[way]} pops of 32: {1e6 * cpu[way] / pops[way]:.1f} CPU-us a pop, "
                   f"{1e6 * cpu[way] / pops[way] / 32:.2f} CPU-us a message", flush=True)
-    finally:
-        await c.close()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":
