@@ -91,15 +91,12 @@ class LocalBroker:
         the caller invokes the command, whose answer says why (SLAVE_NOT_AVAILABLE, the replay's
         wait, SYSTEM_BUSY). Timed into rocketmq_rpc_latency as BATCH_ACK_MESSAGE; a refusal raised
         is its code, as BrokerController.handle maps it; a failure SYSTEM_ERROR, logged."""
-        target = self._ack_target
+        if self._ack_target is None:
+            self._ack_target = _ack_target(self._handler)
+        target = _served_now(self._ack_target, BATCH_ACK_MESSAGE)
         if target is None:
-            target = self._ack_target = _ack_target(self._handler)
-        if target is False:
             return None
-        controller, pop, processor = target
-        if controller._switching or controller.acl is not None or BATCH_ACK_MESSAGE not in controller.handlers \
-                or not pop._serving or pop.store.is_slave or not pop.ready.is_set():
-            return None
+        controller, _, processor = target
         latency = controller.rpc_latency
         t0 = time.perf_counter_ns()
         try:
@@ -129,15 +126,12 @@ class LocalBroker:
         `timeout` (then BrokerUnreachable, as invoke). Timed into rocketmq_rpc_latency as
         POP_MESSAGE (a held one as held); a refusal raised is its code and remark, as
         BrokerController.handle answers it; a failure SYSTEM_ERROR, logged, as the connection answers it."""
-        target = self._pop_target
+        if self._pop_target is None:
+            self._pop_target = _pop_target(self._handler)
+        target = _served_now(self._pop_target, POP_MESSAGE)
         if target is None:
-            target = self._pop_target = _pop_target(self._handler)
-        if target is False:
             return None
-        controller, pop, processor = target
-        if controller._switching or controller.acl is not None or POP_MESSAGE not in controller.handlers \
-                or not pop._serving or pop.store.is_slave or not pop.ready.is_set():
-            return None
+        controller, _, processor = target
         return _popped(self, controller.rpc_latency, processor, timeout,
                        (group, topic, queue_id, max_nums, invisible_ms, poll_ms, exp, exp_type, init_mode, order,
                         attempt_id))
@@ -148,6 +142,19 @@ def _ack_target(handler):
     or False when it is not one (a test's handler): batch acks then go as commands."""
     from broker.server.processor.ack_message_processor import AckMessageProcessor
     return _processor_of(handler, AckMessageProcessor)
+
+
+def _served_now(target, code: int):
+    """`target` (_processor_of's) while BrokerController.handle would hand the command `code`
+    straight to the pop service's processor (no role switch, no ACL, the code served) and the pop
+    service would serve it at once (the master, its revive log replayed); else None."""
+    if target is False:
+        return None
+    controller, pop, _ = target
+    if controller._switching or controller.acl is not None or code not in controller.handlers \
+            or not pop._serving or pop.store.is_slave or not pop.ready.is_set():
+        return None
+    return target
 
 
 def _processor_of(handler, kind):
