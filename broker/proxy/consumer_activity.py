@@ -32,7 +32,7 @@ from broker.proxy.protocol import service_pb2 as spb
 from broker.proxy.receipt_handle_manager import ReceiptHandleManager
 from broker.proxy.route_activity import validate_topic
 from broker.proxy.status import Code, ProxyError, from_broker_refusal, from_client_error, status
-from broker.proxy.subscription_groups import SubscriptionGroups, orderly
+from broker.proxy.subscription_groups import NOT_CACHED, SubscriptionGroups, orderly
 from broker.remoting import codes
 from broker.remoting.command import RemotingCommand
 from broker.server.filter.expression_type import SQL92, TAG
@@ -92,6 +92,35 @@ def _group(resource: pb.Resource) -> str:
     return name
 
 
+def _receive_args(request: spb.ReceiveMessageRequest, config: ProxyConfig) -> tuple[str, str, str, str, int, int]:
+    """(group, topic, expType, exp, invisible ms, long polling ms) of a receive, or ProxyError."""
+    group, topic = _group(request.group), validate_topic(request.message_queue.topic)
+    exp_type, expression = _filter(request.filter_expression)
+    # a PushConsumer (auto_renew) names no invisible time: the front's, renewed while it works
+    invisible = config.defaultInvisibleTimeMills if request.auto_renew else \
+        _ms(request.invisible_duration) if request.HasField("invisible_duration") else 30_000
+    if not request.auto_renew and not MIN_INVISIBLE_MS <= invisible <= MAX_INVISIBLE_MS:
+        raise ProxyError(Code.ILLEGAL_INVISIBLE_TIME, f"the invisible time must be within "
+                                                      f"{MIN_INVISIBLE_MS} and {MAX_INVISIBLE_MS} ms")
+    if request.batch_size <= 0 or request.batch_size > RECEIVE_BATCH_SIZE:
+        raise ProxyError(Code.BAD_REQUEST, f"batch size {request.batch_size} must be within 1 and 32")
+    max_poll = config.grpcClientConsumerMaxLongPollingTimeoutMillis
+    poll = min(_ms(request.long_polling_timeout), max_poll) if request.HasField("long_polling_timeout") else max_poll
+    return group, topic, exp_type, expression, invisible, max(0, poll)
+
+
+def _receive_failed(e: Exception) -> spb.ReceiveMessageResponse:
+    """The one response of a receive that failed before any message: its status."""
+    if isinstance(e, ProxyError):
+        return spb.ReceiveMessageResponse(status=status(e.code, e.message))
+    if isinstance(e, ResponseError):
+        if e.code == codes.REQUEST_CODE_NOT_SUPPORTED:
+            return spb.ReceiveMessageResponse(status=not_implemented("ReceiveMessage"))
+        # e.g. an SQL92 filter: INTERNAL_SERVER_ERROR, "The broker does not support ..."
+        return spb.ReceiveMessageResponse(status=status(*from_broker_refusal(e)))
+    return spb.ReceiveMessageResponse(status=status(*from_client_error(e)))
+
+
 class ConsumerActivity:
     # local mode: the broker this front lives in, reached by a call for pops and batch acks
     # (broker.proxy.local_broker, set by LocalGrpcFront); None: every broker over the client's connections
@@ -125,19 +154,7 @@ class ConsumerActivity:
 
     async def receive_message(self, request: spb.ReceiveMessageRequest, context):
         try:
-            group, topic = _group(request.group), validate_topic(request.message_queue.topic)
-            exp_type, expression = _filter(request.filter_expression)
-            # a PushConsumer (auto_renew) names no invisible time: the front's, renewed while it works
-            invisible = self.config.defaultInvisibleTimeMills if request.auto_renew else \
-                _ms(request.invisible_duration) if request.HasField("invisible_duration") else 30_000
-            if not request.auto_renew and not MIN_INVISIBLE_MS <= invisible <= MAX_INVISIBLE_MS:
-                raise ProxyError(Code.ILLEGAL_INVISIBLE_TIME, f"the invisible time must be within "
-                                                              f"{MIN_INVISIBLE_MS} and {MAX_INVISIBLE_MS} ms")
-            if request.batch_size <= 0 or request.batch_size > RECEIVE_BATCH_SIZE:
-                raise ProxyError(Code.BAD_REQUEST, f"batch size {request.batch_size} must be within 1 and 32")
-            max_poll = self.config.grpcClientConsumerMaxLongPollingTimeoutMillis
-            poll = min(_ms(request.long_polling_timeout), max_poll) if request.HasField(
-                "long_polling_timeout") else max_poll
+            group, topic, exp_type, expression, invisible, poll = _receive_args(request, self.config)
             broker = request.message_queue.broker.name
             addr = await self._broker_addr(topic, broker)
             # a FIFO group (consumeMessageOrderly) pops in order: one batch of a queue out at a
@@ -145,10 +162,10 @@ class ConsumerActivity:
             group_config = await self.groups.get(addr, group)
             order = orderly(group_config)
             client_id = client_id_of(context) if request.auto_renew else None
-            fast = None
+            popped = r = None
             if order:
                 r = await _pop.pop(self._via(addr), addr, broker, group, topic, invisible, request.batch_size,
-                                   poll_ms=max(0, poll), expression=expression, expression_type=exp_type,
+                                   poll_ms=poll, expression=expression, expression_type=exp_type,
                                    init_mode=CONSUME_INIT_MODE_MAX, order=True, attempt_id=request.attempt_id)
                 if r.messages:
                     r.messages = await self._past_max_attempts_to_dlq(addr, group, group_config, r.messages)
@@ -157,26 +174,87 @@ class ConsumerActivity:
                 # answer comes back as values: LocalBroker.pop, no command, unless the broker would
                 # not serve it at once)
                 popped = await _pop.pop_records(self._via(addr), addr, group, topic, invisible, request.batch_size,
-                                                poll_ms=max(0, poll), expression=expression,
+                                                poll_ms=poll, expression=expression,
                                                 expression_type=exp_type, init_mode=CONSUME_INIT_MODE_MAX)
+        except Exception as e:  # noqa: BLE001 - answered: ProxyError, a broker's refusal, a client error
+            yield _receive_failed(e)
+            return
+        async for response in self._received(popped, r, group, topic, broker, invisible, client_id):
+            yield response
+
+    def receive_now(self, request: spb.ReceiveMessageRequest, context):
+        """ReceiveMessage answered without a task or a chain of async generators
+        (GrpcServer.add_fast_stream), in local mode: a receive from this front's broker, its route
+        and its group (not FIFO) known fresh, popped by the broker at once (LocalBroker.pop_now)
+        and written by one kernel call: the framed answer. None before anything is popped (a
+        request it refuses, a route or group not cached, the broker not serving the pop at once),
+        and receive_message answers the call. What comes of a pop that waits (durability, long
+        polling) or that the kernel leaves to receive_ok comes as receive_message's rest
+        (_received), in a task."""
+        local = self.local
+        if local is None:
+            return None
+        try:
+            group, topic, exp_type, expression, invisible, poll = _receive_args(request, self.config)
+        except ProxyError:
+            return None
+        broker = request.message_queue.broker.name
+        route = self.client.routes.peek(topic)
+        if route is None or route.master_addr(broker) != local.addr:
+            return None
+        group_config = self.groups.peek(local.addr, group)
+        if group_config is NOT_CACHED or orderly(group_config):
+            return None
+        answer = local.pop_now(group, topic, -1, request.batch_size, invisible, poll, expression, exp_type,
+                               CONSUME_INIT_MODE_MAX, False, "", poll / 1000 + 10)
+        if answer is None:
+            return None
+        client_id = client_id_of(context) if request.auto_renew else None
+        if type(answer) is tuple:
+            code, remark, popped = answer
+            if code == codes.SUCCESS:
+                try:
+                    records = _pop.typed_records(code, remark, popped, "", False)
+                    fast = receive_reply.receive_popped(records, topic, broker, invisible, int(time.time() * 1000),
+                                                        client_id is not None)
+                except Exception:  # noqa: BLE001 - popped already: _received answers it, as receive_message
+                    fast = None
+                if fast is not None:
+                    framed, handles = fast
+                    if client_id is not None:
+                        for handle in handles:
+                            self.renewals.add(client_id, group, topic, handle, invisible)
+                    return framed
+        return self._received_later(answer, group, topic, broker, local.addr, invisible, client_id)
+
+    async def _received_later(self, answer, group: str, topic: str, broker: str, addr: str, invisible: int,
+                              client_id):
+        """receive_now's answer of a pop it did not write at once (pop_now's tuple, or its awaitable)."""
+        try:
+            code, remark, popped = answer if type(answer) is tuple else await answer
+            records = _pop.typed_records(code, remark, popped, f"pop {topic} for {group} from {addr}", False)
+        except Exception as e:  # noqa: BLE001 - answered as receive_message answers it
+            yield _receive_failed(e)
+            return
+        async for response in self._received(records, None, group, topic, broker, invisible, client_id):
+            yield response
+
+    async def _received(self, popped, r, group: str, topic: str, broker: str, invisible: int, client_id):
+        """A receive's responses of its pop: `popped` (pop_records' answer) or, for an orderly pop,
+        `r` (pop's messages)."""
+        fast = None
+        if popped is not None:
+            try:
                 # the answer written from the popped records in one kernel call; what it leaves (a
                 # compressed body, an IPv6 host, ...) is read into messages as before
                 if popped.status == _pop.FOUND:
                     fast = receive_reply.receive_popped(popped, topic, broker, invisible, int(time.time() * 1000),
                                                         client_id is not None)
-                r = _pop.read_records(popped, broker, topic) if fast is None else None
-        except ProxyError as e:
-            yield spb.ReceiveMessageResponse(status=status(e.code, e.message))
-            return
-        except ResponseError as e:
-            if e.code == codes.REQUEST_CODE_NOT_SUPPORTED:
-                yield spb.ReceiveMessageResponse(status=not_implemented("ReceiveMessage"))
-            else:  # e.g. an SQL92 filter: INTERNAL_SERVER_ERROR, "The broker does not support ..."
-                yield spb.ReceiveMessageResponse(status=status(*from_broker_refusal(e)))
-            return
-        except Exception as e:  # noqa: BLE001
-            yield spb.ReceiveMessageResponse(status=status(*from_client_error(e)))
-            return
+                if fast is None:
+                    r = _pop.read_records(popped, broker, topic)
+            except Exception as e:  # noqa: BLE001 - answered as a failed pop
+                yield _receive_failed(e)
+                return
         if fast is not None:
             answer, handles = fast
             if client_id is not None:

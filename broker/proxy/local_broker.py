@@ -126,15 +126,36 @@ class LocalBroker:
         `timeout` (then BrokerUnreachable, as invoke). Timed into rocketmq_rpc_latency as
         POP_MESSAGE (a held one as held); a refusal raised is its code and remark, as
         BrokerController.handle answers it; a failure SYSTEM_ERROR, logged, as the connection answers it."""
+        answer = self.pop_now(group, topic, queue_id, max_nums, invisible_ms, poll_ms, exp, exp_type, init_mode,
+                              order, attempt_id, timeout)
+        return _answered(answer) if type(answer) is tuple else answer
+
+    def pop_now(self, group: str, topic: str, queue_id: int, max_nums: int, invisible_ms: int, poll_ms: int,
+                exp: str, exp_type: str, init_mode: int, order: bool, attempt_id: str, timeout: float):
+        """`pop` without an awaitable when the broker answers at once (the receive's fast answer):
+        None as pop's, (code, remark, Popped or None) when answered now, else pop's awaitable of it
+        (the revive records' durability, long polling)."""
         if self._pop_target is None:
             self._pop_target = _pop_target(self._handler)
         target = _served_now(self._pop_target, POP_MESSAGE)
         if target is None:
             return None
         controller, _, processor = target
-        return _popped(self, controller.rpc_latency, processor, timeout,
-                       (group, topic, queue_id, max_nums, invisible_ms, poll_ms, exp, exp_type, init_mode, order,
-                        attempt_id))
+        latency = controller.rpc_latency
+        args = (group, topic, queue_id, max_nums, invisible_ms, poll_ms, exp, exp_type, init_mode, order, attempt_id)
+        t0 = time.perf_counter_ns()
+        try:
+            res = processor.pop_values(*args)
+        except Exception as e:  # noqa: BLE001 - as BrokerController.handle and the connection answer it
+            code = response_code(e)
+            if code is None:
+                log.exception("pop (local front) failed for %s from %s", args[:2], self._caller.peer)
+                return SYSTEM_ERROR, "internal error; see the broker log", None
+            latency.record(POP_MESSAGE, code, time.perf_counter_ns() - t0)
+            return code, str(e), None
+        if hasattr(res, "views"):
+            return _timed_popped(latency, res, t0, False)
+        return _popped_later(self, latency, res, t0, timeout, args)
 
 
 def _ack_target(handler):
@@ -183,33 +204,31 @@ def _pop_target(handler):
     return _processor_of(handler, PopMessageProcessor)
 
 
-async def _popped(local: LocalBroker, latency, processor, timeout: float, args: tuple):
-    t0 = time.perf_counter_ns()
+async def _answered(answer):
+    return answer
+
+
+async def _popped_later(local: LocalBroker, latency, res, t0: int, timeout: float, args: tuple):
+    """pop_now's answer of a pop that waits: a future (its revive records' durability) or a
+    coroutine (held: long polling), awaited as invoke awaits a handler's."""
+    held = not isinstance(res, asyncio.Future)
     try:
-        res = processor.pop_values(*args)
-    except Exception as e:  # noqa: BLE001 - as BrokerController.handle and the connection answer it
-        code = response_code(e)
-        if code is None:
-            log.exception("pop (local front) failed for %s from %s", args[:2], local._caller.peer)
-            return SYSTEM_ERROR, "internal error; see the broker log", None
-        latency.record(POP_MESSAGE, code, time.perf_counter_ns() - t0)
-        return code, str(e), None
-    held = False
-    if not hasattr(res, "views"):  # a future (durability) or a coroutine (held): awaited as invoke awaits it
-        held = not isinstance(res, asyncio.Future)
-        try:
-            res = await asyncio.wait_for(res, timeout)
-        except asyncio.TimeoutError:
-            latency.record(POP_MESSAGE, None, time.perf_counter_ns() - t0, held, "cancelled")
-            raise BrokerUnreachable(local.addr, f"no answer to request code {POP_MESSAGE} within {timeout:g} s") \
-                from None
-        except asyncio.CancelledError:
-            latency.record(POP_MESSAGE, None, time.perf_counter_ns() - t0, held, "cancelled")
-            raise
-        except Exception:  # noqa: BLE001 - as the connection answers a handler's failure
-            latency.record(POP_MESSAGE, None, time.perf_counter_ns() - t0, held, "process_request_failed")
-            log.exception("pop (local front) failed for %s from %s", args[:2], local._caller.peer)
-            return SYSTEM_ERROR, "internal error; see the broker log", None
+        res = await asyncio.wait_for(res, timeout)
+    except asyncio.TimeoutError:
+        latency.record(POP_MESSAGE, None, time.perf_counter_ns() - t0, held, "cancelled")
+        raise BrokerUnreachable(local.addr, f"no answer to request code {POP_MESSAGE} within {timeout:g} s") \
+            from None
+    except asyncio.CancelledError:
+        latency.record(POP_MESSAGE, None, time.perf_counter_ns() - t0, held, "cancelled")
+        raise
+    except Exception:  # noqa: BLE001 - as the connection answers a handler's failure
+        latency.record(POP_MESSAGE, None, time.perf_counter_ns() - t0, held, "process_request_failed")
+        log.exception("pop (local front) failed for %s from %s", args[:2], local._caller.peer)
+        return SYSTEM_ERROR, "internal error; see the broker log", None
+    return _timed_popped(latency, res, t0, held)
+
+
+def _timed_popped(latency, res, t0: int, held: bool) -> tuple:
     code = res.code
     if code is None:
         code = SUCCESS if res.views else POLLING_TIMEOUT

@@ -160,6 +160,12 @@ class MessagingService(rpc.MessagingServiceServicer):
         async for r in self._streamed(spb.ReceiveMessageResponse, self.consumers.receive_message, request, context):
             yield r
 
+    def receive_message_now(self, request, context):
+        """ReceiveMessage's fast answer (GrpcServer.add_fast_stream): ConsumerActivity.receive_now,
+        in local mode for a front without ACL (a checked call, or one it declines, takes the
+        method's own path)."""
+        return None if self.acl is not None else self.consumers.receive_now(request, context)
+
     async def _streamed(self, response_type, activity, request, context):
         """A server-streaming RPC: the ACL check first (a refusal is the one response), then the
         activity's responses."""

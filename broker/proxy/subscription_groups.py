@@ -13,6 +13,7 @@ from broker.client.client_instance import MQClientInstance
 
 log = logging.getLogger("proxy")
 CACHE_SECONDS = 5.0
+NOT_CACHED = object()  # peek: nothing fresh is known of the group
 
 
 class SubscriptionGroups:
@@ -35,6 +36,14 @@ class SubscriptionGroups:
             cfg = None
         self._cache[(addr, group)] = (now + self.ttl, cfg)
         return cfg
+
+    def peek(self, addr: str, group: str):
+        """get's answer while it is cached and fresh, without waiting (a receive's fast path): the
+        config or None; NOT_CACHED otherwise."""
+        hit = self._cache.get((addr, group))
+        if hit is not None and hit[0] > time.monotonic():
+            return hit[1]
+        return NOT_CACHED
 
     async def of_topic(self, group: str, topic: str) -> dict | None:
         """The group's config on the first master of `topic`'s route (a client's Settings name

@@ -129,7 +129,9 @@ class Call:
         self.finished = False
         self.fast = fast  # the method's fast answer (GrpcServer.add_fast_unary)
         self.fast_raw = fast_raw  # ... which reads the request's bytes itself
-        self.respond = None  # the fast answer's function of its future giving the response
+        # the fast answer's function of its future giving the response (unary), or the responses
+        # it left to come (server streaming: _fast_stream)
+        self.respond = None
         if timeout is not None:
             self.deadline = conn.loop.time() + timeout
             self.timer = conn.loop.call_at(self.deadline, self.expire)
@@ -192,8 +194,28 @@ class Call:
             return False
         if taken is None:
             return False
+        if h.response_streaming:
+            return self._fast_stream(taken)
         self.respond = taken[1]
         taken[0].add_done_callback(self._fast_done)
+        return True
+
+    def _fast_stream(self, taken) -> bool:
+        """A server-streaming method's fast answer (GrpcServer.add_fast_stream): its whole answer
+        already framed (Framed), written now with the OK trailers; or an async iterator of the
+        responses still to come (its handler's work went as far as it could without waiting),
+        which run() writes in a task as the handler's own, deadline and reset cancelling it."""
+        if type(taken) is Framed:
+            self.finished = True
+            self._stop_timer()
+            self.context.done_ = True
+            conn = self.conn
+            conn.session.send_framed(self.sid, taken)
+            conn.session.finish(self.sid, OK, None)  # call_done below flushes them
+            conn.call_done(self)
+            return True
+        self.respond = taken
+        self.start()
         return True
 
     def _fast_done(self, fut) -> None:
@@ -275,7 +297,9 @@ class Call:
         ctx = self.context
         conn = self.conn
         try:
-            if self.requests is not None:
+            if self.respond is not None and h.response_streaming:  # what a fast answer left to come
+                arg = None
+            elif self.requests is not None:
                 arg = self.requests
             else:
                 if self.count != 1:
@@ -290,8 +314,11 @@ class Call:
                         raise CallError(INTERNAL, "Exception deserializing request!") from None
             serialize = h.response_serializer
             if h.response_streaming:
-                behavior = h.unary_stream if h.unary_stream is not None else h.stream_stream
-                async for response in behavior(arg, ctx):
+                responses = self.respond
+                if responses is None:
+                    behavior = h.unary_stream if h.unary_stream is not None else h.stream_stream
+                    responses = behavior(arg, ctx)
+                async for response in responses:
                     if self.finished:
                         break
                     if type(response) is Framed:  # messages the handler encoded and framed itself
