@@ -197,7 +197,11 @@ class Call:
         if h.response_streaming:
             return self._fast_stream(taken)
         self.respond = taken[1]
-        taken[0].add_done_callback(self._fast_done)
+        fut = taken[0]
+        if fut.done():  # answered already: written with this read's flush, not a turn of the loop later
+            self._fast_done(fut)
+        else:
+            fut.add_done_callback(self._fast_done)
         return True
 
     def _fast_stream(self, taken) -> bool:
