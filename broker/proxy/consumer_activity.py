@@ -214,18 +214,27 @@ class ConsumerActivity:
             code, remark, popped = answer
             if code == codes.SUCCESS:
                 try:
-                    records = _pop.typed_records(code, remark, popped, "", False)
-                    fast = receive_reply.receive_popped(records, topic, broker, invisible, int(time.time() * 1000),
-                                                        client_id is not None)
+                    framed = self._written(_pop.typed_records(code, remark, popped, "", False), group, topic,
+                                           broker, invisible, client_id)
                 except Exception:  # noqa: BLE001 - popped already: _received answers it, as receive_message
-                    fast = None
-                if fast is not None:
-                    framed, handles = fast
-                    if client_id is not None:
-                        for handle in handles:
-                            self.renewals.add(client_id, group, topic, handle, invisible)
+                    framed = None
+                if framed is not None:
                     return framed
         return self._received_later(answer, group, topic, broker, local.addr, invisible, client_id)
+
+    def _written(self, popped, group: str, topic: str, broker: str, invisible: int, client_id):
+        """The framed answer written from the popped records in one kernel call (receive_popped),
+        their handles kept renewed for a PushConsumer; None: the kernel leaves them (a compressed
+        body, an IPv6 host, ...) to be read into messages, as before."""
+        fast = receive_reply.receive_popped(popped, topic, broker, invisible, int(time.time() * 1000),
+                                            client_id is not None)
+        if fast is None:
+            return None
+        framed, handles = fast
+        if client_id is not None:
+            for handle in handles:
+                self.renewals.add(client_id, group, topic, handle, invisible)
+        return framed
 
     async def _received_later(self, answer, group: str, topic: str, broker: str, addr: str, invisible: int,
                               client_id):
@@ -242,25 +251,18 @@ class ConsumerActivity:
     async def _received(self, popped, r, group: str, topic: str, broker: str, invisible: int, client_id):
         """A receive's responses of its pop: `popped` (pop_records' answer) or, for an orderly pop,
         `r` (pop's messages)."""
-        fast = None
+        framed = None
         if popped is not None:
             try:
-                # the answer written from the popped records in one kernel call; what it leaves (a
-                # compressed body, an IPv6 host, ...) is read into messages as before
                 if popped.status == _pop.FOUND:
-                    fast = receive_reply.receive_popped(popped, topic, broker, invisible, int(time.time() * 1000),
-                                                        client_id is not None)
-                if fast is None:
+                    framed = self._written(popped, group, topic, broker, invisible, client_id)
+                if framed is None:
                     r = _pop.read_records(popped, broker, topic)
             except Exception as e:  # noqa: BLE001 - answered as a failed pop
                 yield _receive_failed(e)
                 return
-        if fast is not None:
-            answer, handles = fast
-            if client_id is not None:
-                for handle in handles:
-                    self.renewals.add(client_id, group, topic, handle, invisible)
-            yield answer
+        if framed is not None:
+            yield framed
             return
         if not r.messages:
             yield spb.ReceiveMessageResponse(status=status(Code.MESSAGE_NOT_FOUND, "no new message"))
