@@ -83,6 +83,7 @@ class LocalGrpcFront:
     def _serving(self, service) -> None:
         self.service = service
         service.consumers.local = self._local
+        service.sender.local = self._local  # plain sends handed to the send kernel as values
 
     def _ended(self, task: asyncio.Task) -> None:
         if not task.cancelled() and task.exception() is not None and not self._stop.is_set():
