@@ -205,3 +205,47 @@ def test_a_sync_flush_broker_answers_typed_sends_the_old_way(tmp_path, flush):
         finally:
             await c.close()
     asyncio.run(go())
+
+
+def test_a_real_broker_s_front_stores_and_answers_sends_given_as_values(tmp_path):
+    """Through `broker serve` with grpcServerPort: SendMessage answered OK with the message's id and
+    its queue offset, and the message received back with its body, tag, keys and properties."""
+    import grpc
+
+    from broker.proxy.protocol import service_pb2_grpc as rpc
+    from tests.helpers.real_clients import Cluster
+    port = free_port()
+    md = (("x-mq-client-id", "test-local-send"),)
+    with Cluster(tmp_path / "cluster", f"grpcServerPort={port}\n") as cluster:
+        cluster.procs[1].wait_lines(lambda ls: any("grpc proxy listening" in line for line in ls), 60,
+                                    "the broker's front to listen")
+        cluster.create_topic(TOPIC, queues=1)
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = rpc.MessagingServiceStub(channel)
+            offsets = []
+            for i in range(6):
+                r = stub.SendMessage(spb.SendMessageRequest.FromString(_request(i)), metadata=md, timeout=30)
+                assert r.status.code == pb.OK and r.entries[0].message_id == f"01AB{i:028X}"
+                offsets.append(r.entries[0].offset)
+            assert offsets == sorted(offsets) and len(set(offsets)) == 6  # one queue: consecutive offsets
+            req = spb.ReceiveMessageRequest(
+                group=pb.Resource(name="LocalSendG"), batch_size=32,
+                message_queue=pb.MessageQueue(topic=pb.Resource(name=TOPIC), broker=pb.Broker(name="broker-a")),
+                filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"))
+            req.invisible_duration.FromSeconds(30)
+            req.long_polling_timeout.FromSeconds(1)
+            got = {}
+            for _ in range(10):
+                for r in stub.ReceiveMessage(req, metadata=md, timeout=30):
+                    if r.WhichOneof("content") == "message":
+                        got[r.message.system_properties.message_id] = r.message
+                if len(got) == 6:
+                    break
+            assert len(got) == 6
+            for i in range(6):
+                sent = spb.SendMessageRequest.FromString(_request(i)).messages[0]
+                m = got[f"01AB{i:028X}"]
+                assert m.body == sent.body and dict(m.user_properties) == dict(sent.user_properties)
+                assert m.system_properties.tag == sent.system_properties.tag
+                assert list(m.system_properties.keys) == list(sent.system_properties.keys)
+                assert m.system_properties.born_host == "10.9.8.7"
