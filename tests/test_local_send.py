@@ -135,6 +135,8 @@ def test_typed_sends_store_the_records_and_answer_as_the_remoting_hop(tmp_path):
                 assert ra == rb, (ma, mb)  # byte for byte, born host, CLUSTER and properties included
                 assert ea.offset == oa and eb.offset == ob
                 assert 0 <= qb < 4
+            typed_queues = [recs[f"01AB{i:028X}"][1][1] for i in range(n)]
+            assert sorted(typed_queues.count(q) for q in range(4)) == [n // 4] * 4  # round robin, as the producer's
             if puts0 is not None:
                 assert c.store.put_msgs == puts0 + n  # counted as puts, as the frames' are
             # timed as SEND_MESSAGE_V2 answered at once, as the kernel's frames are
@@ -154,8 +156,12 @@ def test_what_the_kernel_would_not_answer_at_once_goes_the_old_way(tmp_path):
             taken = _typed_counter(local)
             # a topic the broker has no route for yet (auto-created by the processors): declined
             r = await _send(act, _request(1, topic="NoSuchTopicYet"))
-            assert taken == [-1]
-            assert r.status.code == pb.OK or r.status.code != pb.OK  # answered as the old way answers it
+            assert taken == [-1] and r.status.code == pb.OK  # auto-created by the processors, as the old way does
+            # a send declined leaves the rotation as it was; once the topic exists (the old way
+            # created it) the next one is taken, on the queue the declined one would have had
+            nxt = act._local_queues["NoSuchTopicYet"][3]
+            r = await _send(act, _request(3, topic="NoSuchTopicYet"))
+            assert taken[-1] >= 0 and r.status.code == pb.OK and act._local_queues["NoSuchTopicYet"][3] == nxt + 1
             # a body the producer compresses: not handed over at all
             taken.clear()
             r = await _send(act, _request(2, body=b"z" * (act.producer.compress_over + 1)))
@@ -201,7 +207,7 @@ def test_a_sync_flush_broker_answers_typed_sends_the_old_way(tmp_path, flush):
             act.local = local
             taken = _typed_counter(local)
             r = await _send(act, _request(1))
-            assert taken == [-1] and r.status.code == pb.OK
+            assert taken == [] and not local.takes_sends() and r.status.code == pb.OK  # not even prepared
         finally:
             await c.close()
     asyncio.run(go())

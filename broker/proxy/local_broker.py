@@ -159,6 +159,20 @@ class LocalBroker:
             return -1
         return fast.append_values(conn, topic, queue_id, body, props)
 
+    def takes_sends(self) -> bool:
+        """Whether `send` may take a send now, before one is prepared for it: False while every
+        send would be declined (a role switch, ACL, replies waiting for durability under
+        SYNC_FLUSH / SYNC_MASTER, a store that settles each read, not a broker's handler)."""
+        target = self._send_target
+        if target is None:
+            target = self._send_target = _send_target(self._handler, self._caller.peer)
+        if target is False:
+            return False
+        controller = target[0]
+        fast = controller.fast
+        return not (controller._switching or controller.acl is not None or fast is None or fast.pipeline.parked
+                    or fast.store.settles_each_read)
+
 
 def _send_target(handler, peer: str):
     """(BrokerController, the sends' connection state) of `handler`, or False (sends go as frames).

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import random
 
 from broker.client.errors import ResponseError
 from broker.client.producer import FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT, SEND_OK, SLAVE_NOT_AVAILABLE, Producer
@@ -136,13 +137,15 @@ class SendMessageActivity:
 
     def _send_local(self, topic: str, body, tag, keys, props) -> bytes | None:
         """Local mode: the message read by send_request handed to the broker's send kernel as values
-        (LocalBroker.send), the queue picked as the producer picks it, no SEND_MESSAGE_V2 frame
+        (LocalBroker.send), the queue picked as the producer picks it (round robin over the route's
+        writable queues, from a random start; its own count, moved only by a send taken, so a send
+        declined here leaves the producer's rotation as it was), no SEND_MESSAGE_V2 frame
         rendered and parsed, no in-process delivery, no future: the OK answer's bytes, or None when
         it is not taken (the route not cached, a queue on another broker, a body the producer
         would compress, the broker not appending it at once), with nothing stored."""
         producer = self.producer
         route = producer.client.routes.peek(topic)
-        if route is None or len(body) > producer.compress_over:
+        if route is None or len(body) > producer.compress_over or not self.local.takes_sends():
             return None
         hit = self._local_queues.get(topic)
         if hit is None or hit[0] is not route:
@@ -151,15 +154,19 @@ class SendMessageActivity:
             mine = bool(queues) and all(addrs.get(q.broker_name) == addr for q in queues)
             if len(self._local_queues) >= 1024:
                 self._local_queues.clear()
-            hit = self._local_queues[topic] = (route, queues if mine else None, topic.encode())
+            # [route, its queues (None: not all this broker's), the topic's bytes, the round robin's
+            # next index: from a random start, as the producer's, kept across a route's refresh]
+            nxt = hit[3] if hit is not None else random.randrange(max(len(queues), 1))
+            hit = self._local_queues[topic] = [route, queues if mine else None, topic.encode(), nxt]
         queues = hit[1]
         if queues is None:
             return None
         props_bytes, uniq = message_properties(tag, keys, props)
-        mq = producer._select(topic, queues, None)
-        offset = self.local.send(hit[2], mq.queue_id, body, props_bytes)
-        if offset < 0:
+        i = hit[3]
+        offset = self.local.send(hit[2], queues[i % len(queues)].queue_id, body, props_bytes)
+        if offset < 0:  # the round robin moves only for a send taken: the producer picks its own
             return None
+        hit[3] = i + 1
         return send_ok(uniq, offset, "")
 
     async def _send_single(self, pm, topic: str, peer: str) -> spb.SendMessageResponse:
