@@ -783,6 +783,58 @@ cdef class SendPipeline:
         finally:
             give_back(&view)
 
+    def append_values(self, SendConn c not None, bytes topic not None, int32_t queue_id, body,
+                      bytes props not None, int32_t flag=0, int32_t sys_flag=0, int64_t born_ts=-1) -> int:
+        """One send handed as values, not as a frame (the local gRPC front's SendMessage,
+        broker.proxy.local_broker.LocalBroker.send): `props` as the producer renders them into a
+        SEND_MESSAGE_V2 header, appended to `topic` queue `queue_id` as run() appends that frame
+        (the same route, checks, CLUSTER property and Appender; born_ts < 0: now). Returns the
+        record's queue offset, or -1 when run() would hand the frame to the processors or answer
+        it later: the kernel disabled, replies parked (SYNC_FLUSH / SYNC_MASTER), no route or a
+        queue out of it, a transaction flag, a body over maxMessageSize, properties too long, DELAY
+        or a timer property, a record that does not fit in the segment (nothing written then)."""
+        cdef Borrowed view
+        cdef TopicRoute route
+        cdef QueueState q
+        cdef AppendOut out
+        cdef const uint8_t *pp = <const uint8_t *> PyBytes_AS_STRING(props)
+        cdef Py_ssize_t props_len = PyBytes_GET_SIZE(props)
+        cdef bint wait = True
+        cdef int full
+        if not self.enabled or self.parked or queue_id < 0 or sys_flag & RECORD_SYSFLAG_TRANSACTION:
+            return -1
+        route = self._route(<const uint8_t *> PyBytes_AS_STRING(topic), PyBytes_GET_SIZE(topic))
+        if route is None or queue_id >= route.n:
+            return -1
+        if props_len > RECORD_MAX_PROPS_LEN or (props_len >= 6 and memmem(pp, props_len, b"DELAY\x01", 6) != NULL) \
+                or (props_len >= 8 and memmem(pp, props_len, b"TIMER_DE", 8) != NULL):
+            return -1
+        if PyBytes_GET_SIZE(self.cluster):
+            props_len = stored_props(pp, props_len, self._stored, RECORD_MAX_PROPS_LEN,
+                                     <const uint8_t *> PyBytes_AS_STRING(self.cluster), PyBytes_GET_SIZE(self.cluster),
+                                     &wait)
+            if props_len < 0:
+                return -1
+            pp = self._stored
+        q = <QueueState> route.queues[queue_id]
+        borrow(body, &view, False)
+        try:
+            if view.size > self.app.max_body:
+                return -1
+            try:
+                full = self.app.append_c(q, view.ptr, view.size, pp, props_len, flag, sys_flag,
+                                         born_ts if born_ts >= 0 else now_ms(),
+                                         <const uint8_t *> PyBytes_AS_STRING(c.born_host),
+                                         PyBytes_GET_SIZE(c.born_host), 0, &out)
+            except Exception:  # refused before writing anything (a record larger than a segment)
+                return -1
+        finally:
+            give_back(&view)
+        if full:
+            return -1
+        self._appended(c, q, 1, out.size)
+        return out.queue_offset
+
     cdef inline void _appended(self, SendConn c, QueueState q, int64_t msgs, int64_t nbytes):
         c.msgs += msgs
         self.appended += msgs

@@ -54,6 +54,7 @@ class LocalBroker:
         self._caller = _Caller(peer)
         self._ack_target = None  # (controller, pop service, ack processor) for batch_ack, False: none
         self._pop_target = None  # (controller, pop service, pop processor) for pop, False: none
+        self._send_target = None  # (controller, the sends' connection state) for send, False: none
 
     async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
         request = RemotingCommand(cmd.code, _wire_ext(cmd.ext), cmd.body, opaque=cmd.opaque, flag=cmd.flag)
@@ -156,6 +157,65 @@ class LocalBroker:
         if hasattr(res, "views"):
             return _timed_popped(latency, res, t0, False)
         return _popped_later(self, latency, res, t0, timeout, args)
+
+
+    # -- SEND_MESSAGE_V2 as values (the SendMessage call's plain message) ------------------------------
+    def send(self, topic: bytes, queue_id: int, body, props: bytes) -> int:
+        """A plain message (`props` as the front's producer renders them into SEND_MESSAGE_V2's
+        header, no compression, sysFlag and flag 0) handed to the broker's send kernel as values
+        (FastSendPath.append_values): the same route, checks and append as that frame over the
+        in-process connection, with that connection's born host, settled at the loop turn's end
+        with the sends that came as frames. Returns its queue offset; -1 when the kernel would not
+        answer the frame at once (a role switch, ACL, a slave or a full disk, replies waiting for
+        durability, no route yet, a refusal to come...) or this handler is not a broker's:
+        nothing is stored, and the caller sends the frame, whose answer says why."""
+        target = self._send_target
+        if target is None:
+            target = self._send_target = _send_target(self._handler, self._caller.peer)
+        if target is False:
+            return -1
+        controller, conn = target
+        fast = controller.fast
+        if controller._switching or controller.acl is not None or fast is None:
+            return -1
+        return fast.append_values(conn, topic, queue_id, body, props)
+
+    def takes_sends(self) -> bool:
+        """Whether `send` may take a send now, before one is prepared for it: False while every
+        send would be declined (a role switch, ACL, replies waiting for durability under
+        SYNC_FLUSH / SYNC_MASTER, a store that settles each read, not a broker's handler)."""
+        target = self._send_target
+        if target is None:
+            target = self._send_target = _send_target(self._handler, self._caller.peer)
+        if target is False:
+            return False
+        controller = target[0]
+        fast = controller.fast
+        return not (controller._switching or controller.acl is not None or fast is None or fast.pipeline.parked
+                    or fast.store.settles_each_read)
+
+
+def _send_target(handler, peer: str):
+    """(BrokerController, the sends' connection state) of `handler`, or False (sends go as frames).
+    The state is a connection's as FastSendPath reads it (SendConn with the born host the
+    in-process connection from `peer` stores, the turn's flags)."""
+    from broker.kernels.send_path import SendConn
+    from broker.server.processor.send_processor import born_host_of
+    controller = getattr(handler, "__self__", None)
+    if controller is None or not hasattr(controller, "fast") or not hasattr(controller, "_switching"):
+        return False
+    from types import SimpleNamespace
+    return controller, _SendConnState(SendConn(born_host_of(SimpleNamespace(peer=peer, attrs={}))))
+
+
+class _SendConnState:
+    """What FastSendPath keeps per connection, for the front's sends handed as values."""
+    __slots__ = ("send_conn", "in_turn", "parked_seen")
+
+    def __init__(self, send_conn):
+        self.send_conn = send_conn
+        self.in_turn = False
+        self.parked_seen = 0
 
 
 def _ack_target(handler):

@@ -2,8 +2,8 @@
 and event loop, on its own port (RocketMQ's local-mode proxy). One code path serves both modes:
 broker.proxy.startup.serve, whose remoting client reaches this broker over an in-process
 connection (RemotingServer.connect_local: no socket, broker.remoting.memory_transport, served as
-an accepted connection, so a SendMessage meets the same send kernel as a remoting send, with no
-system call between them) and
+an accepted connection, with no system call between them; a plain SendMessage skips even that and
+is handed to the same send kernel as values: broker.proxy.local_broker.LocalBroker.send) and
 other brokers over TCP, found through the broker's name servers as in cluster mode. Its delay
 levels are the broker's."""
 from __future__ import annotations
@@ -62,10 +62,10 @@ class LocalGrpcFront:
         from broker.proxy.startup import serve
 
         peer = f"{self.config.bindAddress}:{self.config.grpcServerPort}"  # the born host of what it sends
-        # pops and batch acks by a call into the broker's handler; with ACL over the connection,
-        # where the front's signed requests are checked. Sends keep the connection: there the send
-        # kernel appends them in C, where the handler's processors took twice the broker's CPU per
-        # call (docs/grpc-front.md, Speed)
+        # pops and batch acks by a call into the broker's handler, plain sends handed to its send
+        # kernel as values (LocalBroker.send; what it declines keeps the connection, where the same
+        # kernel or the processors take the frame); with ACL all over the connection, where the
+        # front's signed requests are checked (docs/grpc-front.md, Speed)
         self._local = LocalBroker(addr, remoting.handler, peer) if acl is None else None
         dialers = {addr: lambda channel: remoting.connect_local(peer, channel, addr)}
         loop = asyncio.get_running_loop()
@@ -83,6 +83,7 @@ class LocalGrpcFront:
     def _serving(self, service) -> None:
         self.service = service
         service.consumers.local = self._local
+        service.sender.local = self._local  # plain sends handed to the send kernel as values
 
     def _ended(self, task: asyncio.Task) -> None:
         if not task.cancelled() and task.exception() is not None and not self._stop.is_set():

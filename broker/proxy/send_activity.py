@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import random
 
 from broker.client.errors import ResponseError
 from broker.client.producer import FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT, SEND_OK, SLAVE_NOT_AVAILABLE, Producer
 from broker.client.message import Message
 from broker.client.transaction_producer import PROPERTY_TRANSACTION_PREPARED, offset_of, prepared_body
+from broker.kernels.client_codec import message_properties
 from broker.kernels.send_request import read_send, send_ok
 from broker.proxy.config import ProxyConfig
 from broker.proxy.converter import SYSTEM_PROPERTIES, TRAN_MSG, to_remoting
@@ -44,10 +46,15 @@ class ProxyProducer(Producer):
 
 
 class SendMessageActivity:
+    # local mode: the broker this front lives in, reached by a call for plain sends (LocalBroker.send,
+    # set by LocalGrpcFront); None: every send through the producer's connections
+    local = None
+
     def __init__(self, producer: ProxyProducer, config: ProxyConfig, topic_types=None):
         self.producer = producer
         self.config = config
         self.topic_types = topic_types  # TopicTypes: the message.type each topic takes
+        self._local_queues: dict = {}  # topic -> (route, its write queues when all are the local broker's, or None)
 
     async def send_message(self, request: spb.SendMessageRequest, context) -> spb.SendMessageResponse:
         if not request.messages:
@@ -118,11 +125,49 @@ class SendMessageActivity:
         # a message the kernel takes is a NORMAL one: none of the properties that make another type
         if self.topic_types is not None and not self.topic_types.accepts_now(topic, _NORMAL):
             return None
+        if self.local is not None:
+            answer = self._send_local(topic, body, tag, keys, props)
+            if answer is not None:
+                return _Answered(answer), _answered
         # Producer.send, not ProxyProducer.send: no half message here (TRAN_MSG is a system name)
         fut = Producer.send(self.producer, Message(topic, body, tag, keys, props))
         if not isinstance(fut, asyncio.Future):  # not on the fast path: a coroutine, which send_message would have
             fut = asyncio.ensure_future(fut)
         return fut, functools.partial(_response, message_id)
+
+    def _send_local(self, topic: str, body, tag, keys, props) -> bytes | None:
+        """Local mode: the message read by send_request handed to the broker's send kernel as values
+        (LocalBroker.send), the queue picked as the producer picks it (round robin over the route's
+        writable queues, from a random start; its own count, moved only by a send taken, so a send
+        declined here leaves the producer's rotation as it was), no SEND_MESSAGE_V2 frame
+        rendered and parsed, no in-process delivery, no future: the OK answer's bytes, or None when
+        it is not taken (the route not cached, a queue on another broker, a body the producer
+        would compress, the broker not appending it at once), with nothing stored."""
+        producer = self.producer
+        route = producer.client.routes.peek(topic)
+        if route is None or len(body) > producer.compress_over or not self.local.takes_sends():
+            return None
+        hit = self._local_queues.get(topic)
+        if hit is None or hit[0] is not route:
+            _, queues, addrs = producer._publish_info(topic, route)
+            addr = self.local.addr
+            mine = bool(queues) and all(addrs.get(q.broker_name) == addr for q in queues)
+            if len(self._local_queues) >= 1024:
+                self._local_queues.clear()
+            # [route, its queues (None: not all this broker's), the topic's bytes, the round robin's
+            # next index: from a random start, as the producer's, kept across a route's refresh]
+            nxt = hit[3] if hit is not None else random.randrange(max(len(queues), 1))
+            hit = self._local_queues[topic] = [route, queues if mine else None, topic.encode(), nxt]
+        queues = hit[1]
+        if queues is None:
+            return None
+        props_bytes, uniq = message_properties(tag, keys, props)
+        i = hit[3]
+        offset = self.local.send(hit[2], queues[i % len(queues)].queue_id, body, props_bytes)
+        if offset < 0:  # the round robin moves only for a send taken: the producer picks its own
+            return None
+        hit[3] = i + 1
+        return send_ok(uniq, offset, "")
 
     async def _send_single(self, pm, topic: str, peer: str) -> spb.SendMessageResponse:
         """send_message of a request with one message, without the lists and gathers of a batch."""
@@ -179,6 +224,36 @@ class SendMessageActivity:
         except Exception as e:  # noqa: BLE001 - no route, no master: answered as a Status
             return spb.RecallMessageResponse(status=status(*from_client_error(e)))
         return spb.RecallMessageResponse(status=status(), message_id=msg_id)
+
+
+class _Answered:
+    """A send's answer known when the call is read (_send_local's): what Call.run_now asks of a fast
+    answer's future, its callback run at once, so the answer leaves with this turn's flush, with no
+    future and no loop callback per call."""
+    __slots__ = ("answer",)
+
+    def __init__(self, answer: bytes):
+        self.answer = answer
+
+    def add_done_callback(self, fn) -> None:
+        fn(self)
+
+    def done(self) -> bool:
+        return True
+
+    def cancelled(self) -> bool:
+        return False
+
+    def exception(self):
+        return None
+
+    def result(self) -> bytes:
+        return self.answer
+
+
+def _answered(done: _Answered) -> bytes:
+    """_send_local's answer, already written."""
+    return done.answer
 
 
 def _response(message_id: str, done: asyncio.Future) -> spb.SendMessageResponse | bytes:

@@ -214,6 +214,26 @@ class Pipeline:
                 return RUN_YIELD, pos
         return RUN_DONE, pos
 
+    def append_values(self, c: Conn, topic: bytes, qid: int, body: bytes, props: bytes, flag: int = 0,
+                      sys_flag: int = 0, born_ts: int = -1) -> int:
+        """SendPipeline.append_values: what _frame appends for a SEND_MESSAGE_V2 of these values
+        (reconsumeTimes 0, answered at once); the queue offset, or -1 where _frame hands it back,
+        parks its reply or rolls."""
+        if not self.enabled or self.parked or qid < 0 or sys_flag & 0xC:
+            return -1
+        if topic not in self.routes or qid >= self.routes[topic]:
+            return -1
+        if len(props) > 32767 or b"DELAY\x01" in props or b"TIMER_DE" in props:
+            return -1
+        if self.cluster:
+            props, _ = stored(props, self.cluster)
+            if props is None:
+                return -1
+        if len(body) > self.app.max_body:
+            return -1
+        r = self.app.append(topic, qid, bytes(body), props, flag, sys_flag, born_ts, c.born_host, 0)
+        return -1 if r is None else r[1]
+
     def _frame(self, c: Conn, buf: bytes, st, hs, hl, bs, bl) -> int:
         if not self.enabled:
             raise Slow

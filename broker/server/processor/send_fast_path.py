@@ -120,6 +120,39 @@ class FastSendPath:
         if p.parked and st.parked is None:
             st.parked = ParkedReplies(conn, self._store_host, REGION, TRACE_ON)
 
+    def append_values(self, conn, topic: bytes, queue_id: int, body, props: bytes) -> int:
+        """A send handed as values by the local gRPC front (LocalBroker.send), for `conn` (its
+        SendConn and turn flags, as a connection's): appended by the kernel as a SEND_MESSAGE_V2
+        frame of these values would be (SendPipeline.append_values) and settled with the turn's
+        reads at its end (end_turn: the store's write position and put count, the held pulls,
+        SEND_MESSAGE_V2's latency). Returns its queue offset, or -1 when the kernel would not
+        answer that frame at once (not enabled this turn, a busy stall, replies parked for
+        durability, a store that settles each read, no route, a refusal to come...): nothing
+        appended, and the caller sends it the old way."""
+        store = self.store
+        if store.settles_each_read:
+            return -1
+        enabled = self._enabled
+        if enabled is None:
+            enabled = self._enabled = not self.acl_enabled and store.ready_for_kernel()
+        ff = self.fast_failure
+        if not enabled or (ff is not None and ff.busy):
+            return -1
+        p = self.pipeline
+        p.enabled = True  # before_read sets it again for every connection's read
+        p.track_queues = self.holds.waiting > 0
+        qo = p.append_values(conn.send_conn, topic, queue_id, body, props)
+        if qo < 0:
+            return -1
+        if not self._scheduled:
+            self._scheduled = True
+            self._turn_store = store
+            store._loop.call_soon(self.end_turn)
+        if not conn.in_turn:
+            conn.in_turn = True
+            self._conns.append(conn)
+        return qo
+
     def read_done(self, conn) -> None:
         """The end of a read the kernel went through, before its replies are written. Reads of
         several connections in one loop turn are settled at its end, together (end_turn), their
