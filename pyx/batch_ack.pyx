@@ -92,7 +92,7 @@ cdef int _utf8(object s, const char **out, Py_ssize_t *n) except -1:
     return 0 if _plain(out[0], n[0]) else 1
 
 
-def ascending(list offsets):
+def ascending(list offsets not None):
     """`offsets` (ints) ascending and distinct: the list itself when it already is (a batch's
     handles come in their pop's order), else sorted(set(offsets)), a new list."""
     cdef Py_ssize_t i, n = PyList_GET_SIZE(offsets)
@@ -105,8 +105,8 @@ def ascending(list offsets):
     return offsets
 
 
-def ack_record(list offsets, int64_t so, list diffs, int64_t num, object bitmap, str topic, int64_t queue_id,
-               str group, int64_t pop_time, str broker_name):
+def ack_record(list offsets not None, int64_t so, list diffs not None, int64_t num, object bitmap, str topic,
+               int64_t queue_id, str group, int64_t pop_time, str broker_name):
     """The acks of `offsets` (queue offsets, any order) on the checkpoint (start offset `so`, its
     `diffs` or, when empty, `num` consecutive offsets, the `bitmap` of those acked already):
     (bitmap, full, body, properties, single, missing) or None (declined, see the module).
