@@ -39,6 +39,7 @@ from broker.server.filter.expression_type import SQL92, TAG
 
 from broker.client import pop as _pop
 from broker.common import extra_info as ei
+from broker.kernels.batch_ack import ascending
 
 log = logging.getLogger("proxy")
 
@@ -385,16 +386,24 @@ class ConsumerActivity:
         route = self.client.routes.peek(topic)
         if route is None:
             return None
-        acks: dict = {}
-        for ck, pt, it, rq, retry, broker_name, qid, offsets in checkpoints:
+        if len(checkpoints) == 1:  # one receive's handles (the usual batch): _typed_acks without its dict
+            ck, pt, _, rq, retry, broker_name, qid, offsets = checkpoints[0]
             if route.master_addr(broker_name) != local.addr:
                 return None
-            key = (retry, qid, ck, rq, pt, it)
-            if key in acks:
-                acks[key] = acks[key] + offsets
-            else:
-                acks[key] = offsets
-        typed = _typed_acks(group, topic, acks)
+            offsets = ascending(offsets)
+            typed = None if offsets[-1] - ck >= _MAX_SPAN else \
+                [(group, ei.real_topic(topic, group, retry), qid, ck, rq, pt, offsets)]
+        else:
+            acks: dict = {}
+            for ck, pt, it, rq, retry, broker_name, qid, offsets in checkpoints:
+                if route.master_addr(broker_name) != local.addr:
+                    return None
+                key = (retry, qid, ck, rq, pt, it)
+                if key in acks:
+                    acks[key] = acks[key] + offsets
+                else:
+                    acks[key] = offsets
+            typed = _typed_acks(group, topic, acks)
         code = local.batch_ack(typed) if typed is not None else None
         if code is None:
             return None
@@ -572,7 +581,7 @@ def _typed_acks(group: str, topic: str, acks: dict) -> list | None:
     than a BitSet may carry): then the command goes, and is refused as before."""
     out = []
     for (retry, q, so, rq, pt, _), offsets in acks.items():
-        offsets = sorted(set(offsets))
+        offsets = ascending(offsets)  # sorted(set(offsets)), the list itself when it is already
         if offsets[-1] - so >= _MAX_SPAN:
             return None
         out.append((group, ei.real_topic(topic, group, retry), q, so, rq, pt, offsets))

@@ -37,6 +37,7 @@ import time
 
 from broker.remoting import codes
 from broker.common.extra_info import pop_retry_topic
+from broker.kernels.batch_ack import ack_record
 from broker.server.pop.pop_offsets import PopOffsets
 from broker.server.pop.revive_log import ReviveLog
 from broker.remoting.refusals import Refusal
@@ -62,6 +63,12 @@ class NotInFlight(Refusal):
     never popped, acked already under another handle, or revived (its invisible time passed).
     NO_MESSAGE, as RocketMQ answers an ack outside the queue."""
     response_code = codes.NO_MESSAGE
+
+
+def not_popped(ck: PopCheckPoint, offset: int) -> NotInFlight:
+    """The refusal of an ack naming `offset` under a handle of `ck`, which did not pop it."""
+    return NotInFlight(f"offset {offset} of {ck.topic}@{ck.queue_id} was not popped under this handle "
+                       f"(it popped {ck.offsets()})")
 
 
 def _key(group: str, topic: str, queue_id: int, start_offset: int, pop_time: int) -> tuple:
@@ -203,8 +210,7 @@ class PopReviveService:
         ck = self.checkpoint(group, topic, queue_id, ck_offset, pop_time, rq)
         i = ck.index_of(offset)
         if i < 0:
-            raise NotInFlight(f"offset {offset} of {topic}@{queue_id} was not popped under this handle "
-                              f"(it popped {ck.offsets()})")
+            raise not_popped(ck, offset)
         return ck, i
 
     def checkpoint(self, group: str, topic: str, queue_id: int, ck_offset: int, pop_time: int,
@@ -263,6 +269,25 @@ class PopReviveService:
         ck.bitmap = bitmap
         if bitmap == full:
             self._finish(ck)
+
+    def ack_offsets(self, ck: PopCheckPoint, offsets: list[int]) -> list[int] | None:
+        """The acks of `offsets` (queue offsets) on `ck` as ack_many makes them for their indexes
+        (index_of's), in one kernel call (broker.kernels.batch_ack: the indexes, the bitmap, the
+        BatchAckMsg record's body and properties): the offsets `ck` did not pop (nothing done for
+        them), or None when the kernel declines (then nothing is done at all: see ack_many)."""
+        got = ack_record(offsets, ck.start_offset, ck.diffs, ck.num, ck.bitmap, ck.topic, ck.queue_id, ck.group,
+                         ck.pop_time, ck.broker_name)
+        if got is None:
+            return None
+        bitmap, full, body, props, single, missing = got
+        if body is not None:
+            self.log.append_encoded(ck.rq, body, props)
+            ck.bitmap = bitmap
+            if full:
+                self._finish(ck)
+        elif single >= 0:
+            self.ack(ck, single)
+        return missing
 
     def _ack_index(self, ck: PopCheckPoint, index: int) -> None:
         ck.bitmap |= 1 << index

@@ -114,6 +114,14 @@ class ReviveLog:
         self.last_put = fut
         return result.queue_offset
 
+    def append_encoded(self, rq: int, body: bytes, properties: bytes) -> int:
+        """append with the properties already encoded as append encodes them (TAGS, UNIQ_KEY): the
+        batch ack's record, which the batch_ack kernel renders whole (PopReviveService.ack_offsets)."""
+        result, fut = self.store.append(self.topic, rq, body, properties, lazy_dispatch=True)
+        self.appended += 1
+        self.last_put = fut
+        return result.queue_offset
+
     def durable_since(self, mark: int):
         """The future that covers every record appended since `appended` was `mark`, or None (none
         appended, or the store answers puts at once: ASYNC_FLUSH on an ASYNC_MASTER)."""

@@ -22,7 +22,7 @@ from broker.remoting import codes
 from broker.remoting.command import RemotingCommand
 from broker.remoting.headers import AckMessageRequestHeader, decode
 from broker.common import extra_info as ei
-from broker.server.pop.pop_revive_service import NotInFlight
+from broker.server.pop.pop_revive_service import NotInFlight, not_popped
 from broker.server.pop.pop_role import reply_when_durable
 from broker.server.processor.send_processor import STATUS_CODES, STORED_STATUSES, reply_when_put
 from broker.remoting.refusals import BadRequest, Refusal, TopicNotExist
@@ -109,6 +109,7 @@ class AckMessageProcessor:
         """Each BatchAck of `acks` ((group, real topic, queueId, checkpoint offset, reviveQid,
         popTime, [offsets ascending, distinct])) made; what was not acked, each named with why."""
         failed = []
+        inflight = self.revive.inflight
         for group, topic, queue_id, ck_offset, rq, pop_time, offsets in acks:
             found: dict[int, tuple] = {}  # id(checkpoint) -> (checkpoint, its indexes acked here)
             # checked_handle's checks, in its order, made once for what the offsets share: the
@@ -118,6 +119,18 @@ class AckMessageProcessor:
             except Refusal as e:
                 failed.extend(f"{topic}@{queue_id}:{offset} ({e})" for offset in offsets)
                 continue
+            # the usual batch: a non-orderly pop's handle whose fields _head takes as they are,
+            # every offset within the queue, its checkpoint in flight: acked by one kernel call
+            # (PopReviveService.ack_offsets), as _ack_checkpoint would ack it
+            if offsets and lo <= offsets[0] and offsets[-1] < hi and rq != ei.POP_ORDER_REVIVE_QUEUE \
+                    and 0 <= rq <= _I31 and 0 <= queue_id <= _I31 and 0 <= ck_offset <= _I64 and 0 <= pop_time <= _I64:
+                ck = inflight.get((group, topic, queue_id, ck_offset, pop_time))  # (PopReviveService.checkpoint)
+                if ck is not None and ck.rq == rq:
+                    missing = self.revive.ack_offsets(ck, offsets)
+                    if missing is not None:
+                        for offset in missing:  # named as find names them
+                            failed.append(f"{topic}@{queue_id}:{offset} ({not_popped(ck, offset)})")
+                        continue
             info, bad = _head(group, topic, queue_id, ck_offset, rq, pop_time)
             if bad is None and not info.is_order and self._ack_checkpoint(group, topic, queue_id, ck_offset, rq,
                                                                           pop_time, offsets, lo, hi, failed):
@@ -205,6 +218,7 @@ def _head(group: str, topic: str, queue_id: int, ck_offset: int, rq: int, pop_ti
 
 
 _I64 = (1 << 63) - 1
+_I31 = 1 << 31
 _RANGES = [list(range(n)) for n in range(257)]  # a checkpoint's diffs when it popped consecutive offsets
 
 
