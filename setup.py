@@ -35,6 +35,7 @@ KERNELS = {
     "send_request": (["pyx/send_request.pyx"], []),
     "receive_reply": (["pyx/receive_reply.pyx"], ["crypto"]),
     "ack_request": (["pyx/ack_request.pyx"], []),
+    "pop_record": (["pyx/pop_record.pyx"], []),
 }
 
 flags = ["-O3", "-Wall", "-Wno-unused-function", "-Wno-unreachable-code"]

@@ -212,6 +212,6 @@ async def _popped(local: LocalBroker, latency, processor, timeout: float, args: 
             return SYSTEM_ERROR, "internal error; see the broker log", None
     code = res.code
     if code is None:
-        code = SUCCESS if res.views else POLLING_TIMEOUT
+        code = SUCCESS if res.count else POLLING_TIMEOUT
     latency.record(POP_MESSAGE, code, time.perf_counter_ns() - t0, held)
     return code, res.remark, res

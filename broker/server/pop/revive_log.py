@@ -114,6 +114,14 @@ class ReviveLog:
         self.last_put = fut
         return result.queue_offset
 
+    def append_record(self, rq: int, body: bytes, properties: bytes) -> int:
+        """append's record with its properties already written (a pop's checkpoint: its body and
+        properties made in one kernel call, broker.kernels.pop_record); its position."""
+        result, fut = self.store.append(self.topic, rq, body, properties, lazy_dispatch=True)
+        self.appended += 1
+        self.last_put = fut
+        return result.queue_offset
+
     def durable_since(self, mark: int):
         """The future that covers every record appended since `appended` was `mark`, or None (none
         appended, or the store answers puts at once: ASYNC_FLUSH on an ASYNC_MASTER)."""
