@@ -45,6 +45,7 @@ MAX_TRANSFER_BYTES = 256 * 1024
 POP_FROM_RETRY_PROBABILITY = 20  # BrokerConfig.popFromRetryProbability: % of pops that read retry first
 INIT_MODE_MIN = 0  # ConsumeInitMode.MIN; MAX = 1
 CHECKED_MAX = 4096  # (topic, group, filter) checks kept (PopMessageProcessor._check)
+CHECKED_EXP_MAX = 1024  # characters of an expression whose check is kept
 _random = random.random
 _RETRY_FIRST = POP_FROM_RETRY_PROBABILITY / 100  # random.randrange(100) < 20, as a random() draw
 _MOVED = (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY, GetStatus.OFFSET_FOUND_NULL)
@@ -156,15 +157,16 @@ class PopMessageProcessor:
         """(the pop retry topic, the filter) of (topic, group, exp, expType), checked: a group that
         cannot name a retry topic is refused, as is a filter that does not parse. What passed is
         kept (the same request's checks give the same answer; enablePropertyFilter is fixed), so
-        a receive does not run the regex and parse the expression again (bounded: cleared when
-        full, as names the clients send are not)."""
+        a receive does not run the regex and parse the expression again (bounded, as what the
+        clients send is not: cleared when full, an expression past CHECKED_EXP_MAX not kept)."""
         topic, group, exp, exp_type = key
         retry = ei.pop_retry_topic(topic, group)
         check_topic_name(retry)
         checked = retry, pop_filter(exp, exp_type, self.property_filter)  # never an SQL92 or unknown type read as a tag
-        if len(self._checked) >= CHECKED_MAX:
-            self._checked.clear()
-        self._checked[key] = checked
+        if len(exp) <= CHECKED_EXP_MAX:
+            if len(self._checked) >= CHECKED_MAX:
+                self._checked.clear()
+            self._checked[key] = checked
         return checked
 
     def _queues(self, h, read_queue_nums: int, retry: str) -> list[tuple[str, int]]:
