@@ -190,7 +190,7 @@ class PopReviveService:
             rec = check_point_record(ck.start_offset, ck.pop_time, ck.invisible_time, ck.num, ck.queue_id, ck.topic,
                                      ck.group, bn, ck.diffs)
         if rec is not None:
-            ck.revive_offset = self.log.append_record(rq, rec[0], rec[1])
+            ck.revive_offset = self.log.append_encoded(rq, rec[0], rec[1])  # (ackc's, the batch ack's too)
         else:  # (a name JSON escapes: the kernel declines) the same record by to_json and an f-string
             # the UNIQ_KEY (RocketMQ's genCkUniqueId): topic@queue@start@group@popTime@broker@ck
             uniq = f"{ck.topic}@{ck.queue_id}@{ck.start_offset}@{ck.group}@{ck.pop_time}@{bn}@{CK_TAG}"

@@ -114,9 +114,9 @@ class ReviveLog:
         self.last_put = fut
         return result.queue_offset
 
-    def append_record(self, rq: int, body: bytes, properties: bytes) -> int:
-        """append's record with its properties already written (a pop's checkpoint: its body and
-        properties made in one kernel call, broker.kernels.pop_record); its position."""
+    def append_encoded(self, rq: int, body: bytes, properties: bytes) -> int:
+        """append with the properties already encoded as append encodes them (TAGS, UNIQ_KEY): the
+        batch ack's record, which the batch_ack kernel renders whole (PopReviveService.ack_offsets)."""
         result, fut = self.store.append(self.topic, rq, body, properties, lazy_dispatch=True)
         self.appended += 1
         self.last_put = fut
