@@ -36,6 +36,7 @@ KERNELS = {
     "receive_reply": (["pyx/receive_reply.pyx"], ["crypto"]),
     "ack_request": (["pyx/ack_request.pyx"], []),
     "batch_ack": (["pyx/batch_ack.pyx"], []),
+    "pop_record": (["pyx/pop_record.pyx"], []),
 }
 
 flags = ["-O3", "-Wall", "-Wno-unused-function", "-Wno-unreachable-code"]

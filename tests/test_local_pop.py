@@ -233,7 +233,7 @@ def test_a_broker_not_serving_at_once_declines_to_the_command(tmp_path):
             answer = local.pop(*args)
             assert answer is not None
             code, remark, popped = await answer
-            assert code == codes.SUCCESS and len(popped.views) == 2
+            assert code == codes.SUCCESS and popped.count == 2
         finally:
             await c.close()
     asyncio.run(go())

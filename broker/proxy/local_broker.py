@@ -291,6 +291,6 @@ async def _popped_later(local: LocalBroker, latency, res, t0: int, timeout: floa
 def _timed_popped(latency, res, t0: int, held: bool) -> tuple:
     code = res.code
     if code is None:
-        code = SUCCESS if res.views else POLLING_TIMEOUT
+        code = SUCCESS if res.count else POLLING_TIMEOUT
     latency.record(POP_MESSAGE, code, time.perf_counter_ns() - t0, held)
     return code, res.remark, res

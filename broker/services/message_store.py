@@ -811,13 +811,16 @@ class MessageStore:
         return self.commit_log.appender.last_end(self.topic_bytes(topic), queue_id)
 
     def get(self, topic: str, queue_id: int, offset: int, max_msgs: int = 32, max_bytes: int = 256 * 1024,
-            tag_hashes: set[int] | None = None, spans: bool = False, sql: bytes | None = None) -> GetResult:
+            tag_hashes: set[int] | None = None, spans: bool = False, sql: bytes | None = None,
+            merge: bool = False) -> GetResult:
+        """QueueReader.get (merge: views of runs of records, with their offsets; a compacted
+        queue's view gives one view per record)."""
         view = self.compaction.view_for(topic, queue_id)
         if view is not None and offset < view.end:  # a compacted queue: its view, then its tail
             hi = max(view.end, self.reader.max_offset(topic, queue_id))
             return self.compaction.get(view, offset, max_msgs, max_bytes, tag_hashes, spans, sql,
                                        self.min_offset(topic, queue_id), hi)
-        return self.reader.get(topic, queue_id, offset, max_msgs, max_bytes, tag_hashes, spans, sql)
+        return self.reader.get(topic, queue_id, offset, max_msgs, max_bytes, tag_hashes, spans, sql, merge)
 
     def record_view(self, physical_offset: int) -> memoryview:
         return self.reader.record_view(physical_offset)

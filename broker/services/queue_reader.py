@@ -89,10 +89,12 @@ class QueueReader:
 
     # -- messages -------------------------------------------------------------------------------
     def get(self, topic: str, queue_id: int, offset: int, max_msgs: int = 32, max_bytes: int = 256 * 1024,
-            tag_hashes: set[int] | None = None, spans: bool = False, sql: bytes | None = None) -> GetResult:
+            tag_hashes: set[int] | None = None, spans: bool = False, sql: bytes | None = None,
+            merge: bool = False) -> GetResult:
         """Messages of one queue from `offset` as zero-copy views of their stored records, with
         each one's queue offset. spans=True (a pull's body): one view for records that lie back
         to back in the log, and no offsets (GetResult.count says how many records there are).
+        merge=True (a pop's body): such views, and each record's queue offset all the same.
         `sql`: an SQL92 program (broker.server.filter.sql92) the records' properties must match.
         Statuses and next offsets follow RocketMQ's DefaultMessageStore.getMessage."""
         if max_msgs <= 0 or max_bytes <= 0:
@@ -114,7 +116,7 @@ class QueueReader:
         # most as far as RocketMQ does (16000 bytes of consume queue, or 20 per wanted message).
         filtered = tag_hashes is not None or sql is not None
         stop = min(hi, offset + (max(800, max_msgs * 20) if filtered else max_msgs))
-        c = Collected(offset, not spans, spans)
+        c = Collected(offset, not spans, spans or merge)
         segments = self.s.commit_log.queue
         refreshed = False
         i = offset

@@ -43,7 +43,10 @@ class PopOffsets:
     def query(self, group: str, topic: str, queue_id: int) -> int:
         """Where the group's next pop of the queue reads from (-1: never committed)."""
         table = self.store.consumer_offsets.query(group, topic, queue_id)
-        return max(self._ahead.get((group, topic, queue_id), -1), table)
+        ahead = self._ahead
+        if not ahead:  # (nothing held: the store answers puts at once, or every move is published)
+            return table
+        return max(ahead.get((group, topic, queue_id), -1), table)
 
     def advance(self, group: str, topic: str, queue_id: int, offset: int, put=None) -> None:
         """Move the group's pop offset to `offset`: at once for pops, into the table once `put`
@@ -90,5 +93,6 @@ class PopOffsets:
         table = self.store.consumer_offsets
         if offset > table.query(group, topic, queue_id):
             table.commit(group, topic, queue_id, offset)
-        if self._ahead.get(key, -1) <= offset:
-            self._ahead.pop(key, None)
+        ahead = self._ahead
+        if ahead and ahead.get(key, offset + 1) <= offset:
+            del ahead[key]

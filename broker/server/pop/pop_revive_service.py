@@ -38,6 +38,7 @@ import time
 from broker.remoting import codes
 from broker.common.extra_info import pop_retry_topic
 from broker.kernels.batch_ack import ack_record
+from broker.kernels.pop_record import check_point_record
 from broker.server.pop.pop_offsets import PopOffsets
 from broker.server.pop.revive_log import ReviveLog
 from broker.remoting.refusals import Refusal
@@ -69,6 +70,15 @@ def not_popped(ck: PopCheckPoint, offset: int) -> NotInFlight:
     """The refusal of an ack naming `offset` under a handle of `ck`, which did not pop it."""
     return NotInFlight(f"offset {offset} of {ck.topic}@{ck.queue_id} was not popped under this handle "
                        f"(it popped {ck.offsets()})")
+
+
+# the diffs of a checkpoint whose messages are every one from its start (nothing filtered out): 0..n-1
+_RANGES = [list(range(n)) for n in range(33)]
+
+
+def contiguous_diffs(n: int) -> list[int]:
+    """[0, 1, ..., n-1]: a new list (a checkpoint's diffs are its own), made from a kept one."""
+    return _RANGES[n].copy() if n < len(_RANGES) else list(range(n))
 
 
 def _key(group: str, topic: str, queue_id: int, start_offset: int, pop_time: int) -> tuple:
@@ -181,9 +191,17 @@ class PopReviveService:
         while key in inflight:
             ck.pop_time += 1  # a message's invisible time changed twice within a millisecond: keys stay unique
             key = (ck.group, ck.topic, ck.queue_id, ck.start_offset, ck.pop_time)
-        # the ck record's UNIQ_KEY (RocketMQ's genCkUniqueId): topic@queue@start@group@popTime@broker@ck
-        uniq = f"{ck.topic}@{ck.queue_id}@{ck.start_offset}@{ck.group}@{ck.pop_time}@{bn}@{CK_TAG}"
-        ck.revive_offset = self.log.append(rq, CK_TAG, uniq, ck.to_json())  # its put kept for durable_since
+        # the ck record (its body and properties in one kernel call), its put kept for durable_since
+        rec = None
+        if not ck.attempt_id and type(ck.diffs) is list:
+            rec = check_point_record(ck.start_offset, ck.pop_time, ck.invisible_time, ck.num, ck.queue_id, ck.topic,
+                                     ck.group, bn, ck.diffs)
+        if rec is not None:
+            ck.revive_offset = self.log.append_encoded(rq, rec[0], rec[1])  # (ackc's, the batch ack's too)
+        else:  # (a name JSON escapes: the kernel declines) the same record by to_json and an f-string
+            # the UNIQ_KEY (RocketMQ's genCkUniqueId): topic@queue@start@group@popTime@broker@ck
+            uniq = f"{ck.topic}@{ck.queue_id}@{ck.start_offset}@{ck.group}@{ck.pop_time}@{bn}@{CK_TAG}"
+            ck.revive_offset = self.log.append(rq, CK_TAG, uniq, ck.to_json())
         self._register(ck, rq, key)
         return self.log.last_put
 

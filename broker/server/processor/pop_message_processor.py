@@ -31,6 +31,7 @@ from broker.server.filter.expression_type import pop_filter
 from broker.remoting.headers import PopMessageRequestHeader, decode
 from broker.common import extra_info as ei
 from broker.server.pop.consumer_order_info_manager import now_ms
+from broker.server.pop.pop_revive_service import contiguous_diffs
 from broker.server.pop.pop_role import NotMaster, not_kept, not_master_remark
 from broker.server.processor.send_processor import reply_when_put
 from broker.server.pop.revive_log import REVIVE_GROUP, REVIVE_TOPIC_PREFIX
@@ -43,6 +44,10 @@ MAX_POP_NUMS = 32  # RocketMQ refuses more
 MAX_TRANSFER_BYTES = 256 * 1024
 POP_FROM_RETRY_PROBABILITY = 20  # BrokerConfig.popFromRetryProbability: % of pops that read retry first
 INIT_MODE_MIN = 0  # ConsumeInitMode.MIN; MAX = 1
+CHECKED_MAX = 4096  # (topic, group, filter) checks kept (PopMessageProcessor._check)
+CHECKED_EXP_MAX = 1024  # characters of an expression whose check is kept
+_random = random.random
+_RETRY_FIRST = POP_FROM_RETRY_PROBABILITY / 100  # random.randrange(100) < 20, as a random() draw
 _MOVED = (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY, GetStatus.OFFSET_FOUND_NULL)
 
 
@@ -53,17 +58,18 @@ class InvalidParameter(Refusal):
 class Popped:
     """What one POP_MESSAGE gathered across the queues it read, as values: the wire's response
     is rendered from it (PopMessageProcessor._response), the local front reads it as it is.
-    `code` None: found (SUCCESS) or not (POLLING_TIMEOUT) by `views`; else the refusal's code and
+    `code` None: found (SUCCESS) or not (POLLING_TIMEOUT) by `count`; else the refusal's code and
     `remark` (a held pop no longer served, a revive record the store did not keep)."""
-    __slots__ = ("pop_time", "mark", "revive_qid", "invisible_time", "views", "starts", "msgs", "order_info",
-                 "rest", "blocked_until", "code", "remark")
+    __slots__ = ("pop_time", "mark", "revive_qid", "invisible_time", "views", "count", "starts", "msgs",
+                 "order_info", "rest", "blocked_until", "code", "remark")
 
     def __init__(self, pop_time: int, revive_qid: int, mark: int, invisible_time: int):
         self.pop_time = pop_time
         self.mark = mark  # the revive log's count of appends before this look (ReviveLog.durable_since)
         self.revive_qid = revive_qid
         self.invisible_time = invisible_time
-        self.views: list = []
+        self.views: list = []  # the records: views of the log, one per run of records back to back in it
+        self.count = 0  # records in `views`
         self.starts: list[tuple[str, int, int]] = []  # (topic, queueId, the checkpoint's start offset)
         self.msgs: list[tuple[str, int, list[int]]] = []  # (topic, queueId, the queue offsets popped)
         self.order_info: list[str] = []
@@ -74,7 +80,11 @@ class Popped:
 
     def start_offsets(self) -> dict[str, int]:
         """{"<retryFlag>@<queueId>": start offset}: startOffsetInfo as extra_info.parse_start_offset_info reads it."""
-        return {ei.queue_key(t, q): o for t, q, o in self.starts}
+        starts = self.starts
+        if len(starts) == 1:  # (the usual answer: one queue's records)
+            t, q, o = starts[0]
+            return {ei.queue_key(t, q): o}
+        return {ei.queue_key(t, q): o for t, q, o in starts}
 
     def order_count_info(self) -> str:
         return ";".join(self.order_info)
@@ -92,6 +102,7 @@ class PopMessageProcessor:
         self.order_info = order_info
         self.long_polling = long_polling
         self.suspend_max_ms = suspend_max_ms
+        self._checked: dict[tuple, tuple] = {}  # (topic, group, exp, expType) -> (retry topic, filter): _check
 
     def handlers(self) -> dict:
         return {codes.POP_MESSAGE: self.pop}
@@ -130,35 +141,61 @@ class PopMessageProcessor:
         if h.queueId >= cfg.readQueueNums:
             raise InvalidParameter(f"queueId[{h.queueId}] is illegal, topic:[{h.topic}] "
                                    f"topicConfig.readQueueNums:[{cfg.readQueueNums}]")
-        check_topic_name(ei.pop_retry_topic(h.topic, h.consumerGroup))  # a group that cannot name one: refused
-        flt = pop_filter(h.exp, h.expType, self.property_filter)  # never an SQL92 or unknown type read as a tag
-        queues = self._queues(h, cfg.readQueueNums)
+        key = (h.topic, h.consumerGroup, h.exp, h.expType)
+        checked = self._checked.get(key)
+        if checked is None:
+            checked = self._check(key)
+        retry, flt = checked
+        queues = self._queues(h, cfg.readQueueNums, retry)
         popped = self._pop_once(h, queues, flt)
-        if popped.views or h.pollTime <= 0 or not self.long_polling:
+        if popped.count or h.pollTime <= 0 or not self.long_polling:
             return self._reply(popped, finish)
         deadline = time.monotonic() + min(h.pollTime, self.suspend_max_ms) / 1000
         return self._hold(h, queues, flt, deadline, finish)
 
-    def _queues(self, h, read_queue_nums: int) -> list[tuple[str, int]]:
+    def _check(self, key: tuple) -> tuple:
+        """(the pop retry topic, the filter) of (topic, group, exp, expType), checked: a group that
+        cannot name a retry topic is refused, as is a filter that does not parse. What passed is
+        kept (the same request's checks give the same answer; enablePropertyFilter is fixed), so
+        a receive does not run the regex and parse the expression again (bounded, as what the
+        clients send is not: cleared when full, an expression past CHECKED_EXP_MAX not kept)."""
+        topic, group, exp, exp_type = key
+        retry = ei.pop_retry_topic(topic, group)
+        check_topic_name(retry)
+        checked = retry, pop_filter(exp, exp_type, self.property_filter)  # never an SQL92 or unknown type read as a tag
+        if len(exp) <= CHECKED_EXP_MAX:
+            if len(self._checked) >= CHECKED_MAX:
+                self._checked.clear()
+            self._checked[key] = checked
+        return checked
+
+    def _queues(self, h, read_queue_nums: int, retry: str) -> list[tuple[str, int]]:
         """(topic, queueId) in the order this pop reads them: the topic's queues from a random
         one (or the one asked for) and the pop retry topic's queue, first in 20% of pops."""
         n = read_queue_nums
         if h.queueId >= 0:
             own = [(h.topic, h.queueId)]
+        elif n == 1:
+            own = [(h.topic, 0)]
         else:
-            first = random.randrange(n)
+            first = int(_random() * n)  # random.randrange(n), without its argument checks
             own = [(h.topic, (first + i) % n) for i in range(n)]
         if h.order:
             return own  # no retry topic: an orderly batch is redelivered from its queue
-        retry = [(ei.pop_retry_topic(h.topic, h.consumerGroup), 0)]
-        return retry + own if random.randrange(100) < POP_FROM_RETRY_PROBABILITY else own + retry
+        if _random() < _RETRY_FIRST:
+            own.insert(0, (retry, 0))
+        else:
+            own.append((retry, 0))
+        return own
 
     # -- one look at the queues -------------------------------------------------------------------
     def _pop_once(self, h, queues, flt) -> Popped:
-        rq = ei.POP_ORDER_REVIVE_QUEUE if h.order else self.revive.next_revive_qid()
-        popped = Popped(now_ms(), rq, self.revive.log.appended, h.invisibleTime)
+        revive = self.revive
+        rq = ei.POP_ORDER_REVIVE_QUEUE if h.order else revive.next_revive_qid()
+        popped = Popped(now_ms(), rq, revive.log.appended, h.invisibleTime)
+        topic_of_pop, topics = h.topic, self.topics
         for topic, queue_id in queues:
-            if topic != h.topic and self.topics.get(topic) is None:
+            if topic != topic_of_pop and topics.get(topic) is None:
                 continue  # no retry topic yet: nothing was ever revived for this group
             self._pop_queue(h, topic, queue_id, flt, popped)
         return popped
@@ -179,9 +216,10 @@ class PopMessageProcessor:
     def _pop_queue(self, h, topic: str, queue_id: int, flt, popped: Popped) -> None:
         group = h.consumerGroup
         offset = self._pop_offset(group, topic, queue_id, h.initMode)
-        want = h.maxMsgNums - len(popped.views)
+        want = h.maxMsgNums - popped.count
+        store = self.store
         if want <= 0:
-            popped.rest += max(self.store.max_offset(topic, queue_id) - offset, 0)
+            popped.rest += max(store.max_offset(topic, queue_id) - offset, 0)
             return
         if h.order:
             info = self.order_info.get(topic, group, queue_id)
@@ -189,32 +227,40 @@ class PopMessageProcessor:
                 opens = info.pop_time + info.invisible_time
                 popped.blocked_until = min(popped.blocked_until or opens, opens)
                 return
-        r = self.store.get(topic, queue_id, offset, want, MAX_TRANSFER_BYTES, flt.tags, sql=flt.sql)
+        # merge: one view per run of records back to back in the log (the answer's body joins them
+        # anyway), each record's queue offset still given
+        r = store.get(topic, queue_id, offset, want, MAX_TRANSFER_BYTES, flt.tags, sql=flt.sql, merge=True)
         if r.status in _MOVED:  # the offset left the queue (cleaned, or never valid): from where it is now
             offset = r.next_offset
             self.revive.pop_offsets.advance(group, topic, queue_id, offset)
-            r = self.store.get(topic, queue_id, offset, want, MAX_TRANSFER_BYTES, flt.tags, sql=flt.sql)
+            r = store.get(topic, queue_id, offset, want, MAX_TRANSFER_BYTES, flt.tags, sql=flt.sql, merge=True)
         popped.rest += max(r.max_offset - r.next_offset, 0)
-        if r.status != GetStatus.FOUND or not r.messages:
+        offsets = r.queue_offsets
+        if r.status != GetStatus.FOUND or not offsets:
             if r.next_offset > offset and r.status == GetStatus.NO_MATCHED_MESSAGE:
                 self.revive.pop_offsets.advance(group, topic, queue_id, r.next_offset)  # filtered out
             return
-        offsets = list(r.queue_offsets)
+        n = len(offsets)
         if h.order:
             counts = self.order_info.update(topic, group, queue_id, popped.pop_time, h.invisibleTime, offsets,
                                             h.attemptId)
-            for off, n in counts.items():
-                popped.order_info.append(ei.order_count_entry(topic, f"qo{queue_id}%{off}", n))
+            for off, c in counts.items():
+                popped.order_info.append(ei.order_count_entry(topic, f"qo{queue_id}%{off}", c))
             popped.order_info.append(ei.order_count_entry(topic, str(queue_id), min(counts.values())))
         else:
-            ck = PopCheckPoint(offset, popped.pop_time, h.invisibleTime, len(offsets), queue_id, topic, group,
-                               diffs=[o - offset for o in offsets])
+            # offsets rise: n of them ending at offset + n - 1 are every one from offset (nothing filtered)
+            diffs = contiguous_diffs(n) if offsets[-1] - offset == n - 1 else [o - offset for o in offsets]
+            ck = PopCheckPoint(offset, popped.pop_time, h.invisibleTime, n, queue_id, topic, group, "", diffs)
             put = self.revive.add_check_point(ck, popped.revive_qid)
             # pops read past it now; the offset table (what followers copy) once the checkpoint is durable
             self.revive.pop_offsets.advance(group, topic, queue_id, r.next_offset, put)
         popped.starts.append((topic, queue_id, offset))
         popped.msgs.append((topic, queue_id, offsets))
-        popped.views.extend(r.messages)
+        if popped.views:
+            popped.views.extend(r.messages)
+        else:
+            popped.views = r.messages
+        popped.count += n
 
     def _reply(self, popped: Popped, finish):
         """finish(popped) once the records this pop wrote are durable (a future of it until then);
@@ -240,7 +286,7 @@ class PopMessageProcessor:
                "msgOffsetInfo": ";".join(ei.msg_offset_entry(t, q, offs) for t, q, offs in popped.msgs)}
         if h.order:
             ext["orderCountInfo"] = popped.order_count_info()
-        if not popped.views:
+        if not popped.count:
             return cmd.response(codes.POLLING_TIMEOUT, ext, remark="NO_MESSAGE_IN_QUEUE")
         res = cmd.response(codes.SUCCESS, ext, popped.views, remark="FOUND")
         res.body_len = sum(len(v) for v in popped.views)
@@ -263,7 +309,7 @@ class PopMessageProcessor:
                 return finish(gone)
             popped = self._pop_once(h, queues, flt)
             left = deadline - time.monotonic()
-            if popped.views or left <= 0:
+            if popped.count or left <= 0:
                 reply = self._reply(popped, finish)
                 return await reply if isinstance(reply, asyncio.Future) else reply
             if popped.blocked_until:  # an orderly batch's invisible time ends before the poll does
