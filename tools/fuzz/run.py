@@ -34,7 +34,8 @@ ASAN_SUITES = ["tests/test_codec_kernel_vs_twin.py", "tests/test_ha_kernel.py", 
                "tests/test_client_codec_kernel_vs_twin.py", "tests/test_grpc_endpoint.py",
                "tests/test_timer_wheel_kernel_vs_twin.py", "tests/test_entry_push_kernel_vs_twin.py",
                "tests/test_send_request_kernel.py", "tests/test_receive_reply_kernel_vs_twin.py",
-               "tests/test_ack_request_kernel_vs_twin.py", "tests/test_batch_ack_kernel_vs_twin.py"]
+               "tests/test_ack_request_kernel_vs_twin.py", "tests/test_batch_ack_kernel_vs_twin.py",
+               "tests/test_pop_record_kernel_vs_twin.py", "tests/test_send_path_values.py"]
 
 
 def _kernels_dir(build: Path) -> str:
