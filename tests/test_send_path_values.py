@@ -10,11 +10,10 @@ import struct
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from broker.kernels import codec as KC
-from broker.kernels.send_path import SendConn, SendPipeline
+from broker.kernels.send_path import SendConn
 from tests.twins import send_path_twin as T
 from tools.fuzz.checks import (SEND_BASE, SEND_BORN_HOST, SEND_MAX_BODY, SEND_ROUTES, SEND_SEG, SEND_STORE_HOST,
-                               _blank_store_ts)
+                               _blank_store_ts, send_pipeline)
 
 props_text = st.sampled_from(["", "TAGS\x01t", "TAGS\x01a\x02KEYS\x01k1 k2\x02WAIT\x01true\x02UNIQ_KEY\x01ABCD",
                               "KEYS\x01\u00e9\U0001f600\"\\/\x02WAIT\x01true", "a\x01b\x02DELAYx\x011", "DELAY\x013",
@@ -27,13 +26,7 @@ send = st.tuples(st.sampled_from([b"R1", b"R2", b"R1", b"U"]), st.sampled_from([
 
 
 def _pipeline(seg: bytearray, cluster: bytes, parked: bool, enabled: bool):
-    app = KC.Appender(SEND_STORE_HOST, SEND_MAX_BODY, {}, SEND_BASE)
-    app.attach(KC.MappedBuffer(seg, True), SEND_BASE)
-    pipe = SendPipeline(app, cluster=cluster)
-    for topic, n in SEND_ROUTES.items():
-        pipe.set_route(topic, n)
-    pipe.enabled, pipe.parked = enabled, parked
-    return app, pipe
+    return send_pipeline(seg, cluster, parked, enabled)
 
 
 def _frame(topic: bytes, qid: int, body: bytes, props: str, flag: int, sys_flag: int, born: int) -> bytes:

@@ -341,6 +341,19 @@ def _blank_store_ts(seg, records) -> bytes:
     return bytes(out)
 
 
+
+def send_pipeline(seg: bytearray, cluster: bytes, parked: bool, enabled: bool):
+    """(Appender, SendPipeline) over `seg` with SEND_ROUTES' topics routed: the kernel as the checks
+    (and tests/test_send_path_values.py) drive it."""
+    from broker.kernels.send_path import SendPipeline
+    app = KC.Appender(SEND_STORE_HOST, SEND_MAX_BODY, {}, SEND_BASE)
+    app.attach(KC.MappedBuffer(seg, True), SEND_BASE)
+    pipe = SendPipeline(app, cluster=cluster)
+    for topic, n in SEND_ROUTES.items():
+        pipe.set_route(topic, n)
+    pipe.enabled, pipe.parked = enabled, parked
+    return app, pipe
+
 def send_both(buf: bytes, parked: bool, enabled: bool, rounds: int = 64, yield_after: int | None = None,
               cluster: bytes = b"", timer: bool = False) -> int:
     """Run the send kernel and its twin over `buf` (routes R1 with 2 queues, R2 with 1), resuming
@@ -348,15 +361,10 @@ def send_both(buf: bytes, parked: bool, enabled: bool, rounds: int = 64, yield_a
     handed back, the records byte for byte, replies, counters, queue offsets. Returns the number of
     records the kernel appended. `cluster`: the broker's, stored as CLUSTER (empty: properties as sent);
     `timer`: timer messages taken into SEND_TIMER's topic at its clock."""
-    from broker.kernels.send_path import ParkedReplies, SendConn, SendPipeline
+    from broker.kernels.send_path import ParkedReplies, SendConn
     from tests.twins import send_path_twin as TS
     seg_k, seg_t = bytearray(SEND_SEG), bytearray(SEND_SEG)
-    app = KC.Appender(SEND_STORE_HOST, SEND_MAX_BODY, {}, SEND_BASE)
-    app.attach(KC.MappedBuffer(seg_k, True), SEND_BASE)
-    pipe = SendPipeline(app, cluster=cluster)
-    for topic, n in SEND_ROUTES.items():
-        pipe.set_route(topic, n)
-    pipe.enabled, pipe.parked = enabled, parked
+    app, pipe = send_pipeline(seg_k, cluster, parked, enabled)
     if timer:
         pipe.set_timer(SEND_TIMER[0], SEND_TIMER[1], SEND_TIMER[2], SEND_TIMER[3])
         pipe.timer_clock_ms = SEND_TIMER[4]
