@@ -10,13 +10,18 @@ KERNELS := $(wildcard pyx/*.pyx pyx/*.pxd pyx/*.h)
 $(VPY):
 	$(PY) -m venv $(VENV)
 
+# apt-get for a Debian package that is missing, one at a time: `make test` sets up with -j, so several
+# .deps/ targets can be reached at once and dpkg holds one lock (flock: util-linux, always there).
+APT_LOCK := /tmp/.broker-apt.lock
+apt_install = flock $(APT_LOCK) sh -c 'apt-get update -qq && apt-get install -y -qq $(1)'
+
 # Debian packages the build needs (zlib for the CRC in the codec kernel, libnghttp2 for the gRPC
 # endpoint's HTTP/2 session kernel, OpenSSL's libcrypto for the received bodies' MD5 in the
 # receive-reply kernel); installed when missing.
 .deps/debian:
-	@test -f /usr/include/zlib.h || (apt-get update -qq && apt-get install -y -qq zlib1g-dev)
-	@test -f /usr/include/nghttp2/nghttp2.h || (apt-get update -qq && apt-get install -y -qq libnghttp2-dev)
-	@test -f /usr/include/openssl/evp.h || (apt-get update -qq && apt-get install -y -qq libssl-dev)
+	@test -f /usr/include/zlib.h || ($(call apt_install,zlib1g-dev))
+	@test -f /usr/include/nghttp2/nghttp2.h || ($(call apt_install,libnghttp2-dev))
+	@test -f /usr/include/openssl/evp.h || ($(call apt_install,libssl-dev))
 	@mkdir -p .deps && touch $@
 
 $(STAMP): $(VPY) requirements.txt setup.py .deps/debian
@@ -43,7 +48,7 @@ RQ_VENV := .venv-rocketmq
 ONS     := tests/clients/node_modules/.installed
 
 .deps/node:
-	@command -v npm >/dev/null || (apt-get update -qq && apt-get install -y -qq nodejs npm)
+	@command -v npm >/dev/null || ($(call apt_install,nodejs npm))
 	@mkdir -p .deps && touch $@
 
 $(ONS): tests/clients/package.json tests/clients/package-lock.json .deps/node
@@ -76,11 +81,12 @@ $(NODE5): tests/clients5/package.json tests/clients5/package-lock.json .deps/nod
 # repository is kept under build/m2. A JDK and Maven come from Debian when missing.
 JAVA_CLIENTS := tests/java/target/.built
 JAVA_SRC     := $(wildcard tests/java/src/main/java/driver/*.java)
-MVN          := mvn -B -q -Dstyle.color=never -Dmaven.repo.local=$(CURDIR)/build/m2
+# one mvn at a time on the shared repository (Maven 3.8 does not lock it between processes)
+MVN          := flock /tmp/.broker-m2.lock mvn -B -q -Dstyle.color=never -Dmaven.repo.local=$(CURDIR)/build/m2
 
 .deps/jdk:
 	@(command -v javac >/dev/null && command -v mvn >/dev/null) \
-	  || (apt-get update -qq && apt-get install -y -qq openjdk-17-jdk-headless maven)
+	  || ($(call apt_install,openjdk-17-jdk-headless maven))
 	@mkdir -p .deps && touch $@
 
 $(JAVA_CLIENTS): tests/java/pom.xml $(JAVA_SRC) .deps/jdk
@@ -106,7 +112,7 @@ GO_ENV := GOMODCACHE=$(CURDIR)/build/go/mod GOCACHE=$(CURDIR)/build/go/cache GOF
 RMQGO  := build/go/rmqgo
 
 .deps/go:
-	@command -v go >/dev/null || (apt-get update -qq && apt-get install -y -qq golang-go)
+	@command -v go >/dev/null || ($(call apt_install,golang-go))
 	@mkdir -p .deps && touch $@
 
 $(RMQGO): tests/go/go.mod tests/go/go.sum $(wildcard tests/go/*.go) .deps/go
@@ -114,12 +120,14 @@ $(RMQGO): tests/go/go.mod tests/go/go.sum $(wildcard tests/go/*.go) .deps/go
 	cd tests/go && $(GO_ENV) go build -o $(CURDIR)/$(RMQGO) .
 
 # Apache RocketMQ's mqadmin (rocketmq-tools, pinned in tests/mqadmin/pom.xml) and its jars in
-# build/mqadmin/lib for tests/test_mqadmin.py; Maven's repository shared in build/m2.
+# build/mqadmin/lib for tests/test_mqadmin.py; Maven's repository shared in build/m2. The tests start
+# it through tests/mqadmin/src/mqadmin/Once.java (mqadmin's own main, then the JVM's exit at once).
 MQADMIN := build/mqadmin/.copied
 
-$(MQADMIN): tests/mqadmin/pom.xml .deps/jdk
-	rm -rf build/mqadmin/lib
+$(MQADMIN): tests/mqadmin/pom.xml tests/mqadmin/src/mqadmin/Once.java .deps/jdk
+	rm -rf build/mqadmin/lib build/mqadmin/classes
 	$(MVN) -f tests/mqadmin/pom.xml -Dmqadmin.lib=$(CURDIR)/build/mqadmin/lib dependency:copy-dependencies
+	javac -cp '$(CURDIR)/build/mqadmin/lib/*' -d build/mqadmin/classes tests/mqadmin/src/mqadmin/Once.java
 	touch $@
 
 # Apache RocketMQ's own name server, broker and proxy (tests/javabroker/pom.xml, pinned): the reference
@@ -151,10 +159,10 @@ protocol: $(STAMP)
 # when missing.
 .deps/servers:
 	@command -v redis-server >/dev/null && (command -v postgres >/dev/null || ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1) \
-	  || (apt-get update -qq && apt-get install -y -qq redis-server postgresql)
+	  || ($(call apt_install,redis-server postgresql))
 	@mkdir -p .deps && touch $@
 
-$(VENV)/.testdeps: $(STAMP) requirements-test.txt requirements-spark.txt requirements-reliable.txt
+$(VENV)/.testdeps: $(STAMP) requirements-test.txt requirements-spark.txt requirements-reliable.txt | $(VENV)/.built
 	$(VPY) -m pip install -q -r requirements-test.txt
 	touch $@
 
@@ -163,12 +171,16 @@ $(VENV)/.testdeps: $(STAMP) requirements-test.txt requirements-spark.txt require
 # Delay and reordering need no package: tests/helpers/wire.py switches frames between TAP devices.
 .deps/netns:
 	@(command -v ip >/dev/null && command -v nft >/dev/null) \
-	  || (apt-get update -qq && apt-get install -y -qq iproute2 nftables)
+	  || ($(call apt_install,iproute2 nftables))
 	@mkdir -p .deps && touch $@
 
 testdeps: $(VENV)/.testdeps .deps/servers .deps/java .deps/netns
 
-test: install clients testdeps build/loadgen build/grpc_receive
+# The set-up's downloads and builds (pip, npm, Maven, Go, apt) run side by side (-j, logs kept per target);
+# pip into one venv, mvn on one repository and apt-get go one at a time by order or lock.
+SETUP_JOBS ?= 6
+test:
+	$(MAKE) -j$(SETUP_JOBS) --output-sync=target install clients testdeps build/loadgen build/grpc_receive
 	$(VPY) -m pytest -q tests
 
 # The Spark example of docs/spark.md end to end (examples/spark_example.sh) against the name server and
@@ -177,7 +189,7 @@ test: install clients testdeps build/loadgen build/grpc_receive
 NAMESRV ?= 127.0.0.1:9876
 
 .deps/java:
-	@command -v java >/dev/null || (apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless)
+	@command -v java >/dev/null || ($(call apt_install,openjdk-17-jre-headless))
 	@mkdir -p .deps && touch $@
 
 $(VENV)/.sparkdeps: $(STAMP) requirements-spark.txt
@@ -210,7 +222,7 @@ $(VENV)/.benchdeps: $(STAMP) requirements-reliable.txt
 	touch $@
 
 bench: install build/loadgen build/grpc_receive $(VENV)/.benchdeps .deps/servers $(JAVABROKER)
-	@command -v h2load >/dev/null || (apt-get update -qq && apt-get install -y -qq nghttp2-client)  # the gRPC cell's C driver
+	@command -v h2load >/dev/null || ($(call apt_install,nghttp2-client))  # the gRPC cell's C driver
 	$(VPY) -m bench
 
 # The soak (soak/, docs/soak.md): a DLedger group and a master/slave group under the project's
@@ -229,7 +241,7 @@ FUZZ_SECONDS ?= 60
 
 .deps/clang:
 	@command -v clang >/dev/null && ls /usr/lib/llvm-14/lib/clang/*/lib/linux/libclang_rt.asan-x86_64.a >/dev/null 2>&1 \
-	  || (apt-get update -qq && apt-get install -y -qq clang libclang-rt-14-dev)
+	  || ($(call apt_install,clang libclang-rt-14-dev))
 	@mkdir -p .deps && touch $@
 
 build-fuzz/.built: $(VENV)/.built $(KERNELS) setup.py .deps/clang

@@ -29,7 +29,7 @@ SENT_KEYS = ("msgId", "offsetMsgId", "queue", "queueOffset")
 
 @pytest.fixture(scope="module")
 def jars():
-    assert mq.available(), f"mqadmin's jars are missing from {mq.LIB}: run `make clients`"
+    assert mq.available(), f"mqadmin's jars or its launcher are missing from {mq.LIB.parent}: run `make clients`"
 
 
 @pytest.fixture(scope="module")

@@ -2,13 +2,17 @@
 coverage), then the kernel hypothesis suites once on gcc's ASan build. A crash input is copied to
 tests/fuzz_regressions/<check>/ (replayed by the normal suite from then on) and fails the run.
 
-    .venv/bin/python tools/fuzz/run.py [--seconds 60] [--only scan] [--no-asan-suite]
+    .venv/bin/python tools/fuzz/run.py [--seconds 60] [--jobs N] [--only scan] [--no-asan-suite]
 
 Both builds must exist (the Makefile's fuzz target makes them): build-fuzz/ and build-asan/.
+Each harness is one libFuzzer worker (one core), so `--jobs` of them run at once (default: one per
+core, FUZZ_JOBS overrides), the ASan suites beside them: every harness still gets its `--seconds` of
+a core, and the run takes about 1/jobs of the wall time it took one after another.
 """
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import os
 import shutil
 import subprocess
@@ -103,23 +107,33 @@ def run_asan_suites() -> int:
         return 1
     # --capture=sys: pytest's default fd capture swallows the ASan report, leaving only an exit code
     argv = [sys.executable, "-m", "pytest", "-q", "--capture=sys", "-p", "no:cacheprovider", *ASAN_SUITES]
+    log = ASAN_BUILD / "asan_suites.log"
     t0 = time.monotonic()
-    rc = subprocess.run(argv, env=env, cwd=REPO).returncode
-    print(f"hypothesis suites under gcc ASan ({probe.stdout.strip()}): exit {rc} in {time.monotonic() - t0:.0f} s")
+    with open(log, "wb") as out:  # a log of its own: the harnesses print beside it
+        rc = subprocess.run(argv, env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT).returncode
+    text = log.read_text(errors="replace")
+    last = text.strip().splitlines()[-1:] or ["(no output)"]
+    print(f"hypothesis suites under gcc ASan ({probe.stdout.strip()}): exit {rc} in {time.monotonic() - t0:.0f} s, "
+          f"{last[0]}; log {log.relative_to(REPO)}", flush=True)
+    if rc != 0:
+        print(text[-20000:], flush=True)  # the failures and any ASan report
     return rc
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=int, default=int(os.environ.get("FUZZ_SECONDS", 60)))
+    ap.add_argument("--jobs", type=int, default=int(os.environ.get("FUZZ_JOBS", os.cpu_count() or 1)))
     ap.add_argument("--only", choices=sorted(CHECKS), action="append")
     ap.add_argument("--no-asan-suite", action="store_true")
     a = ap.parse_args(argv)
-    failed = []
-    for name in a.only or CHECKS:
-        if run_harness(name, a.seconds):
-            failed.append(name)
-    rc = 0 if a.no_asan_suite else run_asan_suites()
+    names = list(a.only or CHECKS)
+    # threads only wait on the child processes; the ASan suites (the longest job) start first
+    with concurrent.futures.ThreadPoolExecutor(max(1, a.jobs)) as pool:
+        suites = None if a.no_asan_suite else pool.submit(run_asan_suites)
+        found = dict(zip(names, pool.map(lambda name: run_harness(name, a.seconds), names)))
+        rc = suites.result() if suites else 0
+    failed = [name for name in names if found[name]]
     if failed:
         print(f"crashes found by: {', '.join(failed)} (inputs kept under tests/fuzz_regressions/)")
     return 1 if failed or rc else 0
