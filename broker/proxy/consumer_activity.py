@@ -215,20 +215,25 @@ class ConsumerActivity:
             code, remark, popped = answer
             if code == codes.SUCCESS:
                 try:
-                    framed = self._written(_pop.typed_records(code, remark, popped, "", False), group, topic,
-                                           broker, invisible, client_id)
+                    framed = self._written_now(popped, group, topic, broker, invisible, client_id)
                 except Exception:  # noqa: BLE001 - popped already: _received answers it, as receive_message
                     framed = None
                 if framed is not None:
                     return framed
         return self._received_later(answer, group, topic, broker, local.addr, invisible, client_id)
 
-    def _written(self, popped, group: str, topic: str, broker: str, invisible: int, client_id):
-        """The framed answer written from the popped records in one kernel call (receive_popped),
-        their handles kept renewed for a PushConsumer; None: the kernel leaves them (a compressed
-        body, an IPv6 host, ...) to be read into messages, as before."""
-        fast = receive_reply.receive_popped(popped, topic, broker, invisible, int(time.time() * 1000),
-                                            client_id is not None)
+    def _written_now(self, popped, group: str, topic: str, broker: str, invisible: int, client_id):
+        """_written of the broker's Popped as it is (what typed_records makes of it, without the
+        PoppedRecords and, for records in one run of the log, the copy of them joined: the kernel
+        reads the view of the log, at once, before anything can move the log)."""
+        views = popped.views
+        fast = receive_reply.receive_popped_values(views[0] if len(views) == 1 else b"".join(views),
+                                                   popped.start_offsets(), popped.pop_time, popped.invisible_time,
+                                                   popped.revive_qid, topic, broker, invisible,
+                                                   int(time.time() * 1000), client_id is not None)
+        return self._kept(fast, group, topic, invisible, client_id)
+
+    def _kept(self, fast, group: str, topic: str, invisible: int, client_id):
         if fast is None:
             return None
         framed, handles = fast
@@ -236,6 +241,14 @@ class ConsumerActivity:
             for handle in handles:
                 self.renewals.add(client_id, group, topic, handle, invisible)
         return framed
+
+    def _written(self, popped, group: str, topic: str, broker: str, invisible: int, client_id):
+        """The framed answer written from the popped records in one kernel call (receive_popped),
+        their handles kept renewed for a PushConsumer; None: the kernel leaves them (a compressed
+        body, an IPv6 host, ...) to be read into messages, as before."""
+        fast = receive_reply.receive_popped(popped, topic, broker, invisible, int(time.time() * 1000),
+                                            client_id is not None)
+        return self._kept(fast, group, topic, invisible, client_id)
 
     async def _received_later(self, answer, group: str, topic: str, broker: str, addr: str, invisible: int,
                               client_id):

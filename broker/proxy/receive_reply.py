@@ -56,10 +56,19 @@ def receive_popped(popped, topic: str, broker_name: str, invisible_ms: int, now_
         starts = popped.starts()
     except ValueError:  # (ExtraInfoError too)
         return None
-    out = _kernel.encode_popped(popped.body, topic, starts,
-                                f"{popped.pop_time}{_extra_info.SEP}{popped.invisible_time}{_extra_info.SEP}"
-                                f"{popped.revive_qid}", broker_name, invisible_ms, SYSTEM_PROPERTIES, now_ms,
-                                want_handles)
+    return receive_popped_values(popped.body, starts, popped.pop_time, popped.invisible_time, popped.revive_qid,
+                                 topic, broker_name, invisible_ms, now_ms, want_handles)
+
+
+def receive_popped_values(body, starts: dict[str, int], pop_time: int, invisible_time: int, revive_qid: int,
+                          topic: str, broker_name: str, invisible_ms: int, now_ms: int,
+                          want_handles: bool) -> tuple[Framed, list[str] | None] | None:
+    """receive_popped of the answer's values as they are: `body` the records back to back (any
+    buffer: the local front's receive hands the one view of the log its pop read, no copy),
+    `starts` as PoppedRecords.starts() gives them."""
+    out = _kernel.encode_popped(body, topic, starts,
+                                f"{pop_time}{_extra_info.SEP}{invisible_time}{_extra_info.SEP}{revive_qid}",
+                                broker_name, invisible_ms, SYSTEM_PROPERTIES, now_ms, want_handles)
     if out is None:
         return None
     return Framed(out[0]), out[1]

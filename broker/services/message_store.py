@@ -822,6 +822,14 @@ class MessageStore:
                                        self.min_offset(topic, queue_id), hi)
         return self.reader.get(topic, queue_id, offset, max_msgs, max_bytes, tag_hashes, spans, sql, merge)
 
+    def read_run(self, topic: str, queue_id: int, offset: int, max_msgs: int, max_bytes: int,
+                 tag_hashes: set[int] | None = None, sql: bytes | None = None):
+        """get(merge=True) for a pop: QueueReader.read_run's (views, queue offsets, next offset, max
+        offset) when found, else get's GetResult (a compacted queue's always)."""
+        if self.compaction.views and self.compaction.view_for(topic, queue_id) is not None:
+            return self.get(topic, queue_id, offset, max_msgs, max_bytes, tag_hashes, sql=sql, merge=True)
+        return self.reader.read_run(topic, queue_id, offset, max_msgs, max_bytes, tag_hashes, sql)
+
     def record_view(self, physical_offset: int) -> memoryview:
         return self.reader.record_view(physical_offset)
 

@@ -146,6 +146,45 @@ class QueueReader:
         r.suggest_slave = self.s.table.load(Slot.WROTE) - c.last_phys > self.memory_share
         return r
 
+    def read_run(self, topic: str, queue_id: int, offset: int, max_msgs: int, max_bytes: int,
+                 tag_hashes: set[int] | None = None, sql: bytes | None = None):
+        """get(merge=True) for a pop, its usual answer without a GetResult: (views, queue offsets,
+        next offset, the queue's max offset) when records were found from `offset` in a queue of
+        this store's own log (a master's), else get's GetResult (any status, found on a slave too).
+        The same records, offsets and counts as get."""
+        s = self.s
+        cqs = s.cqs
+        cq = cqs.find(topic, queue_id) if cqs is not None else None
+        if cq is None or s.reads_dispatched_only or max_msgs <= 0 or max_bytes <= 0:
+            return self.get(topic, queue_id, offset, max_msgs, max_bytes, tag_hashes, False, sql, True)
+        # max_offset's master branch
+        tb = s.topic_bytes(topic)
+        app = s.commit_log.appender
+        hi = app.next_offset(tb, queue_id)
+        d = s.table.load(Slot.DISPATCHED)
+        if app.last_end(tb, queue_id) > d:
+            hi = first_undispatched(cq.entry, cq.min_offset, hi, d)
+        lo = cq.min_offset
+        if not lo <= offset < hi:  # (get's statuses)
+            return self.get(topic, queue_id, offset, max_msgs, max_bytes, tag_hashes, False, sql, True)
+        filtered = tag_hashes is not None or sql is not None
+        stop = min(hi, offset + (max(800, max_msgs * 20) if filtered else max_msgs))
+        first, entries = cq.file_for(offset, create=False)
+        end = first + cq.per_file
+        if entries is None or end < stop:  # a read across two consume-queue files: get's loop
+            return self.get(topic, queue_id, offset, max_msgs, max_bytes, tag_hashes, False, sql, True)
+        c = Collected(offset, True, True)
+        segments = s.commit_log.queue
+        status = collect(c, entries, first, offset, stop, segments.files, segments.file_size, max_msgs, max_bytes,
+                         tag_hashes, sql)
+        n = c.count
+        if not n or (status == COLLECT_NO_SEGMENT and not segments.writable):  # (get says what, or maps more)
+            return self.get(topic, queue_id, offset, max_msgs, max_bytes, tag_hashes, False, sql, True)
+        c.finish()
+        self.get_msgs += n
+        self.get_bytes += c.total
+        return c.views, c.queue_offsets, c.next_index, hi
+
     def record_view(self, physical_offset: int) -> memoryview:
         """Zero-copy view of the whole stored record at a physical offset (RocketMQ's
         selectOneMessageByOffset). On a slave the HA client may have made the segment since this

@@ -202,7 +202,16 @@ class PopReviveService:
             # the UNIQ_KEY (RocketMQ's genCkUniqueId): topic@queue@start@group@popTime@broker@ck
             uniq = f"{ck.topic}@{ck.queue_id}@{ck.start_offset}@{ck.group}@{ck.pop_time}@{bn}@{CK_TAG}"
             ck.revive_offset = self.log.append(rq, CK_TAG, uniq, ck.to_json())
-        self._register(ck, rq, key)
+        # _register's, for a key made unique above
+        ck.rq = rq
+        inflight[key] = ck
+        self.log.hold(rq, ck.revive_offset)
+        self._seq += 1
+        due = self._due
+        revive_time = ck.pop_time + ck.invisible_time
+        if not due or revive_time < due[0][0]:
+            self._changed.set()
+        heapq.heappush(due, (revive_time, self._seq, key))
         return self.log.last_put
 
     def _register(self, ck: PopCheckPoint, rq: int, key: tuple | None = None) -> None:

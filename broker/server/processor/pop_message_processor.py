@@ -61,9 +61,9 @@ class Popped:
     `code` None: found (SUCCESS) or not (POLLING_TIMEOUT) by `count`; else the refusal's code and
     `remark` (a held pop no longer served, a revive record the store did not keep)."""
     __slots__ = ("pop_time", "mark", "revive_qid", "invisible_time", "views", "count", "starts", "msgs",
-                 "order_info", "rest", "blocked_until", "code", "remark")
+                 "order_info", "_rest", "unread", "_store", "blocked_until", "code", "remark")
 
-    def __init__(self, pop_time: int, revive_qid: int, mark: int, invisible_time: int):
+    def __init__(self, pop_time: int, revive_qid: int, mark: int, invisible_time: int, store=None):
         self.pop_time = pop_time
         self.mark = mark  # the revive log's count of appends before this look (ReviveLog.durable_since)
         self.revive_qid = revive_qid
@@ -73,10 +73,29 @@ class Popped:
         self.starts: list[tuple[str, int, int]] = []  # (topic, queueId, the checkpoint's start offset)
         self.msgs: list[tuple[str, int, list[int]]] = []  # (topic, queueId, the queue offsets popped)
         self.order_info: list[str] = []
-        self.rest = 0
+        self._rest = 0
+        # the typed entry's (`store` given): (topic, queueId, pop offset) of each queue it did not read
+        # (the pop was full), restNum's share of them counted when asked (`rest`), not per pop: the
+        # local front's receive never asks (ReceiveMessage has no restNum). The wire's pop counts at once
+        self.unread: list | None = [] if store is not None else None
+        self._store = store
         self.blocked_until = 0  # orderly: the earliest time a blocked queue opens again (0: none)
         self.code: int | None = None
         self.remark: str | None = None
+
+    @property
+    def rest(self) -> int:
+        """restNum: the messages left in the queues read, and in those it did not read (full)."""
+        unread = self.unread
+        if unread:
+            store = self._store
+            self._rest += sum(max(store.max_offset(t, q) - o, 0) for t, q, o in unread)
+            unread.clear()
+        return self._rest
+
+    @rest.setter
+    def rest(self, n: int) -> None:
+        self._rest = n
 
     def start_offsets(self) -> dict[str, int]:
         """{"<retryFlag>@<queueId>": start offset}: startOffsetInfo as extra_info.parse_start_offset_info reads it."""
@@ -120,9 +139,9 @@ class PopMessageProcessor:
         as `pop` raises it for BrokerController.handle to answer."""
         h = PopMessageRequestHeader(group, topic, queue_id, max_nums, invisible_ms, poll_ms, 0, init_mode, exp_type,
                                     exp, order, attempt_id)
-        return self._pop(h, _as_is)
+        return self._pop(h, _as_is, True)
 
-    def _pop(self, h, finish):
+    def _pop(self, h, finish, typed: bool = False):
         """The pop of `h` (the wire's header, or one made of the local front's values), its Popped
         handed to `finish` (the wire's response, or as it is) when it is answered."""
         if not self.revive.serving:  # (PopService refuses first; this guards a direct call)
@@ -147,11 +166,11 @@ class PopMessageProcessor:
             checked = self._check(key)
         retry, flt = checked
         queues = self._queues(h, cfg.readQueueNums, retry)
-        popped = self._pop_once(h, queues, flt)
+        popped = self._pop_once(h, queues, flt, typed)
         if popped.count or h.pollTime <= 0 or not self.long_polling:
             return self._reply(popped, finish)
         deadline = time.monotonic() + min(h.pollTime, self.suspend_max_ms) / 1000
-        return self._hold(h, queues, flt, deadline, finish)
+        return self._hold(h, queues, flt, deadline, finish, typed)
 
     def _check(self, key: tuple) -> tuple:
         """(the pop retry topic, the filter) of (topic, group, exp, expType), checked: a group that
@@ -189,10 +208,10 @@ class PopMessageProcessor:
         return own
 
     # -- one look at the queues -------------------------------------------------------------------
-    def _pop_once(self, h, queues, flt) -> Popped:
+    def _pop_once(self, h, queues, flt, typed: bool = False) -> Popped:
         revive = self.revive
         rq = ei.POP_ORDER_REVIVE_QUEUE if h.order else revive.next_revive_qid()
-        popped = Popped(now_ms(), rq, revive.log.appended, h.invisibleTime)
+        popped = Popped(now_ms(), rq, revive.log.appended, h.invisibleTime, self.store if typed else None)
         topic_of_pop, topics = h.topic, self.topics
         for topic, queue_id in queues:
             if topic != topic_of_pop and topics.get(topic) is None:
@@ -219,7 +238,10 @@ class PopMessageProcessor:
         want = h.maxMsgNums - popped.count
         store = self.store
         if want <= 0:
-            popped.rest += max(store.max_offset(topic, queue_id) - offset, 0)
+            if popped.unread is not None:  # (the typed entry's: counted if asked, Popped.rest)
+                popped.unread.append((topic, queue_id, offset))
+            else:
+                popped._rest += max(store.max_offset(topic, queue_id) - offset, 0)
             return
         if h.order:
             info = self.order_info.get(topic, group, queue_id)
@@ -228,18 +250,24 @@ class PopMessageProcessor:
                 popped.blocked_until = min(popped.blocked_until or opens, opens)
                 return
         # merge: one view per run of records back to back in the log (the answer's body joins them
-        # anyway), each record's queue offset still given
-        r = store.get(topic, queue_id, offset, want, MAX_TRANSFER_BYTES, flt.tags, sql=flt.sql, merge=True)
-        if r.status in _MOVED:  # the offset left the queue (cleaned, or never valid): from where it is now
-            offset = r.next_offset
-            self.revive.pop_offsets.advance(group, topic, queue_id, offset)
-            r = store.get(topic, queue_id, offset, want, MAX_TRANSFER_BYTES, flt.tags, sql=flt.sql, merge=True)
-        popped.rest += max(r.max_offset - r.next_offset, 0)
-        offsets = r.queue_offsets
-        if r.status != GetStatus.FOUND or not offsets:
-            if r.next_offset > offset and r.status == GetStatus.NO_MATCHED_MESSAGE:
-                self.revive.pop_offsets.advance(group, topic, queue_id, r.next_offset)  # filtered out
-            return
+        # anyway), each record's queue offset still given. read_run: the records found as a tuple
+        # (views, offsets, next offset, max offset), anything else as get's GetResult
+        r = store.read_run(topic, queue_id, offset, want, MAX_TRANSFER_BYTES, flt.tags, flt.sql)
+        if type(r) is tuple:
+            views, offsets, nxt, hi = r
+        else:
+            if r.status in _MOVED:  # the offset left the queue (cleaned, or never valid): from where it is now
+                offset = r.next_offset
+                self.revive.pop_offsets.advance(group, topic, queue_id, offset)
+                r = store.get(topic, queue_id, offset, want, MAX_TRANSFER_BYTES, flt.tags, sql=flt.sql, merge=True)
+            offsets = r.queue_offsets
+            if r.status != GetStatus.FOUND or not offsets:
+                popped._rest += max(r.max_offset - r.next_offset, 0)
+                if r.next_offset > offset and r.status == GetStatus.NO_MATCHED_MESSAGE:
+                    self.revive.pop_offsets.advance(group, topic, queue_id, r.next_offset)  # filtered out
+                return
+            views, nxt, hi = r.messages, r.next_offset, r.max_offset
+        popped._rest += max(hi - nxt, 0)
         n = len(offsets)
         if h.order:
             counts = self.order_info.update(topic, group, queue_id, popped.pop_time, h.invisibleTime, offsets,
@@ -253,13 +281,13 @@ class PopMessageProcessor:
             ck = PopCheckPoint(offset, popped.pop_time, h.invisibleTime, n, queue_id, topic, group, "", diffs)
             put = self.revive.add_check_point(ck, popped.revive_qid)
             # pops read past it now; the offset table (what followers copy) once the checkpoint is durable
-            self.revive.pop_offsets.advance(group, topic, queue_id, r.next_offset, put)
+            self.revive.pop_offsets.advance(group, topic, queue_id, nxt, put)
         popped.starts.append((topic, queue_id, offset))
         popped.msgs.append((topic, queue_id, offsets))
         if popped.views:
-            popped.views.extend(r.messages)
+            popped.views.extend(views)
         else:
-            popped.views = r.messages
+            popped.views = views
         popped.count += n
 
     def _reply(self, popped: Popped, finish):
@@ -293,7 +321,7 @@ class PopMessageProcessor:
         return res
 
     # -- long polling -------------------------------------------------------------------------------
-    async def _hold(self, h, queues, flt, deadline: float, finish):
+    async def _hold(self, h, queues, flt, deadline: float, finish, typed: bool = False):
         store, holds = self.store, self.holds
         while True:
             # registered in the same loop turn as the look that found nothing (see PullMessageProcessor._hold)
@@ -307,7 +335,7 @@ class PopMessageProcessor:
                 gone = Popped(0, 0, 0, h.invisibleTime)
                 gone.code, gone.remark = codes.SLAVE_NOT_AVAILABLE, not_master_remark(self.store, "POP_MESSAGE")
                 return finish(gone)
-            popped = self._pop_once(h, queues, flt)
+            popped = self._pop_once(h, queues, flt, typed)
             left = deadline - time.monotonic()
             if popped.count or left <= 0:
                 reply = self._reply(popped, finish)
