@@ -157,7 +157,8 @@ cdef inline Py_ssize_t _put(uint8_t *o, Py_ssize_t pos, uint8_t tag, const uint8
     return pos + n
 
 
-cdef inline Py_ssize_t _tail(const uint8_t *p, Py_ssize_t pos, Py_ssize_t end, uint64_t ck, uint64_t *qo) noexcept nogil:
+cdef inline bint _tail(const uint8_t *p, Py_ssize_t pos, Py_ssize_t end, uint64_t ck,
+                      uint64_t *qo) noexcept nogil:
     """A handle's last two fields (" queueOffset commitLogOffset", from the space after its head at
     p[pos]) as _handle reads them: the queue offset in `qo`, False when they are not of its shape."""
     cdef uint64_t clo
