@@ -17,6 +17,7 @@ and receipt_handle.BatchReader would read. tests/twins/ack_request_twin.py is it
 twin; tests/test_ack_request_kernel_vs_twin.py holds both equal to each other and to that path."""
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_DecodeUTF8, PyUnicode_DecodeASCII
+from cpython.mem cimport PyMem_Malloc, PyMem_Free
 from libc.string cimport memcpy, memcmp
 from libc.stdint cimport int64_t, uint8_t, uint64_t
 
@@ -156,6 +157,19 @@ cdef inline Py_ssize_t _put(uint8_t *o, Py_ssize_t pos, uint8_t tag, const uint8
     return pos + n
 
 
+cdef inline bint _tail(const uint8_t *p, Py_ssize_t pos, Py_ssize_t end, uint64_t ck,
+                      uint64_t *qo) noexcept nogil:
+    """A handle's last two fields (" queueOffset commitLogOffset", from the space after its head at
+    p[pos]) as _handle reads them: the queue offset in `qo`, False when they are not of its shape."""
+    cdef uint64_t clo
+    pos = _number(p, pos + 1, end, I64, qo)
+    if pos == BAD: return False
+    pos = _space(p, pos, end)
+    if pos == BAD: return False
+    pos = _number(p, pos, end, I64, &clo)
+    return pos == end and qo[0] >= ck
+
+
 def read_ack(bytes payload):
     """(group name, topic name, checkpoints, answer) of an AckMessageRequest of the shape the
     module describes; None for anything else. `checkpoints`: per distinct head of handles (their
@@ -166,104 +180,111 @@ def read_ack(bytes payload):
     cdef Py_ssize_t n = len(payload)
     cdef const uint8_t *p = <const uint8_t *><const char *>payload
     cdef Py_ssize_t pos = 0, s, e, gs = -1, ge = -1, ts = -1, te = -1, gns = 0, gne = 0, tns = 0, tne = 0
-    cdef Py_ssize_t es, ee, ms, me = 0, hs, he = 0, k, ng = 0, entries = 0, size, entry, slen = len(_STATUS_OK)
-    cdef uint64_t number
+    cdef Py_ssize_t es, ee, ms, me = 0, hs, he = 0, k, ng = 0, last = -1, entries = 0, entry, hl
+    cdef Py_ssize_t slen = len(_STATUS_OK), cap, w
+    cdef uint64_t number, qo
     cdef Handle h
     cdef Py_ssize_t heads[MAX_GROUPS]
     cdef Py_ssize_t head_lens[MAX_GROUPS]
-    cdef list groups = [], offsets
-    cdef bytes out
-    cdef uint8_t *o
+    cdef uint64_t cks[MAX_GROUPS]
+    cdef list groups = [], offsets = None
+    cdef uint8_t stack[16384]
+    cdef uint8_t *o = stack
     cdef const uint8_t *st = <const uint8_t *><const char *>_STATUS_OK
-    # the request: group (1) and topic (2) once each, entries (3)
-    size = 2 + slen
-    while pos < n:
-        s = _field(p, pos, n, &number, &e)
-        if s == BAD:
-            return None
-        if number == 1:
-            if gs != -1:
+    # The answer is written as the entries are read, into a buffer that holds it whatever they
+    # are: its status (2 + slen bytes), then per entry at most the request's entry and 13 bytes
+    # (the status field, 2 + slen, and a length varint one byte longer); a taken entry is at least
+    # 21 bytes (its tag and length, the handle's tag and length, 17 bytes of 9 fields)
+    cap = 2 + slen + n + (n // 21 + 1) * 13
+    if cap > <Py_ssize_t>sizeof(stack):
+        o = <uint8_t *>PyMem_Malloc(cap)
+        if o == NULL:
+            raise MemoryError()
+    try:
+        w = _put(o, 0, 0x0A, st, slen)
+        # the request: group (1) and topic (2) once each, entries (3)
+        while pos < n:
+            s = _field(p, pos, n, &number, &e)
+            if s == BAD:
                 return None
-            gs, ge = s, e
-        elif number == 2:
-            if ts != -1:
-                return None
-            ts, te = s, e
-        elif number == 3:
-            # an entry: message_id (1) and receipt_handle (2), once each
-            ms = hs = -1
-            es = s
-            while es < e:
-                k = _field(p, es, e, &number, &ee)
-                if k == BAD or number > 2:
+            if number == 1:
+                if gs != -1:
                     return None
-                if number == 1:
-                    if ms != -1 or not valid_utf8(p + k, ee - k):
+                gs, ge = s, e
+            elif number == 2:
+                if ts != -1:
+                    return None
+                ts, te = s, e
+            elif number == 3:
+                # an entry: message_id (1) and receipt_handle (2), once each
+                ms = me = hs = -1
+                es = s
+                while es < e:
+                    k = _field(p, es, e, &number, &ee)
+                    if k == BAD or number > 2:
                         return None
-                    ms, me = k, ee
+                    if number == 1:
+                        if ms != -1 or not valid_utf8(p + k, ee - k):
+                            return None
+                        ms, me = k, ee
+                    else:
+                        if hs != -1:
+                            return None
+                        hs, he = k, ee
+                    es = ee
+                if hs == -1:
+                    return None
+                hl = he - hs
+                # a batch's handles share their head (what one pop gave): the same bytes as the last
+                # one's up to a space read as they were, and only the two offsets after it are read
+                if last != -1 and hl > head_lens[last] and p[hs + head_lens[last]] == 0x20 \
+                        and memcmp(p + heads[last], p + hs, head_lens[last]) == 0:
+                    if not _tail(p, hs + head_lens[last], he, cks[last], &qo):
+                        return None
                 else:
-                    if hs != -1:
+                    if not _handle(p, hs, he, &h):
                         return None
-                    hs, he = k, ee
-                es = ee
-            if hs == -1 or not _handle(p, hs, he, &h):
-                return None
-            if ms == -1:
-                ms = me = hs
-            for k in range(ng):
-                if head_lens[k] == h.head_end - hs and memcmp(p + heads[k], p + hs, head_lens[k]) == 0:
-                    break
+                    qo = h.qo
+                    for k in range(ng):
+                        if head_lens[k] == h.head_end - hs and memcmp(p + heads[k], p + hs, head_lens[k]) == 0:
+                            break
+                    else:
+                        if ng == MAX_GROUPS:
+                            return None
+                        heads[ng], head_lens[ng], cks[ng] = hs, h.head_end - hs, h.ck
+                        k = ng
+                        ng += 1
+                        groups.append((h.ck, h.pt, h.it, h.rq, chr(h.retry), PyUnicode_DecodeASCII(
+                            <const char *>p + h.bs, h.be - h.bs, NULL), h.qid, []))
+                    if k != last:
+                        last = k
+                        offsets = <list>(<tuple>groups[k])[7]
+                offsets.append(qo)
+                # its answer: {message_id (when not empty), receipt_handle, status OK}
+                entry = 2 + slen + 1 + _varint_len(hl) + hl
+                if me > ms:
+                    entry += 1 + _varint_len(me - ms) + (me - ms)
+                o[w] = 0x12
+                w = _put_varint(o, w + 1, <uint64_t>entry)
+                if me > ms:
+                    w = _put(o, w, 0x0A, p + ms, me - ms)
+                w = _put(o, w, 0x12, p + hs, hl)
+                w = _put(o, w, 0x1A, st, slen)
+                entries += 1
             else:
-                if ng == MAX_GROUPS:
-                    return None
-                heads[ng], head_lens[ng] = hs, h.head_end - hs
-                k = ng
-                ng += 1
-                groups.append((h.ck, h.pt, h.it, h.rq, chr(h.retry), PyUnicode_DecodeASCII(
-                    <const char *>p + h.bs, h.be - h.bs, NULL), h.qid, []))
-            (<list>(<tuple>groups[k])[7]).append(h.qo)
-            entry = 2 + slen + 1 + _varint_len(he - hs) + (he - hs)
-            if me > ms:
-                entry += 1 + _varint_len(me - ms) + (me - ms)
-            size += 1 + _varint_len(entry) + entry
-            entries += 1
-        else:
+                return None
+            pos = e
+        if entries < 2:
             return None
-        pos = e
-    if entries < 2:
-        return None
-    if gs != -1:
-        gns = _name(p, gs, ge, &gne)
-    if ts != -1:
-        tns = _name(p, ts, te, &tne)
-    if gns == BAD or tns == BAD:
-        return None
-    # the answer, entry by entry again (their bounds known good now)
-    out = PyBytes_FromStringAndSize(NULL, size)
-    o = <uint8_t *>PyBytes_AS_STRING(out)
-    k = _put(o, 0, 0x0A, st, slen)
-    pos = 0
-    while pos < n:
-        s = _field(p, pos, n, &number, &e)
-        if number == 3:
-            ms = hs = -1
-            es = s
-            while es < e:
-                s = _field(p, es, e, &number, &ee)
-                if number == 1:
-                    ms, me = s, ee
-                else:
-                    hs, he = s, ee
-                es = ee
-            entry = 2 + slen + 1 + _varint_len(he - hs) + (he - hs)
-            if ms != -1 and me > ms:
-                entry += 1 + _varint_len(me - ms) + (me - ms)
-            o[k] = 0x12
-            k = _put_varint(o, k + 1, <uint64_t>entry)
-            if ms != -1 and me > ms:
-                k = _put(o, k, 0x0A, p + ms, me - ms)
-            k = _put(o, k, 0x12, p + hs, he - hs)
-            k = _put(o, k, 0x1A, st, slen)
-        pos = e
-    return (PyUnicode_DecodeUTF8(<const char *>p + gns, gne - gns, NULL),
-            PyUnicode_DecodeUTF8(<const char *>p + tns, tne - tns, NULL), groups, out)
+        if gs != -1:
+            gns = _name(p, gs, ge, &gne)
+        if ts != -1:
+            tns = _name(p, ts, te, &tne)
+        if gns == BAD or tns == BAD:
+            return None
+        return (PyUnicode_DecodeUTF8(<const char *>p + gns, gne - gns, NULL),
+                PyUnicode_DecodeUTF8(<const char *>p + tns, tne - tns, NULL), groups,
+                PyBytes_FromStringAndSize(<const char *>o, w))
+    finally:
+        if o != stack:
+            PyMem_Free(o)

@@ -130,3 +130,30 @@ def test_a_consumers_acks_are_taken_and_odd_ones_declined():
         BatchReader().read("not a handle")
     except ProxyError:
         pass
+
+
+def test_a_handle_that_begins_with_the_last_ones_head_is_read_whole():
+    """read_ack reads only the two offsets of a handle whose bytes begin with the last handle's head
+    and a space (a receive's handles share it); one that begins with it but goes on otherwise (a
+    longer queue id, a field more or less, another tail) is read whole: another checkpoint or
+    declined, as the twin and protobuf's path read it."""
+    head = "100 1700000000000 30000 3 0 broker-a 1"
+
+    def read(*hs):
+        return _check(spb.AckMessageRequest(group=pb.Resource(name="G"), topic=pb.Resource(name="T"), entries=[
+            spb.AckMessageEntry(message_id=f"m{i}", receipt_handle=h) for i, h in enumerate(hs)]).SerializeToString())
+    _, _, cks, _ = read(f"{head} 100 5", f"{head}2 100 6", f"{head} 101 7", f"{head}2 101 8")
+    assert cks == [(100, 1700000000000, 30000, 3, "0", "broker-a", 1, [100, 101]),
+                   (100, 1700000000000, 30000, 3, "0", "broker-a", 12, [100, 101])]
+    for odd in (f"{head} 101", f"{head} 101 7 8", f"{head}  101 7", f"{head} 99 7", f"{head} 101 x",
+                f"{head} 101 7 ", f"{head} {1 << 63} 7", f"{head} 101 {'1' * 20}", head):
+        assert read(f"{head} 100 5", odd) is None, odd
+    # the shared head read once, the tails of many: an answer as protobuf writes it, message ids
+    # absent, empty and long among them
+    hs = [f"{head} {100 + i} {9000 + i}" for i in range(200)]
+    r = spb.AckMessageRequest(group=pb.Resource(name="G"), topic=pb.Resource(name="T"), entries=[
+        spb.AckMessageEntry(message_id=("" if i % 3 == 0 else "x" * (i % 7) * 40), receipt_handle=h)
+        for i, h in enumerate(hs)])
+    r.entries[1].ClearField("message_id")
+    assert _check(r.SerializeToString())[2] == [(100, 1700000000000, 30000, 3, "0", "broker-a", 1,
+                                                 list(range(100, 300)))]

@@ -288,7 +288,8 @@ def send_request_seeds() -> list[bytes]:
 
 def ack_request_seeds() -> list[bytes]:
     """AckMessageRequests (check_ack_request): a SimpleConsumer's acks of one receive (taken), of two
-    checkpoints, one with a handle of another shape, one with an entry's lite_topic, one cut short."""
+    checkpoints, one with a handle of another shape, one with an entry's lite_topic, one cut short,
+    one whose handles begin with another's head, one over read_ack's stack buffer."""
     from broker.proxy.protocol import definition_pb2 as pb
     from broker.proxy.protocol import service_pb2 as spb
 
@@ -298,8 +299,16 @@ def ack_request_seeds() -> list[bytes]:
             for i, h in enumerate(handles)]).SerializeToString()
     one = [f"100 1700000000000 30000 3 0 broker-a 2 {100 + i} {9000 + 1024 * i}" for i in range(32)]
     two = one[:4] + ["7 1700000000001 60000 0 1 broker-a 0 9 77", "7 1700000000001 60000 0 1 broker-a 0 8 78"]
+    # handles that begin with the last one's head and go on otherwise (queue 2 and queue 21: read
+    # whole, not as the last head's tail), and a request over read_ack's stack buffer (16 KiB)
+    longer = [one[0], "100 1700000000000 30000 3 0 broker-a 21 100 5", one[1],
+              "100 1700000000000 30000 3 0 broker-a 2 102 7"]
+    big = spb.AckMessageRequest(group=pb.Resource(name="G"), topic=pb.Resource(name="T"), entries=[
+        spb.AckMessageEntry(message_id="m" * (i % 300), receipt_handle=f"100 1700000000000 30000 3 0 broker-a 2 "
+                                                                      f"{100 + i} {9000 + 1024 * i}")
+        for i in range(160)]).SerializeToString()
     return [request(one), request(two), request(one[:3] + ["100 1700000000000 30000 3 0 broker-a 2 101"]),
-            request(one[:2], lite_topic="l"), request(one)[:-5]]
+            request(one[:2], lite_topic="l"), request(one)[:-5], request(longer), big]
 
 
 def main() -> None:

@@ -146,7 +146,10 @@ class ReviveLog:
             self._live[rq].discard(pos)
             return
         put = self.last_put
-        if put is None or put.done():
+        if put is None and not self._unkept:  # (answered at once: _durable's usual case, without its call)
+            self._live[rq].discard(pos)
+            self._commit(rq)
+        elif put is None or put.done():
             self._durable(rq, pos, self._generation, put)
         else:
             put.add_done_callback(functools.partial(self._durable, rq, pos, self._generation))

@@ -110,15 +110,21 @@ class AckMessageProcessor:
         popTime, [offsets ascending, distinct])) made; what was not acked, each named with why."""
         failed = []
         inflight = self.revive.inflight
+        store, topics = self.store, self.topics
         for group, topic, queue_id, ck_offset, rq, pop_time, offsets in acks:
-            found: dict[int, tuple] = {}  # id(checkpoint) -> (checkpoint, its indexes acked here)
             # checked_handle's checks, in its order, made once for what the offsets share: the
-            # topic and queue, then (after each offset's range) the handle's other fields
-            try:
-                lo, hi = queue_range(self.store, self.topics, topic, queue_id)
-            except Refusal as e:
-                failed.extend(f"{topic}@{queue_id}:{offset} ({e})" for offset in offsets)
-                continue
+            # topic and queue, then (after each offset's range) the handle's other fields (the
+            # queue's bounds as queue_range reads them, without its call and tuple when the topic
+            # and queue are known)
+            cfg = topics.get(topic)
+            if cfg is not None and 0 <= queue_id < cfg.readQueueNums:
+                lo, hi = store.min_offset(topic, queue_id), store.max_offset(topic, queue_id)
+            else:
+                try:
+                    lo, hi = queue_range(store, topics, topic, queue_id)
+                except Refusal as e:
+                    failed.extend(f"{topic}@{queue_id}:{offset} ({e})" for offset in offsets)
+                    continue
             # the usual batch: a non-orderly pop's handle whose fields _head takes as they are,
             # every offset within the queue, its checkpoint in flight: acked by one kernel call
             # (PopReviveService.ack_offsets), as _ack_checkpoint would ack it
@@ -135,6 +141,7 @@ class AckMessageProcessor:
             if bad is None and not info.is_order and self._ack_checkpoint(group, topic, queue_id, ck_offset, rq,
                                                                           pop_time, offsets, lo, hi, failed):
                 continue
+            found: dict[int, tuple] = {}  # id(checkpoint) -> (checkpoint, its indexes acked here)
             for offset in offsets:
                 try:
                     check_offset(topic, queue_id, offset, lo, hi)
