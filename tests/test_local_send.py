@@ -73,8 +73,10 @@ async def _send(act: SendMessageActivity, payload: bytes):
     taken = act.send_bytes_now(payload, _Context())
     if taken is None:
         return await act.send_message(spb.SendMessageRequest.FromString(payload), _Context())
+    if type(taken) is bytes:  # the typed answer, known at once
+        return spb.SendMessageResponse.FromString(taken)
     fut, respond = taken
-    if not fut.done():  # the typed answer is known at once (_Answered), the producer's is a future
+    if not fut.done():  # the producer's answer is a future
         await fut
     r = respond(fut)
     return r if type(r) is not bytes else spb.SendMessageResponse.FromString(r)

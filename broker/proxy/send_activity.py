@@ -119,8 +119,10 @@ class SendMessageActivity:
         straight into the Message to send (what to_remoting would make of it); anything it
         declines is parsed by protobuf and goes to send_now, which answers as before. In local
         mode, while the broker takes sends as values, the kernel reads it with its properties
-        already rendered (read_send_props) and _send_local hands it to the broker's send kernel;
-        a send declined there is read again for the producer."""
+        already rendered (read_send_props) and _send_local hands it to the broker's send kernel:
+        its answer is known at once and returned as the response's bytes (no future, no function
+        of it: the endpoint writes them with this read's flush); a send declined there is read
+        again for the producer."""
         c = self.config
         peer = peer_host(context)
         local = self.local
@@ -135,11 +137,11 @@ class SendMessageActivity:
                     return self.send_now(spb.SendMessageRequest.FromString(payload), context)
                 topic, body, props, message_id = got
                 # a message the kernel takes is a NORMAL one: none of the properties that make another type
-                if self.topic_types is not None and not self.topic_types.accepts_now(topic, _NORMAL):
+                if self.topic_types is not None and not self.topic_types.takes_normal_now(topic):
                     return None
                 answer = self._send_local(topic, body, props, message_id)
-                if answer is not None:
-                    return _Answered(answer), _answered
+                if answer is not None:  # the response's bytes: the endpoint writes them with this read's flush
+                    return answer
         got = read_send(payload, peer, c.maxMessageSize, c.userPropertyMaxNum, c.maxUserPropertySize,
                         SYSTEM_PROPERTIES)
         if got is None:
@@ -244,36 +246,6 @@ class SendMessageActivity:
         except Exception as e:  # noqa: BLE001 - no route, no master: answered as a Status
             return spb.RecallMessageResponse(status=status(*from_client_error(e)))
         return spb.RecallMessageResponse(status=status(), message_id=msg_id)
-
-
-class _Answered:
-    """A send's answer known when the call is read (_send_local's): what Call.run_now asks of a fast
-    answer's future, its callback run at once, so the answer leaves with this turn's flush, with no
-    future and no loop callback per call."""
-    __slots__ = ("answer",)
-
-    def __init__(self, answer: bytes):
-        self.answer = answer
-
-    def add_done_callback(self, fn) -> None:
-        fn(self)
-
-    def done(self) -> bool:
-        return True
-
-    def cancelled(self) -> bool:
-        return False
-
-    def exception(self):
-        return None
-
-    def result(self) -> bytes:
-        return self.answer
-
-
-def _answered(done: _Answered) -> bytes:
-    """_send_local's answer, already written."""
-    return done.answer
 
 
 def _response(message_id: str, done: asyncio.Future) -> spb.SendMessageResponse | bytes:
