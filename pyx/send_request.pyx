@@ -150,24 +150,24 @@ cdef str _text(const uint8_t *p, Py_ssize_t s, Py_ssize_t e):
         return None
 
 
-cdef object _timestamp_ms(const uint8_t *p, Py_ssize_t pos, Py_ssize_t end):
-    """A Timestamp's seconds * 1000 + nanos // 1_000_000 as to_remoting computes it, or None (a
-    field of another wire type, or wire data that does not parse)."""
+cdef bint _timestamp(const uint8_t *p, Py_ssize_t pos, Py_ssize_t end, int64_t *seconds_out,
+                     int64_t *q_out) noexcept:
+    """A Timestamp's seconds, and nanos // 1_000_000 (floor, as Python's), into the out-params;
+    False for a field of another wire type, or wire data that does not parse."""
     cdef uint64_t number, v
     cdef int wire
     cdef int64_t seconds = 0
     cdef int32_t nanos = 0
-    cdef int seen = 0
     while pos < end:
         pos = _tag(p, pos, end, &number, &wire)
         if pos == BAD:
-            return None
+            return False
         if number == 1 or number == 2:
             if wire != 0:
-                return None
+                return False
             pos = _varint(p, pos, end, &v)
             if pos == BAD:
-                return None
+                return False
             if number == 1:
                 seconds = <int64_t>v
             else:
@@ -175,12 +175,51 @@ cdef object _timestamp_ms(const uint8_t *p, Py_ssize_t pos, Py_ssize_t end):
         else:
             pos = _skip(p, pos, end, wire)
             if pos == BAD:
-                return None
+                return False
     # Python's floor division (cdivision truncates): nanos may be negative
     cdef int64_t q = nanos / 1_000_000
     if nanos % 1_000_000 != 0 and nanos < 0:
         q -= 1
+    seconds_out[0] = seconds
+    q_out[0] = q
+    return True
+
+
+cdef object _timestamp_ms(const uint8_t *p, Py_ssize_t pos, Py_ssize_t end):
+    """A Timestamp's seconds * 1000 + nanos // 1_000_000 as to_remoting computes it, or None (a
+    field of another wire type, or wire data that does not parse)."""
+    cdef int64_t seconds, q
+    if not _timestamp(p, pos, end, &seconds, &q):
+        return None
     return (<object>seconds) * 1000 + q  # a Python int: any int64 seconds, as to_remoting's
+
+
+cdef Py_ssize_t _ascii_ms(int64_t seconds, int64_t q, char *out) noexcept:
+    """str(seconds * 1000 + q) into out (24 bytes) when it fits an int64 (|seconds| < 9e15, every
+    real time): its length; -1 otherwise (the caller formats the Python int)."""
+    cdef char tmp[24]
+    cdef Py_ssize_t n = 0, i
+    cdef uint64_t u
+    cdef int64_t ms
+    if seconds >= 9_000_000_000_000_000 or seconds <= -9_000_000_000_000_000:
+        return -1
+    ms = seconds * 1000 + q
+    u = <uint64_t>(-ms) if ms < 0 else <uint64_t>ms
+    while True:
+        tmp[n] = <char>(48 + u % 10)
+        n += 1
+        u //= 10
+        if u == 0:
+            break
+    i = 0
+    if ms < 0:
+        out[0] = 45  # '-'
+        i = 1
+    while n > 0:
+        n -= 1
+        out[i] = tmp[n]
+        i += 1
+    return i
 
 
 def read_send(bytes payload, str peer, Py_ssize_t max_body, Py_ssize_t max_user_props, Py_ssize_t max_user_prop_size,
@@ -443,13 +482,27 @@ cdef object _system(payload, const uint8_t *p, Py_ssize_t pos, Py_ssize_t end, d
     if message_id is None or born_host is None or trace is None or _blank(p, id_s, id_e, message_id):
         return None
     born_ms = None
+    cdef int64_t seconds, q
+    cdef char born_buf[24]
+    cdef const char *born_p = NULL
+    cdef Py_ssize_t born_n = 0
+    cdef bytes born_b
+    if render:
+        if born_s != -1:
+            if not _timestamp(p, born_s, born_e, &seconds, &q):
+                return None
+            born_n = _ascii_ms(seconds, q, born_buf)
+            born_p = born_buf
+            if born_n < 0:  # past an int64 of milliseconds: the Python int's digits
+                born_b = str((<object>seconds) * 1000 + q).encode("ascii")
+                born_p = PyBytes_AS_STRING(born_b)
+                born_n = PyBytes_GET_SIZE(born_b)
+        return topic, payload[bs:be], _render(p, user, id_s, id_e, topic, trace_s, trace_e, host_s, host_e, peer,
+                                              born_p, born_n, tag_s, tag_e, tag is not None, keys), message_id
     if born_s != -1:
         born_ms = _timestamp_ms(p, born_s, born_e)
         if born_ms is None:
             return None
-    if render:
-        return topic, payload[bs:be], _render(p, user, id_s, id_e, topic, trace_s, trace_e, host_s, host_e, peer,
-                                              born_ms, tag_s, tag_e, tag is not None, keys), message_id
     props = user
     props["UNIQ_KEY"] = message_id
     props["PGROUP"] = topic
@@ -468,23 +521,22 @@ cdef inline char *_put(char *w, const char *s, Py_ssize_t n) noexcept nogil:
 
 
 cdef bytes _render(const uint8_t *p, dict user, Py_ssize_t id_s, Py_ssize_t id_e, str topic, Py_ssize_t trace_s,
-                   Py_ssize_t trace_e, Py_ssize_t host_s, Py_ssize_t host_e, str peer, object born_ms,
-                   Py_ssize_t tag_s, Py_ssize_t tag_e, bint has_tag, list keys):
+                   Py_ssize_t trace_e, Py_ssize_t host_s, Py_ssize_t host_e, str peer, const char *born_p,
+                   Py_ssize_t born_n, Py_ssize_t tag_s, Py_ssize_t tag_e, bint has_tag, list keys):
     """The properties _system would give (the user's in their order, UNIQ_KEY, PGROUP, TRACE_CONTEXT,
-    __BORNHOST, BORN_TIMESTAMP) followed by what message_properties adds for a tag, keys and WAIT,
+    __BORNHOST, BORN_TIMESTAMP: born_p, born_n its digits, NULL: none) followed by what message_properties adds for a tag, keys and WAIT,
     rendered as message_properties renders them: key \x01 value pairs joined by \x02, UTF-8 (a
     string field's bytes as sent: valid UTF-8, checked). No user key is a system name (read_send
     declines those), so none of TAGS, KEYS, DELAY, WAIT, UNIQ_KEY is the user's."""
-    cdef Py_ssize_t pos = 0, n = 0, kn, vn, hn, pn, born_n = 0, keys_n = 0
+    cdef Py_ssize_t pos = 0, n = 0, kn, vn, hn, pn, keys_n = 0
     cdef PyObject *k
     cdef PyObject *v
     cdef const char *kp
     cdef const char *vp
     cdef const char *peer_p = NULL
-    cdef const char *born_p = NULL
     cdef const char *keys_p = NULL
     cdef const char *topic_p = PyUnicode_AsUTF8AndSize(topic, &pn)
-    cdef bytes born_b = None, keys_b = None
+    cdef bytes keys_b = None
     while PyDict_Next(user, &pos, &k, &v):
         PyUnicode_AsUTF8AndSize(<object> k, &kn)
         PyUnicode_AsUTF8AndSize(<object> v, &vn)
@@ -497,10 +549,7 @@ cdef bytes _render(const uint8_t *p, dict user, Py_ssize_t id_s, Py_ssize_t id_e
         peer_p = PyUnicode_AsUTF8AndSize(peer, &hn)
     if hn:
         n += 1 + 11 + hn
-    if born_ms is not None:
-        born_b = str(born_ms).encode("ascii")
-        born_p = PyBytes_AS_STRING(born_b)
-        born_n = PyBytes_GET_SIZE(born_b)
+    if born_p != NULL:
         n += 1 + 15 + born_n
     if has_tag:
         n += 1 + 5 + (tag_e - tag_s)
