@@ -13,7 +13,12 @@ data, UTF-8 strings). tests/twins/send_request_twin.py is its pure-Python twin;
 tests/test_send_request_kernel.py holds both equal to each other and to protobuf + to_remoting.
 send_ok's twin is tests/twins/send_reply_twin.py; tests/test_send_reply.py holds both equal to
 protobuf's serialization."""
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.dict cimport PyDict_Next
+from cpython.object cimport PyObject
+
+cdef extern from "Python.h":
+    const char *PyUnicode_AsUTF8AndSize(object s, Py_ssize_t *size) except NULL
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.string cimport memcpy
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
@@ -145,24 +150,24 @@ cdef str _text(const uint8_t *p, Py_ssize_t s, Py_ssize_t e):
         return None
 
 
-cdef object _timestamp_ms(const uint8_t *p, Py_ssize_t pos, Py_ssize_t end):
-    """A Timestamp's seconds * 1000 + nanos // 1_000_000 as to_remoting computes it, or None (a
-    field of another wire type, or wire data that does not parse)."""
+cdef bint _timestamp(const uint8_t *p, Py_ssize_t pos, Py_ssize_t end, int64_t *seconds_out,
+                     int64_t *q_out) noexcept:
+    """A Timestamp's seconds, and nanos // 1_000_000 (floor, as Python's), into the out-params;
+    False for a field of another wire type, or wire data that does not parse."""
     cdef uint64_t number, v
     cdef int wire
     cdef int64_t seconds = 0
     cdef int32_t nanos = 0
-    cdef int seen = 0
     while pos < end:
         pos = _tag(p, pos, end, &number, &wire)
         if pos == BAD:
-            return None
+            return False
         if number == 1 or number == 2:
             if wire != 0:
-                return None
+                return False
             pos = _varint(p, pos, end, &v)
             if pos == BAD:
-                return None
+                return False
             if number == 1:
                 seconds = <int64_t>v
             else:
@@ -170,12 +175,51 @@ cdef object _timestamp_ms(const uint8_t *p, Py_ssize_t pos, Py_ssize_t end):
         else:
             pos = _skip(p, pos, end, wire)
             if pos == BAD:
-                return None
+                return False
     # Python's floor division (cdivision truncates): nanos may be negative
     cdef int64_t q = nanos / 1_000_000
     if nanos % 1_000_000 != 0 and nanos < 0:
         q -= 1
+    seconds_out[0] = seconds
+    q_out[0] = q
+    return True
+
+
+cdef object _timestamp_ms(const uint8_t *p, Py_ssize_t pos, Py_ssize_t end):
+    """A Timestamp's seconds * 1000 + nanos // 1_000_000 as to_remoting computes it, or None (a
+    field of another wire type, or wire data that does not parse)."""
+    cdef int64_t seconds, q
+    if not _timestamp(p, pos, end, &seconds, &q):
+        return None
     return (<object>seconds) * 1000 + q  # a Python int: any int64 seconds, as to_remoting's
+
+
+cdef Py_ssize_t _ascii_ms(int64_t seconds, int64_t q, char *out) noexcept:
+    """str(seconds * 1000 + q) into out (24 bytes) when it fits an int64 (|seconds| < 9e15, every
+    real time): its length; -1 otherwise (the caller formats the Python int)."""
+    cdef char tmp[24]
+    cdef Py_ssize_t n = 0, i
+    cdef uint64_t u
+    cdef int64_t ms
+    if seconds >= 9_000_000_000_000_000 or seconds <= -9_000_000_000_000_000:
+        return -1
+    ms = seconds * 1000 + q
+    u = <uint64_t>(-ms) if ms < 0 else <uint64_t>ms
+    while True:
+        tmp[n] = <char>(48 + u % 10)
+        n += 1
+        u //= 10
+        if u == 0:
+            break
+    i = 0
+    if ms < 0:
+        out[0] = 45  # '-'
+        i = 1
+    while n > 0:
+        n -= 1
+        out[i] = tmp[n]
+        i += 1
+    return i
 
 
 def read_send(bytes payload, str peer, Py_ssize_t max_body, Py_ssize_t max_user_props, Py_ssize_t max_user_prop_size,
@@ -208,11 +252,45 @@ def read_send(bytes payload, str peer, Py_ssize_t max_body, Py_ssize_t max_user_
                 return None
     if ms == -1:
         return None
-    return _message(payload, p, ms, me, peer, max_body, max_user_props, max_user_prop_size, system_names)
+    return _message(payload, p, ms, me, peer, max_body, max_user_props, max_user_prop_size, system_names, False)
+
+
+def read_send_props(bytes payload, str peer, Py_ssize_t max_body, Py_ssize_t max_user_props,
+                    Py_ssize_t max_user_prop_size, system_names):
+    """read_send with the properties rendered as the front's producer renders them into
+    SEND_MESSAGE_V2's header (client_codec.message_properties(tag, keys, properties)[0]):
+    (topic, body, properties bytes, message_id), the message id being the UNIQ_KEY; None for what
+    read_send declines. The local front's send (SendMessageActivity._send_local) hands these to
+    the broker's send kernel: no dict, no per-property string, no second call to render them."""
+    cdef Py_ssize_t n = len(payload)
+    cdef const uint8_t *p = <const uint8_t *><const char *>payload
+    cdef Py_ssize_t pos = 0, ms = -1, me = -1
+    cdef uint64_t number
+    cdef int wire
+    if n == 0:
+        return None
+    while pos < n:  # read_send's walk of the SendMessageRequest
+        pos = _tag(p, pos, n, &number, &wire)
+        if pos == BAD:
+            return None
+        if number == 1:
+            if wire != 2 or ms != -1:
+                return None
+            ms = _len(p, pos, n, &me)
+            if ms == BAD:
+                return None
+            pos = me
+        else:
+            pos = _skip(p, pos, n, wire)
+            if pos == BAD:
+                return None
+    if ms == -1:
+        return None
+    return _message(payload, p, ms, me, peer, max_body, max_user_props, max_user_prop_size, system_names, True)
 
 
 cdef object _message(payload, const uint8_t *p, Py_ssize_t pos, Py_ssize_t end, str peer, Py_ssize_t max_body,
-                     Py_ssize_t max_user_props, Py_ssize_t max_user_prop_size, system_names):
+                     Py_ssize_t max_user_props, Py_ssize_t max_user_prop_size, system_names, bint render):
     cdef uint64_t number, v
     cdef int wire
     cdef Py_ssize_t s, stop, ts = -1, te = -1, ss = -1, se = -1, bs = 0, be = 0, ks, ke, vs, ve, es, ee
@@ -318,11 +396,11 @@ cdef object _message(payload, const uint8_t *p, Py_ssize_t pos, Py_ssize_t end, 
         return None
     if ss == -1:  # no system properties: no message id
         return None
-    return _system(payload, p, ss, se, user, size, p[ns:ne].decode("ascii"), bs, be, peer, max_user_prop_size)
+    return _system(payload, p, ss, se, user, size, p[ns:ne].decode("ascii"), bs, be, peer, max_user_prop_size, render)
 
 
 cdef object _system(payload, const uint8_t *p, Py_ssize_t pos, Py_ssize_t end, dict user, Py_ssize_t size,
-                    str topic, Py_ssize_t bs, Py_ssize_t be, str peer, Py_ssize_t max_user_prop_size):
+                    str topic, Py_ssize_t bs, Py_ssize_t be, str peer, Py_ssize_t max_user_prop_size, bint render):
     cdef uint64_t number, v
     cdef int wire
     cdef Py_ssize_t s, stop, tag_s = -1, tag_e = -1, id_s = 0, id_e = 0, host_s = 0, host_e = 0
@@ -404,6 +482,23 @@ cdef object _system(payload, const uint8_t *p, Py_ssize_t pos, Py_ssize_t end, d
     if message_id is None or born_host is None or trace is None or _blank(p, id_s, id_e, message_id):
         return None
     born_ms = None
+    cdef int64_t seconds, q
+    cdef char born_buf[24]
+    cdef const char *born_p = NULL
+    cdef Py_ssize_t born_n = 0
+    cdef bytes born_b
+    if render:
+        if born_s != -1:
+            if not _timestamp(p, born_s, born_e, &seconds, &q):
+                return None
+            born_n = _ascii_ms(seconds, q, born_buf)
+            born_p = born_buf
+            if born_n < 0:  # past an int64 of milliseconds: the Python int's digits
+                born_b = str((<object>seconds) * 1000 + q).encode("ascii")
+                born_p = PyBytes_AS_STRING(born_b)
+                born_n = PyBytes_GET_SIZE(born_b)
+        return topic, payload[bs:be], _render(p, user, id_s, id_e, topic, trace_s, trace_e, host_s, host_e, peer,
+                                              born_p, born_n, tag_s, tag_e, tag is not None, keys), message_id
     if born_s != -1:
         born_ms = _timestamp_ms(p, born_s, born_e)
         if born_ms is None:
@@ -418,6 +513,84 @@ cdef object _system(payload, const uint8_t *p, Py_ssize_t pos, Py_ssize_t end, d
     if born_ms is not None:
         props["BORN_TIMESTAMP"] = str(born_ms)
     return topic, payload[bs:be], tag, keys or None, props, message_id
+
+
+cdef inline char *_put(char *w, const char *s, Py_ssize_t n) noexcept nogil:
+    memcpy(w, s, n)
+    return w + n
+
+
+cdef bytes _render(const uint8_t *p, dict user, Py_ssize_t id_s, Py_ssize_t id_e, str topic, Py_ssize_t trace_s,
+                   Py_ssize_t trace_e, Py_ssize_t host_s, Py_ssize_t host_e, str peer, const char *born_p,
+                   Py_ssize_t born_n, Py_ssize_t tag_s, Py_ssize_t tag_e, bint has_tag, list keys):
+    """The properties _system would give (the user's in their order, UNIQ_KEY, PGROUP, TRACE_CONTEXT,
+    __BORNHOST, BORN_TIMESTAMP: born_p, born_n its digits, NULL: none) followed by what message_properties adds for a tag, keys and WAIT,
+    rendered as message_properties renders them: key \x01 value pairs joined by \x02, UTF-8 (a
+    string field's bytes as sent: valid UTF-8, checked). No user key is a system name (read_send
+    declines those), so none of TAGS, KEYS, DELAY, WAIT, UNIQ_KEY is the user's."""
+    cdef Py_ssize_t pos = 0, n = 0, kn, vn, hn, pn, keys_n = 0
+    cdef PyObject *k
+    cdef PyObject *v
+    cdef const char *kp
+    cdef const char *vp
+    cdef const char *peer_p = NULL
+    cdef const char *keys_p = NULL
+    cdef const char *topic_p = PyUnicode_AsUTF8AndSize(topic, &pn)
+    cdef bytes keys_b = None
+    while PyDict_Next(user, &pos, &k, &v):
+        PyUnicode_AsUTF8AndSize(<object> k, &kn)
+        PyUnicode_AsUTF8AndSize(<object> v, &vn)
+        n += kn + vn + 2
+    n += 9 + (id_e - id_s) + 1 + 7 + pn  # UNIQ_KEY, PGROUP
+    if trace_e > trace_s:
+        n += 1 + 14 + (trace_e - trace_s)
+    hn = host_e - host_s
+    if hn == 0 and peer:
+        peer_p = PyUnicode_AsUTF8AndSize(peer, &hn)
+    if hn:
+        n += 1 + 11 + hn
+    if born_p != NULL:
+        n += 1 + 15 + born_n
+    if has_tag:
+        n += 1 + 5 + (tag_e - tag_s)
+    if keys:
+        keys_b = " ".join(keys).encode("utf-8")
+        keys_p = PyBytes_AS_STRING(keys_b)
+        keys_n = PyBytes_GET_SIZE(keys_b)
+        n += 1 + 5 + keys_n
+    n += 1 + 9  # WAIT
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, n)
+    cdef char *w = PyBytes_AS_STRING(out)
+    pos = 0
+    while PyDict_Next(user, &pos, &k, &v):
+        kp = PyUnicode_AsUTF8AndSize(<object> k, &kn)
+        vp = PyUnicode_AsUTF8AndSize(<object> v, &vn)
+        w = _put(w, kp, kn)
+        w[0] = 1
+        w = _put(w + 1, vp, vn)
+        w[0] = 2
+        w += 1
+    w = _put(w, b"UNIQ_KEY\x01", 9)
+    w = _put(w, <const char *> p + id_s, id_e - id_s)
+    w = _put(w, b"\x02PGROUP\x01", 8)
+    w = _put(w, topic_p, pn)
+    if trace_e > trace_s:
+        w = _put(w, b"\x02TRACE_CONTEXT\x01", 15)
+        w = _put(w, <const char *> p + trace_s, trace_e - trace_s)
+    if hn:
+        w = _put(w, b"\x02__BORNHOST\x01", 12)
+        w = _put(w, peer_p if peer_p != NULL else <const char *> p + host_s, hn)
+    if born_p != NULL:
+        w = _put(w, b"\x02BORN_TIMESTAMP\x01", 16)
+        w = _put(w, born_p, born_n)
+    if has_tag:
+        w = _put(w, b"\x02TAGS\x01", 6)
+        w = _put(w, <const char *> p + tag_s, tag_e - tag_s)
+    if keys_p != NULL:
+        w = _put(w, b"\x02KEYS\x01", 6)
+        w = _put(w, keys_p, keys_n)
+    _put(w, b"\x02WAIT\x01true", 10)
+    return out
 
 
 # -- the answer ----------------------------------------------------------------------------------------

@@ -82,6 +82,8 @@ class Servicer:
             if request == b"raise":
                 raise ValueError("run() answers it")
             return None
+        if request.startswith(b"now:"):  # the response's bytes, known at once
+            return request[4:].upper()
         fut = asyncio.get_running_loop().create_future()
         if request.startswith(b"hold:"):
             self.held[request] = fut
@@ -199,6 +201,7 @@ def test_a_fast_unary_answers_without_a_task_or_declines_to_the_handler(ep, capl
     with ep.channel() as ch:
         fast = _unary(ch, "Fast")
         assert fast(b"abc", timeout=5) == b"ABC"  # the fast answer
+        assert fast(b"now:abc", timeout=5) == b"ABC"  # ... given as the response's bytes
         assert fast(b"decline", timeout=5) == b"task:decline"  # declined: the method's handler
         assert fast(b"raise", timeout=5) == b"task:raise"  # raised: the handler answers it as it would
         with pytest.raises(grpc.RpcError) as e:

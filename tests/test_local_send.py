@@ -1,5 +1,6 @@
 """The local front's SendMessage handed to the broker's send kernel as values (SendMessageActivity
-._send_local -> LocalBroker.send -> FastSendPath.append_values -> SendPipeline.append_values), against
+.send_bytes_now: send_request.read_send_props, then _send_local -> FastSendPath.append_values ->
+SendPipeline.append_values; LocalBroker.send makes the same call), against
 a broker in this process: the same requests sent the old way (the front's producer, a SEND_MESSAGE_V2
 frame over the in-process connection, the send kernel) and the typed way store byte-identical records
 (minus what differs by when and where: queue id and offset, commit-log offset, born and store
@@ -72,8 +73,10 @@ async def _send(act: SendMessageActivity, payload: bytes):
     taken = act.send_bytes_now(payload, _Context())
     if taken is None:
         return await act.send_message(spb.SendMessageRequest.FromString(payload), _Context())
+    if type(taken) is bytes:  # the typed answer, known at once
+        return spb.SendMessageResponse.FromString(taken)
     fut, respond = taken
-    if not fut.done():  # the typed answer is known at once (_Answered), the producer's is a future
+    if not fut.done():  # the producer's answer is a future
         await fut
     r = respond(fut)
     return r if type(r) is not bytes else spb.SendMessageResponse.FromString(r)
@@ -97,14 +100,17 @@ def _records(c) -> dict:
 
 
 def _typed_counter(local: LocalBroker) -> list:
+    """The result of every send handed as values (FastSendPath.append_values, the call the front's
+    _send_local and LocalBroker.send make)."""
     taken = []
-    send = local.send
+    fast = local.sender()[0]
+    append = fast.append_values
 
     def counted(*a):
-        r = send(*a)
+        r = append(*a)
         taken.append(r)
         return r
-    local.send = counted
+    fast.append_values = counted
     return taken
 
 
@@ -170,9 +176,9 @@ def test_what_the_kernel_would_not_answer_at_once_goes_the_old_way(tmp_path):
             route = TopicRoute(queueDatas=[_QueueData("broker-a", 4, 4), _QueueData("broker-b", 4, 4)], brokerDatas=[
                 _BrokerData("broker-a", "DefaultCluster", {"0": addr}),
                 _BrokerData("broker-b", "DefaultCluster", {"0": "127.0.0.1:1"})])
-            assert act._send_local(TOPIC, b"x", None, None, {"UNIQ_KEY": "u"}) is not None
+            assert act._send_local(TOPIC, b"x", b"UNIQ_KEY\x01u", "u") is not None
             act.producer.client.routes.routes[TOPIC] = (route, time.monotonic())
-            assert act._send_local(TOPIC, b"x", None, None, {"UNIQ_KEY": "u2"}) is None
+            assert act._send_local(TOPIC, b"x", b"UNIQ_KEY\x01u2", "u2") is None
             # a broker switching roles, or with ACL: declined
             act.producer.client.routes.routes[TOPIC] = (TopicRoute(queueDatas=[_QueueData("broker-a", 4, 4)],
                                                                    brokerDatas=[_BrokerData("broker-a", "DefaultCluster",

@@ -1,5 +1,6 @@
 """broker.kernels.send_request.read_send (SendMessage's request read in C) against its pure-Python
-twin, and both against what the front did before: protobuf's decode, then route_activity's topic
+twin (read_send_props too: the properties rendered by the kernel, equal to the twin's and to
+client_codec.message_properties of read_send's), and both against what the front did before: protobuf's decode, then route_activity's topic
 check, converter.to_remoting and send_now's own declines. Whatever the kernel takes must be what
 that path would have sent; what it declines goes down that path, so a decline is always allowed,
 but a plain message (what every 5.x producer sends) must be taken."""
@@ -10,13 +11,15 @@ from google.protobuf.message import DecodeError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from broker.kernels.send_request import read_send
+from broker.kernels.client_codec import message_properties
+from broker.kernels.send_request import read_send, read_send_props
 from broker.proxy.config import ProxyConfig
 from broker.proxy.converter import SYSTEM_PROPERTIES
 from broker.proxy.protocol import definition_pb2 as pb
 from broker.proxy.protocol import service_pb2 as spb
 from tests.twins.send_request_twin import protobuf_path
 from tests.twins.send_request_twin import read_send as twin_read_send
+from tests.twins.send_request_twin import read_send_props as twin_read_send_props
 
 PEER = "10.1.2.3"
 
@@ -28,6 +31,14 @@ def _limits(config: ProxyConfig) -> tuple:
 def check(payload: bytes, config: ProxyConfig, peer: str = PEER, must_take: bool = False):
     got = read_send(payload, peer, *_limits(config))
     assert got == twin_read_send(payload, peer, *_limits(config))
+    rendered = read_send_props(payload, peer, *_limits(config))
+    assert rendered == twin_read_send_props(payload, peer, *_limits(config))
+    if got is None:
+        assert rendered is None
+    else:  # what the front's producer would render of read_send's message (its UNIQ_KEY the message id)
+        topic, body, tag, keys, props, message_id = got
+        assert rendered == (topic, body, message_properties(tag, keys, props)[0], message_id)
+        assert message_properties(tag, keys, props)[1] == message_id
     if got is not None or must_take:
         assert got == protobuf_path(payload, peer, config)
     if must_take:

@@ -168,31 +168,39 @@ class LocalBroker:
         with the sends that came as frames. Returns its queue offset; -1 when the kernel would not
         answer the frame at once (a role switch, ACL, a slave or a full disk, replies waiting for
         durability, no route yet, a refusal to come...) or this handler is not a broker's:
-        nothing is stored, and the caller sends the frame, whose answer says why."""
+        nothing is stored, and the caller sends the frame, whose answer says why. (The front's
+        SendMessage makes this call itself, per send, with what `sender` gives.)"""
+        sender = self.sender()
+        if sender is None:
+            return -1
+        fast, conn = sender
+        return fast.append_values(conn, topic, queue_id, body, props)
+
+    def sender(self):
+        """(FastSendPath, the sends' connection state): `send` is fast.append_values(state, ...),
+        which checks per send what may change (a role switch, the kernel enabled this turn,
+        replies parked); None when sends never go as values here (ACL on, no send kernel, a
+        handler that is not a broker's). Fixed once the broker runs, so a caller may keep it."""
         target = self._send_target
         if target is None:
             target = self._send_target = _send_target(self._handler, self._caller.peer)
         if target is False:
-            return -1
+            return None
         controller, conn = target
         fast = controller.fast
-        if controller._switching or controller.acl is not None or fast is None:
-            return -1
-        return fast.append_values(conn, topic, queue_id, body, props)
+        if controller.acl is not None or fast is None:
+            return None
+        return fast, conn
 
     def takes_sends(self) -> bool:
         """Whether `send` may take a send now, before one is prepared for it: False while every
         send would be declined (a role switch, ACL, replies waiting for durability under
         SYNC_FLUSH / SYNC_MASTER, a store that settles each read, not a broker's handler)."""
-        target = self._send_target
-        if target is None:
-            target = self._send_target = _send_target(self._handler, self._caller.peer)
-        if target is False:
+        sender = self.sender()
+        if sender is None:
             return False
-        controller = target[0]
-        fast = controller.fast
-        return not (controller._switching or controller.acl is not None or fast is None or fast.pipeline.parked
-                    or fast.store.settles_each_read)
+        fast, conn = sender
+        return not (conn.controller._switching or fast.pipeline.parked or not fast.takes_values)
 
 
 def _send_target(handler, peer: str):
@@ -205,17 +213,19 @@ def _send_target(handler, peer: str):
     if controller is None or not hasattr(controller, "fast") or not hasattr(controller, "_switching"):
         return False
     from types import SimpleNamespace
-    return controller, _SendConnState(SendConn(born_host_of(SimpleNamespace(peer=peer, attrs={}))))
+    return controller, _SendConnState(SendConn(born_host_of(SimpleNamespace(peer=peer, attrs={}))), controller)
 
 
 class _SendConnState:
-    """What FastSendPath keeps per connection, for the front's sends handed as values."""
-    __slots__ = ("send_conn", "in_turn", "parked_seen")
+    """What FastSendPath keeps per connection, for the front's sends handed as values, and the
+    broker whose role switch declines them (FastSendPath.append_values asks it per send)."""
+    __slots__ = ("send_conn", "in_turn", "parked_seen", "controller")
 
-    def __init__(self, send_conn):
+    def __init__(self, send_conn, controller):
         self.send_conn = send_conn
         self.in_turn = False
         self.parked_seen = 0
+        self.controller = controller
 
 
 def _ack_target(handler):

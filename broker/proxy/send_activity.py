@@ -12,8 +12,7 @@ from broker.client.errors import ResponseError
 from broker.client.producer import FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT, SEND_OK, SLAVE_NOT_AVAILABLE, Producer
 from broker.client.message import Message
 from broker.client.transaction_producer import PROPERTY_TRANSACTION_PREPARED, offset_of, prepared_body
-from broker.kernels.client_codec import message_properties
-from broker.kernels.send_request import read_send, send_ok
+from broker.kernels.send_request import read_send, read_send_props, send_ok
 from broker.proxy.config import ProxyConfig
 from broker.proxy.converter import SYSTEM_PROPERTIES, TRAN_MSG, to_remoting
 from broker.proxy.grpc_metadata import peer_host
@@ -55,6 +54,9 @@ class SendMessageActivity:
         self.config = config
         self.topic_types = topic_types  # TopicTypes: the message.type each topic takes
         self._local_queues: dict = {}  # topic -> (route, its write queues when all are the local broker's, or None)
+        # local mode: (FastSendPath, the sends' connection state) as LocalBroker.sender gives them,
+        # False when the broker takes no sends as values, None until asked
+        self._sender = None
 
     async def send_message(self, request: spb.SendMessageRequest, context) -> spb.SendMessageResponse:
         if not request.messages:
@@ -115,29 +117,49 @@ class SendMessageActivity:
     def send_bytes_now(self, payload: bytes, context):
         """send_now from the request's bytes: a plain message read by the send_request kernel
         straight into the Message to send (what to_remoting would make of it); anything it
-        declines is parsed by protobuf and goes to send_now, which answers as before."""
+        declines is parsed by protobuf and goes to send_now, which answers as before. In local
+        mode, while the broker takes sends as values, the kernel reads it with its properties
+        already rendered (read_send_props) and _send_local hands it to the broker's send kernel:
+        its answer is known at once and returned as the response's bytes (no future, no function
+        of it: the endpoint writes them with this read's flush); a send declined there is read
+        again for the producer."""
         c = self.config
-        got = read_send(payload, peer_host(context), c.maxMessageSize, c.userPropertyMaxNum, c.maxUserPropertySize,
+        peer = peer_host(context)
+        local = self.local
+        if local is not None:
+            sender = self._sender
+            if sender is None:
+                sender = self._sender = local.sender() or False
+            if sender and sender[0].takes_values:
+                got = read_send_props(payload, peer, c.maxMessageSize, c.userPropertyMaxNum, c.maxUserPropertySize,
+                                      SYSTEM_PROPERTIES)
+                if got is None:
+                    return self.send_now(spb.SendMessageRequest.FromString(payload), context)
+                topic, body, props, message_id = got
+                # a message the kernel takes is a NORMAL one: none of the properties that make another type
+                if self.topic_types is not None and not self.topic_types.takes_normal_now(topic):
+                    return None
+                answer = self._send_local(topic, body, props, message_id)
+                if answer is not None:  # the response's bytes: the endpoint writes them with this read's flush
+                    return answer
+        got = read_send(payload, peer, c.maxMessageSize, c.userPropertyMaxNum, c.maxUserPropertySize,
                         SYSTEM_PROPERTIES)
         if got is None:
             return self.send_now(spb.SendMessageRequest.FromString(payload), context)
         topic, body, tag, keys, props, message_id = got
-        # a message the kernel takes is a NORMAL one: none of the properties that make another type
         if self.topic_types is not None and not self.topic_types.accepts_now(topic, _NORMAL):
             return None
-        if self.local is not None:
-            answer = self._send_local(topic, body, tag, keys, props)
-            if answer is not None:
-                return _Answered(answer), _answered
         # Producer.send, not ProxyProducer.send: no half message here (TRAN_MSG is a system name)
         fut = Producer.send(self.producer, Message(topic, body, tag, keys, props))
         if not isinstance(fut, asyncio.Future):  # not on the fast path: a coroutine, which send_message would have
             fut = asyncio.ensure_future(fut)
         return fut, functools.partial(_response, message_id)
 
-    def _send_local(self, topic: str, body, tag, keys, props) -> bytes | None:
-        """Local mode: the message read by send_request handed to the broker's send kernel as values
-        (LocalBroker.send), the queue picked as the producer picks it (round robin over the route's
+    def _send_local(self, topic: str, body: bytes, props: bytes, message_id: str) -> bytes | None:
+        """Local mode: the message read by read_send_props (`props` rendered as the producer
+        renders them, its UNIQ_KEY `message_id`) handed to the broker's send kernel as values
+        (FastSendPath.append_values, the call LocalBroker.sender gives, made here with no layer
+        between), the queue picked as the producer picks it (round robin over the route's
         writable queues, from a random start; its own count, moved only by a send taken, so a send
         declined here leaves the producer's rotation as it was), no SEND_MESSAGE_V2 frame
         rendered and parsed, no in-process delivery, no future: the OK answer's bytes, or None when
@@ -145,7 +167,7 @@ class SendMessageActivity:
         would compress, the broker not appending it at once), with nothing stored."""
         producer = self.producer
         route = producer.client.routes.peek(topic)
-        if route is None or len(body) > producer.compress_over or not self.local.takes_sends():
+        if route is None or len(body) > producer.compress_over:
             return None
         hit = self._local_queues.get(topic)
         if hit is None or hit[0] is not route:
@@ -159,15 +181,15 @@ class SendMessageActivity:
             nxt = hit[3] if hit is not None else random.randrange(max(len(queues), 1))
             hit = self._local_queues[topic] = [route, queues if mine else None, topic.encode(), nxt]
         queues = hit[1]
-        if queues is None:
+        sender = self._sender
+        if queues is None or not sender:
             return None
-        props_bytes, uniq = message_properties(tag, keys, props)
         i = hit[3]
-        offset = self.local.send(hit[2], queues[i % len(queues)].queue_id, body, props_bytes)
+        offset = sender[0].append_values(sender[1], hit[2], queues[i % len(queues)].queue_id, body, props)
         if offset < 0:  # the round robin moves only for a send taken: the producer picks its own
             return None
         hit[3] = i + 1
-        return send_ok(uniq, offset, "")
+        return send_ok(message_id, offset, "")
 
     async def _send_single(self, pm, topic: str, peer: str) -> spb.SendMessageResponse:
         """send_message of a request with one message, without the lists and gathers of a batch."""
@@ -224,36 +246,6 @@ class SendMessageActivity:
         except Exception as e:  # noqa: BLE001 - no route, no master: answered as a Status
             return spb.RecallMessageResponse(status=status(*from_client_error(e)))
         return spb.RecallMessageResponse(status=status(), message_id=msg_id)
-
-
-class _Answered:
-    """A send's answer known when the call is read (_send_local's): what Call.run_now asks of a fast
-    answer's future, its callback run at once, so the answer leaves with this turn's flush, with no
-    future and no loop callback per call."""
-    __slots__ = ("answer",)
-
-    def __init__(self, answer: bytes):
-        self.answer = answer
-
-    def add_done_callback(self, fn) -> None:
-        fn(self)
-
-    def done(self) -> bool:
-        return True
-
-    def cancelled(self) -> bool:
-        return False
-
-    def exception(self):
-        return None
-
-    def result(self) -> bytes:
-        return self.answer
-
-
-def _answered(done: _Answered) -> bytes:
-    """_send_local's answer, already written."""
-    return done.answer
 
 
 def _response(message_id: str, done: asyncio.Future) -> spb.SendMessageResponse | bytes:

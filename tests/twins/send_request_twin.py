@@ -1,5 +1,6 @@
 """Pure-Python twin of broker.kernels.send_request.read_send: a SendMessageRequest's bytes → (topic,
-body, tag, keys, properties, message_id) for one plain, valid message, None for anything else; and
+body, tag, keys, properties, message_id) for one plain, valid message, None for anything else;
+read_send_props, the same with the properties rendered as the front's producer renders them; and
 protobuf_path, what the front sends for the same bytes without the kernel (protobuf's decode,
 the topic check, to_remoting and send_now's declines), which whatever the kernel takes must equal."""
 from __future__ import annotations
@@ -282,6 +283,24 @@ def _read(buf, peer, max_body, max_user_props, max_user_prop_size, system_names)
     if born_ms is not None:
         props["BORN_TIMESTAMP"] = str(born_ms)
     return topic, buf[body[0]:body[1]], tag_text, keys or None, props, message_id.decode()
+
+
+def read_send_props(payload: bytes, peer: str, max_body: int, max_user_props: int, max_user_prop_size: int,
+                    system_names) -> tuple | None:
+    """(topic, body, properties bytes, message_id): read_send's properties, then TAGS, KEYS and WAIT
+    as Message.wire_properties() adds them, rendered as encode_properties does (k\x01v joined by
+    \x02); the UNIQ_KEY is already among them (the message id)."""
+    got = read_send(payload, peer, max_body, max_user_props, max_user_prop_size, system_names)
+    if got is None:
+        return None
+    topic, body, tag, keys, props, message_id = got
+    pairs = dict(props)
+    if tag:
+        pairs["TAGS"] = tag
+    if keys:
+        pairs["KEYS"] = " ".join(keys)
+    pairs["WAIT"] = "true"
+    return topic, body, "\x02".join(f"{k}\x01{v}" for k, v in pairs.items()).encode(), message_id
 
 
 def protobuf_path(payload: bytes, peer: str, config) -> tuple | None:

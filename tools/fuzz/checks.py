@@ -748,6 +748,10 @@ def check_send_request(data: bytes) -> None:
     peer = "10.0.0.1" if data[0] & 4 else ""
     payload = data[1:]
     k = _same("read_send", KSR.read_send, TSR.read_send, payload, peer, body, num, size, SYSTEM_PROPERTIES)
+    r = _same("read_send_props", KSR.read_send_props, TSR.read_send_props, payload, peer, body, num, size,
+              SYSTEM_PROPERTIES)
+    if (r[1] is None) != (k[1] is None):
+        raise Mismatch(f"read_send took {k[1]!r}, read_send_props {r[1]!r}")
     if k[1] is not None:
         config = ProxyConfig()
         config.maxMessageSize, config.userPropertyMaxNum, config.maxUserPropertySize = body, num, size

@@ -68,7 +68,9 @@ class GrpcServer:
 
     def add_fast_unary(self, path: str, fast, raw: bool = False) -> None:
         """`fast(request, context)` answers calls of the unary method `path` when it can: (a future,
-        a function of it giving the response), or None, and the method's handler runs as a task.
+        a function of it giving the response), the response's bytes when it is known at once (no
+        future, no function: written with the read's flush), or None, and the method's handler
+        runs as a task.
         A task, a coroutine chain and the servicer's wrappers cost more than a short call itself.
         `raw`: `request` is the message's bytes, not deserialized (fast reads them itself)."""
         self.fast[path] = fast

@@ -77,6 +77,9 @@ class FastSendPath:
         self._enabled = None
         self.pipeline = SendPipeline(store.commit_log.appender, REGION, TRACE_ON, cluster=self.cluster)
         self.pipeline.parked = store.waits_for_durability
+        # sends handed as values may be taken at all (LocalBroker.sender's caller asks before
+        # reading one): not while every reply waits for durability, nor on a store told of each read
+        self.takes_values = not store.waits_for_durability and not store.settles_each_read
         self._store_host = store.commit_log.appender.store_host
         self.sync_routes()
 
@@ -122,7 +125,8 @@ class FastSendPath:
 
     def append_values(self, conn, topic: bytes, queue_id: int, body, props: bytes) -> int:
         """A send handed as values by the local gRPC front (LocalBroker.send), for `conn` (its
-        SendConn and turn flags, as a connection's): appended by the kernel as a SEND_MESSAGE_V2
+        SendConn and turn flags, as a connection's, and `controller`, its broker, declining while it
+        switches roles): appended by the kernel as a SEND_MESSAGE_V2
         frame of these values would be (SendPipeline.append_values) and settled with the turn's
         reads at its end (end_turn: the store's write position and put count, the held pulls,
         SEND_MESSAGE_V2's latency). Returns its queue offset, or -1 when the kernel would not
@@ -130,7 +134,7 @@ class FastSendPath:
         durability, a store that settles each read, no route, a refusal to come...): nothing
         appended, and the caller sends it the old way."""
         store = self.store
-        if store.settles_each_read:
+        if store.settles_each_read or conn.controller._switching:
             return -1
         enabled = self._enabled
         if enabled is None:
