@@ -7,7 +7,7 @@ a BrokerController (ASYNC_FLUSH master) in this process. What the cell grpc_send
 writes and without h2load beside it on the host: CPU-us a call of the loop's thread, and of the
 process (the store's warm-ahead thread too). Runs against any tree on PYTHONPATH:
 
-    cd TREE && PYTHONPATH=TREE .venv/bin/python /work/wt/sendfold/bench/grpc_send_front_micro.py [reads]
+    cd TREE && PYTHONPATH=TREE .venv/bin/python REPO/bench/grpc_send_front_micro.py [reads]
 """
 from __future__ import annotations
 
