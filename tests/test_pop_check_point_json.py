@@ -41,6 +41,10 @@ class _RecordingStore:
         self.records.append((topic, queue_id, bytes(body), props))
         return PutResult(PutStatus.PUT_OK, 0, len(self.records) - 1, 0, 0, b""), None
 
+    def append_record(self, topic, queue_id, body, properties):  # (MessageStore.append_record: the revive log's)
+        r, fut = self.append(topic, queue_id, body, properties, lazy_dispatch=True)
+        return r.queue_offset, fut
+
     def max_offset(self, topic, queue_id):
         return len(self.records)
 

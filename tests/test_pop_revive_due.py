@@ -24,6 +24,10 @@ class _Store:
         self.ends[queue_id] += 1
         return PutResult(PutStatus.PUT_OK, 0, self.ends[queue_id] - 1, 0, 0, b""), None
 
+    def append_record(self, topic, queue_id, body, properties):  # (MessageStore.append_record: the revive log's)
+        r, fut = self.append(topic, queue_id, body, properties, lazy_dispatch=True)
+        return r.queue_offset, fut
+
     def max_offset(self, topic, queue_id):
         return self.ends[queue_id]
 

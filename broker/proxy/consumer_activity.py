@@ -93,9 +93,14 @@ def _group(resource: pb.Resource) -> str:
     return name
 
 
-def _receive_args(request: spb.ReceiveMessageRequest, config: ProxyConfig) -> tuple[str, str, str, str, int, int]:
-    """(group, topic, expType, exp, invisible ms, long polling ms) of a receive, or ProxyError."""
-    group, topic = _group(request.group), validate_topic(request.message_queue.topic)
+def _receive_args(request: spb.ReceiveMessageRequest, config: ProxyConfig,
+                  names_ok: set | frozenset = frozenset()) -> tuple[str, str, str, str, int, int]:
+    """(group, topic, expType, exp, invisible ms, long polling ms) of a receive, or ProxyError.
+    `names_ok`: (group, topic) pairs already found valid (the names' checks are pure functions of
+    them), whose regex and topic rule are not run again."""
+    group, topic = request.group.name, request.message_queue.topic.name
+    if (group, topic) not in names_ok:
+        _group(request.group), validate_topic(request.message_queue.topic)
     exp_type, expression = _filter(request.filter_expression)
     # a PushConsumer (auto_renew) names no invisible time: the front's, renewed while it works
     invisible = config.defaultInvisibleTimeMills if request.auto_renew else \
@@ -133,7 +138,16 @@ class ConsumerActivity:
         self.dlq = ForwardMessageToDLQActivity(client, self._broker_addr)
         self.groups = SubscriptionGroups(client)
         self.renewals = ReceiptHandleManager(self._renew, config.renewAheadTimeMillis, config.renewSliceTimeMillis)
-        self._names_ok: set[tuple[str, str]] = set()  # (group, topic) pairs ack_now found valid
+        self._names_ok: set[tuple[str, str]] = set()  # (group, topic) pairs found valid (receive_now, ack_now)
+
+    def _name_ok(self, group: str, topic: str) -> None:
+        """(group, topic) found valid: kept (bounded, as what clients send is not), so the next
+        receive or ack of them skips the names' checks."""
+        names = self._names_ok
+        if (group, topic) not in names:
+            if len(names) >= 1024:
+                names.clear()
+            names.add((group, topic))
 
     def _via(self, addr: str):
         """What a pop or batch ack to `addr` is invoked through (its `invoke` is the client's)."""
@@ -196,9 +210,10 @@ class ConsumerActivity:
         if local is None:
             return None
         try:
-            group, topic, exp_type, expression, invisible, poll = _receive_args(request, self.config)
+            group, topic, exp_type, expression, invisible, poll = _receive_args(request, self.config, self._names_ok)
         except ProxyError:
             return None
+        self._name_ok(group, topic)
         broker = request.message_queue.broker.name
         route = self.client.routes.peek(topic)
         if route is None or route.master_addr(broker) != local.addr:
@@ -386,16 +401,13 @@ class ConsumerActivity:
         if got is None:
             return None
         group, topic, checkpoints, answer = got
-        names = (group, topic)
-        if names not in self._names_ok:
+        if (group, topic) not in self._names_ok:
             try:
                 _group(pb.Resource(name=group))
                 validate_topic(pb.Resource(name=topic))
             except ProxyError:
                 return None
-            if len(self._names_ok) >= 1024:
-                self._names_ok.clear()
-            self._names_ok.add(names)
+            self._name_ok(group, topic)
         route = self.client.routes.peek(topic)
         if route is None:
             return None
@@ -421,9 +433,7 @@ class ConsumerActivity:
         if code is None:
             return None
         if code == codes.SUCCESS:
-            done = asyncio.get_running_loop().create_future()
-            done.set_result(answer)
-            return done, _result
+            return _Answered(answer), _result
         return asyncio.ensure_future(self._ack_now_rest(group, topic, payload, code, answer)), _result
 
     async def _ack_now_rest(self, group: str, topic: str, payload: bytes, code, answer: bytes):
@@ -586,6 +596,23 @@ def _batch_ack_body(broker_name: str, group: str, topic: str, acks: dict) -> byt
 
 def _result(fut):
     return fut.result()
+
+
+class _Answered:
+    """ack_now's answer known at once, as the done future the fast unary call reads (done(),
+    result()): no loop look-up (asyncio.get_running_loop's getpid syscall), future and callback
+    list made for each AckMessage."""
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    @staticmethod
+    def done() -> bool:
+        return True
+
+    def result(self):
+        return self.value
 
 
 def _typed_acks(group: str, topic: str, acks: dict) -> list | None:

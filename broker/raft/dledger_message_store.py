@@ -377,6 +377,11 @@ class DLedgerMessageStore(MessageStore):
         self._count_status(fut, 1)
         return PutResult(PutStatus.PUT_OK, phys, qo, size, ts, cl.store_host), fut
 
+    def append_record(self, topic: str, queue_id: int, body, properties: bytes):
+        """As MessageStore.append_record: this store's append, its queue offset and future."""
+        r, fut = self.append(topic, queue_id, body, properties, lazy_dispatch=True)
+        return r.queue_offset, fut
+
     def append_batch(self, topic: str, queue_id: int, bodies: list, properties: bytes | list | dict | None = b"", *,
                      flag: int | list = 0, sys_flag: int = 0, born_timestamp: int | None = None,
                      born_host: bytes = DEFAULT_BORN_HOST, wait: bool = True):

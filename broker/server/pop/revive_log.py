@@ -108,19 +108,18 @@ class ReviveLog:
         # read back only at a start (and its queue's end within END_LOOK_DELAY): no prompt dispatch.
         # The properties as encode_properties({"TAGS": tag, "UNIQ_KEY": uniq}) writes them, without
         # a dict and a generator per record
-        result, fut = self.store.append(self.topic, rq, body, f"TAGS\x01{tag}\x02UNIQ_KEY\x01{uniq}".encode(),
-                                        lazy_dispatch=True)
+        qo, fut = self.store.append_record(self.topic, rq, body, f"TAGS\x01{tag}\x02UNIQ_KEY\x01{uniq}".encode())
         self.appended += 1
         self.last_put = fut
-        return result.queue_offset
+        return qo
 
     def append_encoded(self, rq: int, body: bytes, properties: bytes) -> int:
         """append with the properties already encoded as append encodes them (TAGS, UNIQ_KEY): the
         batch ack's record, which the batch_ack kernel renders whole (PopReviveService.ack_offsets)."""
-        result, fut = self.store.append(self.topic, rq, body, properties, lazy_dispatch=True)
+        qo, fut = self.store.append_record(self.topic, rq, body, properties)
         self.appended += 1
         self.last_put = fut
-        return result.queue_offset
+        return qo
 
     def durable_since(self, mark: int):
         """The future that covers every record appended since `appended` was `mark`, or None (none
