@@ -180,9 +180,9 @@ class Call:
 
     def run_now(self) -> bool:
         """The method's fast answer (a unary call with its one message): False when it declines,
-        and run() answers the call. Its response may come as bytes, already serialized. The answer is written when the fast answer's future is done,
-        unless the call ended first (deadline, reset): then it is dropped, as a cancelled
-        handler's would be."""
+        and run() answers the call. Its response may come as bytes, already serialized. The answer
+        is written when the fast answer's future is done, unless the call ended first (deadline,
+        reset): then it is dropped, as a cancelled handler's would be."""
         if self.count != 1:
             return False
         h = self.handler
