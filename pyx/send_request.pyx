@@ -23,6 +23,7 @@ from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.string cimport memcpy
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 
+from ascii cimport ascii_int
 from utf8 cimport valid_utf8
 from protobuf_wire cimport pb_read_varint as _varint, pb_varint_len as _varint_len
 
@@ -197,29 +198,9 @@ cdef object _timestamp_ms(const uint8_t *p, Py_ssize_t pos, Py_ssize_t end):
 cdef Py_ssize_t _ascii_ms(int64_t seconds, int64_t q, char *out) noexcept:
     """str(seconds * 1000 + q) into out (24 bytes) when it fits an int64 (|seconds| < 9e15, every
     real time): its length; -1 otherwise (the caller formats the Python int)."""
-    cdef char tmp[24]
-    cdef Py_ssize_t n = 0, i
-    cdef uint64_t u
-    cdef int64_t ms
     if seconds >= 9_000_000_000_000_000 or seconds <= -9_000_000_000_000_000:
         return -1
-    ms = seconds * 1000 + q
-    u = <uint64_t>(-ms) if ms < 0 else <uint64_t>ms
-    while True:
-        tmp[n] = <char>(48 + u % 10)
-        n += 1
-        u //= 10
-        if u == 0:
-            break
-    i = 0
-    if ms < 0:
-        out[0] = 45  # '-'
-        i = 1
-    while n > 0:
-        n -= 1
-        out[i] = tmp[n]
-        i += 1
-    return i
+    return ascii_int(seconds * 1000 + q, <uint8_t *>out)
 
 
 def read_send(bytes payload, str peer, Py_ssize_t max_body, Py_ssize_t max_user_props, Py_ssize_t max_user_prop_size,
@@ -227,14 +208,30 @@ def read_send(bytes payload, str peer, Py_ssize_t max_body, Py_ssize_t max_user_
     """(topic, body, tag or None, keys list or None, properties, message_id) of a SendMessageRequest
     of one plain, valid message, the properties as to_remoting makes them (`peer`: the client's
     host, the born host of a message naming none); None for anything else (see the module)."""
+    return _request(payload, peer, max_body, max_user_props, max_user_prop_size, system_names, False)
+
+
+def read_send_props(bytes payload, str peer, Py_ssize_t max_body, Py_ssize_t max_user_props,
+                    Py_ssize_t max_user_prop_size, system_names):
+    """read_send with the properties rendered as the front's producer renders them into
+    SEND_MESSAGE_V2's header (client_codec.message_properties(tag, keys, properties)[0]):
+    (topic, body, properties bytes, message_id), the message id being the UNIQ_KEY; None for what
+    read_send declines. The local front's send (SendMessageActivity._send_local) hands these to
+    the broker's send kernel: no dict, no per-property string, no second call to render them."""
+    return _request(payload, peer, max_body, max_user_props, max_user_prop_size, system_names, True)
+
+
+cdef object _request(bytes payload, str peer, Py_ssize_t max_body, Py_ssize_t max_user_props,
+                     Py_ssize_t max_user_prop_size, system_names, bint render):
+    """The SendMessageRequest's walk: its one message (field 1), other fields unknown to protobuf
+    kept unread; the message read by _message."""
     cdef Py_ssize_t n = len(payload)
     cdef const uint8_t *p = <const uint8_t *><const char *>payload
-    cdef Py_ssize_t pos = 0, ms = -1, me = -1, s, stop
+    cdef Py_ssize_t pos = 0, ms = -1, me = -1
     cdef uint64_t number
     cdef int wire
     if n == 0:
         return None
-    # SendMessageRequest: field 1, one message; other fields are unknown to protobuf, kept unread
     while pos < n:
         pos = _tag(p, pos, n, &number, &wire)
         if pos == BAD:
@@ -252,41 +249,7 @@ def read_send(bytes payload, str peer, Py_ssize_t max_body, Py_ssize_t max_user_
                 return None
     if ms == -1:
         return None
-    return _message(payload, p, ms, me, peer, max_body, max_user_props, max_user_prop_size, system_names, False)
-
-
-def read_send_props(bytes payload, str peer, Py_ssize_t max_body, Py_ssize_t max_user_props,
-                    Py_ssize_t max_user_prop_size, system_names):
-    """read_send with the properties rendered as the front's producer renders them into
-    SEND_MESSAGE_V2's header (client_codec.message_properties(tag, keys, properties)[0]):
-    (topic, body, properties bytes, message_id), the message id being the UNIQ_KEY; None for what
-    read_send declines. The local front's send (SendMessageActivity._send_local) hands these to
-    the broker's send kernel: no dict, no per-property string, no second call to render them."""
-    cdef Py_ssize_t n = len(payload)
-    cdef const uint8_t *p = <const uint8_t *><const char *>payload
-    cdef Py_ssize_t pos = 0, ms = -1, me = -1
-    cdef uint64_t number
-    cdef int wire
-    if n == 0:
-        return None
-    while pos < n:  # read_send's walk of the SendMessageRequest
-        pos = _tag(p, pos, n, &number, &wire)
-        if pos == BAD:
-            return None
-        if number == 1:
-            if wire != 2 or ms != -1:
-                return None
-            ms = _len(p, pos, n, &me)
-            if ms == BAD:
-                return None
-            pos = me
-        else:
-            pos = _skip(p, pos, n, wire)
-            if pos == BAD:
-                return None
-    if ms == -1:
-        return None
-    return _message(payload, p, ms, me, peer, max_body, max_user_props, max_user_prop_size, system_names, True)
+    return _message(payload, p, ms, me, peer, max_body, max_user_props, max_user_prop_size, system_names, render)
 
 
 cdef object _message(payload, const uint8_t *p, Py_ssize_t pos, Py_ssize_t end, str peer, Py_ssize_t max_body,

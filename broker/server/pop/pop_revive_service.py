@@ -202,16 +202,7 @@ class PopReviveService:
             # the UNIQ_KEY (RocketMQ's genCkUniqueId): topic@queue@start@group@popTime@broker@ck
             uniq = f"{ck.topic}@{ck.queue_id}@{ck.start_offset}@{ck.group}@{ck.pop_time}@{bn}@{CK_TAG}"
             ck.revive_offset = self.log.append(rq, CK_TAG, uniq, ck.to_json())
-        # _register's, for a key made unique above
-        ck.rq = rq
-        inflight[key] = ck
-        self.log.hold(rq, ck.revive_offset)
-        self._seq += 1
-        due = self._due
-        revive_time = ck.pop_time + ck.invisible_time
-        if not due or revive_time < due[0][0]:
-            self._changed.set()
-        heapq.heappush(due, (revive_time, self._seq, key))
+        self._register(ck, rq, key)  # the key made unique above
         return self.log.last_put
 
     def _register(self, ck: PopCheckPoint, rq: int, key: tuple | None = None) -> None:
