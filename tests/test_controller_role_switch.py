@@ -7,7 +7,6 @@ plus that. Every acknowledged send is still there afterwards."""
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import time
 
@@ -22,29 +21,10 @@ from broker.store.offset_table import Slot
 from tests.conftest import wait_for
 from tests.helpers.controller_mode import ControllerModeGroup
 from tests.helpers.history import History, Workload, drain
+from tests.helpers.procs import service_pids
 
 TOPIC = "SwitchTopic"
 SWITCHED = re.compile(r"(\w+) of \S+ at master epoch (\d+) \(switched in ([0-9.]+) s\)")
-
-
-def service_pids(broker_pid: int) -> dict[str, int]:
-    """The broker's child processes: the module each runs -> its pid."""
-    out = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            if ppid != broker_pid:
-                continue
-            with open(f"/proc/{d}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-        except (OSError, IndexError, ValueError):
-            continue  # it ended meanwhile
-        if b"-m" in argv:
-            out[argv[argv.index(b"-m") + 1].decode()] = int(d)
-    return out
 
 
 def switches(stderr: str) -> list[tuple[str, int, float]]:

@@ -14,8 +14,10 @@ from broker.client import api
 from broker.client.errors import ClientError
 from broker.client.pull_consumer import PullConsumer
 from broker.client.route import MessageQueue
+from broker.remoting.connection import connect
 from tests.conftest import wait_for
 from tests.helpers.dledger_cluster import GROUP, SEGMENT, DLedgerGroup, consume_queue, data_dir
+from tests.helpers.history import wait_dispatched
 from tests.twins.decoder import decode_record
 from tests.twins.dledger_twin import walk_data
 
@@ -24,7 +26,14 @@ QUEUES = 4
 
 
 async def pull_all(pc: PullConsumer, addr: str, topic: str = TOPIC) -> dict[int, list]:
-    """Every message of every queue from `addr`, from offset 0 to the queue's end, in order."""
+    """Every message of every queue from `addr`, from offset 0 to the queue's end, in order, once
+    the member dispatched all it committed (see history.wait_dispatched)."""
+    host, port = addr.rsplit(":", 1)
+    conn = await connect(host, int(port))
+    try:
+        await wait_dispatched(conn)
+    finally:
+        conn.close()
     out = {}
     for q in range(QUEUES):
         mq = MessageQueue(topic, GROUP, q)

@@ -137,3 +137,23 @@ class Child:
             assert not self._thread.is_alive(), "stdout of the killed group did not reach EOF"
             self.proc.stdout.close()
             self._stderr.close()
+
+
+def service_pids(broker_pid: int) -> dict[str, int]:
+    """The broker's child processes: the module each runs -> its pid."""
+    out = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            if ppid != broker_pid:
+                continue
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue  # it ended meanwhile
+        if b"-m" in argv:
+            out[argv[argv.index(b"-m") + 1].decode()] = int(d)
+    return out
