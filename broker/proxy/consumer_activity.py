@@ -80,6 +80,8 @@ def _filter(expr: pb.FilterExpression) -> tuple[str, str]:
     raise ProxyError(Code.ILLEGAL_FILTER_EXPRESSION, f"Expression can't be null! {exp_type}")
 
 
+_SQL = pb.SQL
+
 # a group name's characters: ASCII letters and digits, '%', '|', '-' and '_' (one regex match per
 # call, where a generator over its characters cost ~5 us a receive and an ack)
 _GROUP_NAME = re.compile(r"[A-Za-z0-9%|_-]{1,255}")
@@ -97,21 +99,43 @@ def _receive_args(request: spb.ReceiveMessageRequest, config: ProxyConfig,
                   names_ok: set | frozenset = frozenset()) -> tuple[str, str, str, str, int, int]:
     """(group, topic, expType, exp, invisible ms, long polling ms) of a receive, or ProxyError.
     `names_ok`: (group, topic) pairs already found valid (the names' checks are pure functions of
-    them), whose regex and topic rule are not run again."""
-    group, topic = request.group.name, request.message_queue.topic.name
+    them), whose regex and topic rule are not run again. (Each protobuf field is read once: a
+    field's read is a upb call, and this runs per receive.)"""
+    group_res, mq = request.group, request.message_queue
+    group, topic = group_res.name, mq.topic.name
     if (group, topic) not in names_ok:
-        _group(request.group), validate_topic(request.message_queue.topic)
-    exp_type, expression = _filter(request.filter_expression)
+        _group(group_res), validate_topic(mq.topic)
+    fe = request.filter_expression
+    expression = fe.expression
+    if fe.type == _SQL:
+        exp_type = SQL92
+        if not expression:
+            raise ProxyError(Code.ILLEGAL_FILTER_EXPRESSION, f"Expression can't be null! {exp_type}")
+    else:  # (_filter's rules, inline)
+        exp_type = TAG
+        if not expression:
+            expression = "*"
     # a PushConsumer (auto_renew) names no invisible time: the front's, renewed while it works
-    invisible = config.defaultInvisibleTimeMills if request.auto_renew else \
-        _ms(request.invisible_duration) if request.HasField("invisible_duration") else 30_000
-    if not request.auto_renew and not MIN_INVISIBLE_MS <= invisible <= MAX_INVISIBLE_MS:
-        raise ProxyError(Code.ILLEGAL_INVISIBLE_TIME, f"the invisible time must be within "
-                                                      f"{MIN_INVISIBLE_MS} and {MAX_INVISIBLE_MS} ms")
-    if request.batch_size <= 0 or request.batch_size > RECEIVE_BATCH_SIZE:
-        raise ProxyError(Code.BAD_REQUEST, f"batch size {request.batch_size} must be within 1 and 32")
+    if request.auto_renew:
+        invisible = config.defaultInvisibleTimeMills
+    else:
+        if request.HasField("invisible_duration"):
+            d = request.invisible_duration
+            invisible = d.seconds * 1000 + d.nanos // 1_000_000  # _ms
+        else:
+            invisible = 30_000
+        if not MIN_INVISIBLE_MS <= invisible <= MAX_INVISIBLE_MS:
+            raise ProxyError(Code.ILLEGAL_INVISIBLE_TIME, f"the invisible time must be within "
+                                                          f"{MIN_INVISIBLE_MS} and {MAX_INVISIBLE_MS} ms")
+    batch = request.batch_size
+    if batch <= 0 or batch > RECEIVE_BATCH_SIZE:
+        raise ProxyError(Code.BAD_REQUEST, f"batch size {batch} must be within 1 and 32")
     max_poll = config.grpcClientConsumerMaxLongPollingTimeoutMillis
-    poll = min(_ms(request.long_polling_timeout), max_poll) if request.HasField("long_polling_timeout") else max_poll
+    if request.HasField("long_polling_timeout"):
+        d = request.long_polling_timeout
+        poll = min(d.seconds * 1000 + d.nanos // 1_000_000, max_poll)
+    else:
+        poll = max_poll
     return group, topic, exp_type, expression, invisible, max(0, poll)
 
 
@@ -213,7 +237,8 @@ class ConsumerActivity:
             group, topic, exp_type, expression, invisible, poll = _receive_args(request, self.config, self._names_ok)
         except ProxyError:
             return None
-        self._name_ok(group, topic)
+        if (group, topic) not in self._names_ok:
+            self._name_ok(group, topic)
         broker = request.message_queue.broker.name
         route = self.client.routes.peek(topic)
         if route is None or route.master_addr(broker) != local.addr:
@@ -221,7 +246,8 @@ class ConsumerActivity:
         group_config = self.groups.peek(local.addr, group)
         if group_config is NOT_CACHED or orderly(group_config):
             return None
-        answer = local.pop_now(group, topic, -1, request.batch_size, invisible, poll, expression, exp_type,
+        batch = request.batch_size
+        answer = local.pop_now(group, topic, -1, batch, invisible, poll, expression, exp_type,
                                CONSUME_INIT_MODE_MAX, False, "", poll / 1000 + 10)
         if answer is None:
             return None
@@ -246,7 +272,13 @@ class ConsumerActivity:
                                                    popped.start_offsets(), popped.pop_time, popped.invisible_time,
                                                    popped.revive_qid, topic, broker, invisible,
                                                    int(time.time() * 1000), client_id is not None)
-        return self._kept(fast, group, topic, invisible, client_id)
+        if fast is None:  # (_kept, inline)
+            return None
+        framed, handles = fast
+        if client_id is not None:
+            for handle in handles:
+                self.renewals.add(client_id, group, topic, handle, invisible)
+        return framed
 
     def _kept(self, fast, group: str, topic: str, invisible: int, client_id):
         if fast is None:

@@ -31,6 +31,7 @@ from broker.remoting.headers import ext_string
 from broker.remoting.refusals import response_code
 
 log = logging.getLogger("proxy")
+Popped = None  # broker.server.processor.pop_message_processor.Popped, imported with the first pop target
 
 
 def _wire_ext(ext: dict | None) -> dict:
@@ -136,27 +137,35 @@ class LocalBroker:
         """`pop` without an awaitable when the broker answers at once (the receive's fast answer):
         None as pop's, (code, remark, Popped or None) when answered now, else pop's awaitable of it
         (the revive records' durability, long polling)."""
-        if self._pop_target is None:
-            self._pop_target = _pop_target(self._handler)
-        target = _served_now(self._pop_target, POP_MESSAGE)
+        target = self._pop_target
         if target is None:
+            target = self._pop_target = _pop_target(self._handler)
+        if target is False:
             return None
-        controller, _, processor = target
-        latency = controller.rpc_latency
-        args = (group, topic, queue_id, max_nums, invisible_ms, poll_ms, exp, exp_type, init_mode, order, attempt_id)
+        controller, pop, processor = target
+        # _served_now's guards, inline (they run per receive)
+        if controller._switching or controller.acl is not None or POP_MESSAGE not in controller.handlers \
+                or not pop._serving or pop.store.is_slave or not pop.ready.is_set():
+            return None
         t0 = time.perf_counter_ns()
         try:
-            res = processor.pop_values(*args)
+            res = processor.pop_values(group, topic, queue_id, max_nums, invisible_ms, poll_ms, exp, exp_type,
+                                       init_mode, order, attempt_id)
         except Exception as e:  # noqa: BLE001 - as BrokerController.handle and the connection answer it
             code = response_code(e)
             if code is None:
-                log.exception("pop (local front) failed for %s from %s", args[:2], self._caller.peer)
+                log.exception("pop (local front) failed for %s from %s", (group, topic), self._caller.peer)
                 return SYSTEM_ERROR, "internal error; see the broker log", None
-            latency.record(POP_MESSAGE, code, time.perf_counter_ns() - t0)
+            controller.rpc_latency.record(POP_MESSAGE, code, time.perf_counter_ns() - t0)
             return code, str(e), None
-        if hasattr(res, "views"):
-            return _timed_popped(latency, res, t0, False)
-        return _popped_later(self, latency, res, t0, timeout, args)
+        if type(res) is Popped:  # (_timed_popped, inline)
+            code = res.code
+            if code is None:
+                code = SUCCESS if res.count else POLLING_TIMEOUT
+            controller.rpc_latency.record(POP_MESSAGE, code, time.perf_counter_ns() - t0, False)
+            return code, res.remark, res
+        args = (group, topic, queue_id, max_nums, invisible_ms, poll_ms, exp, exp_type, init_mode, order, attempt_id)
+        return _popped_later(self, controller.rpc_latency, res, t0, timeout, args)
 
 
     # -- SEND_MESSAGE_V2 as values (the SendMessage call's plain message) ------------------------------
@@ -270,7 +279,8 @@ def _ack_timed(latency, f, t0: int) -> None:
 
 def _pop_target(handler):
     """(BrokerController, PopService, PopMessageProcessor) of `handler`, or False (pops go as commands)."""
-    from broker.server.processor.pop_message_processor import PopMessageProcessor
+    global Popped
+    from broker.server.processor.pop_message_processor import Popped, PopMessageProcessor
     return _processor_of(handler, PopMessageProcessor)
 
 

@@ -157,14 +157,14 @@ class QueueReader:
         cq = cqs.find(topic, queue_id) if cqs is not None else None
         if cq is None or s.reads_dispatched_only or max_msgs <= 0 or max_bytes <= 0:
             return self.get(topic, queue_id, offset, max_msgs, max_bytes, tag_hashes, False, sql, True)
-        # max_offset's master branch
-        tb = s.topic_bytes(topic)
+        # max_offset's master branch (the queue's min read once: a min() over its files)
+        tb = s._topics.get(topic) or topic.encode()  # (s.topic_bytes, inline)
         app = s.commit_log.appender
         hi = app.next_offset(tb, queue_id)
         d = s.table.load(Slot.DISPATCHED)
-        if app.last_end(tb, queue_id) > d:
-            hi = first_undispatched(cq.entry, cq.min_offset, hi, d)
         lo = cq.min_offset
+        if app.last_end(tb, queue_id) > d:
+            hi = first_undispatched(cq.entry, lo, hi, d)
         if not lo <= offset < hi:  # (get's statuses)
             return self.get(topic, queue_id, offset, max_msgs, max_bytes, tag_hashes, False, sql, True)
         filtered = tag_hashes is not None or sql is not None

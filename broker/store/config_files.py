@@ -71,6 +71,18 @@ class ConsumerOffsetTable:
         self.table.setdefault(f"{topic}@{group}", {})[queue_id] = offset
         self.dirty = True
 
+    def raise_to(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """commit(offset) when it is past the queue's offset (query's), else nothing: one key made."""
+        key = f"{topic}@{group}"
+        queues = self.table.get(key)
+        if queues is None:
+            if offset > -1:
+                self.table[key] = {queue_id: offset}
+                self.dirty = True
+        elif offset > queues.get(queue_id, -1):
+            queues[queue_id] = offset
+            self.dirty = True
+
     def merge(self, table: dict) -> int:
         """Offsets copied from the master (a slave's SlaveSynchronize): an offset never moves back,
         so commits made here while the master was down survive its return (RocketMQ #1094).

@@ -52,10 +52,12 @@ class PopOffsets:
         """Move the group's pop offset to `offset`: at once for pops, into the table once `put`
         (the future of the checkpoint written for this move) is durable. Without `put` the move
         waits for the moves before it on this queue only (none held: the table takes it now)."""
+        if put is None:
+            ahead = self._ahead
+            if not ahead or (group, topic, queue_id) not in ahead:  # (_publish's, nothing held for it)
+                self.store.consumer_offsets.raise_to(group, topic, queue_id, offset)
+                return
         key = (group, topic, queue_id)
-        if put is None and key not in self._ahead:
-            self._publish(key, offset)
-            return
         self._ahead[key] = max(self._ahead.get(key, -1), offset)
         if put is None and self._pending:
             put = self._pending[-1][0]  # the latest put covers this queue's earlier ones

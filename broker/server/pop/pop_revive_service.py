@@ -205,6 +205,26 @@ class PopReviveService:
         self._register(ck, rq, key)  # the key made unique above
         return self.log.last_put
 
+    def add_check_point_values(self, start_offset: int, pop_time: int, invisible_time: int, num: int, queue_id: int,
+                               topic: str, group: str, diffs: list, rq: int):
+        """add_check_point of PopCheckPoint(start_offset, pop_time, invisible_time, num, queue_id,
+        topic, group, "", diffs) (a pop's: no attempt id), the record written from the values
+        before the checkpoint is made: the same record, registration and future."""
+        inflight = self.inflight
+        key = (group, topic, queue_id, start_offset, pop_time)  # _key
+        if key in inflight:  # (rare: add_check_point makes the key unique)
+            return self.add_check_point(PopCheckPoint(start_offset, pop_time, invisible_time, num, queue_id, topic,
+                                                      group, "", diffs), rq)
+        bn = self.broker_name
+        rec = check_point_record(start_offset, pop_time, invisible_time, num, queue_id, topic, group, bn, diffs)
+        if rec is None:
+            return self.add_check_point(PopCheckPoint(start_offset, pop_time, invisible_time, num, queue_id, topic,
+                                                      group, "", diffs), rq)
+        ck = PopCheckPoint(start_offset, pop_time, invisible_time, num, queue_id, topic, group, bn, diffs, 0,
+                           self.log.append_encoded(rq, rec[0], rec[1]))
+        self._register(ck, rq, key)
+        return self.log.last_put
+
     def _register(self, ck: PopCheckPoint, rq: int, key: tuple | None = None) -> None:
         if key is None:
             key = _key(ck.group, ck.topic, ck.queue_id, ck.start_offset, ck.pop_time)

@@ -47,8 +47,19 @@ INIT_MODE_MIN = 0  # ConsumeInitMode.MIN; MAX = 1
 CHECKED_MAX = 4096  # (topic, group, filter) checks kept (PopMessageProcessor._check)
 CHECKED_EXP_MAX = 1024  # characters of an expression whose check is kept
 _random = random.random
+_time = time.time
 _RETRY_FIRST = POP_FROM_RETRY_PROBABILITY / 100  # random.randrange(100) < 20, as a random() draw
 _MOVED = (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY, GetStatus.OFFSET_FOUND_NULL)
+
+
+_QUEUE_KEYS: dict[tuple[str, int], str] = {}  # (topic, queueId) -> ei.queue_key's: made per receive, kept
+
+
+def _queue_key(topic: str, queue_id: int) -> str:
+    if len(_QUEUE_KEYS) >= 4096:  # (bounded: topics come from requests)
+        _QUEUE_KEYS.clear()
+    key = _QUEUE_KEYS[(topic, queue_id)] = ei.queue_key(topic, queue_id)
+    return key
 
 
 class InvalidParameter(Refusal):
@@ -68,11 +79,13 @@ class Popped:
         self.mark = mark  # the revive log's count of appends before this look (ReviveLog.durable_since)
         self.revive_qid = revive_qid
         self.invisible_time = invisible_time
-        self.views: list = []  # the records: views of the log, one per run of records back to back in it
+        # the records: views of the log, one per run of records back to back in it (() until some are
+        # read: the first queue read gives its own list; fewer containers a pop for the collector)
+        self.views: list | tuple = ()
         self.count = 0  # records in `views`
         self.starts: list[tuple[str, int, int]] = []  # (topic, queueId, the checkpoint's start offset)
         self.msgs: list[tuple[str, int, list[int]]] = []  # (topic, queueId, the queue offsets popped)
-        self.order_info: list[str] = []
+        self.order_info: list[str] | tuple = ()  # an orderly pop's (a list once it has some)
         self._rest = 0
         # the typed entry's (`store` given): (topic, queueId, pop offset) of each queue it did not read
         # (the pop was full), restNum's share of them counted when asked (`rest`), not per pop: the
@@ -102,7 +115,10 @@ class Popped:
         starts = self.starts
         if len(starts) == 1:  # (the usual answer: one queue's records)
             t, q, o = starts[0]
-            return {ei.queue_key(t, q): o}
+            key = _QUEUE_KEYS.get((t, q))
+            if key is None:
+                key = _queue_key(t, q)
+            return {key: o}
         return {ei.queue_key(t, q): o for t, q, o in starts}
 
     def order_count_info(self) -> str:
@@ -122,6 +138,7 @@ class PopMessageProcessor:
         self.long_polling = long_polling
         self.suspend_max_ms = suspend_max_ms
         self._checked: dict[tuple, tuple] = {}  # (topic, group, exp, expType) -> (retry topic, filter): _check
+        self._orders: dict[tuple, tuple] = {}  # _queues' orders made
 
     def handlers(self) -> dict:
         return {codes.POP_MESSAGE: self.pop}
@@ -152,9 +169,12 @@ class PopMessageProcessor:
             raise InvalidParameter(f"invisibleTime {h.invisibleTime} must be positive (ms)")
         if h.topic.startswith(REVIVE_TOPIC_PREFIX) or h.consumerGroup == REVIVE_GROUP:
             raise NoPermission(f"{h.topic} / {h.consumerGroup}: the revive log is the broker's own")
-        if self.groups is not None:
-            self.groups.check_consumable(h.consumerGroup)
-        cfg = self.topics.get(h.topic)
+        groups = self.groups
+        if groups is not None:
+            group_cfg = groups.table.groups.get(h.consumerGroup)  # (the usual case without a call)
+            if group_cfg is None or not group_cfg.consumeEnable:
+                groups.check_consumable(h.consumerGroup)  # made on first use, or refused
+        cfg = self.topics.table.topics.get(h.topic)  # (self.topics.get)
         if cfg is None:
             raise TopicNotExist(f"topic[{h.topic}] not exist, apply first please!")
         if h.queueId >= cfg.readQueueNums:
@@ -188,34 +208,59 @@ class PopMessageProcessor:
             self._checked[key] = checked
         return checked
 
-    def _queues(self, h, read_queue_nums: int, retry: str) -> list[tuple[str, int]]:
+    def _queues(self, h, read_queue_nums: int, retry: str) -> tuple[tuple[str, int], ...]:
         """(topic, queueId) in the order this pop reads them: the topic's queues from a random
-        one (or the one asked for) and the pop retry topic's queue, first in 20% of pops."""
-        n = read_queue_nums
-        if h.queueId >= 0:
-            own = [(h.topic, h.queueId)]
+        one (or the one asked for) and the pop retry topic's queue, first in 20% of pops. The
+        orders made are kept (bounded; read only by the pop and its hold): a pop draws its order,
+        it does not build it."""
+        n, qid, order = read_queue_nums, h.queueId, h.order
+        if qid >= 0:
+            first, n = qid, -1  # (the one asked for)
         elif n == 1:
-            own = [(h.topic, 0)]
+            first = 0
         else:
             first = int(_random() * n)  # random.randrange(n), without its argument checks
-            own = [(h.topic, (first + i) % n) for i in range(n)]
-        if h.order:
-            return own  # no retry topic: an orderly batch is redelivered from its queue
-        if _random() < _RETRY_FIRST:
-            own.insert(0, (retry, 0))
+        retry_first = False if order else _random() < _RETRY_FIRST
+        key = (h.topic, retry, n, first, order, retry_first)
+        queues = self._orders.get(key)
+        if queues is None:
+            queues = self._order_of(key)
+        return queues
+
+    def _order_of(self, key: tuple) -> tuple[tuple[str, int], ...]:
+        topic, retry, n, first, order, retry_first = key
+        if n < 0:
+            own = [(topic, first)]
         else:
-            own.append((retry, 0))
-        return own
+            own = [(topic, (first + i) % n) for i in range(n)]
+        if not order:  # (an orderly pop reads no retry topic: a batch is redelivered from its queue)
+            if retry_first:
+                own.insert(0, (retry, 0))
+            else:
+                own.append((retry, 0))
+        if len(self._orders) >= CHECKED_MAX:
+            self._orders.clear()
+        queues = self._orders[key] = tuple(own)
+        return queues
 
     # -- one look at the queues -------------------------------------------------------------------
     def _pop_once(self, h, queues, flt, typed: bool = False) -> Popped:
         revive = self.revive
         rq = ei.POP_ORDER_REVIVE_QUEUE if h.order else revive.next_revive_qid()
-        popped = Popped(now_ms(), rq, revive.log.appended, h.invisibleTime, self.store if typed else None)
-        topic_of_pop, topics = h.topic, self.topics
+        popped = Popped(int(_time() * 1000), rq, revive.log.appended, h.invisibleTime,  # (now_ms)
+                        self.store if typed else None)
+        topic_of_pop, topics, unread, max_nums = h.topic, self.topics, popped.unread, h.maxMsgNums
         for topic, queue_id in queues:
             if topic != topic_of_pop and topics.get(topic) is None:
                 continue  # no retry topic yet: nothing was ever revived for this group
+            if unread is not None and popped.count >= max_nums:
+                # the typed entry's queue not read (the pop is full): _pop_queue's first lines, inline
+                # (its pop offset looked up, a new group's initialized; restNum counted if asked)
+                offset = revive.pop_offsets.query(h.consumerGroup, topic, queue_id)
+                if offset < 0:
+                    offset = self._pop_offset(h.consumerGroup, topic, queue_id, h.initMode)
+                unread.append((topic, queue_id, offset))
+                continue
             self._pop_queue(h, topic, queue_id, flt, popped)
         return popped
 
@@ -234,7 +279,11 @@ class PopMessageProcessor:
 
     def _pop_queue(self, h, topic: str, queue_id: int, flt, popped: Popped) -> None:
         group = h.consumerGroup
-        offset = self._pop_offset(group, topic, queue_id, h.initMode)
+        revive = self.revive
+        pop_offsets = revive.pop_offsets
+        offset = pop_offsets.query(group, topic, queue_id)  # (_pop_offset's first look, inline)
+        if offset < 0:
+            offset = self._pop_offset(group, topic, queue_id, h.initMode)
         want = h.maxMsgNums - popped.count
         store = self.store
         if want <= 0:
@@ -272,16 +321,19 @@ class PopMessageProcessor:
         if h.order:
             counts = self.order_info.update(topic, group, queue_id, popped.pop_time, h.invisibleTime, offsets,
                                             h.attemptId)
+            info = popped.order_info
+            if type(info) is tuple:
+                info = popped.order_info = []
             for off, c in counts.items():
-                popped.order_info.append(ei.order_count_entry(topic, f"qo{queue_id}%{off}", c))
-            popped.order_info.append(ei.order_count_entry(topic, str(queue_id), min(counts.values())))
+                info.append(ei.order_count_entry(topic, f"qo{queue_id}%{off}", c))
+            info.append(ei.order_count_entry(topic, str(queue_id), min(counts.values())))
         else:
             # offsets rise: n of them ending at offset + n - 1 are every one from offset (nothing filtered)
             diffs = contiguous_diffs(n) if offsets[-1] - offset == n - 1 else [o - offset for o in offsets]
-            ck = PopCheckPoint(offset, popped.pop_time, h.invisibleTime, n, queue_id, topic, group, "", diffs)
-            put = self.revive.add_check_point(ck, popped.revive_qid)
+            put = revive.add_check_point_values(offset, popped.pop_time, h.invisibleTime, n, queue_id, topic, group,
+                                                diffs, popped.revive_qid)
             # pops read past it now; the offset table (what followers copy) once the checkpoint is durable
-            self.revive.pop_offsets.advance(group, topic, queue_id, nxt, put)
+            pop_offsets.advance(group, topic, queue_id, nxt, put)
         popped.starts.append((topic, queue_id, offset))
         popped.msgs.append((topic, queue_id, offsets))
         if popped.views:
@@ -295,7 +347,7 @@ class PopMessageProcessor:
         a record the store did not keep answers its status's code (pop_role.reply_when_durable's)."""
         put = self.revive.log.durable_since(popped.mark)
         if put is None:
-            return finish(popped)
+            return popped if finish is _as_is else finish(popped)
 
         def answer(status, why):
             refused = not_kept(status, why)
