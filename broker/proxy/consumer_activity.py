@@ -416,6 +416,11 @@ class ConsumerActivity:
         top = status(Code.MULTIPLE_RESULTS) if len(codes_) > 1 else status(out[0].status.code, out[0].status.message)
         return spb.AckMessageResponse(status=top, entries=out)
 
+    # ack_now's last route that named this broker the master of its checkpoints' broker: the
+    # route object (RouteCache's, replaced, never changed, when refetched) and the broker name
+    _ack_route = None
+    _ack_broker = None
+
     def ack_now(self, payload: bytes, context):
         """AckMessage answered from the request's bytes without a task (GrpcServer.add_fast_unary,
         raw), in local mode: a SimpleConsumer's acks of what it received (two or more handles
@@ -445,11 +450,15 @@ class ConsumerActivity:
             return None
         if len(checkpoints) == 1:  # one receive's handles (the usual batch): _typed_acks without its dict
             ck, pt, _, rq, retry, broker_name, qid, offsets = checkpoints[0]
-            if route.master_addr(broker_name) != local.addr:
-                return None
+            if route is not self._ack_route or broker_name != self._ack_broker:
+                if route.master_addr(broker_name) != local.addr:
+                    return None
+                self._ack_route, self._ack_broker = route, broker_name
             offsets = ascending(offsets)
-            typed = None if offsets[-1] - ck >= _MAX_SPAN else \
-                [(group, ei.real_topic(topic, group, retry), qid, ck, rq, pt, offsets)]
+            if offsets[-1] - ck >= _MAX_SPAN:
+                return None
+            typed = [(group, topic if retry == ei.NORMAL_TOPIC else ei.real_topic(topic, group, retry), qid, ck, rq,
+                      pt, offsets)]
         else:
             acks: dict = {}
             for ck, pt, it, rq, retry, broker_name, qid, offsets in checkpoints:

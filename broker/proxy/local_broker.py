@@ -93,12 +93,16 @@ class LocalBroker:
         the caller invokes the command, whose answer says why (SLAVE_NOT_AVAILABLE, the replay's
         wait, SYSTEM_BUSY). Timed into rocketmq_rpc_latency as BATCH_ACK_MESSAGE; a refusal raised
         is its code, as BrokerController.handle maps it; a failure SYSTEM_ERROR, logged."""
-        if self._ack_target is None:
-            self._ack_target = _ack_target(self._handler)
-        target = _served_now(self._ack_target, BATCH_ACK_MESSAGE)
+        target = self._ack_target
         if target is None:
+            target = self._ack_target = _ack_target(self._handler)
+        if target is False:
             return None
-        controller, _, processor = target
+        controller, pop, processor = target
+        # (_served_now's conditions, without its call)
+        if controller._switching or controller.acl is not None or BATCH_ACK_MESSAGE not in controller.handlers \
+                or not pop._serving or pop.store.is_slave or not pop.ready.is_set():
+            return None
         latency = controller.rpc_latency
         t0 = time.perf_counter_ns()
         try:

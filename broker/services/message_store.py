@@ -602,14 +602,23 @@ class MessageStore:
         records (the revive log's checkpoints and acks, properties already encoded): the same
         record, checks, wake-ups and future, answered as (queue offset, future) without the
         PutResult no caller of it reads (~0.5 us a record, twice a receive and its ack)."""
-        self._check_open(topic)
+        if not self._accepting or self.is_slave or self.isr_refusal is not None \
+                or self.flags.why_not_writable() is not None:
+            self._check_open(topic)  # (what it refuses, it refuses there: its checks, counters and log)
         tb = self._topics.get(topic) or self._topic(topic)
         cl = self.commit_log
-        try:
-            phys, qo, size, ts = cl.append(tb, queue_id, body, properties, 0, 0, -1, DEFAULT_BORN_HOST, 0)
-        except OSError as e:
-            self._segment_failed(topic, e)
-        self._publish_wrote(cl.wrote, True)
+        app = cl.appender
+        # the Appender at once (CommitLog.append's first try, without its frame); CommitLog.append
+        # when the segment is full (None: nothing written), which rolls to the next and appends
+        r = app.append(tb, queue_id, body, properties, 0, 0, -1, DEFAULT_BORN_HOST, 0)
+        if r is None:
+            try:
+                r = cl.append(tb, queue_id, body, properties, 0, 0, -1, DEFAULT_BORN_HOST, 0)
+            except OSError as e:
+                self._segment_failed(topic, e)
+            app = cl.appender
+        phys, qo, size, ts = r
+        self._publish_wrote(app.wrote, True)
         self.put_msgs += 1
         self.put_bytes += size
         if self._put_waits:

@@ -308,21 +308,32 @@ class PopReviveService:
         if bitmap == full:
             self._finish(ck)
 
-    def ack_offsets(self, ck: PopCheckPoint, offsets: list[int]) -> list[int] | None:
+    def ack_offsets(self, ck: PopCheckPoint, offsets: list[int], key: tuple | None = None) -> list[int] | None:
         """The acks of `offsets` (queue offsets) on `ck` as ack_many makes them for their indexes
         (index_of's), in one kernel call (broker.kernels.batch_ack: the indexes, the bitmap, the
         BatchAckMsg record's body and properties): the offsets `ck` did not pop (nothing done for
-        them), or None when the kernel declines (then nothing is done at all: see ack_many)."""
+        them), or None when the kernel declines (then nothing is done at all: see ack_many).
+        `key`: ck's in-flight key when the caller has it (the batch ack's look-up)."""
         got = ack_record(offsets, ck.start_offset, ck.diffs, ck.num, ck.bitmap, ck.topic, ck.queue_id, ck.group,
                          ck.pop_time, ck.broker_name)
         if got is None:
             return None
         bitmap, full, body, props, single, missing = got
         if body is not None:
-            self.log.append_encoded(ck.rq, body, props)
-            ck.bitmap = bitmap
-            if full:
-                self._finish(ck)
+            inflight = self.inflight
+            if full and key is not None and inflight.get(key) is ck:
+                # the record finishes ck: appended and its position released in one call, as
+                # append_encoded then _finish (the in-flight entry dropped, then release) would
+                self.log.append_releasing(ck.rq, body, props, ck.revive_offset)
+                ck.bitmap = bitmap
+                del inflight[key]
+                if len(self._due) > 2 * len(inflight) + DUE_SLACK:
+                    self._compact_due()
+            else:
+                self.log.append_encoded(ck.rq, body, props)
+                ck.bitmap = bitmap
+                if full:
+                    self._finish(ck)
         elif single >= 0:
             self.ack(ck, single)
         return missing

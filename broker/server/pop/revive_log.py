@@ -65,6 +65,18 @@ class LivePositions:
             if len(self._order) > 2 * len(live) + 1024:
                 self._order = deque(sorted(live))
 
+    def discard_low(self, pos: int) -> int | None:
+        """discard(pos), then low(): in one call (a batch ack finishing a checkpoint)."""
+        live = self._live
+        if pos in live:
+            live.remove(pos)
+            if len(self._order) > 2 * len(live) + 1024:
+                self._order = deque(sorted(live))
+        order = self._order
+        while order and order[0] not in live:
+            order.popleft()
+        return order[0] if order else None
+
     def low(self) -> int | None:
         """The lowest position still live, None when none is."""
         order, live = self._order, self._live
@@ -119,6 +131,33 @@ class ReviveLog:
         qo, fut = self.store.append_record(self.topic, rq, body, properties)
         self.appended += 1
         self.last_put = fut
+        return qo
+
+    def append_releasing(self, rq: int, body: bytes, properties: bytes, pos: int) -> int:
+        """append_encoded, then release(rq, pos): the batch ack's record that finishes the
+        checkpoint at `pos` (PopReviveService.ack_offsets), in one call. The usual case (the put
+        answered at once, none unkept, not replaying) is release's and _commit's own, inline."""
+        qo, fut = self.store.append_record(self.topic, rq, body, properties)
+        self.appended += 1
+        self.last_put = fut
+        if fut is not None or self._unkept or self.replaying:
+            self.release(rq, pos)
+            return qo
+        # _commit(rq) after the discard, its two usual cases inline: the lowest live position at or
+        # below the queue's end as last read is the revive offset; else (none live, or past it) the
+        # end as last read while a look at the store is scheduled already
+        low = self._live[rq].discard_low(pos)
+        end = self._ends[rq]
+        if low is not None and low <= end:
+            new = low
+        elif rq in self._looks:
+            new = end  # (min(low, end) when low is past it)
+        else:
+            self._commit(rq)
+            return qo
+        offsets = self.store.consumer_offsets
+        if new > offsets.query(REVIVE_GROUP, self.topic, rq):
+            offsets.commit(REVIVE_GROUP, self.topic, rq, new)
         return qo
 
     def durable_since(self, mark: int):

@@ -97,9 +97,18 @@ class AckMessageProcessor:
         broker.proxy.local_broker): `acks` as `_batch_acks` reads them from the wire's body. The
         response code batch_ack would answer (SUCCESS, or NO_MESSAGE when any was not acked), or
         a future of it while the records wait to be durable, as reply_when_durable answers."""
-        mark = self.revive.log.appended
-        code = codes.NO_MESSAGE if self.ack_batches(acks) else codes.SUCCESS
-        put = self.revive.log.durable_since(mark)
+        log = self.revive.log
+        mark = log.appended
+        # one usual BatchAck (a receive's handles) straight to the kernel; ack_batches otherwise.
+        # Only the failures' count matters here, not their texts
+        missing = self._ack_usual(*acks[0]) if len(acks) == 1 else None
+        if missing is None:
+            code = codes.NO_MESSAGE if self.ack_batches(acks) else codes.SUCCESS
+        else:
+            code = codes.NO_MESSAGE if missing else codes.SUCCESS
+        if log.appended == mark:  # (durable_since without its call)
+            return code
+        put = log.last_put
         if put is None:
             return code
         return reply_when_put(put, lambda status, why: code if status in STORED_STATUSES
@@ -109,9 +118,16 @@ class AckMessageProcessor:
         """Each BatchAck of `acks` ((group, real topic, queueId, checkpoint offset, reviveQid,
         popTime, [offsets ascending, distinct])) made; what was not acked, each named with why."""
         failed = []
-        inflight = self.revive.inflight
-        store, topics = self.store, self.topics
+        store, topics, inflight = self.store, self.topics, self.revive.inflight
         for group, topic, queue_id, ck_offset, rq, pop_time, offsets in acks:
+            # the usual batch first (_ack_usual: one kernel call, on this checkpoint when it takes it)
+            ck = inflight.get((group, topic, queue_id, ck_offset, pop_time))
+            missing = self._ack_usual(group, topic, queue_id, ck_offset, rq, pop_time, offsets)
+            if missing is not None:
+                if missing:
+                    for offset in missing:  # named as find names them
+                        failed.append(f"{topic}@{queue_id}:{offset} ({not_popped(ck, offset)})")
+                continue
             # checked_handle's checks, in its order, made once for what the offsets share: the
             # topic and queue, then (after each offset's range) the handle's other fields (the
             # queue's bounds as queue_range reads them, without its call and tuple when the topic
@@ -125,18 +141,6 @@ class AckMessageProcessor:
                 except Refusal as e:
                     failed.extend(f"{topic}@{queue_id}:{offset} ({e})" for offset in offsets)
                     continue
-            # the usual batch: a non-orderly pop's handle whose fields _head takes as they are,
-            # every offset within the queue, its checkpoint in flight: acked by one kernel call
-            # (PopReviveService.ack_offsets), as _ack_checkpoint would ack it
-            if offsets and lo <= offsets[0] and offsets[-1] < hi and rq != ei.POP_ORDER_REVIVE_QUEUE \
-                    and 0 <= rq <= _I31 and 0 <= queue_id <= _I31 and 0 <= ck_offset <= _I64 and 0 <= pop_time <= _I64:
-                ck = inflight.get((group, topic, queue_id, ck_offset, pop_time))  # (PopReviveService.checkpoint)
-                if ck is not None and ck.rq == rq:
-                    missing = self.revive.ack_offsets(ck, offsets)
-                    if missing is not None:
-                        for offset in missing:  # named as find names them
-                            failed.append(f"{topic}@{queue_id}:{offset} ({not_popped(ck, offset)})")
-                        continue
             info, bad = _head(group, topic, queue_id, ck_offset, rq, pop_time)
             if bad is None and not info.is_order and self._ack_checkpoint(group, topic, queue_id, ck_offset, rq,
                                                                           pop_time, offsets, lo, hi, failed):
@@ -157,6 +161,30 @@ class AckMessageProcessor:
             for ck, indexes in found.values():  # one revive-log record per checkpoint (BatchAckMsg)
                 self.revive.ack_many(ck, indexes)
         return failed
+
+    def _ack_usual(self, group: str, topic: str, queue_id: int, ck_offset: int, rq: int, pop_time: int,
+                   offsets: list[int]) -> list[int] | None:
+        """The usual BatchAck acked by one kernel call (PopReviveService.ack_offsets), as
+        _ack_checkpoint would ack it: a non-orderly pop's handle whose fields _head takes as they
+        are, on a known topic and queue, every offset within the queue's bounds (queue_range's,
+        without its call and tuple), its checkpoint in flight in the same revive queue. The
+        offsets that checkpoint did not pop (the others acked), or None when it is not such a
+        batch or the kernel declines: nothing done, and ack_batches' checks answer it."""
+        if not offsets or rq == ei.POP_ORDER_REVIVE_QUEUE or not (0 <= rq <= _I31 and 0 <= queue_id <= _I31
+                                                                 and 0 <= ck_offset <= _I64 and 0 <= pop_time <= _I64):
+            return None
+        cfg = self.topics.get(topic)
+        if cfg is None or queue_id >= cfg.readQueueNums:
+            return None
+        store = self.store
+        if not store.min_offset(topic, queue_id) <= offsets[0] or not offsets[-1] < store.max_offset(topic, queue_id):
+            return None
+        key = (group, topic, queue_id, ck_offset, pop_time)
+        revive = self.revive
+        ck = revive.inflight.get(key)  # (PopReviveService.checkpoint)
+        if ck is None or ck.rq != rq:
+            return None
+        return revive.ack_offsets(ck, offsets, key)
 
     def _ack_checkpoint(self, group: str, topic: str, queue_id: int, ck_offset: int, rq: int, pop_time: int,
                         offsets: list[int], lo: int, hi: int, failed: list) -> bool:
