@@ -30,10 +30,15 @@ cdef extern from "nghttp2/nghttp2.h" nogil:
         nghttp2_frame_hd hd
         uint8_t opaque_data[8]
 
+    ctypedef struct nghttp2_data:
+        nghttp2_frame_hd hd
+        size_t padlen
+
     ctypedef union nghttp2_frame:
         nghttp2_frame_hd hd
         nghttp2_headers headers
         nghttp2_ping ping
+        nghttp2_data data
 
     ctypedef struct nghttp2_nv:
         uint8_t *name
@@ -65,6 +70,8 @@ cdef extern from "nghttp2/nghttp2.h":
                                                         size_t, void *) noexcept
     ctypedef int (*nghttp2_on_stream_close_callback)(nghttp2_session *, int32_t, uint32_t, void *) noexcept
     ctypedef ssize_t (*nghttp2_send_callback)(nghttp2_session *, const uint8_t *, size_t, int, void *) noexcept
+    ctypedef int (*nghttp2_send_data_callback)(nghttp2_session *, nghttp2_frame *, const uint8_t *, size_t,
+                                               nghttp2_data_source *, void *) noexcept
 
 
 
@@ -86,6 +93,7 @@ cdef extern from "nghttp2/nghttp2.h" nogil:
         NGHTTP2_DATA_FLAG_NONE
         NGHTTP2_DATA_FLAG_EOF
         NGHTTP2_DATA_FLAG_NO_END_STREAM
+        NGHTTP2_DATA_FLAG_NO_COPY
         NGHTTP2_ERR_DEFERRED
         NGHTTP2_ERR_CALLBACK_FAILURE
         NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE
@@ -108,6 +116,7 @@ cdef extern from "nghttp2/nghttp2.h" nogil:
                                                                 nghttp2_on_stream_close_callback)
 
     void nghttp2_session_callbacks_set_send_callback(nghttp2_session_callbacks *, nghttp2_send_callback)
+    void nghttp2_session_callbacks_set_send_data_callback(nghttp2_session_callbacks *, nghttp2_send_data_callback)
 
     int nghttp2_option_new(nghttp2_option **option_ptr)
     void nghttp2_option_del(nghttp2_option *option)

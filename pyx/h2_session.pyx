@@ -25,10 +25,11 @@ write, once per read: a stream's messages go out through a data provider over it
 (deferred when the buffer is empty, resumed when a message is queued); its trailers follow.
 """
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.object cimport PyObject
+from cpython.ref cimport Py_DECREF
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndSize, PyByteArray_GET_SIZE, PyByteArray_Resize
 from libc.stdint cimport int32_t, uint8_t, uint32_t
-from libc.stdlib cimport free, realloc
-from libc.string cimport memcmp, memcpy
+from libc.string cimport memcmp, memcpy, memset
 
 from binascii import a2b_base64 as _a2b_base64  # a private name: not part of the module's surface
 
@@ -38,7 +39,7 @@ EV_END = 2
 EV_CLOSED = 3
 EV_TOO_LARGE = 4
 EV_CALL = 5
-cdef size_t _OBUF_KEEP = 1 << 20  # drain's buffer, freed after a burst above this
+cdef size_t _OBUF_KEEP = 1 << 20  # the most a new drain's output starts with (sized by the last)
 cdef bytes _CLOSE_PING = b"rmqclose"  # the opaque data of ping_for_close's PING
 
 # gRPC's default receive limit on this front (grpc.max_receive_message_length of the grpcio server)
@@ -55,6 +56,16 @@ class H2Error(Exception):
 
 class MessageTooLarge(ValueError):
     """A gRPC message whose length prefix exceeds the reader's limit."""
+
+
+cdef extern from "Python.h":
+    # drain's output is built in a bytes object of its own (no copy at the end): the object is
+    # held as a raw pointer so that _PyBytes_Resize can grow and shrink it in place
+    PyObject *_new_bytes "PyBytes_FromStringAndSize"(const char *, Py_ssize_t)
+    int _resize_bytes "_PyBytes_Resize"(PyObject **, Py_ssize_t)
+    char *_bytes_data "PyBytes_AS_STRING"(PyObject *)
+    void _xdecref "Py_XDECREF"(PyObject *)
+    void PyErr_Clear()
 
 
 cdef extern from "nghttp2/nghttp2.h":
@@ -143,6 +154,8 @@ cdef class _Stream(MessageReader):
     cdef bytearray out          # length-prefixed messages not yet handed to nghttp2 (None until one)
     cdef bytes single           # or a unary answer's one message, framed as it is copied out (unary)
     cdef Py_ssize_t out_pos     # bytes of `out` (or of `single` with its 5-byte prefix) handed out
+    cdef bytes framed           # messages framed by the caller (send_framed), held, not copied: before `out`
+    cdef Py_ssize_t framed_pos  # bytes of `framed` handed out
     cdef bint responded         # the response HEADERS (with a data provider) are submitted
     cdef bint finishing         # trailers go after `out` drains
     cdef bint done              # the call is finished on our side (trailers or RST): no EV_CLOSED
@@ -212,24 +225,57 @@ cdef size_t _copy_single(_Stream st, uint8_t *buf, size_t length) noexcept:
     return k
 
 
+cdef inline size_t _avail(_Stream st) noexcept:
+    """The bytes the stream has queued and not handed out yet."""
+    if st.single is not None:
+        return 5 + <size_t>PyBytes_GET_SIZE(st.single) - <size_t>st.out_pos
+    cdef size_t n = 0
+    if st.framed is not None:
+        n = <size_t>(PyBytes_GET_SIZE(st.framed) - st.framed_pos)
+    if st.out is not None:
+        n += <size_t>(PyByteArray_GET_SIZE(st.out) - st.out_pos)
+    return n
+
+
+cdef int _copy_out(_Stream st, uint8_t *buf, size_t length) noexcept:
+    """The stream's next `length` bytes (no more than _avail) copied to buf, in the order queued:
+    the unary answer, or the framed bytes held, then `out`. 0, or -1 when a buffer would not shrink."""
+    cdef size_t k
+    if st.single is not None:
+        _copy_single(st, buf, length)
+        return 0
+    if st.framed is not None:
+        k = <size_t>(PyBytes_GET_SIZE(st.framed) - st.framed_pos)
+        if k > length:
+            k = length
+        memcpy(buf, PyBytes_AS_STRING(st.framed) + st.framed_pos, k)
+        st.framed_pos += k
+        if st.framed_pos == PyBytes_GET_SIZE(st.framed):
+            st.framed = None  # the caller's bytes let go as soon as they are written
+            st.framed_pos = 0
+        buf += k
+        length -= k
+    if length:
+        memcpy(buf, PyByteArray_AS_STRING(st.out) + st.out_pos, length)
+        st.out_pos += length
+        if st.out_pos == PyByteArray_GET_SIZE(st.out):
+            st.out_pos = 0
+            if PyByteArray_Resize(st.out, 0) < 0:
+                PyErr_Clear()
+                return -1
+    return 0
+
+
 cdef ssize_t _read_cb(nghttp2_session *s, int32_t sid, uint8_t *buf, size_t length, uint32_t *flags,
                       nghttp2_data_source *source, void *user_data) noexcept:
+    """How much of the stream's queue the next DATA frame carries: nothing is copied here
+    (NGHTTP2_DATA_FLAG_NO_COPY), _send_data writes the frame straight into drain's output."""
     cdef _Stream st = <_Stream>source.ptr
-    cdef Py_ssize_t avail = 0 if st.out is None else PyByteArray_GET_SIZE(st.out) - st.out_pos
-    cdef size_t n = 0
-    if st.single is not None:
-        n = _copy_single(st, buf, length)
-        if st.single is not None:  # more of it than this frame holds
-            return n
-    elif avail > 0:
-        n = <size_t>avail if <size_t>avail < length else length
-        memcpy(buf, PyByteArray_AS_STRING(st.out) + st.out_pos, n)
-        st.out_pos += n
-        if st.out_pos < PyByteArray_GET_SIZE(st.out):
-            return n
-        PyByteArray_Resize(st.out, 0)
-        st.out_pos = 0
-    if st.finishing:
+    cdef size_t avail = _avail(st)
+    cdef size_t n = avail if avail < length else length
+    if n:
+        flags[0] |= NGHTTP2_DATA_FLAG_NO_COPY
+    if st.finishing and n == avail:
         flags[0] |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM
         if _submit_trailer(s, st) != 0:
             return NGHTTP2_ERR_CALLBACK_FAILURE
@@ -248,8 +294,10 @@ cdef class ServerSession:
     cdef dict streams
     cdef size_t max_message
     cdef readonly object last_error
-    cdef char *obuf             # drain's output: every frame nghttp2 sends in one call, one copy each
+    cdef PyObject *obytes       # drain's output, a bytes object being written (NULL until a frame)
+    cdef char *obuf             # its bytes: every frame nghttp2 sends in one call, written in place
     cdef size_t olen, ocap
+    cdef size_t ohint           # the capacity a new output starts with (the last output's size)
     cdef bytes path_raw         # the last :path seen, and its str: the same for nearly every call
     cdef str path_str
     # metadata a client sends the same on every call (x-mq-client-id, x-mq-language, ...): per
@@ -276,6 +324,7 @@ cdef class ServerSession:
         nghttp2_session_callbacks_set_on_stream_close_callback(cbs, _on_stream_close)
         nghttp2_session_callbacks_set_error_callback2(cbs, _on_error)
         nghttp2_session_callbacks_set_send_callback(cbs, _on_send)
+        nghttp2_session_callbacks_set_send_data_callback(cbs, _send_data)
         if nghttp2_option_new(&opt) != 0:
             nghttp2_session_callbacks_del(cbs)
             raise MemoryError()
@@ -295,7 +344,8 @@ cdef class ServerSession:
         if self.s is not NULL:
             nghttp2_session_del(self.s)
             self.s = NULL
-        free(self.obuf)
+        _xdecref(self.obytes)
+        self.obytes = NULL
         self.obuf = NULL
 
     def feed(self, data) -> list:
@@ -342,22 +392,31 @@ cdef class ServerSession:
 
     def drain(self) -> bytes:
         """Every byte nghttp2 has to send now (frames, DATA out of the streams' buffers, trailers):
-        nghttp2_session_send hands each frame to _on_send, which appends it to one buffer, so a
-        turn's frames become one bytes object (not one per frame, then joined)."""
+        nghttp2_session_send hands each frame to _on_send, and each DATA frame to _send_data, which
+        write them into one bytes object, so a turn's frames become one bytes object (not one per
+        frame, then joined), handed out as it is (shrunk to its length, not copied)."""
         cdef int rv
+        cdef size_t n
         self.olen = 0
         rv = nghttp2_session_send(self.s)
         if rv < 0:
+            self.olen = 0
             raise H2Error(nghttp2_strerror(rv).decode())
-        if self.olen == 0:
-            out = b""
-        else:
-            out = PyBytes_FromStringAndSize(self.obuf, self.olen)
-        if self.ocap > _OBUF_KEEP:  # a large burst's buffer is not kept for the connection's life
-            free(self.obuf)
+        n = self.olen
+        self.olen = 0
+        if n == 0:
+            return b""
+        if _resize_bytes(&self.obytes, <Py_ssize_t>n) < 0:  # shrinking: realloc in place
+            self.obytes = NULL
             self.obuf = NULL
             self.ocap = 0
-        self.olen = 0
+            raise MemoryError()
+        out = <object>self.obytes  # the reference is handed over: the next drain starts a new one
+        Py_DECREF(out)
+        self.obytes = NULL
+        self.obuf = NULL
+        self.ocap = 0
+        self.ohint = n + n // 4 if n + n // 4 < _OBUF_KEEP else _OBUF_KEEP
         return out
 
     def want_io(self) -> bool:
@@ -429,11 +488,15 @@ cdef class ServerSession:
         if st is None or st.done:
             return False
         if n:
-            if st.out is None:
-                st.out = bytearray()
-            have = PyByteArray_GET_SIZE(st.out)
-            PyByteArray_Resize(st.out, have + n)
-            memcpy(PyByteArray_AS_STRING(st.out) + have, PyBytes_AS_STRING(framed), n)
+            if st.framed is None and st.single is None and (st.out is None or PyByteArray_GET_SIZE(st.out) == 0):
+                st.framed = <bytes>framed  # held, not copied: bytes do not change (a bytes subclass's
+                st.framed_pos = 0          # contents neither); written from here into the DATA frames
+            else:
+                if st.out is None:
+                    st.out = bytearray()
+                have = PyByteArray_GET_SIZE(st.out)
+                PyByteArray_Resize(st.out, have + n)
+                memcpy(PyByteArray_AS_STRING(st.out) + have, PyBytes_AS_STRING(framed), n)
             self._kick(st)
         return True
 
@@ -468,7 +531,7 @@ cdef class ServerSession:
         cdef _Stream st = self.streams.get(sid)
         if st is None or st.done:
             return False
-        if st.single is None and (st.out is None or PyByteArray_GET_SIZE(st.out) == 0):
+        if st.single is None and st.framed is None and (st.out is None or PyByteArray_GET_SIZE(st.out) == 0):
             st.single = payload  # copied once, into the DATA frame (_copy_single)
             st.out_pos = 0
         else:
@@ -684,23 +747,65 @@ cdef int _on_stream_close(nghttp2_session *s, int32_t sid, uint32_t error_code, 
     return 0
 
 
-cdef ssize_t _on_send(nghttp2_session *s, const uint8_t *data, size_t n, int flags, void *user_data) noexcept:
-    """nghttp2_session_send's output (drain): appended to the session's buffer."""
-    cdef ServerSession self = _sess(user_data)
+cdef int _room(ServerSession self, size_t n) noexcept:
+    """Room for n more bytes in drain's output (a bytes object, grown by doubling); 0 or -1."""
     cdef size_t cap
-    cdef char *grown
-    if self.olen + n > self.ocap:
-        cap = self.ocap * 2 if self.ocap else 16384
-        while cap < self.olen + n:
-            cap *= 2
-        grown = <char *>realloc(self.obuf, cap)
-        if grown is NULL:
-            return NGHTTP2_ERR_CALLBACK_FAILURE
-        self.obuf = grown
-        self.ocap = cap
+    if self.olen + n <= self.ocap:
+        return 0
+    cap = self.ocap * 2 if self.ocap else (self.ohint if self.ohint > 16384 else 16384)
+    while cap < self.olen + n:
+        cap *= 2
+    if self.obytes is NULL:
+        self.obytes = _new_bytes(NULL, <Py_ssize_t>cap)
+        if self.obytes is NULL:
+            PyErr_Clear()
+            return -1
+    elif _resize_bytes(&self.obytes, <Py_ssize_t>cap) < 0:  # frees it on failure
+        PyErr_Clear()
+        self.obytes = NULL
+        self.obuf = NULL
+        self.ocap = 0
+        self.olen = 0
+        return -1
+    self.obuf = _bytes_data(self.obytes)
+    self.ocap = cap
+    return 0
+
+
+cdef ssize_t _on_send(nghttp2_session *s, const uint8_t *data, size_t n, int flags, void *user_data) noexcept:
+    """nghttp2_session_send's output (drain): appended to the session's output."""
+    cdef ServerSession self = _sess(user_data)
+    if _room(self, n) < 0:
+        return NGHTTP2_ERR_CALLBACK_FAILURE
     memcpy(self.obuf + self.olen, data, n)
     self.olen += n
     return <ssize_t>n
+
+
+cdef int _send_data(nghttp2_session *s, nghttp2_frame *frame, const uint8_t *framehd, size_t length,
+                    nghttp2_data_source *source, void *user_data) noexcept:
+    """A DATA frame _read_cb sized (NGHTTP2_DATA_FLAG_NO_COPY): its 9-byte header, then `length`
+    bytes of the stream's queue copied straight into drain's output (no copy into nghttp2's frame
+    buffer first), padding as nghttp2 asks (none: no padding callback is set)."""
+    cdef ServerSession self = _sess(user_data)
+    cdef _Stream st = <_Stream>source.ptr
+    cdef size_t padlen = frame.data.padlen
+    cdef size_t total = 9 + length + padlen
+    cdef char *p
+    if _room(self, total) < 0:
+        return NGHTTP2_ERR_CALLBACK_FAILURE
+    p = self.obuf + self.olen
+    memcpy(p, framehd, 9)
+    p += 9
+    if padlen > 0:
+        p[0] = <char>(padlen - 1)
+        p += 1
+    if _copy_out(st, <uint8_t *>p, length) < 0:
+        return NGHTTP2_ERR_CALLBACK_FAILURE
+    if padlen > 1:
+        memset(p + length, 0, padlen - 1)
+    self.olen += total
+    return 0
 
 
 cdef int _on_error(nghttp2_session *s, int code, const char *msg, size_t n, void *user_data) noexcept:

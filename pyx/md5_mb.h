@@ -23,61 +23,125 @@
 #include <immintrin.h>
 #define BROKER_MD5_MB 1
 
-static const uint32_t MD5_MB_K[64] = {
-    0xd76aa478, 0xe8c7b756, 0x242070db, 0xc1bdceee, 0xf57c0faf, 0x4787c62a, 0xa8304613, 0xfd469501,
-    0x698098d8, 0x8b44f7af, 0xffff5bb1, 0x895cd7be, 0x6b901122, 0xfd987193, 0xa679438e, 0x49b40821,
-    0xf61e2562, 0xc040b340, 0x265e5a51, 0xe9b6c7aa, 0xd62f105d, 0x02441453, 0xd8a1e681, 0xe7d3fbc8,
-    0x21e1cde6, 0xc33707d6, 0xf4d50d87, 0x455a14ed, 0xa9e3e905, 0xfcefa3f8, 0x676f02d9, 0x8d2a4c8a,
-    0xfffa3942, 0x8771f681, 0x6d9d6122, 0xfde5380c, 0xa4beea44, 0x4bdecfa9, 0xf6bb4b60, 0xbebfbc70,
-    0x289b7ec6, 0xeaa127fa, 0xd4ef3085, 0x04881d05, 0xd9d4d039, 0xe6db99e5, 0x1fa27cf8, 0xc4ac5665,
-    0xf4292244, 0x432aff97, 0xab9423a7, 0xfc93a039, 0x655b59c3, 0x8f0ccc92, 0xffeff47d, 0x85845dd1,
-    0x6fa87e4f, 0xfe2ce6e0, 0xa3014314, 0x4e0811a1, 0xf7537e82, 0xbd3af235, 0x2ad7d2bb, 0xeb86d391};
-static const int MD5_MB_S[64] = {
-    7, 12, 17, 22, 7, 12, 17, 22, 7, 12, 17, 22, 7, 12, 17, 22,
-    5, 9, 14, 20, 5, 9, 14, 20, 5, 9, 14, 20, 5, 9, 14, 20,
-    4, 11, 16, 23, 4, 11, 16, 23, 4, 11, 16, 23, 4, 11, 16, 23,
-    6, 10, 15, 21, 6, 10, 15, 21, 6, 10, 15, 21, 6, 10, 15, 21};
+/* The 16 words of eight lanes' blocks, word i of every lane into m[i]: two 8x8 transposes of
+ * 32-bit words (unpack and 128-bit permutes), not 128 scalar loads put together lane by lane. */
+__attribute__((target("avx2")))
+static inline void md5_mb_words(__m256i m[16], const uint8_t *const blocks[8])
+{
+    int h;
+    for (h = 0; h < 2; h++) {
+        __m256i r0 = _mm256_loadu_si256((const __m256i *)(blocks[0] + 32 * h));
+        __m256i r1 = _mm256_loadu_si256((const __m256i *)(blocks[1] + 32 * h));
+        __m256i r2 = _mm256_loadu_si256((const __m256i *)(blocks[2] + 32 * h));
+        __m256i r3 = _mm256_loadu_si256((const __m256i *)(blocks[3] + 32 * h));
+        __m256i r4 = _mm256_loadu_si256((const __m256i *)(blocks[4] + 32 * h));
+        __m256i r5 = _mm256_loadu_si256((const __m256i *)(blocks[5] + 32 * h));
+        __m256i r6 = _mm256_loadu_si256((const __m256i *)(blocks[6] + 32 * h));
+        __m256i r7 = _mm256_loadu_si256((const __m256i *)(blocks[7] + 32 * h));
+        __m256i t0 = _mm256_unpacklo_epi32(r0, r1), t1 = _mm256_unpackhi_epi32(r0, r1);
+        __m256i t2 = _mm256_unpacklo_epi32(r2, r3), t3 = _mm256_unpackhi_epi32(r2, r3);
+        __m256i t4 = _mm256_unpacklo_epi32(r4, r5), t5 = _mm256_unpackhi_epi32(r4, r5);
+        __m256i t6 = _mm256_unpacklo_epi32(r6, r7), t7 = _mm256_unpackhi_epi32(r6, r7);
+        __m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2);
+        __m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3);
+        __m256i u4 = _mm256_unpacklo_epi64(t4, t6), u5 = _mm256_unpackhi_epi64(t4, t6);
+        __m256i u6 = _mm256_unpacklo_epi64(t5, t7), u7 = _mm256_unpackhi_epi64(t5, t7);
+        m[8 * h + 0] = _mm256_permute2x128_si256(u0, u4, 0x20);
+        m[8 * h + 1] = _mm256_permute2x128_si256(u1, u5, 0x20);
+        m[8 * h + 2] = _mm256_permute2x128_si256(u2, u6, 0x20);
+        m[8 * h + 3] = _mm256_permute2x128_si256(u3, u7, 0x20);
+        m[8 * h + 4] = _mm256_permute2x128_si256(u0, u4, 0x31);
+        m[8 * h + 5] = _mm256_permute2x128_si256(u1, u5, 0x31);
+        m[8 * h + 6] = _mm256_permute2x128_si256(u2, u6, 0x31);
+        m[8 * h + 7] = _mm256_permute2x128_si256(u3, u7, 0x31);
+    }
+}
+
+/* RFC 1321's four functions and its step, a = b + ((a + f(b, c, d) + x + k) <<< s), written out
+ * for all 64 steps so that every shift is an immediate and no step computes its word index. */
+#define MD5_MB_F(b, c, d) _mm256_xor_si256(d, _mm256_and_si256(b, _mm256_xor_si256(c, d)))
+#define MD5_MB_G(b, c, d) _mm256_xor_si256(c, _mm256_and_si256(d, _mm256_xor_si256(b, c)))
+#define MD5_MB_H(b, c, d) _mm256_xor_si256(_mm256_xor_si256(b, c), d)
+#define MD5_MB_I(b, c, d) _mm256_xor_si256(c, _mm256_or_si256(b, _mm256_xor_si256(d, ones)))
+#define MD5_MB_STEP(fn, a, b, c, d, x, k, s)                                                             \
+    do {                                                                                             \
+        __m256i t_ = _mm256_add_epi32(_mm256_add_epi32(a, fn(b, c, d)),                              \
+                                      _mm256_add_epi32(_mm256_set1_epi32((int)(k)), m[x]));          \
+        a = _mm256_add_epi32(b, _mm256_or_si256(_mm256_slli_epi32(t_, s), _mm256_srli_epi32(t_, 32 - (s)))); \
+    } while (0)
 
 /* One 64-byte block of each of eight lanes; blocks[l] the lane's block (16 little-endian words). */
 __attribute__((target("avx2")))
 static void md5_mb_block(__m256i st[4], const uint8_t *const blocks[8], __m256i active)
 {
     __m256i m[16];
-    __m256i a = st[0], b = st[1], c = st[2], d = st[3], f, t;
+    __m256i a = st[0], b = st[1], c = st[2], d = st[3];
     const __m256i ones = _mm256_set1_epi32(-1);
-    int i, g;
-    for (i = 0; i < 16; i++) {
-        uint32_t w[8];
-        int l;
-        for (l = 0; l < 8; l++)
-            memcpy(&w[l], blocks[l] + 4 * i, 4);
-        m[i] = _mm256_setr_epi32((int)w[0], (int)w[1], (int)w[2], (int)w[3], (int)w[4], (int)w[5], (int)w[6],
-                                 (int)w[7]);
-    }
-    for (i = 0; i < 64; i++) {
-        if (i < 16) {
-            f = _mm256_or_si256(_mm256_and_si256(b, c), _mm256_andnot_si256(b, d));
-            g = i;
-        } else if (i < 32) {
-            f = _mm256_or_si256(_mm256_and_si256(d, b), _mm256_andnot_si256(d, c));
-            g = (5 * i + 1) & 15;
-        } else if (i < 48) {
-            f = _mm256_xor_si256(_mm256_xor_si256(b, c), d);
-            g = (3 * i + 5) & 15;
-        } else {
-            f = _mm256_xor_si256(c, _mm256_or_si256(b, _mm256_xor_si256(d, ones)));
-            g = (7 * i) & 15;
-        }
-        t = _mm256_add_epi32(_mm256_add_epi32(a, f), _mm256_add_epi32(_mm256_set1_epi32((int)MD5_MB_K[i]), m[g]));
-        {
-            const int s = MD5_MB_S[i];
-            t = _mm256_or_si256(_mm256_sll_epi32(t, _mm_cvtsi32_si128(s)), _mm256_srl_epi32(t, _mm_cvtsi32_si128(32 - s)));
-        }
-        a = d;
-        d = c;
-        c = b;
-        b = _mm256_add_epi32(b, t);
-    }
+    md5_mb_words(m, blocks);
+    MD5_MB_STEP(MD5_MB_F, a, b, c, d, 0, 0xd76aa478, 7);
+    MD5_MB_STEP(MD5_MB_F, d, a, b, c, 1, 0xe8c7b756, 12);
+    MD5_MB_STEP(MD5_MB_F, c, d, a, b, 2, 0x242070db, 17);
+    MD5_MB_STEP(MD5_MB_F, b, c, d, a, 3, 0xc1bdceee, 22);
+    MD5_MB_STEP(MD5_MB_F, a, b, c, d, 4, 0xf57c0faf, 7);
+    MD5_MB_STEP(MD5_MB_F, d, a, b, c, 5, 0x4787c62a, 12);
+    MD5_MB_STEP(MD5_MB_F, c, d, a, b, 6, 0xa8304613, 17);
+    MD5_MB_STEP(MD5_MB_F, b, c, d, a, 7, 0xfd469501, 22);
+    MD5_MB_STEP(MD5_MB_F, a, b, c, d, 8, 0x698098d8, 7);
+    MD5_MB_STEP(MD5_MB_F, d, a, b, c, 9, 0x8b44f7af, 12);
+    MD5_MB_STEP(MD5_MB_F, c, d, a, b, 10, 0xffff5bb1, 17);
+    MD5_MB_STEP(MD5_MB_F, b, c, d, a, 11, 0x895cd7be, 22);
+    MD5_MB_STEP(MD5_MB_F, a, b, c, d, 12, 0x6b901122, 7);
+    MD5_MB_STEP(MD5_MB_F, d, a, b, c, 13, 0xfd987193, 12);
+    MD5_MB_STEP(MD5_MB_F, c, d, a, b, 14, 0xa679438e, 17);
+    MD5_MB_STEP(MD5_MB_F, b, c, d, a, 15, 0x49b40821, 22);
+    MD5_MB_STEP(MD5_MB_G, a, b, c, d, 1, 0xf61e2562, 5);
+    MD5_MB_STEP(MD5_MB_G, d, a, b, c, 6, 0xc040b340, 9);
+    MD5_MB_STEP(MD5_MB_G, c, d, a, b, 11, 0x265e5a51, 14);
+    MD5_MB_STEP(MD5_MB_G, b, c, d, a, 0, 0xe9b6c7aa, 20);
+    MD5_MB_STEP(MD5_MB_G, a, b, c, d, 5, 0xd62f105d, 5);
+    MD5_MB_STEP(MD5_MB_G, d, a, b, c, 10, 0x02441453, 9);
+    MD5_MB_STEP(MD5_MB_G, c, d, a, b, 15, 0xd8a1e681, 14);
+    MD5_MB_STEP(MD5_MB_G, b, c, d, a, 4, 0xe7d3fbc8, 20);
+    MD5_MB_STEP(MD5_MB_G, a, b, c, d, 9, 0x21e1cde6, 5);
+    MD5_MB_STEP(MD5_MB_G, d, a, b, c, 14, 0xc33707d6, 9);
+    MD5_MB_STEP(MD5_MB_G, c, d, a, b, 3, 0xf4d50d87, 14);
+    MD5_MB_STEP(MD5_MB_G, b, c, d, a, 8, 0x455a14ed, 20);
+    MD5_MB_STEP(MD5_MB_G, a, b, c, d, 13, 0xa9e3e905, 5);
+    MD5_MB_STEP(MD5_MB_G, d, a, b, c, 2, 0xfcefa3f8, 9);
+    MD5_MB_STEP(MD5_MB_G, c, d, a, b, 7, 0x676f02d9, 14);
+    MD5_MB_STEP(MD5_MB_G, b, c, d, a, 12, 0x8d2a4c8a, 20);
+    MD5_MB_STEP(MD5_MB_H, a, b, c, d, 5, 0xfffa3942, 4);
+    MD5_MB_STEP(MD5_MB_H, d, a, b, c, 8, 0x8771f681, 11);
+    MD5_MB_STEP(MD5_MB_H, c, d, a, b, 11, 0x6d9d6122, 16);
+    MD5_MB_STEP(MD5_MB_H, b, c, d, a, 14, 0xfde5380c, 23);
+    MD5_MB_STEP(MD5_MB_H, a, b, c, d, 1, 0xa4beea44, 4);
+    MD5_MB_STEP(MD5_MB_H, d, a, b, c, 4, 0x4bdecfa9, 11);
+    MD5_MB_STEP(MD5_MB_H, c, d, a, b, 7, 0xf6bb4b60, 16);
+    MD5_MB_STEP(MD5_MB_H, b, c, d, a, 10, 0xbebfbc70, 23);
+    MD5_MB_STEP(MD5_MB_H, a, b, c, d, 13, 0x289b7ec6, 4);
+    MD5_MB_STEP(MD5_MB_H, d, a, b, c, 0, 0xeaa127fa, 11);
+    MD5_MB_STEP(MD5_MB_H, c, d, a, b, 3, 0xd4ef3085, 16);
+    MD5_MB_STEP(MD5_MB_H, b, c, d, a, 6, 0x04881d05, 23);
+    MD5_MB_STEP(MD5_MB_H, a, b, c, d, 9, 0xd9d4d039, 4);
+    MD5_MB_STEP(MD5_MB_H, d, a, b, c, 12, 0xe6db99e5, 11);
+    MD5_MB_STEP(MD5_MB_H, c, d, a, b, 15, 0x1fa27cf8, 16);
+    MD5_MB_STEP(MD5_MB_H, b, c, d, a, 2, 0xc4ac5665, 23);
+    MD5_MB_STEP(MD5_MB_I, a, b, c, d, 0, 0xf4292244, 6);
+    MD5_MB_STEP(MD5_MB_I, d, a, b, c, 7, 0x432aff97, 10);
+    MD5_MB_STEP(MD5_MB_I, c, d, a, b, 14, 0xab9423a7, 15);
+    MD5_MB_STEP(MD5_MB_I, b, c, d, a, 5, 0xfc93a039, 21);
+    MD5_MB_STEP(MD5_MB_I, a, b, c, d, 12, 0x655b59c3, 6);
+    MD5_MB_STEP(MD5_MB_I, d, a, b, c, 3, 0x8f0ccc92, 10);
+    MD5_MB_STEP(MD5_MB_I, c, d, a, b, 10, 0xffeff47d, 15);
+    MD5_MB_STEP(MD5_MB_I, b, c, d, a, 1, 0x85845dd1, 21);
+    MD5_MB_STEP(MD5_MB_I, a, b, c, d, 8, 0x6fa87e4f, 6);
+    MD5_MB_STEP(MD5_MB_I, d, a, b, c, 15, 0xfe2ce6e0, 10);
+    MD5_MB_STEP(MD5_MB_I, c, d, a, b, 6, 0xa3014314, 15);
+    MD5_MB_STEP(MD5_MB_I, b, c, d, a, 13, 0x4e0811a1, 21);
+    MD5_MB_STEP(MD5_MB_I, a, b, c, d, 4, 0xf7537e82, 6);
+    MD5_MB_STEP(MD5_MB_I, d, a, b, c, 11, 0xbd3af235, 10);
+    MD5_MB_STEP(MD5_MB_I, c, d, a, b, 2, 0x2ad7d2bb, 15);
+    MD5_MB_STEP(MD5_MB_I, b, c, d, a, 9, 0xeb86d391, 21);
     st[0] = _mm256_blendv_epi8(st[0], _mm256_add_epi32(st[0], a), active);
     st[1] = _mm256_blendv_epi8(st[1], _mm256_add_epi32(st[1], b), active);
     st[2] = _mm256_blendv_epi8(st[2], _mm256_add_epi32(st[2], c), active);

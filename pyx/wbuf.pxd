@@ -9,6 +9,7 @@
 #
 # Every cdef writer returns 0 or raises (except -1): MemoryError, BufferError, ValueError.
 
+from cpython.object cimport PyObject
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 
 cdef enum:
@@ -20,6 +21,7 @@ cdef class WriteBuffer:
     cdef Py_ssize_t _size       # capacity of _buf
     cdef Py_ssize_t _len        # bytes written
     cdef Py_ssize_t _views      # buffer exports alive
+    cdef PyObject *_obj         # NULL, or (use_bytes) the bytes object _buf is the contents of
     cdef uint8_t _inline[WBUF_INLINE]
 
     cdef int ensure(self, Py_ssize_t n) except -1          # room for n more bytes
@@ -36,3 +38,7 @@ cdef class WriteBuffer:
     cdef Py_ssize_t position(self) noexcept
     cdef int patch_be32(self, Py_ssize_t at, uint32_t v) except -1
     cdef int clear(self) except -1
+    # An empty buffer written from now on into a bytes object of n bytes' room (grown as needed),
+    # which take_bytes hands over as it is: the result without a copy out of the buffer.
+    cdef int use_bytes(self, Py_ssize_t n) except -1
+    cdef bytes take_bytes(self)                             # the bytes written; the buffer empty again

@@ -10,6 +10,8 @@ from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_FillInfo, PyBUF_SIMPLE, PyB
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.memoryview cimport PyMemoryView_FromObject
+from cpython.object cimport PyObject
+from cpython.ref cimport Py_DECREF
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
@@ -17,6 +19,11 @@ from bytesex cimport put_be16, put_be32, put_be64
 
 cdef extern from "Python.h":
     const Py_ssize_t PY_SSIZE_T_MAX
+    # use_bytes' object, held as a raw pointer so that _PyBytes_Resize can grow and shrink it in place
+    PyObject *_new_bytes "PyBytes_FromStringAndSize"(const char *, Py_ssize_t) except NULL
+    int _resize_bytes "_PyBytes_Resize"(PyObject **, Py_ssize_t) except -1
+    char *_bytes_data "PyBytes_AS_STRING"(PyObject *)
+    void _xdecref "Py_XDECREF"(PyObject *)
 
 globals()["WBUF_INLINE"] = WBUF_INLINE
 
@@ -48,7 +55,10 @@ cdef class WriteBuffer:
         self._views = 0
 
     def __dealloc__(self):
-        if self._buf != self._inline:
+        if self._obj is not NULL:
+            _xdecref(self._obj)
+            self._obj = NULL
+        elif self._buf != self._inline:
             PyMem_Free(self._buf)
         self._buf = NULL
 
@@ -72,6 +82,18 @@ cdef class WriteBuffer:
         size = self._size
         while size < need:
             size = need if size > PY_SSIZE_T_MAX // 2 else size * 2
+        if self._obj is not NULL:
+            try:
+                _resize_bytes(&self._obj, size)  # realloc: the bytes written move with it
+            except MemoryError:
+                self._obj = NULL  # freed by _PyBytes_Resize: back to empty
+                self._buf = self._inline
+                self._size = WBUF_INLINE
+                self._len = 0
+                raise
+            self._buf = <uint8_t *> _bytes_data(self._obj)
+            self._size = size
+            return 0
         if self._buf == self._inline:
             p = <uint8_t *> PyMem_Malloc(size)
             if p == NULL:
@@ -188,6 +210,47 @@ cdef class WriteBuffer:
         self._len = 0
         return 0
 
+    cdef int use_bytes(self, Py_ssize_t n) except -1:
+        if self._len or self._views:
+            raise BufferError("use_bytes needs an empty WriteBuffer with no view exported")
+        if n < 1:
+            n = 1
+        if self._obj is not NULL:
+            if n <= self._size:
+                return 0
+            _xdecref(self._obj)
+            self._obj = NULL
+            self._buf = self._inline
+            self._size = WBUF_INLINE
+        elif self._buf != self._inline:
+            PyMem_Free(self._buf)
+            self._buf = self._inline
+            self._size = WBUF_INLINE
+        self._obj = _new_bytes(NULL, n)
+        self._buf = <uint8_t *> _bytes_data(self._obj)
+        self._size = n
+        return 0
+
+    cdef bytes take_bytes(self):
+        cdef bytes out
+        if self._views:
+            raise BufferError("cannot take a WriteBuffer's bytes while views of it are exported")
+        if self._obj is NULL:
+            out = PyBytes_FromStringAndSize(<char *> self._buf, self._len)
+            self._len = 0
+            return out
+        try:
+            _resize_bytes(&self._obj, self._len)  # shrinking: realloc in place, nothing copied
+        finally:
+            out = None if self._obj is NULL else <bytes><object> self._obj
+            if self._obj is not NULL:
+                Py_DECREF(out)  # the buffer's reference is the caller's now
+            self._obj = NULL
+            self._buf = self._inline
+            self._size = WBUF_INLINE
+            self._len = 0
+        return out
+
     # -- Python side -------------------------------------------------------------------------
     def __len__(self):
         return self._len
@@ -239,6 +302,15 @@ cdef class WriteBuffer:
     def reset(self) -> None:
         """clear(): forget the bytes written, keep the memory."""
         self.clear()
+
+    def start_bytes(self, Py_ssize_t n) -> None:
+        """use_bytes(n) (Python callers and the tests)."""
+        self.use_bytes(n)
+
+    def take(self) -> bytes:
+        """take_bytes(): the bytes written, handed over (without a copy after start_bytes); the buffer
+        is empty again."""
+        return self.take_bytes()
 
     def __getbuffer__(self, Py_buffer *buffer, int flags):
         if flags & PyBUF_WRITABLE:

@@ -148,3 +148,77 @@ def test_metadata_the_same_on_every_call_and_metadata_that_changes():
     # a client whose id changes on a later call is read as it says
     evs = s.feed(headers(13, False, [(b"x-mq-client-id", b"c2")]) + data(13, message(b"m"), True))
     assert evs[0][3] == [("x-mq-client-id", "c2")]
+
+
+def frames(out: bytes) -> list[tuple[int, int, int, bytes]]:
+    """The server's bytes as (type, flags, stream id, payload) frames, checked whole."""
+    got, pos = [], 0
+    while pos < len(out):
+        n = int.from_bytes(out[pos:pos + 3], "big")
+        assert pos + 9 + n <= len(out), "a frame cut short"
+        got.append((out[pos + 3], out[pos + 4], int.from_bytes(out[pos + 5:pos + 9], "big") & 0x7FFFFFFF,
+                    out[pos + 9:pos + 9 + n]))
+        pos += 9 + n
+    return got
+
+
+@settings(max_examples=60, deadline=None)
+@given(pieces=st.lists(st.tuples(st.sampled_from(["framed", "message"]), st.binary(max_size=9000)),
+                       min_size=1, max_size=6),
+       window=st.integers(min_value=1, max_value=20_000), step=st.integers(min_value=1, max_value=30_000),
+       drain_between=st.booleans())
+def test_answers_held_and_written_through_a_small_window(pieces, window, step, drain_between):
+    """A stream's answer (framed bytes held without a copy, messages copied into its buffer, in any
+    order) under a client's stream window smaller than it: each DATA frame is deferred at the
+    window and resumed by WINDOW_UPDATE, and the stream's DATA, whatever the frames' cuts, is
+    the answer's bytes in the order queued, then the trailers."""
+    settings_frame = frame(4, 0, 0, struct.pack(">HI", 4, window))  # SETTINGS_INITIAL_WINDOW_SIZE
+    s = K.ServerSession()
+    s.feed(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + settings_frame + headers(1, False) + data(1, message(b"q"), True))
+    want = b""
+    for kind, body in pieces:
+        if kind == "framed":
+            framed = message(body) + message(body[:3])
+            assert s.send_framed(1, framed)
+            want += framed
+        else:
+            assert s.send_message(1, body)
+            want += message(body)
+        if drain_between:
+            got = frames(s.drain())
+            assert sum(len(p) for t, _, sid, p in got if t == 0 and sid == 1) <= window
+            want_sent = b"".join(p for t, _, sid, p in got if t == 0 and sid == 1)
+            assert want.startswith(want_sent)
+            want = want[len(want_sent):]
+    assert s.finish(1, 0)
+    sent, trailers, credit = b"", None, 0
+    for _ in range(10_000):
+        for t, flags, sid, payload in frames(s.drain()):
+            if sid != 1:
+                continue
+            if t == 0:
+                assert trailers is None and not flags & END_STREAM
+                sent += payload
+            elif t == 1 and sent == want:
+                trailers = (flags, payload)
+        if trailers is not None:
+            break
+        s.feed(frame(8, 0, 1, struct.pack(">I", step)) + frame(8, 0, 0, struct.pack(">I", step)))  # WINDOW_UPDATEs
+    assert sent == want
+    assert trailers is not None and trailers[0] & END_STREAM
+
+
+def test_a_framed_answer_is_held_not_copied():
+    """send_framed on an empty stream keeps the caller's bytes until its DATA frames are written;
+    nothing the caller keeps changes what is sent, and the object is let go once sent."""
+    import sys
+    s = K.ServerSession()
+    s.feed(PREFACE + headers(1, False) + data(1, message(b"q"), True))
+    framed = message(b"x" * 40_000)
+    before = sys.getrefcount(framed)
+    assert s.send_framed(1, framed)
+    assert sys.getrefcount(framed) == before + 1  # held by the stream
+    s.finish(1, 0)
+    got = frames(s.drain())
+    assert b"".join(p for t, _, sid, p in got if t == 0 and sid == 1) == framed
+    assert sys.getrefcount(framed) == before  # let go once written

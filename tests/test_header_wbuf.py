@@ -107,3 +107,28 @@ def test_the_framing_recipe_of_header_pxd(stype, code, opaque, remark, ext, body
     assert w.getvalue() == before + frame_prefix(len(header), len(body), stype) + header + body
     total, word = struct.unpack_from(">iI", w.getvalue(), len(before))
     assert total == 4 + len(header) + len(body) and word == (stype << 24) | len(header)
+
+
+def test_written_into_a_bytes_object_and_handed_over():
+    """start_bytes (use_bytes): the buffer writes into a bytes object, grows it past its first
+    room, and take() hands that object over (the same bytes getvalue copies); the buffer is empty
+    and usable again after, inline or bytes-backed; a view still refuses growth meanwhile."""
+    b = WriteBuffer()
+    b.start_bytes(16)
+    b.extend(b"x" * 10)
+    with b.view():
+        with pytest.raises(BufferError):
+            b.extend(b"y" * 100)  # past the room: would move what the view shows
+    b.extend(b"y" * 100)
+    b.extend_int(7, 4)
+    want = b"x" * 10 + b"y" * 100 + b"\x00\x00\x00\x07"
+    assert b.getvalue() == want
+    out = b.take()
+    assert type(out) is bytes and out == want and len(b) == 0
+    b.extend(b"abc")
+    assert b.take() == b"abc"  # not bytes-backed now: a copy, as getvalue
+    b.start_bytes(4)
+    assert b.take() == b""
+    b.extend(b"z" * 3000)
+    with pytest.raises(BufferError):
+        b.start_bytes(10)  # only an empty buffer switches

@@ -282,3 +282,31 @@ def test_the_bodies_md5_eight_at_a_time_at_every_block_edge():
                                    False) == k
         finally:
             K.use_md5_lanes(before)
+
+
+def test_pops_of_up_to_and_past_the_stack_arrays():
+    """encode_popped keeps a pop's record spans and MD5 inputs on the stack up to 64 records and
+    allocates them past that: pops of 63, 64, 65 and 130 records (random bodies of lengths around
+    the block edges, two queues) answer as the twin and hashlib, handles included."""
+    import hashlib
+    import random
+
+    rnd = random.Random(32)
+    for n in (63, 64, 65, 130):
+        records, digests = [], []
+        for i in range(n):
+            body = rnd.randbytes(rnd.choice([0, 55, 56, 64, 120, 1024, rnd.randrange(2000)]))
+            raw = f"UNIQ_KEY\x01U{i}\x02TAGS\x01t{i % 3}\x02k{i % 5}\x01v".encode()
+            buf = bytearray(C.record_length(len(body), len(TOPIC), len(raw)))
+            size = C.encode_record(buf, 0, 10 * i, i, 1_700_000_000_001, TOPIC.encode(), i % 2, body, raw, 0, 0,
+                                   1_700_000_000_000, V4, V4B, i % 4, 0)
+            records.append(bytes(buf[:size]))
+            digests.append(hashlib.md5(body).hexdigest().upper())
+        body = b"".join(records)
+        starts = {"0@0": 3, "0@1": 2**40}
+        k = K.encode_popped(body, TOPIC, starts, "1 2 3", "broker-a", 30_000, SYSTEM_PROPERTIES, 5, True)
+        assert k is not None
+        assert k == T.encode_popped(body, TOPIC, starts, "1 2 3", "broker-a", 30_000, SYSTEM_PROPERTIES, 5, True)
+        got = [spb.ReceiveMessageResponse.FromString(f).message.system_properties.body_digest.checksum
+               for f in _frames(k[0])[1:-1]]
+        assert got == digests and len(k[1]) == n

@@ -2,7 +2,8 @@
 message as ReceiveMessageResponse{message} (broker.kernels.receive_reply: the Message
 broker.proxy.converter.to_proto builds, with the receipt handle, delivery attempt and invisible
 duration the front sets), then the delivery timestamp, all as length-prefixed gRPC messages in one
-Framed piece: one copy into the stream's buffer for the whole batch. Building a protobuf Message per
+piece: a Framed, or (receive_popped) the kernel's own bytes, which the endpoint takes as framed too
+and holds without a copy until its DATA frames are written. Building a protobuf Message per
 message in Python cost more than the rest of a receive; tests/test_receive_reply_kernel_vs_twin.py
 holds the kernel equal to protobuf's encoding of what the converter builds."""
 from __future__ import annotations
@@ -45,7 +46,7 @@ def receive_ok(messages: list, topic: str, handles: list[str], invisible_ms: int
 
 
 def receive_popped(popped, topic: str, broker_name: str, invisible_ms: int, now_ms: int,
-                   want_handles: bool) -> tuple[Framed, list[str] | None] | None:
+                   want_handles: bool) -> tuple[bytes, list[str] | None] | None:
     """The whole answer written from a POP_MESSAGE answer's records (broker.client.pop.PoppedRecords,
     FOUND), with no message object per record: what receive_ok answers for the messages
     broker.client.pop.read_records makes of them, and their receipt handles when `want_handles`.
@@ -62,13 +63,11 @@ def receive_popped(popped, topic: str, broker_name: str, invisible_ms: int, now_
 
 def receive_popped_values(body, starts: dict[str, int], pop_time: int, invisible_time: int, revive_qid: int,
                           topic: str, broker_name: str, invisible_ms: int, now_ms: int,
-                          want_handles: bool) -> tuple[Framed, list[str] | None] | None:
+                          want_handles: bool) -> tuple[bytes, list[str] | None] | None:
     """receive_popped of the answer's values as they are: `body` the records back to back (any
     buffer: the local front's receive hands the one view of the log its pop read, no copy),
     `starts` as PoppedRecords.starts() gives them."""
     out = _kernel.encode_popped(body, topic, starts,
                                 f"{pop_time}{_extra_info.SEP}{invisible_time}{_extra_info.SEP}{revive_qid}",
                                 broker_name, invisible_ms, SYSTEM_PROPERTIES, now_ms, want_handles)
-    if out is None:
-        return None
-    return Framed(out[0]), out[1]
+    return out  # (bytes, handles): the endpoint writes the kernel's bytes as framed messages, uncopied

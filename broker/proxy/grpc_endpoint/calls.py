@@ -51,7 +51,10 @@ async def _resumed(coro, waited):
 class Framed(bytes):
     """What a streaming handler may yield instead of a response: response messages it serialized
     and length-prefixed itself (gRPC's flag byte and 4-byte length, then the message; any number
-    back to back), written into the stream as they are."""
+    back to back), written into the stream as they are. Plain `bytes` are taken the same way from a
+    method whose responses are serialized (a protobuf response is never bytes; a method without a
+    serializer answers its messages as bytes) and as a fast stream's answer: a kernel's answer
+    (receive_reply.encode_popped) is then written as the object it made, not copied into a Framed."""
     __slots__ = ()
 
 
@@ -213,7 +216,7 @@ class Call:
         already framed (Framed), written now with the OK trailers; or an async iterator of the
         responses still to come (its handler's work went as far as it could without waiting),
         which run() writes in a task as the handler's own, deadline and reset cancelling it."""
-        if type(taken) is Framed:
+        if type(taken) is Framed or type(taken) is bytes:
             self.finished = True
             self._stop_timer()
             self.context.done_ = True
@@ -329,7 +332,8 @@ class Call:
                 async for response in responses:
                     if self.finished:
                         break
-                    if type(response) is Framed:  # messages the handler encoded and framed itself
+                    if type(response) is Framed or (type(response) is bytes and serialize is not None):
+                        # messages the handler encoded and framed itself
                         conn.send_framed(self.sid, response)
                     else:
                         conn.send_message(self.sid, serialize(response) if serialize is not None else response)

@@ -82,7 +82,7 @@ class GrpcServer:
 
     def add_fast_stream(self, path: str, fast) -> None:
         """`fast(request, context)` answers calls of the server-streaming method `path` (one request
-        message, deserialized) when it can: the whole answer framed (a Framed: written at once with
+        message, deserialized) when it can: the whole answer framed (a Framed or bytes: written at once with
         the OK trailers, no task), an async iterator of the responses still to come (run in a task
         as the handler's would be), or None before doing anything, and the method's handler runs."""
         self.fast[path] = fast
