@@ -11,7 +11,10 @@ of the same broker:
   front's CPU is then the broker process's (front and broker together);
 - grpc_receive_h2_local: the same receive and ack loop driven by build/grpc_receive
   (bench/grpc_receive.c, libnghttp2's client in C, ~1 CPU-us a message) against the broker's own
-  front, 8 loops on one connection: the cell `make bench` reads against the remoting pull (25 %);
+  front, 32 loops on one connection: the cell `make bench` reads against the remoting pull (25 %).
+  32 loops of 32 hold 1,024 messages in flight, as the pull cell's 4 pulls of 256 do; at 8 loops
+  (its figure until 2026-11-30) the broker's loop idled ~40 % waiting for the next receive, so
+  the cell measured the loops' latency more than the front's capacity;
 - grpc_receive: ReceiveMessage of up to 32 messages (pop, 30 s invisible) then one AckMessage of
   the batch's receipt handles, 4 such loops at once, from the start of the client cells' topic
   until caught up (a receive that finds nothing) or the clock ends; a fresh consumer group each
@@ -424,7 +427,7 @@ def run_receive_driver(endpoints: str, group: str, seconds: float, in_flight: in
     return run_driver(cmd, "grpc_receive", on_start, on_end)
 
 
-async def bench_grpc_receive_h2(namesrv_addr: str, seconds: float, in_flight: int = 8, batch: int = 32,
+async def bench_grpc_receive_h2(namesrv_addr: str, seconds: float, in_flight: int = 32, batch: int = 32,
                                 on_start=nothing, workdir: str | None = None,
                                 local: LocalFront | None = None) -> NetResult:
     """ReceiveMessage + AckMessage driven by build/grpc_receive (bench/grpc_receive.c, libnghttp2's
