@@ -208,14 +208,18 @@ async def wait_dispatched(conn, timeout: float = 30.0, on_behind=None) -> None:
         t = await table()
 
 
-def drain(history: History, port: int, topic: str, queues: int = 4, host: str = "127.0.0.1", on_behind=None) -> int:
+def drain(history: History, port: int, topic: str, queues: int = 4, host: str = "127.0.0.1", on_behind=None,
+          settled: bool = True) -> int:
     """Every message the broker at `host:port` holds in `topic`, from each queue's minimum to its
-    maximum, into the history, once it dispatched all its log held. Returns how many."""
+    maximum, into the history, once it dispatched all its log held (`settled`; False: what it
+    serves now, e.g. a controller-mode master cut off from its in-sync slave, whose reput stops at
+    what the slave acknowledged and never reaches its log's end). Returns how many."""
     async def main() -> int:
         conn = await connect(host, port)
         n = 0
         try:
-            await wait_dispatched(conn, on_behind=on_behind)
+            if settled:
+                await wait_dispatched(conn, on_behind=on_behind)
             for q in range(queues):
                 r = await conn.request(RemotingCommand.request(codes.GET_MAX_OFFSET, {"topic": topic, "queueId": str(q)}), 10)
                 top = int(r.ext["offset"]) if r.code == codes.SUCCESS else 0
