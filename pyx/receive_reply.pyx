@@ -429,6 +429,7 @@ from cpython.unicode cimport PyUnicode_DecodeUTF8, PyUnicode_FromFormat
 from libc.string cimport memcmp, memcpy
 
 from broker.kernels.pulled cimport RecordSpan, walk_record
+from ascii cimport ascii_int
 from bytesex cimport get_be32, put_be32
 from utf8 cimport valid_utf8
 
@@ -582,24 +583,6 @@ cdef int _ascii_ms(const uint8_t *p, Py_ssize_t n, int64_t *v) noexcept:
     return 1
 
 
-cdef inline Py_ssize_t _decimal(uint8_t *out, int64_t v) noexcept:
-    """v in decimal at out ('-' first when negative; at most 20 bytes): how many bytes."""
-    cdef uint8_t tmp[20]
-    cdef int i = 20, k = 0
-    cdef uint64_t m = (<uint64_t>0 - <uint64_t>v) if v < 0 else <uint64_t>v
-    while True:
-        i -= 1
-        tmp[i] = <uint8_t>(48 + m % 10)
-        m //= 10
-        if m == 0:
-            break
-    if v < 0:
-        out[0] = 45
-        k = 1
-    memcpy(out + k, tmp + i, 20 - i)
-    return k + 20 - i
-
-
 cdef int _ipv4(WriteBuffer b, const uint8_t *h, bint port) except -1:
     """inet_ntop's text of an IPv4 host's 4 bytes, with ":port" from the next 4 when `port`."""
     cdef int i
@@ -611,11 +594,11 @@ cdef int _ipv4(WriteBuffer b, const uint8_t *h, bint port) except -1:
         if i:
             q[0] = 46  # '.'
             q += 1
-        q += _decimal(q, h[i])
+        q += ascii_int(h[i], q)
     if port:
         q[0] = 58  # ':'
         q += 1
-        q += _decimal(q, <int64_t>get_be32(h + 4))
+        q += ascii_int(<int64_t>get_be32(h + 4), q)
     b._len = q - b._buf
     return 0
 
@@ -844,7 +827,7 @@ def encode_popped(body, str topic, dict starts, str middle, str broker_name, int
             handle._len = 0
             if prefix_max + 80 > handle._size:  # written in place: start, queue id, offsets in decimal, spaces
                 handle._grow(prefix_max + 80)
-            handle._len = _decimal(handle._buf, start)
+            handle._len = ascii_int(start, handle._buf)
             handle._buf[handle._len] = 32
             memcpy(handle._buf + handle._len + 1, mp, mid_len)
             handle._len += 1 + mid_len
@@ -854,11 +837,11 @@ def encode_popped(body, str topic, dict starts, str middle, str broker_name, int
             memcpy(handle._buf + handle._len + 3, bp, broker_len)
             handle._len += 3 + broker_len
             handle._buf[handle._len] = 32
-            handle._len += 1 + _decimal(handle._buf + handle._len + 1, r.queue_id)
+            handle._len += 1 + ascii_int(r.queue_id, handle._buf + handle._len + 1)
             handle._buf[handle._len] = 32
-            handle._len += 1 + _decimal(handle._buf + handle._len + 1, r.queue_offset)
+            handle._len += 1 + ascii_int(r.queue_offset, handle._buf + handle._len + 1)
             handle._buf[handle._len] = 32
-            handle._len += 1 + _decimal(handle._buf + handle._len + 1, r.phys_offset)
+            handle._len += 1 + ascii_int(r.phys_offset, handle._buf + handle._len + 1)
             at = out._len
             _put(out, <const uint8_t *>b"\0\0\0\0\0", 5)  # the gRPC prefix, its length patched below
             try:

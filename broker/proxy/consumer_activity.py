@@ -272,13 +272,7 @@ class ConsumerActivity:
                                                    popped.start_offsets(), popped.pop_time, popped.invisible_time,
                                                    popped.revive_qid, topic, broker, invisible,
                                                    int(time.time() * 1000), client_id is not None)
-        if fast is None:  # (_kept, inline)
-            return None
-        framed, handles = fast
-        if client_id is not None:
-            for handle in handles:
-                self.renewals.add(client_id, group, topic, handle, invisible)
-        return framed
+        return self._kept(fast, group, topic, invisible, client_id)
 
     def _kept(self, fast, group: str, topic: str, invisible: int, client_id):
         if fast is None:

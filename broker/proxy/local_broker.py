@@ -99,9 +99,7 @@ class LocalBroker:
         if target is False:
             return None
         controller, pop, processor = target
-        # (_served_now's conditions, without its call)
-        if controller._switching or controller.acl is not None or BATCH_ACK_MESSAGE not in controller.handlers \
-                or not pop._serving or pop.store.is_slave or not pop.ready.is_set():
+        if not _serves(controller, pop, BATCH_ACK_MESSAGE):
             return None
         latency = controller.rpc_latency
         t0 = time.perf_counter_ns()
@@ -147,9 +145,7 @@ class LocalBroker:
         if target is False:
             return None
         controller, pop, processor = target
-        # _served_now's guards, inline (they run per receive)
-        if controller._switching or controller.acl is not None or POP_MESSAGE not in controller.handlers \
-                or not pop._serving or pop.store.is_slave or not pop.ready.is_set():
+        if not _serves(controller, pop, POP_MESSAGE):
             return None
         t0 = time.perf_counter_ns()
         try:
@@ -248,17 +244,12 @@ def _ack_target(handler):
     return _processor_of(handler, AckMessageProcessor)
 
 
-def _served_now(target, code: int):
-    """`target` (_processor_of's) while BrokerController.handle would hand the command `code`
-    straight to the pop service's processor (no role switch, no ACL, the code served) and the pop
-    service would serve it at once (the master, its revive log replayed); else None."""
-    if target is False:
-        return None
-    controller, pop, _ = target
-    if controller._switching or controller.acl is not None or code not in controller.handlers \
-            or not pop._serving or pop.store.is_slave or not pop.ready.is_set():
-        return None
-    return target
+def _serves(controller, pop, code: int) -> bool:
+    """Whether BrokerController.handle would hand the command `code` straight to the pop service's
+    processor (no role switch, no ACL, the code served) and the pop service would serve it at once
+    (the master, its revive log replayed)."""
+    return not (controller._switching or controller.acl is not None or code not in controller.handlers
+                or not pop._serving or pop.store.is_slave or not pop.ready.is_set())
 
 
 def _processor_of(handler, kind):
