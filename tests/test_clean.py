@@ -13,7 +13,7 @@ import pytest
 
 from broker.services.clean_service import CleanService
 from broker.services.message_store import GetStatus, MessageStore, PutStatus
-from broker.store.clean_policy import CleanPolicy
+from broker.store.clean_policy import CleanPolicy, filesystem_usage, usage_of
 from broker.store.config import MessageStoreConfig
 from broker.store.errors import ServiceUnavailable, StoreConfigError
 from broker.store.message import decode_message
@@ -54,6 +54,33 @@ def test_each_rule_fires_only_when_it_should():
     broken = CleanPolicy(MessageStoreConfig(storePathRootDir="/x"), lambda: (_ for _ in ()).throw(OSError()),
                          Clock(12)).decide(False)
     assert broken.disk_full  # an unreadable usage counts as full, as RocketMQ
+
+
+def _java_used_percent(total: int, free: int, usable: int) -> float:
+    """UtilAll.getDiskPartitionSpaceUsedPercent's arithmetic, line by line (Java longs)."""
+    used = total - free
+    entire = used + usable
+    round_num = 1 if used * 100 % entire != 0 else 0
+    return (used * 100 // entire + round_num) / 100.0
+
+
+@pytest.mark.parametrize("total,free,usable", [
+    (258_020 << 20, 228_264 << 20, 63_508 << 20),  # a host here, 160 GiB reserved: 1 - usable/total is 0.754
+    (100 << 30, 25 << 30, 25 << 30), (100 << 30, 0, 0), (1000, 333, 333), (1000, 1000, 950), (4096, 1, 1)])
+def test_disk_usage_is_measured_as_the_java_broker_measures_it(total, free, usable):
+    """Blocks reserved for root are neither used nor usable (df's Use%, RocketMQ's rule): counting
+    them as used read this host's disk as 75.4 % full, past diskMaxUsedSpaceRatio, and the cleaner
+    deleted segments the Java broker would keep."""
+    assert usage_of(total, free, usable) == _java_used_percent(total, free, usable)
+    if total == 258_020 << 20:
+        assert usage_of(total, free, usable) == 0.32
+
+
+def test_filesystem_usage_reads_the_filesystem_as_java_files_do(tmp_path):
+    st = os.statvfs(tmp_path)  # File.getTotalSpace / getFreeSpace / getUsableSpace
+    f = st.f_frsize
+    assert abs(filesystem_usage(str(tmp_path)) - _java_used_percent(st.f_blocks * f, st.f_bfree * f,
+                                                                    st.f_bavail * f)) <= 0.01
 
 
 def test_expiry_follows_file_reserved_time():
