@@ -463,6 +463,67 @@ async def bench_grpc_receive_h2(namesrv_addr: str, seconds: float, in_flight: in
     return res
 
 
+PY5_PYTHON = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".venv-rocketmq5", "bin", "python")
+
+
+def _run_py5(cmd: str, opt: dict, started) -> dict:
+    """bench/py5_driver.py under the official 5.x Python client's venv: `started()` when it prints
+    that its clock starts, then its figures (a dict)."""
+    import json
+    driver = os.path.join(os.path.dirname(os.path.abspath(__file__)), "py5_driver.py")
+    p = subprocess.Popen([PY5_PYTHON, driver, cmd, json.dumps(opt)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        out = None
+        for line in p.stdout:
+            msg = json.loads(line)
+            if msg.get("start"):
+                started()
+            elif "msgs" in msg:
+                out = msg
+        err = p.stderr.read()
+        if p.wait(timeout=60) != 0 or out is None:
+            raise RuntimeError(f"py5_driver {cmd} failed (exit {p.returncode}): {err[-2000:]}")
+        return out
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+async def bench_grpc_py5(namesrv_addr: str, seconds: float, what: str, on_start=nothing,
+                         local: LocalFront | None = None, workdir: str | None = None) -> NetResult:
+    """The official 5.x Python client (rocketmq-python-client 5.1.2, unmodified) against the front:
+    `what` "send" (Producer.send_async, 64 in flight, 1 KiB) or "receive" (a SimpleConsumer's 8
+    threads, each receive(32) then ack() of each message, a fresh group from the topic's start).
+    Its own CPU (the driver process, every thread) is reported beside the front's: where it is
+    one core or more, the client is the bound, not the front."""
+    import tempfile
+    if what == "receive":
+        await _fill_receive_topic(namesrv_addr, seconds)
+    loop = asyncio.get_running_loop()
+    cpu: dict = {}
+    with local or FrontProcess(namesrv_addr, workdir or tempfile.gettempdir()) as front:
+        def started() -> None:
+            cpu["c0"] = front.cpu_seconds()
+            on_start()
+        opt = {"endpoints": front.endpoints, "topic": CLIENT_TOPIC, "seconds": seconds, "warmup": min(2.0, seconds / 2),
+               "body": BODY, "in_flight": 64, "threads": 8, "invisible": 30,
+               "group": f"bench_py5_receive_{os.getpid()}_{int(time.time())}"}
+        r = await loop.run_in_executor(None, _run_py5, what, opt, started)
+        front_cpu = front.cpu_seconds() - cpu["c0"]
+    n = r["msgs"]
+    where = "the broker's local front" if local is not None else "the front"
+    shape = "send 1 KiB, send_async x64" if what == "send" else "receive(32) + ack() of each, 8 threads"
+    extra = {"driver": "the official 5.x Python client (rocketmq-python-client 5.1.2), in its own process",
+             "front_cpu_us_per_msg": 1e6 * front_cpu / n if n else float("nan"),
+             "driver_cpu_us_per_msg": 1e6 * r["cpu_s"] / n if n else float("nan"),
+             "driver_cores": r["cpu_s"] / r["seconds"], "py5_errors": r["errors"]}
+    return NetResult(f"grpc {shape}, the official 5.x Python client (through {where}; its CPU: "
+                     f"{r['cpu_s'] / r['seconds']:.2f} cores)", n, r["seconds"], n * BODY,
+                     pcts={0.5: r["p50_us"], 0.99: r["p99_us"]}, extra=extra)
+
+
 def floors(modes: list[str], seconds: float, in_flight: int = 64) -> None:
     """Each floor server mode driven as the cell drives the front: calls/s and server CPU-µs/call."""
     for mode in modes:

@@ -123,6 +123,16 @@ async def _grpc_receive_h2_local(namesrv_addr: str, seconds: float, on_start=not
     return await bench_grpc_receive_h2(namesrv_addr, seconds, on_start=on_start, local=local)
 
 
+async def _grpc_py5_send_local(namesrv_addr: str, seconds: float, on_start=nothing, local=None) -> NetResult:
+    from bench.grpc_bench import bench_grpc_py5
+    return await bench_grpc_py5(namesrv_addr, seconds, "send", on_start=on_start, local=local)
+
+
+async def _grpc_py5_receive_local(namesrv_addr: str, seconds: float, on_start=nothing, local=None) -> NetResult:
+    from bench.grpc_bench import bench_grpc_py5
+    return await bench_grpc_py5(namesrv_addr, seconds, "receive", on_start=on_start, local=local)
+
+
 async def _wait_listening(port: int, timeout: float = 60.0) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -138,7 +148,8 @@ async def _wait_listening(port: int, timeout: float = 60.0) -> None:
         return
 
 
-LOCAL_FRONT_CELLS = ("grpc_send_local", "grpc_send_h2load_local", "grpc_receive_local", "grpc_receive_h2_local")  # the broker's own front: grpcServerPort in broker.conf
+LOCAL_FRONT_CELLS = ("grpc_send_local", "grpc_send_h2load_local", "grpc_receive_local", "grpc_receive_h2_local",
+                     "grpc_py5_send_local", "grpc_py5_receive_local")  # the broker's own front: grpcServerPort in broker.conf
 
 
 def crowd_cell(broker: BrokerProcess, seconds: float, n: int = CROWD) -> NetResult:
@@ -178,7 +189,8 @@ CLIENT_CELLS = {"client_send": bench_client_send, "client_send_tls": _client_sen
                 "grpc_send": _grpc_send, "grpc_receive": _grpc_receive, "grpc_send_tls": _grpc_send_tls,
                 "grpc_send_coalesce": _grpc_send_coalesce, "grpc_send_local": _grpc_send_local,
                 "grpc_send_h2load_local": _grpc_send_h2load_local,
-                "grpc_receive_local": _grpc_receive_local, "grpc_receive_h2_local": _grpc_receive_h2_local}
+                "grpc_receive_local": _grpc_receive_local, "grpc_receive_h2_local": _grpc_receive_h2_local,
+                "grpc_py5_send_local": _grpc_py5_send_local, "grpc_py5_receive_local": _grpc_py5_receive_local}
 DEFAULT_CELLS = [*RAW_CELLS, *CLIENT_CELLS]
 
 
@@ -240,8 +252,9 @@ async def run_flush_mode(flush: str, seconds: float, cells: list[str], workdir: 
                                        ("vs_loadgen_send", "send 1 KiB x64 in flight")),
                          "client_send_tls": (("vs_client_send", "client send 1 KiB x64 in flight"),),
                          "grpc_receive": (("vs_client_pull", "client pull"),)}
-                for key, prefix in bases.get("grpc_send" if cell.startswith("grpc_send") else
-                                             "grpc_receive" if cell.startswith("grpc_receive") else cell, ()):
+                for key, prefix in bases.get("grpc_send" if cell.startswith(("grpc_send", "grpc_py5_send")) else
+                                             "grpc_receive" if cell.startswith(("grpc_receive", "grpc_py5_receive"))
+                                             else cell, ()):
                     base = next((x for x in out if x.name.startswith(f"{flush} {prefix}")), None)
                     if base is not None:
                         r.extra[key] = r.msgs_per_s / base.msgs_per_s

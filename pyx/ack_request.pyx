@@ -5,7 +5,8 @@ and topic names, the entries' receipt handles grouped by the checkpoint they nam
 protobuf would serialize if every entry is acked, all in one pass, without a protobuf object, a
 Python string per handle or a dict per checkpoint.
 
-It takes what a SimpleConsumer acking what it received sends: two or more entries, each a
+It takes what a 5.x consumer acking what it received sends: one entry (what the official
+clients' ack(message) sends, one call per message) or more (a batch of one receive), each a
 message id and a receipt handle this front gave (9 fields: "ckOffset popTime invisibleTime
 reviveQid retryFlag brokerName queueId queueOffset commitLogOffset", every number plain ASCII
 digits within what broker.common.extra_info.parse takes, the retry flag 0, 1 or 2, the broker name
@@ -274,7 +275,7 @@ def read_ack(bytes payload):
             else:
                 return None
             pos = e
-        if entries < 2:
+        if entries < 1:  # (an AckMessage of no entry is the protobuf path's refusal)
             return None
         if gs != -1:
             gns = _name(p, gs, ge, &gne)

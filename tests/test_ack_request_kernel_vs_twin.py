@@ -121,7 +121,11 @@ def test_a_consumers_acks_are_taken_and_odd_ones_declined():
                                   entries=[spb.AckMessageEntry(message_id="m", receipt_handle=h) for h in entries],
                                   **kw)
         assert _check(r.SerializeToString()) is None
-    declined(hs[0])  # one entry: acked alone
+    declined()  # no entry: the protobuf path refuses it
+    # one entry (what a 5.x client's ack(message) sends): taken, as a batch of one
+    one = spb.AckMessageRequest(group=pb.Resource(name="G"), topic=pb.Resource(name="T"),
+                                entries=[spb.AckMessageEntry(message_id="m0", receipt_handle=hs[0])])
+    assert _check(one.SerializeToString())[2] == [(100, 1700000000000, 30000, 3, "0", "broker-a", 2, [100])]
     declined(hs[0], "100 1700000000000 30000 3 0 broker-a 2 99 1")  # before its checkpoint: acked alone
     declined(hs[0], "100 1700000000000 30000 3 0 broker-a 2 101")  # 8 fields
     declined(hs[0], "100 1700000000000 30000 3 0 broker-a 2 +101 1")  # int() would take it: protobuf's path

@@ -417,9 +417,9 @@ class ConsumerActivity:
 
     def ack_now(self, payload: bytes, context):
         """AckMessage answered from the request's bytes without a task (GrpcServer.add_fast_unary,
-        raw), in local mode: a SimpleConsumer's acks of what it received (two or more handles
-        of this front's shape, read with the batch's answer by the ack_request kernel, every
-        handle of the broker this front lives in, none renewed by the front) handed as values to
+        raw), in local mode: a consumer's acks of what it received (one handle, what a 5.x
+        client's ack(message) sends, or a receive's batch of them, of this front's shape, read
+        with the batch's answer by the ack_request kernel, every handle of the broker this front lives in, none renewed by the front) handed as values to
         the broker's batch ack (LocalBroker.batch_ack). (a future, a function of it giving the
         response), or None before anything is acked, and ack_message answers the call: a
         request of another shape, a name it refuses, a route not cached, the broker not serving

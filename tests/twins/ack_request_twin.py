@@ -150,7 +150,7 @@ def _read(b: bytes):
             entries += 1
         else:
             raise _Bad
-    if entries < 2:
+    if entries < 1:  # (an AckMessage of no entry is the protobuf path's refusal)
         raise _Bad
     g = _name(b, *group) if group is not None else ""
     t = _name(b, *topic) if topic is not None else ""
