@@ -547,7 +547,13 @@ def markdown(figs: dict) -> str:
                 cpu = f"broker process {f['broker_cpu_us_per_msg']:.1f} CPU-us/msg"
             if "loadgen_cpu_us_per_msg" in f:
                 cpu += f"; loadgen {f['loadgen_cpu_us_per_msg']:.2f}"
-            if "driver_cpu_us_per_msg" in f:  # build/grpc_receive: its own CPU and the ack calls' latency
+            if "driver_cores" in f:  # the official 5.x Python client (bench/py5_driver.py): its own CPU
+                bound = f["driver_cpu_us_per_msg"] > 2 * f["front_cpu_us_per_msg"]
+                cpu += (f"; the client's own CPU {f['driver_cpu_us_per_msg']:,.0f} CPU-us/msg, "
+                        f"{f['driver_cores']:.2f} cores" + (" (**the client is the bound**: it spends "
+                        f"{f['driver_cpu_us_per_msg'] / f['front_cpu_us_per_msg']:.0f}x the front's CPU "
+                        f"a message)" if bound else ""))
+            elif "driver_cpu_us_per_msg" in f:  # build/grpc_receive: its own CPU and the ack calls' latency
                 cpu += (f"; driver {f['driver_cpu_us_per_msg']:.2f}; AckMessage p50 {f['ack_p50_us']:,.0f} us, "
                         f"p99 {f['ack_p99_us']:,.0f} us")
             if f.get("errors"):
@@ -839,7 +845,8 @@ def main(argv: list[str] | None = None) -> int:
                                               "grpc_send", "grpc_receive"]),
                              # the broker's own front: a broker of its own (the one above serves
                              # TLS permissive for client_send_tls, which a local front refuses)
-                             ("ASYNC_FLUSH", ["grpc_send_h2load_local", "grpc_receive_h2_local", "grpc_idle_local"]),
+                             ("ASYNC_FLUSH", ["grpc_send_h2load_local", "grpc_receive_h2_local", "grpc_idle_local",
+                                              "grpc_py5_send_local", "grpc_py5_receive_local"]),
                              ("SYNC_FLUSH", ["send", "send256", "conns50", "lone", "batch", "client_send",
                                              "client_batch"])):
             for r in runner(network_bench.run_flush_mode(flush, secs, cells, workdir,
