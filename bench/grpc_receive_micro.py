@@ -2,8 +2,10 @@
 master) with N 1 KiB messages in one queue, a ConsumerActivity with its LocalBroker, and two groups
 receiving 32 at a time in turn (so both read the same records): one by the fast answer
 (ConsumerActivity.receive_now: the framed answer, no task or async generator), one by the method's
-own async generator (receive_message, as the servicer runs it). The process CPU around each
-receive, the broker's pop included in both.
+own async generator (receive_message, as the servicer runs it); and, where the tree has it, a
+third by the fast answer on the request's bytes (receive_bytes_now, as the endpoint calls it: what
+it read of the request kept per its bytes). The process CPU around each receive, the broker's pop
+included in each.
 
     python -m bench.grpc_receive_micro [--messages 16000]"""
 from __future__ import annotations
@@ -44,15 +46,20 @@ async def run(messages: int) -> None:
         act = ConsumerActivity(LocalClient(local), ProxyConfig())
         act.local = local
         ways = {"now": _request("ReceiveMicroN"), "method": _request("ReceiveMicroM")}
+        if hasattr(act, "receive_bytes_now"):
+            ways["bytes"] = _request("ReceiveMicroB")
         for req in ways.values():  # the group's config cached, as a front's first receive leaves it
             await act.groups.get(addr, req.group.name)
+        payloads = {way: req.SerializeToString() for way, req in ways.items()}  # (as a client sends it)
         cpu = dict.fromkeys(ways, 0.0)
         calls = dict.fromkeys(ways, 0)
         for _ in range(messages // 32 - 1):
             for way, req in ways.items():
+                fresh = bytes(bytearray(payloads[way]))  # a new bytes object, as each call's message is
                 t0 = time.process_time()
-                if way == "now":
-                    out = act.receive_now(req, None)
+                if way == "now" or way == "bytes":
+                    out = (act.receive_now(req, None) if way == "now"
+                           else act.receive_bytes_now(fresh, None))
                     if not isinstance(out, bytes):
                         raise SystemExit(f"receive_now did not answer at once: {out!r}")
                 else:

@@ -56,14 +56,14 @@ class _Front:
         self.channel = grpc.aio.insecure_channel(f"127.0.0.1:{self.grpc_port}")
         self.stub = rpc.MessagingServiceStub(self.channel)
         consumers = self.front.service.consumers
-        self.fast = []  # what each receive_now answered: "framed", "later" or None (declined)
-        real = consumers.receive_now
+        self.fast = []  # what each receive_bytes_now answered: "framed", "later" or None (declined)
+        real = consumers.receive_bytes_now
 
         def spy(request, context):
             r = real(request, context)
             self.fast.append(None if r is None else "framed" if isinstance(r, bytes) else "later")
             return r
-        consumers.receive_now = spy
+        consumers.receive_bytes_now = spy  # (the endpoint's fast answer: the request's bytes)
         return self
 
     async def __aexit__(self, *exc):
@@ -128,10 +128,11 @@ def test_the_fast_answer_is_the_methods_own_and_its_handles_ack(tmp_path):
         async with _Front(tmp_path) as f:
             await f.send(40)
             fast_got, slow_got = [], []
-            # the method's own path for one group: receive_now declined for it
-            real = f.front.service.consumers.receive_now
+            # the method's own path for one group: the fast answer declined for it
+            real = f.front.service.consumers.receive_bytes_now
             consumers = f.front.service.consumers
-            consumers.receive_now = lambda req, ctx: None if req.group.name == "Slow" else real(req, ctx)
+            consumers.receive_bytes_now = lambda req, ctx: (
+                None if spb.ReceiveMessageRequest.FromString(req).group.name == "Slow" else real(req, ctx))
             while len(fast_got) < 40 or len(slow_got) < 40:
                 for group, got in (("Fast", fast_got), ("Slow", slow_got)):
                     responses = await f.receive(group, 16)

@@ -49,6 +49,7 @@ RECEIVE_BATCH_SIZE = 32  # ProxyConfig.grpcClientConsumerLongPollingBatchSize
 # broker has no config of: the broker moves a message to %DLQ% after so many retries, so the
 # client's last attempt is the one after them
 RETRY_MAX_TIMES = 16
+RECEIVE_KEPT_MAX = 256  # receive_bytes_now's requests kept (clients x their receives' shapes)
 CONSUME_INIT_MODE_MAX = 1  # ConsumeInitMode.MAX: a new group starts at the queue's end, as the Java proxy's
 
 
@@ -163,6 +164,8 @@ class ConsumerActivity:
         self.groups = SubscriptionGroups(client)
         self.renewals = ReceiptHandleManager(self._renew, config.renewAheadTimeMillis, config.renewSliceTimeMillis)
         self._names_ok: set[tuple[str, str]] = set()  # (group, topic) pairs found valid (receive_now, ack_now)
+        # a ReceiveMessage request's bytes -> what receive_bytes_now read of them (bounded)
+        self._receive_kept: dict[bytes, tuple] = {}
 
     def _name_ok(self, group: str, topic: str) -> None:
         """(group, topic) found valid: kept (bounded, as what clients send is not), so the next
@@ -230,28 +233,68 @@ class ConsumerActivity:
         and receive_message answers the call. What comes of a pop that waits (durability, long
         polling) or that the kernel leaves to receive_ok comes as receive_message's rest
         (_received), in a task."""
-        local = self.local
-        if local is None:
+        if self.local is None:
             return None
         try:
-            group, topic, exp_type, expression, invisible, poll = _receive_args(request, self.config, self._names_ok)
+            args = _receive_args(request, self.config, self._names_ok)
         except ProxyError:
             return None
+        group, topic = args[0], args[1]
         if (group, topic) not in self._names_ok:
             self._name_ok(group, topic)
-        broker = request.message_queue.broker.name
+        return self._receive_fast(args + (request.message_queue.broker.name, request.batch_size,
+                                          request.auto_renew), context)
+
+    def receive_bytes_now(self, payload: bytes, context):
+        """receive_now of the request's bytes (GrpcServer.add_fast_stream, raw). A client sends
+        the same bytes on every receive (its group, topic, batch, invisible and long-polling time,
+        filter), and what _receive_args makes of them is a function of the bytes and the front's
+        fixed config: kept per request's bytes (bounded), a repeated request costs a dict look-up
+        instead of its parse and checks. The route and the group's config are still read per
+        call (either can change). A request not kept is parsed and checked as receive_now does;
+        one that does not parse or that _receive_args refuses is never kept and declines (None):
+        the method's path answers it (its status) as before."""
+        if self.local is None:
+            return None
+        args = self._receive_kept.get(payload)
+        if args is None:
+            try:
+                request = spb.ReceiveMessageRequest.FromString(payload)
+                args = _receive_args(request, self.config, self._names_ok)
+            except Exception:  # noqa: BLE001 - ProxyError or a bad message: the method answers it
+                return None
+            group, topic = args[0], args[1]
+            if (group, topic) not in self._names_ok:
+                self._name_ok(group, topic)
+            args += (request.message_queue.broker.name, request.batch_size, request.auto_renew)
+            if not request.attempt_id:  # (a client naming one names a new one every receive: not kept)
+                kept = self._receive_kept
+                if len(kept) >= RECEIVE_KEPT_MAX:
+                    kept.clear()
+                kept[bytes(payload)] = args
+        return self._receive_fast(args, context)
+
+    def _receive_fast(self, args: tuple, context):
+        """receive_now's pop and answer of its request's values (_receive_args' six, then the
+        broker's name, the batch size, auto_renew)."""
+        group, topic, exp_type, expression, invisible, poll, broker, batch, auto_renew = args
+        local = self.local
         route = self.client.routes.peek(topic)
-        if route is None or route.master_addr(broker) != local.addr:
+        if route is None:
             return None
+        if route is not self._receive_route or broker != self._receive_broker:
+            # (the route object is RouteCache's, replaced, never changed, when refetched)
+            if route.master_addr(broker) != local.addr:
+                return None
+            self._receive_route, self._receive_broker = route, broker
         group_config = self.groups.peek(local.addr, group)
-        if group_config is NOT_CACHED or orderly(group_config):
+        if group_config is NOT_CACHED or (group_config and group_config.get("consumeMessageOrderly")):  # orderly
             return None
-        batch = request.batch_size
         answer = local.pop_now(group, topic, -1, batch, invisible, poll, expression, exp_type,
                                CONSUME_INIT_MODE_MAX, False, "", poll / 1000 + 10)
         if answer is None:
             return None
-        client_id = client_id_of(context) if request.auto_renew else None
+        client_id = client_id_of(context) if auto_renew else None
         if type(answer) is tuple:
             code, remark, popped = answer
             if code == codes.SUCCESS:
@@ -262,6 +305,10 @@ class ConsumerActivity:
                 if framed is not None:
                     return framed
         return self._received_later(answer, group, topic, broker, local.addr, invisible, client_id)
+
+    # receive_now's last route that named this broker the master of the request's broker (as ack_now's)
+    _receive_route = None
+    _receive_broker = None
 
     def _written_now(self, popped, group: str, topic: str, broker: str, invisible: int, client_id):
         """_written of the broker's Popped as it is (what typed_records makes of it, without the

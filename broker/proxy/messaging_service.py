@@ -166,6 +166,11 @@ class MessagingService(rpc.MessagingServiceServicer):
         method's own path)."""
         return None if self.acl is not None else self.consumers.receive_now(request, context)
 
+    def receive_bytes_now(self, request: bytes, context):
+        """receive_message_now of the request's bytes (GrpcServer.add_fast_stream, raw):
+        ConsumerActivity.receive_bytes_now, which keeps what it read of a request it saw before."""
+        return None if self.acl is not None else self.consumers.receive_bytes_now(request, context)
+
     async def _streamed(self, response_type, activity, request, context):
         """A server-streaming RPC: the ACL check first (a refusal is the one response), then the
         activity's responses."""

@@ -59,7 +59,8 @@ async def serve(config, stop: asyncio.Event, ready=None, *, credentials=None, di
                               raw=True)
         server.add_fast_unary("/apache.rocketmq.v2.MessagingService/AckMessage", service.ack_message_now,
                               raw=True)
-        server.add_fast_stream("/apache.rocketmq.v2.MessagingService/ReceiveMessage", service.receive_message_now)
+        server.add_fast_stream("/apache.rocketmq.v2.MessagingService/ReceiveMessage", service.receive_bytes_now,
+                               raw=True)
         addr = f"{config.bindAddress}:{config.grpcServerPort}"
         bound = server.add_insecure_port(addr) if tls_context is None else server.add_secure_port(addr, tls_context)
         if bound == 0:

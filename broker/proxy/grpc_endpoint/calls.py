@@ -135,16 +135,23 @@ class Call:
         # the fast answer's function of its future giving the response (unary), or the responses
         # it left to come (server streaming: _fast_stream)
         self.respond = None
-        if timeout is not None:
-            self.deadline = conn.loop.time() + timeout
-            self.timer = conn.loop.call_at(self.deadline, self.expire)
-        else:
-            self.deadline = None
-            self.timer = None
+        # the deadline's timer is armed (arm) only for a call that outlives the read it came in:
+        # one answered within its read (the fast answers, a handler that does not wait) is over
+        # before the loop could run any timer, so a timer set and cancelled per call (~3 us) would
+        # change nothing
+        self.timer = None
+        self.deadline = None if timeout is None else conn.loop.time() + timeout
         self.context = ServicerContext(conn, self.deadline, metadata)
         if handler.request_streaming:
             self.requests = RequestStream(handler.request_deserializer, conn.loop)
             self.task = conn.loop.create_task(self.run())
+            self.arm()
+
+    def arm(self) -> None:
+        """The deadline's timer, for a call not finished yet (H2Connection: when the read that
+        opened the call is dispatched, or at once for a call whose message comes later)."""
+        if self.deadline is not None and self.timer is None and not self.finished:
+            self.timer = self.conn.loop.call_at(self.deadline, self.expire)
 
     # -- what the connection tells the call ---------------------------------------------------------
     def on_message(self, flag: int, payload: bytes) -> None:

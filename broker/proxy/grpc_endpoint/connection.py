@@ -12,6 +12,8 @@ from broker.proxy.grpc_endpoint.calls import Call, too_large
 from broker.proxy.grpc_endpoint.status import UNAVAILABLE, UNIMPLEMENTED, encode_message, timeout_seconds
 
 log = logging.getLogger("proxy")
+_MALFORMED = object()  # a grpc-timeout timeout_seconds does not read (no deadline), as kept in _TIMEOUTS
+_TIMEOUTS: dict = {}  # grpc-timeout -> its seconds (or _MALFORMED), for every connection
 LINGER_S = 3.0  # a closing connection waits this long at most for its PING's ACK (H2Connection._close)
 
 
@@ -79,15 +81,19 @@ class H2Connection(asyncio.Protocol):
                     # on_end of a call just opened (no task, not finished), written out
                     if call.fast is None or not call.run_now():
                         call.start()
-                    continue
-                call.on_message(ev[6], ev[7])
-                call.on_end()
+                else:
+                    call.on_message(ev[6], ev[7])
+                    call.on_end()
+                if not call.finished and call.deadline is not None:  # it outlives this read (Call.arm)
+                    call.arm()
             elif kind == EV_MESSAGE:
                 call = calls.get(ev[1])
                 if call is not None:
                     call.on_message(ev[2], ev[3])
             elif kind == EV_HEADERS:
-                self._open(ev)
+                call = self._open(ev)
+                if call is not None:
+                    call.arm()
             elif kind == EV_END:
                 call = calls.get(ev[1])
                 if call is not None:
@@ -122,8 +128,18 @@ class H2Connection(asyncio.Protocol):
             self.session.finish(sid, UNIMPLEMENTED, encode_message(f"Method not found: {path}"))
             return None
         timeout = ev[4]
-        call = self.calls[sid] = Call(self, sid, path, handler, ev[3],
-                                      None if timeout is None else timeout_seconds(timeout), ev[5], route[1], route[2])
+        if timeout is not None:
+            # a client sends the same grpc-timeout on every call of a kind: its seconds kept (bounded)
+            seconds = _TIMEOUTS.get(timeout)
+            if seconds is None:
+                seconds = timeout_seconds(timeout)
+                if seconds is None:
+                    seconds = _MALFORMED
+                if len(_TIMEOUTS) >= 1024:
+                    _TIMEOUTS.clear()
+                _TIMEOUTS[timeout] = seconds
+            timeout = seconds if seconds is not _MALFORMED else None
+        call = self.calls[sid] = Call(self, sid, path, handler, ev[3], timeout, ev[5], route[1], route[2])
         return call
 
     def call_done(self, call: Call) -> None:

@@ -80,13 +80,17 @@ class GrpcServer:
             self.fast_raw.discard(path)
         self._routes.clear()
 
-    def add_fast_stream(self, path: str, fast) -> None:
+    def add_fast_stream(self, path: str, fast, raw: bool = False) -> None:
         """`fast(request, context)` answers calls of the server-streaming method `path` (one request
         message, deserialized) when it can: the whole answer framed (a Framed or bytes: written at once with
         the OK trailers, no task), an async iterator of the responses still to come (run in a task
-        as the handler's would be), or None before doing anything, and the method's handler runs."""
+        as the handler's would be), or None before doing anything, and the method's handler runs.
+        `raw`: `request` is the message's bytes, not deserialized (fast reads them itself)."""
         self.fast[path] = fast
-        self.fast_raw.discard(path)
+        if raw:
+            self.fast_raw.add(path)
+        else:
+            self.fast_raw.discard(path)
         self._routes.clear()
 
     def route_of(self, path: str) -> tuple:
