@@ -618,7 +618,13 @@ class MessageStore:
                 self._segment_failed(topic, e)
             app = cl.appender
         phys, qo, size, ts = r
-        self._publish_wrote(app.wrote, True)
+        wrote = app.wrote
+        if self._wake_pending and (self._reput_wake_pending or self._reput_lazy_pending):
+            # (_publish_wrote(wrote, True) when its wake-ups are already due, as under a stream of pops)
+            self.table.publish(_WROTE, wrote)
+            cl.note_wrote(wrote)
+        else:
+            self._publish_wrote(wrote, True)
         self.put_msgs += 1
         self.put_bytes += size
         if self._put_waits:

@@ -22,6 +22,8 @@ from broker.store.message import StoredMessage, decode_message
 from broker.store.offset_table import Slot
 from broker.store.results import GetResult, GetStatus
 
+_DISPATCHED = int(Slot.DISPATCHED)  # a plain int: read_run loads it per pop (an enum member's look-up ~0.15 us)
+
 
 class QueueReader:
     def __init__(self, store):
@@ -154,27 +156,40 @@ class QueueReader:
         The same records, offsets and counts as get."""
         s = self.s
         cqs = s.cqs
-        cq = cqs.find(topic, queue_id) if cqs is not None else None
+        cq = cqs.queues.get((topic, queue_id)) if cqs is not None else None  # (cqs.find's usual case)
+        if cq is None:
+            cq = cqs.find(topic, queue_id) if cqs is not None else None
         if cq is None or s.reads_dispatched_only or max_msgs <= 0 or max_bytes <= 0:
             return self.get(topic, queue_id, offset, max_msgs, max_bytes, tag_hashes, False, sql, True)
         # max_offset's master branch (the queue's min read once: a min() over its files)
         tb = s._topics.get(topic) or topic.encode()  # (s.topic_bytes, inline)
-        app = s.commit_log.appender
+        cl = s.commit_log
+        app = cl.appender
         hi = app.next_offset(tb, queue_id)
-        d = s.table.load(Slot.DISPATCHED)
-        lo = cq.min_offset
+        d = s.table.load(_DISPATCHED)
+        files = cq.files
+        lo = min(files) if files else 0  # (cq.min_offset, inline)
+        if lo < cq.min_logic:
+            lo = cq.min_logic
         if app.last_end(tb, queue_id) > d:
             hi = first_undispatched(cq.entry, lo, hi, d)
         if not lo <= offset < hi:  # (get's statuses)
             return self.get(topic, queue_id, offset, max_msgs, max_bytes, tag_hashes, False, sql, True)
-        filtered = tag_hashes is not None or sql is not None
-        stop = min(hi, offset + (max(800, max_msgs * 20) if filtered else max_msgs))
-        first, entries = cq.file_for(offset, create=False)
-        end = first + cq.per_file
-        if entries is None or end < stop:  # a read across two consume-queue files: get's loop
+        if tag_hashes is None and sql is None:
+            stop = offset + max_msgs
+            if stop > hi:
+                stop = hi
+        else:
+            stop = min(hi, offset + max(800, max_msgs * 20))
+        per_file = cq.per_file
+        first = offset - offset % per_file  # (cq.file_for's, inline: a file not mapped yet goes through it)
+        entries = files.get(first)
+        if entries is None:
+            first, entries = cq.file_for(offset, create=False)
+        if entries is None or first + per_file < stop:  # a read across two consume-queue files: get's loop
             return self.get(topic, queue_id, offset, max_msgs, max_bytes, tag_hashes, False, sql, True)
         c = Collected(offset, True, True)
-        segments = s.commit_log.queue
+        segments = cl.queue
         status = collect(c, entries, first, offset, stop, segments.files, segments.file_size, max_msgs, max_bytes,
                          tag_hashes, sql)
         n = c.count

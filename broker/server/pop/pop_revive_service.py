@@ -220,10 +220,19 @@ class PopReviveService:
         if rec is None:
             return self.add_check_point(PopCheckPoint(start_offset, pop_time, invisible_time, num, queue_id, topic,
                                                       group, "", diffs), rq)
-        ck = PopCheckPoint(start_offset, pop_time, invisible_time, num, queue_id, topic, group, bn, diffs, 0,
-                           self.log.append_encoded(rq, rec[0], rec[1]))
-        self._register(ck, rq, key)
-        return self.log.last_put
+        # the record appended and its position held (log.append_held: append_encoded and hold in one
+        # call), then _register's other lines inline (the key is new: looked up above)
+        pos, put = self.log.append_held(rq, rec[0], rec[1])
+        inflight[key] = PopCheckPoint(start_offset, pop_time, invisible_time, num, queue_id, topic, group, bn, diffs,
+                                      0, pos, rq)
+        seq = self._seq = self._seq + 1
+        # the revive loop sleeps until the earliest due time: woken only when this one comes sooner
+        due = self._due
+        revive_time = pop_time + invisible_time
+        if not due or revive_time < due[0][0]:
+            self._changed.set()
+        heapq.heappush(due, (revive_time, seq, key))
+        return put
 
     def _register(self, ck: PopCheckPoint, rq: int, key: tuple | None = None) -> None:
         if key is None:

@@ -133,6 +133,16 @@ class ReviveLog:
         self.last_put = fut
         return qo
 
+    def append_held(self, rq: int, body: bytes, properties: bytes) -> tuple:
+        """append_encoded, then hold(rq, its position): a pop's checkpoint record, held live until
+        its acks or its revive release it (PopReviveService.add_check_point_values), in one call.
+        (position, the put's future or None)."""
+        qo, fut = self.store.append_record(self.topic, rq, body, properties)
+        self.appended += 1
+        self.last_put = fut
+        self._live[rq].add(qo)
+        return qo, fut
+
     def append_releasing(self, rq: int, body: bytes, properties: bytes, pos: int) -> int:
         """append_encoded, then release(rq, pos): the batch ack's record that finishes the
         checkpoint at `pos` (PopReviveService.ack_offsets), in one call. The usual case (the put

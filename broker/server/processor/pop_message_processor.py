@@ -250,15 +250,16 @@ class PopMessageProcessor:
         popped = Popped(int(_time() * 1000), rq, revive.log.appended, h.invisibleTime,  # (now_ms)
                         self.store if typed else None)
         topic_of_pop, topics, unread, max_nums = h.topic, self.topics, popped.unread, h.maxMsgNums
+        group, query = h.consumerGroup, revive.pop_offsets.query
         for topic, queue_id in queues:
             if topic != topic_of_pop and topics.get(topic) is None:
                 continue  # no retry topic yet: nothing was ever revived for this group
             if unread is not None and popped.count >= max_nums:
                 # the typed entry's queue not read (the pop is full): _pop_queue's first lines, inline
                 # (its pop offset looked up, a new group's initialized; restNum counted if asked)
-                offset = revive.pop_offsets.query(h.consumerGroup, topic, queue_id)
+                offset = query(group, topic, queue_id)
                 if offset < 0:
-                    offset = self._pop_offset(h.consumerGroup, topic, queue_id, h.initMode)
+                    offset = self._pop_offset(group, topic, queue_id, h.initMode)
                 unread.append((topic, queue_id, offset))
                 continue
             self._pop_queue(h, topic, queue_id, flt, popped)
@@ -316,7 +317,8 @@ class PopMessageProcessor:
                     self.revive.pop_offsets.advance(group, topic, queue_id, r.next_offset)  # filtered out
                 return
             views, nxt, hi = r.messages, r.next_offset, r.max_offset
-        popped._rest += max(hi - nxt, 0)
+        if hi > nxt:
+            popped._rest += hi - nxt
         n = len(offsets)
         if h.order:
             counts = self.order_info.update(topic, group, queue_id, popped.pop_time, h.invisibleTime, offsets,
