@@ -30,6 +30,7 @@ from tests.twins import receive_reply_twin as T
 SETTINGS = settings(database=None, deadline=None, max_examples=400, suppress_health_check=[HealthCheck.too_slow])
 V4 = socket.inet_aton("10.0.0.7") + (10911).to_bytes(4, "big")
 V4B = socket.inet_aton("192.168.200.1") + (40001).to_bytes(4, "big")
+V4P = socket.inet_aton("10.0.0.7") + (10912).to_bytes(4, "big")  # V4's address, another port
 V6 = socket.inet_pton(socket.AF_INET6, "fe80::1") + (40000).to_bytes(4, "big")
 MS_MAX = 253402300799999  # protobuf Timestamp's last millisecond
 TOPIC, GROUP = "TopicA", "g1"
@@ -79,8 +80,9 @@ def record(draw, offset: int, plain: bool) -> bytes:
     sys_flag = 0 if plain else draw(st.sampled_from([0, 0, 0, 0, 0x10, 0x20]))
     if not plain and body and draw(st.integers(0, 7)) == 0:
         body, sys_flag = zlib.compress(body), sys_flag | 1
-    born = V6 if sys_flag & 0x10 else draw(st.sampled_from([V4, V4B]))
-    store = V6 if sys_flag & 0x20 else V4
+    # hosts repeated and changed between a pop's records (the kernel keeps the last host's text)
+    born = V6 if sys_flag & 0x10 else draw(st.sampled_from([V4, V4B, V4P]))
+    store = V6 if sys_flag & 0x20 else draw(st.sampled_from([V4, V4, V4B, V4P]))
     topic = draw(st.sampled_from(TOPICS)).encode()
     buf = bytearray(C.record_length(len(body), len(topic), len(raw), born == V6, store == V6))
     stamp = plain_ms if plain else ms
