@@ -55,14 +55,13 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     bodies = [os.urandom(args.size) for _ in range(args.bodies)]
     want = b"".join(hashlib.md5(b).digest() for b in bodies)
-    if K.md5_digests(bodies) != want or K.md5_digests(bodies, False) != want:
-        raise SystemExit("md5_digests does not match hashlib")
     total = args.bodies * args.size
-    rows = [
-        ("md5_many (AVX2 lanes)", lambda: K.md5_digests(bodies)),
-        ("OpenSSL a body", lambda: K.md5_digests(bodies, False)),
-        ("hashlib.md5 a body", lambda: [hashlib.md5(b).digest() for b in bodies]),
-    ]
+    rows = [("hashlib.md5 a body", lambda: [hashlib.md5(b).digest() for b in bodies])]
+    if hasattr(K, "md5_digests"):  # (a tree before it has encode_popped's row only)
+        if K.md5_digests(bodies) != want or K.md5_digests(bodies, False) != want:
+            raise SystemExit("md5_digests does not match hashlib")
+        rows[:0] = [("md5_many (AVX2 lanes)", lambda: K.md5_digests(bodies)),
+                    ("OpenSSL a body", lambda: K.md5_digests(bodies, False))]
     print(f"{args.bodies} bodies x {args.size} B, best of {args.repeat} x {args.calls} calls")
     for name, fn in rows:
         s = _best(fn, args.calls, args.repeat)

@@ -82,11 +82,17 @@ cdef int _md5_hex(const uint8_t *p, Py_ssize_t n, char *out) except -1:
     return 0
 
 
+# every byte's two hex digits, upper case: a digest's 32 characters in 16 two-byte copies
+cdef char _HEX2[512]
+for _i in range(256):
+    _HEX2[2 * _i] = _HEX[_i >> 4]
+    _HEX2[2 * _i + 1] = _HEX[_i & 15]
+
+
 cdef inline void _hex16(const uint8_t *d, char *out) noexcept:
     cdef int i
     for i in range(16):
-        out[2 * i] = _HEX[d[i] >> 4]
-        out[2 * i + 1] = _HEX[d[i] & 15]
+        memcpy(out + 2 * i, _HEX2 + 2 * d[i], 2)
 
 
 # The writers below write into the WriteBuffer's memory themselves, its room checked inline: a
@@ -141,19 +147,33 @@ cdef inline int _sub(WriteBuffer b, uint32_t field, WriteBuffer inner) except -1
     return _bytes(b, field, inner._buf, inner._len)
 
 
+cdef inline uint8_t *_raw_varint(uint8_t *q, uint64_t v) noexcept:
+    while v > 0x7F:
+        q[0] = <uint8_t>((v & 0x7F) | 0x80)
+        v >>= 7
+        q += 1
+    q[0] = <uint8_t>v
+    return q + 1
+
+
 cdef int _seconds_nanos(WriteBuffer b, uint32_t field, int64_t seconds, int64_t nanos) except -1:
-    """A Timestamp or Duration submessage (seconds = 1, nanos = 2; zeros not written)."""
-    cdef Py_ssize_t n = 0
+    """A Timestamp or Duration submessage (seconds = 1, nanos = 2; zeros not written), written in
+    place after one room check (it was six writer calls, each checking room): its length is at
+    most 22 bytes (two ten-byte varints of negative values and their tags), so one byte."""
+    cdef uint8_t *q
+    cdef uint8_t *length
+    if 40 > b._size - b._len:  # a tag of 5, the length, 1 + 10, 1 + 10
+        b._grow(40)
+    length = _raw_varint(b._buf + b._len, (<uint64_t>field << 3) | 2)
+    q = length + 1
     if seconds:
-        n += 1 + _varint_len(<uint64_t>seconds)
+        q[0] = 8
+        q = _raw_varint(q + 1, <uint64_t>seconds)
     if nanos:
-        n += 1 + _varint_len(<uint64_t>nanos)
-    _tag(b, field, 2)
-    _varint(b, <uint64_t>n)
-    if seconds:
-        _int(b, 1, seconds)
-    if nanos:
-        _int(b, 2, nanos)
+        q[0] = 16
+        q = _raw_varint(q + 1, <uint64_t>nanos)
+    length[0] = <uint8_t>(q - length - 1)
+    b._len = q - b._buf
     return 0
 
 
@@ -501,32 +521,50 @@ cdef struct _Props:
     Py_ssize_t at[N_READ]       # the last kept pair's value of each property read (-1: none)
     Py_ssize_t len[N_READ]
 
-# the system property names by length (the `system` set given last; a set of str)
+# the system property names by length (the `system` set given last; a set of str), as C arrays:
+# _sys_name[_sys_from[n]:_sys_from[n + 1]] the names of n bytes (pointers into _system_names' bytes).
+# A list of bytes per length walked by Python iteration cost a reference count pair per name tried.
 cdef object _system_given = None
-cdef list _system_by_len = None
+cdef list _system_names = None
+cdef const char **_sys_name = NULL
+cdef Py_ssize_t _sys_from[257]
 
 
 cdef int _load_system(object system) except -1:
-    global _system_given, _system_by_len
-    cdef list by_len
+    global _system_given, _system_names, _sys_name
+    cdef list names
+    cdef const char **table
+    cdef Py_ssize_t i, n
     if system is _system_given:
         return 0
-    by_len = [[] for _ in range(256)]
+    names = []
     for k in system:
         b = (<str>k).encode()
-        if len(b) < 256:
-            (<list>by_len[len(b)]).append(b)
-        else:
+        if len(b) >= 256:
             raise ValueError(f"a system property name of {len(b)} bytes")
-    _system_by_len, _system_given = by_len, system
+        names.append(b)
+    names.sort(key=len)
+    table = <const char **>PyMem_Malloc((len(names) + 1) * sizeof(const char *))
+    if table == NULL:
+        raise MemoryError()
+    i = 0
+    for n in range(257):
+        while i < len(names) and len(<bytes>names[i]) < n:
+            i += 1
+        _sys_from[n] = i
+    for i in range(len(names)):
+        table[i] = <const char *>(<bytes>names[i])
+    PyMem_Free(_sys_name)
+    _sys_name, _system_names, _system_given = table, names, system
     return 0
 
 
-cdef bint _is_system(const uint8_t *k, Py_ssize_t n):
+cdef inline bint _is_system(const uint8_t *k, Py_ssize_t n) noexcept:
+    cdef Py_ssize_t i
     if n >= 256:
         return False
-    for b in <list>_system_by_len[n]:
-        if memcmp(<const char *>(<bytes>b), k, n) == 0:
+    for i in range(_sys_from[n], _sys_from[n + 1]):
+        if _sys_name[i][0] == k[0] and memcmp(_sys_name[i], k, n) == 0:
             return True
     return False
 
