@@ -16,7 +16,7 @@ property not in `system` a user property. A timestamp outside protobuf's range, 
 attempt outside int32, raises ValueError as protobuf would. tests/twins/receive_reply_twin.py is
 the same in Python; tests/test_receive_reply_kernel_vs_twin.py holds both equal to protobuf's own
 encoding. An empty `topic` is the message's own."""
-from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 
@@ -26,7 +26,7 @@ from broker.kernels.pulled cimport MessageExt
 from broker.kernels.wbuf cimport WriteBuffer
 from protobuf_wire cimport pb_varint_len as _varint_len
 
-# MD5 of up to eight bodies at once in AVX2 lanes (0: no AVX2 here, nothing written)
+# MD5 of many bodies in AVX2 lanes, sixteen at a time (0: no AVX2 here, nothing written)
 cdef extern from "md5_mb.h" nogil:
     int md5_many(const uint8_t *const *ptrs, const size_t *lens, size_t n, uint8_t *out)
 
@@ -82,11 +82,17 @@ cdef int _md5_hex(const uint8_t *p, Py_ssize_t n, char *out) except -1:
     return 0
 
 
+# every byte's two hex digits, upper case: a digest's 32 characters in 16 two-byte copies
+cdef char _HEX2[512]
+for _i in range(256):
+    _HEX2[2 * _i] = _HEX[_i >> 4]
+    _HEX2[2 * _i + 1] = _HEX[_i & 15]
+
+
 cdef inline void _hex16(const uint8_t *d, char *out) noexcept:
     cdef int i
     for i in range(16):
-        out[2 * i] = _HEX[d[i] >> 4]
-        out[2 * i + 1] = _HEX[d[i] & 15]
+        memcpy(out + 2 * i, _HEX2 + 2 * d[i], 2)
 
 
 # The writers below write into the WriteBuffer's memory themselves, its room checked inline: a
@@ -141,19 +147,33 @@ cdef inline int _sub(WriteBuffer b, uint32_t field, WriteBuffer inner) except -1
     return _bytes(b, field, inner._buf, inner._len)
 
 
+cdef inline uint8_t *_raw_varint(uint8_t *q, uint64_t v) noexcept:
+    while v > 0x7F:
+        q[0] = <uint8_t>((v & 0x7F) | 0x80)
+        v >>= 7
+        q += 1
+    q[0] = <uint8_t>v
+    return q + 1
+
+
 cdef int _seconds_nanos(WriteBuffer b, uint32_t field, int64_t seconds, int64_t nanos) except -1:
-    """A Timestamp or Duration submessage (seconds = 1, nanos = 2; zeros not written)."""
-    cdef Py_ssize_t n = 0
+    """A Timestamp or Duration submessage (seconds = 1, nanos = 2; zeros not written), written in
+    place after one room check (it was six writer calls, each checking room): its length is at
+    most 22 bytes (two ten-byte varints of negative values and their tags), so one byte."""
+    cdef uint8_t *q
+    cdef uint8_t *length
+    if 40 > b._size - b._len:  # a tag of 5, the length, 1 + 10, 1 + 10
+        b._grow(40)
+    length = _raw_varint(b._buf + b._len, (<uint64_t>field << 3) | 2)
+    q = length + 1
     if seconds:
-        n += 1 + _varint_len(<uint64_t>seconds)
+        q[0] = 8
+        q = _raw_varint(q + 1, <uint64_t>seconds)
     if nanos:
-        n += 1 + _varint_len(<uint64_t>nanos)
-    _tag(b, field, 2)
-    _varint(b, <uint64_t>n)
-    if seconds:
-        _int(b, 1, seconds)
-    if nanos:
-        _int(b, 2, nanos)
+        q[0] = 16
+        q = _raw_varint(q + 1, <uint64_t>nanos)
+    length[0] = <uint8_t>(q - length - 1)
+    b._len = q - b._buf
     return 0
 
 
@@ -341,6 +361,45 @@ def use_md5_lanes(bint on) -> bool:
     return before
 
 
+def md5_digests(list bodies, bint lanes=True) -> bytes:
+    """Tests and bench/md5_micro.py: the 16-byte MD5 of each of `bodies` (bytes-like), back to back,
+    made as the answers make them: md5_many's AVX2 lanes (sixteen at a time), or with `lanes` False
+    (or no AVX2 here) OpenSSL's per body."""
+    cdef Py_ssize_t i, n = len(bodies), held = 0
+    cdef Py_buffer *views
+    cdef const uint8_t **ptrs
+    cdef size_t *lens
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, n * 16)
+    cdef uint8_t *digests = <uint8_t *>PyBytes_AS_STRING(out)
+    cdef unsigned int dn
+    if n == 0:
+        return out
+    views = <Py_buffer *>PyMem_Malloc(n * sizeof(Py_buffer))
+    ptrs = <const uint8_t **>PyMem_Malloc(n * sizeof(const uint8_t *))
+    lens = <size_t *>PyMem_Malloc(n * sizeof(size_t))
+    try:
+        if views == NULL or ptrs == NULL or lens == NULL:
+            raise MemoryError()
+        for i in range(n):
+            PyObject_GetBuffer(bodies[i], &views[i], PyBUF_SIMPLE)
+            held += 1
+            ptrs[i] = <const uint8_t *>views[i].buf
+            lens[i] = <size_t>views[i].len
+        if not (lanes and md5_many(ptrs, lens, <size_t>n, digests)):
+            for i in range(n):
+                if (EVP_DigestInit_ex2(_MD5_CTX, _MD5, NULL) != 1
+                        or EVP_DigestUpdate(_MD5_CTX, ptrs[i], lens[i]) != 1
+                        or EVP_DigestFinal_ex(_MD5_CTX, digests + 16 * i, &dn) != 1 or dn != 16):
+                    raise RuntimeError("OpenSSL's MD5 failed")
+    finally:
+        for i in range(held):
+            PyBuffer_Release(&views[i])
+        PyMem_Free(views)
+        PyMem_Free(ptrs)
+        PyMem_Free(lens)
+    return out
+
+
 def encode_messages(list msgs, str topic, list handles, int64_t invisible_ms, system) -> bytes:
     """Each message's ReceiveMessageResponse as a gRPC message (flag 0, 4-byte big-endian length,
     the bytes), back to back: what one stream's DATA carries for them. The bodies' MD5s are made
@@ -426,7 +485,7 @@ def encode_ack_ok(list message_ids, list handles) -> bytes:
 # encode_popped) it declines with None, and the front reads the records as before.
 
 from cpython.unicode cimport PyUnicode_DecodeUTF8, PyUnicode_FromFormat
-from libc.string cimport memcmp, memcpy
+from libc.string cimport memchr, memcmp, memcpy
 
 from broker.kernels.pulled cimport RecordSpan, walk_record
 from ascii cimport ascii_int
@@ -462,32 +521,50 @@ cdef struct _Props:
     Py_ssize_t at[N_READ]       # the last kept pair's value of each property read (-1: none)
     Py_ssize_t len[N_READ]
 
-# the system property names by length (the `system` set given last; a set of str)
+# the system property names by length (the `system` set given last; a set of str), as C arrays:
+# _sys_name[_sys_from[n]:_sys_from[n + 1]] the names of n bytes (pointers into _system_names' bytes).
+# A list of bytes per length walked by Python iteration cost a reference count pair per name tried.
 cdef object _system_given = None
-cdef list _system_by_len = None
+cdef list _system_names = None
+cdef const char **_sys_name = NULL
+cdef Py_ssize_t _sys_from[257]
 
 
 cdef int _load_system(object system) except -1:
-    global _system_given, _system_by_len
-    cdef list by_len
+    global _system_given, _system_names, _sys_name
+    cdef list names
+    cdef const char **table
+    cdef Py_ssize_t i, n
     if system is _system_given:
         return 0
-    by_len = [[] for _ in range(256)]
+    names = []
     for k in system:
         b = (<str>k).encode()
-        if len(b) < 256:
-            (<list>by_len[len(b)]).append(b)
-        else:
+        if len(b) >= 256:
             raise ValueError(f"a system property name of {len(b)} bytes")
-    _system_by_len, _system_given = by_len, system
+        names.append(b)
+    names.sort(key=len)
+    table = <const char **>PyMem_Malloc((len(names) + 1) * sizeof(const char *))
+    if table == NULL:
+        raise MemoryError()
+    i = 0
+    for n in range(257):
+        while i < len(names) and len(<bytes>names[i]) < n:
+            i += 1
+        _sys_from[n] = i
+    for i in range(len(names)):
+        table[i] = <const char *>(<bytes>names[i])
+    PyMem_Free(_sys_name)
+    _sys_name, _system_names, _system_given = table, names, system
     return 0
 
 
-cdef bint _is_system(const uint8_t *k, Py_ssize_t n):
+cdef inline bint _is_system(const uint8_t *k, Py_ssize_t n) noexcept:
+    cdef Py_ssize_t i
     if n >= 256:
         return False
-    for b in <list>_system_by_len[n]:
-        if memcmp(<const char *>(<bytes>b), k, n) == 0:
+    for i in range(_sys_from[n], _sys_from[n + 1]):
+        if _sys_name[i][0] == k[0] and memcmp(_sys_name[i], k, n) == 0:
             return True
     return False
 
@@ -529,17 +606,18 @@ cdef bint _props(const uint8_t *p, Py_ssize_t start, Py_ssize_t n, _Props *out):
     its first \\x01, kept with a key and a value; the last of a key wins); False: declined (more
     than MAX_PAIRS user pairs, or a user key twice, whose dict order is not the stored one)."""
     cdef Py_ssize_t i = start, end = start + n, j, sep, klen
+    cdef const uint8_t *q
     cdef int slot, a
     out.n_user = 0
     for slot in range(N_READ):
         out.at[slot] = -1
     while i < end:
-        sep = -1
-        j = i
-        while j < end and p[j] != 2:
-            if sep < 0 and p[j] == 1:
-                sep = j
-            j += 1
+        # the piece's end (\x02) and its first \x01 by memchr (SIMD in libc): a byte-at-a-time scan
+        # of both was the answer's hottest loop after the MD5
+        q = <const uint8_t *>memchr(p + i, 2, <size_t>(end - i))
+        j = end if q == NULL else q - p
+        q = <const uint8_t *>memchr(p + i, 1, <size_t>(j - i))
+        sep = -1 if q == NULL else q - p
         if sep > i and j - sep > 1:
             klen = sep - i
             slot = _read_slot(p + i, klen)
@@ -603,12 +681,37 @@ cdef int _ipv4(WriteBuffer b, const uint8_t *h, bint port) except -1:
     return 0
 
 
-cdef int _popped_message(WriteBuffer out, const uint8_t *p, RecordSpan *r, _Props *pr, const char *topic,
-                         Py_ssize_t topic_len, WriteBuffer handle, int64_t invisible_ms,
+cdef struct _HostText:
+    # the last host's 8 stored bytes (address, port) and their text: a pop's records mostly share
+    # their store host (the broker) and often their born host (one producer)
+    uint8_t key[8]
+    bint valid
+    Py_ssize_t len
+    uint8_t text[32]
+
+
+cdef inline int _host_field(WriteBuffer sp, uint32_t field, const uint8_t *h, bint port, _HostText *c,
+                            WriteBuffer tmp) except -1:
+    """The host's inet_ntop text (":port" when `port`) as field `field`, made once per distinct host."""
+    cdef Py_ssize_t klen = 8 if port else 4
+    if not c.valid or memcmp(c.key, h, klen) != 0:
+        tmp.clear()
+        _ipv4(tmp, h, port)
+        memcpy(c.text, tmp._buf, tmp._len)
+        c.len = tmp._len
+        memcpy(c.key, h, klen)
+        c.valid = True
+    return _bytes(sp, field, c.text, c.len)
+
+
+cdef int _popped_message(WriteBuffer out, const uint8_t *p, RecordSpan *r, _Props *pr, WriteBuffer resource,
+                         WriteBuffer handle, WriteBuffer duration, _HostText *hosts,
                          WriteBuffer sp, WriteBuffer up, WriteBuffer tmp, const uint8_t *md5) except -1:
     """One ReceiveMessageResponse{message}, as _message writes it for the same record read by the
-    pulled kernel (the caller has checked what encode_popped declines); `md5`: the body's digest
-    made already (md5_many), or NULL."""
+    pulled kernel (the caller has checked what encode_popped declines); `resource`: the topic's
+    Resource{name} and `duration` the invisible duration field, the same for every message of the
+    call, written once by the caller; `hosts`: the born and store host texts last made; `md5`: the
+    body's digest made already (md5_many), or NULL."""
     cdef char digest[32]
     cdef Py_ssize_t msg_len, a, k, e
     cdef int64_t born, deliver = 0
@@ -661,20 +764,16 @@ cdef int _popped_message(WriteBuffer out, const uint8_t *p, RecordSpan *r, _Prop
     if pr.at[P_BORNHOST] >= 0:
         _bytes(sp, 8, p + pr.at[P_BORNHOST], pr.len[P_BORNHOST])
     else:
-        tmp.clear()
-        _ipv4(tmp, p + r.born_host, False)
-        _bytes(sp, 8, tmp._buf, tmp._len)
+        _host_field(sp, 8, p + r.born_host, False, &hosts[0], tmp)
     _timestamp_ms(sp, 9, r.store_ts)
-    tmp.clear()
-    _ipv4(tmp, p + r.store_host, True)
-    _bytes(sp, 10, tmp._buf, tmp._len)
+    _host_field(sp, 10, p + r.store_host, True, &hosts[1], tmp)
     if kind == DELAY:
         _timestamp_ms(sp, 11, deliver)
     _bytes(sp, 12, handle._buf, handle._len)
     if r.queue_id:
         _int(sp, 13, r.queue_id)
     _int(sp, 14, r.queue_offset)
-    _duration(sp, 15, invisible_ms)
+    _put(sp, duration._buf, duration._len)
     if r.reconsume_times == 2147483647:
         raise ValueError("declined")  # a delivery attempt past int32: the front's own path refuses it
     _int(sp, 16, <int64_t>r.reconsume_times + 1)
@@ -687,14 +786,12 @@ cdef int _popped_message(WriteBuffer out, const uint8_t *p, RecordSpan *r, _Prop
         _bytes(tmp, 1, p + pr.user[a].key, pr.user[a].klen)
         _bytes(tmp, 2, p + pr.user[a].value, pr.user[a].vlen)
         _sub(up, 2, tmp)
-    tmp.clear()
-    _bytes(tmp, 2, <const uint8_t *>topic, topic_len)
-    msg_len = (1 + _varint_len(tmp._len) + tmp._len) + up._len + (1 + _varint_len(sp._len) + sp._len)
+    msg_len = resource._len + up._len + (1 + _varint_len(sp._len) + sp._len)
     if r.body_len:
         msg_len += 1 + _varint_len(r.body_len) + r.body_len
     _tag(out, 2, 2)
     _varint(out, <uint64_t>msg_len)
-    _sub(out, 1, tmp)
+    _put(out, resource._buf, resource._len)
     _put(out, up._buf, up._len)
     _sub(out, 3, sp)
     if r.body_len:
@@ -734,7 +831,8 @@ def encode_popped(body, str topic, dict starts, str middle, str broker_name, int
     cdef RecordSpan r
     cdef _Props pr
     cdef WriteBuffer out = WriteBuffer(), sp = WriteBuffer(), up = WriteBuffer(), tmp = WriteBuffer()
-    cdef WriteBuffer handle = WriteBuffer()
+    cdef WriteBuffer handle = WriteBuffer(), resource = WriteBuffer(), duration = WriteBuffer()
+    cdef _HostText hosts[2]
     cdef const char *tp = PyUnicode_AsUTF8AndSize(topic, &topic_len)
     cdef const char *mp = PyUnicode_AsUTF8AndSize(middle, &mid_len)
     cdef const char *bp = PyUnicode_AsUTF8AndSize(broker_name, &broker_len)
@@ -768,12 +866,21 @@ def encode_popped(body, str topic, dict starts, str middle, str broker_name, int
         n = view.len
         if n == 0:
             return None
+        # every message's Message.topic (Resource{name}, field 1) and invisible_duration (field 15)
+        tmp.clear()
+        _bytes(tmp, 2, <const uint8_t *>tp, topic_len)
+        _sub(resource, 1, tmp)
+        try:
+            _duration(duration, 15, invisible_ms)
+        except ValueError:
+            return None  # as the first message's would have
+        hosts[0].valid = hosts[1].valid = False
         # the records' bodies and ~300 bytes of fields each: no regrowth; written into the bytes object
         # that is the answer (take_bytes), not copied out of a buffer at the end
         out.use_bytes(n + n // 2 + 4096)
         prefix_max = 22 + mid_len + broker_len
         out.write(<const uint8_t *><const char *>_STATUS_OK_FRAME, len(_STATUS_OK_FRAME))
-        # the records first, and their bodies' MD5s eight at a time (md5_many; NULL: one by one)
+        # the records first, and their bodies' MD5s sixteen at a time (md5_many; NULL: one by one)
         try:
             while pos < n:
                 if count < STACK_RECORDS:
@@ -845,7 +952,7 @@ def encode_popped(body, str topic, dict starts, str middle, str broker_name, int
             at = out._len
             _put(out, <const uint8_t *>b"\0\0\0\0\0", 5)  # the gRPC prefix, its length patched below
             try:
-                _popped_message(out, p, &r, &pr, tp, topic_len, handle, invisible_ms, sp, up, tmp,
+                _popped_message(out, p, &r, &pr, resource, handle, duration, hosts, sp, up, tmp,
                                 digests + 16 * i if have_md5 else NULL)
             except ValueError:
                 return None

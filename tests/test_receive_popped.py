@@ -14,6 +14,7 @@ import asyncio
 import socket
 import zlib
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -29,6 +30,7 @@ from tests.twins import receive_reply_twin as T
 SETTINGS = settings(database=None, deadline=None, max_examples=400, suppress_health_check=[HealthCheck.too_slow])
 V4 = socket.inet_aton("10.0.0.7") + (10911).to_bytes(4, "big")
 V4B = socket.inet_aton("192.168.200.1") + (40001).to_bytes(4, "big")
+V4P = socket.inet_aton("10.0.0.7") + (10912).to_bytes(4, "big")  # V4's address, another port
 V6 = socket.inet_pton(socket.AF_INET6, "fe80::1") + (40000).to_bytes(4, "big")
 MS_MAX = 253402300799999  # protobuf Timestamp's last millisecond
 TOPIC, GROUP = "TopicA", "g1"
@@ -78,8 +80,9 @@ def record(draw, offset: int, plain: bool) -> bytes:
     sys_flag = 0 if plain else draw(st.sampled_from([0, 0, 0, 0, 0x10, 0x20]))
     if not plain and body and draw(st.integers(0, 7)) == 0:
         body, sys_flag = zlib.compress(body), sys_flag | 1
-    born = V6 if sys_flag & 0x10 else draw(st.sampled_from([V4, V4B]))
-    store = V6 if sys_flag & 0x20 else V4
+    # hosts repeated and changed between a pop's records (the kernel keeps the last host's text)
+    born = V6 if sys_flag & 0x10 else draw(st.sampled_from([V4, V4B, V4P]))
+    store = V6 if sys_flag & 0x20 else draw(st.sampled_from([V4, V4, V4B, V4P]))
     topic = draw(st.sampled_from(TOPICS)).encode()
     buf = bytearray(C.record_length(len(body), len(topic), len(raw), born == V6, store == V6))
     stamp = plain_ms if plain else ms
@@ -239,8 +242,6 @@ def test_receive_message_answers_a_declined_pop_as_before(monkeypatch):
 def test_a_group_name_is_checked_character_by_character(name):
     """_group's one regex keeps the rule it replaced: 1 to 255 characters, each an ASCII letter or
     digit or one of '%', '|', '-', '_' (ILLEGAL_CONSUMER_GROUP otherwise)."""
-    import pytest
-
     from broker.proxy.consumer_activity import _group
     from broker.proxy.protocol import definition_pb2 as pb
     from broker.proxy.status import ProxyError
@@ -282,6 +283,56 @@ def test_the_bodies_md5_eight_at_a_time_at_every_block_edge():
                                    False) == k
         finally:
             K.use_md5_lanes(before)
+
+
+EDGES = [0, 55, 56, 63, 64, 65, 119, 120, 1024, 4000]
+
+
+def test_md5_digests_in_two_groups_of_lanes_at_every_block_edge():
+    """md5_many (sixteen bodies a pass, two groups of eight AVX2 lanes; eight or fewer in one group)
+    against hashlib for 1 to 40 bodies: every body of one length around the block and padding
+    edges, and the lengths mixed (lanes of one pass ending at different blocks), so both groups,
+    a pass's empty lanes and the passes' tails are covered; and OpenSSL's per-body fallback."""
+    import hashlib
+    import random
+
+    rnd = random.Random(5)
+    for n in range(1, 41):
+        cases = [[rnd.randbytes(size) for _ in range(n)] for size in EDGES]
+        cases.append([rnd.randbytes(rnd.choice(EDGES)) for _ in range(n)])
+        cases.append([rnd.randbytes(EDGES[(i * 7 + n) % len(EDGES)]) for i in range(n)])
+        for bodies in cases:
+            want = b"".join(hashlib.md5(b).digest() for b in bodies)
+            assert K.md5_digests(bodies) == want, (n, [len(b) for b in bodies])
+            assert K.md5_digests(bodies, False) == want
+    assert K.md5_digests([]) == b""
+    two = K.md5_digests([memoryview(b"abc"), bytearray(b"")])
+    assert two == hashlib.md5(b"abc").digest() + hashlib.md5().digest()
+    with pytest.raises(TypeError):
+        K.md5_digests(["text"])
+
+
+def test_the_answers_md5_in_pops_of_1_to_40_records():
+    """encode_popped's body digests (md5_many's two groups and their tails) against hashlib's and
+    the twin's, in pops of 1 to 40 records of lengths around the block edges."""
+    import hashlib
+
+    for n in range(1, 41):
+        records, digests = [], []
+        for i in range(n):
+            body = bytes((11 * i + j) & 0xFF for j in range(EDGES[(i + n) % len(EDGES)]))
+            raw = f"UNIQ_KEY\x01U{i}".encode()
+            buf = bytearray(C.record_length(len(body), len(TOPIC), len(raw)))
+            size = C.encode_record(buf, 0, 10 * i, i, 1_700_000_000_001, TOPIC.encode(), 0, body, raw, 0, 0,
+                                   1_700_000_000_000, V4, V4, 0, 0)
+            records.append(bytes(buf[:size]))
+            digests.append(hashlib.md5(body).hexdigest().upper())
+        body = b"".join(records)
+        k = K.encode_popped(body, TOPIC, {"0@0": 0}, "1 2 3", "broker-a", 30_000, SYSTEM_PROPERTIES, 5, False)
+        assert k == T.encode_popped(body, TOPIC, {"0@0": 0}, "1 2 3", "broker-a", 30_000, SYSTEM_PROPERTIES, 5, False)
+        got = [spb.ReceiveMessageResponse.FromString(f).message.system_properties.body_digest.checksum
+               for f in _frames(k[0])[1:-1]]
+        assert got == digests
 
 
 def test_pops_of_up_to_and_past_the_stack_arrays():
