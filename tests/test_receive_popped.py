@@ -253,29 +253,36 @@ def test_a_group_name_is_checked_character_by_character(name):
             _group(pb.Resource(name=name))
 
 
+def _digests_answered(n: int, lengths: list[int], step: int):
+    """A pop of `n` records whose bodies take `lengths` in turn, encoded by the kernel: equal to
+    the twin's answer, each message's body digest hashlib's. (the pop's bytes, the kernel's answer)"""
+    import hashlib
+
+    records, digests = [], []
+    for i in range(n):
+        body = bytes((step * i + j) & 0xFF for j in range(lengths[(i + n) % len(lengths)]))
+        raw = f"UNIQ_KEY\x01U{i}".encode()
+        buf = bytearray(C.record_length(len(body), len(TOPIC), len(raw)))
+        size = C.encode_record(buf, 0, 10 * i, i, 1_700_000_000_001, TOPIC.encode(), 0, body, raw, 0, 0,
+                               1_700_000_000_000, V4, V4, 0, 0)
+        records.append(bytes(buf[:size]))
+        digests.append(hashlib.md5(body).hexdigest().upper())
+    body = b"".join(records)
+    k = K.encode_popped(body, TOPIC, {"0@0": 0}, "1 2 3", "broker-a", 30_000, SYSTEM_PROPERTIES, 5, False)
+    assert k == T.encode_popped(body, TOPIC, {"0@0": 0}, "1 2 3", "broker-a", 30_000, SYSTEM_PROPERTIES, 5, False)
+    got = [spb.ReceiveMessageResponse.FromString(f).message.system_properties.body_digest.checksum
+           for f in _frames(k[0])[1:-1]]
+    assert got == digests
+    return body, k
+
+
 def test_the_bodies_md5_eight_at_a_time_at_every_block_edge():
     """encode_popped's MD5s, made eight bodies at once (md5_mb.h), against hashlib's (the twin's) for
     bodies of every length around the 64-byte block and the 56-byte padding edges, in pops of 1 to
     19 records (lanes left empty, and a second round of eight)."""
-    import hashlib
-
     lengths = [0, 1, 54, 55, 56, 57, 63, 64, 65, 119, 120, 121, 127, 128, 129, 1000, 1024, 4097, 3]
     for n in range(1, len(lengths) + 1):
-        records, digests = [], []
-        for i in range(n):
-            body = bytes((7 * i + j) & 0xFF for j in range(lengths[(i + n) % len(lengths)]))
-            raw = f"UNIQ_KEY\x01U{i}".encode()
-            buf = bytearray(C.record_length(len(body), len(TOPIC), len(raw)))
-            size = C.encode_record(buf, 0, 10 * i, i, 1_700_000_000_001, TOPIC.encode(), 0, body, raw, 0, 0,
-                                   1_700_000_000_000, V4, V4, 0, 0)
-            records.append(bytes(buf[:size]))
-            digests.append(hashlib.md5(body).hexdigest().upper())
-        body = b"".join(records)
-        k = K.encode_popped(body, TOPIC, {"0@0": 0}, "1 2 3", "broker-a", 30_000, SYSTEM_PROPERTIES, 5, False)
-        assert k == T.encode_popped(body, TOPIC, {"0@0": 0}, "1 2 3", "broker-a", 30_000, SYSTEM_PROPERTIES, 5, False)
-        got = [spb.ReceiveMessageResponse.FromString(f).message.system_properties.body_digest.checksum
-               for f in _frames(k[0])[1:-1]]
-        assert got == digests
+        body, k = _digests_answered(n, lengths, 7)
         # the same answer where the CPU has no AVX2: each body through OpenSSL
         before = K.use_md5_lanes(False)
         try:
@@ -315,24 +322,8 @@ def test_md5_digests_in_two_groups_of_lanes_at_every_block_edge():
 def test_the_answers_md5_in_pops_of_1_to_40_records():
     """encode_popped's body digests (md5_many's two groups and their tails) against hashlib's and
     the twin's, in pops of 1 to 40 records of lengths around the block edges."""
-    import hashlib
-
     for n in range(1, 41):
-        records, digests = [], []
-        for i in range(n):
-            body = bytes((11 * i + j) & 0xFF for j in range(EDGES[(i + n) % len(EDGES)]))
-            raw = f"UNIQ_KEY\x01U{i}".encode()
-            buf = bytearray(C.record_length(len(body), len(TOPIC), len(raw)))
-            size = C.encode_record(buf, 0, 10 * i, i, 1_700_000_000_001, TOPIC.encode(), 0, body, raw, 0, 0,
-                                   1_700_000_000_000, V4, V4, 0, 0)
-            records.append(bytes(buf[:size]))
-            digests.append(hashlib.md5(body).hexdigest().upper())
-        body = b"".join(records)
-        k = K.encode_popped(body, TOPIC, {"0@0": 0}, "1 2 3", "broker-a", 30_000, SYSTEM_PROPERTIES, 5, False)
-        assert k == T.encode_popped(body, TOPIC, {"0@0": 0}, "1 2 3", "broker-a", 30_000, SYSTEM_PROPERTIES, 5, False)
-        got = [spb.ReceiveMessageResponse.FromString(f).message.system_properties.body_digest.checksum
-               for f in _frames(k[0])[1:-1]]
-        assert got == digests
+        _digests_answered(n, EDGES, 11)
 
 
 def test_pops_of_up_to_and_past_the_stack_arrays():
