@@ -29,6 +29,15 @@ def test_no_file_points_outside_the_repository():
     assert not hits, "paths outside the repository:\n" + "\n".join(hits)
 
 
+def test_no_symbolic_link_is_committed():
+    """A worktree's links to the main checkout's installed dependencies (.deps, .venv, ...) are
+    not the repository's: committed once, a merge replaced main's own .deps directory with a link
+    to itself, and a fresh clone would hold a link into a machine's paths."""
+    staged = subprocess.run(["git", "ls-files", "-s"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    links = [line.split("\t", 1)[1] for line in staged.splitlines() if line.startswith("120000 ")]
+    assert not links, f"symbolic links committed: {links}"
+
+
 # The layers of the package, lowest first: a module may import its own layer's package and those
 # below it, never one above (DESIGN.md, "Packages"). The transport (remoting) never imports the
 # broker (server), and the client library never imports the broker nor its gRPC front.
