@@ -61,6 +61,17 @@ class _Transport:
         pass
 
 
+def open_connection(server, first: bytes = b""):
+    """(an H2Connection of `server` on a _Transport, the transport) past a client's preface and
+    SETTINGS, its connection window opened wide; `first`: frames that come with them."""
+    conn = H2Connection(server)
+    t = _Transport()
+    conn.connection_made(t)
+    conn.data_received(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + frame(4, 0, 0, b"") + frame(8, 0, 0, struct.pack(">I", 1 << 29))
+                       + first)
+    return conn, t
+
+
 def _reads(n: int) -> list[bytes]:
     path = os.path.join(tempfile.gettempdir(), f"grpc-endpoint-micro-{n}.pkl")
     if not os.path.exists(path):
@@ -90,11 +101,7 @@ async def main(n: int) -> None:
         return fut, lambda done: REPLY
     server.add_fast_unary(PATH.decode(), fast, raw=True)
     reads = _reads(n)
-    conn = H2Connection(server)
-    t = _Transport()
-    conn.connection_made(t)
-    conn.data_received(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + frame(4, 0, 0, b"") + frame(8, 0, 0, struct.pack(">I", 1 << 29))
-                       + frame(1, 4, 1, FIRST) + frame(0, 1, 1, BODY))
+    conn, t = open_connection(server, frame(1, 4, 1, FIRST) + frame(0, 1, 1, BODY))
     for i, data in enumerate(reads):
         if i == WARM:
             c0, w0 = time.process_time(), t.writes

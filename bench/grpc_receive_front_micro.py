@@ -23,12 +23,11 @@ import grpc
 import uvloop
 
 from bench.grpc_ack_micro import LocalClient
-from bench.grpc_endpoint_micro import _Transport, frame
+from bench.grpc_endpoint_micro import frame, open_connection
 from bench.grpc_receive_micro import TOPIC, _request
 from bench.local_front_broker import filled_broker
 from broker.proxy.config import ProxyConfig
 from broker.proxy.consumer_activity import ConsumerActivity
-from broker.proxy.grpc_endpoint.connection import H2Connection
 from broker.proxy.grpc_endpoint.server import GrpcServer
 from broker.proxy.protocol import service_pb2 as spb
 
@@ -74,11 +73,7 @@ async def main(messages: int, groups: int, parsed: bool) -> None:
                 parts += [frame(1, 4, sid, BLOCK), frame(0, 1, sid, body)]
                 sid += 2
             reads.append(b"".join(parts))
-        conn = H2Connection(server)
-        t = _Transport()
-        conn.connection_made(t)
-        conn.data_received(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + frame(4, 0, 0, b"")
-                           + frame(8, 0, 0, struct.pack(">I", 1 << 29)))
+        conn, t = open_connection(server)
         warm = min(4, len(reads) // 4)
         for i, data in enumerate(reads):
             if i == warm:

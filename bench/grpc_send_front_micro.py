@@ -21,13 +21,12 @@ import time
 import grpc
 import uvloop
 
-from bench.grpc_endpoint_micro import FIRST, INDEXED, PATH, PER_READ, SERVICE, _Transport, frame
+from bench.grpc_endpoint_micro import FIRST, INDEXED, PATH, PER_READ, SERVICE, frame, open_connection
 from bench.grpc_send_micro import PEER, TOPIC, request
 from bench.processes import free_port
 from broker.client.client_instance import MQClientInstance
 from broker.client.route import TopicRoute, _BrokerData, _QueueData
 from broker.proxy.config import ProxyConfig
-from broker.proxy.grpc_endpoint.connection import H2Connection
 from broker.proxy.grpc_endpoint.server import GrpcServer
 from broker.proxy.local_broker import LocalBroker
 from broker.proxy.send_activity import ProxyProducer, SendMessageActivity
@@ -80,11 +79,7 @@ async def main(n: int) -> None:
                 parts += [frame(1, 4, sid, INDEXED), frame(0, 1, sid, body)]
                 sid += 2
             reads.append(b"".join(parts))
-        conn = H2Connection(server)
-        t = _Transport()
-        conn.connection_made(t)
-        conn.data_received(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + frame(4, 0, 0, b"")
-                           + frame(8, 0, 0, struct.pack(">I", 1 << 29)) + frame(1, 4, 1, FIRST) + frame(0, 1, 1, body))
+        conn, t = open_connection(server, frame(1, 4, 1, FIRST) + frame(0, 1, 1, body))
         puts0 = None
         for i, data in enumerate(reads):
             if i == WARM:
