@@ -175,7 +175,7 @@ def grpc_idle_cell(broker: BrokerProcess, grpc_port: int, seconds: float, n: int
     RssAnon before and with them, its CPU while they idle; then 200 long-polling receives held on
     an empty topic and its CPU while they wait (bench.grpc_idle)."""
     from bench import grpc_idle
-    f = grpc_idle.run(f"127.0.0.1:{grpc_port}", broker.proc.pid, broker.cpu_seconds, n, seconds)
+    f = grpc_idle.run(f"127.0.0.1:{grpc_port}", broker.proc.pid, None, n, seconds)  # ns, not ticks
     return NetResult(f"{n:,} idle Telemetry streams, one connection each (the broker's local front)", n,
                      f["idle_s"], 0, extra={"driver": "grpc.aio channels in the bench process", **f})
 
