@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.kernels import h2_session as K
-from broker.proxy.grpc_endpoint import GrpcServer
+from broker.proxy.grpc_endpoint import GrpcServer, calls, connection
 from tests.conftest import wait_for
 from tests.twins import grpc_message_twin as T
 
@@ -219,6 +219,30 @@ def test_a_fast_unary_answers_without_a_task_or_declines_to_the_handler(ep, capl
         wait_for(lambda: b"hold:2" in ep.servicer.held, 5, "the second call held")
         ep.loop.call_soon_threadsafe(ep.servicer.held[b"hold:2"].set_result, b"in time")
         assert f.result(5) == b"in time"
+
+
+def test_a_call_answered_within_its_read_makes_no_call_object(ep, monkeypatch):
+    """H2Connection._answer_now: a fast answer known within the read (the response's bytes, as the
+    local front's SendMessage and AckMessage give) is written without a Call; one that is not
+    (a future, a decline) goes on in a Call, which answers it as before."""
+    made = []
+
+    class Counted(calls.Call):
+        __slots__ = ()
+
+        def __init__(self, conn, sid, path, *rest):
+            made.append(path)
+            super().__init__(conn, sid, path, *rest)
+
+    monkeypatch.setattr(connection, "Call", Counted)
+    with ep.channel() as ch:
+        fast = _unary(ch, "Fast")
+        assert fast(b"now:abc", timeout=5) == b"ABC"
+        assert fast(b"now:def") == b"DEF"  # no grpc-timeout either
+        assert made == []
+        assert fast(b"abc", timeout=5) == b"ABC"  # a future: the call goes on in a Call
+        assert fast(b"decline", timeout=5) == b"task:decline"
+        assert made == [f"/{SERVICE}/Fast"] * 2
 
 
 def test_a_raw_fast_unary_is_given_the_request_bytes(ep):

@@ -116,8 +116,8 @@ class Call:
     __slots__ = ("conn", "sid", "handler", "context", "deadline", "timer", "task", "payload", "count",
                  "requests", "encoding", "expired", "finished", "path", "fast", "fast_raw", "respond", "started")
 
-    def __init__(self, conn, sid: int, path: str, handler, metadata: list, timeout: float | None,
-                 encoding: str | None, fast=None, fast_raw: bool = False):
+    def __init__(self, conn, sid: int, path: str, handler, context: ServicerContext, encoding: str | None,
+                 fast=None, fast_raw: bool = False):
         self.conn = conn
         self.sid = sid
         self.path = path
@@ -140,8 +140,8 @@ class Call:
         # before the loop could run any timer, so a timer set and cancelled per call (~3 us) would
         # change nothing
         self.timer = None
-        self.deadline = None if timeout is None else conn.loop.time() + timeout
-        self.context = ServicerContext(conn, self.deadline, metadata)
+        self.deadline = context._deadline  # loop time, or None
+        self.context = context
         if handler.request_streaming:
             self.requests = RequestStream(handler.request_deserializer, conn.loop)
             self.task = conn.loop.create_task(self.run())
@@ -204,7 +204,13 @@ class Call:
             return False
         if taken is None:
             return False
-        if h.response_streaming:
+        return self.take(taken)
+
+    def take(self, taken) -> bool:
+        """What the fast answer gave (not None): written now, or when its future is done, or the
+        responses it left to come run in a task (H2Connection._answer_now hands a call over here
+        when its answer is not known within the read)."""
+        if self.handler.response_streaming:
             return self._fast_stream(taken)
         if type(taken) is bytes:  # the response itself, serialized: written with this read's flush
             self.respond = _as_given

@@ -8,8 +8,9 @@ import logging
 
 from broker.kernels.h2_session import (
     EV_CALL, EV_CLOSED, EV_END, EV_HEADERS, EV_MESSAGE, EV_TOO_LARGE, H2Error, ServerSession)
-from broker.proxy.grpc_endpoint.calls import Call, too_large
-from broker.proxy.grpc_endpoint.status import UNAVAILABLE, UNIMPLEMENTED, encode_message, timeout_seconds
+from broker.proxy.grpc_endpoint.calls import Call, Framed, too_large
+from broker.proxy.grpc_endpoint.context import ServicerContext
+from broker.proxy.grpc_endpoint.status import OK, UNAVAILABLE, UNIMPLEMENTED, encode_message, timeout_seconds
 
 log = logging.getLogger("proxy")
 _MALFORMED = object()  # a grpc-timeout timeout_seconds does not read (no deadline), as kept in _TIMEOUTS
@@ -72,15 +73,15 @@ class H2Connection(asyncio.Protocol):
         for ev in events:
             kind = ev[0]
             if kind == EV_CALL:  # headers, the one message and the end, read at once
+                if ev[6] == 0 and self._answer_now(ev):
+                    continue
                 call = self._open(ev)
                 if call is None:
                     continue
                 if ev[6] == 0 and call.requests is None:  # a unary call's uncompressed message
                     call.payload = ev[7]
                     call.count = 1
-                    # on_end of a call just opened (no task, not finished), written out
-                    if call.fast is None or not call.run_now():
-                        call.start()
+                    call.start()  # on_end of a call just opened (no task, not finished)
                 else:
                     call.on_message(ev[6], ev[7])
                     call.on_end()
@@ -119,6 +120,51 @@ class H2Connection(asyncio.Protocol):
         self.server.connection_gone()
 
     # -- calls ----------------------------------------------------------------------------------------
+    def _answer_now(self, ev) -> bool:
+        """A whole call with a fast answer (GrpcServer.add_fast_unary / add_fast_stream) answered
+        within the read that brought it, as nearly every SendMessage, AckMessage and ReceiveMessage
+        of the 5.x clients is: the answer's frames are written with this read's flush, and no Call,
+        no entry in `calls` and no deadline timer is made for it (over before any timer could run).
+        An answer still to come (a future, the responses of a receive that waits) goes on in a Call
+        given what the fast answer began (Call.take). False: the fast answer declined before doing
+        anything (or there is none), and the call takes the method's handler."""
+        path = ev[2]
+        route = self._routes.get(path) or self.server.route_of(path)  # the server's cache, read here
+        fast = route[1]
+        if fast is None:
+            return False
+        handler = route[0]
+        if handler.request_streaming:
+            return False
+        context = ServicerContext(self, self._deadline(ev[4]), ev[3])
+        try:
+            taken = fast(ev[7] if route[2] or handler.request_deserializer is None
+                         else handler.request_deserializer(ev[7]), context)
+        except Exception:  # noqa: BLE001 - the handler meets it again and answers it as the method does
+            return False
+        if taken is None:
+            return False
+        sid = ev[1]
+        if handler.response_streaming:
+            if type(taken) is Framed or type(taken) is bytes:  # the whole answer, framed: OK trailers after it
+                context.done_ = True
+                self.session.send_framed(sid, taken)
+                self.session.finish(sid, OK, None)
+                self.flush_soon()
+                return True
+        elif type(taken) is bytes:  # the response itself, serialized
+            context.done_ = True
+            self.session.unary(sid, taken)
+            self.flush_soon()
+            return True
+        call = self.calls[sid] = Call(self, sid, path, handler, context, ev[5], route[1], route[2])
+        call.payload = ev[7]
+        call.count = 1
+        call.take(taken)
+        if not call.finished and call.deadline is not None:  # it outlives this read (Call.arm)
+            call.arm()
+        return True
+
     def _open(self, ev) -> Call | None:
         sid = ev[1]
         path = ev[2]
@@ -127,20 +173,24 @@ class H2Connection(asyncio.Protocol):
         if handler is None:
             self.session.finish(sid, UNIMPLEMENTED, encode_message(f"Method not found: {path}"))
             return None
-        timeout = ev[4]
-        if timeout is not None:
-            # a client sends the same grpc-timeout on every call of a kind: its seconds kept (bounded)
-            seconds = _TIMEOUTS.get(timeout)
-            if seconds is None:
-                seconds = timeout_seconds(timeout)
-                if seconds is None:
-                    seconds = _MALFORMED
-                if len(_TIMEOUTS) >= 1024:
-                    _TIMEOUTS.clear()
-                _TIMEOUTS[timeout] = seconds
-            timeout = seconds if seconds is not _MALFORMED else None
-        call = self.calls[sid] = Call(self, sid, path, handler, ev[3], timeout, ev[5], route[1], route[2])
+        context = ServicerContext(self, self._deadline(ev[4]), ev[3])
+        call = self.calls[sid] = Call(self, sid, path, handler, context, ev[5], route[1], route[2])
         return call
+
+    def _deadline(self, timeout) -> float | None:
+        """The loop time a call's grpc-timeout ends at (None: no deadline, or one that does not read)."""
+        if timeout is None:
+            return None
+        # a client sends the same grpc-timeout on every call of a kind: its seconds kept (bounded)
+        seconds = _TIMEOUTS.get(timeout)
+        if seconds is None:
+            seconds = timeout_seconds(timeout)
+            if seconds is None:
+                seconds = _MALFORMED
+            if len(_TIMEOUTS) >= 1024:
+                _TIMEOUTS.clear()
+            _TIMEOUTS[timeout] = seconds
+        return None if seconds is _MALFORMED else self.loop.time() + seconds
 
     def call_done(self, call: Call) -> None:
         calls = self.calls
