@@ -359,7 +359,9 @@ cdef object _message(payload, const uint8_t *p, Py_ssize_t pos, Py_ssize_t end, 
         return None
     if ss == -1:  # no system properties: no message id
         return None
-    return _system(payload, p, ss, se, user, size, PyUnicode_DecodeASCII(<const char *> p + ns, ne - ns, NULL), bs, be, peer, max_user_prop_size, render)
+    # the topic decoded from the request's bytes (TopicValidator's characters: ASCII), no bytes slice first
+    return _system(payload, p, ss, se, user, size, PyUnicode_DecodeASCII(<const char *> p + ns, ne - ns, NULL),
+                   bs, be, peer, max_user_prop_size, render)
 
 
 cdef object _system(payload, const uint8_t *p, Py_ssize_t pos, Py_ssize_t end, dict user, Py_ssize_t size,

@@ -123,10 +123,10 @@ class SendMessageActivity:
         straight into the Message to send (what to_remoting would make of it); anything it
         declines is parsed by protobuf and goes to send_now, which answers as before. In local
         mode, while the broker takes sends as values, the kernel reads it with its properties
-        already rendered (read_send_props) and _send_local hands it to the broker's send kernel:
-        its answer is known at once and returned as the response's bytes (no future, no function
-        of it: the endpoint writes them with this read's flush); a send declined there is read
-        again for the producer."""
+        already rendered (read_send_props) and handed to the broker's send kernel (_send_local,
+        whose usual case is made here in line): its answer is known at once and returned as the
+        response's bytes (no future, no function of it: the endpoint writes them with this read's
+        flush); a send declined there is read again for the producer."""
         c = self.config
         local = self.local
         if local is not None:
