@@ -19,7 +19,7 @@ from cpython.object cimport PyObject
 
 cdef extern from "Python.h":
     const char *PyUnicode_AsUTF8AndSize(object s, Py_ssize_t *size) except NULL
-from cpython.unicode cimport PyUnicode_DecodeUTF8
+from cpython.unicode cimport PyUnicode_DecodeASCII, PyUnicode_DecodeUTF8
 from libc.string cimport memcpy
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 
@@ -359,7 +359,9 @@ cdef object _message(payload, const uint8_t *p, Py_ssize_t pos, Py_ssize_t end, 
         return None
     if ss == -1:  # no system properties: no message id
         return None
-    return _system(payload, p, ss, se, user, size, p[ns:ne].decode("ascii"), bs, be, peer, max_user_prop_size, render)
+    # the topic decoded from the request's bytes (TopicValidator's characters: ASCII), no bytes slice first
+    return _system(payload, p, ss, se, user, size, PyUnicode_DecodeASCII(<const char *> p + ns, ne - ns, NULL),
+                   bs, be, peer, max_user_prop_size, render)
 
 
 cdef object _system(payload, const uint8_t *p, Py_ssize_t pos, Py_ssize_t end, dict user, Py_ssize_t size,
@@ -440,10 +442,10 @@ cdef object _system(payload, const uint8_t *p, Py_ssize_t pos, Py_ssize_t end, d
     if size > max_user_prop_size:
         return None
     message_id = _text(p, id_s, id_e)
-    born_host = _text(p, host_s, host_e)
-    trace = _text(p, trace_s, trace_e)
-    if message_id is None or born_host is None or trace is None or _blank(p, id_s, id_e, message_id):
+    if message_id is None or _blank(p, id_s, id_e, message_id):
         return None
+    # born_host and trace are well-formed UTF-8 (each checked by _utf8 above, as strictly as
+    # Python decodes): strings of them only for the dict of read_send, not for the rendering
     born_ms = None
     cdef int64_t seconds, q
     cdef char born_buf[24]
@@ -460,8 +462,14 @@ cdef object _system(payload, const uint8_t *p, Py_ssize_t pos, Py_ssize_t end, d
                 born_b = str((<object>seconds) * 1000 + q).encode("ascii")
                 born_p = PyBytes_AS_STRING(born_b)
                 born_n = PyBytes_GET_SIZE(born_b)
-        return topic, payload[bs:be], _render(p, user, id_s, id_e, topic, trace_s, trace_e, host_s, host_e, peer,
-                                              born_p, born_n, tag_s, tag_e, tag is not None, keys), message_id
+        # the body copied from the request's bytes: no slice object, no ints made for its bounds
+        return topic, PyBytes_FromStringAndSize(<const char *> p + bs, be - bs), _render(
+            p, user, id_s, id_e, topic, trace_s, trace_e, host_s, host_e, peer, born_p, born_n, tag_s, tag_e,
+            tag is not None, keys), message_id
+    born_host = _text(p, host_s, host_e)
+    trace = _text(p, trace_s, trace_e)
+    if born_host is None or trace is None:
+        return None
     if born_s != -1:
         born_ms = _timestamp_ms(p, born_s, born_e)
         if born_ms is None:
@@ -475,7 +483,7 @@ cdef object _system(payload, const uint8_t *p, Py_ssize_t pos, Py_ssize_t end, d
         props["__BORNHOST"] = born_host or peer
     if born_ms is not None:
         props["BORN_TIMESTAMP"] = str(born_ms)
-    return topic, payload[bs:be], tag, keys or None, props, message_id
+    return topic, PyBytes_FromStringAndSize(<const char *> p + bs, be - bs), tag, keys or None, props, message_id
 
 
 cdef inline char *_put(char *w, const char *s, Py_ssize_t n) noexcept nogil:

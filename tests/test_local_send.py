@@ -204,6 +204,78 @@ def test_what_the_kernel_would_not_answer_at_once_goes_the_old_way(tmp_path):
     asyncio.run(go())
 
 
+def test_a_send_declined_on_the_usual_path_goes_the_producer_s_way_and_keeps_the_rotation(tmp_path):
+    """send_bytes_now's in-line case (the topic's queues known for its cached route): a send the
+    broker's kernel declines there is answered by the producer, and the round robin moves only for
+    the sends taken, as _send_local's."""
+    async def go():
+        c, addr, act, local = await _broker(tmp_path)
+        try:
+            await _send(act, _request(999))
+            act.local = local
+            fast = local.sender()[0]
+            append, results, decline = fast.append_values, [], [False]
+
+            def maybe(*a):
+                r = -1 if decline[0] else append(*a)
+                results.append(r)
+                return r
+            fast.append_values = maybe
+            assert (await _send(act, _request(1))).status.code == pb.OK  # the topic's entry made
+            assert results[-1] >= 0
+            route = act.producer.client.routes.peek(TOPIC)
+            assert act._local_queues[TOPIC][0] is route  # the next send takes the in-line case
+            nxt = act._local_queues[TOPIC][3]
+            decline[0] = True
+            r = await _send(act, _request(2))
+            assert results[-1] == -1 and r.status.code == pb.OK  # the producer's answer
+            assert r.entries[0].message_id == f"01AB{2:028X}"
+            assert act._local_queues[TOPIC][3] == nxt  # not moved by the send declined
+            decline[0] = False
+            r = await _send(act, _request(3))
+            assert results[-1] >= 0 and r.status.code == pb.OK and act._local_queues[TOPIC][3] == nxt + 1
+            await asyncio.sleep(0)
+            recs = _records(c)
+            assert all(len(recs[f"01AB{i:028X}"]) == 1 for i in (1, 2, 3))  # each stored once
+        finally:
+            await c.close()
+    asyncio.run(go())
+
+
+def test_a_message_naming_no_born_host_is_born_at_its_own_call_s_peer(tmp_path):
+    """send_bytes_now parses the peer's host once per peer string: a call from another peer (another
+    connection) is born at that peer's host, not the last one's."""
+    class Peer:
+        def __init__(self, peer):
+            self._peer = peer
+
+        def peer(self):
+            return self._peer
+
+    def request(i: int) -> bytes:
+        m = pb.Message(topic=pb.Resource(name=TOPIC), body=b"b%d" % i)
+        m.system_properties.message_id = f"01CD{i:028X}"
+        m.system_properties.message_type = pb.NORMAL
+        return spb.SendMessageRequest(messages=[m]).SerializeToString()
+
+    async def go():
+        c, addr, act, local = await _broker(tmp_path)
+        try:
+            await _send(act, _request(999))
+            act.local = local
+            peers = ["ipv4:10.0.0.1:1000", "ipv6:[fd00::2]:2000", "ipv4:10.0.0.1:1000", "ipv4:10.0.0.3:3000", "x", None]
+            for i, peer in enumerate(peers):
+                answer = act.send_bytes_now(request(i), Peer(peer))
+                assert type(answer) is bytes  # the typed way
+            await asyncio.sleep(0)
+            recs = _records(c)
+            born = [recs[f"01CD{i:028X}"][0][3].properties.get("__BORNHOST") for i in range(len(peers))]
+            assert born == ["10.0.0.1", "fd00::2", "10.0.0.1", "10.0.0.3", None, None]  # no host: none named
+        finally:
+            await c.close()
+    asyncio.run(go())
+
+
 @pytest.mark.parametrize("flush", ["SYNC_FLUSH"])
 def test_a_sync_flush_broker_answers_typed_sends_the_old_way(tmp_path, flush):
     async def go():

@@ -17,6 +17,11 @@ def peer_host(context) -> str:
     return _host_of(context.peer() or "")
 
 
+def host_of_peer(peer: str | None) -> str:
+    """peer_host of a peer string already asked of the context (None: an unknown one, '')."""
+    return _host_of(peer or "")
+
+
 @functools.lru_cache(maxsize=4096)  # one parse per connection, not one per send
 def _host_of(peer: str) -> str:
     kind, _, rest = peer.partition(":")
