@@ -19,6 +19,7 @@ tests/test_batch_ack_kernel_vs_twin.py holds them equal."""
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.long cimport PyLong_AsUnsignedLongLong
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.string cimport memcpy
 from libc.stdint cimport int64_t, uint64_t, uint8_t
 
@@ -29,6 +30,7 @@ cdef extern from "Python.h":
 cdef enum:
     MAX_N = 64  # messages a checkpoint may hold here (a pop takes at most 32)
     INT_CHARS = 20  # "-9223372036854775808"
+    STACK = 4096  # the record's body and properties written here when they fit (a pop's 32: ~1.5 KB)
 
 cdef bytes _TAGS = b"TAGS\x01bAck\x02UNIQ_KEY\x01"
 
@@ -128,6 +130,9 @@ def ack_record(list offsets not None, int64_t so, list diffs not None, int64_t n
     cdef Py_ssize_t tn, gn, bn
     cdef bytes body, props
     cdef char *o
+    cdef char stack[STACK]
+    cdef char *heap = NULL
+    cdef Py_ssize_t bsize
     cdef object x
     if n > MAX_N or n < 0:
         return None
@@ -196,10 +201,18 @@ def ack_record(list offsets not None, int64_t so, list diffs not None, int64_t n
         return bitmap, old == full, None, None, j, missing
     if _utf8(topic, &ts, &tn) or _utf8(group, &gs, &gn) or _utf8(broker_name, &bs, &bn):
         return None
-    # the body, then the properties (the offsets written in each)
-    size = 64 + gn + tn + bn + 3 * INT_CHARS + cnt * (INT_CHARS + 1)
-    body = PyBytes_FromStringAndSize(NULL, size)
-    o = PyBytes_AS_STRING(body)
+    # the body, then the properties (the offsets written in each), into one buffer each made a
+    # bytes object of its length (not one of the bound's size sliced to it: an allocation and a
+    # copy less each): on the stack when both bounds fit, else one heap block
+    bsize = 64 + gn + tn + bn + 3 * INT_CHARS + cnt * (INT_CHARS + 1)
+    size = len(_TAGS) + 64 + gn + tn + bn + 2 * INT_CHARS + cnt * (INT_CHARS + 2)
+    if bsize + size <= STACK:
+        o = stack
+    else:
+        heap = <char *>PyMem_Malloc(bsize + size)
+        if heap == NULL:
+            raise MemoryError()
+        o = heap
     pos = _lit(o, b'{"aol":[')
     for j in range(n):
         if (todo >> j) & 1:
@@ -220,10 +233,12 @@ def ack_record(list offsets not None, int64_t so, list diffs not None, int64_t n
     pos += _lit(o + pos, b',"bn":"')
     pos += _str(o + pos, bs, bn)
     pos += _lit(o + pos, b'"}')
-    body = body[:pos]
-    size = len(_TAGS) + 64 + gn + tn + bn + 2 * INT_CHARS + cnt * (INT_CHARS + 2)
-    props = PyBytes_FromStringAndSize(NULL, size)
-    o = PyBytes_AS_STRING(props)
+    try:
+        body = PyBytes_FromStringAndSize(o, pos)
+    except BaseException:
+        PyMem_Free(heap)
+        raise
+    o += bsize
     pos = _str(o, PyBytes_AS_STRING(_TAGS), len(_TAGS))
     pos += _str(o + pos, ts, tn)
     o[pos] = 64  # '@'
@@ -246,5 +261,8 @@ def ack_record(list offsets not None, int64_t so, list diffs not None, int64_t n
     pos += 1
     pos += _str(o + pos, bs, bn)
     pos += _lit(o + pos, b'@bAck')
-    props = props[:pos]
+    try:
+        props = PyBytes_FromStringAndSize(o, pos)
+    finally:
+        PyMem_Free(heap)  # (NULL: nothing)
     return old | todo, (old | todo) == full, body, props, -1, missing

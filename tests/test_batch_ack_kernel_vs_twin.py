@@ -15,7 +15,9 @@ from tests.twins import batch_ack_twin as T
 I64 = 1 << 63
 _NAMES = st.one_of(st.sampled_from(["G", "T", "broker-a", "%RETRY%G_T", "brökér", "", "a\"b", "a\\b", "x\ty",
                                     "a\x7fb", "\u2028", "\ud800"]),
-                   st.text(max_size=12))
+                   st.text(max_size=12),
+                   # long names: the record no longer fits the kernel's stack buffer (4 KiB), it writes on the heap
+                   st.integers(1000, 3000).map(lambda n: "n" * n))
 _BIG = st.sampled_from([0, 1, I64 - 1, -1, -I64, I64, 1 << 64, -(1 << 64)])
 
 
@@ -99,3 +101,15 @@ def test_declines_what_the_python_path_writes_otherwise():
     assert K.ack_record([1, 2], 0, [], 4, 0, "T", 0, "G\n", 1, "b") is None
     assert K.ack_record([1, 2], 0, [], 4, 0, "T", 0, "G", 1, "\ud800") is None
     assert K.ack_record([1, 1 << 63], 0, [], 4, 0, "T", 0, "G", 1, "b") is None
+
+
+def test_a_record_past_the_stack_buffer_is_the_twins():
+    """Names long enough that the body and properties (about 2 x 2.5 KB here) are written in a
+    heap block, not the kernel's 4 KiB stack buffer; and just at the bound either side."""
+    so, pt = 10 ** 9, 1_700_000_000_000
+    for n in [1, 500, 560, 580, 600, 1200, 2500]:
+        topic, group, broker = "t" * n, "g" * (n // 2), "b" * (n // 3 + 1)
+        args = (list(range(so, so + 32)), so, list(range(32)), 32, 0, topic, 7, group, pt, broker)
+        got = K.ack_record(*args)
+        assert got == T.ack_record(*args)
+        assert got[2].endswith(b'"bn":"' + broker.encode() + b'"}') and got[3].endswith(b"@bAck")

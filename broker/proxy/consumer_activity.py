@@ -467,8 +467,9 @@ class ConsumerActivity:
         raw), in local mode: a consumer's acks of what it received (one handle, what a 5.x
         client's ack(message) sends, or a receive's batch of them, of this front's shape, read
         with the batch's answer by the ack_request kernel, every handle of the broker this front lives in, none renewed by the front) handed as values to
-        the broker's batch ack (LocalBroker.batch_ack). (a future, a function of it giving the
-        response), or None before anything is acked, and ack_message answers the call: a
+        the broker's batch ack (LocalBroker.batch_ack). The response's bytes when every entry was
+        acked at once (the usual answer), else (a future, a function of it giving the response),
+        or None before anything is acked, and ack_message answers the call: a
         request of another shape, a name it refuses, a route not cached, the broker not serving
         the batch ack at once. A batch the broker does not take whole (any answer but SUCCESS)
         goes on as ack_message's does: each entry acked alone, each its own status."""
@@ -515,7 +516,7 @@ class ConsumerActivity:
         if code is None:
             return None
         if code == codes.SUCCESS:
-            return _Answered(answer), _result
+            return answer  # the response itself (add_fast_unary's bytes): no future, no function of it
         return asyncio.ensure_future(self._ack_now_rest(group, topic, payload, code, answer)), _result
 
     async def _ack_now_rest(self, group: str, topic: str, payload: bytes, code, answer: bytes):
@@ -678,23 +679,6 @@ def _batch_ack_body(broker_name: str, group: str, topic: str, acks: dict) -> byt
 
 def _result(fut):
     return fut.result()
-
-
-class _Answered:
-    """ack_now's answer known at once, as the done future the fast unary call reads (done(),
-    result()): no loop look-up (asyncio.get_running_loop's getpid syscall), future and callback
-    list made for each AckMessage."""
-    __slots__ = ("value",)
-
-    def __init__(self, value):
-        self.value = value
-
-    @staticmethod
-    def done() -> bool:
-        return True
-
-    def result(self):
-        return self.value
 
 
 def _typed_acks(group: str, topic: str, acks: dict) -> list | None:

@@ -99,7 +99,9 @@ class LocalBroker:
         if target is False:
             return None
         controller, pop, processor = target
-        if not _serves(controller, pop, BATCH_ACK_MESSAGE):
+        # (_serves(controller, pop, BATCH_ACK_MESSAGE) inline: a frame a call)
+        if (controller._switching or controller.acl is not None or BATCH_ACK_MESSAGE not in controller.handlers
+                or not pop._serving or pop.store.is_slave or not pop.ready.is_set()):
             return None
         latency = controller.rpc_latency
         t0 = time.perf_counter_ns()

@@ -165,9 +165,8 @@ class ReviveLog:
         else:
             self._commit(rq)
             return qo
-        offsets = self.store.consumer_offsets
-        if new > offsets.query(REVIVE_GROUP, self.topic, rq):
-            offsets.commit(REVIVE_GROUP, self.topic, rq, new)
+        # (query then commit in one call, one key made: raise_to commits only past what is there)
+        self.store.consumer_offsets.raise_to(REVIVE_GROUP, self.topic, rq, new)
         return qo
 
     def durable_since(self, mark: int):

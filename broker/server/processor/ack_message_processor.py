@@ -170,8 +170,10 @@ class AckMessageProcessor:
         without its call and tuple), its checkpoint in flight in the same revive queue. The
         offsets that checkpoint did not pop (the others acked), or None when it is not such a
         batch or the kernel declines: nothing done, and ack_batches' checks answer it."""
-        if not offsets or rq == ei.POP_ORDER_REVIVE_QUEUE or not (0 <= rq <= _I31 and 0 <= queue_id <= _I31
-                                                                 and 0 <= ck_offset <= _I64 and 0 <= pop_time <= _I64):
+        # the fields within _head's ranges, two at a time: a | b is negative when either is and at
+        # least either (so a pair at the 2^31 bound, which _head takes, is declined here: the slow
+        # path answers it the same)
+        if not offsets or rq == _ORDER_RQ or not (0 <= rq | queue_id < _I31 and 0 <= ck_offset | pop_time <= _I64):
             return None
         cfg = self.topics.get(topic)
         if cfg is None or queue_id >= cfg.readQueueNums:
@@ -254,6 +256,7 @@ def _head(group: str, topic: str, queue_id: int, ck_offset: int, rq: int, pop_ti
 
 _I64 = (1 << 63) - 1
 _I31 = 1 << 31
+_ORDER_RQ = ei.POP_ORDER_REVIVE_QUEUE
 _RANGES = [list(range(n)) for n in range(257)]  # a checkpoint's diffs when it popped consecutive offsets
 
 
