@@ -62,6 +62,9 @@ def _queue_key(topic: str, queue_id: int) -> str:
     return key
 
 
+_NO_OFFSETS: dict = {}  # (a group's queues not in the offset table: read only, never filled)
+
+
 class InvalidParameter(Refusal):
     response_code = codes.INVALID_PARAMETER
 
@@ -295,7 +298,12 @@ class PopMessageProcessor:
         group = h.consumerGroup
         revive = self.revive
         pop_offsets = revive.pop_offsets
-        offset = pop_offsets.query(group, topic, queue_id)  # (_pop_offset's first look, inline)
+        # (_pop_offset's first look, inline; PopOffsets.query's usual case too: nothing held ahead of
+        # the offset table, its offset read there)
+        if pop_offsets._ahead:
+            offset = pop_offsets.query(group, topic, queue_id)
+        else:
+            offset = pop_offsets.store.consumer_offsets.table.get(f"{topic}@{group}", _NO_OFFSETS).get(queue_id, -1)
         if offset < 0:
             offset = self._pop_offset(group, topic, queue_id, h.initMode)
         want = h.maxMsgNums - popped.count
@@ -347,8 +355,12 @@ class PopMessageProcessor:
             diffs = contiguous_diffs(n) if offsets[-1] - offset == n - 1 else [o - offset for o in offsets]
             put = revive.add_check_point_values(offset, popped.pop_time, h.invisibleTime, n, queue_id, topic, group,
                                                 diffs, popped.revive_qid)
-            # pops read past it now; the offset table (what followers copy) once the checkpoint is durable
-            pop_offsets.advance(group, topic, queue_id, nxt, put)
+            # pops read past it now; the offset table (what followers copy) once the checkpoint is durable.
+            # (PopOffsets.advance's usual case inline: no put to wait for and nothing held: the table now)
+            if put is None and not pop_offsets._ahead:
+                pop_offsets.store.consumer_offsets.raise_to(group, topic, queue_id, nxt)
+            else:
+                pop_offsets.advance(group, topic, queue_id, nxt, put)
         popped.starts.append((topic, queue_id, offset))
         popped.msgs.append((topic, queue_id, offsets))
         if popped.views:
