@@ -319,7 +319,13 @@ class ConsumerActivity:
                                                    popped.start_offsets(), popped.pop_time, popped.invisible_time,
                                                    popped.revive_qid, topic, broker, invisible,
                                                    int(time.time() * 1000), client_id is not None)
-        return self._kept(fast, group, topic, invisible, client_id)
+        if fast is None:  # (_kept, inline)
+            return None
+        if client_id is not None:
+            renewals = self.renewals
+            for handle in fast[1]:
+                renewals.add(client_id, group, topic, handle, invisible)
+        return fast[0]
 
     def _kept(self, fast, group: str, topic: str, invisible: int, client_id):
         if fast is None:

@@ -607,7 +607,7 @@ class MessageStore:
             self._check_open(topic)  # (what it refuses, it refuses there: its checks, counters and log)
         tb = self._topics.get(topic) or self._topic(topic)
         cl = self.commit_log
-        app = cl.appender
+        app = cl._app  # (cl.appender, without the property's frame)
         # the Appender at once (CommitLog.append's first try, without its frame); CommitLog.append
         # when the segment is full (None: nothing written), which rolls to the next and appends
         r = app.append(tb, queue_id, body, properties, 0, 0, -1, DEFAULT_BORN_HOST, 0)
@@ -622,7 +622,9 @@ class MessageStore:
         if self._wake_pending and (self._reput_wake_pending or self._reput_lazy_pending):
             # (_publish_wrote(wrote, True) when its wake-ups are already due, as under a stream of pops)
             self.table.publish(_WROTE, wrote)
-            cl.note_wrote(wrote)
+            warm = cl._warm_ahead  # (cl.note_wrote(wrote), inline)
+            if warm is not None:
+                warm.note(wrote)
         else:
             self._publish_wrote(wrote, True)
         self.put_msgs += 1

@@ -164,7 +164,7 @@ class QueueReader:
         # max_offset's master branch (the queue's min read once: a min() over its files)
         tb = s._topics.get(topic) or topic.encode()  # (s.topic_bytes, inline)
         cl = s.commit_log
-        app = cl.appender
+        app = cl._app  # (cl.appender, without the property's frame)
         hi = app.next_offset(tb, queue_id)
         d = s.table.load(_DISPATCHED)
         files = cq.files

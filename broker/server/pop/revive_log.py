@@ -140,7 +140,15 @@ class ReviveLog:
         qo, fut = self.store.append_record(self.topic, rq, body, properties)
         self.appended += 1
         self.last_put = fut
-        self._live[rq].add(qo)
+        positions = self._live[rq]  # (positions.add(qo), inline: a new record's position is the highest)
+        live = positions._live
+        if qo not in live:
+            live.add(qo)
+            order = positions._order
+            if order and qo < order[-1]:
+                bisect.insort(order, qo)
+            else:
+                order.append(qo)
         return qo, fut
 
     def append_releasing(self, rq: int, body: bytes, properties: bytes, pos: int) -> int:

@@ -62,6 +62,9 @@ def _queue_key(topic: str, queue_id: int) -> str:
     return key
 
 
+_NO_OFFSETS: dict = {}  # (a group's queues not in the offset table: read only, never filled)
+
+
 class InvalidParameter(Refusal):
     response_code = codes.INVALID_PARAMETER
 
@@ -163,29 +166,42 @@ class PopMessageProcessor:
         handed to `finish` (the wire's response, or as it is) when it is answered."""
         if not self.revive.serving:  # (PopService refuses first; this guards a direct call)
             raise NotMaster(not_master_remark(self.store, "POP_MESSAGE"))
+        topic, group, qid, order = h.topic, h.consumerGroup, h.queueId, h.order  # (each field read once)
         if not 0 < h.maxMsgNums <= MAX_POP_NUMS:
             raise InvalidParameter(f"maxMsgNums {h.maxMsgNums} must be 1..{MAX_POP_NUMS}")
         if h.invisibleTime <= 0:
             raise InvalidParameter(f"invisibleTime {h.invisibleTime} must be positive (ms)")
-        if h.topic.startswith(REVIVE_TOPIC_PREFIX) or h.consumerGroup == REVIVE_GROUP:
-            raise NoPermission(f"{h.topic} / {h.consumerGroup}: the revive log is the broker's own")
+        if topic.startswith(REVIVE_TOPIC_PREFIX) or group == REVIVE_GROUP:
+            raise NoPermission(f"{topic} / {group}: the revive log is the broker's own")
         groups = self.groups
         if groups is not None:
-            group_cfg = groups.table.groups.get(h.consumerGroup)  # (the usual case without a call)
+            group_cfg = groups.table.groups.get(group)  # (the usual case without a call)
             if group_cfg is None or not group_cfg.consumeEnable:
-                groups.check_consumable(h.consumerGroup)  # made on first use, or refused
-        cfg = self.topics.table.topics.get(h.topic)  # (self.topics.get)
+                groups.check_consumable(group)  # made on first use, or refused
+        cfg = self.topics.table.topics.get(topic)  # (self.topics.get)
         if cfg is None:
-            raise TopicNotExist(f"topic[{h.topic}] not exist, apply first please!")
-        if h.queueId >= cfg.readQueueNums:
-            raise InvalidParameter(f"queueId[{h.queueId}] is illegal, topic:[{h.topic}] "
-                                   f"topicConfig.readQueueNums:[{cfg.readQueueNums}]")
-        key = (h.topic, h.consumerGroup, h.exp, h.expType)
+            raise TopicNotExist(f"topic[{topic}] not exist, apply first please!")
+        n = cfg.readQueueNums
+        if qid >= n:
+            raise InvalidParameter(f"queueId[{qid}] is illegal, topic:[{topic}] "
+                                   f"topicConfig.readQueueNums:[{n}]")
+        key = (topic, group, h.exp, h.expType)
         checked = self._checked.get(key)
         if checked is None:
             checked = self._check(key)
         retry, flt = checked
-        queues = self._queues(h, cfg.readQueueNums, retry)
+        # the order this pop reads the queues in (_order_of's): a random first one (or the one asked
+        # for), the retry queue first in 20 % of pops; the same two draws a pop, the orders kept
+        if qid >= 0:
+            first, n = qid, -1  # (the one asked for)
+        elif n == 1:
+            first = 0
+        else:
+            first = int(_random() * n)  # random.randrange(n), without its argument checks
+        key = (topic, retry, n, first, order, False if order else _random() < _RETRY_FIRST)
+        queues = self._orders.get(key)
+        if queues is None:
+            queues = self._order_of(key)
         popped = self._pop_once(h, queues, flt, typed)
         if popped.count or h.pollTime <= 0 or not self.long_polling:
             return self._reply(popped, finish)
@@ -208,26 +224,12 @@ class PopMessageProcessor:
             self._checked[key] = checked
         return checked
 
-    def _queues(self, h, read_queue_nums: int, retry: str) -> tuple[tuple[str, int], ...]:
-        """(topic, queueId) in the order this pop reads them: the topic's queues from a random
-        one (or the one asked for) and the pop retry topic's queue, first in 20% of pops. The
-        orders made are kept (bounded; read only by the pop and its hold): a pop draws its order,
-        it does not build it."""
-        n, qid, order = read_queue_nums, h.queueId, h.order
-        if qid >= 0:
-            first, n = qid, -1  # (the one asked for)
-        elif n == 1:
-            first = 0
-        else:
-            first = int(_random() * n)  # random.randrange(n), without its argument checks
-        retry_first = False if order else _random() < _RETRY_FIRST
-        key = (h.topic, retry, n, first, order, retry_first)
-        queues = self._orders.get(key)
-        if queues is None:
-            queues = self._order_of(key)
-        return queues
-
     def _order_of(self, key: tuple) -> tuple[tuple[str, int], ...]:
+        """(topic, queueId) in the order a pop reads them: the topic's queues from a random one
+        (or the one asked for) and the pop retry topic's queue, first in 20% of pops. `key` is what
+        _pop drew: (topic, retry topic, queue count or -1 for the one asked for, the first queue,
+        order, retry first). The orders made are kept (bounded; read only by the pop and its
+        hold): a pop draws its order, it does not build it."""
         topic, retry, n, first, order, retry_first = key
         if n < 0:
             own = [(topic, first)]
@@ -246,20 +248,34 @@ class PopMessageProcessor:
     # -- one look at the queues -------------------------------------------------------------------
     def _pop_once(self, h, queues, flt, typed: bool = False) -> Popped:
         revive = self.revive
-        rq = ei.POP_ORDER_REVIVE_QUEUE if h.order else revive.next_revive_qid()
+        if h.order:
+            rq = ei.POP_ORDER_REVIVE_QUEUE
+        else:  # (revive.next_revive_qid(), inline)
+            rq = revive._next_qid = (revive._next_qid + 1) % revive.queue_num
         popped = Popped(int(_time() * 1000), rq, revive.log.appended, h.invisibleTime,  # (now_ms)
                         self.store if typed else None)
-        topic_of_pop, topics, unread, max_nums = h.topic, self.topics, popped.unread, h.maxMsgNums
-        group, query = h.consumerGroup, revive.pop_offsets.query
+        topic_of_pop, topics, unread, max_nums = h.topic, self.topics.table.topics, popped.unread, h.maxMsgNums
+        offsets = revive.pop_offsets
+        group, query = h.consumerGroup, offsets.query
+        kept_topic = kept = None  # the offset table's queues of (kept_topic, group), read once a topic
         for topic, queue_id in queues:
-            if topic != topic_of_pop and topics.get(topic) is None:
+            if topic != topic_of_pop and topics.get(topic) is None:  # (TopicManager.get's table)
                 continue  # no retry topic yet: nothing was ever revived for this group
             if unread is not None and popped.count >= max_nums:
                 # the typed entry's queue not read (the pop is full): _pop_queue's first lines, inline
-                # (its pop offset looked up, a new group's initialized; restNum counted if asked)
-                offset = query(group, topic, queue_id)
+                # (its pop offset looked up, a new group's initialized; restNum counted if asked).
+                # PopOffsets.query's usual case inline: nothing held ahead of the table, so the
+                # table's offset, its topic@group key made and looked up once for the topic's queues
+                if offsets._ahead:
+                    offset = query(group, topic, queue_id)
+                else:
+                    if topic is not kept_topic:
+                        kept_topic = topic
+                        kept = offsets.store.consumer_offsets.table.get(f"{topic}@{group}")
+                    offset = -1 if kept is None else kept.get(queue_id, -1)
                 if offset < 0:
                     offset = self._pop_offset(group, topic, queue_id, h.initMode)
+                    kept_topic = None  # (it may have made the topic's entry in the table)
                 unread.append((topic, queue_id, offset))
                 continue
             self._pop_queue(h, topic, queue_id, flt, popped)
@@ -282,7 +298,12 @@ class PopMessageProcessor:
         group = h.consumerGroup
         revive = self.revive
         pop_offsets = revive.pop_offsets
-        offset = pop_offsets.query(group, topic, queue_id)  # (_pop_offset's first look, inline)
+        # (_pop_offset's first look, inline; PopOffsets.query's usual case too: nothing held ahead of
+        # the offset table, its offset read there)
+        if pop_offsets._ahead:
+            offset = pop_offsets.query(group, topic, queue_id)
+        else:
+            offset = pop_offsets.store.consumer_offsets.table.get(f"{topic}@{group}", _NO_OFFSETS).get(queue_id, -1)
         if offset < 0:
             offset = self._pop_offset(group, topic, queue_id, h.initMode)
         want = h.maxMsgNums - popped.count
@@ -334,8 +355,12 @@ class PopMessageProcessor:
             diffs = contiguous_diffs(n) if offsets[-1] - offset == n - 1 else [o - offset for o in offsets]
             put = revive.add_check_point_values(offset, popped.pop_time, h.invisibleTime, n, queue_id, topic, group,
                                                 diffs, popped.revive_qid)
-            # pops read past it now; the offset table (what followers copy) once the checkpoint is durable
-            pop_offsets.advance(group, topic, queue_id, nxt, put)
+            # pops read past it now; the offset table (what followers copy) once the checkpoint is durable.
+            # (PopOffsets.advance's usual case inline: no put to wait for and nothing held: the table now)
+            if put is None and not pop_offsets._ahead:
+                pop_offsets.store.consumer_offsets.raise_to(group, topic, queue_id, nxt)
+            else:
+                pop_offsets.advance(group, topic, queue_id, nxt, put)
         popped.starts.append((topic, queue_id, offset))
         popped.msgs.append((topic, queue_id, offsets))
         if popped.views:
