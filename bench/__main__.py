@@ -402,6 +402,15 @@ def _from_kill(o: dict) -> str:
     return f"kill to the first SEND_OK: p50 {o['from_kill_p50_s']:.2f} s, max {o['from_kill_max_s']:.2f} s"
 
 
+def _cpu_parts(f: dict, mean_key: str) -> str:
+    """How bench.grpc_idle read the CPU figure of its window: the median of the window's parts
+    (the steady cost) and the window's mean (one housekeeping burst moves it)."""
+    if mean_key not in f:
+        return ""
+    from bench.grpc_idle import PART_S
+    return f"; median of the window's {PART_S} s parts, its mean {f[mean_key]:.1f} ms per s"
+
+
 def _cpu_by_process(by_process: dict | None) -> str:
     """"CPU-us/msg broker 3.1, flush 0.4, ..., total 5.2" (the processes that spent anything)."""
     if not by_process:
@@ -531,14 +540,16 @@ def markdown(figs: dict) -> str:
             if "idle_streams" in f:  # no messages: what idle 5.x clients cost (bench/grpc_idle.py)
                 row(name, f"broker RssAnon {f['rss_before_mib']:,.0f} MiB, {f['rss_with_mib']:,.0f} MiB with them: "
                     f"**+{f['idle_rss_added_mib']:,.1f} MiB**", "target: <= 64 MiB (issue 32)",
-                    f"the broker's CPU while they idle: {f['idle_cpu_ms_per_s']:.1f} ms per s")
+                    f"the broker's CPU while they idle: {f['idle_cpu_ms_per_s']:.1f} ms per s"
+                    + _cpu_parts(f, "idle_cpu_mean_ms_per_s"))
                 if "receives_held" in f:
                     from bench.grpc_idle import LONG_POLL_S, RECEIVERS
                     row(f"ASYNC_FLUSH {f['receives_held']} long-polling ReceiveMessage calls held at once on an empty "
                         f"topic ({RECEIVERS} connections; the broker's local front)",
                         f"the broker's CPU while they wait: **{f['held_cpu_ms_per_s']:.1f} ms per s**",
                         "target: no CPU while they wait (<= 1 ms per s; issue 32)",
-                        f"{f['receives_answered_early']} answered before their {LONG_POLL_S} s timeout")
+                        f"{f['receives_answered_early']} answered before their {LONG_POLL_S} s timeout"
+                        + _cpu_parts(f, "held_cpu_mean_ms_per_s"))
                 continue
             by_process = f.get("cpu_us_per_msg_by_process")
             if by_process:

@@ -56,8 +56,15 @@ class DLedgerGroup:
         return {"host": self.hosts.addr[name], "wrap": self.hosts.wrap(name)} if self.hosts else {}
 
     def start(self) -> "DLedgerGroup":
-        for b in self.brokers.values():
-            b.start()
+        """Every member started, or none left running: a member that does not come up (a port
+        taken meanwhile) stops the ones started before it and the name server, since a test that
+        calls start() before its try block would otherwise leave them running after it fails."""
+        try:
+            for b in self.brokers.values():
+                b.start()
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def stop(self) -> None:
