@@ -16,19 +16,12 @@ import asyncio
 import importlib.util
 import shutil
 import statistics
-import tempfile
 import time
 
-from bench.grpc_send_micro import PEER, TOPIC, _Context, request
-from bench.processes import free_port
-from broker.client.client_instance import MQClientInstance
-from broker.client.route import TopicRoute, _BrokerData, _QueueData
+from bench.grpc_send_micro import PEER, _Context, request, routed_broker
 from broker.proxy.config import ProxyConfig
 from broker.proxy.local_broker import LocalBroker
 from broker.proxy.send_activity import ProxyProducer, SendMessageActivity
-from broker.server.broker_config import BrokerConfig
-from broker.server.broker_controller import BrokerController
-from broker.store.config import MessageStoreConfig
 
 
 def _other_activity(path: str):
@@ -42,18 +35,8 @@ def _other_activity(path: str):
 
 async def run(other_path: str, blocks: int, inflight: int) -> None:
     other_cls = _other_activity(other_path)
-    root = tempfile.mkdtemp(prefix="grpc-send-ab-micro-")
-    c = BrokerController(BrokerConfig(), MessageStoreConfig(
-        storePathRootDir=root + "/store", listenPort=free_port(), brokerIP1="127.0.0.1",
-        mappedFileSizeCommitLog=512 << 20), host="127.0.0.1")
-    await c.start()
+    c, root, client, addr = await routed_broker("grpc-send-ab-micro-", 512 << 20)
     try:
-        addr = f"127.0.0.1:{c.server.port}"
-        client = MQClientInstance(None)
-        client.dialers[addr] = lambda ch: c.server.connect_local(PEER, ch, addr)
-        client.routes.ttl = 1e9
-        client.routes.routes[TOPIC] = (TopicRoute(queueDatas=[_QueueData("broker-a", 4, 4)], brokerDatas=[
-            _BrokerData("broker-a", "DefaultCluster", {"0": addr})]), time.monotonic())
         producer = ProxyProducer("proxy-producer", client=client)
         here, other = SendMessageActivity(producer, ProxyConfig()), other_cls(producer, ProxyConfig())
         payload, ctx = request(), _Context()

@@ -15,26 +15,19 @@ import asyncio
 import shutil
 import struct
 import sys
-import tempfile
 import time
 
 import grpc
 import uvloop
 
 from bench.grpc_endpoint_micro import FIRST, INDEXED, PATH, PER_READ, SERVICE, frame, open_connection
-from bench.grpc_send_micro import PEER, TOPIC, request
-from bench.processes import free_port
-from broker.client.client_instance import MQClientInstance
-from broker.client.route import TopicRoute, _BrokerData, _QueueData
+from bench.grpc_send_micro import PEER, TOPIC, request, routed_broker
 from broker.proxy.config import ProxyConfig
 from broker.proxy.grpc_endpoint.server import GrpcServer
 from broker.proxy.local_broker import LocalBroker
 from broker.proxy.send_activity import ProxyProducer, SendMessageActivity
 from broker.proxy import topic_types
 from broker.proxy.topic_types import TopicTypes
-from broker.server.broker_config import BrokerConfig
-from broker.server.broker_controller import BrokerController
-from broker.store.config import MessageStoreConfig
 
 WARM = 20
 
@@ -45,18 +38,8 @@ def _declined(request, context):
 
 async def main(n: int) -> None:
     loop = asyncio.get_running_loop()
-    root = tempfile.mkdtemp(prefix="grpc-send-front-micro-")
-    c = BrokerController(BrokerConfig(), MessageStoreConfig(
-        storePathRootDir=root + "/store", listenPort=free_port(), brokerIP1="127.0.0.1",
-        mappedFileSizeCommitLog=512 << 20), host="127.0.0.1")
-    await c.start()
+    c, root, client, addr = await routed_broker("grpc-send-front-micro-", 512 << 20)
     try:
-        addr = f"127.0.0.1:{c.server.port}"
-        client = MQClientInstance(None)
-        client.dialers[addr] = lambda ch: c.server.connect_local(PEER, ch, addr)
-        client.routes.ttl = 1e9
-        client.routes.routes[TOPIC] = (TopicRoute(queueDatas=[_QueueData("broker-a", 4, 4)], brokerDatas=[
-            _BrokerData("broker-a", "DefaultCluster", {"0": addr})]), time.monotonic())
         act = SendMessageActivity(ProxyProducer("proxy-producer", client=client), ProxyConfig())
         payload = request()
         fut, respond = act.send_bytes_now(payload, _Context())  # the topic auto-created, the connection made

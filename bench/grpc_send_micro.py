@@ -47,19 +47,27 @@ def request() -> bytes:
     return spb.SendMessageRequest(messages=[m]).SerializeToString()
 
 
-async def run(calls: int, inflight: int, mode: str) -> None:
-    root = tempfile.mkdtemp(prefix="grpc-send-micro-")
+async def routed_broker(prefix: str, segment: int):
+    """A BrokerController (ASYNC_FLUSH master) in this process, its store under a new temporary
+    directory (`segment`: the commit log's file size), started; and a client whose route for TOPIC
+    names its 4 queues, reached over the in-process connection: (controller, root, client, addr)."""
+    root = tempfile.mkdtemp(prefix=prefix)
     c = BrokerController(BrokerConfig(), MessageStoreConfig(
         storePathRootDir=root + "/store", listenPort=free_port(), brokerIP1="127.0.0.1",
-        mappedFileSizeCommitLog=256 << 20), host="127.0.0.1")
+        mappedFileSizeCommitLog=segment), host="127.0.0.1")
     await c.start()
+    addr = f"127.0.0.1:{c.server.port}"
+    client = MQClientInstance(None)
+    client.dialers[addr] = lambda ch: c.server.connect_local(PEER, ch, addr)
+    client.routes.ttl = 1e9
+    client.routes.routes[TOPIC] = (TopicRoute(queueDatas=[_QueueData("broker-a", 4, 4)], brokerDatas=[
+        _BrokerData("broker-a", "DefaultCluster", {"0": addr})]), time.monotonic())
+    return c, root, client, addr
+
+
+async def run(calls: int, inflight: int, mode: str) -> None:
+    c, root, client, addr = await routed_broker("grpc-send-micro-", 256 << 20)
     try:
-        addr = f"127.0.0.1:{c.server.port}"
-        client = MQClientInstance(None)
-        client.dialers[addr] = lambda ch: c.server.connect_local(PEER, ch, addr)
-        client.routes.ttl = 1e9
-        client.routes.routes[TOPIC] = (TopicRoute(queueDatas=[_QueueData("broker-a", 4, 4)], brokerDatas=[
-            _BrokerData("broker-a", "DefaultCluster", {"0": addr})]), time.monotonic())
         act = SendMessageActivity(ProxyProducer("proxy-producer", client=client), ProxyConfig())
         payload, ctx = request(), _Context()
         fut, respond = act.send_bytes_now(payload, ctx)  # the topic auto-created, the connection made
